@@ -1,0 +1,68 @@
+/*
+ * The reference backend, private to backends/ref: the run function of each op family and the
+ * scalar activations that the activation and gated kernels share.
+ *
+ * Every ref kernel reads f32/f16/bf16 elements as float, computes in double and rounds once per
+ * output (double -> float -> dtype). Speed is not a goal; being obviously right is.
+ */
+#ifndef KITE_REF_H
+#define KITE_REF_H
+
+#include <math.h>
+#include <stdbool.h>
+
+#include "kite/backend.h"
+#include "kite/dtype.h"
+
+kite_status ref_act_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_gated_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_norm_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_rope_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_softmax_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_embedding_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+
+/* The float types that kite_load_f32 / kite_store_f32 handle. */
+static inline bool ref_is_float(kite_dtype t) {
+  return t == KITE_DTYPE_F32 || t == KITE_DTYPE_F16 || t == KITE_DTYPE_BF16;
+}
+
+/* Names for error messages, never NULL even for an id out of range. */
+static inline const char *ref_op_str(kite_op op) {
+  const char *s = kite_op_name(op);
+  return s ? s : "unknown op";
+}
+static inline const char *ref_dtype_str(kite_dtype t) {
+  const char *s = (unsigned)t < KITE_DTYPE_COUNT ? kite_dtype_name(t) : NULL;
+  return s ? s : "unknown dtype";
+}
+
+/* ---- scalar activations, in double --------------------------------------------------------- */
+static inline double ref_sigmoid(double x) {
+  return 1.0 / (1.0 + exp(-x));
+}
+
+static inline double ref_silu(double x) {
+  return x * ref_sigmoid(x);
+}
+
+/* x * Phi(x), Phi the standard normal CDF = (1 + erf(x / sqrt(2))) / 2. */
+static inline double ref_gelu(double x) {
+  return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440));
+}
+
+/* The tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+static inline double ref_gelu_tanh(double x) {
+  const double sqrt_2_over_pi = 0.79788456080286535588;
+  return 0.5 * x * (1.0 + tanh(sqrt_2_over_pi * (x + 0.044715 * x * x * x)));
+}
+
+static inline double ref_gelu_quick(double x) {
+  return x * ref_sigmoid(1.702 * x);
+}
+
+/* NaN stays NaN, as max(x, 0) does in the frameworks. */
+static inline double ref_relu(double x) {
+  return isnan(x) || x > 0.0 ? x : 0.0;
+}
+
+#endif /* KITE_REF_H */

@@ -1,0 +1,102 @@
+/*
+ * The reference backend: host memory operations and one "generic" kernel per op, priority 0,
+ * so that any faster kernel that can run wins, and ref remains the ground truth to test against.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ref.h"
+
+/* Host memory, 64-byte aligned (a cache line; enough for any vector load). aligned_alloc wants a
+ * size that is a multiple of the alignment, so round up; 0 bytes still gets a real block, so
+ * every successful alloc returns a pointer that free accepts. */
+#define REF_ALIGN 64
+
+static kite_status ref_alloc(const kite_backend *b, int device_id, size_t bytes, void **out) {
+  if (!out) return kite_set_error(KITE_ERR_INVALID_ARG, "ref: alloc: out is NULL");
+  *out = NULL;
+  if (bytes > SIZE_MAX - (REF_ALIGN - 1))
+    return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "ref: alloc: %zu bytes is too large", bytes);
+  size_t rounded = bytes == 0 ? REF_ALIGN : (bytes + REF_ALIGN - 1) / REF_ALIGN * REF_ALIGN;
+  *out = aligned_alloc(REF_ALIGN, rounded);
+  if (!*out)
+    return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "ref: alloc: cannot allocate %zu bytes", bytes);
+  return KITE_OK;
+}
+
+static void ref_free(const kite_backend *b, int device_id, void *ptr) {
+  free(ptr);
+}
+
+/* Host to host whatever the kind says: on the CPU every kind is a memcpy. */
+static kite_status ref_copy(const kite_backend *b, int device_id, void *dst, const void *src,
+                            size_t bytes, kite_copy_kind kind, void *stream) {
+  if (bytes == 0) return KITE_OK;
+  if (!dst || !src) return kite_set_error(KITE_ERR_INVALID_ARG, "ref: copy: NULL pointer");
+  memcpy(dst, src, bytes);
+  return KITE_OK;
+}
+
+static kite_status ref_memset(const kite_backend *b, int device_id, void *dst, int value,
+                              size_t bytes, void *stream) {
+  if (bytes == 0) return KITE_OK;
+  if (!dst) return kite_set_error(KITE_ERR_INVALID_ARG, "ref: memset: NULL pointer");
+  memset(dst, value, bytes);
+  return KITE_OK;
+}
+
+/* Ref kernels finish before they return: there is nothing to wait for. */
+static kite_status ref_synchronize(const kite_backend *b, int device_id, void *stream) {
+  return KITE_OK;
+}
+
+static int ref_device_count(const kite_backend *b) {
+  return 1;
+}
+
+#define REF_KERNEL(op_id, run_fn, desc)                                                            \
+  {                                                                                                \
+    .op = (op_id), .variant = "generic", .priority = 0, .features = 0, .features_str = "",         \
+    .supports = NULL, .run = (run_fn), .description = (desc), .userdata = NULL                     \
+  }
+
+static const kite_kernel ref_kernels[] = {
+    REF_KERNEL(KITE_OP_SILU, ref_act_run, "x * sigmoid(x), float64 scalar loop"),
+    REF_KERNEL(KITE_OP_GELU, ref_act_run, "x * Phi(x) with erf, float64 scalar loop"),
+    REF_KERNEL(KITE_OP_GELU_TANH, ref_act_run, "tanh-approximated gelu, float64 scalar loop"),
+    REF_KERNEL(KITE_OP_GELU_QUICK, ref_act_run, "x * sigmoid(1.702 x), float64 scalar loop"),
+    REF_KERNEL(KITE_OP_RELU, ref_act_run, "max(x, 0), scalar loop"),
+    REF_KERNEL(KITE_OP_SILU_AND_MUL, ref_gated_run, "silu(gate) * up, float64 scalar loop"),
+    REF_KERNEL(KITE_OP_GELU_AND_MUL, ref_gated_run, "gelu(gate) * up, float64 scalar loop"),
+    REF_KERNEL(KITE_OP_GELU_TANH_AND_MUL, ref_gated_run,
+               "gelu_tanh(gate) * up, float64 scalar loop"),
+    REF_KERNEL(KITE_OP_RMS_NORM, ref_norm_run, "rms norm, two passes per row in float64"),
+    REF_KERNEL(KITE_OP_LAYER_NORM, ref_norm_run, "layer norm, two-pass mean/variance in float64"),
+    REF_KERNEL(KITE_OP_ADD_RMS_NORM, ref_norm_run, "residual add + rms norm in float64"),
+    REF_KERNEL(KITE_OP_ADD_LAYER_NORM, ref_norm_run, "residual add + layer norm in float64"),
+    REF_KERNEL(KITE_OP_ROPE, ref_rope_run, "neox/gptj rotary embedding, float64 rotation"),
+    REF_KERNEL(KITE_OP_SOFTMAX, ref_softmax_run, "max-subtracted softmax in float64"),
+    REF_KERNEL(KITE_OP_EMBEDDING, ref_embedding_run, "row copy per token, zeros for bad ids"),
+};
+
+static const kite_backend ref_backend = {
+    .name = "ref",
+    .device_type = kDLCPU,
+    .description = "portable C reference kernels, float64 accumulation: the ground truth",
+    .device_count = ref_device_count,
+    .features_present = NULL,
+    .alloc = ref_alloc,
+    .free = ref_free,
+    .copy = ref_copy,
+    .memset = ref_memset,
+    .synchronize = ref_synchronize,
+    .kernels = ref_kernels,
+    .num_kernels = sizeof ref_kernels / sizeof ref_kernels[0],
+    .userdata = NULL,
+};
+
+kite_status kite_backend_init_ref(void);
+kite_status kite_backend_init_ref(void) {
+  return kite_backend_register(&ref_backend);
+}

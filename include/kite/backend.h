@@ -1,0 +1,384 @@
+/*
+ * kite backend API: what a backend (built in, or a plugin .so) implements.
+ *
+ * A backend is a name, a device type, memory operations for that device (so the conformance
+ * harness and users can test any device) and a list of kernel entries. The op front-ends have
+ * validated every argument before a kernel runs: kernels receive plain pointers, sizes and
+ * strides in the args structs below and never see a DLTensor.
+ *
+ * Plugins: export
+ *   uint32_t kite_plugin_abi_version = KITE_BACKEND_ABI_VERSION;
+ *   kite_status kite_plugin_init(uint32_t host_abi_version);
+ * The core reads kite_plugin_abi_version first and refuses a mismatch; kite_plugin_init checks the
+ * host's version again and calls kite_backend_register().
+ */
+#ifndef KITE_BACKEND_H
+#define KITE_BACKEND_H
+
+#include <stdbool.h>
+
+#include "kite/kite.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped whenever a struct below or the op argument layout changes incompatibly. */
+#define KITE_BACKEND_ABI_VERSION 1u
+
+/* Element types as kernels see them (the front-end maps DLDataType to these). */
+typedef enum kite_dtype {
+  KITE_DTYPE_F32 = 0,
+  KITE_DTYPE_F16,
+  KITE_DTYPE_BF16,
+  KITE_DTYPE_I32,
+  KITE_DTYPE_I8,
+  KITE_DTYPE_F64,
+  KITE_DTYPE_U8,       /* also boolean masks (KITE_DL_BOOL) */
+  KITE_DTYPE_FP8_E4M3, /* OCP e4m3fn */
+  KITE_DTYPE_COUNT
+} kite_dtype;
+KITE_API const char *kite_dtype_name(kite_dtype t); /* "f32", "bf16", ... */
+KITE_API size_t kite_dtype_size(kite_dtype t);      /* bytes per element */
+
+/* ---------------------------------------------------------------------------------------------
+ * Op arguments. Every struct starts with the op id and the element type of its main tensor so a
+ * kernel serving several ops can switch on them. Sizes and strides are in elements; strides are
+ * between consecutive rows (or tokens/heads). All pointers are on the ctx's device.
+ * ------------------------------------------------------------------------------------------- */
+
+/* silu, gelu, gelu_tanh, gelu_quick, relu: x, y viewed as [rows, cols] (cols unit-stride). */
+typedef struct kite_act_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t rows, cols;
+  const void *x;
+  int64_t x_stride;
+  void *y;
+  int64_t y_stride;
+} kite_act_args;
+
+/* silu_and_mul, gelu_and_mul, gelu_tanh_and_mul: x[rows, 2*cols] -> y[rows, cols].
+ * limit > 0 clamps (gate <= limit, up in [-limit, limit]); 0 means no clamp. */
+typedef struct kite_gated_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t rows, cols;
+  const void *x;
+  int64_t x_stride;
+  void *y;
+  int64_t y_stride;
+  float limit;
+} kite_gated_args;
+
+/* rms_norm, layer_norm, add_rms_norm, add_layer_norm over rows of length cols.
+ * residual is NULL for the plain norms. w, b: [cols] or NULL. offset only for rms.
+ * pos = PRE:  s = x + residual (in float), residual <- round(s), y = norm(round(s)): the norm sees
+ *             exactly the residual it stores, as a separate add then norm would.
+ * pos = POST: y = norm(x + residual) (sum in float), residual <- y (the same rounded values).
+ * y may alias x; residual never aliases x or y. */
+typedef struct kite_norm_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t rows, cols;
+  const void *x;
+  int64_t x_stride;
+  void *residual;
+  int64_t residual_stride;
+  const void *w;
+  const void *b;
+  void *y;
+  int64_t y_stride;
+  float eps;
+  float offset;
+  kite_norm_pos pos;
+} kite_norm_args;
+
+/* rope: q[tokens, hq, head_dim], k[tokens, hkv, head_dim] (k NULL when hkv == 0), in place.
+ * positions[tokens] int32, cos_sin[max_pos, rot_dim] f32 compact. Positions are not checked by
+ * the front-end (they may live on a device): a kernel that can read them returns INVALID_ARG for
+ * one outside [0, max_pos) before writing anything; any kernel must never read outside cos_sin
+ * (a device kernel leaves such a token unrotated). */
+typedef struct kite_rope_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t tokens, hq, hkv, head_dim, rot_dim, max_pos;
+  void *q;
+  int64_t q_stride_t, q_stride_h;
+  void *k;
+  int64_t k_stride_t, k_stride_h;
+  const int32_t *positions;
+  const float *cos_sin;
+  kite_rope_style style;
+} kite_rope_args;
+
+/* softmax: y[r, :] = softmax(scale * x[r, :]) over cols. */
+typedef struct kite_softmax_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t rows, cols;
+  const void *x;
+  int64_t x_stride;
+  void *y;
+  int64_t y_stride;
+  float scale;
+} kite_softmax_args;
+
+/* embedding: y[t, :] = table[ids[t], :] for ids in [0, vocab), else zeros. dtype is table's. */
+typedef struct kite_embedding_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t tokens, hidden, vocab;
+  const int32_t *ids;
+  const void *table;
+  int64_t table_stride;
+  void *y;
+  int64_t y_stride;
+} kite_embedding_args;
+
+/* store_kv: k/v[tokens, hkv, head_dim] (token and head strides) into caches
+ * [num_blocks, hkv, block_size, head_dim] compact at slots[tokens]. */
+typedef struct kite_store_kv_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t tokens, hkv, head_dim;
+  const void *k;
+  int64_t k_stride_t, k_stride_h;
+  const void *v;
+  int64_t v_stride_t, v_stride_h;
+  void *key_cache, *value_cache;
+  int64_t num_blocks, block_size;
+  const int32_t *slots;
+} kite_store_kv_args;
+
+/* paged_decode (cu_q_lens NULL: tokens == batch, query b at position seq_lens[b] - 1) and
+ * paged_prefill (cu_q_lens[batch + 1]). q/o[tokens, hq, head_dim] with token and head strides;
+ * caches compact [num_blocks, hkv, block_size, head_dim]; block_table[batch, max_blocks] with a
+ * row stride. opts.scale is already resolved (never 0). lse NULL or compact f32 [tokens, hq].
+ * Indices read from device memory (block ids, seq_lens, cu_q_lens) are not validated by the
+ * front-end: a kernel must never read outside the caches for any value (treat an out-of-range
+ * block id's keys as absent, clamp seq_len to max_blocks * block_size). */
+typedef struct kite_paged_attn_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t batch, tokens, hq, hkv, head_dim;
+  const void *q;
+  int64_t q_stride_t, q_stride_h;
+  const void *key_cache, *value_cache;
+  int64_t num_blocks, block_size;
+  const int32_t *block_table;
+  int64_t max_blocks, block_table_stride;
+  const int32_t *seq_lens;
+  const int32_t *cu_q_lens;
+  kite_attn_opts opts;
+  void *o;
+  int64_t o_stride_t, o_stride_h;
+  float *lse;
+} kite_paged_attn_args;
+
+/* sdpa: strides [0] batch, [1] head, [2] sequence (head_dim unit-stride). mask NULL or
+ * mask_dtype U8 (nonzero = attend) / F32 / dtype (added), strides [b, h, i, j] (0 broadcasts).
+ * opts.scale resolved. lse NULL or compact f32 [batch, hq, sq]. */
+typedef struct kite_sdpa_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t batch, hq, hkv, sq, sk, head_dim;
+  const void *q;
+  int64_t q_stride[3];
+  const void *k;
+  int64_t k_stride[3];
+  const void *v;
+  int64_t v_stride[3];
+  const void *mask;
+  kite_dtype mask_dtype;
+  int64_t mask_stride[4];
+  kite_attn_opts opts;
+  void *o;
+  int64_t o_stride[3];
+  float *lse;
+} kite_sdpa_args;
+
+/* linear: y[m, n] = x[m, k] w[n, k]^T + bias[n] (bias NULL or [n]); row strides. */
+typedef struct kite_linear_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t m, n, k;
+  const void *x;
+  int64_t x_stride;
+  const void *w;
+  int64_t w_stride;
+  const void *bias;
+  void *y;
+  int64_t y_stride;
+} kite_linear_args;
+
+/* group_gemm: w[groups, n, k] with strides (group, row). group_sizes is read by the kernel
+ * (it may be device memory): negative sizes count as 0, rows past m are ignored, and rows of y
+ * past the sum of the sizes are set to zero. */
+typedef struct kite_group_gemm_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t m, n, k, groups;
+  const void *x;
+  int64_t x_stride;
+  const void *w;
+  int64_t w_stride_g, w_stride_n;
+  const int32_t *group_sizes;
+  void *y;
+  int64_t y_stride;
+} kite_group_gemm_args;
+
+/* topk_gating: logits[tokens, experts] (row stride) -> weights[tokens, k] f32, ids[tokens, k]
+ * int32 (row strides). */
+typedef struct kite_topk_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t tokens, experts, k;
+  int renormalize;
+  const void *logits;
+  int64_t logits_stride;
+  float *weights;
+  int64_t weights_stride;
+  int32_t *ids;
+  int64_t ids_stride;
+} kite_topk_args;
+
+/* fused_moe: x[tokens, hidden] (row stride), w13[experts, 2*inter, hidden] and
+ * w2[experts, hidden, inter] compact, weights/ids[tokens, topk] (row strides), y row stride. */
+typedef struct kite_moe_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t tokens, hidden, inter, experts, topk;
+  const void *x;
+  int64_t x_stride;
+  const void *w13;
+  const void *w2;
+  const float *weights;
+  int64_t weights_stride;
+  const int32_t *ids;
+  int64_t ids_stride;
+  kite_moe_act act;
+  void *y;
+  int64_t y_stride;
+} kite_moe_args;
+
+/* quant (x -> q, scales) and dequant (q, scales -> y): dtype is the float side's, qdtype I8 or
+ * FP8_E4M3; x/y and q with row strides; scales compact f32 [rows]. */
+typedef struct kite_quant_args {
+  kite_op op;
+  kite_dtype dtype;
+  kite_dtype qdtype;
+  int64_t rows, cols;
+  const void *x; /* quant: input; dequant: NULL */
+  int64_t x_stride;
+  void *q;       /* quant: output; dequant: input */
+  int64_t q_stride;
+  float *scales; /* quant: output; dequant: input */
+  void *y;       /* dequant: output; quant: NULL */
+  int64_t y_stride;
+} kite_quant_args;
+
+/* linear_quant: y[m, n] (dtype) = (xq . wq^T) * x_scales[m] * w_scales[n] + bias[n]. */
+typedef struct kite_linear_quant_args {
+  kite_op op;
+  kite_dtype dtype;
+  kite_dtype qdtype;
+  int64_t m, n, k;
+  const void *xq;
+  int64_t x_stride;
+  const float *x_scales;
+  const void *wq;
+  int64_t w_stride;
+  const float *w_scales;
+  const void *bias;
+  void *y;
+  int64_t y_stride;
+} kite_linear_quant_args;
+
+/* ---------------------------------------------------------------------------------------------
+ * Kernel entries
+ * ------------------------------------------------------------------------------------------- */
+typedef struct kite_kernel kite_kernel;
+
+/* Returns true when the kernel can run these (validated) args; otherwise false and *why, a
+ * static string ("dtype f16 not implemented", "head_dim must be 128"). NULL supports = all. */
+typedef bool (*kite_supports_fn)(const kite_kernel *k, const void *args, const char **why);
+/* Runs the kernel on ctx's device and stream. Returns KITE_OK or an error set through
+ * kite_set_error(). Must not block on the device unless the op says so. */
+typedef kite_status (*kite_run_fn)(const kite_kernel *k, kite_ctx *ctx, const void *args);
+
+struct kite_kernel {
+  kite_op op;
+  const char *variant;       /* unique within the backend and op: "generic", "avx2", ... */
+  int priority;              /* higher wins among eligible kernels; ref uses 0 */
+  uint64_t features;         /* bits of the backend's feature mask this kernel needs (0 = none) */
+  const char *features_str;  /* the same, for people: "avx2,fma,f16c" */
+  kite_supports_fn supports; /* NULL = accepts every validated call */
+  kite_run_fn run;
+  const char *description;   /* one line */
+  const void *userdata;      /* free for the backend */
+};
+
+typedef struct kite_backend kite_backend;
+struct kite_backend {
+  const char *name; /* "ref", "cpu", "cuda", "acme": [a-z0-9_], unique */
+  DLDeviceType device_type;
+  const char *description;
+
+  /* Devices of device_type this backend can use now (0: its kernels do not run here). */
+  int (*device_count)(const kite_backend *b);
+  /* Feature bits present on this machine (compared with kite_kernel.features). NULL = all. */
+  uint64_t (*features_present)(const kite_backend *b);
+
+  /* Memory operations. May be NULL when another registered backend drives the same device type
+   * (the first backend registered with memory operations for a type serves it). */
+  kite_status (*alloc)(const kite_backend *b, int device_id, size_t bytes, void **out);
+  void (*free)(const kite_backend *b, int device_id, void *ptr);
+  /* Asynchronous on `stream` where the device allows; the core synchronizes after it when a
+   * host-visible result is promised. */
+  kite_status (*copy)(const kite_backend *b, int device_id, void *dst, const void *src,
+                      size_t bytes, kite_copy_kind kind, void *stream);
+  kite_status (*memset)(const kite_backend *b, int device_id, void *dst, int value, size_t bytes,
+                        void *stream);
+  kite_status (*synchronize)(const kite_backend *b, int device_id, void *stream);
+
+  const kite_kernel *kernels; /* array, lives as long as the backend */
+  size_t num_kernels;
+  void *userdata;
+};
+
+/* Registers a backend and its kernels (copied by reference: both must outlive the library).
+ * Called by built-in backends at library init and by plugins from kite_plugin_init.
+ * Errors: INVALID_ARG (NULL, empty name, bad kernel entry), PLUGIN (duplicate name). */
+KITE_API kite_status kite_backend_register(const kite_backend *b);
+
+/* Sets the thread-local error message (printf format) and returns s, for kernels and plugins:
+ *   return kite_set_error(KITE_ERR_DEVICE, "rms_norm: cuda launch failed: %s", msg); */
+KITE_API kite_status kite_set_error(kite_status s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* ctx accessors for kernels. */
+KITE_API DLDevice kite_ctx_device(const kite_ctx *ctx);
+KITE_API void *kite_ctx_stream(const kite_ctx *ctx);
+KITE_API int kite_ctx_num_threads(const kite_ctx *ctx); /* >= 1 */
+KITE_API uint64_t kite_ctx_seed(const kite_ctx *ctx);
+/* Scratch memory of at least `bytes` on the ctx's device, reused across calls (grows as needed,
+ * freed with the ctx). Valid until the next workspace request on the same ctx. */
+KITE_API kite_status kite_ctx_workspace(kite_ctx *ctx, size_t bytes, void **out);
+
+/* The registered kernel entry behind kite_kernel_get(i) (for harnesses timing a direct call). */
+KITE_API const kite_kernel *kite_kernel_entry(size_t i);
+
+/* Plugin entry points (exported by the plugin, looked up by the core). */
+typedef kite_status (*kite_plugin_init_fn)(uint32_t host_abi_version);
+#define KITE_PLUGIN_INIT_SYMBOL "kite_plugin_init"
+#define KITE_PLUGIN_ABI_SYMBOL "kite_plugin_abi_version"
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KITE_BACKEND_H */

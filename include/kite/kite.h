@@ -1,0 +1,410 @@
+/*
+ * kite — operators for LLM inference and training behind one kernel registry.
+ *
+ * Public C API. Every function returns a kite_status; on failure kite_last_error() gives a
+ * thread-local message naming the op and the offending argument. The library never aborts or
+ * prints on bad input.
+ *
+ * Tensors are DLPack DLTensor (dlpack/dlpack.h). Shapes below are logical row-major shapes.
+ * `strides == NULL` means compact row-major; strides are in elements. Unless an op says
+ * otherwise the last dimension must be unit-stride and the leading dimensions must collapse into
+ * one "row" dimension with a single stride (a row-strided view, e.g. a slice of a fused qkv
+ * projection). Every tensor of a call must live on the ctx's device.
+ *
+ * dtypes: f32, f16, bf16 for activations/weights; int32 for ids and positions.
+ * Arithmetic is float32 or better inside; outputs are rounded once to the output dtype.
+ */
+#ifndef KITE_KITE_H
+#define KITE_KITE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dlpack/dlpack.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define KITE_API __declspec(dllexport)
+#else
+#define KITE_API __attribute__((visibility("default")))
+#endif
+
+#define KITE_VERSION_MAJOR 0
+#define KITE_VERSION_MINOR 1
+#define KITE_VERSION_PATCH 0
+
+/* ---------------------------------------------------------------------------------------------
+ * Status and errors
+ * ------------------------------------------------------------------------------------------- */
+typedef enum kite_status {
+  KITE_OK = 0,
+  KITE_ERR_INVALID_ARG = 1, /* NULL, wrong rank, mismatched shape/dtype/device, bad value */
+  KITE_ERR_UNSUPPORTED = 2, /* no kernel can run these arguments, or a pin cannot run */
+  KITE_ERR_OUT_OF_MEMORY = 3,
+  KITE_ERR_DEVICE = 4,   /* a device runtime reported an error (launch failure, ...) */
+  KITE_ERR_PLUGIN = 5,   /* a plugin failed to load: missing file/symbol, ABI mismatch */
+  KITE_ERR_CONFIG = 6,   /* a kernel-selection string could not be parsed */
+  KITE_ERR_INTERNAL = 7, /* a bug in kite or a backend */
+} kite_status;
+
+/* Short constant name of a status ("KITE_ERR_INVALID_ARG"); never NULL. */
+KITE_API const char *kite_status_name(kite_status s);
+
+/* Message of the last failed call on this thread ("" when none). Valid until the next kite call
+ * on this thread. */
+KITE_API const char *kite_last_error(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Context: device, stream, threads, seed, scratch workspace. Thread-safe library; one ctx is used
+ * by one thread at a time.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct kite_ctx kite_ctx;
+
+typedef struct kite_ctx_params {
+  DLDevice device;  /* where the tensors live; {kDLCPU, 0} by default */
+  void *stream;     /* backend stream (a cudaStream_t for CUDA); NULL = default stream */
+  int num_threads;  /* CPU threads a kernel may use; 0 = all online cores */
+  uint64_t seed;    /* default seed for ops that draw random numbers */
+} kite_ctx_params;
+
+/* Defaults: CPU device 0, NULL stream, all cores, seed 0. */
+KITE_API kite_ctx_params kite_ctx_params_default(void);
+
+/* Creates a ctx. params NULL = defaults. Errors: INVALID_ARG (NULL out, negative threads),
+ * UNSUPPORTED (no backend drives that device type, or device_id out of range). */
+KITE_API kite_status kite_ctx_create(const kite_ctx_params *params, kite_ctx **out);
+/* Frees the ctx and its workspace. NULL is a no-op. */
+KITE_API void kite_ctx_destroy(kite_ctx *ctx);
+/* Waits until all work queued on the ctx's stream has finished. */
+KITE_API kite_status kite_ctx_synchronize(kite_ctx *ctx);
+
+/* Device memory on the ctx's device, through the backend that drives that device type. */
+KITE_API kite_status kite_malloc(kite_ctx *ctx, size_t bytes, void **out);
+KITE_API kite_status kite_free(kite_ctx *ctx, void *ptr);
+typedef enum kite_copy_kind {
+  KITE_COPY_HOST_TO_DEVICE = 0,
+  KITE_COPY_DEVICE_TO_HOST = 1,
+  KITE_COPY_DEVICE_TO_DEVICE = 2,
+} kite_copy_kind;
+/* Copies bytes; synchronous with respect to the host (the stream is synchronized). */
+KITE_API kite_status kite_memcpy(kite_ctx *ctx, void *dst, const void *src, size_t bytes,
+                                 kite_copy_kind kind);
+
+/* ---------------------------------------------------------------------------------------------
+ * Operators. Every op has an id, a name ("rms_norm") and one public function below.
+ * ------------------------------------------------------------------------------------------- */
+typedef enum kite_op {
+  KITE_OP_SILU = 0,
+  KITE_OP_GELU,
+  KITE_OP_GELU_TANH,
+  KITE_OP_GELU_QUICK,
+  KITE_OP_RELU,
+  KITE_OP_SILU_AND_MUL,
+  KITE_OP_GELU_AND_MUL,
+  KITE_OP_GELU_TANH_AND_MUL,
+  KITE_OP_RMS_NORM,
+  KITE_OP_LAYER_NORM,
+  KITE_OP_ADD_RMS_NORM,
+  KITE_OP_ADD_LAYER_NORM,
+  KITE_OP_ROPE,
+  KITE_OP_SOFTMAX,
+  KITE_OP_EMBEDDING,
+  KITE_OP_STORE_KV,
+  KITE_OP_PAGED_DECODE,
+  KITE_OP_PAGED_PREFILL,
+  KITE_OP_SDPA,
+  KITE_OP_LINEAR,
+  KITE_OP_GROUP_GEMM,
+  KITE_OP_TOPK_GATING,
+  KITE_OP_FUSED_MOE,
+  KITE_OP_QUANT,
+  KITE_OP_DEQUANT,
+  KITE_OP_LINEAR_QUANT,
+  KITE_OP_COUNT /* new ops are appended before this */
+} kite_op;
+
+/* "rms_norm" for KITE_OP_RMS_NORM; NULL for an id out of range. */
+KITE_API const char *kite_op_name(kite_op op);
+/* The op with that name, or -1. */
+KITE_API int kite_op_from_name(const char *name);
+
+/* --- Activations, elementwise over any shape -------------------------------------------------
+ * x[..., N] -> y[..., N], same shape and dtype (f32/f16/bf16). y may be x (in place).
+ *   silu(x) = x * sigmoid(x); gelu = x * Phi(x) (erf); gelu_tanh = tanh approximation;
+ *   gelu_quick = x * sigmoid(1.702 x); relu = max(x, 0). */
+KITE_API kite_status kite_silu(kite_ctx *ctx, const DLTensor *x, DLTensor *y);
+KITE_API kite_status kite_gelu(kite_ctx *ctx, const DLTensor *x, DLTensor *y);
+KITE_API kite_status kite_gelu_tanh(kite_ctx *ctx, const DLTensor *x, DLTensor *y);
+KITE_API kite_status kite_gelu_quick(kite_ctx *ctx, const DLTensor *x, DLTensor *y);
+KITE_API kite_status kite_relu(kite_ctx *ctx, const DLTensor *x, DLTensor *y);
+
+/* --- Gated activations ----------------------------------------------------------------------
+ * x[..., 2I] -> y[..., I] = act(x[..., :I]) * x[..., I:], same dtype.
+ * limit > 0 first clamps the gate to <= limit and the up half to [-limit, limit]; limit <= 0 (or
+ * NaN) means no clamp. Errors: last dims not 2I vs I, leading dims differ. */
+KITE_API kite_status kite_silu_and_mul(kite_ctx *ctx, const DLTensor *x, float limit, DLTensor *y);
+KITE_API kite_status kite_gelu_and_mul(kite_ctx *ctx, const DLTensor *x, float limit, DLTensor *y);
+KITE_API kite_status kite_gelu_tanh_and_mul(kite_ctx *ctx, const DLTensor *x, float limit,
+                                            DLTensor *y);
+
+/* --- Norms over the last dim ----------------------------------------------------------------
+ * x[..., H] -> y[..., H], same dtype; w[H] and b[H] (same dtype as x) are optional (NULL).
+ *   rms_norm:   y = x / sqrt(mean(x^2) + eps) * (offset + w)   (offset 1 = Gemma; w NULL -> 1)
+ *   layer_norm: y = (x - mean) / sqrt(var + eps) * w + b        (w NULL -> 1, b NULL -> 0)
+ * eps must be >= 0 and finite. y may be x. */
+KITE_API kite_status kite_rms_norm(kite_ctx *ctx, const DLTensor *x, const DLTensor *w, float eps,
+                                   float offset, DLTensor *y);
+KITE_API kite_status kite_layer_norm(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
+                                     const DLTensor *b, float eps, DLTensor *y);
+
+/* Where the norm sits relative to the residual add (DESIGN.md "Norms"). */
+typedef enum kite_norm_pos {
+  KITE_NORM_PRE = 0,  /* s = x + residual; residual <- s; y = norm(s) */
+  KITE_NORM_POST = 1, /* y = norm(x + residual); residual <- y */
+} kite_norm_pos;
+
+/* Fused residual add + norm. residual[..., H] has x's shape and dtype and is updated in place. */
+KITE_API kite_status kite_add_rms_norm(kite_ctx *ctx, const DLTensor *x, DLTensor *residual,
+                                       const DLTensor *w, float eps, float offset,
+                                       kite_norm_pos pos, DLTensor *y);
+KITE_API kite_status kite_add_layer_norm(kite_ctx *ctx, const DLTensor *x, DLTensor *residual,
+                                         const DLTensor *w, const DLTensor *b, float eps,
+                                         kite_norm_pos pos, DLTensor *y);
+
+/* --- Rotary position embedding, in place ----------------------------------------------------
+ * q[T, Hq, D] and k[T, Hkv, D] (k may be NULL), same dtype; the last dim unit-stride, the token
+ * and head strides free (slices of a fused qkv). positions[T] int32.
+ * cos_sin[max_pos, rot_dim] f32, compact: each row holds rot_dim/2 cosines then rot_dim/2 sines.
+ * The first rot_dim (even, <= D) dims of each head rotate; the rest pass through.
+ *   neox: pairs (i, i + rot_dim/2);  gptj: pairs (2i, 2i + 1).
+ * Errors: a position outside [0, max_pos) where the backend can check it (host-visible data). */
+typedef enum kite_rope_style { KITE_ROPE_NEOX = 0, KITE_ROPE_GPTJ = 1 } kite_rope_style;
+KITE_API kite_status kite_rope(kite_ctx *ctx, DLTensor *q, DLTensor *k, const DLTensor *positions,
+                               const DLTensor *cos_sin, int64_t rot_dim, kite_rope_style style);
+
+/* Frequency scaling for the cos/sin cache. */
+typedef enum kite_rope_scaling_type {
+  KITE_ROPE_SCALING_NONE = 0,
+  KITE_ROPE_SCALING_LINEAR = 1, /* positions divided by factor */
+  KITE_ROPE_SCALING_LLAMA3 = 2, /* Llama 3.1 wavelength-dependent scaling */
+} kite_rope_scaling_type;
+typedef struct kite_rope_scaling {
+  kite_rope_scaling_type type;
+  double factor;               /* linear and llama3 */
+  double low_freq_factor;      /* llama3 (1.0 in Llama 3.1) */
+  double high_freq_factor;     /* llama3 (4.0 in Llama 3.1) */
+  int64_t original_max_pos;    /* llama3 (8192 in Llama 3.1) */
+} kite_rope_scaling;
+
+/* Fills a host buffer cos_sin[max_pos * rot_dim] (f32) for kite_rope:
+ * inv_freq[i] = theta^(-2i/rot_dim), scaled as `scaling` says (NULL = none); row p holds
+ * cos(p * inv_freq[i]) for i < rot_dim/2, then the sines. Copy it to the device with kite_memcpy.
+ * Errors: NULL buffer, max_pos < 1, rot_dim odd or < 2, theta <= 0, bad scaling values. */
+KITE_API kite_status kite_rope_cache_build(float *cos_sin, int64_t max_pos, int64_t rot_dim,
+                                           double theta, const kite_rope_scaling *scaling);
+
+/* --- Softmax over the last dim --------------------------------------------------------------
+ * x[..., N] -> y[..., N] = softmax(scale * x), same dtype. scale must be finite (1 = plain). */
+KITE_API kite_status kite_softmax(kite_ctx *ctx, const DLTensor *x, float scale, DLTensor *y);
+
+/* --- Embedding lookup -----------------------------------------------------------------------
+ * ids[T] int32, table[V, H] (row-strided allowed) -> y[T, H], same dtype as table. An id outside
+ * [0, V) gives a zero row. */
+KITE_API kite_status kite_embedding(kite_ctx *ctx, const DLTensor *ids, const DLTensor *table,
+                                    DLTensor *y);
+
+/* DLPack type codes newer than some installed dlpack.h (DLPack 1.x values). */
+#define KITE_DL_BOOL 6u             /* kDLBool: 8-bit, 0 = false */
+#define KITE_DL_FLOAT8_E4M3FN 10u   /* kDLFloat8_e4m3fn: 8-bit OCP e4m3, max 448, no inf */
+
+/* --- Paged KV cache and attention -------------------------------------------------------------
+ * Cache layout, per layer: key_cache, value_cache [num_blocks, Hkv, block_size, D], compact, the
+ * dtype of k/v (f32/f16/bf16); any block_size >= 1, D <= 256. A token's slot is
+ * block * block_size + offset. block_table[B, max_blocks] int32 maps a sequence's logical block j
+ * to a physical block (row-strided allowed).
+ *
+ * GQA (kite_gqa_layout): grouped (default): q head h reads kv head h / (Hq / Hkv);
+ * interleaved: h % Hkv. Hq must be a multiple of Hkv.
+ * Scores: s = scale * q.k (scale 0 -> 1/sqrt(D)); with softcap > 0, s = softcap * tanh(s /
+ * softcap); then masks; softmax in f32 (one pass, online rescaling); o = sum p * v.
+ * window_left >= 0: a query at position p sees keys in [p - window_left, p] (-1: off).
+ * A query that sees no key gives o = 0 and lse = -inf.
+ * lse (optional output, f32): the natural log-sum-exp of the final scores, for split/merge. */
+typedef enum kite_gqa_layout { KITE_GQA_GROUPED = 0, KITE_GQA_INTERLEAVED = 1 } kite_gqa_layout;
+
+typedef struct kite_attn_opts {
+  float scale;            /* 0 -> 1/sqrt(D) */
+  float softcap;          /* 0 -> off */
+  int32_t window_left;    /* -1 -> off */
+  kite_gqa_layout gqa;
+  int32_t causal;         /* paged_prefill and sdpa: 1 = causal (prefill's default) */
+} kite_attn_opts;
+
+/* scale 0, softcap 0, window_left -1, grouped, causal 1. */
+KITE_API kite_attn_opts kite_attn_opts_default(void);
+
+/* Writes k[T, Hkv, D] and v into the caches at slots[T] int32. A negative slot skips the token
+ * (padding). A slot >= num_blocks * block_size is an error where the backend can read slots, and
+ * is skipped on a device that cannot report it. k/v may be row-strided (token stride). */
+KITE_API kite_status kite_store_kv(kite_ctx *ctx, const DLTensor *k, const DLTensor *v,
+                                   DLTensor *key_cache, DLTensor *value_cache,
+                                   const DLTensor *slots);
+
+/* Decode: one query per sequence. q[B, Hq, D] -> o[B, Hq, D] (same dtype as the cache);
+ * block_table[B, max_blocks] int32, seq_lens[B] int32 (0 gives zeros; <= max_blocks * bs).
+ * The query sits at position seq_len - 1 (for the window). opts.causal is ignored.
+ * lse: NULL or f32 [B, Hq]. */
+KITE_API kite_status kite_paged_decode(kite_ctx *ctx, const DLTensor *q, const DLTensor *key_cache,
+                                       const DLTensor *value_cache, const DLTensor *block_table,
+                                       const DLTensor *seq_lens, const kite_attn_opts *opts,
+                                       DLTensor *o, DLTensor *lse);
+
+/* Prefill over a paged cache that already holds every key (store_kv first). q[T, Hq, D] holds
+ * B sequences' queries back to back: cu_q_lens[B + 1] int32 (cu_q_lens[0] = 0, nondecreasing,
+ * cu_q_lens[B] = T). Sequence b's queries are the LAST q_len_b = cu_q_lens[b+1] - cu_q_lens[b]
+ * positions of its seq_lens[b] keys (prefix caching / chunked prefill), so query i of b sits at
+ * position seq_len_b - q_len_b + i; causal: it sees keys at positions <= its own.
+ * -> o[T, Hq, D]; lse: NULL or f32 [T, Hq]. */
+KITE_API kite_status kite_paged_prefill(kite_ctx *ctx, const DLTensor *q,
+                                        const DLTensor *key_cache, const DLTensor *value_cache,
+                                        const DLTensor *block_table, const DLTensor *cu_q_lens,
+                                        const DLTensor *seq_lens, const kite_attn_opts *opts,
+                                        DLTensor *o, DLTensor *lse);
+
+/* Dense attention. q[B, Hq, Sq, D], k/v[B, Hkv, Sk, D] (any strides with unit-stride D) ->
+ * o[B, Hq, Sq, D]. mask: NULL, or [Sq, Sk] or [B|1, Hq|1, Sq, Sk] (stride 0 broadcasts):
+ * bool (KITE_DL_BOOL or uint8: nonzero = attend) or float (f32 or q's dtype, added to the
+ * scores, PyTorch's rule). causal aligns the last query with the last key: query i sees keys
+ * j <= i + Sk - Sq. lse: NULL or f32 [B, Hq, Sq]. */
+KITE_API kite_status kite_sdpa(kite_ctx *ctx, const DLTensor *q, const DLTensor *k,
+                               const DLTensor *v, const DLTensor *mask,
+                               const kite_attn_opts *opts, DLTensor *o, DLTensor *lse);
+
+/* --- GEMM, MoE, quantization ---------------------------------------------------------------- */
+/* y[M, N] = x[M, K] w[N, K]^T + bias[N]. x, w, y f32/f16/bf16, all the same dtype; bias NULL or
+ * the same dtype. x, w and y may be row-strided. Accumulation in f32 or better. */
+KITE_API kite_status kite_linear(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
+                                 const DLTensor *bias, DLTensor *y);
+
+/* Rows of x[M, K] come in G consecutive groups of group_sizes[G] int32 rows (sum = M; a group
+ * may be empty); group g's rows are multiplied by w[g] ([G, N, K]): y[M, N]. */
+KITE_API kite_status kite_group_gemm(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
+                                     const DLTensor *group_sizes, DLTensor *y);
+
+/* logits[T, E] (float) -> softmax over E in f32, then the k largest (ties: lower expert id
+ * first): weights[T, k] f32, ids[T, k] int32, in descending weight order. renormalize != 0
+ * divides the k weights by their sum. 1 <= k <= E. */
+KITE_API kite_status kite_topk_gating(kite_ctx *ctx, const DLTensor *logits, int64_t k,
+                                      int renormalize, DLTensor *weights, DLTensor *ids);
+
+/* Activation of the gated MoE MLP. */
+typedef enum kite_moe_act { KITE_MOE_SILU = 0, KITE_MOE_GELU = 1 } kite_moe_act;
+
+/* y[T, H] = sum over j < k of weights[t, j] * w2[e] (act(gate) * up), with e = ids[t, j],
+ * [gate; up] = w13[e] x[t] (w13[E, 2I, H]: rows [0, I) gate, [I, 2I) up; w2[E, H, I]).
+ * x, w13, w2, y the same float dtype; weights[T, k] f32; ids[T, k] int32 (an id outside
+ * [0, E) contributes nothing). The intermediate [*, I] is rounded to the dtype once. */
+KITE_API kite_status kite_fused_moe(kite_ctx *ctx, const DLTensor *x, const DLTensor *w13,
+                                    const DLTensor *w2, const DLTensor *weights,
+                                    const DLTensor *ids, kite_moe_act act, DLTensor *y);
+
+/* Dynamic per-token symmetric quantization: x[M, K] float -> q[M, K] int8 or fp8-e4m3
+ * (KITE_DL_FLOAT8_E4M3FN), scales[M] f32 with scale = amax(|x row|) / qmax (qmax 127 for int8,
+ * 448 for e4m3); q = clamp(round_nearest_even(x / scale), -qmax, qmax) (for e4m3: x / scale
+ * rounded to the nearest e4m3 value, ties to even, saturating at +-448; NaN stays NaN). A zero
+ * row gets scale 0 and q 0. */
+KITE_API kite_status kite_quant(kite_ctx *ctx, const DLTensor *x, DLTensor *q, DLTensor *scales);
+
+/* y[M, K] (float) = q[M, K] * scales[M]. */
+KITE_API kite_status kite_dequant(kite_ctx *ctx, const DLTensor *q, const DLTensor *scales,
+                                  DLTensor *y);
+
+/* y[M, N] = (xq[M, K] . wq[N, K]^T) * x_scales[M] * w_scales[N] + bias[N]: xq, wq int8 (int32
+ * accumulation, exact) or both fp8-e4m3 (f32 accumulation); scales f32; bias NULL or y's dtype;
+ * y f32/bf16/f16. */
+KITE_API kite_status kite_linear_quant(kite_ctx *ctx, const DLTensor *xq,
+                                       const DLTensor *x_scales, const DLTensor *wq,
+                                       const DLTensor *w_scales, const DLTensor *bias,
+                                       DLTensor *y);
+
+/* ---------------------------------------------------------------------------------------------
+ * Kernel selection.
+ *
+ * For each call, candidates are the kernels of the op for the ctx's device type whose required
+ * features are present, that the config does not disable and whose supports() accepts the
+ * arguments; the highest priority wins. The choice is cached per (op, device type, dtype).
+ *
+ * Config grammar (kite_config_set or the KITE_KERNELS environment variable, read at init), a
+ * comma-separated list applied left to right:
+ *   op=backend.variant   pin op to that kernel (an error if it cannot run — never a substitute)
+ *   op=backend           pin op to the best eligible kernel of that backend
+ *   -backend.variant     disable a kernel (for every op); "-backend" disables a backend
+ *   -op:backend.variant  disable a kernel for one op only ("-op:backend" likewise)
+ *   +backend[.variant]   re-enable what an earlier item disabled
+ *   reset                forget every earlier item
+ * e.g. "rms_norm=cpu.avx512,-cuda.naive,softmax=ref".
+ * ------------------------------------------------------------------------------------------- */
+
+/* Replaces the config (NULL or "" = defaults). Errors: CONFIG with a message naming the bad
+ * item (unknown op, empty name, bad syntax). Unknown backend/variant names are accepted: a
+ * plugin may provide them later; a pin to a kernel that does not exist fails at call time. */
+KITE_API kite_status kite_config_set(const char *config);
+/* The config in force, as last set ("" when none). The pointer stays valid until the next set. */
+KITE_API const char *kite_config_get(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Registry introspection
+ * ------------------------------------------------------------------------------------------- */
+typedef struct kite_kernel_info {
+  kite_op op;
+  const char *op_name;
+  const char *backend;     /* "ref" */
+  const char *variant;     /* "generic" */
+  DLDeviceType device_type;
+  int priority;            /* higher wins */
+  const char *features;    /* required features, e.g. "avx2,fma" ("" when none) */
+  const char *description; /* one line */
+  int runs_here;           /* 1 when the device is present, features are present, not disabled */
+  const char *why_not;     /* when runs_here == 0: the reason ("" otherwise) */
+} kite_kernel_info;
+
+/* Number of registered kernels (loads built-in backends and auto-loaded plugins first). */
+KITE_API size_t kite_kernel_count(void);
+/* Info on kernel i < kite_kernel_count(). Strings stay valid until the next config change. */
+KITE_API kite_status kite_kernel_get(size_t i, kite_kernel_info *out);
+
+typedef struct kite_backend_info {
+  const char *name;
+  DLDeviceType device_type;
+  int device_count;  /* devices of that type this backend can reach now */
+  size_t num_kernels;
+  const char *path;  /* the plugin file, or "" for a backend built into the library */
+} kite_backend_info;
+KITE_API size_t kite_backend_count(void);
+KITE_API kite_status kite_backend_get(size_t i, kite_backend_info *out);
+
+/* Device-type name ("cpu", "cuda", ...) for display; never NULL. */
+KITE_API const char *kite_device_name(DLDeviceType t);
+
+/* ---------------------------------------------------------------------------------------------
+ * Plugins: a backend in its own shared library exporting kite_plugin_init (see backend.h).
+ * At init kite loads every libkite-<name>.so found beside libkite.so and in each directory of
+ * KITE_BACKEND_PATH (colon-separated). A plugin that fails is reported (kite_plugin_failure_*),
+ * never fatal to the others.
+ * ------------------------------------------------------------------------------------------- */
+/* Loads one plugin by path. Errors: PLUGIN (cannot open, no kite_plugin_init, ABI mismatch,
+ * init failed, a backend of the same name is already registered) with the reason. */
+KITE_API kite_status kite_backend_load(const char *path);
+
+/* Plugins that failed to load automatically, with their reasons. */
+KITE_API size_t kite_plugin_failure_count(void);
+KITE_API kite_status kite_plugin_failure_get(size_t i, const char **path, const char **reason);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KITE_KITE_H */

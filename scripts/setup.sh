@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs what kite needs (Debian packages) and builds it in ./build (Release).
+# The CUDA plugin is built too when nvcc is on PATH (it only runs where a GPU is).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+need=()
+for pkg in cmake make gcc libdlpack-dev libopenblas-dev; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$(nproc)"

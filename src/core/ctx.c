@@ -1,0 +1,111 @@
+/* kite_ctx: device, stream, threads, seed, workspace; device memory through the backend that
+ * serves the ctx's device type. */
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "core/internal.h"
+
+kite_ctx_params kite_ctx_params_default(void) {
+  kite_ctx_params p = {{kDLCPU, 0}, NULL, 0, 0};
+  return p;
+}
+
+kite_status kite_ctx_create(const kite_ctx_params *params, kite_ctx **out) {
+  kite_clear_error();
+  kite_init();
+  if (!out) return kite_set_error(KITE_ERR_INVALID_ARG, "kite_ctx_create: out is NULL");
+  *out = NULL;
+  kite_ctx_params p = params ? *params : kite_ctx_params_default();
+  if (p.num_threads < 0)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "kite_ctx_create: num_threads %d is negative",
+                          p.num_threads);
+  if (p.device.device_id < 0)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "kite_ctx_create: device_id %d is negative",
+                          p.device.device_id);
+  const kite_backend *mem = kite_memory_backend(p.device.device_type);
+  if (!mem)
+    return kite_set_error(KITE_ERR_UNSUPPORTED,
+                          "kite_ctx_create: no backend drives device type %s (%d); is its plugin "
+                          "installed?",
+                          kite_device_name(p.device.device_type), (int)p.device.device_type);
+  int count = mem->device_count ? mem->device_count(mem) : 1;
+  if (p.device.device_id >= count)
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "kite_ctx_create: %s:%d requested, %d present",
+                          kite_device_name(p.device.device_type), p.device.device_id, count);
+  if (p.num_threads == 0) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    p.num_threads = n > 0 ? (int)n : 1;
+  }
+  kite_ctx *ctx = calloc(1, sizeof *ctx);
+  if (!ctx) return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "kite_ctx_create: out of memory");
+  ctx->p = p;
+  ctx->mem = mem;
+  *out = ctx;
+  return KITE_OK;
+}
+
+void kite_ctx_destroy(kite_ctx *ctx) {
+  if (!ctx) return;
+  if (ctx->workspace) ctx->mem->free(ctx->mem, ctx->p.device.device_id, ctx->workspace);
+  kite_dispatch_cache_free(ctx->cache);
+  free(ctx);
+}
+
+kite_status kite_ctx_synchronize(kite_ctx *ctx) {
+  kite_clear_error();
+  if (!ctx) return kite_set_error(KITE_ERR_INVALID_ARG, "kite_ctx_synchronize: ctx is NULL");
+  if (!ctx->mem->synchronize) return KITE_OK;
+  return ctx->mem->synchronize(ctx->mem, ctx->p.device.device_id, ctx->p.stream);
+}
+
+kite_status kite_malloc(kite_ctx *ctx, size_t bytes, void **out) {
+  kite_clear_error();
+  if (!ctx || !out) return kite_set_error(KITE_ERR_INVALID_ARG, "kite_malloc: ctx or out is NULL");
+  *out = NULL;
+  if (bytes > (size_t)INT64_MAX)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "kite_malloc: %zu bytes is too large", bytes);
+  return ctx->mem->alloc(ctx->mem, ctx->p.device.device_id, bytes, out);
+}
+
+kite_status kite_free(kite_ctx *ctx, void *ptr) {
+  kite_clear_error();
+  if (!ctx) return kite_set_error(KITE_ERR_INVALID_ARG, "kite_free: ctx is NULL");
+  if (ptr) ctx->mem->free(ctx->mem, ctx->p.device.device_id, ptr);
+  return KITE_OK;
+}
+
+kite_status kite_memcpy(kite_ctx *ctx, void *dst, const void *src, size_t bytes,
+                        kite_copy_kind kind) {
+  kite_clear_error();
+  if (!ctx) return kite_set_error(KITE_ERR_INVALID_ARG, "kite_memcpy: ctx is NULL");
+  if (bytes == 0) return KITE_OK;
+  if (!dst || !src) return kite_set_error(KITE_ERR_INVALID_ARG, "kite_memcpy: dst or src is NULL");
+  if (kind != KITE_COPY_HOST_TO_DEVICE && kind != KITE_COPY_DEVICE_TO_HOST &&
+      kind != KITE_COPY_DEVICE_TO_DEVICE)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "kite_memcpy: kind %d is not a kite_copy_kind",
+                          (int)kind);
+  kite_status s =
+      ctx->mem->copy(ctx->mem, ctx->p.device.device_id, dst, src, bytes, kind, ctx->p.stream);
+  if (s != KITE_OK || !ctx->mem->synchronize) return s;
+  return ctx->mem->synchronize(ctx->mem, ctx->p.device.device_id, ctx->p.stream);
+}
+
+DLDevice kite_ctx_device(const kite_ctx *ctx) { return ctx->p.device; }
+void *kite_ctx_stream(const kite_ctx *ctx) { return ctx->p.stream; }
+int kite_ctx_num_threads(const kite_ctx *ctx) { return ctx->p.num_threads; }
+uint64_t kite_ctx_seed(const kite_ctx *ctx) { return ctx->p.seed; }
+
+kite_status kite_ctx_workspace(kite_ctx *ctx, size_t bytes, void **out) {
+  if (bytes <= ctx->workspace_bytes) {
+    *out = ctx->workspace;
+    return KITE_OK;
+  }
+  void *p = NULL;
+  kite_status s = ctx->mem->alloc(ctx->mem, ctx->p.device.device_id, bytes, &p);
+  if (s != KITE_OK) return s;
+  if (ctx->workspace) ctx->mem->free(ctx->mem, ctx->p.device.device_id, ctx->workspace);
+  ctx->workspace = p;
+  ctx->workspace_bytes = bytes;
+  *out = p;
+  return KITE_OK;
+}

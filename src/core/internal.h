@@ -1,0 +1,121 @@
+/*
+ * Internal core API shared by src/core and the op front-ends in src/ops. Not installed.
+ */
+#ifndef KITE_CORE_INTERNAL_H
+#define KITE_CORE_INTERNAL_H
+
+#include <stdbool.h>
+
+#include "kite/backend.h"
+
+#define KITE_MAX_DIMS 8
+
+/* ---- errors (error.c) ---------------------------------------------------------------------- */
+/* kite_set_error is public (backend.h). Clears the thread-local message at the start of a call. */
+void kite_clear_error(void);
+
+/* ---- library init (registry.c) ------------------------------------------------------------- */
+/* Registers built-in backends, reads KITE_KERNELS / KITE_LOG, auto-loads plugins. Idempotent and
+ * thread-safe; every public entry point calls it first. */
+void kite_init(void);
+
+/* Generated from KITE_BUILTIN_BACKENDS (cmake/builtin_backends.c.in); ends with {NULL, NULL}. */
+typedef struct kite_builtin_backend {
+  const char *name;
+  kite_status (*init)(void);
+} kite_builtin_backend;
+extern const kite_builtin_backend kite_builtin_backends[];
+
+/* ---- dispatch (registry.c) ----------------------------------------------------------------- */
+/* Picks the kernel for (op, ctx device type, dtype) and these args, then runs it.
+ * Errors: UNSUPPORTED naming the op, dtype and why each candidate was rejected; the pin's reason
+ * when the op is pinned. */
+kite_status kite_dispatch(kite_ctx *ctx, kite_op op, kite_dtype dtype, const void *args);
+
+/* The backend serving memory for a device type (NULL when none). */
+const kite_backend *kite_memory_backend(DLDeviceType t);
+
+/* ---- tensor validation (tensor.c) ---------------------------------------------------------- *
+ * Every helper sets an error message "<op>: <arg>: <problem>" and returns INVALID_ARG (or
+ * UNSUPPORTED for a dtype kite does not know) on failure. */
+
+/* A validated tensor: data includes byte_offset, strides are filled in (compact when NULL). */
+typedef struct kite_tensor {
+  void *data;
+  kite_dtype dtype;
+  int ndim;
+  int64_t shape[KITE_MAX_DIMS];
+  int64_t strides[KITE_MAX_DIMS];
+  int64_t numel;
+} kite_tensor;
+
+/* Checks t: non-NULL, 1 <= ndim <= KITE_MAX_DIMS (0-d allowed when allow_scalar), non-negative
+ * shape, non-negative strides, numel and byte extent without int64 overflow, data non-NULL when
+ * numel > 0, device equal to the ctx's, dtype known to kite. Fills *out. */
+kite_status kite_tensor_check(const kite_ctx *ctx, const char *op, const char *arg,
+                              const DLTensor *t, kite_tensor *out);
+
+/* Requires out->dtype to be one of f32/f16/bf16. */
+kite_status kite_tensor_require_float(const char *op, const char *arg, const kite_tensor *t);
+/* Requires the exact dtype. */
+kite_status kite_tensor_require_dtype(const char *op, const char *arg, const kite_tensor *t,
+                                      kite_dtype want);
+/* Requires the exact rank. */
+kite_status kite_tensor_require_ndim(const char *op, const char *arg, const kite_tensor *t,
+                                     int ndim);
+
+/* Views t as [rows, cols]: cols = last dim (must be unit-stride unless cols <= 1), rows = product
+ * of the leading dims, which must collapse into one stride (row_stride). A 1-d tensor is one row.
+ * Errors when the leading dims do not collapse or the last dim is not unit-stride. */
+kite_status kite_tensor_rows(const char *op, const char *arg, const kite_tensor *t, int64_t *rows,
+                             int64_t *cols, int64_t *row_stride);
+
+/* Same leading shape (all dims but the last) and, when same_last, the same last dim. */
+bool kite_tensor_same_lead(const kite_tensor *a, const kite_tensor *b);
+kite_status kite_tensor_require_same_shape(const char *op, const char *arg, const kite_tensor *t,
+                                           const kite_tensor *ref_t, const char *ref_arg);
+
+/* The shape as "[2, 3, 4]" into buf (for messages). */
+const char *kite_shape_str(const kite_tensor *t, char *buf, size_t n);
+
+/* -- more validation helpers for the op front-ends (tensor.c) -- */
+/* NULL ctx -> INVALID_ARG "<op>: ctx is NULL". */
+kite_status kite_check_ctx(const kite_ctx *ctx, const char *op);
+/* Requires compact row-major strides (dims of size 1 may have any stride): for tensors handed to
+ * kernels as a bare pointer (weights, ids, positions, caches). */
+kite_status kite_tensor_require_compact(const char *op, const char *arg, const kite_tensor *t);
+/* Requires distinct elements at distinct addresses (no zero or overlapping strides): for every
+ * tensor a kernel writes, so that threads never race on one element. */
+kite_status kite_tensor_require_no_overlap(const char *op, const char *arg, const kite_tensor *t);
+/* Requires the byte ranges of t and other not to intersect. */
+kite_status kite_tensor_require_disjoint(const char *op, const char *arg, const kite_tensor *t,
+                                         const kite_tensor *other, const char *other_arg);
+
+/* Row-wise ops, x[..., n] -> y[..., n / x_per_y] (activations, softmax, norms: 1; gated: 2):
+ * x and y checked, x float, y of x's dtype, same leading dims, both viewed as rows, y's elements
+ * distinct. */
+typedef struct kite_rowwise {
+  kite_dtype dtype;
+  int64_t rows, x_cols, y_cols;
+  const void *x;
+  int64_t x_stride;
+  void *y;
+  int64_t y_stride;
+  kite_tensor xt, yt; /* the checked tensors, for further checks */
+} kite_rowwise;
+kite_status kite_check_rowwise(const kite_ctx *ctx, const char *op, const DLTensor *x,
+                               const DLTensor *y, int x_per_y, kite_rowwise *out);
+/* -- end of front-end validation helpers -- */
+
+/* ---- ctx (ctx.c) --------------------------------------------------------------------------- */
+struct kite_dispatch_cache; /* per-ctx selection cache, owned by registry.c */
+struct kite_ctx {
+  kite_ctx_params p;
+  const kite_backend *mem; /* memory operations for p.device */
+  void *workspace;
+  size_t workspace_bytes;
+  struct kite_dispatch_cache *cache;
+};
+void kite_dispatch_cache_free(struct kite_dispatch_cache *c);
+
+#endif /* KITE_CORE_INTERNAL_H */

@@ -1,0 +1,314 @@
+/*
+ * Tensor validation for the op front-ends: a DLTensor becomes a kite_tensor (address with the
+ * byte offset applied, strides filled in, element count) only once every field has been checked,
+ * so that the sizes kernels later multiply can never overflow and no kernel reads outside what
+ * the caller described. Messages read "<op>: <arg>: <problem>".
+ */
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/internal.h"
+
+static const char *dtype_str(kite_dtype t) {
+  return kite_dtype_name(t);
+}
+
+/* DLPack type -> kite_dtype; false when kite has no such element type. */
+static bool dtype_from_dlpack(DLDataType d, kite_dtype *out) {
+  if (d.lanes != 1) return false;
+  if (d.code == kDLFloat && d.bits == 32)
+    *out = KITE_DTYPE_F32;
+  else if (d.code == kDLFloat && d.bits == 16)
+    *out = KITE_DTYPE_F16;
+  else if (d.code == kDLBfloat && d.bits == 16)
+    *out = KITE_DTYPE_BF16;
+  else if (d.code == kDLInt && d.bits == 32)
+    *out = KITE_DTYPE_I32;
+  else if (d.code == kDLInt && d.bits == 8)
+    *out = KITE_DTYPE_I8;
+  else if (d.code == kDLFloat && d.bits == 64)
+    *out = KITE_DTYPE_F64;
+  else if ((d.code == KITE_DL_BOOL || d.code == kDLUInt) && d.bits == 8)
+    *out = KITE_DTYPE_U8; /* masks: nonzero = true */
+  else if (d.code == KITE_DL_FLOAT8_E4M3FN && d.bits == 8)
+    *out = KITE_DTYPE_FP8_E4M3;
+  else
+    return false;
+  return true;
+}
+
+/* Bytes from the first element to one past the last one. Only for checked tensors, whose extent
+ * kite_tensor_check proved to fit in int64. */
+static int64_t tensor_bytes(const kite_tensor *t) {
+  if (t->numel == 0) return 0;
+  int64_t last = 0;
+  for (int i = 0; i < t->ndim; i++) last += (t->shape[i] - 1) * t->strides[i];
+  return (last + 1) * (int64_t)kite_dtype_size(t->dtype);
+}
+
+kite_status kite_check_ctx(const kite_ctx *ctx, const char *op) {
+  if (!ctx) return kite_set_error(KITE_ERR_INVALID_ARG, "%s: ctx is NULL", op);
+  return KITE_OK;
+}
+
+kite_status kite_tensor_check(const kite_ctx *ctx, const char *op, const char *arg,
+                              const DLTensor *t, kite_tensor *out) {
+  if (!ctx) return kite_set_error(KITE_ERR_INVALID_ARG, "%s: ctx is NULL", op);
+  if (!t) return kite_set_error(KITE_ERR_INVALID_ARG, "%s: %s: tensor is NULL", op, arg);
+
+  const DLDevice want = ctx->p.device;
+  if (t->device.device_type != want.device_type || t->device.device_id != want.device_id)
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "%s: %s: tensor is on %s:%d but the ctx is on %s:%d", op, arg,
+                          kite_device_name(t->device.device_type), t->device.device_id,
+                          kite_device_name(want.device_type), want.device_id);
+
+  kite_dtype dt;
+  if (!dtype_from_dlpack(t->dtype, &dt))
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: %s: dtype %u/%ux%u is not supported", op, arg,
+                          (unsigned)t->dtype.code, (unsigned)t->dtype.bits,
+                          (unsigned)t->dtype.lanes);
+
+  if (t->ndim < 1 || t->ndim > KITE_MAX_DIMS)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: %s: rank %d is outside [1, %d]", op, arg,
+                          t->ndim, KITE_MAX_DIMS);
+  if (!t->shape) return kite_set_error(KITE_ERR_INVALID_ARG, "%s: %s: shape is NULL", op, arg);
+
+  /* The product of the dims (zero dims counted as 1) must fit, so that the row counts and
+   * compact strides derived from any subset of the dims fit too. */
+  int64_t numel = 1, bound = 1;
+  for (int i = 0; i < t->ndim; i++) {
+    const int64_t n = t->shape[i];
+    if (n < 0)
+      return kite_set_error(KITE_ERR_INVALID_ARG, "%s: %s: dim %d has negative size %lld", op, arg,
+                            i, (long long)n);
+    if (__builtin_mul_overflow(bound, n > 0 ? n : 1, &bound))
+      return kite_set_error(KITE_ERR_INVALID_ARG, "%s: %s: element count overflows int64", op, arg);
+    numel *= n; /* equals bound until a zero dim makes it 0 for good */
+  }
+
+  kite_tensor r = {0};
+  r.dtype = dt;
+  r.ndim = t->ndim;
+  r.numel = numel;
+  int64_t compact = 1;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    r.shape[i] = t->shape[i];
+    if (t->strides) {
+      if (t->strides[i] < 0)
+        return kite_set_error(KITE_ERR_INVALID_ARG, "%s: %s: dim %d has negative stride %lld", op,
+                              arg, i, (long long)t->strides[i]);
+      r.strides[i] = t->strides[i];
+    } else {
+      r.strides[i] = compact;
+    }
+    compact *= t->shape[i]; /* bounded by the product checked above */
+  }
+
+  /* Last element offset, then bytes: both must fit, as must the end address. */
+  const int64_t esize = (int64_t)kite_dtype_size(dt);
+  int64_t bytes = 0;
+  if (numel > 0) {
+    int64_t last = 0, term;
+    for (int i = 0; i < r.ndim; i++) {
+      if (__builtin_mul_overflow(r.shape[i] - 1, r.strides[i], &term) ||
+          __builtin_add_overflow(last, term, &last))
+        return kite_set_error(KITE_ERR_INVALID_ARG, "%s: %s: memory extent overflows int64", op,
+                              arg);
+    }
+    if (__builtin_add_overflow(last, 1, &bytes) || __builtin_mul_overflow(bytes, esize, &bytes))
+      return kite_set_error(KITE_ERR_INVALID_ARG, "%s: %s: memory extent overflows int64", op, arg);
+  }
+
+  if (numel > 0 && !t->data)
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "%s: %s: data is NULL but the tensor has %lld "
+                          "elements",
+                          op, arg, (long long)numel);
+  if (t->data) {
+    uintptr_t addr, end;
+    if (__builtin_add_overflow((uintptr_t)t->data, t->byte_offset, &addr) ||
+        __builtin_add_overflow(addr, (uintptr_t)bytes, &end))
+      return kite_set_error(KITE_ERR_INVALID_ARG,
+                            "%s: %s: byte_offset %llu runs past the end of "
+                            "the address space",
+                            op, arg, (unsigned long long)t->byte_offset);
+    if (addr % (uintptr_t)esize != 0)
+      return kite_set_error(KITE_ERR_INVALID_ARG,
+                            "%s: %s: address %p is not aligned to %s (%lld "
+                            "bytes)",
+                            op, arg, (void *)addr, dtype_str(dt), (long long)esize);
+    r.data = (char *)t->data + t->byte_offset;
+  }
+  *out = r;
+  return KITE_OK;
+}
+
+kite_status kite_tensor_require_float(const char *op, const char *arg, const kite_tensor *t) {
+  if (t->dtype == KITE_DTYPE_F32 || t->dtype == KITE_DTYPE_F16 || t->dtype == KITE_DTYPE_BF16)
+    return KITE_OK;
+  return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: %s: dtype %s is not supported (f32, f16, bf16)",
+                        op, arg, dtype_str(t->dtype));
+}
+
+kite_status kite_tensor_require_dtype(const char *op, const char *arg, const kite_tensor *t,
+                                      kite_dtype want) {
+  if (t->dtype == want) return KITE_OK;
+  return kite_set_error(KITE_ERR_INVALID_ARG, "%s: %s: dtype %s, expected %s", op, arg,
+                        dtype_str(t->dtype), dtype_str(want));
+}
+
+kite_status kite_tensor_require_ndim(const char *op, const char *arg, const kite_tensor *t,
+                                     int ndim) {
+  if (t->ndim == ndim) return KITE_OK;
+  char buf[160];
+  return kite_set_error(KITE_ERR_INVALID_ARG, "%s: %s: rank %d (shape %s), expected rank %d", op,
+                        arg, t->ndim, kite_shape_str(t, buf, sizeof buf), ndim);
+}
+
+kite_status kite_tensor_rows(const char *op, const char *arg, const kite_tensor *t, int64_t *rows,
+                             int64_t *cols, int64_t *row_stride) {
+  const int last = t->ndim - 1;
+  const int64_t n = t->shape[last];
+  if (n > 1 && t->strides[last] != 1)
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "%s: %s: last dim must be unit-stride (stride %lld)", op, arg,
+                          (long long)t->strides[last]);
+  int64_t r = 1;
+  for (int i = 0; i < last; i++) r *= t->shape[i];
+
+  /* Walking outwards, each leading dim of size > 1 must step exactly over the ones inside it. */
+  int64_t stride = n, want = -1;
+  for (int i = last - 1; i >= 0 && r > 0; i--) {
+    const int64_t d = t->shape[i];
+    if (d == 1) continue;
+    if (want < 0) {
+      stride = t->strides[i];
+    } else if (t->strides[i] != want) {
+      char buf[160];
+      return kite_set_error(KITE_ERR_INVALID_ARG,
+                            "%s: %s: leading dims of shape %s do not collapse into one row stride "
+                            "(dim %d has stride %lld, expected %lld)",
+                            op, arg, kite_shape_str(t, buf, sizeof buf), i,
+                            (long long)t->strides[i], (long long)want);
+    }
+    if (__builtin_mul_overflow(t->strides[i], d, &want)) want = -2; /* no stride can match */
+  }
+  *rows = r;
+  *cols = n;
+  *row_stride = stride;
+  return KITE_OK;
+}
+
+bool kite_tensor_same_lead(const kite_tensor *a, const kite_tensor *b) {
+  if (a->ndim != b->ndim) return false;
+  for (int i = 0; i < a->ndim - 1; i++)
+    if (a->shape[i] != b->shape[i]) return false;
+  return true;
+}
+
+kite_status kite_tensor_require_same_shape(const char *op, const char *arg, const kite_tensor *t,
+                                           const kite_tensor *ref_t, const char *ref_arg) {
+  if (kite_tensor_same_lead(t, ref_t) && t->shape[t->ndim - 1] == ref_t->shape[ref_t->ndim - 1])
+    return KITE_OK;
+  char a[160], b[160];
+  return kite_set_error(KITE_ERR_INVALID_ARG, "%s: %s: shape %s does not match %s %s", op, arg,
+                        kite_shape_str(t, a, sizeof a), ref_arg,
+                        kite_shape_str(ref_t, b, sizeof b));
+}
+
+const char *kite_shape_str(const kite_tensor *t, char *buf, size_t n) {
+  if (n == 0) return buf;
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < t->ndim && used < n; i++) {
+    int w = snprintf(buf + used, n - used, "%s%lld", i ? ", " : "[", (long long)t->shape[i]);
+    if (w < 0) break;
+    used += (size_t)w;
+  }
+  if (used < n) snprintf(buf + used, n - used, "%s]", t->ndim ? "" : "[");
+  return buf;
+}
+
+kite_status kite_tensor_require_compact(const char *op, const char *arg, const kite_tensor *t) {
+  int64_t want = 1;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    if (t->shape[i] > 1 && t->strides[i] != want)
+      return kite_set_error(KITE_ERR_INVALID_ARG,
+                            "%s: %s: must be compact row-major (dim %d has stride %lld, expected "
+                            "%lld)",
+                            op, arg, i, (long long)t->strides[i], (long long)want);
+    want *= t->shape[i];
+  }
+  return KITE_OK;
+}
+
+kite_status kite_tensor_require_no_overlap(const char *op, const char *arg, const kite_tensor *t) {
+  if (t->numel <= 1) return KITE_OK;
+  /* Dims of size > 1 by increasing stride: no two elements share an address when each stride
+   * steps past everything the smaller-stride dims span. */
+  int dim[KITE_MAX_DIMS], m = 0;
+  for (int i = 0; i < t->ndim; i++) {
+    if (t->shape[i] <= 1) continue;
+    int j = m++;
+    for (; j > 0 && t->strides[dim[j - 1]] > t->strides[i]; j--) dim[j] = dim[j - 1];
+    dim[j] = i;
+  }
+  int64_t span = 1; /* elements from the first to one past the last of the inner dims */
+  for (int k = 0; k < m; k++) {
+    const int i = dim[k];
+    if (t->strides[i] < span)
+      return kite_set_error(
+          KITE_ERR_INVALID_ARG,
+          "%s: %s: elements overlap in memory (dim %d has stride %lld < %lld); an "
+          "output needs distinct addresses",
+          op, arg, i, (long long)t->strides[i], (long long)span);
+    span += t->strides[i] * (t->shape[i] - 1); /* within the extent checked at kite_tensor_check */
+  }
+  return KITE_OK;
+}
+
+kite_status kite_tensor_require_disjoint(const char *op, const char *arg, const kite_tensor *t,
+                                         const kite_tensor *other, const char *other_arg) {
+  const int64_t a = tensor_bytes(t), b = tensor_bytes(other);
+  if (a == 0 || b == 0) return KITE_OK;
+  const uintptr_t a0 = (uintptr_t)t->data, b0 = (uintptr_t)other->data;
+  if (a0 + (uintptr_t)a <= b0 || b0 + (uintptr_t)b <= a0) return KITE_OK;
+  return kite_set_error(KITE_ERR_INVALID_ARG, "%s: %s: overlaps %s in memory", op, arg, other_arg);
+}
+
+kite_status kite_check_rowwise(const kite_ctx *ctx, const char *op, const DLTensor *x,
+                               const DLTensor *y, int x_per_y, kite_rowwise *out) {
+  kite_tensor xt, yt;
+  kite_status s;
+  int64_t xr, yr;
+  if ((s = kite_tensor_check(ctx, op, "x", x, &xt)) != KITE_OK) return s;
+  if ((s = kite_tensor_check(ctx, op, "y", y, &yt)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_float(op, "x", &xt)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_dtype(op, "y", &yt, xt.dtype)) != KITE_OK) return s;
+  if (x_per_y == 1) {
+    if ((s = kite_tensor_require_same_shape(op, "y", &yt, &xt, "x")) != KITE_OK) return s;
+  } else {
+    char a[160], b[160];
+    const int64_t xn = xt.shape[xt.ndim - 1], yn = yt.shape[yt.ndim - 1];
+    if (xn % x_per_y != 0)
+      return kite_set_error(KITE_ERR_INVALID_ARG, "%s: x: last dim %lld is not a multiple of %d",
+                            op, (long long)xn, x_per_y);
+    if (!kite_tensor_same_lead(&yt, &xt) || yn != xn / x_per_y)
+      return kite_set_error(KITE_ERR_INVALID_ARG,
+                            "%s: y: shape %s does not fit x %s (same leading dims, last dim "
+                            "%lld)",
+                            op, kite_shape_str(&yt, a, sizeof a), kite_shape_str(&xt, b, sizeof b),
+                            (long long)(xn / x_per_y));
+  }
+  if ((s = kite_tensor_rows(op, "x", &xt, &xr, &out->x_cols, &out->x_stride)) != KITE_OK) return s;
+  if ((s = kite_tensor_rows(op, "y", &yt, &yr, &out->y_cols, &out->y_stride)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_no_overlap(op, "y", &yt)) != KITE_OK) return s;
+  out->dtype = xt.dtype;
+  out->rows = xr;
+  out->x = xt.data;
+  out->y = yt.data;
+  out->xt = xt;
+  out->yt = yt;
+  return KITE_OK;
+}

@@ -1,0 +1,168 @@
+/* Front-end of rotary position embedding, and the host-side builder of its cos/sin cache. */
+#include <math.h>
+
+#include "core/internal.h"
+
+/* q or k: [T, heads, D] of a float dtype, the head dim unit-stride, elements distinct. */
+static kite_status check_heads(const kite_ctx *ctx, const char *arg, const DLTensor *t,
+                               kite_tensor *out) {
+  kite_status s;
+  if ((s = kite_tensor_check(ctx, "rope", arg, t, out)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_ndim("rope", arg, out, 3)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_float("rope", arg, out)) != KITE_OK) return s;
+  if (out->shape[2] > 1 && out->strides[2] != 1)
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "rope: %s: head dim must be unit-stride (stride "
+                          "%lld)",
+                          arg, (long long)out->strides[2]);
+  return kite_tensor_require_no_overlap("rope", arg, out);
+}
+
+kite_status kite_rope(kite_ctx *ctx, DLTensor *q, DLTensor *k, const DLTensor *positions,
+                      const DLTensor *cos_sin, int64_t rot_dim, kite_rope_style style) {
+  kite_clear_error();
+  kite_init();
+  kite_tensor qt, kt = {0}, pt, ct;
+  kite_status s;
+  if ((s = kite_check_ctx(ctx, "rope")) != KITE_OK) return s;
+  if ((s = check_heads(ctx, "q", q, &qt)) != KITE_OK) return s;
+  const int64_t tokens = qt.shape[0], head_dim = qt.shape[2];
+  if (k) {
+    if ((s = check_heads(ctx, "k", k, &kt)) != KITE_OK) return s;
+    if ((s = kite_tensor_require_dtype("rope", "k", &kt, qt.dtype)) != KITE_OK) return s;
+    if (kt.shape[0] != tokens || kt.shape[2] != head_dim)
+      return kite_set_error(KITE_ERR_INVALID_ARG,
+                            "rope: k: shape [%lld, %lld, %lld] does not fit q's [T=%lld, _, "
+                            "D=%lld]",
+                            (long long)kt.shape[0], (long long)kt.shape[1], (long long)kt.shape[2],
+                            (long long)tokens, (long long)head_dim);
+    if (kt.numel > 0 && qt.numel > 0 && kt.data == qt.data)
+      return kite_set_error(KITE_ERR_INVALID_ARG, "rope: k: is the same memory as q");
+  }
+
+  if ((s = kite_tensor_check(ctx, "rope", "positions", positions, &pt)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_ndim("rope", "positions", &pt, 1)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_dtype("rope", "positions", &pt, KITE_DTYPE_I32)) != KITE_OK)
+    return s;
+  if (pt.shape[0] != tokens)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "rope: positions: length %lld, expected T = %lld",
+                          (long long)pt.shape[0], (long long)tokens);
+  if ((s = kite_tensor_require_compact("rope", "positions", &pt)) != KITE_OK) return s;
+
+  if ((s = kite_tensor_check(ctx, "rope", "cos_sin", cos_sin, &ct)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_ndim("rope", "cos_sin", &ct, 2)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_dtype("rope", "cos_sin", &ct, KITE_DTYPE_F32)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_compact("rope", "cos_sin", &ct)) != KITE_OK) return s;
+  if (ct.shape[0] < 1)
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "rope: cos_sin: has no rows (max_pos must be >= 1)");
+
+  if (rot_dim < 2 || rot_dim % 2 != 0 || rot_dim > head_dim)
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "rope: rot_dim: %lld must be even and in [2, head_dim %lld]",
+                          (long long)rot_dim, (long long)head_dim);
+  if (ct.shape[1] != rot_dim)
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "rope: cos_sin: row length %lld, expected rot_dim "
+                          "%lld",
+                          (long long)ct.shape[1], (long long)rot_dim);
+  if (style != KITE_ROPE_NEOX && style != KITE_ROPE_GPTJ)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "rope: style: %d is not a kite_rope_style",
+                          (int)style);
+
+  kite_rope_args a = {.op = KITE_OP_ROPE,
+                      .dtype = qt.dtype,
+                      .tokens = tokens,
+                      .hq = qt.shape[1],
+                      .hkv = k ? kt.shape[1] : 0,
+                      .head_dim = head_dim,
+                      .rot_dim = rot_dim,
+                      .max_pos = ct.shape[0],
+                      .q = qt.data,
+                      .q_stride_t = qt.strides[0],
+                      .q_stride_h = qt.strides[1],
+                      .k = kt.data,
+                      .k_stride_t = kt.strides[0],
+                      .k_stride_h = kt.strides[1],
+                      .positions = pt.data,
+                      .cos_sin = ct.data,
+                      .style = style};
+  if (a.hkv == 0) a.k = NULL;
+  if (tokens == 0 || (a.hq == 0 && a.hkv == 0)) return KITE_OK;
+  return kite_dispatch(ctx, KITE_OP_ROPE, a.dtype, &a);
+}
+
+/* The scaled inverse frequency of rotation pair i (see kite_rope_scaling_type). */
+static double inv_freq(int64_t i, int64_t rot_dim, double theta, const kite_rope_scaling *sc) {
+  const double inv = pow(theta, -2.0 * (double)i / (double)rot_dim);
+  if (!sc || sc->type == KITE_ROPE_SCALING_NONE) return inv;
+  if (sc->type == KITE_ROPE_SCALING_LINEAR) return inv / sc->factor;
+
+  /* Llama 3.1: high frequencies kept, low ones divided by factor, a smooth blend between. */
+  const double wavelen = 6.283185307179586476925 / inv; /* 2 pi / inv */
+  const double low_wavelen = (double)sc->original_max_pos / sc->low_freq_factor;
+  const double high_wavelen = (double)sc->original_max_pos / sc->high_freq_factor;
+  if (wavelen < high_wavelen) return inv;
+  if (wavelen > low_wavelen) return inv / sc->factor;
+  const double smooth = ((double)sc->original_max_pos / wavelen - sc->low_freq_factor) /
+                        (sc->high_freq_factor - sc->low_freq_factor);
+  return (1.0 - smooth) * inv / sc->factor + smooth * inv;
+}
+
+static kite_status check_scaling(const kite_rope_scaling *sc) {
+  const char *op = "rope_cache_build";
+  if (!sc || sc->type == KITE_ROPE_SCALING_NONE) return KITE_OK;
+  if (sc->type != KITE_ROPE_SCALING_LINEAR && sc->type != KITE_ROPE_SCALING_LLAMA3)
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "%s: scaling: type %d is not a "
+                          "kite_rope_scaling_type",
+                          op, (int)sc->type);
+  if (!isfinite(sc->factor) || sc->factor <= 0)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: scaling: factor %g must be finite and > 0", op,
+                          sc->factor);
+  if (sc->type == KITE_ROPE_SCALING_LINEAR) return KITE_OK;
+  if (!isfinite(sc->low_freq_factor) || sc->low_freq_factor <= 0 ||
+      !isfinite(sc->high_freq_factor) || sc->high_freq_factor <= sc->low_freq_factor)
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "%s: scaling: need finite 0 < low_freq_factor (%g) < high_freq_factor "
+                          "(%g)",
+                          op, sc->low_freq_factor, sc->high_freq_factor);
+  if (sc->original_max_pos < 1)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: scaling: original_max_pos %lld must be >= 1",
+                          op, (long long)sc->original_max_pos);
+  return KITE_OK;
+}
+
+kite_status kite_rope_cache_build(float *cos_sin, int64_t max_pos, int64_t rot_dim, double theta,
+                                  const kite_rope_scaling *scaling) {
+  const char *op = "rope_cache_build";
+  kite_clear_error();
+  kite_init();
+  kite_status s;
+  int64_t n;
+  if (!cos_sin) return kite_set_error(KITE_ERR_INVALID_ARG, "%s: cos_sin: is NULL", op);
+  if (max_pos < 1)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: max_pos: %lld must be >= 1", op,
+                          (long long)max_pos);
+  if (rot_dim < 2 || rot_dim % 2 != 0)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: rot_dim: %lld must be even and >= 2", op,
+                          (long long)rot_dim);
+  if (__builtin_mul_overflow(max_pos, rot_dim, &n) || n > (int64_t)(SIZE_MAX / sizeof(float)))
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: max_pos: %lld x rot_dim %lld floats overflow",
+                          op, (long long)max_pos, (long long)rot_dim);
+  if (!isfinite(theta) || theta <= 0)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: theta: %g must be finite and > 0", op, theta);
+  if ((s = check_scaling(scaling)) != KITE_OK) return s;
+
+  /* Row p: cos(p * inv_freq[i]) for i < half, then the sines; angles in double. */
+  const int64_t half = rot_dim / 2;
+  for (int64_t i = 0; i < half; i++) {
+    const double f = inv_freq(i, rot_dim, theta, scaling);
+    for (int64_t p = 0; p < max_pos; p++) {
+      const double angle = (double)p * f;
+      cos_sin[p * rot_dim + i] = (float)cos(angle);
+      cos_sin[p * rot_dim + half + i] = (float)sin(angle);
+    }
+  }
+  return KITE_OK;
+}
