@@ -20,6 +20,15 @@ kite_status ref_norm_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_rope_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_softmax_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_embedding_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_store_kv_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_paged_attn_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_sdpa_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_linear_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_group_gemm_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_topk_gating_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_fused_moe_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_quant_run(const kite_kernel *k, kite_ctx *ctx, const void *args); /* + dequant */
+kite_status ref_linear_quant_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 
 /* The float types that kite_load_f32 / kite_store_f32 handle. */
 static inline bool ref_is_float(kite_dtype t) {

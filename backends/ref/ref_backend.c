@@ -78,6 +78,23 @@ static const kite_kernel ref_kernels[] = {
     REF_KERNEL(KITE_OP_ROPE, ref_rope_run, "neox/gptj rotary embedding, float64 rotation"),
     REF_KERNEL(KITE_OP_SOFTMAX, ref_softmax_run, "max-subtracted softmax in float64"),
     REF_KERNEL(KITE_OP_EMBEDDING, ref_embedding_run, "row copy per token, zeros for bad ids"),
+    REF_KERNEL(KITE_OP_STORE_KV, ref_store_kv_run, "row copy per token into the paged caches"),
+    REF_KERNEL(KITE_OP_PAGED_DECODE, ref_paged_attn_run,
+               "paged decode attention, two-pass softmax in float64"),
+    REF_KERNEL(KITE_OP_PAGED_PREFILL, ref_paged_attn_run,
+               "paged prefill attention, two-pass softmax in float64"),
+    REF_KERNEL(KITE_OP_SDPA, ref_sdpa_run,
+               "dense attention with masks, two-pass softmax in float64"),
+    REF_KERNEL(KITE_OP_LINEAR, ref_linear_run, "x w^T + bias, one float64 dot per output"),
+    REF_KERNEL(KITE_OP_GROUP_GEMM, ref_group_gemm_run, "per-group x w[g]^T, float64 dots"),
+    REF_KERNEL(KITE_OP_TOPK_GATING, ref_topk_gating_run,
+               "top-k of the logits (lower id on ties), softmax weights in float64"),
+    REF_KERNEL(KITE_OP_FUSED_MOE, ref_fused_moe_run,
+               "per token and expert: w2 (act(gate) * up), float64 dots"),
+    REF_KERNEL(KITE_OP_QUANT, ref_quant_run, "per-token symmetric int8 / fp8 e4m3, scalar"),
+    REF_KERNEL(KITE_OP_DEQUANT, ref_quant_run, "int8 / fp8 e4m3 codes times the row scale"),
+    REF_KERNEL(KITE_OP_LINEAR_QUANT, ref_linear_quant_run,
+               "int64 int8 dots / float64 e4m3 dots, then scales and bias"),
 };
 
 static const kite_backend ref_backend = {

@@ -81,4 +81,40 @@ static inline void kite_store_f32(kite_dtype t, void *p, int64_t i, float v) {
   }
 }
 
+/* ---- fp8 e4m3fn (OCP): 1 sign, 4 exponent bits (bias 7), 3 mantissa bits; max 448, no inf,
+ * NaN = S.1111.111. f32 -> e4m3 rounds to nearest even and saturates to +-448 (inf included);
+ * NaN stays NaN. */
+static inline uint8_t kite_f32_to_fp8_e4m3(float f) {
+  uint32_t u = kite_f32_bits(f);
+  uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
+  uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (uint8_t)(sign | 0x7fu);  /* NaN */
+  if (a >= 0x43e00000u) return (uint8_t)(sign | 0x7eu); /* >= 448 (inf too): saturate */
+  if (a < 0x3c800000u) {                                /* below 2^-6: subnormal or 0 */
+    /* value * 2^9 rounded to nearest even is the subnormal mantissa (8 means 2^-6, the smallest
+     * normal, whose encoding 0x08 follows on from the subnormals) */
+    float v = kite_bits_f32(a) * 512.0f;
+    uint32_t m = (uint32_t)v;
+    float rem = v - (float)m;
+    if (rem > 0.5f || (rem == 0.5f && (m & 1u))) m++;
+    return (uint8_t)(sign | m);
+  }
+  /* keep 3 of the 23 mantissa bits, ties to even; a carry correctly bumps the exponent, and
+   * the largest value below 448 rounds at most to 448 (0x7e) */
+  uint32_t r = (a + 0x7ffffu + ((a >> 20) & 1u)) >> 20;
+  return (uint8_t)(sign | (r - (120u << 3))); /* exponent bias 127 -> 7 */
+}
+
+static inline float kite_fp8_e4m3_to_f32(uint8_t v) {
+  uint32_t sign = (uint32_t)(v & 0x80u) << 24;
+  uint32_t exp = (v >> 3) & 0xfu;
+  uint32_t man = v & 0x7u;
+  if (exp == 0xfu && man == 0x7u) return kite_bits_f32(sign | 0x7fc00000u);
+  if (exp == 0) {
+    float f = (float)man * 0.001953125f; /* man * 2^-9 */
+    return sign ? -f : f;
+  }
+  return kite_bits_f32(sign | ((exp + 120u) << 23) | (man << 20));
+}
+
 #endif /* KITE_DTYPE_H */

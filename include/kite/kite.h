@@ -143,8 +143,8 @@ KITE_API kite_status kite_relu(kite_ctx *ctx, const DLTensor *x, DLTensor *y);
 
 /* --- Gated activations ----------------------------------------------------------------------
  * x[..., 2I] -> y[..., I] = act(x[..., :I]) * x[..., I:], same dtype.
- * limit > 0 first clamps the gate to <= limit and the up half to [-limit, limit]; limit <= 0 (or
- * NaN) means no clamp. Errors: last dims not 2I vs I, leading dims differ. */
+ * limit > 0 first clamps the gate to <= limit and the up half to [-limit, limit]; limit <= 0
+ * means no clamp. Errors: NaN limit, last dims not 2I vs I, leading dims differ. */
 KITE_API kite_status kite_silu_and_mul(kite_ctx *ctx, const DLTensor *x, float limit, DLTensor *y);
 KITE_API kite_status kite_gelu_and_mul(kite_ctx *ctx, const DLTensor *x, float limit, DLTensor *y);
 KITE_API kite_status kite_gelu_tanh_and_mul(kite_ctx *ctx, const DLTensor *x, float limit,
@@ -152,7 +152,8 @@ KITE_API kite_status kite_gelu_tanh_and_mul(kite_ctx *ctx, const DLTensor *x, fl
 
 /* --- Norms over the last dim ----------------------------------------------------------------
  * x[..., H] -> y[..., H], same dtype; w[H] and b[H] (same dtype as x) are optional (NULL).
- *   rms_norm:   y = x / sqrt(mean(x^2) + eps) * (offset + w)   (offset 1 = Gemma; w NULL -> 1)
+ *   rms_norm:   y = x / sqrt(mean(x^2) + eps) * (offset + w)   (offset 1 = Gemma)
+ *               w NULL means unweighted: y = x / sqrt(mean(x^2) + eps), offset unused
  *   layer_norm: y = (x - mean) / sqrt(var + eps) * w + b        (w NULL -> 1, b NULL -> 0)
  * eps must be >= 0 and finite. y may be x. */
 KITE_API kite_status kite_rms_norm(kite_ctx *ctx, const DLTensor *x, const DLTensor *w, float eps,

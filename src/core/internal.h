@@ -49,13 +49,13 @@ typedef struct kite_tensor {
   int64_t numel;
 } kite_tensor;
 
-/* Checks t: non-NULL, 1 <= ndim <= KITE_MAX_DIMS (0-d allowed when allow_scalar), non-negative
+/* Checks t: non-NULL, 1 <= ndim <= KITE_MAX_DIMS, non-negative
  * shape, non-negative strides, numel and byte extent without int64 overflow, data non-NULL when
  * numel > 0, device equal to the ctx's, dtype known to kite. Fills *out. */
 kite_status kite_tensor_check(const kite_ctx *ctx, const char *op, const char *arg,
                               const DLTensor *t, kite_tensor *out);
 
-/* Requires out->dtype to be one of f32/f16/bf16. */
+/* Requires t->dtype to be one of f32/f16/bf16 (UNSUPPORTED otherwise: no kernel runs it). */
 kite_status kite_tensor_require_float(const char *op, const char *arg, const kite_tensor *t);
 /* Requires the exact dtype. */
 kite_status kite_tensor_require_dtype(const char *op, const char *arg, const kite_tensor *t,
@@ -70,7 +70,7 @@ kite_status kite_tensor_require_ndim(const char *op, const char *arg, const kite
 kite_status kite_tensor_rows(const char *op, const char *arg, const kite_tensor *t, int64_t *rows,
                              int64_t *cols, int64_t *row_stride);
 
-/* Same leading shape (all dims but the last) and, when same_last, the same last dim. */
+/* Same leading shape (all dims but the last). */
 bool kite_tensor_same_lead(const kite_tensor *a, const kite_tensor *b);
 kite_status kite_tensor_require_same_shape(const char *op, const char *arg, const kite_tensor *t,
                                            const kite_tensor *ref_t, const char *ref_arg);

@@ -122,22 +122,19 @@ kite_status kite_tensor_check(const kite_ctx *ctx, const char *op, const char *a
 
   if (numel > 0 && !t->data)
     return kite_set_error(KITE_ERR_INVALID_ARG,
-                          "%s: %s: data is NULL but the tensor has %lld "
-                          "elements",
-                          op, arg, (long long)numel);
+                          "%s: %s: data is NULL but the tensor has %lld elements", op, arg,
+                          (long long)numel);
   if (t->data) {
     uintptr_t addr, end;
     if (__builtin_add_overflow((uintptr_t)t->data, t->byte_offset, &addr) ||
         __builtin_add_overflow(addr, (uintptr_t)bytes, &end))
       return kite_set_error(KITE_ERR_INVALID_ARG,
-                            "%s: %s: byte_offset %llu runs past the end of "
-                            "the address space",
-                            op, arg, (unsigned long long)t->byte_offset);
+                            "%s: %s: byte_offset %llu runs past the end of the address space", op,
+                            arg, (unsigned long long)t->byte_offset);
     if (addr % (uintptr_t)esize != 0)
       return kite_set_error(KITE_ERR_INVALID_ARG,
-                            "%s: %s: address %p is not aligned to %s (%lld "
-                            "bytes)",
-                            op, arg, (void *)addr, dtype_str(dt), (long long)esize);
+                            "%s: %s: address %p is not aligned to %s (%lld bytes)", op, arg,
+                            (void *)addr, dtype_str(dt), (long long)esize);
     r.data = (char *)t->data + t->byte_offset;
   }
   *out = r;
@@ -234,10 +231,10 @@ kite_status kite_tensor_require_compact(const char *op, const char *arg, const k
   int64_t want = 1;
   for (int i = t->ndim - 1; i >= 0; i--) {
     if (t->shape[i] > 1 && t->strides[i] != want)
-      return kite_set_error(KITE_ERR_INVALID_ARG,
-                            "%s: %s: must be compact row-major (dim %d has stride %lld, expected "
-                            "%lld)",
-                            op, arg, i, (long long)t->strides[i], (long long)want);
+      return kite_set_error(
+          KITE_ERR_INVALID_ARG,
+          "%s: %s: must be compact row-major (dim %d has stride %lld, expected %lld)", op, arg, i,
+          (long long)t->strides[i], (long long)want);
     want *= t->shape[i];
   }
   return KITE_OK;
@@ -258,11 +255,10 @@ kite_status kite_tensor_require_no_overlap(const char *op, const char *arg, cons
   for (int k = 0; k < m; k++) {
     const int i = dim[k];
     if (t->strides[i] < span)
-      return kite_set_error(
-          KITE_ERR_INVALID_ARG,
-          "%s: %s: elements overlap in memory (dim %d has stride %lld < %lld); an "
-          "output needs distinct addresses",
-          op, arg, i, (long long)t->strides[i], (long long)span);
+      return kite_set_error(KITE_ERR_INVALID_ARG,
+                            "%s: %s: elements overlap in memory (dim %d has stride %lld < %lld); "
+                            "an output needs distinct addresses",
+                            op, arg, i, (long long)t->strides[i], (long long)span);
     span += t->strides[i] * (t->shape[i] - 1); /* within the extent checked at kite_tensor_check */
   }
   return KITE_OK;
@@ -296,8 +292,7 @@ kite_status kite_check_rowwise(const kite_ctx *ctx, const char *op, const DLTens
                             op, (long long)xn, x_per_y);
     if (!kite_tensor_same_lead(&yt, &xt) || yn != xn / x_per_y)
       return kite_set_error(KITE_ERR_INVALID_ARG,
-                            "%s: y: shape %s does not fit x %s (same leading dims, last dim "
-                            "%lld)",
+                            "%s: y: shape %s does not fit x %s (same leading dims, last dim %lld)",
                             op, kite_shape_str(&yt, a, sizeof a), kite_shape_str(&xt, b, sizeof b),
                             (long long)(xn / x_per_y));
   }

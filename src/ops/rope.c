@@ -12,9 +12,8 @@ static kite_status check_heads(const kite_ctx *ctx, const char *arg, const DLTen
   if ((s = kite_tensor_require_float("rope", arg, out)) != KITE_OK) return s;
   if (out->shape[2] > 1 && out->strides[2] != 1)
     return kite_set_error(KITE_ERR_INVALID_ARG,
-                          "rope: %s: head dim must be unit-stride (stride "
-                          "%lld)",
-                          arg, (long long)out->strides[2]);
+                          "rope: %s: head dim must be unit-stride (stride %lld)", arg,
+                          (long long)out->strides[2]);
   return kite_tensor_require_no_overlap("rope", arg, out);
 }
 
@@ -31,11 +30,11 @@ kite_status kite_rope(kite_ctx *ctx, DLTensor *q, DLTensor *k, const DLTensor *p
     if ((s = check_heads(ctx, "k", k, &kt)) != KITE_OK) return s;
     if ((s = kite_tensor_require_dtype("rope", "k", &kt, qt.dtype)) != KITE_OK) return s;
     if (kt.shape[0] != tokens || kt.shape[2] != head_dim)
-      return kite_set_error(KITE_ERR_INVALID_ARG,
-                            "rope: k: shape [%lld, %lld, %lld] does not fit q's [T=%lld, _, "
-                            "D=%lld]",
-                            (long long)kt.shape[0], (long long)kt.shape[1], (long long)kt.shape[2],
-                            (long long)tokens, (long long)head_dim);
+      return kite_set_error(
+          KITE_ERR_INVALID_ARG,
+          "rope: k: shape [%lld, %lld, %lld] does not fit q's [T=%lld, _, D=%lld]",
+          (long long)kt.shape[0], (long long)kt.shape[1], (long long)kt.shape[2], (long long)tokens,
+          (long long)head_dim);
     if (kt.numel > 0 && qt.numel > 0 && kt.data == qt.data)
       return kite_set_error(KITE_ERR_INVALID_ARG, "rope: k: is the same memory as q");
   }
@@ -63,8 +62,7 @@ kite_status kite_rope(kite_ctx *ctx, DLTensor *q, DLTensor *k, const DLTensor *p
                           (long long)rot_dim, (long long)head_dim);
   if (ct.shape[1] != rot_dim)
     return kite_set_error(KITE_ERR_INVALID_ARG,
-                          "rope: cos_sin: row length %lld, expected rot_dim "
-                          "%lld",
+                          "rope: cos_sin: row length %lld, expected rot_dim %lld",
                           (long long)ct.shape[1], (long long)rot_dim);
   if (style != KITE_ROPE_NEOX && style != KITE_ROPE_GPTJ)
     return kite_set_error(KITE_ERR_INVALID_ARG, "rope: style: %d is not a kite_rope_style",
@@ -114,19 +112,18 @@ static kite_status check_scaling(const kite_rope_scaling *sc) {
   if (!sc || sc->type == KITE_ROPE_SCALING_NONE) return KITE_OK;
   if (sc->type != KITE_ROPE_SCALING_LINEAR && sc->type != KITE_ROPE_SCALING_LLAMA3)
     return kite_set_error(KITE_ERR_INVALID_ARG,
-                          "%s: scaling: type %d is not a "
-                          "kite_rope_scaling_type",
-                          op, (int)sc->type);
+                          "%s: scaling: type %d is not a kite_rope_scaling_type", op,
+                          (int)sc->type);
   if (!isfinite(sc->factor) || sc->factor <= 0)
     return kite_set_error(KITE_ERR_INVALID_ARG, "%s: scaling: factor %g must be finite and > 0", op,
                           sc->factor);
   if (sc->type == KITE_ROPE_SCALING_LINEAR) return KITE_OK;
   if (!isfinite(sc->low_freq_factor) || sc->low_freq_factor <= 0 ||
       !isfinite(sc->high_freq_factor) || sc->high_freq_factor <= sc->low_freq_factor)
-    return kite_set_error(KITE_ERR_INVALID_ARG,
-                          "%s: scaling: need finite 0 < low_freq_factor (%g) < high_freq_factor "
-                          "(%g)",
-                          op, sc->low_freq_factor, sc->high_freq_factor);
+    return kite_set_error(
+        KITE_ERR_INVALID_ARG,
+        "%s: scaling: need finite 0 < low_freq_factor (%g) < high_freq_factor (%g)", op,
+        sc->low_freq_factor, sc->high_freq_factor);
   if (sc->original_max_pos < 1)
     return kite_set_error(KITE_ERR_INVALID_ARG, "%s: scaling: original_max_pos %lld must be >= 1",
                           op, (long long)sc->original_max_pos);

@@ -12,15 +12,27 @@ kt_family kt_op_family(kite_op op) {
   switch (op) {
   case KITE_OP_SILU_AND_MUL:
   case KITE_OP_GELU_AND_MUL:
-  case KITE_OP_GELU_TANH_AND_MUL: return KT_GATED;
+  case KITE_OP_GELU_TANH_AND_MUL:
+    return KT_GATED;
   case KITE_OP_RMS_NORM:
   case KITE_OP_LAYER_NORM:
   case KITE_OP_ADD_RMS_NORM:
-  case KITE_OP_ADD_LAYER_NORM: return KT_NORM;
-  case KITE_OP_ROPE: return KT_ROPE;
-  case KITE_OP_SOFTMAX: return KT_SOFTMAX;
-  case KITE_OP_EMBEDDING: return KT_EMBEDDING;
-  default: return KT_ACT;
+  case KITE_OP_ADD_LAYER_NORM:
+    return KT_NORM;
+  case KITE_OP_ROPE:
+    return KT_ROPE;
+  case KITE_OP_SOFTMAX:
+    return KT_SOFTMAX;
+  case KITE_OP_EMBEDDING:
+    return KT_EMBEDDING;
+  case KITE_OP_SILU:
+  case KITE_OP_GELU:
+  case KITE_OP_GELU_TANH:
+  case KITE_OP_GELU_QUICK:
+  case KITE_OP_RELU:
+    return KT_ACT;
+  default:
+    return KT_NONE;
   }
 }
 
@@ -53,7 +65,8 @@ kt_case kt_case_default(kite_op op, kite_dtype dtype, int64_t rows, int64_t cols
 /* ---- descriptions ------------------------------------------------------------------------ */
 
 /* Appends printf output to buf (length n) at *len, never overflowing. */
-__attribute__((format(printf, 4, 5))) static void cat(char *buf, size_t n, size_t *len, const char *fmt, ...) {
+__attribute__((format(printf, 4, 5))) static void cat(char *buf, size_t n, size_t *len,
+                                                      const char *fmt, ...) {
   if (*len >= n) return;
   va_list ap;
   va_start(ap, fmt);
@@ -64,8 +77,8 @@ __attribute__((format(printf, 4, 5))) static void cat(char *buf, size_t n, size_
 
 const char *kt_case_shape(const kt_case *c, char *buf, size_t n) {
   if (c->op == KITE_OP_ROPE)
-    snprintf(buf, n, "%lldx%lldx%lldx%lld", (long long)c->rows, (long long)c->hq,
-             (long long)c->hkv, (long long)c->head_dim);
+    snprintf(buf, n, "%lldx%lldx%lldx%lld", (long long)c->rows, (long long)c->hq, (long long)c->hkv,
+             (long long)c->head_dim);
   else
     snprintf(buf, n, "%lldx%lld", (long long)c->rows, (long long)c->cols);
   return buf;
@@ -92,7 +105,9 @@ const char *kt_case_str(const kt_case *c, char *buf, size_t n) {
     cat(buf, n, &len, "%lldx(2x%lld)", (long long)c->rows, (long long)c->cols);
     if (c->limit > 0) cat(buf, n, &len, " limit=%g", (double)c->limit);
     break;
-  default: cat(buf, n, &len, "%lldx%lld", (long long)c->rows, (long long)c->cols); break;
+  default:
+    cat(buf, n, &len, "%lldx%lld", (long long)c->rows, (long long)c->cols);
+    break;
   }
   if (kt_op_family(c->op) == KT_NORM) {
     if (!c->with_w) cat(buf, n, &len, " w=NULL");
@@ -100,9 +115,10 @@ const char *kt_case_str(const kt_case *c, char *buf, size_t n) {
     if (!kt_op_is_layer_norm(c->op)) cat(buf, n, &len, " offset=%g", (double)c->offset);
     if (kt_op_has_residual(c->op)) cat(buf, n, &len, c->pos == KITE_NORM_POST ? " post" : " pre");
   }
-  if (c->op == KITE_OP_SOFTMAX && c->scale != 1.0f) cat(buf, n, &len, " scale=%g", (double)c->scale);
+  if (c->op == KITE_OP_SOFTMAX && c->scale != 1.0f)
+    cat(buf, n, &len, " scale=%g", (double)c->scale);
   if (c->amp != 1.0f || c->shift != 0.0f)
-    cat(buf, n, &len, " in=%g%+g", (double)c->shift, (double)c->amp);
+    cat(buf, n, &len, " in[%g,%g]", (double)(c->shift - c->amp), (double)(c->shift + c->amp));
   if (c->pad_x) cat(buf, n, &len, " x+%lld", (long long)c->pad_x);
   if (c->pad_y) cat(buf, n, &len, " y+%lld", (long long)c->pad_y);
   if (c->inplace) cat(buf, n, &len, " inplace");
@@ -171,7 +187,8 @@ static void plan_rope(kt_run *r, const kt_case *c, float lo, float hi) {
     int b = add_buf(r, "qkv", t, T * ts);
     int64_t qs[3] = {T, hq, D}, ks[3] = {T, hkv, D}, st[3] = {ts, D, 1};
     r->q = add_view(r, "q", b, t, KT_INOUT, 3, qs, st, 0, KT_FILL_UNIFORM, lo, hi);
-    if (!c->k_null) r->k = add_view(r, "k", b, t, KT_INOUT, 3, ks, st, hq * D, KT_FILL_UNIFORM, lo, hi);
+    if (!c->k_null)
+      r->k = add_view(r, "k", b, t, KT_INOUT, 3, ks, st, hq * D, KT_FILL_UNIFORM, lo, hi);
     if (hkv > 0) add_view(r, "v", b, t, KT_IN, 3, ks, st, (hq + hkv) * D, KT_FILL_UNIFORM, lo, hi);
     return;
   }
@@ -213,14 +230,17 @@ int kt_plan(kt_run *r, const kt_case *c) {
     break;
   case KT_ROPE: {
     plan_rope(r, c, lo, hi);
-    r->pos = add_vector(r, "positions", KITE_DTYPE_I32, R, c->seq_positions ? KT_FILL_SEQ : KT_FILL_IDS,
-                        0.0f, (float)c->max_pos);
+    r->pos = add_vector(r, "positions", KITE_DTYPE_I32, R,
+                        c->seq_positions ? KT_FILL_SEQ : KT_FILL_IDS, 0.0f, (float)c->max_pos);
     int64_t shape[2] = {c->max_pos, c->rot_dim}, strides[2] = {c->rot_dim, 1};
     int b = add_buf(r, "cos_sin", KITE_DTYPE_F32, c->max_pos * c->rot_dim);
     r->cos_sin = add_view(r, "cos_sin", b, KITE_DTYPE_F32, KT_IN, 2, shape, strides, 0,
                           KT_FILL_ROPE_CACHE, 0, 0);
     break;
   }
+  case KT_NONE:
+    r->bad = 1;
+    break;
   case KT_EMBEDDING: {
     /* with oob_ids about a fifth of the ids fall outside [0, V) on either side */
     float extra = c->oob_ids ? (float)(c->vocab / 8 + 2) : 0.0f;
@@ -282,7 +302,8 @@ void kt_fill(const kt_run *r, uint64_t seed, unsigned char *const *img) {
     if (v->fill == KT_FILL_ROPE_CACHE) {
       /* the cache's own shape: [max_pos, rot_dim] */
       cache = malloc((size_t)kt_view_numel(v) * sizeof(float) + 1);
-      if (!cache || kite_rope_cache_build(cache, v->shape[0], v->shape[1], 10000.0, NULL) != KITE_OK) {
+      if (!cache ||
+          kite_rope_cache_build(cache, v->shape[0], v->shape[1], 10000.0, NULL) != KITE_OK) {
         free(cache);
         cache = NULL;
       }
@@ -298,7 +319,8 @@ void kt_fill(const kt_run *r, uint64_t seed, unsigned char *const *img) {
           break;
         case KT_FILL_IDS:
           ((int32_t *)body)[at + j] =
-              (int32_t)((int64_t)v->lo + (span > 0 ? (int64_t)(kt_hash(key, n) % (uint64_t)span) : 0));
+              (int32_t)((int64_t)v->lo +
+                        (span > 0 ? (int64_t)(kt_hash(key, n) % (uint64_t)span) : 0));
           break;
         case KT_FILL_SEQ:
           ((int32_t *)body)[at + j] = (int32_t)(v->hi >= 1 ? (int64_t)n % (int64_t)v->hi : 0);
@@ -334,12 +356,23 @@ void kt_byte_roles(const kt_run *r, int b, unsigned char *mask) {
 static DLDataType dl_type(kite_dtype t) {
   DLDataType d = {kDLFloat, 32, 1};
   switch (t) {
-  case KITE_DTYPE_F16: d.bits = 16; break;
-  case KITE_DTYPE_BF16: d.code = kDLBfloat, d.bits = 16; break;
-  case KITE_DTYPE_I32: d.code = kDLInt; break;
-  case KITE_DTYPE_I8: d.code = kDLInt, d.bits = 8; break;
-  case KITE_DTYPE_F64: d.bits = 64; break;
-  default: break;
+  case KITE_DTYPE_F16:
+    d.bits = 16;
+    break;
+  case KITE_DTYPE_BF16:
+    d.code = kDLBfloat, d.bits = 16;
+    break;
+  case KITE_DTYPE_I32:
+    d.code = kDLInt;
+    break;
+  case KITE_DTYPE_I8:
+    d.code = kDLInt, d.bits = 8;
+    break;
+  case KITE_DTYPE_F64:
+    d.bits = 64;
+    break;
+  default:
+    break;
   }
   return d;
 }
@@ -395,23 +428,35 @@ void kt_release(kt_run *r) {
 
 /* ---- the call ---------------------------------------------------------------------------- */
 
-static DLTensor *arg(kt_run *r, int view) { return view >= 0 ? &r->view[view].t : NULL; }
+static DLTensor *arg(kt_run *r, int view) {
+  return view >= 0 ? &r->view[view].t : NULL;
+}
 
 kite_status kt_call(kt_run *r) {
   const kt_case *c = &r->c;
   kite_ctx *ctx = r->ctx;
   DLTensor *x = arg(r, r->x), *y = arg(r, r->y), *w = arg(r, r->w), *b = arg(r, r->b);
   switch (c->op) {
-  case KITE_OP_SILU: return kite_silu(ctx, x, y);
-  case KITE_OP_GELU: return kite_gelu(ctx, x, y);
-  case KITE_OP_GELU_TANH: return kite_gelu_tanh(ctx, x, y);
-  case KITE_OP_GELU_QUICK: return kite_gelu_quick(ctx, x, y);
-  case KITE_OP_RELU: return kite_relu(ctx, x, y);
-  case KITE_OP_SILU_AND_MUL: return kite_silu_and_mul(ctx, x, c->limit, y);
-  case KITE_OP_GELU_AND_MUL: return kite_gelu_and_mul(ctx, x, c->limit, y);
-  case KITE_OP_GELU_TANH_AND_MUL: return kite_gelu_tanh_and_mul(ctx, x, c->limit, y);
-  case KITE_OP_RMS_NORM: return kite_rms_norm(ctx, x, w, c->eps, c->offset, y);
-  case KITE_OP_LAYER_NORM: return kite_layer_norm(ctx, x, w, b, c->eps, y);
+  case KITE_OP_SILU:
+    return kite_silu(ctx, x, y);
+  case KITE_OP_GELU:
+    return kite_gelu(ctx, x, y);
+  case KITE_OP_GELU_TANH:
+    return kite_gelu_tanh(ctx, x, y);
+  case KITE_OP_GELU_QUICK:
+    return kite_gelu_quick(ctx, x, y);
+  case KITE_OP_RELU:
+    return kite_relu(ctx, x, y);
+  case KITE_OP_SILU_AND_MUL:
+    return kite_silu_and_mul(ctx, x, c->limit, y);
+  case KITE_OP_GELU_AND_MUL:
+    return kite_gelu_and_mul(ctx, x, c->limit, y);
+  case KITE_OP_GELU_TANH_AND_MUL:
+    return kite_gelu_tanh_and_mul(ctx, x, c->limit, y);
+  case KITE_OP_RMS_NORM:
+    return kite_rms_norm(ctx, x, w, c->eps, c->offset, y);
+  case KITE_OP_LAYER_NORM:
+    return kite_layer_norm(ctx, x, w, b, c->eps, y);
   case KITE_OP_ADD_RMS_NORM:
     return kite_add_rms_norm(ctx, x, arg(r, r->res), w, c->eps, c->offset, c->pos, y);
   case KITE_OP_ADD_LAYER_NORM:
@@ -419,9 +464,12 @@ kite_status kt_call(kt_run *r) {
   case KITE_OP_ROPE:
     return kite_rope(ctx, arg(r, r->q), arg(r, r->k), arg(r, r->pos), arg(r, r->cos_sin),
                      c->rot_dim, c->style);
-  case KITE_OP_SOFTMAX: return kite_softmax(ctx, x, c->scale, y);
-  case KITE_OP_EMBEDDING: return kite_embedding(ctx, arg(r, r->ids), arg(r, r->table), y);
-  default: break;
+  case KITE_OP_SOFTMAX:
+    return kite_softmax(ctx, x, c->scale, y);
+  case KITE_OP_EMBEDDING:
+    return kite_embedding(ctx, arg(r, r->ids), arg(r, r->table), y);
+  default:
+    break;
   }
   return kite_set_error(KITE_ERR_UNSUPPORTED, "kite: the CLI has no driver for op %d", (int)c->op);
 }

@@ -13,9 +13,9 @@
 
 #include "kite/backend.h"
 
-#define KT_GUARD 256        /* canary bytes before and after each body; keeps bodies aligned */
-#define KT_CANARY 0xa5      /* canary byte */
-#define KT_POISON 0xff      /* output bytes before the call */
+#define KT_GUARD 256   /* canary bytes before and after each body; keeps bodies aligned */
+#define KT_CANARY 0xa5 /* canary byte */
+#define KT_POISON 0xff /* output bytes before the call */
 #define KT_MAX_BUFS 8
 #define KT_MAX_VIEWS 8
 
@@ -55,7 +55,16 @@ typedef struct kt_case {
 } kt_case;
 
 /* Ops that share a driver. */
-typedef enum kt_family { KT_ACT, KT_GATED, KT_NORM, KT_ROPE, KT_SOFTMAX, KT_EMBEDDING } kt_family;
+/* KT_NONE: an op this CLI has no driver for yet (it is listed, not checked or timed). */
+typedef enum kt_family {
+  KT_NONE,
+  KT_ACT,
+  KT_GATED,
+  KT_NORM,
+  KT_ROPE,
+  KT_SOFTMAX,
+  KT_EMBEDDING
+} kt_family;
 kt_family kt_op_family(kite_op op);
 /* Norms that take a residual / a bias. */
 int kt_op_has_residual(kite_op op);
@@ -91,9 +100,9 @@ typedef struct kt_view {
 
 typedef struct kt_buf {
   const char *name;
-  size_t elem;  /* bytes per element */
+  size_t elem;   /* bytes per element */
   int64_t count; /* body length in elements */
-  void *dev;    /* device allocation of kt_buf_bytes(); NULL until kt_alloc */
+  void *dev;     /* device allocation of kt_buf_bytes(); NULL until kt_alloc */
 } kt_buf;
 
 typedef struct kt_run {
@@ -133,6 +142,8 @@ kite_status kt_call(kt_run *r);
 /* Logical row i of view v starts at this element of its buffer body. */
 int64_t kt_view_row(const kt_view *v, int64_t i);
 int64_t kt_view_numel(const kt_view *v);
-static inline int64_t kt_view_cols(const kt_view *v) { return v->shape[v->ndim - 1]; }
+static inline int64_t kt_view_cols(const kt_view *v) {
+  return v->shape[v->ndim - 1];
+}
 
 #endif /* KITE_TOOLS_DRIVER_H */

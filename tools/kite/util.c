@@ -44,9 +44,9 @@ static int parse_dtype(const char *s) {
   static const struct {
     const char *name;
     kite_dtype t;
-  } names[] = {{"f32", KITE_DTYPE_F32},      {"float32", KITE_DTYPE_F32},
-               {"f16", KITE_DTYPE_F16},      {"float16", KITE_DTYPE_F16},
-               {"bf16", KITE_DTYPE_BF16},    {"bfloat16", KITE_DTYPE_BF16}};
+  } names[] = {{"f32", KITE_DTYPE_F32},   {"float32", KITE_DTYPE_F32},
+               {"f16", KITE_DTYPE_F16},   {"float16", KITE_DTYPE_F16},
+               {"bf16", KITE_DTYPE_BF16}, {"bfloat16", KITE_DTYPE_BF16}};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (strcmp(s, names[i].name) == 0) return (int)names[i].t;
   return -1;
@@ -179,8 +179,8 @@ int kt_registry_load(kt_registry *r) {
     k->features = dup_str(info.features);
     k->description = dup_str(info.description);
     k->why_not = dup_str(info.why_not);
-    k->name = malloc(strlen(k->backend ? k->backend : "") + strlen(k->variant ? k->variant : "") +
-                     2);
+    k->name =
+        malloc(strlen(k->backend ? k->backend : "") + strlen(k->variant ? k->variant : "") + 2);
     if (!k->backend || !k->variant || !k->features || !k->description || !k->why_not || !k->name)
       return 1;
     sprintf(k->name, "%s.%s", k->backend, k->variant);

@@ -31,11 +31,11 @@ typedef struct kt_opts {
   uint64_t seed;
   int has_seed;
   int quick, verbose, json, dispatch;
-  int dtype;           /* kite_dtype, -1 = the subcommand's default set */
-  int threads;         /* 0 = all cores */
-  const char *shapes;  /* "small" | "llm" | NULL (default) */
-  int repeat;          /* timed batches, 0 = default */
-  int max_mb;          /* bench: skip cases whose buffers exceed this */
+  int dtype;          /* kite_dtype, -1 = the subcommand's default set */
+  int threads;        /* 0 = all cores */
+  const char *shapes; /* "small" | "llm" | NULL (default) */
+  int repeat;         /* timed batches, 0 = default */
+  int max_mb;         /* bench: skip cases whose buffers exceed this */
   int help;
 } kt_opts;
 

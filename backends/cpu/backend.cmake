@@ -1,0 +1,69 @@
+# The optimized CPU backend: one set of kernels (kernels*.h) compiled once per ISA, each file with
+# its own -m flags; which one runs is decided at run time from CPUID (cpu_features.c).
+set(_cpu_dir ${CMAKE_CURRENT_LIST_DIR})
+list(APPEND KITE_BUILTIN_SOURCES
+  ${_cpu_dir}/cpu_backend.c ${_cpu_dir}/cpu_features.c ${_cpu_dir}/cpu_threadpool.c
+  ${_cpu_dir}/cpu_scalar.c)
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
+  list(APPEND KITE_BUILTIN_SOURCES
+    ${_cpu_dir}/cpu_avx2.c ${_cpu_dir}/cpu_avx512.c ${_cpu_dir}/cpu_avx512bf16.c)
+  set_source_files_properties(${_cpu_dir}/cpu_avx2.c PROPERTIES
+    COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
+  set_source_files_properties(${_cpu_dir}/cpu_avx512.c PROPERTIES
+    COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mfma;-mf16c")
+  set_source_files_properties(${_cpu_dir}/cpu_avx512bf16.c PROPERTIES
+    COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512bf16;-mfma;-mf16c")
+endif()
+
+# ---- GEMM family: our kernels, plus library variants when the library is found -------------
+list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/cpu_gemm.c)
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
+  list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/cpu_gemm_avx2.c ${_cpu_dir}/cpu_gemm_avx512bf16.c)
+  set_source_files_properties(${_cpu_dir}/cpu_gemm_avx2.c PROPERTIES
+    COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
+  set_source_files_properties(${_cpu_dir}/cpu_gemm_avx512bf16.c PROPERTIES
+    COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512bf16;-mfma;-mf16c")
+endif()
+# Libraries linked into libkite: appended here, linked by the top-level CMakeLists.
+set(_gemm_defs "")
+option(KITE_WITH_OPENBLAS "Build the cpu.openblas linear variant when OpenBLAS is found" ON)
+if(KITE_WITH_OPENBLAS)
+  find_library(KITE_OPENBLAS_LIB NAMES openblas)
+  find_path(KITE_CBLAS_INCLUDE cblas.h PATH_SUFFIXES openblas openblas-pthread)
+  if(KITE_OPENBLAS_LIB AND KITE_CBLAS_INCLUDE)
+    message(STATUS "kite: cpu.openblas enabled (${KITE_OPENBLAS_LIB})")
+    list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/cpu_gemm_blas.c)
+    set_source_files_properties(${_cpu_dir}/cpu_gemm_blas.c PROPERTIES
+      INCLUDE_DIRECTORIES ${KITE_CBLAS_INCLUDE})
+    list(APPEND KITE_BUILTIN_LIBS ${KITE_OPENBLAS_LIB})
+    list(APPEND _gemm_defs KITE_HAVE_OPENBLAS)
+  else()
+    message(STATUS "kite: OpenBLAS not found (libopenblas-dev); cpu.openblas is not built")
+  endif()
+endif()
+option(KITE_WITH_ONEDNN "Build the cpu.onednn linear variant when oneDNN is found" ON)
+if(KITE_WITH_ONEDNN AND EXISTS ${_cpu_dir}/cpu_gemm_onednn.c)
+  find_library(KITE_DNNL_LIB NAMES dnnl)
+  find_path(KITE_DNNL_INCLUDE dnnl.h)
+  if(KITE_DNNL_LIB AND KITE_DNNL_INCLUDE)
+    message(STATUS "kite: cpu.onednn enabled (${KITE_DNNL_LIB})")
+    list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/cpu_gemm_onednn.c)
+    set_source_files_properties(${_cpu_dir}/cpu_gemm_onednn.c PROPERTIES
+      INCLUDE_DIRECTORIES ${KITE_DNNL_INCLUDE})
+    list(APPEND KITE_BUILTIN_LIBS ${KITE_DNNL_LIB})
+    list(APPEND _gemm_defs KITE_HAVE_ONEDNN)
+  else()
+    message(STATUS "kite: oneDNN not found (libdnnl-dev); cpu.onednn is not built")
+  endif()
+endif()
+if(_gemm_defs)
+  set_property(SOURCE ${_cpu_dir}/cpu_gemm.c APPEND PROPERTY COMPILE_DEFINITIONS ${_gemm_defs})
+endif()
+
+# ---- attention: kernels_attention.h built once per ISA -------------------------------------
+list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/cpu_attention.c)
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
+  list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/cpu_attention_avx2.c)
+  set_source_files_properties(${_cpu_dir}/cpu_attention_avx2.c PROPERTIES
+    COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
+endif()

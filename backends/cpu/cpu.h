@@ -1,0 +1,93 @@
+/*
+ * The optimized CPU backend, private declarations shared by its files.
+ *
+ * Layout: the kernels are written once (kernels*.h) over a small vector layer (vec_<isa>.h) and
+ * compiled once per ISA (cpu_scalar.c, cpu_avx2.c, cpu_avx512.c, cpu_avx512bf16.c, each with its
+ * own -m flags). cpu_backend.c registers every (op, ISA) pair as a kernel entry; the registry
+ * keeps those whose feature bits cpu_features.c found, and the highest priority runs.
+ */
+#ifndef KITE_CPU_H
+#define KITE_CPU_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kite/backend.h"
+
+/* ---- CPU features (cpu_features.c) --------------------------------------------------------- */
+enum {
+  CPU_F_AVX2 = 1u << 0,
+  CPU_F_FMA = 1u << 1,
+  CPU_F_F16C = 1u << 2,
+  CPU_F_AVX512F = 1u << 3,
+  CPU_F_AVX512BW = 1u << 4,
+  CPU_F_AVX512VL = 1u << 5,
+  CPU_F_AVX512DQ = 1u << 6,
+  CPU_F_AVX512_BF16 = 1u << 7,
+};
+
+/* What each ISA build of the kernels needs, cumulative. */
+#define CPU_ISA_AVX2 ((uint64_t)(CPU_F_AVX2 | CPU_F_FMA | CPU_F_F16C))
+#define CPU_ISA_AVX512                                                                             \
+  (CPU_ISA_AVX2 | CPU_F_AVX512F | CPU_F_AVX512BW | CPU_F_AVX512VL | CPU_F_AVX512DQ)
+#define CPU_ISA_AVX512BF16 (CPU_ISA_AVX512 | CPU_F_AVX512_BF16)
+
+/* Detects the features (CPUID, and XGETBV for the OS saving the vector registers), capped by
+ * KITE_CPU_ISA = scalar | avx2 | avx512 | avx512bf16; an unknown value leaves no cap. */
+uint64_t cpu_features_detect(void);
+
+/* ---- threads (cpu_threadpool.c) ------------------------------------------------------------ *
+ * A job is split into `parts` contiguous ranges of [0, items); the calling thread and the pool's
+ * workers claim parts until none is left, so a slow or missing worker never stalls a call.
+ * `part` (< parts) lets a task index per-part scratch memory. */
+typedef void (*cpu_task_fn)(const void *job, int64_t begin, int64_t end, int part);
+
+/* Calls below this many elements touched run inline: waking a thread costs more. */
+#define CPU_INLINE_WORK ((int64_t)32768)
+
+/* How many parts a call of `items` items touching `work` elements in all is split into:
+ * 1 (inline) for small work, at most kite_ctx_num_threads(ctx). */
+int cpu_parallel_parts(const kite_ctx *ctx, int64_t items, int64_t work);
+/* Runs fn over [0, items) in `parts` parts and returns when all are done. Another call already
+ * using the pool (a second ctx on another thread) makes this one run inline. */
+void cpu_parallel_run(int parts, int64_t items, cpu_task_fn fn, const void *job);
+
+/* Elementwise ops cut each row into `blocks` column ranges when there are fewer rows than
+ * threads (decode: one row of 14336), so items are (row, column block) pairs. */
+typedef struct cpu_grid {
+  int64_t rows, cols, blocks, block_cols, items;
+} cpu_grid;
+cpu_grid cpu_grid_make(const kite_ctx *ctx, int64_t rows, int64_t cols);
+
+static inline void cpu_grid_item(const cpu_grid *g, int64_t item, int64_t *row, int64_t *c0,
+                                 int64_t *c1) {
+  *row = item / g->blocks;
+  *c0 = item % g->blocks * g->block_cols;
+  *c1 = *c0 + g->block_cols < g->cols ? *c0 + g->block_cols : g->cols;
+}
+
+/* ---- per-ISA kernel sets (cpu_<isa>.c) ----------------------------------------------------- */
+typedef struct cpu_isa_kernels {
+  kite_run_fn act, gated, norm, rope, softmax, embedding;
+} cpu_isa_kernels;
+
+extern const cpu_isa_kernels cpu_kernels_scalar;
+#if defined(__x86_64__)
+extern const cpu_isa_kernels cpu_kernels_avx2;
+extern const cpu_isa_kernels cpu_kernels_avx512;
+extern const cpu_isa_kernels cpu_kernels_avx512bf16;
+#endif
+
+/* Outputs of at least this many bytes in one call are written with streaming (non-temporal)
+ * stores: they would not stay in cache anyway, and skipping the read-for-ownership of every
+ * destination line saves a third of the memory traffic of a read-one-write-one op. */
+#define CPU_STREAM_BYTES ((int64_t)16 << 20)
+
+/* Bytes per element of the float types the computing kernels take. */
+static inline int64_t cpu_esize(kite_dtype t) { return t == KITE_DTYPE_F32 ? 4 : 2; }
+
+static inline bool cpu_is_float(kite_dtype t) {
+  return t == KITE_DTYPE_F32 || t == KITE_DTYPE_F16 || t == KITE_DTYPE_BF16;
+}
+
+#endif /* KITE_CPU_H */

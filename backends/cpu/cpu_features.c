@@ -1,0 +1,63 @@
+/*
+ * Which vector ISAs the kernels may use here: what the CPU reports through CPUID, provided the OS
+ * saves the registers they need (XCR0 through XGETBV), capped by KITE_CPU_ISA so that users and
+ * tests can force a lower ISA on a machine that has a higher one.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+
+/* XCR0: which register states the OS saves on a context switch. */
+static uint64_t read_xcr0(void) {
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (uint64_t)hi << 32 | lo;
+}
+
+static uint64_t detect_x86(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+  const bool osxsave = c & (1u << 27), avx = c & (1u << 28);
+  if (!osxsave || !avx) return 0;
+  const uint64_t xcr0 = read_xcr0();
+  if ((xcr0 & 0x6) != 0x6) return 0; /* XMM and YMM state */
+
+  uint64_t f = 0;
+  if (c & (1u << 12)) f |= CPU_F_FMA;
+  if (c & (1u << 29)) f |= CPU_F_F16C;
+  if (__get_cpuid_max(0, NULL) < 7) return f;
+  __cpuid_count(7, 0, a, b, c, d);
+  if (b & (1u << 5)) f |= CPU_F_AVX2;
+  if ((xcr0 & 0xe0) != 0xe0) return f; /* opmask, upper ZMM0-15, ZMM16-31 state */
+  if (b & (1u << 16)) f |= CPU_F_AVX512F;
+  if (b & (1u << 17)) f |= CPU_F_AVX512DQ;
+  if (b & (1u << 30)) f |= CPU_F_AVX512BW;
+  if (b & (1u << 31)) f |= CPU_F_AVX512VL;
+  __cpuid_count(7, 1, a, b, c, d);
+  if (a & (1u << 5)) f |= CPU_F_AVX512_BF16;
+  return f;
+}
+#endif
+
+/* The mask KITE_CPU_ISA allows; every bit for no or an unknown value. */
+static uint64_t isa_cap(void) {
+  const char *s = getenv("KITE_CPU_ISA");
+  if (!s) return ~(uint64_t)0;
+  if (strcmp(s, "scalar") == 0) return 0;
+  if (strcmp(s, "avx2") == 0) return CPU_ISA_AVX2;
+  if (strcmp(s, "avx512") == 0) return CPU_ISA_AVX512;
+  if (strcmp(s, "avx512bf16") == 0) return CPU_ISA_AVX512BF16;
+  return ~(uint64_t)0;
+}
+
+uint64_t cpu_features_detect(void) {
+#if defined(__x86_64__)
+  return detect_x86() & isa_cap();
+#else
+  return 0;
+#endif
+}

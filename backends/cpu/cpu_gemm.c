@@ -1,0 +1,108 @@
+/*
+ * Kernel entries of the GEMM family for the cpu backend's table (appended by cpu_backend.c), and
+ * the supports() predicates that keep each variant to what it does best or at all.
+ */
+#include "cpu_gemm.h"
+
+static bool supports_float(const kite_kernel *k, const void *args, const char **why) {
+  /* every GEMM-family args struct starts with op, dtype */
+  const kite_dtype t = ((const kite_linear_args *)args)->dtype;
+  if (!cpu_is_float(t)) {
+    *why = "dtype not supported (f32, f16, bf16)";
+    return false;
+  }
+  return true;
+}
+
+static bool supports_quant(const kite_kernel *k, const void *args, const char **why) {
+  const kite_quant_args *a = args;
+  if (!cpu_is_float(a->dtype) || (a->qdtype != KITE_DTYPE_I8 && a->qdtype != KITE_DTYPE_FP8_E4M3)) {
+    *why = "dtype not supported (f32/f16/bf16 with i8/fp8_e4m3)";
+    return false;
+  }
+  return true;
+}
+
+static bool supports_linear_quant(const kite_kernel *k, const void *args, const char **why) {
+  const kite_linear_quant_args *a = args;
+  if (!cpu_is_float(a->dtype) || (a->qdtype != KITE_DTYPE_I8 && a->qdtype != KITE_DTYPE_FP8_E4M3)) {
+    *why = "dtype not supported (i8/fp8_e4m3 into f32/f16/bf16)";
+    return false;
+  }
+  return true;
+}
+
+#if defined(__x86_64__)
+static bool supports_bf16(const kite_kernel *k, const void *args, const char **why) {
+  if (((const kite_linear_args *)args)->dtype != KITE_DTYPE_BF16) {
+    *why = "bf16 only";
+    return false;
+  }
+  return true;
+}
+#endif
+
+#if defined(KITE_HAVE_OPENBLAS)
+/* OpenBLAS computes f32 only, on rows at least K apart. */
+static bool supports_openblas(const kite_kernel *k, const void *args, const char **why) {
+  const kite_linear_args *a = args;
+  if (a->dtype != KITE_DTYPE_F32) {
+    *why = "f32 only (cblas_sgemm)";
+    return false;
+  }
+  if ((a->m > 1 && a->x_stride < a->k) || (a->n > 1 && a->w_stride < a->k)) {
+    *why = "overlapping rows (stride < K): BLAS needs ld >= K";
+    return false;
+  }
+  return true;
+}
+#endif
+
+#define ENTRY(op_id, var, prio, feat, feat_str, sup, fn, desc)                                     \
+  {                                                                                                \
+    .op = (op_id), .variant = (var), .priority = (prio), .features = (feat),                       \
+    .features_str = (feat_str), .supports = (sup), .run = (fn), .description = (desc)              \
+  }
+
+#if !defined(__x86_64__) && !defined(KITE_HAVE_OPENBLAS) && !defined(KITE_HAVE_ONEDNN)
+const kite_kernel cpu_gemm_kernels[1]; /* nothing to add on this machine */
+const size_t cpu_gemm_num_kernels = 0;
+#else
+const kite_kernel cpu_gemm_kernels[] = {
+#if defined(__x86_64__)
+    ENTRY(KITE_OP_LINEAR, "avx2", 20, CPU_ISA_AVX2, "avx2,fma,f16c", supports_float,
+          cpu_linear_avx2,
+          "packed 6x16 FMA GEMM (bf16/f16 widened while packing); GEMV streaming w for M <= 16"),
+    ENTRY(KITE_OP_GROUP_GEMM, "avx2", 20, CPU_ISA_AVX2, "avx2,fma,f16c", supports_float,
+          cpu_group_gemm_avx2, "the linear kernels once per group"),
+    ENTRY(KITE_OP_FUSED_MOE, "avx2", 20, CPU_ISA_AVX2, "avx2,fma,f16c", supports_float,
+          cpu_fused_moe_avx2,
+          "tokens bucketed by expert, two packed GEMMs per expert over gathered rows"),
+    ENTRY(KITE_OP_TOPK_GATING, "avx2", 20, CPU_ISA_AVX2, "avx2,fma,f16c", supports_float,
+          cpu_topk_gating_avx2,
+          "insertion top-k on the logits, f32 softmax weights, rows over threads"),
+    ENTRY(KITE_OP_QUANT, "avx2", 20, CPU_ISA_AVX2, "avx2,fma,f16c", supports_quant, cpu_quant_avx2,
+          "per-token amax, divide, round/saturate 8 lanes at a time"),
+    ENTRY(KITE_OP_DEQUANT, "avx2", 20, CPU_ISA_AVX2, "avx2,fma,f16c", supports_quant,
+          cpu_quant_avx2, "codes widened 8 lanes at a time times the row scale"),
+    ENTRY(KITE_OP_LINEAR_QUANT, "avx2", 20, CPU_ISA_AVX2, "avx2,fma,f16c", supports_linear_quant,
+          cpu_linear_quant_avx2,
+          "int8: 6x16 VPMADDWD on int16 pairs, int32 exact; e4m3: f32 panels + FMA"),
+    ENTRY(KITE_OP_LINEAR, "avx512bf16", 40, CPU_ISA_AVX512BF16,
+          "avx512f,avx512bw,avx512vl,avx512dq,avx512_bf16,fma,f16c", supports_bf16,
+          cpu_linear_avx512bf16, "bf16 pairs packed, 4x32 VDPBF16PS micro-kernel (bf16 only)"),
+#endif
+#if defined(KITE_HAVE_OPENBLAS)
+    ENTRY(KITE_OP_LINEAR, "openblas", 25, 0, "", supports_openblas, cpu_linear_openblas,
+          "OpenBLAS cblas_sgemm (f32), threads set to the ctx's per call"),
+#endif
+#if defined(KITE_HAVE_ONEDNN)
+    ENTRY(KITE_OP_LINEAR, "onednn", 15, 0, "", supports_float, cpu_linear_onednn,
+          "oneDNN matmul primitive (f32/bf16/f16), cached per shape"),
+#endif
+};
+const size_t cpu_gemm_num_kernels = sizeof cpu_gemm_kernels / sizeof cpu_gemm_kernels[0];
+#endif
+
+_Static_assert(sizeof cpu_gemm_kernels / sizeof cpu_gemm_kernels[0] <= CPU_GEMM_MAX,
+               "raise CPU_GEMM_MAX");

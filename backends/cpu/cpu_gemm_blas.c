@@ -1,0 +1,33 @@
+/*
+ * cpu.openblas: linear on OpenBLAS's cblas_sgemm, f32 only (supports() says so). Built when
+ * CMake finds OpenBLAS (Debian: libopenblas-dev). y = x w^T is sgemm(RowMajor, NoTrans, Trans)
+ * straight on the caller's strided rows; the bias goes in first as y's initial value (beta = 1).
+ * OpenBLAS keeps one global thread count, so each call sets it to the ctx's.
+ */
+#include <cblas.h>
+
+#include "cpu_gemm.h"
+
+void openblas_set_num_threads(int num_threads);
+
+kite_status cpu_linear_openblas(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_linear_args *a = args;
+  if (a->dtype != KITE_DTYPE_F32)
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "linear: cpu.openblas: f32 only");
+  if (a->m > INT32_MAX || a->n > INT32_MAX || a->k > INT32_MAX || a->x_stride > INT32_MAX ||
+      a->w_stride > INT32_MAX || a->y_stride > INT32_MAX)
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "linear: cpu.openblas: sizes exceed BLAS int");
+  float *y = a->y;
+  const float *bias = a->bias;
+  for (int64_t r = 0; r < a->m; r++)
+    for (int64_t j = 0; j < a->n; j++) y[r * a->y_stride + j] = bias ? bias[j] : 0.0f;
+  if (a->k == 0) return KITE_OK;
+  openblas_set_num_threads(kite_ctx_num_threads(ctx));
+  /* BLAS wants lda >= K even for one row; a stride below that only occurs with M = 1 */
+  const int lda = (int)(a->x_stride > a->k ? a->x_stride : a->k);
+  const int ldb = (int)(a->w_stride > a->k ? a->w_stride : a->k);
+  const int ldc = (int)(a->y_stride > a->n ? a->y_stride : a->n);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)a->m, (int)a->n, (int)a->k, 1.0f, a->x,
+              lda, a->w, ldb, 1.0f, y, ldc);
+  return KITE_OK;
+}

@@ -1,0 +1,135 @@
+/*
+ * Activations y = act(x) over [rows, cols], and gated activations y[r, i] = act(g) * u with the
+ * gate g = x[r, i] and up u = x[r, cols + i] (optionally clamped by limit first).
+ *
+ * The sigmoid-type activations are x * sigmoid(k) = x / (1 + exp(-k)):
+ *   silu k = x; gelu_quick k = 1.702 x;
+ *   gelu_tanh: (1 + tanh(u)) / 2 = sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3), which stays
+ *   accurate for negative x where 1 + tanh(u) cancels.
+ * gelu (erf) is x * erfc(-x / sqrt(2)) / 2, for the same reason.
+ * Part of kernels.h.
+ */
+
+typedef struct act_job {
+  kite_op op;
+  kite_dtype dtype;
+  const char *x, *up; /* up: the second half of x's rows (gated ops only) */
+  int64_t x_stride;
+  char *y;
+  int64_t y_stride;
+  float limit; /* > 0: clamp, gated ops only */
+  bool stream;
+  cpu_grid grid;
+} act_job;
+
+CPU_INLINE bool act_is_gated(kite_op op) {
+  return op == KITE_OP_SILU_AND_MUL || op == KITE_OP_GELU_AND_MUL ||
+         op == KITE_OP_GELU_TANH_AND_MUL;
+}
+
+CPU_INLINE vf act_eval(kite_op op, vf x) {
+  const vf one = vf_set1(1.0f), zero = vf_set1(0.0f);
+  switch (op) {
+  case KITE_OP_SILU:
+  case KITE_OP_SILU_AND_MUL: return vf_div(x, vf_add(one, vf_exp(vf_sub(zero, x))));
+  case KITE_OP_GELU_QUICK: return vf_div(x, vf_add(one, vf_exp(vf_mul(x, vf_set1(-1.702f)))));
+  case KITE_OP_GELU_TANH:
+  case KITE_OP_GELU_TANH_AND_MUL: {
+    /* -2u = x (c0 + c1 x^2), c0 = -2 sqrt(2/pi), c1 = 0.044715 c0 */
+    const vf minus_2u = vf_mul(x, vf_fma(vf_mul(x, x), vf_set1(-0.0713548162726f),
+                                         vf_set1(-1.5957691216057f)));
+    return vf_div(x, vf_add(one, vf_exp(minus_2u)));
+  }
+  case KITE_OP_GELU:
+  case KITE_OP_GELU_AND_MUL:
+    return vf_mul(vf_mul(x, vf_set1(0.5f)), vf_erfc(vf_mul(x, vf_set1(-0.70710678118654752f))));
+  default: return vf_max(zero, x); /* relu; NaN stays NaN */
+  }
+}
+
+/* Columns [c0, c1) of row r. */
+CPU_INLINE void act_block(kite_dtype t, kite_op op, const act_job *j, int64_t r, int64_t c0,
+                          int64_t c1) {
+  const int64_t es = cpu_esize(t), n = c1 - c0;
+  const char *x = cpu_row(j->x, j->x_stride, r, es) + c0 * es;
+  const char *up = act_is_gated(op) ? cpu_row(j->up, j->x_stride, r, es) + c0 * es : NULL;
+  char *y = cpu_row(j->y, j->y_stride, r, es) + c0 * es;
+  const bool clamp = act_is_gated(op) && j->limit > 0;
+  const vf hi = vf_set1(j->limit), lo = vf_set1(-j->limit);
+  bool stream = j->stream;
+  const int64_t head = cpu_stream_head(t, y, &stream);
+  CPU_CHUNKS(i, m, n, head) {
+    vf v = vf_load(t, x, i, m);
+    if (act_is_gated(op)) {
+      vf u = vf_load(t, up, i, m);
+      if (clamp) {
+        v = vf_min(hi, v);
+        u = vf_max(lo, vf_min(hi, u));
+      }
+      v = vf_mul(act_eval(op, v), u);
+    } else {
+      v = act_eval(op, v);
+    }
+    vf_store(t, y, i, v, m, stream);
+  }
+}
+
+CPU_INLINE void act_items(kite_dtype t, kite_op op, const act_job *j, int64_t begin, int64_t end) {
+  for (int64_t it = begin; it < end; it++) {
+    int64_t r, c0, c1;
+    cpu_grid_item(&j->grid, it, &r, &c0, &c1);
+    act_block(t, op, j, r, c0, c1);
+  }
+}
+
+#define ACT_CASE(op)                                                                               \
+  case op: CPU_WITH_DTYPE(j->dtype, act_items, op, j, begin, end); break
+
+static void act_task(const void *job, int64_t begin, int64_t end, int part) {
+  const act_job *j = job;
+  switch (j->op) {
+    ACT_CASE(KITE_OP_SILU);
+    ACT_CASE(KITE_OP_GELU);
+    ACT_CASE(KITE_OP_GELU_TANH);
+    ACT_CASE(KITE_OP_GELU_QUICK);
+    ACT_CASE(KITE_OP_RELU);
+    ACT_CASE(KITE_OP_SILU_AND_MUL);
+    ACT_CASE(KITE_OP_GELU_AND_MUL);
+    ACT_CASE(KITE_OP_GELU_TANH_AND_MUL);
+  default: break;
+  }
+  if (j->stream) vf_stream_end();
+}
+#undef ACT_CASE
+
+/* Shared by the plain and the gated entry points: up is NULL for the plain ones. */
+static kite_status act_launch(kite_ctx *ctx, kite_op op, kite_dtype t, int64_t rows, int64_t cols,
+                              const void *x, const void *up, int64_t x_stride, void *y,
+                              int64_t y_stride, float limit) {
+  act_job j = {.op = op,
+               .dtype = t,
+               .x = x,
+               .up = up,
+               .x_stride = x_stride,
+               .y = y,
+               .y_stride = y_stride,
+               .limit = limit,
+               .stream = y != x && cpu_streams(rows * cols * cpu_esize(t)),
+               .grid = cpu_grid_make(ctx, rows, cols)};
+  const int64_t work = rows * cols * (up ? 3 : 2);
+  cpu_parallel_run(cpu_parallel_parts(ctx, j.grid.items, work), j.grid.items, act_task, &j);
+  return KITE_OK;
+}
+
+static kite_status act_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_act_args *a = args;
+  return act_launch(ctx, a->op, a->dtype, a->rows, a->cols, a->x, NULL, a->x_stride, a->y,
+                    a->y_stride, 0.0f);
+}
+
+static kite_status gated_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_gated_args *a = args;
+  const char *up = (const char *)a->x + a->cols * cpu_esize(a->dtype);
+  return act_launch(ctx, a->op, a->dtype, a->rows, a->cols, a->x, up, a->x_stride, a->y,
+                    a->y_stride, a->limit);
+}

@@ -1,0 +1,705 @@
+/*
+ * Attention kernels of the cpu backend (store_kv, paged_decode, paged_prefill, sdpa), written
+ * once over the vector layer (vec_<isa>.h) and compiled once per ISA: cpu_attention.c (scalar)
+ * and cpu_attention_<isa>.c include their vec header, define CPU_ATTN_ISA (the suffix of their
+ * run functions: cpu_attn_paged_avx2, ...) and include this file.
+ *
+ * Every op is a set of "rows" (one query of one q head each) that attend to the keys of one kv
+ * head. A work item takes all the q heads that share a kv head (and, for prefill and sdpa, up to
+ * ATT_ROWS of them across consecutive queries), so each K/V row is read once per kv head. Keys
+ * come in tiles of at most ATT_KB rows that are contiguous in memory (a paged block, or a slab of
+ * a dense k); for each tile:
+ *   s = q.k  (rows x keys, ATT_RB x 2 register tiles, K converted to f32 in registers),
+ *   softcap, masks, then the online softmax: m' = max(m, max s); acc *= e^(m - m'); l likewise;
+ *   p = e^(s - m'); l += sum p;  acc += p V  (ATT_RB rows x 16 columns register tiles).
+ * With more than ATT_RB rows, the K/V tile is first widened to f32 once instead of per row group.
+ * Work items are claimed from an atomic counter, so ragged sequences balance across threads.
+ * Decode with few (sequence, kv head) pairs splits each sequence's keys into chunks and merges
+ * the chunks' (m, l, acc) by the log-sum-exp rule in a second pass.
+ *
+ * Indices read from the caller's memory are never trusted: seq_len is clamped to the block
+ * table, block ids outside the cache make their keys absent, cu_q_lens is checked first.
+ */
+#ifndef CPU_ATTN_ISA
+#error "define CPU_ATTN_ISA (the run functions' suffix) and include a vec_<isa>.h first"
+#endif
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cpu.h"
+#include "kite/dtype.h"
+
+#ifndef KITE_CPU_ATTN_DECL
+#define KITE_CPU_ATTN_DECL
+/* The run functions of each ISA build (paged: paged_decode and paged_prefill); cpu_attention.c
+ * makes the kernel entries. */
+#define CPU_ATTN_DECLARE(isa)                                                                      \
+  kite_status cpu_attn_store_kv_##isa(const kite_kernel *k, kite_ctx *ctx, const void *args);      \
+  kite_status cpu_attn_paged_##isa(const kite_kernel *k, kite_ctx *ctx, const void *args);         \
+  kite_status cpu_attn_sdpa_##isa(const kite_kernel *k, kite_ctx *ctx, const void *args)
+CPU_ATTN_DECLARE(scalar);
+#if defined(__x86_64__)
+CPU_ATTN_DECLARE(avx2);
+#endif
+#endif
+#define ATT_PASTE2(a, b) a##b
+#define ATT_PASTE(a, b) ATT_PASTE2(a, b)
+#define ATT_EXPORT(name) ATT_PASTE(name, CPU_ATTN_ISA)
+
+#define ATT_KB 32   /* keys per score tile */
+#define ATT_RB 4    /* rows per register tile */
+#define ATT_ROWS 64 /* rows per prefill/sdpa work item (at least the q heads of one kv head) */
+#define ATT_ALIGN 64
+
+/* Scratch of one thread: the rows of the work item in progress. */
+typedef struct att_rows {
+  int64_t n;        /* rows in use */
+  float *q;         /* [n, Dp] scaled queries in f32, zero past D */
+  float *acc;       /* [n, Dp] sum of p * v, not yet divided by l */
+  float *s;         /* [n, ATT_KB] scores of the tile, then their p */
+  float *m, *l;     /* [n] running max of the scores and sum of e^(s - m) */
+  int64_t *lo, *hi; /* [n] the keys a row sees: positions [lo, hi] */
+  int64_t *mask;    /* [n] sdpa: element offset of the row's mask */
+  float *kt, *vt;   /* [ATT_KB, Dp] the K/V tile in f32, when n > ATT_RB */
+} att_rows;
+
+typedef struct att_job att_job;
+typedef void (*att_item_fn)(const att_job *j, att_rows *R, int64_t item);
+
+struct att_job {
+  kite_dtype t;
+  kite_attn_opts opts;
+  int64_t D, Dp, hq, hkv, G; /* G = hq / hkv q heads per kv head */
+  const kite_paged_attn_args *pa;
+  const kite_sdpa_args *sa;
+  att_item_fn item;
+  int64_t items;
+  atomic_llong *next;    /* the next unclaimed item */
+  int64_t splits, chunk; /* decode: key chunks per sequence and their length */
+  float *partial;        /* decode with splits > 1: per item G x (m, l, acc[Dp]) */
+  const int64_t *tiles;  /* prefill/sdpa: (batch, first query, queries) per tile */
+  char *scratch;         /* per thread part: scratch_bytes each */
+  size_t scratch_bytes;
+  int64_t rows_max;
+};
+
+static inline size_t att_round(size_t n) {
+  return (n + ATT_ALIGN - 1) / ATT_ALIGN * ATT_ALIGN;
+}
+
+/* Bytes of one part's scratch for up to `rows` rows of Dp floats; with out != NULL, carves it. */
+static size_t att_rows_layout(char *base, int64_t rows, int64_t Dp, att_rows *out) {
+  const size_t r = (size_t)rows, dp = (size_t)Dp;
+  const size_t sizes[] = {r * dp * 4, r * dp * 4, r * ATT_KB * 4, r * 4,           r * 4,
+                          r * 8,      r * 8,      r * 8,          ATT_KB * dp * 4, ATT_KB * dp * 4};
+  char *p[10];
+  size_t off = 0;
+  for (int i = 0; i < 10; i++) {
+    p[i] = base ? base + off : NULL;
+    off += att_round(sizes[i]);
+  }
+  if (out)
+    *out = (att_rows){.q = (float *)p[0],
+                      .acc = (float *)p[1],
+                      .s = (float *)p[2],
+                      .m = (float *)p[3],
+                      .l = (float *)p[4],
+                      .lo = (int64_t *)p[5],
+                      .hi = (int64_t *)p[6],
+                      .mask = (int64_t *)p[7],
+                      .kt = (float *)p[8],
+                      .vt = (float *)p[9]};
+  return off;
+}
+
+/* q head i (< G) of kv head g, by the GQA layout (DESIGN.md "Attention"). */
+static inline int64_t att_head(const att_job *j, int64_t g, int64_t i) {
+  return j->opts.gqa == KITE_GQA_INTERLEAVED ? g + i * j->hkv : g * j->G + i;
+}
+
+/* Row r starts: its query (dtype t at q) scaled into f32, sees keys [lo, hi], nothing summed. */
+static void att_row_begin(const att_job *j, att_rows *R, int64_t r, const void *q, int64_t lo,
+                          int64_t hi) {
+  float *qr = R->q + r * j->Dp, *ar = R->acc + r * j->Dp;
+  const vf scale = vf_set1(j->opts.scale), zero = vf_set1(0.0f);
+  for (int64_t d = 0; d < j->Dp; d += VL) {
+    const int64_t m = j->D - d < VL ? j->D - d : VL;
+    vf_store(KITE_DTYPE_F32, qr, d, vf_mul(vf_load(j->t, q, d, m), scale), VL, false);
+    vf_store(KITE_DTYPE_F32, ar, d, zero, VL, false);
+  }
+  R->m[r] = -INFINITY;
+  R->l[r] = 0.0f;
+  R->lo[r] = lo > 0 ? lo : 0;
+  R->hi[r] = hi;
+}
+
+/* The keys a query at position pos sees among [0, len): causal and the window bound them above
+ * by pos, the window below by pos - window_left. */
+static inline void att_visible(const att_job *j, int64_t pos, int64_t len, int causal, int64_t *lo,
+                               int64_t *hi) {
+  const int64_t wl = j->opts.window_left;
+  *lo = wl >= 0 ? pos - wl : 0;
+  *hi = causal || wl >= 0 ? pos : len - 1;
+  if (*hi > len - 1) *hi = len - 1;
+}
+
+/* ---- register tiles ------------------------------------------------------------------------ */
+
+/* s[r][c] = q_r . k_c for NR rows and NK keys; K rows of dtype t, ks bytes apart. */
+CPU_INLINE void att_qk_tile(kite_dtype t, int NR, int NK, const float *q, int64_t Dp, const char *k,
+                            int64_t ks, int64_t D, float *s) {
+  vf acc[ATT_RB][2];
+  for (int r = 0; r < NR; r++)
+    for (int c = 0; c < NK; c++) acc[r][c] = vf_set1(0.0f);
+  for (int64_t d = 0; d < D; d += VL) {
+    const int64_t m = D - d < VL ? D - d : VL;
+    vf kv[2];
+    for (int c = 0; c < NK; c++) kv[c] = vf_load(t, k + c * ks, d, m);
+    for (int r = 0; r < NR; r++) {
+      const vf qv = vf_load(KITE_DTYPE_F32, q + r * Dp, d, VL);
+      for (int c = 0; c < NK; c++) acc[r][c] = vf_fma(qv, kv[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < NR; r++)
+    for (int c = 0; c < NK; c++) s[r * ATT_KB + c] = vf_reduce_add(acc[r][c]);
+}
+
+/* acc[r][d0 .. d0 + NC*VL) += sum_j p[r][j] v_j[...] over n keys, for NR rows; V rows of dtype
+ * t, vs bytes apart. */
+CPU_INLINE void att_pv_tile(kite_dtype t, int NR, int NC, const float *p, const char *v, int64_t vs,
+                            int64_t n, int64_t d0, int64_t D, float *acc, int64_t Dp) {
+  vf a[ATT_RB][2];
+  int64_t m[2];
+  for (int c = 0; c < NC; c++) m[c] = D - d0 - c * VL < VL ? D - d0 - c * VL : VL;
+  for (int r = 0; r < NR; r++)
+    for (int c = 0; c < NC; c++) a[r][c] = vf_load(KITE_DTYPE_F32, acc + r * Dp, d0 + c * VL, VL);
+  for (int64_t j = 0; j < n; j++) {
+    vf vv[2];
+    for (int c = 0; c < NC; c++) vv[c] = vf_load(t, v + j * vs, d0 + c * VL, m[c]);
+    for (int r = 0; r < NR; r++) {
+      const vf pj = vf_set1(p[r * ATT_KB + j]);
+      for (int c = 0; c < NC; c++) a[r][c] = vf_fma(pj, vv[c], a[r][c]);
+    }
+  }
+  for (int r = 0; r < NR; r++)
+    for (int c = 0; c < NC; c++)
+      vf_store(KITE_DTYPE_F32, acc + r * Dp, d0 + c * VL, a[r][c], VL, false);
+}
+
+/* The register tiles with their shape as constants, so that their arrays live in registers. */
+CPU_INLINE void att_qk_any(kite_dtype t, int nr, int nk, const float *q, int64_t Dp, const char *k,
+                           int64_t ks, int64_t D, float *s) {
+#define ATT_QK(NR, NK)                                                                             \
+  case NR * 2 + NK - 1:                                                                            \
+    att_qk_tile(t, NR, NK, q, Dp, k, ks, D, s);                                                    \
+    break
+  switch (nr * 2 + nk - 1) {
+    ATT_QK(1, 1);
+    ATT_QK(1, 2);
+    ATT_QK(2, 1);
+    ATT_QK(2, 2);
+    ATT_QK(3, 1);
+    ATT_QK(3, 2);
+    ATT_QK(4, 1);
+    ATT_QK(4, 2);
+  default:
+    break;
+  }
+#undef ATT_QK
+}
+
+CPU_INLINE void att_pv_any(kite_dtype t, int nr, int nc, const float *p, const char *v, int64_t vs,
+                           int64_t n, int64_t d0, int64_t D, float *acc, int64_t Dp) {
+#define ATT_PV(NR, NC)                                                                             \
+  case NR * 2 + NC - 1:                                                                            \
+    att_pv_tile(t, NR, NC, p, v, vs, n, d0, D, acc, Dp);                                           \
+    break
+  switch (nr * 2 + nc - 1) {
+    ATT_PV(1, 1);
+    ATT_PV(1, 2);
+    ATT_PV(2, 1);
+    ATT_PV(2, 2);
+    ATT_PV(3, 1);
+    ATT_PV(3, 2);
+    ATT_PV(4, 1);
+    ATT_PV(4, 2);
+  default:
+    break;
+  }
+#undef ATT_PV
+}
+
+/* ---- one tile of keys ---------------------------------------------------------------------- */
+
+/* tanh(x) = 1 - 2 / (e^2x + 1): exact limits at +-inf, absolute error ~1e-7 near 0, which is
+ * what a score needs. */
+CPU_INLINE vf att_tanh(vf x) {
+  const vf one = vf_set1(1.0f);
+  return vf_sub(one, vf_div(vf_set1(2.0f), vf_add(vf_exp(vf_add(x, x)), one)));
+}
+
+/* Row r's scores of keys j0 .. j0 + n: softcap, masks, then the online softmax step; s[r] then
+ * holds p = e^(s - m) (0 for keys not seen). */
+static void att_softmax_row(const att_job *j, att_rows *R, int64_t r, int64_t j0, int64_t n) {
+  float *s = R->s + r * ATT_KB;
+  const kite_sdpa_args *sa = j->sa;
+  const bool has_mask = sa && sa->mask;
+  float add[ATT_KB];
+  if (has_mask) { /* gathered as floats: a bool mask becomes 0 / -inf */
+    const int64_t es = (int64_t)kite_dtype_size(sa->mask_dtype), st = sa->mask_stride[3];
+    const char *mrow = (const char *)sa->mask + R->mask[r] * es;
+    for (int64_t c = 0; c < n; c++) {
+      const char *e = mrow + (j0 + c) * st * es;
+      add[c] = sa->mask_dtype == KITE_DTYPE_U8 ? (*(const uint8_t *)e ? 0.0f : -INFINITY)
+                                               : kite_load_f32(sa->mask_dtype, e, 0);
+    }
+    for (int64_t c = n; c < ATT_KB; c++) add[c] = 0.0f;
+  }
+
+  const float cap = j->opts.softcap;
+  const bool all_seen = j0 >= R->lo[r] && j0 + n - 1 <= R->hi[r];
+  vf mx = vf_set1(-INFINITY);
+  for (int64_t c = 0; c < n; c += VL) {
+    vf x = vf_load(KITE_DTYPE_F32, s, c, VL);
+    if (cap > 0.0f) x = vf_mul(vf_set1(cap), att_tanh(vf_mul(x, vf_set1(1.0f / cap))));
+    if (has_mask) x = vf_add(x, vf_load(KITE_DTYPE_F32, add, c, VL));
+    if (!all_seen || c + VL > n) { /* keys outside [lo, hi], and lanes past n, are not seen */
+      float seen[VL];
+      for (int l = 0; l < VL; l++) {
+        const int64_t pos = j0 + c + l;
+        seen[l] = c + l < n && pos >= R->lo[r] && pos <= R->hi[r] ? 0.0f : -INFINITY;
+      }
+      x = vf_add(x, vf_load(KITE_DTYPE_F32, seen, 0, VL));
+    }
+    vf_store(KITE_DTYPE_F32, s, c, x, VL, false);
+    mx = vf_max(mx, x);
+  }
+  const float m_tile = vf_reduce_max(mx), m_old = R->m[r];
+  const float m_new = m_tile > m_old ? m_tile : m_old;
+  if (m_new == -INFINITY) { /* nothing seen yet: p = 0, unless a NaN hid behind the max */
+    for (int64_t c = 0; c < n; c++)
+      if (isnan(s[c])) R->m[r] = R->l[r] = NAN;
+    memset(s, 0, ATT_KB * sizeof *s);
+    return;
+  }
+  if (m_new > m_old) { /* rescale what was summed under the old max (e^-inf = 0 at first) */
+    const float alpha = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
+    float *ar = R->acc + r * j->Dp;
+    for (int64_t d = 0; d < j->Dp; d += VL)
+      vf_store(KITE_DTYPE_F32, ar, d, vf_mul(vf_load(KITE_DTYPE_F32, ar, d, VL), vf_set1(alpha)),
+               VL, false);
+    R->l[r] *= alpha;
+    R->m[r] = m_new;
+  }
+  vf sum = vf_set1(0.0f);
+  for (int64_t c = 0; c < n; c += VL) {
+    const vf p = vf_exp(vf_sub(vf_load(KITE_DTYPE_F32, s, c, VL), vf_set1(m_new)));
+    vf_store(KITE_DTYPE_F32, s, c, p, VL, false);
+    sum = vf_add(sum, p);
+  }
+  R->l[r] += vf_reduce_add(sum);
+}
+
+/* Widens n rows of dtype t (stride bytes apart) into f32 rows of Dp floats. */
+CPU_INLINE void att_widen(kite_dtype t, const char *src, int64_t stride, int64_t n, int64_t D,
+                          int64_t Dp, float *dst) {
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t d = 0; d < Dp; d += VL) {
+      const int64_t m = D - d < VL ? D - d : VL;
+      vf_store(KITE_DTYPE_F32, dst + i * Dp, d, vf_load(t, src + i * stride, d, m), VL, false);
+    }
+}
+
+/* Every row attends to keys j0 .. j0 + n (n <= ATT_KB): K rows at k, V rows at v, of dtype t,
+ * ks and vs bytes apart. */
+CPU_INLINE void att_tile_t(const att_job *j, att_rows *R, kite_dtype t, int64_t j0, int64_t n,
+                           const char *k, int64_t ks, const char *v, int64_t vs) {
+  const int64_t D = j->D, Dp = j->Dp;
+  for (int64_t r0 = 0; r0 < R->n; r0 += ATT_RB) {
+    const int nr = (int)(R->n - r0 < ATT_RB ? R->n - r0 : ATT_RB);
+    for (int64_t c = 0; c < n; c += 2)
+      att_qk_any(t, nr, n - c < 2 ? 1 : 2, R->q + r0 * Dp, Dp, k + c * ks, ks, D,
+                 R->s + r0 * ATT_KB + c);
+  }
+  for (int64_t r = 0; r < R->n; r++) att_softmax_row(j, R, r, j0, n);
+  for (int64_t r0 = 0; r0 < R->n; r0 += ATT_RB) {
+    const int nr = (int)(R->n - r0 < ATT_RB ? R->n - r0 : ATT_RB);
+    for (int64_t d = 0; d < D; d += 2 * VL)
+      att_pv_any(t, nr, D - d > VL ? 2 : 1, R->s + r0 * ATT_KB, v, vs, n, d, D, R->acc + r0 * Dp,
+                 Dp);
+  }
+}
+
+static void att_tile(const att_job *j, att_rows *R, int64_t j0, int64_t n, const char *k,
+                     int64_t ks, const char *v, int64_t vs) {
+  if (R->n > ATT_RB && j->t != KITE_DTYPE_F32) { /* widen once, not once per row group */
+    if (j->t == KITE_DTYPE_BF16) {
+      att_widen(KITE_DTYPE_BF16, k, ks, n, j->D, j->Dp, R->kt);
+      att_widen(KITE_DTYPE_BF16, v, vs, n, j->D, j->Dp, R->vt);
+    } else {
+      att_widen(KITE_DTYPE_F16, k, ks, n, j->D, j->Dp, R->kt);
+      att_widen(KITE_DTYPE_F16, v, vs, n, j->D, j->Dp, R->vt);
+    }
+    att_tile_t(j, R, KITE_DTYPE_F32, j0, n, (const char *)R->kt, j->Dp * 4, (const char *)R->vt,
+               j->Dp * 4);
+    return;
+  }
+  switch (j->t) {
+  case KITE_DTYPE_F16:
+    att_tile_t(j, R, KITE_DTYPE_F16, j0, n, k, ks, v, vs);
+    break;
+  case KITE_DTYPE_BF16:
+    att_tile_t(j, R, KITE_DTYPE_BF16, j0, n, k, ks, v, vs);
+    break;
+  default:
+    att_tile_t(j, R, KITE_DTYPE_F32, j0, n, k, ks, v, vs);
+    break;
+  }
+}
+
+/* Keys [k0, k1) of sequence b, kv head g, block by block through the block table. */
+static void att_paged_keys(const att_job *j, att_rows *R, int64_t b, int64_t g, int64_t k0,
+                           int64_t k1) {
+  const kite_paged_attn_args *a = j->pa;
+  const int64_t bs = a->block_size, es = cpu_esize(j->t), row = j->D * es;
+  const int32_t *table = a->block_table + b * a->block_table_stride;
+  for (int64_t k = k0; k < k1;) {
+    const int64_t jb = k / bs, end = (jb + 1) * bs < k1 ? (jb + 1) * bs : k1;
+    const int64_t blk = table[jb];
+    if (blk >= 0 && blk < a->num_blocks) {
+      const int64_t base = ((blk * a->hkv + g) * bs + (k - jb * bs)) * row;
+      const char *kc = (const char *)a->key_cache + base, *vc = (const char *)a->value_cache + base;
+      for (int64_t t = k; t < end; t += ATT_KB) {
+        const int64_t n = end - t < ATT_KB ? end - t : ATT_KB;
+        att_tile(j, R, t, n, kc + (t - k) * row, row, vc + (t - k) * row, row);
+      }
+    }
+    k = end;
+  }
+}
+
+/* Writes row r's result: o = acc / l over D elements of dtype t, lse = m + ln l; a row that saw
+ * no key gets zeros and -inf. */
+static void att_row_finish(const att_job *j, const att_rows *R, int64_t r, void *o, float *lse) {
+  const bool none = R->m[r] == -INFINITY;
+  const vf inv = vf_set1(none ? 0.0f : 1.0f / R->l[r]);
+  const float *ar = R->acc + r * j->Dp;
+  for (int64_t d = 0; d < j->D; d += VL) {
+    const int64_t m = j->D - d < VL ? j->D - d : VL;
+    vf_store(j->t, o, d, vf_mul(vf_load(KITE_DTYPE_F32, ar, d, VL), inv), m, false);
+  }
+  if (lse) *lse = none ? -INFINITY : R->m[r] + logf(R->l[r]);
+}
+
+/* ---- ops ----------------------------------------------------------------------------------- */
+
+static int64_t att_seq_len(const kite_paged_attn_args *a, int64_t b) {
+  const int64_t len = a->seq_lens[b], max = a->max_blocks * a->block_size;
+  return len < 0 ? 0 : len > max ? max : len;
+}
+
+/* Decode item (sequence, kv head, key chunk): the G q heads at position len - 1. */
+static void att_decode_item(const att_job *j, att_rows *R, int64_t item) {
+  const kite_paged_attn_args *a = j->pa;
+  const int64_t split = item % j->splits, bg = item / j->splits;
+  const int64_t b = bg / j->hkv, g = bg % j->hkv, len = att_seq_len(a, b), pos = len - 1;
+  int64_t lo, hi;
+  att_visible(j, pos, len, 0, &lo, &hi);
+  const int64_t es = cpu_esize(j->t);
+  R->n = j->G;
+  for (int64_t i = 0; i < j->G; i++) {
+    const int64_t h = att_head(j, g, i);
+    att_row_begin(j, R, i, (const char *)a->q + (b * a->q_stride_t + h * a->q_stride_h) * es, lo,
+                  hi);
+  }
+  int64_t k0 = split * j->chunk, k1 = k0 + j->chunk;
+  if (k0 < lo) k0 = lo > 0 ? lo : 0;
+  if (k1 > hi + 1) k1 = hi + 1;
+  att_paged_keys(j, R, b, g, k0, k1);
+
+  if (j->splits == 1) {
+    for (int64_t i = 0; i < j->G; i++) {
+      const int64_t h = att_head(j, g, i);
+      att_row_finish(j, R, i, (char *)a->o + (b * a->o_stride_t + h * a->o_stride_h) * es,
+                     a->lse ? &a->lse[b * j->hq + h] : NULL);
+    }
+    return;
+  }
+  float *part = j->partial + item * j->G * (j->Dp + 2);
+  for (int64_t i = 0; i < j->G; i++, part += j->Dp + 2) {
+    part[0] = R->m[i], part[1] = R->l[i];
+    memcpy(part + 2, R->acc + i * j->Dp, (size_t)j->Dp * sizeof(float));
+  }
+}
+
+/* Merge item (sequence, kv head) of a split decode: M = max m_i, L = sum l_i e^(m_i - M),
+ * o = sum acc_i e^(m_i - M) / L, lse = M + ln L. */
+static void att_merge_item(const att_job *j, att_rows *R, int64_t bg) {
+  const kite_paged_attn_args *a = j->pa;
+  const int64_t b = bg / j->hkv, g = bg % j->hkv, es = cpu_esize(j->t);
+  const int64_t stride = j->G * (j->Dp + 2);
+  const float *first = j->partial + bg * j->splits * stride;
+  R->n = 1;
+  for (int64_t i = 0; i < j->G; i++) {
+    float M = -INFINITY;
+    for (int64_t sp = 0; sp < j->splits; sp++) {
+      const float mi = first[sp * stride + i * (j->Dp + 2)];
+      if (mi > M || isnan(mi)) M = mi;
+    }
+    float L = 0.0f;
+    float *acc = R->acc;
+    for (int64_t d = 0; d < j->Dp; d += VL) vf_store(KITE_DTYPE_F32, acc, d, vf_set1(0.0f), VL, 0);
+    if (M != -INFINITY)
+      for (int64_t sp = 0; sp < j->splits; sp++) {
+        const float *part = first + sp * stride + i * (j->Dp + 2);
+        if (part[0] == -INFINITY) continue;
+        const float w = expf(part[0] - M);
+        L += part[1] * w;
+        for (int64_t d = 0; d < j->Dp; d += VL)
+          vf_store(KITE_DTYPE_F32, acc, d,
+                   vf_fma(vf_load(KITE_DTYPE_F32, part + 2, d, VL), vf_set1(w),
+                          vf_load(KITE_DTYPE_F32, acc, d, VL)),
+                   VL, false);
+      }
+    R->m[0] = M, R->l[0] = L;
+    const int64_t h = att_head(j, g, i);
+    att_row_finish(j, R, 0, (char *)a->o + (b * a->o_stride_t + h * a->o_stride_h) * es,
+                   a->lse ? &a->lse[b * j->hq + h] : NULL);
+  }
+}
+
+/* Prefill item (tile of queries of one sequence, kv head): rows (query i, q head gi). */
+static void att_prefill_item(const att_job *j, att_rows *R, int64_t item) {
+  const kite_paged_attn_args *a = j->pa;
+  const int64_t *tile = j->tiles + item / j->hkv * 3, g = item % j->hkv;
+  const int64_t b = tile[0], i0 = tile[1], nq = tile[2], es = cpu_esize(j->t);
+  const int64_t len = att_seq_len(a, b), t0 = a->cu_q_lens[b];
+  const int64_t q_len = a->cu_q_lens[b + 1] - t0;
+  int64_t k0 = INT64_MAX, k1 = INT64_MIN;
+  R->n = nq * j->G;
+  for (int64_t i = 0; i < nq; i++)
+    for (int64_t gi = 0; gi < j->G; gi++) {
+      const int64_t t = t0 + i0 + i, h = att_head(j, g, gi), pos = len - q_len + i0 + i;
+      int64_t lo, hi;
+      att_visible(j, pos, len, j->opts.causal, &lo, &hi);
+      att_row_begin(j, R, i * j->G + gi,
+                    (const char *)a->q + (t * a->q_stride_t + h * a->q_stride_h) * es, lo, hi);
+      k0 = lo < k0 ? lo : k0, k1 = hi + 1 > k1 ? hi + 1 : k1;
+    }
+  att_paged_keys(j, R, b, g, k0 > 0 ? k0 : 0, k1);
+  for (int64_t i = 0; i < nq; i++)
+    for (int64_t gi = 0; gi < j->G; gi++) {
+      const int64_t t = t0 + i0 + i, h = att_head(j, g, gi);
+      att_row_finish(j, R, i * j->G + gi,
+                     (char *)a->o + (t * a->o_stride_t + h * a->o_stride_h) * es,
+                     a->lse ? &a->lse[t * j->hq + h] : NULL);
+    }
+}
+
+/* sdpa item (tile of queries of one batch entry, kv head) over the dense k/v. */
+static void att_sdpa_item(const att_job *j, att_rows *R, int64_t item) {
+  const kite_sdpa_args *a = j->sa;
+  const int64_t *tile = j->tiles + item / j->hkv * 3, g = item % j->hkv;
+  const int64_t b = tile[0], i0 = tile[1], nq = tile[2], es = cpu_esize(j->t);
+  int64_t k0 = INT64_MAX, k1 = INT64_MIN;
+  R->n = nq * j->G;
+  for (int64_t i = i0; i < i0 + nq; i++)
+    for (int64_t gi = 0; gi < j->G; gi++) {
+      const int64_t h = att_head(j, g, gi), r = (i - i0) * j->G + gi;
+      int64_t lo, hi;
+      att_visible(j, i + a->sk - a->sq, a->sk, j->opts.causal, &lo, &hi);
+      att_row_begin(j, R, r,
+                    (const char *)a->q +
+                        (b * a->q_stride[0] + h * a->q_stride[1] + i * a->q_stride[2]) * es,
+                    lo, hi);
+      R->mask[r] = b * a->mask_stride[0] + h * a->mask_stride[1] + i * a->mask_stride[2];
+      k0 = lo < k0 ? lo : k0, k1 = hi + 1 > k1 ? hi + 1 : k1;
+    }
+  const char *k = (const char *)a->k + (b * a->k_stride[0] + g * a->k_stride[1]) * es;
+  const char *v = (const char *)a->v + (b * a->v_stride[0] + g * a->v_stride[1]) * es;
+  const int64_t ks = a->k_stride[2] * es, vs = a->v_stride[2] * es;
+  for (int64_t t = k0 > 0 ? k0 : 0; t < k1; t += ATT_KB) {
+    const int64_t n = k1 - t < ATT_KB ? k1 - t : ATT_KB;
+    att_tile(j, R, t, n, k + t * ks, ks, v + t * vs, vs);
+  }
+  for (int64_t i = i0; i < i0 + nq; i++)
+    for (int64_t gi = 0; gi < j->G; gi++) {
+      const int64_t h = att_head(j, g, gi);
+      att_row_finish(j, R, (i - i0) * j->G + gi,
+                     (char *)a->o +
+                         (b * a->o_stride[0] + h * a->o_stride[1] + i * a->o_stride[2]) * es,
+                     a->lse ? &a->lse[(b * j->hq + h) * a->sq + i] : NULL);
+    }
+}
+
+/* One thread part: claims items until none is left. */
+static void att_task(const void *job, int64_t begin, int64_t end, int part) {
+  const att_job *j = job;
+  att_rows R;
+  att_rows_layout(j->scratch + (size_t)part * j->scratch_bytes, j->rows_max, j->Dp, &R);
+  for (int64_t it; (it = (int64_t)atomic_fetch_add(j->next, 1)) < j->items;) j->item(j, &R, it);
+}
+
+/* Runs j->item over j->items with up to `parts` threads. */
+static void att_run_items(att_job *j, int parts) {
+  atomic_llong next = 0;
+  j->next = &next;
+  cpu_parallel_run(parts, parts, att_task, j);
+}
+
+/* The workspace: per-part scratch, then `extra` bytes (tiles or partials) at *extra_out. */
+static kite_status att_workspace(kite_ctx *ctx, att_job *j, int parts, size_t extra,
+                                 void **extra_out, const char *op) {
+  j->scratch_bytes = att_rows_layout(NULL, j->rows_max, j->Dp, NULL);
+  const size_t bytes = j->scratch_bytes * (size_t)parts + att_round(extra);
+  void *ws;
+  kite_status s = kite_ctx_workspace(ctx, bytes, &ws);
+  if (s != KITE_OK) return s;
+  j->scratch = ws;
+  *extra_out = (char *)ws + j->scratch_bytes * (size_t)parts;
+  return KITE_OK;
+}
+
+static void att_job_init(att_job *j, kite_dtype t, const kite_attn_opts *opts, int64_t hq,
+                         int64_t hkv, int64_t D) {
+  memset(j, 0, sizeof *j);
+  j->t = t, j->opts = *opts, j->hq = hq, j->hkv = hkv, j->G = hq / hkv, j->D = D;
+  j->Dp = (D + VL - 1) / VL * VL;
+}
+
+kite_status ATT_EXPORT(cpu_attn_paged_)(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_paged_attn_args *a = args;
+  const bool prefill = a->op == KITE_OP_PAGED_PREFILL;
+  const char *op = prefill ? "paged_prefill" : "paged_decode";
+  if (!cpu_is_float(a->dtype))
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cpu: dtype not supported", op);
+  att_job j;
+  att_job_init(&j, a->dtype, &a->opts, a->hq, a->hkv, a->head_dim);
+  j.pa = a;
+  const int threads = kite_ctx_num_threads(ctx);
+  int64_t keys = 0; /* keys read per kv head, for the thread count */
+  for (int64_t b = 0; b < a->batch; b++) keys += att_seq_len(a, b);
+  const int64_t work = (keys + a->tokens) * a->hkv * j.D * (prefill ? j.G : 2);
+  void *extra;
+  kite_status s;
+
+  if (!prefill) {
+    /* Few (sequence, kv head) pairs for the threads: split the keys into chunks of whole
+     * blocks, at least 256 keys, so that there are about 4 items per thread. */
+    const int64_t pairs = a->batch * a->hkv;
+    int64_t max_len = 0;
+    for (int64_t b = 0; b < a->batch; b++)
+      max_len = att_seq_len(a, b) > max_len ? att_seq_len(a, b) : max_len;
+    j.splits = 1, j.chunk = max_len > 0 ? max_len : 1;
+    if (threads > 1 && pairs < 4 * threads && max_len > 256) {
+      int64_t want = (4 * threads + pairs - 1) / pairs, chunk = (max_len + want - 1) / want;
+      if (chunk < 256) chunk = 256;
+      chunk = (chunk + a->block_size - 1) / a->block_size * a->block_size;
+      j.chunk = chunk, j.splits = (max_len + chunk - 1) / chunk;
+    }
+    j.items = pairs * j.splits, j.item = att_decode_item, j.rows_max = j.G;
+    const int parts = cpu_parallel_parts(ctx, j.items, work);
+    const size_t partial = j.splits > 1 ? (size_t)j.items * (size_t)(j.G * (j.Dp + 2)) * 4 : 0;
+    if ((s = att_workspace(ctx, &j, parts, partial, &extra, op)) != KITE_OK) return s;
+    j.partial = extra;
+    att_run_items(&j, parts);
+    if (j.splits > 1) {
+      j.item = att_merge_item, j.items = pairs;
+      att_run_items(&j, cpu_parallel_parts(ctx, pairs, pairs * j.splits * j.G * j.Dp));
+    }
+    return KITE_OK;
+  }
+
+  const int32_t *cu = a->cu_q_lens;
+  bool ok = cu[0] == 0 && cu[a->batch] == a->tokens;
+  for (int64_t b = 0; ok && b < a->batch; b++) ok = cu[b] <= cu[b + 1];
+  if (!ok)
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "paged_prefill: cu_q_lens must start at 0, not decrease and end at "
+                          "T = %lld",
+                          (long long)a->tokens);
+  const int64_t qt = j.G >= ATT_ROWS ? 1 : ATT_ROWS / j.G; /* queries per tile */
+  int64_t ntiles = 0;
+  for (int64_t b = 0; b < a->batch; b++) ntiles += (cu[b + 1] - cu[b] + qt - 1) / qt;
+  j.items = ntiles * a->hkv, j.item = att_prefill_item, j.rows_max = qt * j.G;
+  const int parts = cpu_parallel_parts(ctx, j.items, work);
+  if ((s = att_workspace(ctx, &j, parts, (size_t)ntiles * 3 * 8, &extra, op)) != KITE_OK) return s;
+  /* Tiles last-first: under causal the last queries of a sequence see the most keys, and
+   * claiming them first evens out the threads' ends. */
+  int64_t *tiles = extra, n = ntiles;
+  for (int64_t b = 0; b < a->batch; b++)
+    for (int64_t i0 = 0; i0 < cu[b + 1] - cu[b]; i0 += qt) {
+      n--;
+      tiles[n * 3] = b, tiles[n * 3 + 1] = i0;
+      tiles[n * 3 + 2] = cu[b + 1] - cu[b] - i0 < qt ? cu[b + 1] - cu[b] - i0 : qt;
+    }
+  j.tiles = tiles;
+  att_run_items(&j, parts);
+  return KITE_OK;
+}
+
+kite_status ATT_EXPORT(cpu_attn_sdpa_)(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_sdpa_args *a = args;
+  if (!cpu_is_float(a->dtype))
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "sdpa: cpu: dtype not supported");
+  att_job j;
+  att_job_init(&j, a->dtype, &a->opts, a->hq, a->hkv, a->head_dim);
+  j.sa = a;
+  const int64_t qt = j.G >= ATT_ROWS ? 1 : ATT_ROWS / j.G;
+  const int64_t per_b = (a->sq + qt - 1) / qt, ntiles = a->batch * per_b;
+  j.items = ntiles * a->hkv, j.item = att_sdpa_item, j.rows_max = qt * j.G;
+  const int parts = cpu_parallel_parts(ctx, j.items, a->batch * a->hq * a->sq * a->sk * j.D);
+  void *extra;
+  kite_status s = att_workspace(ctx, &j, parts, (size_t)ntiles * 3 * 8, &extra, "sdpa");
+  if (s != KITE_OK) return s;
+  int64_t *tiles = extra, n = ntiles;
+  for (int64_t b = 0; b < a->batch; b++)
+    for (int64_t i0 = 0; i0 < a->sq; i0 += qt) {
+      n--;
+      tiles[n * 3] = b, tiles[n * 3 + 1] = i0;
+      tiles[n * 3 + 2] = a->sq - i0 < qt ? a->sq - i0 : qt;
+    }
+  j.tiles = tiles;
+  att_run_items(&j, parts);
+  return KITE_OK;
+}
+
+/* store_kv: kv heads over threads, each writing its head's rows in token order, so that of two
+ * tokens with one slot the later one stays (as in ref). Slots are checked before any write. */
+typedef struct att_store_job {
+  const kite_store_kv_args *a;
+} att_store_job;
+
+static void att_store_task(const void *job, int64_t begin, int64_t end, int part) {
+  const kite_store_kv_args *a = ((const att_store_job *)job)->a;
+  const int64_t es = cpu_esize(a->dtype), row = a->head_dim * es, bs = a->block_size;
+  for (int64_t h = begin; h < end; h++)
+    for (int64_t i = 0; i < a->tokens; i++) {
+      const int64_t slot = a->slots[i];
+      if (slot < 0) continue;
+      const int64_t dst = ((slot / bs * a->hkv + h) * bs + slot % bs) * row;
+      memcpy((char *)a->key_cache + dst,
+             (const char *)a->k + (i * a->k_stride_t + h * a->k_stride_h) * es, (size_t)row);
+      memcpy((char *)a->value_cache + dst,
+             (const char *)a->v + (i * a->v_stride_t + h * a->v_stride_h) * es, (size_t)row);
+    }
+}
+
+kite_status ATT_EXPORT(cpu_attn_store_kv_)(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_store_kv_args *a = args;
+  if (!cpu_is_float(a->dtype))
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "store_kv: cpu: dtype not supported");
+  const int64_t capacity = a->num_blocks * a->block_size;
+  for (int64_t i = 0; i < a->tokens; i++)
+    if (a->slots[i] >= capacity)
+      return kite_set_error(KITE_ERR_INVALID_ARG,
+                            "store_kv: slots[%lld] = %d is past the cache's %lld slots",
+                            (long long)i, (int)a->slots[i], (long long)capacity);
+  const att_store_job job = {a};
+  cpu_parallel_run(cpu_parallel_parts(ctx, a->hkv, 2 * a->tokens * a->hkv * a->head_dim), a->hkv,
+                   att_store_task, &job);
+  return KITE_OK;
+}

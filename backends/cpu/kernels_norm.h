@@ -1,0 +1,112 @@
+/*
+ * rms_norm, layer_norm and their residual-add forms, one row at a time (kite_norm_args states
+ * the PRE/POST rule). The row is read for its statistics, then again (from L1/L2) for the output:
+ *   rms:   y = s * rstd * (offset + w),  rstd = 1 / sqrt(mean(s^2) + eps)
+ *   layer: y = (s - mean) * rstd * w + b, the variance taken around the mean in a second pass,
+ *          which stays accurate when |mean| >> std where E[s^2] - mean^2 would not.
+ * s is the row the norm sees: x, or x + residual in float (POST), or that sum rounded to the
+ * dtype (PRE: the value the residual keeps). The residual is written in the output pass only,
+ * and y may alias x: every chunk is read before it is written. Only a y that is not x streams:
+ * a line that was just read is in cache already, and a streaming store to it would be slower.
+ * Part of kernels.h.
+ */
+
+typedef struct norm_job {
+  const kite_norm_args *a;
+  bool stream;
+} norm_job;
+
+CPU_INLINE vf norm_input(kite_dtype t, bool add, kite_norm_pos pos, const char *x,
+                         const char *res, int64_t i, int64_t m) {
+  const vf s = vf_load(t, x, i, m);
+  if (!add) return s;
+  const vf sum = vf_add(s, vf_load(t, res, i, m));
+  return pos == KITE_NORM_PRE ? vf_round_to(t, sum) : sum;
+}
+
+CPU_INLINE void norm_row(kite_dtype t, bool rms, bool add, kite_norm_pos pos, const norm_job *j,
+                         int64_t r) {
+  const kite_norm_args *a = j->a;
+  const int64_t n = a->cols, es = cpu_esize(t);
+  const char *x = cpu_row(a->x, a->x_stride, r, es);
+  char *res = add ? cpu_row(a->residual, a->residual_stride, r, es) : NULL;
+  char *y = cpu_row(a->y, a->y_stride, r, es);
+
+  double mean = 0.0, var;
+  vf acc = vf_set1(0.0f);
+  if (rms) {
+    CPU_CHUNKS(i, m, n, VL) {
+      const vf s = norm_input(t, add, pos, x, res, i, m);
+      acc = vf_fma(s, s, acc);
+    }
+  } else {
+    CPU_CHUNKS(i, m, n, VL) acc = vf_add(acc, norm_input(t, add, pos, x, res, i, m));
+    mean = (double)vf_reduce_add(acc) / (double)n;
+    const vf mv = vf_set1((float)mean);
+    acc = vf_set1(0.0f);
+    CPU_CHUNKS(i, m, n, VL) {
+      const vf d = vf_tail(vf_sub(norm_input(t, add, pos, x, res, i, m), mv), m, 0.0f);
+      acc = vf_fma(d, d, acc);
+    }
+  }
+  var = (double)vf_reduce_add(acc) / (double)n;
+
+  const vf rstd = vf_set1((float)(1.0 / sqrt(var + (double)a->eps)));
+  const vf mv = vf_set1((float)mean), offset = vf_set1(a->offset);
+  bool stream = j->stream;
+  const int64_t head = cpu_stream_head(t, y, &stream);
+  CPU_CHUNKS(i, m, n, head) {
+    const vf s = norm_input(t, add, pos, x, res, i, m);
+    vf v = vf_mul(rms ? s : vf_sub(s, mv), rstd);
+    if (a->w) {
+      const vf w = vf_load(t, a->w, i, m);
+      v = vf_mul(v, rms ? vf_add(offset, w) : w);
+    }
+    if (!rms && a->b) v = vf_add(v, vf_load(t, a->b, i, m));
+    vf_store(t, y, i, v, m, stream);
+    if (add) vf_store(t, res, i, pos == KITE_NORM_PRE ? s : v, m, false);
+  }
+}
+
+CPU_INLINE void norm_rows(kite_dtype t, bool rms, bool add, kite_norm_pos pos, const norm_job *j,
+                          int64_t begin, int64_t end) {
+  for (int64_t r = begin; r < end; r++) norm_row(t, rms, add, pos, j, r);
+}
+
+#define NORM_KIND(rms, add, pos)                                                                   \
+  CPU_WITH_DTYPE(j->a->dtype, norm_rows, rms, add, pos, j, begin, end)
+
+static void norm_task(const void *job, int64_t begin, int64_t end, int part) {
+  const norm_job *j = job;
+  const bool pre = j->a->pos == KITE_NORM_PRE;
+  switch (j->a->op) {
+  case KITE_OP_RMS_NORM: NORM_KIND(true, false, KITE_NORM_PRE); break;
+  case KITE_OP_LAYER_NORM: NORM_KIND(false, false, KITE_NORM_PRE); break;
+  case KITE_OP_ADD_RMS_NORM:
+    if (pre)
+      NORM_KIND(true, true, KITE_NORM_PRE);
+    else
+      NORM_KIND(true, true, KITE_NORM_POST);
+    break;
+  case KITE_OP_ADD_LAYER_NORM:
+    if (pre)
+      NORM_KIND(false, true, KITE_NORM_PRE);
+    else
+      NORM_KIND(false, true, KITE_NORM_POST);
+    break;
+  default: break;
+  }
+  if (j->stream) vf_stream_end();
+}
+#undef NORM_KIND
+
+static kite_status norm_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_norm_args *a = args;
+  if (a->rows <= 0 || a->cols <= 0) return KITE_OK;
+  const bool add = a->op == KITE_OP_ADD_RMS_NORM || a->op == KITE_OP_ADD_LAYER_NORM;
+  const int64_t elems = a->rows * a->cols;
+  const norm_job j = {.a = a, .stream = a->y != a->x && cpu_streams(elems * cpu_esize(a->dtype))};
+  const int parts = cpu_parallel_parts(ctx, a->rows, elems * (add ? 4 : 2));
+  cpu_parallel_run(parts, a->rows, norm_task, &j);
+  return KITE_OK;
+}

@@ -1,0 +1,75 @@
+/*
+ * Rotary position embedding, in place on q[tokens, hq, D] and k[tokens, hkv, D]. Pair i turns by
+ * the angle whose cosine and sine are cache row p's [i] and [half + i]:
+ *   (x0, x1) -> (x0 cos - x1 sin, x1 cos + x0 sin).
+ * neox pairs (i, i + half): contiguous cosines meet contiguous halves, plain vector code.
+ * gptj pairs (2i, 2i + 1): the angles are expanded once per token (and block of dims) into
+ *   ce = (c0 c0 c1 c1 ...), se = (-s0 s0 -s1 s1 ...), and then y = x * ce + swap_pairs(x) * se
+ *   for every head of the token.
+ * Threads split the tokens. Part of kernels.h.
+ */
+
+#define ROPE_BLOCK 256 /* gptj: rotated dims whose expanded angles sit on the stack at once */
+
+static inline char *rope_head(const kite_rope_args *a, int64_t tok, int64_t h, int64_t es) {
+  if (h < a->hq) return cpu_row(a->q, 1, tok * a->q_stride_t + h * a->q_stride_h, es);
+  return cpu_row(a->k, 1, tok * a->k_stride_t + (h - a->hq) * a->k_stride_h, es);
+}
+
+CPU_INLINE void rope_neox(kite_dtype t, char *v, const float *cs, int64_t half) {
+  CPU_CHUNKS(i, m, half, VL) {
+    const vf c = vf_load(KITE_DTYPE_F32, cs, i, m), s = vf_load(KITE_DTYPE_F32, cs + half, i, m);
+    const vf x0 = vf_load(t, v, i, m), x1 = vf_load(t, v, half + i, m);
+    vf_store(t, v, i, vf_sub(vf_mul(x0, c), vf_mul(x1, s)), m, false);
+    vf_store(t, v, half + i, vf_fma(x1, c, vf_mul(x0, s)), m, false);
+  }
+}
+
+CPU_INLINE void rope_gptj(kite_dtype t, char *v, const float *ce, const float *se, int64_t n) {
+  CPU_CHUNKS(i, m, n, VL) {
+    const vf x = vf_load(t, v, i, m);
+    const vf turned = vf_mul(vf_swap_pairs(x), vf_load(KITE_DTYPE_F32, se, i, m));
+    vf_store(t, v, i, vf_fma(x, vf_load(KITE_DTYPE_F32, ce, i, m), turned), m, false);
+  }
+}
+
+CPU_INLINE void rope_tokens(kite_dtype t, const kite_rope_args *a, int64_t begin, int64_t end) {
+  const int64_t es = cpu_esize(t), half = a->rot_dim / 2, heads = a->hq + a->hkv;
+  for (int64_t tok = begin; tok < end; tok++) {
+    const float *cs = a->cos_sin + (int64_t)a->positions[tok] * a->rot_dim;
+    if (a->style == KITE_ROPE_NEOX) {
+      for (int64_t h = 0; h < heads; h++) rope_neox(t, rope_head(a, tok, h, es), cs, half);
+      continue;
+    }
+    float ce[ROPE_BLOCK], se[ROPE_BLOCK];
+    for (int64_t d0 = 0; d0 < a->rot_dim; d0 += ROPE_BLOCK) {
+      const int64_t n = a->rot_dim - d0 < ROPE_BLOCK ? a->rot_dim - d0 : ROPE_BLOCK;
+      for (int64_t d = 0; d < n; d++) {
+        const int64_t pair = (d0 + d) / 2; /* d0 is even: d and d0 + d have the same parity */
+        ce[d] = cs[pair];
+        se[d] = d % 2 ? cs[half + pair] : -cs[half + pair];
+      }
+      for (int64_t h = 0; h < heads; h++) rope_gptj(t, rope_head(a, tok, h, es) + d0 * es, ce, se, n);
+    }
+  }
+}
+
+static void rope_task(const void *job, int64_t begin, int64_t end, int part) {
+  const kite_rope_args *a = job;
+  CPU_WITH_DTYPE(a->dtype, rope_tokens, a, begin, end);
+}
+
+static kite_status rope_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_rope_args *a = args;
+  if (a->tokens <= 0 || a->rot_dim <= 0 || a->hq + a->hkv <= 0) return KITE_OK;
+  /* every position first, so that a bad call leaves q and k untouched */
+  for (int64_t tok = 0; tok < a->tokens; tok++) {
+    if (a->positions[tok] < 0 || a->positions[tok] >= a->max_pos)
+      return kite_set_error(KITE_ERR_INVALID_ARG,
+                            "rope: positions[%lld] = %d is outside the cos/sin cache [0, %lld)",
+                            (long long)tok, (int)a->positions[tok], (long long)a->max_pos);
+  }
+  const int64_t work = a->tokens * (a->hq + a->hkv) * a->rot_dim * 2;
+  cpu_parallel_run(cpu_parallel_parts(ctx, a->tokens, work), a->tokens, rope_task, a);
+  return KITE_OK;
+}

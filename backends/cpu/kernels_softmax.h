@@ -1,0 +1,66 @@
+/*
+ * Softmax over rows: y = exp(scale x - max) / sum, three passes per row:
+ *   1. max of scale x (tail lanes filled with -inf),
+ *   2. e = exp(scale x - max) into an f32 scratch row, and their sum,
+ *   3. y = e * (1 / sum), rounded once (a low-precision y cannot hold e itself).
+ * The scratch row (one per thread, from the ctx workspace) stays in L1/L2 between passes 2 and 3,
+ * so x is read from memory once and y written once. y may alias x.
+ * Part of kernels.h.
+ */
+
+typedef struct softmax_job {
+  const kite_softmax_args *a;
+  float *scratch; /* [parts, cols] */
+  bool stream;
+} softmax_job;
+
+CPU_INLINE void softmax_rows(kite_dtype t, const softmax_job *j, int64_t begin, int64_t end,
+                             float *e) {
+  const kite_softmax_args *a = j->a;
+  const int64_t n = a->cols, es = cpu_esize(t);
+  const vf scale = vf_set1(a->scale);
+  for (int64_t r = begin; r < end; r++) {
+    const char *x = cpu_row(a->x, a->x_stride, r, es);
+    char *y = cpu_row(a->y, a->y_stride, r, es);
+
+    vf mx = vf_set1(-INFINITY);
+    CPU_CHUNKS(i, m, n, VL) mx = vf_max(mx, vf_tail(vf_mul(vf_load(t, x, i, m), scale), m, -INFINITY));
+    const vf minus_max = vf_set1(-vf_reduce_max(mx));
+
+    vf sum = vf_set1(0.0f);
+    CPU_CHUNKS(i, m, n, VL) {
+      const vf ei = vf_tail(vf_exp(vf_fma(vf_load(t, x, i, m), scale, minus_max)), m, 0.0f);
+      vf_store(KITE_DTYPE_F32, e, i, ei, m, false);
+      sum = vf_add(sum, ei);
+    }
+
+    const vf inv = vf_set1(1.0f / vf_reduce_add(sum));
+    bool stream = j->stream;
+    const int64_t head = cpu_stream_head(t, y, &stream);
+    CPU_CHUNKS(i, m, n, head) vf_store(t, y, i, vf_mul(vf_load(KITE_DTYPE_F32, e, i, m), inv), m, stream);
+  }
+}
+
+static void softmax_task(const void *job, int64_t begin, int64_t end, int part) {
+  const softmax_job *j = job;
+  float *e = j->scratch + (int64_t)part * j->a->cols;
+  CPU_WITH_DTYPE(j->a->dtype, softmax_rows, j, begin, end, e);
+  if (j->stream) vf_stream_end();
+}
+
+static kite_status softmax_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_softmax_args *a = args;
+  if (a->rows <= 0 || a->cols <= 0) return KITE_OK;
+  const int64_t elems = a->rows * a->cols;
+  const int parts = cpu_parallel_parts(ctx, a->rows, elems * 2);
+  if ((uint64_t)a->cols > SIZE_MAX / sizeof(float) / (uint64_t)parts)
+    return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "softmax: cpu: rows of %lld are too long",
+                          (long long)a->cols);
+  void *ws;
+  kite_status s = kite_ctx_workspace(ctx, (size_t)parts * (size_t)a->cols * sizeof(float), &ws);
+  if (s != KITE_OK) return s;
+  const bool stream = a->y != a->x && cpu_streams(elems * cpu_esize(a->dtype));
+  const softmax_job j = {.a = a, .scratch = ws, .stream = stream};
+  cpu_parallel_run(parts, a->rows, softmax_task, &j);
+  return KITE_OK;
+}

@@ -1,0 +1,88 @@
+/*
+ * The vector layer the cpu kernels are written against, portable C version.
+ *
+ * Every ISA header (this one, vec_avx2.h, vec_avx512.h) provides the same names:
+ *   VL                     lanes of a vf (a vector of floats)
+ *   vf_set1 add sub mul div fma(a, b, c) = a * b + c, abs
+ *   vf_min(a, b) vf_max(a, b)      x86 rule: b when either is NaN (put the data in b to keep NaN)
+ *   vf_lt_select(a, b, x, y)       lane-wise a < b ? x : y
+ *   vf_tail(v, m, fill)            lanes >= m replaced by fill (identity when m >= VL)
+ *   vf_swap_pairs(v)               lanes (0 1 2 3 ...) -> (1 0 3 2 ...)
+ *   vf_reduce_add / vf_reduce_max  horizontal, to a float
+ *   vf_load(t, p, i, m)            m <= VL elements of type t from p[i...], rest of lanes 0
+ *   vf_store(t, p, i, v, m, st)    m lanes to p[i...], rounded to nearest even; st (streaming)
+ *                                  only for full, vector-aligned chunks
+ *   vf_round_to(t, v)              v rounded to t and back, what a store then a load would give
+ *   vf_exp, vf_erfc                accurate to a few ulp of f32
+ *   vf_stream_end()                orders streaming stores before a task reports completion
+ *   CPU_VEC_STREAMS                1 when streaming stores exist
+ *
+ * Here a vf is a struct of 8 floats and every operation a loop over lanes: plain C that the
+ * compiler turns into whatever vectors the target has, and that runs anywhere. exp and erfc are
+ * libm's.
+ */
+#ifndef KITE_CPU_VEC_SCALAR_H
+#define KITE_CPU_VEC_SCALAR_H
+
+#include <math.h>
+
+#include "kite/dtype.h"
+
+#define VL 8
+#define CPU_VEC_STREAMS 0
+#define CPU_INLINE static inline __attribute__((always_inline))
+
+typedef struct vf {
+  float v[VL];
+} vf;
+
+#define VF_MAP(expr)                                                                               \
+  vf r_;                                                                                           \
+  for (int l = 0; l < VL; l++) r_.v[l] = (expr);                                                   \
+  return r_
+
+CPU_INLINE vf vf_set1(float a) { VF_MAP(a); }
+CPU_INLINE vf vf_add(vf a, vf b) { VF_MAP(a.v[l] + b.v[l]); }
+CPU_INLINE vf vf_sub(vf a, vf b) { VF_MAP(a.v[l] - b.v[l]); }
+CPU_INLINE vf vf_mul(vf a, vf b) { VF_MAP(a.v[l] * b.v[l]); }
+CPU_INLINE vf vf_div(vf a, vf b) { VF_MAP(a.v[l] / b.v[l]); }
+/* Not fmaf: without FMA hardware that is a slow library call, and one rounding more is fine. */
+CPU_INLINE vf vf_fma(vf a, vf b, vf c) { VF_MAP(a.v[l] * b.v[l] + c.v[l]); }
+CPU_INLINE vf vf_abs(vf a) { VF_MAP(fabsf(a.v[l])); }
+CPU_INLINE vf vf_min(vf a, vf b) { VF_MAP(a.v[l] < b.v[l] ? a.v[l] : b.v[l]); }
+CPU_INLINE vf vf_max(vf a, vf b) { VF_MAP(a.v[l] > b.v[l] ? a.v[l] : b.v[l]); }
+CPU_INLINE vf vf_lt_select(vf a, vf b, vf x, vf y) { VF_MAP(a.v[l] < b.v[l] ? x.v[l] : y.v[l]); }
+CPU_INLINE vf vf_tail(vf v, int64_t m, float fill) { VF_MAP(l < m ? v.v[l] : fill); }
+CPU_INLINE vf vf_swap_pairs(vf a) { VF_MAP(a.v[l ^ 1]); }
+CPU_INLINE vf vf_exp(vf a) { VF_MAP(expf(a.v[l])); }
+CPU_INLINE vf vf_erfc(vf a) { VF_MAP(erfcf(a.v[l])); }
+CPU_INLINE vf vf_round_to(kite_dtype t, vf a) {
+  VF_MAP(t == KITE_DTYPE_BF16  ? kite_bf16_to_f32(kite_f32_to_bf16(a.v[l]))
+         : t == KITE_DTYPE_F16 ? kite_f16_to_f32(kite_f32_to_f16(a.v[l]))
+                               : a.v[l]);
+}
+
+CPU_INLINE float vf_reduce_add(vf a) {
+  /* pairwise, as the SIMD versions do */
+  for (int w = VL / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; l++) a.v[l] += a.v[l + w];
+  return a.v[0];
+}
+
+CPU_INLINE float vf_reduce_max(vf a) {
+  float m = a.v[0];
+  for (int l = 1; l < VL; l++) m = a.v[l] > m ? a.v[l] : m;
+  return m;
+}
+
+CPU_INLINE vf vf_load(kite_dtype t, const void *p, int64_t i, int64_t m) {
+  VF_MAP(l < m ? kite_load_f32(t, p, i + l) : 0.0f);
+}
+
+CPU_INLINE void vf_store(kite_dtype t, void *p, int64_t i, vf v, int64_t m, bool stream) {
+  for (int l = 0; l < VL && l < m; l++) kite_store_f32(t, p, i + l, v.v[l]);
+}
+
+CPU_INLINE void vf_stream_end(void) {}
+
+#endif /* KITE_CPU_VEC_SCALAR_H */

@@ -1,0 +1,218 @@
+/*
+ * Device helpers shared by every kernel of the CUDA backend: element conversions, packed loads and
+ * stores (16 bytes = 8 bf16/f16 or 4 f32 elements per access), warp and block reductions, the
+ * scalar activations, and the host-side dtype dispatch.
+ *
+ * Kernels keep their arithmetic in float32 and round once when they store.
+ */
+#ifndef KITE_CUDA_COMMON_CUH
+#define KITE_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "cuda_backend.h"
+
+namespace kite_cuda {
+
+/* ---- element conversions ------------------------------------------------------------------- */
+__device__ __forceinline__ float to_float(float v) {
+  return v;
+}
+__device__ __forceinline__ float to_float(__half v) {
+  return __half2float(v);
+}
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+
+/* Round to nearest even; NaN stays NaN, f16 overflow gives inf. */
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+template <> __device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+/* The value a store of v as T would leave behind, as float (a no-op for float). */
+template <typename T> __device__ __forceinline__ float round_to(float v) {
+  return to_float(from_float<T>(v));
+}
+
+/* ---- packed loads and stores --------------------------------------------------------------- */
+/* Elements of T in one 16-byte access: 8 for bf16/f16, 4 for f32. */
+template <typename T> __host__ __device__ constexpr int vec_elems() {
+  return (int)(16 / sizeof(T));
+}
+
+/* W consecutive elements, aligned to their size so that the compiler emits one access for them. */
+template <typename T, int W> struct alignas(sizeof(T) * W) Pack { T v[W]; };
+
+/* Loads p[0..N) as float. Accesses are 16 bytes wide when N elements fill at least that (p must
+ * then be 16-byte aligned), else N elements at once; N = 1 is the plain scalar path. */
+template <int N, typename T> __device__ __forceinline__ void load_floats(const T *p, float *out) {
+  constexpr int W = N * sizeof(T) >= 16 ? vec_elems<T>() : N;
+  static_assert(N % W == 0, "N must be a multiple of the access width");
+#pragma unroll
+  for (int i = 0; i < N; i += W) {
+    const Pack<T, W> pk = *reinterpret_cast<const Pack<T, W> *>(p + i);
+#pragma unroll
+    for (int j = 0; j < W; j++) out[i + j] = to_float(pk.v[j]);
+  }
+}
+
+/* Stores in[0..N) to p as T, rounded once, with the access width of load_floats. */
+template <int N, typename T> __device__ __forceinline__ void store_floats(T *p, const float *in) {
+  constexpr int W = N * sizeof(T) >= 16 ? vec_elems<T>() : N;
+  static_assert(N % W == 0, "N must be a multiple of the access width");
+#pragma unroll
+  for (int i = 0; i < N; i += W) {
+    Pack<T, W> pk;
+#pragma unroll
+    for (int j = 0; j < W; j++) pk.v[j] = from_float<T>(in[i + j]);
+    *reinterpret_cast<Pack<T, W> *>(p + i) = pk;
+  }
+}
+
+/* ---- reductions ---------------------------------------------------------------------------- */
+struct Sum {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+struct Max {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+template <typename Op> __device__ __forceinline__ float warp_reduce(float v, Op op) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1)
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+/* Reduces v over the block; every thread gets the result. blockDim.x must be a multiple of 32
+ * (at most 1024) and every thread must call it. Safe to call several times in a row: the first
+ * barrier keeps a fast warp from overwriting partials that a slow one still reads. */
+template <typename Op>
+__device__ __forceinline__ float block_reduce(float v, Op op, float identity) {
+  __shared__ float partial[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_reduce(v, op);
+  __syncthreads();
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < (int)(blockDim.x >> 5) ? partial[lane] : identity;
+  return warp_reduce(v, op);
+}
+
+__device__ __forceinline__ float block_sum(float v) {
+  return block_reduce(v, Sum(), 0.0f);
+}
+__device__ __forceinline__ float block_max(float v) {
+  return block_reduce(v, Max(), -INFINITY);
+}
+
+/* ---- activations (DESIGN.md "Activations"), float in, float out ---------------------------- */
+enum class Act { silu, gelu, gelu_tanh, gelu_quick, relu };
+
+template <Act A> __device__ __forceinline__ float activate(float x) {
+  if (A == Act::silu) return x / (1.0f + expf(-x));
+  if (A == Act::gelu) return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+  if (A == Act::gelu_tanh) {
+    const float sqrt_2_over_pi = 0.79788456080286536f;
+    return 0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * (x + 0.044715f * x * x * x)));
+  }
+  if (A == Act::gelu_quick) return x / (1.0f + expf(-1.702f * x));
+  return x > 0.0f || x != x ? x : 0.0f; /* relu; NaN stays NaN */
+}
+
+/* ---- host side ----------------------------------------------------------------------------- */
+template <typename T> struct TypeTag { using type = T; };
+
+/* Calls fn(TypeTag<T>{}) with the CUDA type of a float dtype; UNSUPPORTED for any other.
+ *   return with_float_type(a->dtype, name, [&](auto tag) { using T = typename decltype(tag)::type;
+ *                                                          ...; }); */
+template <typename Fn> kite_status with_float_type(kite_dtype t, const char *op, Fn fn) {
+  switch (t) {
+  case KITE_DTYPE_F32:
+    return fn(TypeTag<float>{});
+  case KITE_DTYPE_F16:
+    return fn(TypeTag<__half>{});
+  case KITE_DTYPE_BF16:
+    return fn(TypeTag<__nv_bfloat16>{});
+  default:
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda: dtype %s is not supported", op,
+                          cuda_dtype_str(t));
+  }
+}
+
+inline bool is_float_dtype(kite_dtype t) {
+  return t == KITE_DTYPE_F32 || t == KITE_DTYPE_F16 || t == KITE_DTYPE_BF16;
+}
+
+/* Elements of dtype t in one 16-byte access (0 for dtypes the kernels do not vectorize). */
+inline int vec_elems_of(kite_dtype t) {
+  return t == KITE_DTYPE_F32 ? 4 : t == KITE_DTYPE_F16 || t == KITE_DTYPE_BF16 ? 8 : 0;
+}
+
+inline bool aligned16(const void *p) {
+  return ((uintptr_t)p & 15u) == 0;
+}
+
+/* True when every one of `rows` rows starting at p, `stride` elements apart, starts 16-byte
+ * aligned: the pointer and (for several rows) the stride in bytes are multiples of 16. */
+inline bool rows_aligned16(const void *p, int64_t rows, int64_t stride, size_t elem_size) {
+  return aligned16(p) && (rows <= 1 || ((uint64_t)stride * elem_size) % 16 == 0);
+}
+
+/* Launch shape of a [rows, n] grid of work items: threads along a row first, rows filling the
+ * rest of a 256-thread block, so that short rows still give full blocks. */
+struct RowGrid {
+  dim3 grid, block;
+};
+inline RowGrid row_grid(int64_t rows, int64_t n) {
+  const int64_t tx = n >= 256 ? 256 : (n + 31) / 32 * 32;
+  const int64_t ty = 256 / tx;
+  const int64_t gx = (n + tx - 1) / tx, gy = (rows + ty - 1) / ty;
+  RowGrid g;
+  g.block = dim3((unsigned)tx, (unsigned)ty);
+  g.grid = dim3((unsigned)(gx < 0x7fffffff ? gx : 0x7fffffff), (unsigned)(gy < 65535 ? gy : 65535));
+  return g;
+}
+
+/* Row-in-registers kernels (norms, softmax): one block per row, each thread holding up to
+ * kMaxVpt packs of one 16-byte access each, as floats (32 registers for 16-bit types), so that
+ * the row stays in registers under the 64-register cap of a 1024-thread block. Rows of up to
+ * 1024 * kMaxVpt packs fit: 32768 bf16/f16 or 16384 f32 elements. */
+constexpr int kMaxVpt = 4;
+constexpr int kRowThreads = 1024;
+
+/* Packs per thread for a row of `packs` packs: the fewest that keep the block within 256 threads
+ * (several rows per multiprocessor hide each row's reductions); then up to 1024 threads. 0 when
+ * the row does not fit. */
+inline int pick_vpt(int64_t packs) {
+  for (int vpt = 1; vpt <= kMaxVpt; vpt *= 2)
+    if ((packs + vpt - 1) / vpt <= 256) return vpt;
+  return (packs + kMaxVpt - 1) / kMaxVpt <= kRowThreads ? kMaxVpt : 0;
+}
+
+/* Threads of a block holding `packs` packs, VPT per thread: a multiple of 32. */
+inline unsigned row_threads(int64_t packs, int vpt) {
+  return (unsigned)(((packs + vpt - 1) / vpt + 31) / 32 * 32);
+}
+
+/* One block per row, the kernels looping when rows exceed the grid limit. */
+inline unsigned grid_for_rows(int64_t rows) {
+  return (unsigned)(rows < 0x7fffffff ? rows : 0x7fffffff);
+}
+
+} // namespace kite_cuda
+
+#endif /* KITE_CUDA_COMMON_CUH */

@@ -1,0 +1,73 @@
+/*
+ * The CUDA backend, private to backends/cuda: the run and supports functions of each op family
+ * (one .cu file each, listed in the kernel table of cuda_plugin.c) and the host helpers they share.
+ * Plain C so that cuda_plugin.c is C11; the .cu files include it through common.cuh.
+ *
+ * Adding an op: a new .cu file defining cuda_<op>_run (and a supports function per restricted
+ * variant), its declarations here, and its rows in the table of cuda_plugin.c.
+ */
+#ifndef KITE_CUDA_BACKEND_H
+#define KITE_CUDA_BACKEND_H
+
+#include <stdbool.h>
+
+#include "kite/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Makes the ctx's device current and returns its stream (NULL = the default stream).
+ * Errors: DEVICE naming op. */
+kite_status cuda_begin(kite_ctx *ctx, const char *op, void **stream);
+/* Turns a failed launch (cudaGetLastError) into DEVICE "<op>: <variant>: launch failed: ...". */
+kite_status cuda_check_launch(const char *op, const char *variant);
+
+/* Names for messages, never NULL. */
+const char *cuda_op_str(kite_op op);
+const char *cuda_dtype_str(kite_dtype t);
+
+/* Signatures of kite_kernel.supports and .run, for the declarations below. */
+#define CUDA_SUPPORTS(name) bool name(const kite_kernel *k, const void *args, const char **why)
+#define CUDA_RUN(name) kite_status name(const kite_kernel *k, kite_ctx *ctx, const void *args)
+
+/* activation.cu: silu, gelu, gelu_tanh, gelu_quick, relu */
+CUDA_SUPPORTS(cuda_act_vec_supports);
+CUDA_SUPPORTS(cuda_act_generic_supports);
+CUDA_RUN(cuda_act_vec_run);
+CUDA_RUN(cuda_act_generic_run);
+
+/* gated.cu: silu_and_mul, gelu_and_mul, gelu_tanh_and_mul */
+CUDA_SUPPORTS(cuda_gated_vec_supports);
+CUDA_SUPPORTS(cuda_gated_generic_supports);
+CUDA_RUN(cuda_gated_vec_run);
+CUDA_RUN(cuda_gated_generic_run);
+
+/* norm.cu: rms_norm, layer_norm, add_rms_norm, add_layer_norm */
+CUDA_SUPPORTS(cuda_norm_vec_supports);
+CUDA_SUPPORTS(cuda_norm_generic_supports);
+CUDA_RUN(cuda_norm_vec_run);
+CUDA_RUN(cuda_norm_generic_run);
+
+/* rope.cu */
+CUDA_SUPPORTS(cuda_rope_vec_supports);
+CUDA_SUPPORTS(cuda_rope_generic_supports);
+CUDA_RUN(cuda_rope_vec_run);
+CUDA_RUN(cuda_rope_generic_run);
+
+/* softmax.cu */
+CUDA_SUPPORTS(cuda_softmax_vec_supports);
+CUDA_SUPPORTS(cuda_softmax_generic_supports);
+CUDA_RUN(cuda_softmax_vec_run);
+CUDA_RUN(cuda_softmax_generic_run);
+
+/* embedding.cu */
+CUDA_SUPPORTS(cuda_embedding_vec_supports);
+CUDA_RUN(cuda_embedding_vec_run);
+CUDA_RUN(cuda_embedding_generic_run);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KITE_CUDA_BACKEND_H */

@@ -1,0 +1,207 @@
+/*
+ * The CUDA backend as a plugin (libkite-cuda.so): device memory through the CUDA runtime, and the
+ * kernel table. Every op has a "generic" kernel that runs any valid call and, where it pays, a
+ * faster variant at a higher priority whose supports() states what it needs (16-byte alignment,
+ * a row that fits in registers).
+ *
+ * Loading never fails for want of a GPU: without a driver or device, device_count is 0 and the
+ * kernels are listed as not running here. CUDA errors become KITE_ERR_DEVICE, never an abort.
+ */
+#include <cuda_runtime_api.h>
+
+#include "cuda_backend.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+const char *cuda_op_str(kite_op op) {
+  const char *s = kite_op_name(op);
+  return s ? s : "unknown op";
+}
+
+const char *cuda_dtype_str(kite_dtype t) {
+  const char *s = (unsigned)t < KITE_DTYPE_COUNT ? kite_dtype_name(t) : NULL;
+  return s ? s : "unknown dtype";
+}
+
+/* cudaGetLastError also clears the error, so that one failure does not blame later calls. */
+static kite_status device_error(const char *op, const char *what, cudaError_t e) {
+  (void)cudaGetLastError();
+  return kite_set_error(KITE_ERR_DEVICE, "%s: %s: %s", op, what, cudaGetErrorString(e));
+}
+
+/* cudaSetDevice costs little, but skipping it when the device is current costs less. */
+static kite_status use_device(const char *op, int device_id) {
+  int current = -1;
+  cudaError_t e = cudaGetDevice(&current);
+  if (e == cudaSuccess && current == device_id) return KITE_OK;
+  e = cudaSetDevice(device_id);
+  return e == cudaSuccess ? KITE_OK : device_error(op, "cudaSetDevice", e);
+}
+
+kite_status cuda_begin(kite_ctx *ctx, const char *op, void **stream) {
+  *stream = kite_ctx_stream(ctx);
+  return use_device(op, kite_ctx_device(ctx).device_id);
+}
+
+kite_status cuda_check_launch(const char *op, const char *variant) {
+  cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return KITE_OK;
+  return kite_set_error(KITE_ERR_DEVICE, "%s: cuda.%s: launch failed: %s", op, variant,
+                        cudaGetErrorString(e));
+}
+
+/* ---- backend: devices and memory ----------------------------------------------------------- */
+static int cuda_device_count(const kite_backend *b) {
+  (void)b;
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+/* 0 bytes still gets a real allocation, so every successful alloc returns a pointer to free. */
+static kite_status cuda_alloc(const kite_backend *b, int device_id, size_t bytes, void **out) {
+  (void)b;
+  if (!out) return kite_set_error(KITE_ERR_INVALID_ARG, "cuda: alloc: out is NULL");
+  *out = NULL;
+  kite_status s = use_device("cuda: alloc", device_id);
+  if (s != KITE_OK) return s;
+  cudaError_t e = cudaMalloc(out, bytes ? bytes : 256);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    *out = NULL;
+    return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "cuda: alloc: cannot allocate %zu bytes", bytes);
+  }
+  if (e != cudaSuccess) {
+    *out = NULL;
+    return device_error("cuda: alloc", "cudaMalloc", e);
+  }
+  return KITE_OK;
+}
+
+static void cuda_free(const kite_backend *b, int device_id, void *ptr) {
+  (void)b;
+  if (!ptr || use_device("cuda: free", device_id) != KITE_OK) return;
+  if (cudaFree(ptr) != cudaSuccess) (void)cudaGetLastError();
+}
+
+static kite_status cuda_copy(const kite_backend *b, int device_id, void *dst, const void *src,
+                             size_t bytes, kite_copy_kind kind, void *stream) {
+  (void)b;
+  if (bytes == 0) return KITE_OK;
+  if (!dst || !src) return kite_set_error(KITE_ERR_INVALID_ARG, "cuda: copy: NULL pointer");
+  enum cudaMemcpyKind k;
+  switch (kind) {
+  case KITE_COPY_HOST_TO_DEVICE:
+    k = cudaMemcpyHostToDevice;
+    break;
+  case KITE_COPY_DEVICE_TO_HOST:
+    k = cudaMemcpyDeviceToHost;
+    break;
+  case KITE_COPY_DEVICE_TO_DEVICE:
+    k = cudaMemcpyDeviceToDevice;
+    break;
+  default:
+    return kite_set_error(KITE_ERR_INVALID_ARG, "cuda: copy: unknown kind %d", (int)kind);
+  }
+  kite_status s = use_device("cuda: copy", device_id);
+  if (s != KITE_OK) return s;
+  cudaError_t e = cudaMemcpyAsync(dst, src, bytes, k, (cudaStream_t)stream);
+  return e == cudaSuccess ? KITE_OK : device_error("cuda: copy", "cudaMemcpyAsync", e);
+}
+
+static kite_status cuda_memset(const kite_backend *b, int device_id, void *dst, int value,
+                               size_t bytes, void *stream) {
+  (void)b;
+  if (bytes == 0) return KITE_OK;
+  if (!dst) return kite_set_error(KITE_ERR_INVALID_ARG, "cuda: memset: NULL pointer");
+  kite_status s = use_device("cuda: memset", device_id);
+  if (s != KITE_OK) return s;
+  cudaError_t e = cudaMemsetAsync(dst, value, bytes, (cudaStream_t)stream);
+  return e == cudaSuccess ? KITE_OK : device_error("cuda: memset", "cudaMemsetAsync", e);
+}
+
+static kite_status cuda_synchronize(const kite_backend *b, int device_id, void *stream) {
+  (void)b;
+  kite_status s = use_device("cuda: synchronize", device_id);
+  if (s != KITE_OK) return s;
+  cudaError_t e = cudaStreamSynchronize((cudaStream_t)stream);
+  return e == cudaSuccess ? KITE_OK : device_error("cuda: synchronize", "cudaStreamSynchronize", e);
+}
+
+/* ---- kernel table -------------------------------------------------------------------------- */
+/* Faster variants outrank generic ones; both outrank nothing else on a CUDA device. */
+enum { PRIORITY_GENERIC = 10, PRIORITY_VEC = 20 };
+
+#define KERNEL(op_id, name, prio, supports_fn, run_fn, desc)                                       \
+  {                                                                                                \
+    .op = (op_id), .variant = (name), .priority = (prio), .features = 0, .features_str = "",       \
+    .supports = (supports_fn), .run = (run_fn), .description = (desc), .userdata = NULL            \
+  }
+#define VEC(op_id, family, desc)                                                                   \
+  KERNEL(op_id, "vec", PRIORITY_VEC, cuda_##family##_vec_supports, cuda_##family##_vec_run, desc)
+#define GENERIC(op_id, family, desc)                                                               \
+  KERNEL(op_id, "generic", PRIORITY_GENERIC, cuda_##family##_generic_supports,                     \
+         cuda_##family##_generic_run, desc)
+
+static const kite_kernel cuda_kernels[] = {
+    VEC(KITE_OP_SILU, act, "silu, 16-byte loads"),
+    GENERIC(KITE_OP_SILU, act, "silu, any layout"),
+    VEC(KITE_OP_GELU, act, "gelu (erf), 16-byte loads"),
+    GENERIC(KITE_OP_GELU, act, "gelu (erf), any layout"),
+    VEC(KITE_OP_GELU_TANH, act, "tanh gelu, 16-byte loads"),
+    GENERIC(KITE_OP_GELU_TANH, act, "tanh gelu, any layout"),
+    VEC(KITE_OP_GELU_QUICK, act, "quick gelu, 16-byte loads"),
+    GENERIC(KITE_OP_GELU_QUICK, act, "quick gelu, any layout"),
+    VEC(KITE_OP_RELU, act, "relu, 16-byte loads"),
+    GENERIC(KITE_OP_RELU, act, "relu, any layout"),
+    VEC(KITE_OP_SILU_AND_MUL, gated, "silu(gate) * up, 16-byte loads"),
+    GENERIC(KITE_OP_SILU_AND_MUL, gated, "silu(gate) * up, any layout"),
+    VEC(KITE_OP_GELU_AND_MUL, gated, "gelu(gate) * up, 16-byte loads"),
+    GENERIC(KITE_OP_GELU_AND_MUL, gated, "gelu(gate) * up, any layout"),
+    VEC(KITE_OP_GELU_TANH_AND_MUL, gated, "tanh gelu(gate) * up, 16-byte loads"),
+    GENERIC(KITE_OP_GELU_TANH_AND_MUL, gated, "tanh gelu(gate) * up, any layout"),
+    VEC(KITE_OP_RMS_NORM, norm, "block per row, row in registers, 16-byte loads"),
+    GENERIC(KITE_OP_RMS_NORM, norm, "block per row, any layout and length"),
+    VEC(KITE_OP_LAYER_NORM, norm, "block per row, row in registers, 16-byte loads"),
+    GENERIC(KITE_OP_LAYER_NORM, norm, "block per row, any layout and length"),
+    VEC(KITE_OP_ADD_RMS_NORM, norm, "fused add, block per row, row in registers"),
+    GENERIC(KITE_OP_ADD_RMS_NORM, norm, "fused add, block per row, any layout and length"),
+    VEC(KITE_OP_ADD_LAYER_NORM, norm, "fused add, block per row, row in registers"),
+    GENERIC(KITE_OP_ADD_LAYER_NORM, norm, "fused add, block per row, any layout and length"),
+    VEC(KITE_OP_ROPE, rope, "neox/gptj, 16-byte packs of pairs, q and k in one launch"),
+    GENERIC(KITE_OP_ROPE, rope, "neox/gptj, a pair per thread, any layout"),
+    VEC(KITE_OP_SOFTMAX, softmax, "block per row, row in registers, 16-byte loads"),
+    GENERIC(KITE_OP_SOFTMAX, softmax, "block per row, online max/sum, any length"),
+    VEC(KITE_OP_EMBEDDING, embedding, "row copy in 16-byte units, zeros for bad ids"),
+    KERNEL(KITE_OP_EMBEDDING, "generic", PRIORITY_GENERIC, NULL, cuda_embedding_generic_run,
+           "row copy per element, zeros for bad ids"),
+};
+
+static const kite_backend cuda_backend = {
+    .name = "cuda",
+    .device_type = kDLCUDA,
+    .description = "CUDA kernels (Hopper sm_90a code, PTX for other GPUs)",
+    .device_count = cuda_device_count,
+    .features_present = NULL,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .copy = cuda_copy,
+    .memset = cuda_memset,
+    .synchronize = cuda_synchronize,
+    .kernels = cuda_kernels,
+    .num_kernels = sizeof cuda_kernels / sizeof cuda_kernels[0],
+    .userdata = NULL,
+};
+
+EXPORT const uint32_t kite_plugin_abi_version = KITE_BACKEND_ABI_VERSION;
+
+EXPORT kite_status kite_plugin_init(uint32_t host_abi_version);
+EXPORT kite_status kite_plugin_init(uint32_t host_abi_version) {
+  if (host_abi_version != KITE_BACKEND_ABI_VERSION)
+    return kite_set_error(KITE_ERR_PLUGIN, "cuda: host backend ABI %u, plugin built for %u",
+                          host_abi_version, (unsigned)KITE_BACKEND_ABI_VERSION);
+  return kite_backend_register(&cuda_backend);
+}

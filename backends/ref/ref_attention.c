@@ -1,0 +1,239 @@
+/*
+ * Reference attention: store_kv, paged_decode, paged_prefill and sdpa, in double.
+ *
+ * Every op comes down to ref_attend(): one query row against keys at positions 0..n-1, each
+ * found either in the paged cache (through the sequence's block-table row) or in a dense [Sk, D]
+ * slab. The scores are kept in a buffer, so the softmax is the textbook one (max, sum, divide)
+ * rather than the online rescaling the fast kernels use: the two must agree.
+ *
+ * Score of key j for a query at position p:
+ *   s = scale * q.k_j;  s = softcap * tanh(s / softcap) when softcap > 0;  s += float mask;
+ *   the key is not seen when its block id is out of range, when causal and j > p, when the
+ *   window is on and j is outside [p - window_left, p], or when a bool mask says false.
+ * A query that sees no key gets o = 0 and lse = -inf.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ref.h"
+
+/* Where the keys and values of one (sequence, kv head) live. */
+typedef struct ref_kv {
+  kite_dtype dtype;
+  const void *k, *v; /* paged: the caches; dense: element 0 of this (batch, kv head) */
+  int64_t n;         /* keys at positions [0, n) */
+  int64_t head_dim;
+  int64_t k_stride, v_stride; /* dense: elements between key (value) rows */
+  const int32_t *blocks;      /* paged: the sequence's block-table row; NULL when dense */
+  int64_t num_blocks, block_size, hkv, head;
+} ref_kv;
+
+/* Element offsets of key j in k and of its value in v; false when its block id is out of
+ * range (the key is absent). */
+static bool ref_kv_row(const ref_kv *kv, int64_t j, int64_t *k_off, int64_t *v_off) {
+  if (!kv->blocks) {
+    *k_off = j * kv->k_stride, *v_off = j * kv->v_stride;
+    return true;
+  }
+  const int64_t blk = kv->blocks[j / kv->block_size];
+  if (blk < 0 || blk >= kv->num_blocks) return false;
+  *k_off = *v_off =
+      ((blk * kv->hkv + kv->head) * kv->block_size + j % kv->block_size) * kv->head_dim;
+  return true;
+}
+
+/* sdpa's mask row for one query: element j at mask[row + j * stride_j]. NULL data = no mask. */
+typedef struct ref_mask {
+  const void *data;
+  kite_dtype dtype;
+  int64_t row, stride_j;
+} ref_mask;
+
+/* o[o0 .. o0 + D) and *lse for the query q[q0 .. q0 + D) at position pos; s holds kv->n doubles
+ * of scratch. */
+static void ref_attend(const void *q, int64_t q0, const ref_kv *kv, int64_t pos,
+                       const kite_attn_opts *opts, const ref_mask *mask, double *s, void *o,
+                       int64_t o0, float *lse) {
+  const kite_dtype t = kv->dtype;
+  const int64_t D = kv->head_dim;
+  double m = -INFINITY;
+  for (int64_t j = 0; j < kv->n; j++) {
+    int64_t row, v_row;
+    bool seen = ref_kv_row(kv, j, &row, &v_row);
+    if (opts->causal && j > pos) seen = false;
+    if (opts->window_left >= 0 && (j < pos - opts->window_left || j > pos)) seen = false;
+    if (mask->data && mask->dtype == KITE_DTYPE_U8 &&
+        ((const uint8_t *)mask->data)[mask->row + j * mask->stride_j] == 0)
+      seen = false;
+    s[j] = -INFINITY;
+    if (!seen) continue;
+
+    double dot = 0.0;
+    for (int64_t d = 0; d < D; d++)
+      dot += (double)kite_load_f32(t, q, q0 + d) * (double)kite_load_f32(t, kv->k, row + d);
+    double score = opts->scale * dot;
+    if (opts->softcap > 0.0f) score = opts->softcap * tanh(score / opts->softcap);
+    if (mask->data && mask->dtype != KITE_DTYPE_U8)
+      score += kite_load_f32(mask->dtype, mask->data, mask->row + j * mask->stride_j);
+    s[j] = score;
+    if (score > m || isnan(score)) m = score;
+  }
+
+  if (m == -INFINITY) { /* no key seen */
+    for (int64_t d = 0; d < D; d++) kite_store_f32(t, o, o0 + d, 0.0f);
+    if (lse) *lse = -INFINITY;
+    return;
+  }
+  double sum = 0.0;
+  for (int64_t j = 0; j < kv->n; j++) sum += exp(s[j] - m); /* exp(-inf) = 0 for unseen keys */
+  for (int64_t d = 0; d < D; d++) {
+    double acc = 0.0;
+    for (int64_t j = 0; j < kv->n; j++) {
+      int64_t k_row, v_row;
+      if (s[j] == -INFINITY || !ref_kv_row(kv, j, &k_row, &v_row)) continue;
+      acc += exp(s[j] - m) * (double)kite_load_f32(t, kv->v, v_row + d);
+    }
+    kite_store_f32(t, o, o0 + d, (float)(acc / sum));
+  }
+  if (lse) *lse = (float)(m + log(sum));
+}
+
+/* q head h reads kv head ref_kv_head(h) (DESIGN.md "Attention", GQA mapping). */
+static int64_t ref_kv_head(const kite_attn_opts *opts, int64_t h, int64_t hq, int64_t hkv) {
+  return opts->gqa == KITE_GQA_INTERLEAVED ? h % hkv : h / (hq / hkv);
+}
+
+static kite_status ref_check(const char *op, kite_op want, kite_op got, kite_dtype t) {
+  if (got != want)
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: ref: op %s is not %s", op, ref_op_str(got),
+                          op);
+  if (!ref_is_float(t))
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: ref: dtype %s is not supported", op,
+                          ref_dtype_str(t));
+  return KITE_OK;
+}
+
+kite_status ref_store_kv_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_store_kv_args *a = args;
+  if (!a) return kite_set_error(KITE_ERR_INVALID_ARG, "store_kv: ref: NULL args");
+  kite_status s = ref_check("store_kv", KITE_OP_STORE_KV, a->op, a->dtype);
+  if (s != KITE_OK) return s;
+
+  const int64_t capacity = a->num_blocks * a->block_size;
+  for (int64_t i = 0; i < a->tokens; i++)
+    if (a->slots[i] >= capacity)
+      return kite_set_error(KITE_ERR_INVALID_ARG,
+                            "store_kv: slots[%lld] = %d is past the cache's %lld slots",
+                            (long long)i, (int)a->slots[i], (long long)capacity);
+
+  /* Tokens in order, so that of two tokens with one slot the later one stays. */
+  const size_t es = kite_dtype_size(a->dtype), row_bytes = (size_t)a->head_dim * es;
+  for (int64_t i = 0; i < a->tokens; i++) {
+    const int64_t slot = a->slots[i];
+    if (slot < 0) continue;
+    const int64_t blk = slot / a->block_size, off = slot % a->block_size;
+    for (int64_t h = 0; h < a->hkv; h++) {
+      const int64_t dst = ((blk * a->hkv + h) * a->block_size + off) * a->head_dim;
+      memcpy((char *)a->key_cache + dst * es,
+             (const char *)a->k + (i * a->k_stride_t + h * a->k_stride_h) * es, row_bytes);
+      memcpy((char *)a->value_cache + dst * es,
+             (const char *)a->v + (i * a->v_stride_t + h * a->v_stride_h) * es, row_bytes);
+    }
+  }
+  return KITE_OK;
+}
+
+/* Decode (cu_q_lens NULL: one query per sequence at position seq_len - 1) and prefill. */
+kite_status ref_paged_attn_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_paged_attn_args *a = args;
+  if (!a) return kite_set_error(KITE_ERR_INVALID_ARG, "paged attention: ref: NULL args");
+  const bool prefill = a->op == KITE_OP_PAGED_PREFILL;
+  const char *op = prefill ? "paged_prefill" : "paged_decode";
+  kite_status s =
+      ref_check(op, prefill ? KITE_OP_PAGED_PREFILL : KITE_OP_PAGED_DECODE, a->op, a->dtype);
+  if (s != KITE_OK) return s;
+  if (prefill) {
+    const int32_t *cu = a->cu_q_lens;
+    bool ok = cu[0] == 0 && cu[a->batch] == a->tokens;
+    for (int64_t b = 0; ok && b < a->batch; b++) ok = cu[b] <= cu[b + 1];
+    if (!ok)
+      return kite_set_error(KITE_ERR_INVALID_ARG,
+                            "paged_prefill: cu_q_lens must start at 0, not decrease and end at "
+                            "T = %lld",
+                            (long long)a->tokens);
+  }
+
+  /* seq_len is clamped to what the block table can address; negative counts as 0. */
+  const int64_t max_keys = a->max_blocks * a->block_size;
+  double *scores = malloc((size_t)(max_keys > 0 ? max_keys : 1) * sizeof *scores);
+  if (!scores)
+    return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "%s: ref: cannot allocate %lld scores", op,
+                          (long long)max_keys);
+  const ref_mask no_mask = {0};
+  for (int64_t b = 0; b < a->batch; b++) {
+    int64_t seq_len = a->seq_lens[b];
+    seq_len = seq_len < 0 ? 0 : seq_len > max_keys ? max_keys : seq_len;
+    const int64_t t0 = prefill ? a->cu_q_lens[b] : b;
+    const int64_t q_len = prefill ? a->cu_q_lens[b + 1] - t0 : 1;
+    for (int64_t i = 0; i < q_len; i++) {
+      const int64_t t = t0 + i, pos = seq_len - q_len + i;
+      for (int64_t h = 0; h < a->hq; h++) {
+        ref_kv kv = {.dtype = a->dtype,
+                     .k = a->key_cache,
+                     .v = a->value_cache,
+                     .n = seq_len,
+                     .head_dim = a->head_dim,
+                     .blocks = a->block_table + b * a->block_table_stride,
+                     .num_blocks = a->num_blocks,
+                     .block_size = a->block_size,
+                     .hkv = a->hkv,
+                     .head = ref_kv_head(&a->opts, h, a->hq, a->hkv)};
+        kite_attn_opts opts = a->opts;
+        if (!prefill) opts.causal = 0; /* decode: every key is at or before the query */
+        ref_attend(a->q, t * a->q_stride_t + h * a->q_stride_h, &kv, pos, &opts, &no_mask, scores,
+                   a->o, t * a->o_stride_t + h * a->o_stride_h,
+                   a->lse ? &a->lse[t * a->hq + h] : NULL);
+      }
+    }
+  }
+  free(scores);
+  return KITE_OK;
+}
+
+kite_status ref_sdpa_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_sdpa_args *a = args;
+  if (!a) return kite_set_error(KITE_ERR_INVALID_ARG, "sdpa: ref: NULL args");
+  kite_status s = ref_check("sdpa", KITE_OP_SDPA, a->op, a->dtype);
+  if (s != KITE_OK) return s;
+
+  double *scores = malloc((size_t)(a->sk > 0 ? a->sk : 1) * sizeof *scores);
+  if (!scores)
+    return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "sdpa: ref: cannot allocate %lld scores",
+                          (long long)a->sk);
+  const size_t es = kite_dtype_size(a->dtype);
+  for (int64_t b = 0; b < a->batch; b++)
+    for (int64_t h = 0; h < a->hq; h++) {
+      const int64_t g = ref_kv_head(&a->opts, h, a->hq, a->hkv);
+      ref_kv kv = {.dtype = a->dtype,
+                   .k = (const char *)a->k + (b * a->k_stride[0] + g * a->k_stride[1]) * es,
+                   .v = (const char *)a->v + (b * a->v_stride[0] + g * a->v_stride[1]) * es,
+                   .n = a->sk,
+                   .head_dim = a->head_dim,
+                   .k_stride = a->k_stride[2],
+                   .v_stride = a->v_stride[2]};
+      for (int64_t i = 0; i < a->sq; i++) {
+        const ref_mask mask = {.data = a->mask,
+                               .dtype = a->mask_dtype,
+                               .row = b * a->mask_stride[0] + h * a->mask_stride[1] +
+                                      i * a->mask_stride[2],
+                               .stride_j = a->mask_stride[3]};
+        const int64_t pos = i + a->sk - a->sq; /* the last query sits at the last key */
+        const int64_t q0 = b * a->q_stride[0] + h * a->q_stride[1] + i * a->q_stride[2];
+        const int64_t o0 = b * a->o_stride[0] + h * a->o_stride[1] + i * a->o_stride[2];
+        float *lse = a->lse ? &a->lse[(b * a->hq + h) * a->sq + i] : NULL;
+        ref_attend(a->q, q0, &kv, pos, &a->opts, &mask, scores, a->o, o0, lse);
+      }
+    }
+  free(scores);
+  return KITE_OK;
+}

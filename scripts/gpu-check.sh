@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# One pass over the CUDA backend on a GPU machine, from the repository root:
+#   build    configure + build (Release) with the CUDA plugin
+#   check    kite check --backend cuda (every CUDA kernel against ref)
+#   sanitize compute-sanitizer memcheck and racecheck on kite check --backend cuda --quick
+#   bench    kite bench --backend cuda --json on the core ops (LLM shapes, bf16)
+#   peers    scripts/torch_peers.py: kite beside PyTorch eager and torch.compile; prints the
+#            comparison table last
+# Stages run in that order; pass some of their names to run only those (default: all).
+# Results go to $OUT (default ./out): logs, kite_bench.jsonl, peers.json, peers.csv.
+# Environment: BUILD (build folder, default build), JOBS (default: all cores).
+# Where dlpack/dlpack.h is not installed, a copy in .deps/dlpack/ is used.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/out}
+BUILD=${BUILD:-build}
+JOBS=${JOBS:-$(nproc)}
+STAGES=${*:-build check sanitize bench peers}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+status=0
+
+want() { [[ " $STAGES " == *" $1 "* ]]; }
+stage() { echo; echo "==== $* ($(date +%T))"; }
+# Runs a command with a time limit, its output in $OUT/<log>; a failure marks the run failed.
+run_logged() {
+  local log=$1 limit=$2
+  shift 2
+  timeout "$limit" "$@" > "$OUT/$log" 2>&1
+  local rc=$?
+  [ $rc -eq 124 ] && echo "(stopped after ${limit}s)"
+  [ $rc -ne 0 ] && status=1
+  return $rc
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader \
+  2>&1 | tee "$OUT/gpu.txt"
+
+if want build; then
+  stage build
+  dlpack=()
+  if [ ! -f /usr/include/dlpack/dlpack.h ] && [ -f .deps/dlpack/dlpack.h ]; then
+    # outside the source tree: libkite's exported include paths may not point into it
+    mkdir -p /tmp/kite-deps && cp -r .deps/dlpack /tmp/kite-deps/
+    dlpack=(-DDLPACK_INCLUDE_DIR=/tmp/kite-deps)
+  fi
+  gen=()
+  command -v ninja > /dev/null && gen=(-G Ninja)
+  cmake -S . -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release "${dlpack[@]}" > "$OUT/configure.log" 2>&1 ||
+    { tail -30 "$OUT/configure.log"; exit 1; }
+  cmake --build "$BUILD" -j "$JOBS" > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+  grep -i "warning" "$OUT/build.log" | head -20
+  "$BUILD/bin/kite" | head -8
+fi
+
+KITE="$BUILD/bin/kite"
+if want check; then
+  stage kite check --backend cuda
+  run_logged check.log 240 "$KITE" check --backend cuda
+  tail -5 "$OUT/check.log"
+fi
+
+if want sanitize; then
+  for tool in memcheck racecheck; do
+    stage compute-sanitizer --tool $tool
+    run_logged "$tool.log" 240 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      "$KITE" check --backend cuda --quick
+    grep -v "^kite check\|passed\|^\s*$" "$OUT/$tool.log" | head -20
+    tail -2 "$OUT/$tool.log"
+  done
+fi
+
+if want bench; then
+  stage kite bench --backend cuda
+  : > "$OUT/kite_bench.jsonl"
+  for op in rms_norm add_rms_norm silu_and_mul rope softmax embedding; do
+    timeout 120 "$KITE" bench --backend cuda --json --dtype bf16 --op "$op" >> "$OUT/kite_bench.jsonl" 2>&1 ||
+      status=1
+  done
+  grep -h '"kernel":"cuda' "$OUT/kite_bench.jsonl" |
+    python3 -c 'import json,sys
+for l in sys.stdin:
+    r = json.loads(l)
+    if "us" in r: print(f"{r[\"op\"]:<13} {r[\"kernel\"]:<13} {r[\"shape\"]:<16} {r[\"us\"]:>9.2f} us {r[\"gb_s\"]:>7.0f} GB/s {r[\"pct_ceiling\"]:>5.1f}%")'
+fi
+
+if want peers; then
+  stage PyTorch peers
+  run_logged peers.log 420 python3 scripts/torch_peers.py --lib "$BUILD/lib/libkite.so" \
+    --out "$OUT" --kite-bench "$OUT/kite_bench.jsonl"
+  grep -i "error\|fail\|edge" "$OUT/peers.log" | head -20
+  sed -n '/^---- kite vs PyTorch/,$p' "$OUT/peers.log" # the table, last
+fi
+exit $status

@@ -1,0 +1,389 @@
+#!/usr/bin/env python3
+"""kite's CUDA ops beside their PyTorch peers (eager and torch.compile) on the same GPU tensors.
+
+kite is called through ctypes on tensors that PyTorch allocated, so both sides run the same shapes
+on the same memory and are timed the same way: CUDA events around one call, the L2 cache flushed
+before each timed call, the median over the repeats after a warm-up. Decode-sized calls are timed
+as the replay of a CUDA graph of many calls (GPU time per call, launch overhead excluded).
+GB/s counts the fewest bytes each op must move (the byte counts of `kite bench`), and the ceiling
+is a device-to-device copy measured in the same run (bytes read + bytes written).
+
+Prints one comparison table last; writes peers.json and peers.csv into --out.
+"""
+import argparse
+import ctypes as C
+import json
+import os
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+
+# ---- kite through ctypes ------------------------------------------------------------------------
+KDL_CUDA = 2
+DL_INT, DL_FLOAT, DL_BFLOAT = 0, 2, 4
+KITE_NORM_PRE = 0
+KITE_ROPE_NEOX = 0
+
+
+class DLDevice(C.Structure):
+    _fields_ = [("device_type", C.c_int), ("device_id", C.c_int)]
+
+
+class DLDataType(C.Structure):
+    _fields_ = [("code", C.c_uint8), ("bits", C.c_uint8), ("lanes", C.c_uint16)]
+
+
+class DLTensor(C.Structure):
+    _fields_ = [("data", C.c_void_p), ("device", DLDevice), ("ndim", C.c_int32),
+                ("dtype", DLDataType), ("shape", C.POINTER(C.c_int64)),
+                ("strides", C.POINTER(C.c_int64)), ("byte_offset", C.c_uint64)]
+
+
+class CtxParams(C.Structure):
+    _fields_ = [("device", DLDevice), ("stream", C.c_void_p), ("num_threads", C.c_int),
+                ("seed", C.c_uint64)]
+
+
+DTYPES = {torch.float32: (DL_FLOAT, 32), torch.float16: (DL_FLOAT, 16),
+          torch.bfloat16: (DL_BFLOAT, 16), torch.int32: (DL_INT, 32)}
+
+
+def dl(t):
+    """A DLTensor viewing torch tensor t (its shape and strides arrays ride along on it)."""
+    code, bits = DTYPES[t.dtype]
+    shape = (C.c_int64 * t.dim())(*t.shape)
+    strides = (C.c_int64 * t.dim())(*t.stride())
+    d = DLTensor(t.data_ptr(), DLDevice(KDL_CUDA, t.device.index or 0), t.dim(),
+                 DLDataType(code, bits, 1), shape, strides, 0)
+    d._keep = (shape, strides, t)
+    return C.byref(d)
+
+
+class Kite:
+    def __init__(self, path):
+        self.lib = C.CDLL(path)
+        self.lib.kite_last_error.restype = C.c_char_p
+        self.lib.kite_ctx_create.argtypes = [C.POINTER(CtxParams), C.POINTER(C.c_void_p)]
+        T, f = C.c_void_p, C.c_float
+        sig = {"kite_rms_norm": [T, T, T, f, f, T],
+               "kite_add_rms_norm": [T, T, T, T, f, f, C.c_int, T],
+               "kite_silu_and_mul": [T, T, f, T],
+               "kite_rope": [T, T, T, T, T, C.c_int64, C.c_int],
+               "kite_softmax": [T, T, f, T],
+               "kite_embedding": [T, T, T, T]}
+        for name, args in sig.items():
+            fn = getattr(self.lib, name)
+            fn.argtypes, fn.restype = args, C.c_int
+        self.ctxs = {}
+
+    def ctx(self):
+        """The kite ctx bound to PyTorch's current stream (graph capture uses its own stream)."""
+        stream = torch.cuda.current_stream().cuda_stream
+        if stream not in self.ctxs:
+            p = CtxParams(DLDevice(KDL_CUDA, torch.cuda.current_device()), stream, 0, 0)
+            out = C.c_void_p()
+            self.check(self.lib.kite_ctx_create(C.byref(p), C.byref(out)), "kite_ctx_create")
+            self.ctxs[stream] = out
+        return self.ctxs[stream]
+
+    def check(self, status, what):
+        if status != 0:
+            raise RuntimeError(f"{what}: {self.lib.kite_last_error().decode()}")
+
+    def call(self, name, *args):
+        self.check(getattr(self.lib, name)(self.ctx(), *args), name)
+
+
+# ---- timing -------------------------------------------------------------------------------------
+_flush = None
+
+
+def time_us(fn, reps=30, warmup=5, flush=True):
+    """Median GPU time of one call of fn, L2 flushed before each."""
+    global _flush
+    if _flush is None:
+        _flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        if flush:
+            _flush.zero_()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3)
+    return statistics.median(times)
+
+
+def graph_us(fn, calls=100, reps=10):
+    """GPU time per call of fn, replayed as a CUDA graph of `calls` calls."""
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        fn()  # load modules and make kite's ctx for this stream outside the capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=stream):
+        for _ in range(calls):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3 / calls)
+    return statistics.median(times)
+
+
+def copy_gbs(nbytes=1 << 30):
+    x = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+    us = time_us(lambda: y.copy_(x), reps=20, flush=False)
+    return 2 * nbytes / (us * 1e-6) / 1e9
+
+
+# ---- the ops: kite call, eager peer, the function torch.compile gets, byte count ---------------
+EPS = 1e-6
+
+
+def rms_ref(x, w):
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + EPS)
+    return w * h.to(x.dtype)
+
+
+def add_rms_ref(x, r, w):
+    s = x + r
+    return rms_ref(s, w), s
+
+
+def silu_mul_ref(x):
+    i = x.shape[-1] // 2
+    return F.silu(x[..., :i]) * x[..., i:]
+
+
+def rope_ref(q, k, pos, cos_sin):
+    half = cos_sin.shape[1] // 2
+    cs = cos_sin[pos]
+    cos, sin = cs[:, None, :half], cs[:, None, half:]
+
+    def rot(x):
+        x1, x2 = x[..., :half].float(), x[..., half:2 * half].float()
+        r = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).to(x.dtype)
+        return torch.cat([r, x[..., 2 * half:]], -1)
+
+    return rot(q), rot(k)
+
+
+def softmax_ref(x):
+    return torch.softmax(x, dim=-1)
+
+
+def after(kfn, out, ref_fn):
+    """A check: runs kite, then returns (kite's output, the reference)."""
+    def check():
+        kfn()
+        return out, ref_fn()
+    return check
+
+
+def make_case(kite, op, T, dt=torch.bfloat16):
+    """(shape string, bytes, kite fn, eager fn, function to compile, its args, check fn)."""
+    e = torch.tensor([], dtype=dt).element_size()
+    rnd = lambda *s: torch.randn(*s, device="cuda", dtype=dt)
+    if op in ("rms_norm", "add_rms_norm"):
+        H = 4096
+        x, r, w, y = rnd(T, H), rnd(T, H), rnd(H), torch.empty(T, H, device="cuda", dtype=dt)
+        X, R, W, Y = dl(x), dl(r), dl(w), dl(y)
+        if op == "rms_norm":
+            k = lambda: kite.call("kite_rms_norm", X, W, EPS, 0.0, Y)
+            eager = lambda: F.rms_norm(x, (H,), w, EPS)
+            return (f"{T}x{H}", (2 * T * H + H) * e, k, eager, rms_ref, (x, w),
+                    after(k, y, lambda: rms_ref(x, w)))
+        r0 = r.clone()
+        k = lambda: kite.call("kite_add_rms_norm", X, R, W, EPS, 0.0, KITE_NORM_PRE, Y)
+
+        def check():
+            r.copy_(r0)
+            k()
+            yr, sr = add_rms_ref(x, r0, w)
+            return torch.cat([y, r]), torch.cat([yr, sr])
+
+        eager = lambda: F.rms_norm(x + r0, (H,), w, EPS)
+        return (f"{T}x{H}", (4 * T * H + H) * e, k, eager, add_rms_ref, (x, r0, w), check)
+    if op == "silu_and_mul":
+        I = 14336
+        x, y = rnd(T, 2 * I), torch.empty(T, I, device="cuda", dtype=dt)
+        X, Y = dl(x), dl(y)
+        k = lambda: kite.call("kite_silu_and_mul", X, 0.0, Y)
+        return (f"{T}x{I}", 3 * T * I * e, k, lambda: silu_mul_ref(x), silu_mul_ref, (x,),
+                after(k, y, lambda: silu_mul_ref(x)))
+    if op == "rope":
+        Hq, Hkv, D, max_pos = 32, 8, 128, max(T, 8192)
+        q, k_ = rnd(T, Hq, D), rnd(T, Hkv, D)
+        q0, k0 = q.clone(), k_.clone()
+        pos = torch.randperm(max_pos, device="cuda")[:T].to(torch.int32)
+        ang = torch.arange(max_pos, device="cuda")[:, None] * \
+            (10000.0 ** (-torch.arange(0, D, 2, device="cuda") / D))[None, :]
+        cos_sin = torch.cat([ang.cos(), ang.sin()], -1).float().contiguous()
+        Q, K, P, CS = dl(q), dl(k_), dl(pos), dl(cos_sin)
+        kc = lambda: kite.call("kite_rope", Q, K, P, CS, D, KITE_ROPE_NEOX)
+        posl = pos.long()
+
+        def check():
+            q.copy_(q0), k_.copy_(k0)
+            kc()
+            qr, kr = rope_ref(q0, k0, posl, cos_sin)
+            return torch.cat([q.flatten(), k_.flatten()]), torch.cat([qr.flatten(), kr.flatten()])
+
+        nbytes = 2 * T * (Hq + Hkv) * D * e + 4 * T + 4 * min(T, max_pos) * D
+        return (f"{T}x{Hq}x{Hkv}x{D}", nbytes, kc, lambda: rope_ref(q, k_, posl, cos_sin),
+                rope_ref, (q, k_, posl, cos_sin), check)
+    if op == "softmax":
+        V = 32000
+        x, y = rnd(T, V), torch.empty(T, V, device="cuda", dtype=dt)
+        X, Y = dl(x), dl(y)
+        k = lambda: kite.call("kite_softmax", X, 1.0, Y)
+        return (f"{T}x{V}", 2 * T * V * e, k, lambda: softmax_ref(x), softmax_ref, (x,),
+                after(k, y, lambda: softmax_ref(x)))
+    if op == "embedding":
+        V, H = 128256, 4096
+        table = rnd(V, H)
+        ids = torch.randint(0, V, (T,), device="cuda", dtype=torch.int32)
+        y = torch.empty(T, H, device="cuda", dtype=dt)
+        I_, TB, Y = dl(ids), dl(table), dl(y)
+        k = lambda: kite.call("kite_embedding", I_, TB, Y)
+        idl = ids.long()
+        return (f"{T}x{H}", 4 * T + 2 * T * H * e, k, lambda: F.embedding(idl, table),
+                F.embedding, (idl, table), after(k, y, lambda: F.embedding(idl, table)))
+    raise ValueError(op)
+
+
+def rel_err(got, want):
+    got, want = got.float(), want.float()
+    return ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
+
+
+def rope_edge_checks(kite):
+    """Positions outside [0, max_pos) leave their token as it was; q/k as slices of a fused qkv
+    projection (strided tokens) rotate like compact ones."""
+    T, Hq, Hkv, D, max_pos = 64, 8, 2, 128, 100
+    qkv = torch.randn(T, (Hq + 2 * Hkv) * D, device="cuda", dtype=torch.bfloat16)
+    q = qkv[:, :Hq * D].view(T, Hq, D)
+    k = qkv[:, Hq * D:(Hq + Hkv) * D].view(T, Hkv, D)
+    q0, k0 = q.clone(), k.clone()
+    pos = torch.randint(0, max_pos, (T,), device="cuda", dtype=torch.int32)
+    pos[3], pos[10], pos[20] = -1, max_pos, 1 << 30
+    ang = torch.arange(max_pos, device="cuda")[:, None] * \
+        (10000.0 ** (-torch.arange(0, 64, 2, device="cuda") / 64))[None, :]
+    cos_sin = torch.cat([ang.cos(), ang.sin()], -1).float().contiguous()  # rot_dim 64 < D
+    kite.call("kite_rope", dl(q), dl(k), dl(pos), dl(cos_sin), 64, KITE_ROPE_NEOX)
+    torch.cuda.synchronize()
+    good = (pos >= 0) & (pos < max_pos)
+    qr, kr = rope_ref(q0, k0, pos.clamp(0, max_pos - 1).long(), cos_sin)
+    untouched = torch.equal(q[~good], q0[~good]) and torch.equal(k[~good], k0[~good])
+    err = max(rel_err(q[good], qr[good]), rel_err(k[good], kr[good]))
+    return untouched and err < 1e-2, f"bad positions untouched: {untouched}, fused-qkv err {err:.1e}"
+
+
+def kite_bench_gbs(path):
+    """Best cuda kernel GB/s per (op, shape) from `kite bench --json` output, if given."""
+    best = {}
+    if not path or not os.path.exists(path):
+        return best
+    with open(path) as f:
+        for line in f:
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            if str(r.get("kernel", "")).startswith("cuda.") and r.get("dtype") == "bf16" \
+                    and "gb_s" in r:
+                key = (r["op"], r["shape"])
+                best[key] = max(best.get(key, 0.0), r["gb_s"])
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", default="build/lib/libkite.so")
+    ap.add_argument("--out", default=os.environ.get("OUT", "out"))
+    ap.add_argument("--kite-bench", default=None, help="kite bench --json output to cross-check")
+    ap.add_argument("--no-compile", action="store_true")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    torch.manual_seed(0)
+    kite = Kite(args.lib)
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+    copy = copy_gbs()
+    print(f"device-to-device copy: {copy:.0f} GB/s (read + write)", flush=True)
+    ok, msg = rope_edge_checks(kite)
+    print(f"rope edge cases: {'ok' if ok else 'FAIL'} ({msg})", flush=True)
+
+    rows, failures = [], 0 if ok else 1
+    bench_gbs = kite_bench_gbs(args.kite_bench)
+    ops = ["rms_norm", "add_rms_norm", "silu_and_mul", "rope", "softmax", "embedding"]
+    for op in ops:
+        for T in (8192, 16, 1):
+            shape, nbytes, kfn, eager, ref_fn, ref_args, check = make_case(kite, op, T)
+            got, want = check()
+            torch.cuda.synchronize()
+            err = rel_err(got, want)
+            bad = not (err < 1e-2)
+            failures += bad
+            row = {"op": op, "shape": shape, "T": T, "bytes": nbytes, "rel_err": err}
+            if T == 8192:
+                row["kite_us"] = time_us(kfn)
+                row["eager_us"] = time_us(eager)
+                if not args.no_compile:
+                    try:
+                        comp = torch.compile(ref_fn, dynamic=False)
+                        row["compile_us"] = time_us(lambda: comp(*ref_args))
+                    except Exception as ex:  # a peer that fails to compile is reported, not fatal
+                        print(f"{op}: torch.compile failed: {ex}", file=sys.stderr)
+            else:
+                row["kite_us"] = graph_us(kfn)
+                row["eager_us"] = graph_us(eager)
+            for side in ("kite", "eager", "compile"):
+                if f"{side}_us" in row:
+                    row[f"{side}_gbs"] = nbytes / (row[f"{side}_us"] * 1e-6) / 1e9
+            row["pct_copy"] = 100.0 * row["kite_gbs"] / copy
+            row["kite_bench_gbs"] = bench_gbs.get((op, shape))
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            del kfn, eager, check
+            torch.cuda.empty_cache()
+
+    with open(os.path.join(args.out, "peers.json"), "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "copy_gbs": copy, "rows": rows}, f,
+                  indent=1)
+    cols = ["op", "shape", "kite_us", "kite_gbs", "eager_gbs", "compile_gbs", "pct_copy",
+            "kite_bench_gbs", "rel_err"]
+    with open(os.path.join(args.out, "peers.csv"), "w") as f:
+        f.write(",".join(cols) + "\n")
+        for r in rows:
+            f.write(",".join("" if r.get(c) is None else str(r.get(c)) for c in cols) + "\n")
+
+    fmt = lambda v, p=0: "-" if v is None else f"{v:.{p}f}"
+    print("\n---- kite vs PyTorch")
+    print(f"{torch.cuda.get_device_name()}: copy {copy:.0f} GB/s; bf16; T=8192 rows: events, "
+          f"L2 flushed; T=1/16 rows: CUDA-graph replay (GPU us per call)")
+    print(f"{'op':<13} {'shape':<16} {'kite us':>8} {'kite GB/s':>9} {'eager GB/s':>10} "
+          f"{'compile GB/s':>12} {'% copy':>6} {'bench GB/s':>10} {'err':>7}")
+    for r in rows:
+        print(f"{r['op']:<13} {r['shape']:<16} {fmt(r['kite_us'], 1):>8} {fmt(r['kite_gbs']):>9} "
+              f"{fmt(r.get('eager_gbs')):>10} {fmt(r.get('compile_gbs')):>12} "
+              f"{fmt(r['pct_copy']):>6} {fmt(r.get('kite_bench_gbs')):>10} {r['rel_err']:>7.1e}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+/* Front-ends of the dense GEMMs: linear y[M, N] = x[M, K] w[N, K]^T + bias[N], and group_gemm
+ * where G consecutive groups of x's rows each meet their own w[g]. */
+#include "ops/matrix.h"
+
+kite_status kite_linear(kite_ctx *ctx, const DLTensor *x, const DLTensor *w, const DLTensor *bias,
+                        DLTensor *y) {
+  kite_clear_error();
+  kite_init();
+  const char *op = "linear";
+  kite_mat xm, wm, ym;
+  kite_tensor bt;
+  kite_status s;
+  if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
+  if ((s = kite_mat_check(ctx, op, "x", x, false, &xm)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_float(op, "x", &xm.t)) != KITE_OK) return s;
+  if ((s = kite_mat_check(ctx, op, "w", w, false, &wm)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_dtype(op, "w", &wm.t, xm.t.dtype)) != KITE_OK) return s;
+  if (wm.cols != xm.cols)
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "linear: w: shape [%lld, %lld], expected [N, K=%lld]", (long long)wm.rows,
+                          (long long)wm.cols, (long long)xm.cols);
+  const int64_t m = xm.rows, n = wm.rows, k = xm.cols;
+  if ((s = kite_vec_check(ctx, op, "bias", bias, true, xm.t.dtype, n, "N", &bt)) != KITE_OK)
+    return s;
+  if ((s = kite_mat_check(ctx, op, "y", y, true, &ym)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_dtype(op, "y", &ym.t, xm.t.dtype)) != KITE_OK) return s;
+  if ((s = kite_mat_require_shape(op, "y", &ym, m, n, "M", "N")) != KITE_OK) return s;
+  const kite_tensor *in[] = {&xm.t, &wm.t, &bt};
+  const char *names[] = {"x", "w", "bias"};
+  if ((s = kite_require_apart(op, "y", &ym.t, in, names, 3)) != KITE_OK) return s;
+
+  kite_linear_args a = {.op = KITE_OP_LINEAR,
+                        .dtype = xm.t.dtype,
+                        .m = m,
+                        .n = n,
+                        .k = k,
+                        .x = xm.t.data,
+                        .x_stride = xm.stride,
+                        .w = wm.t.data,
+                        .w_stride = wm.stride,
+                        .bias = bias ? bt.data : NULL,
+                        .y = ym.t.data,
+                        .y_stride = ym.stride};
+  if (m == 0 || n == 0) return KITE_OK; /* K = 0 still writes y = bias (or 0) */
+  return kite_dispatch(ctx, KITE_OP_LINEAR, a.dtype, &a);
+}
+
+kite_status kite_group_gemm(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
+                            const DLTensor *group_sizes, DLTensor *y) {
+  kite_clear_error();
+  kite_init();
+  const char *op = "group_gemm";
+  kite_mat xm, ym;
+  kite_tensor wt, gt;
+  kite_status s;
+  if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
+  if ((s = kite_mat_check(ctx, op, "x", x, false, &xm)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_float(op, "x", &xm.t)) != KITE_OK) return s;
+
+  /* w[G, N, K]: K unit-stride, group and row strides free */
+  if ((s = kite_tensor_check(ctx, op, "w", w, &wt)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_ndim(op, "w", &wt, 3)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_dtype(op, "w", &wt, xm.t.dtype)) != KITE_OK) return s;
+  const int64_t g = wt.shape[0], n = wt.shape[1], k = xm.cols, m = xm.rows;
+  if (wt.shape[2] != k)
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "group_gemm: w: shape [%lld, %lld, %lld], expected [G, N, K=%lld]",
+                          (long long)g, (long long)n, (long long)wt.shape[2], (long long)k);
+  if (k > 1 && wt.strides[2] != 1)
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "group_gemm: w: last dim must be unit-stride "
+                          "(stride %lld)",
+                          (long long)wt.strides[2]);
+
+  if ((s = kite_vec_check(ctx, op, "group_sizes", group_sizes, false, KITE_DTYPE_I32, g, "G",
+                          &gt)) != KITE_OK)
+    return s;
+  if ((s = kite_mat_check(ctx, op, "y", y, true, &ym)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_dtype(op, "y", &ym.t, xm.t.dtype)) != KITE_OK) return s;
+  if ((s = kite_mat_require_shape(op, "y", &ym, m, n, "M", "N")) != KITE_OK) return s;
+  const kite_tensor *in[] = {&xm.t, &wt, &gt};
+  const char *names[] = {"x", "w", "group_sizes"};
+  if ((s = kite_require_apart(op, "y", &ym.t, in, names, 3)) != KITE_OK) return s;
+
+  kite_group_gemm_args a = {.op = KITE_OP_GROUP_GEMM,
+                            .dtype = xm.t.dtype,
+                            .m = m,
+                            .n = n,
+                            .k = k,
+                            .groups = g,
+                            .x = xm.t.data,
+                            .x_stride = xm.stride,
+                            .w = wt.data,
+                            .w_stride_g = wt.strides[0],
+                            .w_stride_n = wt.strides[1],
+                            .group_sizes = gt.data,
+                            .y = ym.t.data,
+                            .y_stride = ym.stride};
+  if (m == 0 || n == 0) return KITE_OK;
+  return kite_dispatch(ctx, KITE_OP_GROUP_GEMM, a.dtype, &a);
+}

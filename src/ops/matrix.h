@@ -1,0 +1,67 @@
+/*
+ * Validation shared by the GEMM, MoE and quantization front-ends: rank-2 operands viewed as
+ * [rows, cols] with unit-stride cols and one row stride, and compact per-row/per-channel vectors.
+ */
+#ifndef KITE_OPS_MATRIX_H
+#define KITE_OPS_MATRIX_H
+
+#include "core/internal.h"
+
+/* A checked rank-2 tensor [rows, cols]: cols unit-stride, rows `stride` elements apart. */
+typedef struct kite_mat {
+  kite_tensor t;
+  int64_t rows, cols, stride;
+} kite_mat;
+
+/* Checks d as a rank-2 matrix; `out` set when true (written by the kernel: distinct elements). */
+static inline kite_status kite_mat_check(const kite_ctx *ctx, const char *op, const char *arg,
+                                         const DLTensor *d, bool out, kite_mat *m) {
+  kite_status s;
+  if ((s = kite_tensor_check(ctx, op, arg, d, &m->t)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_ndim(op, arg, &m->t, 2)) != KITE_OK) return s;
+  if ((s = kite_tensor_rows(op, arg, &m->t, &m->rows, &m->cols, &m->stride)) != KITE_OK) return s;
+  if (out && (s = kite_tensor_require_no_overlap(op, arg, &m->t)) != KITE_OK) return s;
+  return KITE_OK;
+}
+
+/* Requires m to be [rows, cols]; the names say where the expected sizes come from. */
+static inline kite_status kite_mat_require_shape(const char *op, const char *arg, const kite_mat *m,
+                                                 int64_t rows, int64_t cols, const char *rows_name,
+                                                 const char *cols_name) {
+  if (m->rows == rows && m->cols == cols) return KITE_OK;
+  return kite_set_error(KITE_ERR_INVALID_ARG,
+                        "%s: %s: shape [%lld, %lld], expected [%s=%lld, %s=%lld]", op, arg,
+                        (long long)m->rows, (long long)m->cols, rows_name, (long long)rows,
+                        cols_name, (long long)cols);
+}
+
+/* A compact vector [n] of dtype `want`; *data NULL when d is NULL and optional. */
+static inline kite_status kite_vec_check(const kite_ctx *ctx, const char *op, const char *arg,
+                                         const DLTensor *d, bool optional, kite_dtype want,
+                                         int64_t n, const char *n_name, kite_tensor *t) {
+  kite_status s;
+  if (!d && optional) {
+    *t = (kite_tensor){0};
+    return KITE_OK;
+  }
+  if ((s = kite_tensor_check(ctx, op, arg, d, t)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_ndim(op, arg, t, 1)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_dtype(op, arg, t, want)) != KITE_OK) return s;
+  if (t->shape[0] != n)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: %s: length %lld, expected %s=%lld", op, arg,
+                          (long long)t->shape[0], n_name, (long long)n);
+  return kite_tensor_require_compact(op, arg, t);
+}
+
+/* An output must not share bytes with any input it is computed from (absent inputs skipped). */
+static inline kite_status kite_require_apart(const char *op, const char *arg,
+                                             const kite_tensor *out, const kite_tensor *const *in,
+                                             const char *const *names, int n) {
+  kite_status s;
+  for (int i = 0; i < n; i++)
+    if (in[i] && (s = kite_tensor_require_disjoint(op, arg, out, in[i], names[i])) != KITE_OK)
+      return s;
+  return KITE_OK;
+}
+
+#endif /* KITE_OPS_MATRIX_H */

@@ -1,0 +1,672 @@
+/*
+ * kite bench: times every kernel that runs here (pinned through kite_config_set) on LLM shapes,
+ * reports GB/s against a memcpy ceiling measured in the same run and the speedup over ref.
+ * `kite bench --dispatch` measures what one call through the public API costs over a direct call
+ * of the same kernel. Benchmarks report; they never fail on time.
+ *
+ * Timing: one warm-up call, then batches of calls followed by kite_ctx_synchronize on the host
+ * clock, each batch >= ~20 ms; the median over the batches (default 5) per call. A (kernel,
+ * shape) gets at most a fixed time budget: batches shrink, then fewer batches, and a kernel whose
+ * single call exceeds the budget (ref on the largest shapes) is measured by that one call.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "driver.h"
+#include "util.h"
+
+#define BATCH_SECONDS 0.02
+#define KERNEL_BUDGET 1.0 /* seconds of timed calls per (kernel, shape) */
+#define REF_BUDGET 0.5    /* ref is slow by design: fewer calls */
+#define CEILING_BYTES ((size_t)256 << 20)
+#define DEFAULT_MAX_MB 2048 /* skip shapes whose buffers exceed this (--max-mb) */
+
+/* Minimum bytes each op must move (read + write), e = element size, for GB/s:
+ *   activations       x + y                                   2 R C e
+ *   gated (y is RxI)  x[R, 2I] + y                            3 R I e
+ *   rms_norm          x + y + w                               (2 R C + C) e
+ *   layer_norm        x + y + w + b                           (2 R C + 2 C) e
+ *   add_rms_norm      x + residual read + written + y + w     (4 R C + C) e
+ *   add_layer_norm    the same + b                            (4 R C + 2 C) e
+ *   rope              rotated part of q and k, read + written, positions, cos_sin rows used
+ *                     2 T (Hq + Hkv) rot e + 4 T + 4 min(T, max_pos) rot
+ *   softmax           x + y                                   2 R C e
+ *   embedding         ids + the T table rows read + y         4 T + 2 T H e
+ * (w and b count only when present.) */
+static double op_bytes(const kt_case *c) {
+  double e = (double)kite_dtype_size(c->dtype), R = (double)c->rows, C = (double)c->cols;
+  double wb = (c->with_w ? C : 0) + (c->with_b && kt_op_is_layer_norm(c->op) ? C : 0);
+  switch (kt_op_family(c->op)) {
+  case KT_ACT:
+  case KT_SOFTMAX:
+    return 2 * R * C * e;
+  case KT_GATED:
+    return 3 * R * C * e;
+  case KT_NORM:
+    return ((kt_op_has_residual(c->op) ? 4 : 2) * R * C + wb) * e;
+  case KT_ROPE: {
+    double heads = (double)c->hq + (c->k_null ? 0 : (double)c->hkv), rot = (double)c->rot_dim;
+    double rows = R < (double)c->max_pos ? R : (double)c->max_pos;
+    return 2 * R * heads * rot * e + 4 * R + 4 * rows * rot;
+  }
+  case KT_EMBEDDING:
+    return 4 * R + 2 * R * C * e;
+  case KT_NONE:
+    break;
+  }
+  return 0;
+}
+
+/* ---- shapes ------------------------------------------------------------------------------ */
+
+typedef struct case_list {
+  kt_case c[64];
+  int n;
+} case_list;
+
+static void add(case_list *l, kt_case c) {
+  if (l->n < (int)(sizeof l->c / sizeof l->c[0])) l->c[l->n++] = c;
+}
+
+static kt_case rope_case(kite_dtype t, int64_t tokens) {
+  kt_case c = kt_case_default(KITE_OP_ROPE, t, tokens, 0);
+  c.hq = 32, c.hkv = 8, c.head_dim = 128, c.rot_dim = 128;
+  c.layout = KT_QK_FUSED; /* q and k as slices of the qkv projection, as engines call it */
+  c.max_pos = tokens > 0 ? tokens : 1;
+  c.seq_positions = 1;
+  return c;
+}
+
+static kt_case embedding_case(kite_dtype t, int64_t tokens, int64_t hidden) {
+  kt_case c = kt_case_default(KITE_OP_EMBEDDING, t, tokens, hidden);
+  c.vocab = 32000;
+  return c;
+}
+
+/* small: one mid shape per op. llm: T in {1, 16, 512, 8192} over Llama-like widths. */
+static void bench_cases(kite_op op, kite_dtype t, int llm, case_list *l) {
+  static const int64_t tokens[] = {1, 16, 512, 8192};
+  static const int64_t hidden[] = {4096, 5120};
+  l->n = 0;
+  if (!llm) {
+    switch (kt_op_family(op)) {
+    case KT_ROPE:
+      add(l, rope_case(t, 512));
+      break;
+    case KT_EMBEDDING:
+      add(l, embedding_case(t, 512, 4096));
+      break;
+    case KT_SOFTMAX:
+      add(l, kt_case_default(op, t, 64, 32000));
+      break;
+    default:
+      add(l, kt_case_default(op, t, 512, 4096));
+      break;
+    }
+    return;
+  }
+  for (int i = 0; i < 4; i++) {
+    int64_t T = tokens[i];
+    switch (kt_op_family(op)) {
+    case KT_ROPE:
+      add(l, rope_case(t, T));
+      break;
+    case KT_EMBEDDING:
+      add(l, embedding_case(t, T, 4096));
+      break;
+    case KT_GATED:
+      add(l, kt_case_default(op, t, T, 14336));
+      break;
+    case KT_SOFTMAX:
+      add(l, kt_case_default(op, t, T, 32000));
+      add(l, kt_case_default(op, t, T, 4096));
+      break;
+    default:
+      for (int h = 0; h < 2; h++) add(l, kt_case_default(op, t, T, hidden[h]));
+      break;
+    }
+  }
+}
+
+/* ---- timing ------------------------------------------------------------------------------ */
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+typedef struct timing {
+  double us; /* median per call */
+  int calls; /* timed calls */
+  char msg[256];
+} timing;
+
+static kite_status call_sync(kt_run *r) {
+  kite_status s = kt_call(r);
+  if (s == KITE_OK) s = kite_ctx_synchronize(r->ctx);
+  return s;
+}
+
+/* Times r's op pinned to k (NULL: default dispatch). */
+static kite_status time_kernel(kt_run *r, const kt_kernel *k, double budget, int repeat,
+                               timing *tm) {
+  memset(tm, 0, sizeof *tm);
+  kite_status s = kt_pin(r->c.op, k);
+  double t0 = kt_now();
+  if (s == KITE_OK) s = call_sync(r); /* warm-up */
+  double first = kt_now() - t0;
+  if (s != KITE_OK) {
+    snprintf(tm->msg, sizeof tm->msg, "%s", kite_last_error());
+    return s;
+  }
+  if (first >= budget) { /* one call is all the budget allows */
+    tm->us = first * 1e6;
+    tm->calls = 1;
+    return KITE_OK;
+  }
+  /* per-call estimate over >= 10 ms (one call for slow kernels); the warm-up call may have
+   * paid one-time costs (page faults, module loading) */
+  int n = 0;
+  t0 = kt_now();
+  do {
+    s = kt_call(r);
+    n++;
+  } while (s == KITE_OK && kt_now() - t0 < 0.01);
+  if (s == KITE_OK) s = kite_ctx_synchronize(r->ctx);
+  double est = (kt_now() - t0) / n;
+  long batch = (long)ceil(BATCH_SECONDS / (est > 1e-9 ? est : 1e-9));
+  int reps = repeat;
+  if (batch < 1) batch = 1;
+  while ((double)reps * (double)batch * est > budget && batch > 1) batch /= 2;
+  while ((double)reps * (double)batch * est > budget && reps > 2) reps--;
+
+  double t[1000];
+  for (int i = 0; i < reps && s == KITE_OK; i++) {
+    t0 = kt_now();
+    for (long j = 0; j < batch && s == KITE_OK; j++) s = kt_call(r);
+    if (s == KITE_OK) s = kite_ctx_synchronize(r->ctx);
+    t[i] = (kt_now() - t0) / (double)batch;
+  }
+  if (s != KITE_OK) {
+    snprintf(tm->msg, sizeof tm->msg, "%s", kite_last_error());
+    return s;
+  }
+  qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+  tm->us = t[reps / 2] * 1e6;
+  tm->calls = reps * (int)batch;
+  return KITE_OK;
+}
+
+/* Allocates r on ctx and fills its inputs. On the CPU the buffers are host memory and are
+ * filled in place, so a multi-GB case needs no second host copy. */
+static kite_status prepare(kt_run *r, kite_ctx *ctx, DLDeviceType type) {
+  kite_status s = kt_alloc(r, ctx);
+  if (s != KITE_OK) return s;
+  unsigned char *img[KT_MAX_BUFS];
+  if (type == kDLCPU) {
+    for (int b = 0; b < r->nbufs; b++) img[b] = r->buf[b].dev;
+    kt_fill(r, 1, img);
+    return KITE_OK;
+  }
+  for (int b = 0; b < r->nbufs; b++) img[b] = NULL;
+  for (int b = 0; b < r->nbufs && s == KITE_OK; b++) {
+    img[b] = malloc(kt_buf_bytes(r, b));
+    if (!img[b]) s = KITE_ERR_OUT_OF_MEMORY;
+  }
+  if (s == KITE_OK) {
+    kt_fill(r, 1, img);
+    s = kt_upload(r, img);
+  }
+  for (int b = 0; b < r->nbufs; b++) free(img[b]);
+  if (s != KITE_OK) kt_release(r);
+  return s;
+}
+
+/* ---- output ------------------------------------------------------------------------------ */
+
+typedef struct bench {
+  const kt_opts *o;
+  kt_registry reg;
+  kt_devices dev;
+  double ceiling[KT_MAX_DEVICES]; /* GB/s per device of dev */
+  int threads;
+  int header_done;
+} bench;
+
+static double ceiling_of(const bench *b, DLDeviceType t) {
+  for (int d = 0; d < b->dev.n; d++)
+    if (b->dev.type[d] == t) return b->ceiling[d];
+  return 0;
+}
+
+static void table_header(bench *b) {
+  if (b->o->json || b->header_done) return;
+  b->header_done = 1;
+  printf("%-18s %-22s %-5s %-16s %11s %9s %8s %9s\n", "op", "kernel", "dtype", "shape", "us",
+         "GB/s", "%memcpy", "x vs ref");
+}
+
+static void print_result(bench *b, const kt_case *c, const char *kernel, DLDeviceType dev,
+                         const timing *tm, double ref_us) {
+  char shape[64];
+  kt_case_shape(c, shape, sizeof shape);
+  double gbs = op_bytes(c) / (tm->us * 1e-6) * 1e-9, ceil_gbs = ceiling_of(b, dev);
+  double pct = ceil_gbs > 0 ? 100.0 * gbs / ceil_gbs : 0;
+  if (b->o->json) {
+    printf("{\"op\":\"%s\",\"kernel\":", kite_op_name(c->op));
+    kt_json_str(kernel);
+    printf(",\"dtype\":\"%s\",\"shape\":\"%s\",\"us\":%.3f,\"gb_s\":%.3f,\"ceiling_gb_s\":%.3f,"
+           "\"pct_ceiling\":%.2f,\"speedup_vs_ref\":",
+           kite_dtype_name(c->dtype), shape, tm->us, gbs, ceil_gbs, pct);
+    if (ref_us > 0)
+      printf("%.3f", ref_us / tm->us);
+    else
+      printf("null");
+    printf(",\"threads\":%d,\"device\":\"%s\",\"bytes\":%.0f,\"calls\":%d}\n", b->threads,
+           kite_device_name(dev), op_bytes(c), tm->calls);
+  } else {
+    table_header(b);
+    printf("%-18s %-22s %-5s %-16s %11.2f %9.2f %7.1f%%", kite_op_name(c->op), kernel,
+           kite_dtype_name(c->dtype), shape, tm->us, gbs, pct);
+    if (ref_us > 0)
+      printf(" %8.2fx\n", ref_us / tm->us);
+    else
+      printf(" %9s\n", "-");
+  }
+  fflush(stdout);
+}
+
+static void print_skip(bench *b, const kt_case *c, const char *kernel, const char *why) {
+  char shape[64];
+  kt_case_shape(c, shape, sizeof shape);
+  if (b->o->json) {
+    printf("{\"op\":\"%s\",\"kernel\":", kite_op_name(c->op));
+    kt_json_str(kernel);
+    printf(",\"dtype\":\"%s\",\"shape\":\"%s\",\"skipped\":", kite_dtype_name(c->dtype), shape);
+    kt_json_str(why);
+    printf("}\n");
+  } else {
+    table_header(b);
+    printf("%-18s %-22s %-5s %-16s skipped: %s\n", kite_op_name(c->op), kernel,
+           kite_dtype_name(c->dtype), shape, why);
+  }
+  fflush(stdout);
+}
+
+/* ---- the benchmark ----------------------------------------------------------------------- */
+
+/* One shape: ref on the CPU first (its time is the speedup baseline), then every selected kernel
+ * on its device. */
+static void bench_case(bench *b, const kt_case *c, const kt_kernel *ref, size_t max_bytes) {
+  const kt_opts *o = b->o;
+  int repeat = o->repeat ? o->repeat : 5;
+  kt_run r;
+  if (kt_plan(&r, c)) return;
+  if (kt_run_bytes(&r) > max_bytes) {
+    char why[128];
+    snprintf(why, sizeof why, "needs %.0f MB of buffers (> --max-mb %zu)",
+             (double)kt_run_bytes(&r) / (1 << 20), max_bytes >> 20);
+    print_skip(b, c, "*", why);
+    return;
+  }
+  double ref_us = 0;
+  for (int d = 0; d < b->dev.n; d++) {
+    DLDeviceType type = b->dev.type[d];
+    int any = 0;
+    for (size_t i = 0; i < b->reg.n; i++) {
+      const kt_kernel *k = &b->reg.k[i];
+      any |= k->op == c->op && k->device == type && k->runs_here && kt_kernel_selected(k, o);
+    }
+    int ref_here = type == kDLCPU && ref;
+    if (!any && !ref_here) continue;
+    kite_status s = prepare(&r, b->dev.ctx[d], type);
+    if (s != KITE_OK) {
+      print_skip(b, c, "*", kite_last_error());
+      continue;
+    }
+    timing tm;
+    if (ref_here) {
+      s = time_kernel(&r, ref, REF_BUDGET, repeat, &tm);
+      if (s == KITE_OK) ref_us = tm.us;
+      if (kt_kernel_selected(ref, o)) {
+        if (s == KITE_OK)
+          print_result(b, c, ref->name, type, &tm, ref_us);
+        else
+          print_skip(b, c, ref->name, tm.msg);
+      }
+    }
+    for (size_t i = 0; i < b->reg.n; i++) {
+      const kt_kernel *k = &b->reg.k[i];
+      if (k == ref || k->op != c->op || k->device != type || !k->runs_here ||
+          !kt_kernel_selected(k, o))
+        continue;
+      s = time_kernel(&r, k, KERNEL_BUDGET, repeat, &tm);
+      if (s == KITE_OK)
+        print_result(b, c, k->name, type, &tm, ref_us);
+      else
+        print_skip(b, c, k->name, tm.msg);
+    }
+    kt_release(&r);
+  }
+}
+
+static void measure_ceilings(bench *b) {
+  for (int d = 0; d < b->dev.n; d++)
+    b->ceiling[d] = b->dev.type[d] == kDLCPU ? kt_host_memcpy_gbs(b->threads, CEILING_BYTES)
+                                             : kt_device_memcpy_gbs(b->dev.ctx[d], CEILING_BYTES);
+}
+
+static void print_machine(const bench *b, const char *shapes) {
+  if (b->o->json) {
+    printf("{\"ceiling_gb_s\":%.3f,\"ceilings\":{", b->ceiling[0]);
+    for (int d = 0; d < b->dev.n; d++)
+      printf("%s\"%s\":%.3f", d ? "," : "", kite_device_name(b->dev.type[d]), b->ceiling[d]);
+    printf("},\"machine\":{\"cpu_model\":");
+    kt_json_str(kt_cpu_model());
+    printf(",\"cpus\":%d,\"threads\":%d,\"devices\":[", kt_online_cpus(), b->threads);
+    for (int d = 0; d < b->dev.n; d++)
+      printf("%s\"%s\"", d ? "," : "", kite_device_name(b->dev.type[d]));
+    printf("]},\"kite_version\":\"%d.%d.%d\",\"shapes\":\"%s\"}\n", KITE_VERSION_MAJOR,
+           KITE_VERSION_MINOR, KITE_VERSION_PATCH, shapes);
+    return;
+  }
+  printf("kite bench: %s, %d cpus, %d threads, shapes %s\n", kt_cpu_model(), kt_online_cpus(),
+         b->threads, shapes);
+  for (int d = 0; d < b->dev.n; d++)
+    printf("ceiling: %s memcpy %.1f GB/s (read + write, %zu MB%s)\n",
+           kite_device_name(b->dev.type[d]), b->ceiling[d], CEILING_BYTES >> 20,
+           b->dev.type[d] == kDLCPU ? ", same threads" : ", device to device");
+  fflush(stdout);
+}
+
+static int bench_open(bench *b, const kt_opts *o) {
+  memset(b, 0, sizeof *b);
+  b->o = o;
+  b->threads = o->threads ? o->threads : kt_online_cpus();
+  if (kt_registry_load(&b->reg)) {
+    fprintf(stderr, "kite bench: cannot read the registry: %s\n", kite_last_error());
+    return 1;
+  }
+  if (kt_devices_open(&b->dev, o->threads)) {
+    kt_registry_free(&b->reg);
+    return 1;
+  }
+  return 0;
+}
+
+static void bench_close(bench *b) {
+  kt_devices_close(&b->dev);
+  kt_registry_free(&b->reg);
+}
+
+/* ---- dispatch overhead -------------------------------------------------------------------- */
+
+#define DISPATCH_CALLS 1000000
+
+/* The highest-priority CPU kernel of op that runs here and accepts args. */
+static const kt_kernel *direct_kernel(const bench *b, kite_op op, const void *args) {
+  const kt_kernel *best = NULL;
+  for (size_t i = 0; i < b->reg.n; i++) {
+    const kt_kernel *k = &b->reg.k[i];
+    if (k->op != op || k->device != kDLCPU || !k->runs_here) continue;
+    const kite_kernel *e = kite_kernel_entry(k->index);
+    const char *why = NULL;
+    if (!e || !e->run || (e->supports && !e->supports(e, args, &why))) continue;
+    if (!best || k->priority > best->priority) best = k;
+  }
+  return best;
+}
+
+typedef kite_status (*api_fn)(kite_ctx *ctx, const DLTensor *x, const DLTensor *w, DLTensor *y);
+
+static kite_status api_relu(kite_ctx *ctx, const DLTensor *x, const DLTensor *w, DLTensor *y) {
+  return kite_relu(ctx, x, y);
+}
+
+static kite_status api_rms_norm(kite_ctx *ctx, const DLTensor *x, const DLTensor *w, DLTensor *y) {
+  return kite_rms_norm(ctx, x, w, 1e-6f, 0.0f, y);
+}
+
+/* ns per call: the median of 3 runs of DISPATCH_CALLS calls. */
+static double ns_per_call(kite_ctx *ctx, api_fn api, const DLTensor *x, const DLTensor *w,
+                          DLTensor *y, const kite_kernel *e, const void *args, int *ok) {
+  double t[3];
+  for (int rep = 0; rep < 3; rep++) {
+    kite_status s = KITE_OK;
+    double t0 = kt_now();
+    if (api)
+      for (int i = 0; i < DISPATCH_CALLS; i++) s |= api(ctx, x, w, y);
+    else
+      for (int i = 0; i < DISPATCH_CALLS; i++) s |= e->run(e, ctx, args);
+    t[rep] = (kt_now() - t0) * 1e9 / DISPATCH_CALLS;
+    if (s != KITE_OK) *ok = 0;
+  }
+  qsort(t, 3, sizeof t[0], cmp_double);
+  return t[1];
+}
+
+static int bench_dispatch(const kt_opts *o) {
+  bench b;
+  if (bench_open(&b, o)) return 2;
+  kite_ctx *ctx = kt_devices_ctx(&b.dev, kDLCPU);
+  size_t cfg_len = strlen(kite_config_get());
+  char *saved = malloc(cfg_len + 1);
+  float *mem = NULL;
+  if (!saved || kite_malloc(ctx, 32 * sizeof(float), (void **)&mem) != KITE_OK) {
+    fprintf(stderr, "kite bench: out of memory\n");
+    free(saved);
+    bench_close(&b);
+    return 2;
+  }
+  memcpy(saved, kite_config_get(), cfg_len + 1);
+  kite_config_set(""); /* default dispatch, as users call it */
+  float host[32];
+  for (int i = 0; i < 32; i++) host[i] = (float)(i % 7) - 3.0f;
+  kite_memcpy(ctx, mem, host, sizeof host, KITE_COPY_HOST_TO_DEVICE);
+  float *x = mem, *w = mem + 8, *y = mem + 16;
+
+  if (o->json) {
+    printf("{\"dispatch_calls\":%d,\"machine\":{\"cpu_model\":", DISPATCH_CALLS);
+    kt_json_str(kt_cpu_model());
+    printf(",\"cpus\":%d}}\n", kt_online_cpus());
+  } else {
+    printf("dispatch overhead: public API call vs direct kernel run, %d calls each, cpu ctx\n",
+           DISPATCH_CALLS);
+    printf("%-10s %-22s %-6s %12s %15s %12s\n", "op", "kernel", "shape", "api ns/call",
+           "direct ns/call", "overhead ns");
+  }
+
+  for (int which = 0; which < 2; which++) {
+    int64_t shape1[1] = {1}, shape2[2] = {1, 8}, wshape[1] = {8};
+    DLDataType f32 = {kDLFloat, 32, 1};
+    DLDevice dev = kite_ctx_device(ctx);
+    DLTensor tx = {x, dev, which ? 2 : 1, f32, which ? shape2 : shape1, NULL, 0};
+    DLTensor ty = {y, dev, which ? 2 : 1, f32, which ? shape2 : shape1, NULL, 0};
+    DLTensor tw = {w, dev, 1, f32, wshape, NULL, 0};
+    kite_act_args act = {KITE_OP_RELU, KITE_DTYPE_F32, 1, 1, x, 1, y, 1};
+    kite_norm_args norm = {
+        KITE_OP_RMS_NORM, KITE_DTYPE_F32, 1, 8, x, 8, NULL, 0, w, NULL, y, 8, 1e-6f, 0.0f,
+        KITE_NORM_PRE};
+    kite_op op = which ? KITE_OP_RMS_NORM : KITE_OP_RELU;
+    const void *args = which ? (const void *)&norm : (const void *)&act;
+    api_fn api = which ? api_rms_norm : api_relu;
+    const char *shape = which ? "1x8" : "1";
+    const kt_kernel *k = direct_kernel(&b, op, args);
+    if (!k) {
+      printf("%-10s no CPU kernel accepts the call\n", kite_op_name(op));
+      continue;
+    }
+    const kite_kernel *e = kite_kernel_entry(k->index);
+    int ok = 1;
+    double api_ns = ns_per_call(ctx, api, &tx, &tw, &ty, e, args, &ok);
+    double direct_ns = ns_per_call(ctx, NULL, &tx, &tw, &ty, e, args, &ok);
+    if (o->json) {
+      printf("{\"op\":\"%s\",\"kernel\":", kite_op_name(op));
+      kt_json_str(k->name);
+      printf(",\"shape\":\"%s\",\"api_ns\":%.2f,\"direct_ns\":%.2f,\"overhead_ns\":%.2f,"
+             "\"calls\":%d,\"ok\":%s}\n",
+             shape, api_ns, direct_ns, api_ns - direct_ns, DISPATCH_CALLS, ok ? "true" : "false");
+    } else {
+      printf("%-10s %-22s %-6s %12.1f %15.1f %12.1f%s\n", kite_op_name(op), k->name, shape, api_ns,
+             direct_ns, api_ns - direct_ns, ok ? "" : "  (some calls failed)");
+    }
+  }
+  if (!o->json) printf("target: overhead < 100 ns per call\n");
+  kite_config_set(saved);
+  free(saved);
+  kite_free(ctx, mem);
+  bench_close(&b);
+  return 0;
+}
+
+/* ---- entry points ------------------------------------------------------------------------ */
+
+static void usage(void) {
+  printf("usage: kite bench [--op NAME] [--backend NAME] [--dtype T] [--threads N] [--json]\n"
+         "                  [--shapes small|llm] [--repeat N] [--max-mb N]\n"
+         "       kite bench --dispatch [--json]\n"
+         "\n"
+         "Times every kernel that runs here (pinned with kite_config_set), one warm-up call then\n"
+         "the median of N batches (each >= 20 ms) per call, and reports the bytes the op must\n"
+         "move per second beside a memcpy ceiling measured in the same run (CPU: a multithreaded\n"
+         "memcpy of 256 MB with the same threads; other devices: a device-to-device copy) and\n"
+         "the speedup over ref (which runs on the CPU, whatever the kernel's device).\n"
+         "\n"
+         "  --op NAME        only this op (default shapes: llm)\n"
+         "  --backend NAME   only this backend (\"cpu\") or kernel (\"cpu.avx2\"); ref is still\n"
+         "                   timed for the speedup column\n"
+         "  --dtype T        f32, f16 or bf16 (default: bf16 and f32)\n"
+         "  --threads N      kite_ctx_params.num_threads (default: all cores)\n"
+         "  --shapes S       small: one mid shape per op (default without --op);\n"
+         "                   llm: T in {1,16,512,8192}, H in {4096,5120}, I=14336, rope\n"
+         "                   Hq32/Hkv8/D128, softmax over 32000 and 4096, embedding 32000x4096\n"
+         "  --repeat N       timed batches (default 5)\n"
+         "  --max-mb N       skip shapes needing more than N MB of buffers (default %d)\n"
+         "  --json           one JSON object per line; the first describes the machine\n"
+         "  --dispatch       ns per call through the public API vs a direct kernel call\n",
+         DEFAULT_MAX_MB);
+}
+
+int kt_cmd_bench(int argc, char **argv) {
+  kt_opts o;
+  int rc = kt_parse_opts(argc, argv,
+                         "--op --backend --dtype --threads --json --dispatch --shapes --repeat "
+                         "--max-mb",
+                         &o);
+  if (rc) return rc;
+  if (o.help) {
+    usage();
+    return 0;
+  }
+  if (o.dispatch) return bench_dispatch(&o);
+
+  bench b;
+  if (bench_open(&b, &o)) return 2;
+  if (o.backend && !kt_backend_known(&b.reg, o.backend)) {
+    fprintf(stderr, "kite bench: no kernel of backend '%s' is registered (see kite list)\n",
+            o.backend);
+    bench_close(&b);
+    return 2;
+  }
+  const char *shapes = o.shapes ? o.shapes : o.op >= 0 ? "llm" : "small";
+  int llm = strcmp(shapes, "llm") == 0;
+  size_t max_bytes = (size_t)(o.max_mb ? o.max_mb : DEFAULT_MAX_MB) << 20;
+  size_t cfg_len = strlen(kite_config_get());
+  char *saved = malloc(cfg_len + 1);
+  if (!saved) {
+    bench_close(&b);
+    return 2;
+  }
+  memcpy(saved, kite_config_get(), cfg_len + 1);
+
+  measure_ceilings(&b);
+  print_machine(&b, shapes);
+  static const kite_dtype default_dtypes[] = {KITE_DTYPE_BF16, KITE_DTYPE_F32};
+  double t0 = kt_now();
+  for (int op = 0; op < KITE_OP_COUNT; op++) {
+    if (o.op >= 0 && op != o.op) continue;
+    if (kt_op_family((kite_op)op) == KT_NONE) {
+      if (o.op >= 0 && !o.json)
+        printf("%s: the CLI has no bench driver for this op yet\n", kite_op_name((kite_op)op));
+      continue;
+    }
+    const kt_kernel *ref = kt_ref_kernel(&b.reg, (kite_op)op);
+    for (int d = 0; d < 2; d++) {
+      kite_dtype t = o.dtype >= 0 ? (kite_dtype)o.dtype : default_dtypes[d];
+      if (o.dtype >= 0 && d > 0) break;
+      case_list cases;
+      bench_cases((kite_op)op, t, llm, &cases);
+      for (int i = 0; i < cases.n; i++) bench_case(&b, &cases.c[i], ref, max_bytes);
+    }
+  }
+  kite_config_set(saved);
+  free(saved);
+  if (!o.json) printf("kite bench: %.1f s\n", kt_now() - t0);
+  bench_close(&b);
+  return 0;
+}
+
+/* For plain `kite`: a handful of ops at one mid shape, default dispatch against ref. */
+void kt_bench_summary(void) {
+  static const kite_op ops[] = {KITE_OP_RMS_NORM, KITE_OP_ADD_RMS_NORM, KITE_OP_SILU_AND_MUL,
+                                KITE_OP_ROPE, KITE_OP_SOFTMAX};
+  kt_opts o;
+  memset(&o, 0, sizeof o);
+  o.op = o.dtype = -1;
+  bench b;
+  if (bench_open(&b, &o)) return;
+  size_t cfg_len = strlen(kite_config_get());
+  char *saved = malloc(cfg_len + 1);
+  if (!saved) {
+    bench_close(&b);
+    return;
+  }
+  memcpy(saved, kite_config_get(), cfg_len + 1);
+  measure_ceilings(&b);
+  for (int d = 0; d < b.dev.n; d++)
+    printf("%s memcpy ceiling %.1f GB/s%s\n", kite_device_name(b.dev.type[d]), b.ceiling[d],
+           b.dev.type[d] == kDLCPU ? " (all threads)" : "");
+  printf("bf16, default dispatch (kernel as kite list predicts it) vs ref:\n");
+  printf("  %-14s %-14s %-6s %-20s %9s %8s %8s %9s\n", "op", "shape", "device", "kernel", "us",
+         "GB/s", "%memcpy", "x vs ref");
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+    case_list cases;
+    bench_cases(ops[i], KITE_DTYPE_BF16, 0, &cases);
+    kt_run r;
+    if (cases.n == 0 || kt_plan(&r, &cases.c[0])) continue;
+    const kt_kernel *ref = kt_ref_kernel(&b.reg, ops[i]);
+    char shape[64];
+    kt_case_shape(&cases.c[0], shape, sizeof shape);
+    double ref_us = 0;
+    /* the CPU comes first: its ref time is every device's baseline */
+    for (int d = 0; d < b.dev.n; d++) {
+      DLDeviceType type = b.dev.type[d];
+      const kt_kernel *def = kt_default_kernel(&b.reg, ops[i], type);
+      if (!def || prepare(&r, b.dev.ctx[d], type) != KITE_OK) continue;
+      timing tm, tr;
+      if (type == kDLCPU && ref && time_kernel(&r, ref, 0.25, 3, &tr) == KITE_OK) ref_us = tr.us;
+      kite_status s = time_kernel(&r, NULL, 0.25, 5, &tm);
+      printf("  %-14s %-14s %-6s %-20s", kite_op_name(ops[i]), shape, kite_device_name(type),
+             def->name);
+      if (s == KITE_OK) {
+        double gbs = op_bytes(&cases.c[0]) / (tm.us * 1e-6) * 1e-9;
+        printf(" %9.1f %8.1f %7.0f%%", tm.us, gbs,
+               b.ceiling[d] > 0 ? 100 * gbs / b.ceiling[d] : 0.0);
+        if (ref_us > 0)
+          printf(" %8.1fx\n", ref_us / tm.us);
+        else
+          printf(" %9s\n", "-");
+      } else {
+        printf(" failed: %s\n", tm.msg);
+      }
+      fflush(stdout);
+      kt_release(&r);
+    }
+  }
+  kite_config_set(saved);
+  free(saved);
+  bench_close(&b);
+}

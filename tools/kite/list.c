@@ -1,0 +1,99 @@
+/*
+ * kite list: every registered kernel (op, backend.variant, device, priority, features, whether
+ * it runs here and why not, description), then what default dispatch picks per op and device.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "util.h"
+
+static void usage(void) {
+  printf("usage: kite list [--op NAME] [--backend NAME]\n"
+         "\n"
+         "One row per registered kernel: op, backend.variant, device, priority, required\n"
+         "features, whether it runs here (or why not) and a description; then, per op, the\n"
+         "kernel default dispatch picks on each device present (the highest-priority kernel\n"
+         "that runs here; a kernel's supports() may still decline particular arguments).\n"
+         "\n"
+         "  --op NAME        only this op\n"
+         "  --backend NAME   only this backend (\"cpu\") or kernel (\"cpu.avx2\")\n");
+}
+
+static int width(int w, const char *s) {
+  int n = (int)strlen(s);
+  return n > w ? n : w;
+}
+
+int kt_cmd_list(int argc, char **argv) {
+  kt_opts o;
+  int rc = kt_parse_opts(argc, argv, "--op --backend", &o);
+  if (rc) return rc;
+  if (o.help) {
+    usage();
+    return 0;
+  }
+  kt_registry reg;
+  if (kt_registry_load(&reg)) {
+    fprintf(stderr, "kite list: cannot read the registry: %s\n", kite_last_error());
+    return 2;
+  }
+  if (o.backend && !kt_backend_known(&reg, o.backend))
+    fprintf(stderr, "kite list: no kernel of backend '%s' is registered\n", o.backend);
+
+  /* column widths from the data */
+  int wop = 2, wname = 6, wfeat = 8, wdesc = 11;
+  for (int op = 0; op < KITE_OP_COUNT; op++) wop = width(wop, kite_op_name((kite_op)op));
+  for (size_t i = 0; i < reg.n; i++) {
+    const kt_kernel *k = &reg.k[i];
+    if (!kt_kernel_selected(k, &o)) continue;
+    wname = width(wname, k->name);
+    wfeat = width(wfeat, k->features[0] ? k->features : "-");
+    wdesc = width(wdesc, k->description);
+  }
+
+  /* "runs here" last: its reasons are long */
+  printf("%-*s  %-*s  %-6s  %8s  %-*s  %-*s  %s\n", wop, "op", wname, "kernel", "device",
+         "priority", wfeat, "features", wdesc, "description", "runs here");
+  int shown = 0;
+  for (int op = 0; op < KITE_OP_COUNT; op++) {
+    if (o.op >= 0 && op != o.op) continue;
+    int rows = 0;
+    for (size_t i = 0; i < reg.n; i++) {
+      const kt_kernel *k = &reg.k[i];
+      if ((int)k->op != op || !kt_kernel_selected(k, &o)) continue;
+      char run[256];
+      if (k->runs_here)
+        snprintf(run, sizeof run, "yes");
+      else
+        snprintf(run, sizeof run, "no: %s", k->why_not[0] ? k->why_not : "?");
+      printf("%-*s  %-*s  %-6s  %8d  %-*s  %-*s  %s\n", wop, k->op_name, wname, k->name,
+             kite_device_name(k->device), k->priority, wfeat, k->features[0] ? k->features : "-",
+             wdesc, k->description, run);
+      rows++, shown++;
+    }
+    if (rows == 0)
+      printf("%-*s  %-*s  %s\n", wop, kite_op_name((kite_op)op), wname, "-",
+             o.backend ? "(no kernel of this backend)" : "(no kernel registered)");
+  }
+
+  /* default dispatch, per op and device type present */
+  kt_devices dev;
+  if (kt_devices_open(&dev, 0) == 0) {
+    printf("\ndefault dispatch (highest priority that runs here):\n");
+    for (int op = 0; op < KITE_OP_COUNT; op++) {
+      if (o.op >= 0 && op != o.op) continue;
+      printf("  %-*s", wop, kite_op_name((kite_op)op));
+      for (int d = 0; d < dev.n; d++) {
+        const kt_kernel *k = kt_default_kernel(&reg, (kite_op)op, dev.type[d]);
+        printf("  %s: %-*s", kite_device_name(dev.type[d]), d + 1 < dev.n ? wname : 0,
+               k ? k->name : "(none)");
+      }
+      printf("\n");
+    }
+    kt_devices_close(&dev);
+  }
+  printf("\n%d kernel%s shown, %zu registered.\n", shown, shown == 1 ? "" : "s", reg.n);
+  kt_registry_free(&reg);
+  return 0;
+}
