@@ -63,7 +63,7 @@ fi
 if want sanitize; then
   for tool in memcheck racecheck; do
     stage compute-sanitizer --tool $tool
-    run_logged "$tool.log" 240 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+    run_logged "$tool.log" 150 compute-sanitizer --tool "$tool" --error-exitcode 9 \
       "$KITE" check --backend cuda --quick
     grep -v "^kite check\|passed\|^\s*$" "$OUT/$tool.log" | head -20
     tail -2 "$OUT/$tool.log"
@@ -77,11 +77,17 @@ if want bench; then
     timeout 120 "$KITE" bench --backend cuda --json --dtype bf16 --op "$op" >> "$OUT/kite_bench.jsonl" 2>&1 ||
       status=1
   done
-  grep -h '"kernel":"cuda' "$OUT/kite_bench.jsonl" |
-    python3 -c 'import json,sys
-for l in sys.stdin:
-    r = json.loads(l)
-    if "us" in r: print(f"{r[\"op\"]:<13} {r[\"kernel\"]:<13} {r[\"shape\"]:<16} {r[\"us\"]:>9.2f} us {r[\"gb_s\"]:>7.0f} GB/s {r[\"pct_ceiling\"]:>5.1f}%")'
+  python3 - "$OUT/kite_bench.jsonl" << 'EOF'
+import json, sys
+for line in open(sys.argv[1]):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    if str(r.get("kernel", "")).startswith("cuda.") and "us" in r:
+        print(f"{r['op']:<13} {r['kernel']:<13} {r['shape']:<16} {r['us']:>9.2f} us "
+              f"{r['gb_s']:>7.0f} GB/s {r['pct_ceiling']:>5.1f}% of {r['ceiling_gb_s']:.0f}")
+EOF
 fi
 
 if want peers; then

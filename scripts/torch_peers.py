@@ -6,7 +6,8 @@ on the same memory and are timed the same way: CUDA events around one call, the 
 before each timed call, the median over the repeats after a warm-up. Decode-sized calls are timed
 as the replay of a CUDA graph of many calls (GPU time per call, launch overhead excluded).
 GB/s counts the fewest bytes each op must move (the byte counts of `kite bench`), and the ceiling
-is a device-to-device copy measured in the same run (bytes read + bytes written).
+is a device-to-device copy measured in the same run (bytes read + bytes written). The L2 is flushed
+by reading a 256 MB buffer, so that no dirty lines of the flush are written back during the call.
 
 Prints one comparison table last; writes peers.json and peers.csv into --out.
 """
@@ -109,8 +110,8 @@ def time_us(fn, reps=30, warmup=5, flush=True):
         fn()
     times = []
     for _ in range(reps):
-        if flush:
-            _flush.zero_()
+        if flush:  # read, not written: no dirty lines left to write back inside the timing
+            _flush.sum()
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         fn()

@@ -84,7 +84,9 @@ extern const cpu_isa_kernels cpu_kernels_avx512bf16;
 #define CPU_STREAM_BYTES ((int64_t)16 << 20)
 
 /* Bytes per element of the float types the computing kernels take. */
-static inline int64_t cpu_esize(kite_dtype t) { return t == KITE_DTYPE_F32 ? 4 : 2; }
+static inline int64_t cpu_esize(kite_dtype t) {
+  return t == KITE_DTYPE_F32 ? 4 : 2;
+}
 
 static inline bool cpu_is_float(kite_dtype t) {
   return t == KITE_DTYPE_F32 || t == KITE_DTYPE_F16 || t == KITE_DTYPE_BF16;

@@ -31,17 +31,17 @@ static const cpu_isa cpu_isas[] = {
      "AVX-512, 16 lanes, multithreaded", &cpu_kernels_avx512, false},
     {"avx512bf16", 40, CPU_ISA_AVX512BF16,
      "avx512f,avx512bw,avx512vl,avx512dq,avx512_bf16,fma,f16c",
-     "AVX-512 with hardware bf16 conversion (bf16 only), multithreaded",
-     &cpu_kernels_avx512bf16, true},
+     "AVX-512 with hardware bf16 conversion (bf16 only), multithreaded", &cpu_kernels_avx512bf16,
+     true},
 #endif
 };
 #define CPU_NUM_ISAS (sizeof cpu_isas / sizeof cpu_isas[0])
 
 static const kite_op cpu_ops[] = {
-    KITE_OP_SILU,         KITE_OP_GELU,         KITE_OP_GELU_TANH,   KITE_OP_GELU_QUICK,
-    KITE_OP_RELU,         KITE_OP_SILU_AND_MUL, KITE_OP_GELU_AND_MUL, KITE_OP_GELU_TANH_AND_MUL,
-    KITE_OP_RMS_NORM,     KITE_OP_LAYER_NORM,   KITE_OP_ADD_RMS_NORM, KITE_OP_ADD_LAYER_NORM,
-    KITE_OP_ROPE,         KITE_OP_SOFTMAX,      KITE_OP_EMBEDDING,
+    KITE_OP_SILU,     KITE_OP_GELU,         KITE_OP_GELU_TANH,    KITE_OP_GELU_QUICK,
+    KITE_OP_RELU,     KITE_OP_SILU_AND_MUL, KITE_OP_GELU_AND_MUL, KITE_OP_GELU_TANH_AND_MUL,
+    KITE_OP_RMS_NORM, KITE_OP_LAYER_NORM,   KITE_OP_ADD_RMS_NORM, KITE_OP_ADD_LAYER_NORM,
+    KITE_OP_ROPE,     KITE_OP_SOFTMAX,      KITE_OP_EMBEDDING,
 };
 #define CPU_NUM_OPS (sizeof cpu_ops / sizeof cpu_ops[0])
 
@@ -52,15 +52,21 @@ static kite_run_fn run_for(const cpu_isa_kernels *k, kite_op op) {
   switch (op) {
   case KITE_OP_SILU_AND_MUL:
   case KITE_OP_GELU_AND_MUL:
-  case KITE_OP_GELU_TANH_AND_MUL: return k->gated;
+  case KITE_OP_GELU_TANH_AND_MUL:
+    return k->gated;
   case KITE_OP_RMS_NORM:
   case KITE_OP_LAYER_NORM:
   case KITE_OP_ADD_RMS_NORM:
-  case KITE_OP_ADD_LAYER_NORM: return k->norm;
-  case KITE_OP_ROPE: return k->rope;
-  case KITE_OP_SOFTMAX: return k->softmax;
-  case KITE_OP_EMBEDDING: return k->embedding;
-  default: return k->act;
+  case KITE_OP_ADD_LAYER_NORM:
+    return k->norm;
+  case KITE_OP_ROPE:
+    return k->rope;
+  case KITE_OP_SOFTMAX:
+    return k->softmax;
+  case KITE_OP_EMBEDDING:
+    return k->embedding;
+  default:
+    return k->act;
   }
 }
 
@@ -69,15 +75,21 @@ static kite_dtype args_dtype(kite_op op, const void *args) {
   switch (op) {
   case KITE_OP_SILU_AND_MUL:
   case KITE_OP_GELU_AND_MUL:
-  case KITE_OP_GELU_TANH_AND_MUL: return ((const kite_gated_args *)args)->dtype;
+  case KITE_OP_GELU_TANH_AND_MUL:
+    return ((const kite_gated_args *)args)->dtype;
   case KITE_OP_RMS_NORM:
   case KITE_OP_LAYER_NORM:
   case KITE_OP_ADD_RMS_NORM:
-  case KITE_OP_ADD_LAYER_NORM: return ((const kite_norm_args *)args)->dtype;
-  case KITE_OP_ROPE: return ((const kite_rope_args *)args)->dtype;
-  case KITE_OP_SOFTMAX: return ((const kite_softmax_args *)args)->dtype;
-  case KITE_OP_EMBEDDING: return ((const kite_embedding_args *)args)->dtype;
-  default: return ((const kite_act_args *)args)->dtype;
+  case KITE_OP_ADD_LAYER_NORM:
+    return ((const kite_norm_args *)args)->dtype;
+  case KITE_OP_ROPE:
+    return ((const kite_rope_args *)args)->dtype;
+  case KITE_OP_SOFTMAX:
+    return ((const kite_softmax_args *)args)->dtype;
+  case KITE_OP_EMBEDDING:
+    return ((const kite_embedding_args *)args)->dtype;
+  default:
+    return ((const kite_act_args *)args)->dtype;
   }
 }
 
@@ -100,9 +112,13 @@ static bool cpu_supports_bf16(const kite_kernel *k, const void *args, const char
   return true;
 }
 
-static int cpu_device_count(const kite_backend *b) { return 1; }
+static int cpu_device_count(const kite_backend *b) {
+  return 1;
+}
 
-static uint64_t cpu_features_present(const kite_backend *b) { return cpu_present; }
+static uint64_t cpu_features_present(const kite_backend *b) {
+  return cpu_present;
+}
 
 static kite_backend cpu_backend = {
     .name = "cpu",

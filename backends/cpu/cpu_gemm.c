@@ -64,7 +64,7 @@ static bool supports_openblas(const kite_kernel *k, const void *args, const char
     .features_str = (feat_str), .supports = (sup), .run = (fn), .description = (desc)              \
   }
 
-#if !defined(__x86_64__) && !defined(KITE_HAVE_OPENBLAS) && !defined(KITE_HAVE_ONEDNN)
+#if !defined(__x86_64__) && !defined(KITE_HAVE_OPENBLAS)
 const kite_kernel cpu_gemm_kernels[1]; /* nothing to add on this machine */
 const size_t cpu_gemm_num_kernels = 0;
 #else
@@ -95,10 +95,6 @@ const kite_kernel cpu_gemm_kernels[] = {
 #if defined(KITE_HAVE_OPENBLAS)
     ENTRY(KITE_OP_LINEAR, "openblas", 25, 0, "", supports_openblas, cpu_linear_openblas,
           "OpenBLAS cblas_sgemm (f32), threads set to the ctx's per call"),
-#endif
-#if defined(KITE_HAVE_ONEDNN)
-    ENTRY(KITE_OP_LINEAR, "onednn", 15, 0, "", supports_float, cpu_linear_onednn,
-          "oneDNN matmul primitive (f32/bf16/f16), cached per shape"),
 #endif
 };
 const size_t cpu_gemm_num_kernels = sizeof cpu_gemm_kernels / sizeof cpu_gemm_kernels[0];

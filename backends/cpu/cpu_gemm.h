@@ -3,9 +3,8 @@
  *
  * cpu_gemm_avx2.c holds our own kernels (packing + register-blocked micro-kernels, a GEMV path for
  * few rows, the MoE and quantization loops); cpu_gemm_avx512bf16.c a bf16 linear on VDPBF16PS;
- * cpu_gemm_blas.c and cpu_gemm_onednn.c the library variants, built only when the library is
- * found (KITE_HAVE_OPENBLAS / KITE_HAVE_ONEDNN). cpu_backend.c appends cpu_gemm_kernels to its
- * table.
+ * cpu_gemm_blas.c the OpenBLAS variant, built only when the library is found (KITE_HAVE_OPENBLAS).
+ * cpu_backend.c appends cpu_gemm_kernels to its table.
  */
 #ifndef KITE_CPU_GEMM_H
 #define KITE_CPU_GEMM_H
@@ -28,10 +27,6 @@ kite_status cpu_linear_avx512bf16(const kite_kernel *k, kite_ctx *ctx, const voi
 #endif
 #if defined(KITE_HAVE_OPENBLAS)
 kite_status cpu_linear_openblas(const kite_kernel *k, kite_ctx *ctx, const void *args);
-#endif
-#if defined(KITE_HAVE_ONEDNN)
-kite_status cpu_linear_onednn(const kite_kernel *k, kite_ctx *ctx, const void *args);
-kite_status cpu_linear_quant_onednn(const kite_kernel *k, kite_ctx *ctx, const void *args);
 #endif
 
 #endif /* KITE_CPU_GEMM_H */

@@ -35,7 +35,7 @@
 #define NC 1024 /* w rows per packed block (multiple of NR) */
 #define GEMV_MAX_M 16
 #define GEMV_NB 4    /* weight rows per GEMV tile */
-#define GEMV_KB 2048 /* depth per GEMV block: x rows stay in L1/L2 across the weight rows */
+#define GEMV_KB 1024 /* depth per GEMV block: 4 widened weight rows (16 KB) stay in L1 */
 #define ALIGN 64
 
 #define INLINE static inline __attribute__((always_inline))
@@ -501,23 +501,41 @@ INLINE void gemv_tile(kite_dtype t, int mb, const float *const *x, const char *c
     }                                                                                              \
   } while (0)
 
+/* Weight rows of 16-bit types are widened once per K block into an L1 buffer when several x
+ * chunks will read them; with 1 to 3 x rows they are widened in registers on the fly. */
 static void gemv_task(const void *job, int64_t begin, int64_t end, int part) {
   const gemv *g = job;
-  const int64_t kb = g->m <= 3 ? g->k : GEMV_KB;
+  const bool widen = g->m > 3 && g->w.t != KITE_DTYPE_F32;
+  const int64_t kb = g->m <= 3 ? g->k : GEMV_KB, es = esize(g->w.t);
   vf psum[GEMV_MAX_M * GEMV_NB];
+  float wbuf[GEMV_NB][GEMV_KB] __attribute__((aligned(64)));
   for (int64_t blk = begin; blk < end; blk++) {
     const int64_t n0 = blk * GEMV_NB, nb = MIN(GEMV_NB, g->n - n0);
-    const char *w[GEMV_NB];
-    for (int j = 0; j < GEMV_NB; j++) w[j] = src_row(&g->w, n0 + (j < nb ? j : 0));
+    const char *wrow[GEMV_NB];
+    for (int j = 0; j < GEMV_NB; j++) wrow[j] = src_row(&g->w, n0 + (j < nb ? j : 0));
     for (int64_t i = 0; i < g->m * GEMV_NB; i++) psum[i] = _mm256_setzero_ps();
     for (int64_t k0 = 0; k0 < g->k; k0 += kb) {
-      const int64_t k1 = MIN(g->k, k0 + kb);
+      const int64_t len = MIN(g->k, k0 + kb) - k0;
+      const char *w[GEMV_NB];
+      kite_dtype wt = g->w.t;
+      for (int j = 0; j < GEMV_NB; j++) {
+        w[j] = wrow[j] + k0 * es;
+        if (!widen) continue;
+        for (int64_t k = 0; k < len; k += 8) {
+          const int64_t m = MIN(8, len - k);
+          _mm256_store_ps(wbuf[j] + k,
+                          m == 8 ? load8(wt, w[j] + k * es) : load_part(wt, w[j] + k * es, m));
+        }
+        w[j] = (const char *)wbuf[j];
+      }
+      if (widen) wt = KITE_DTYPE_F32;
       for (int64_t i0 = 0; i0 < g->m; i0 += 3) {
         const int mb = (int)MIN(3, g->m - i0);
         const float *x[3];
-        for (int i = 0; i < 3; i++) x[i] = g->xf + (i0 + (i < mb ? i : 0)) * g->ldx;
+        for (int i = 0; i < 3; i++) x[i] = g->xf + (i0 + (i < mb ? i : 0)) * g->ldx + k0;
         vf *ps = psum + i0 * GEMV_NB;
-        switch (g->w.t) {
+        const int64_t k1 = len, kz = 0;
+        switch (wt) {
         case KITE_DTYPE_BF16:
           GEMV_TILE_FOR(KITE_DTYPE_BF16);
           break;

@@ -28,9 +28,9 @@ static struct {
   pthread_mutex_t mu;        /* guards sleeping */
   pthread_cond_t wake;
   pthread_t threads[POOL_MAX_WORKERS];
-  int workers;            /* started, under call_lock */
-  atomic_int sleepers;    /* workers blocked (or about to block) on wake */
-  atomic_bool stop;       /* set when the library unloads */
+  int workers;         /* started, under call_lock */
+  atomic_int sleepers; /* workers blocked (or about to block) on wake */
+  atomic_bool stop;    /* set when the library unloads */
   _Atomic uint64_t ticket;
   atomic_int remaining; /* parts of the current job not yet finished */
   uint32_t generation;  /* of the last job, under call_lock */
@@ -56,7 +56,9 @@ static uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static inline uint32_t ticket_gen(uint64_t t) { return (uint32_t)(t >> 32); }
+static inline uint32_t ticket_gen(uint64_t t) {
+  return (uint32_t)(t >> 32);
+}
 
 /* Claims and runs parts of job `gen` until none is left or a newer job replaced it. */
 static void run_parts(uint32_t gen) {

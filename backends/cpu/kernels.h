@@ -20,8 +20,7 @@
 /* Walks [0, n) in chunks [i, i + m) of at most VL elements. The first chunk has `head` (1..VL)
  * elements, so that with streaming stores every later full chunk starts vector-aligned. */
 #define CPU_CHUNKS(i, m, n, head)                                                                  \
-  for (int64_t i = 0, m = (head) < (n) ? (head) : (n); i < (n);                                   \
-       i += m, m = (n)-i < VL ? (n)-i : VL)
+  for (int64_t i = 0, m = (head) < (n) ? (head) : (n); i < (n); i += m, m = (n)-i < VL ? (n)-i : VL)
 
 /* Elements before p is aligned for a full-vector streaming store of type t. Clears *stream when
  * streaming is off, unavailable, or p is not even element-aligned. */
@@ -39,16 +38,24 @@ static inline int64_t cpu_stream_head(kite_dtype t, const void *p, bool *stream)
 
 /* Whether an output of `bytes` bytes is written with streaming stores (CPU_STREAM_BYTES). Callers
  * also keep regular stores for an output they read first (in place): its lines are in cache. */
-static inline bool cpu_streams(int64_t bytes) { return CPU_VEC_STREAMS && bytes >= CPU_STREAM_BYTES; }
+static inline bool cpu_streams(int64_t bytes) {
+  return CPU_VEC_STREAMS && bytes >= CPU_STREAM_BYTES;
+}
 
 /* Calls F(<dtype constant>, args...): every always-inline body gets one copy per dtype in which
  * the dtype switches of vf_load / vf_store fold away. */
 #define CPU_WITH_DTYPE(t, F, ...)                                                                  \
   do {                                                                                             \
     switch (t) {                                                                                   \
-    case KITE_DTYPE_F16: F(KITE_DTYPE_F16, __VA_ARGS__); break;                                    \
-    case KITE_DTYPE_BF16: F(KITE_DTYPE_BF16, __VA_ARGS__); break;                                  \
-    default: F(KITE_DTYPE_F32, __VA_ARGS__); break;                                                \
+    case KITE_DTYPE_F16:                                                                           \
+      F(KITE_DTYPE_F16, __VA_ARGS__);                                                              \
+      break;                                                                                       \
+    case KITE_DTYPE_BF16:                                                                          \
+      F(KITE_DTYPE_BF16, __VA_ARGS__);                                                             \
+      break;                                                                                       \
+    default:                                                                                       \
+      F(KITE_DTYPE_F32, __VA_ARGS__);                                                              \
+      break;                                                                                       \
     }                                                                                              \
   } while (0)
 

@@ -31,19 +31,22 @@ CPU_INLINE vf act_eval(kite_op op, vf x) {
   const vf one = vf_set1(1.0f), zero = vf_set1(0.0f);
   switch (op) {
   case KITE_OP_SILU:
-  case KITE_OP_SILU_AND_MUL: return vf_div(x, vf_add(one, vf_exp(vf_sub(zero, x))));
-  case KITE_OP_GELU_QUICK: return vf_div(x, vf_add(one, vf_exp(vf_mul(x, vf_set1(-1.702f)))));
+  case KITE_OP_SILU_AND_MUL:
+    return vf_div_pos(x, vf_add(one, vf_exp(vf_sub(zero, x))));
+  case KITE_OP_GELU_QUICK:
+    return vf_div_pos(x, vf_add(one, vf_exp(vf_mul(x, vf_set1(-1.702f)))));
   case KITE_OP_GELU_TANH:
   case KITE_OP_GELU_TANH_AND_MUL: {
     /* -2u = x (c0 + c1 x^2), c0 = -2 sqrt(2/pi), c1 = 0.044715 c0 */
-    const vf minus_2u = vf_mul(x, vf_fma(vf_mul(x, x), vf_set1(-0.0713548162726f),
-                                         vf_set1(-1.5957691216057f)));
-    return vf_div(x, vf_add(one, vf_exp(minus_2u)));
+    const vf minus_2u =
+        vf_mul(x, vf_fma(vf_mul(x, x), vf_set1(-0.0713548162726f), vf_set1(-1.5957691216057f)));
+    return vf_div_pos(x, vf_add(one, vf_exp(minus_2u)));
   }
   case KITE_OP_GELU:
   case KITE_OP_GELU_AND_MUL:
     return vf_mul(vf_mul(x, vf_set1(0.5f)), vf_erfc(vf_mul(x, vf_set1(-0.70710678118654752f))));
-  default: return vf_max(zero, x); /* relu; NaN stays NaN */
+  default:
+    return vf_max(zero, x); /* relu; NaN stays NaN */
   }
 }
 
@@ -83,7 +86,9 @@ CPU_INLINE void act_items(kite_dtype t, kite_op op, const act_job *j, int64_t be
 }
 
 #define ACT_CASE(op)                                                                               \
-  case op: CPU_WITH_DTYPE(j->dtype, act_items, op, j, begin, end); break
+  case op:                                                                                         \
+    CPU_WITH_DTYPE(j->dtype, act_items, op, j, begin, end);                                        \
+    break
 
 static void act_task(const void *job, int64_t begin, int64_t end, int part) {
   const act_job *j = job;
@@ -96,7 +101,8 @@ static void act_task(const void *job, int64_t begin, int64_t end, int part) {
     ACT_CASE(KITE_OP_SILU_AND_MUL);
     ACT_CASE(KITE_OP_GELU_AND_MUL);
     ACT_CASE(KITE_OP_GELU_TANH_AND_MUL);
-  default: break;
+  default:
+    break;
   }
   if (j->stream) vf_stream_end();
 }

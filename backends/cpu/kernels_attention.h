@@ -360,6 +360,22 @@ static void att_tile(const att_job *j, att_rows *R, int64_t j0, int64_t n, const
   }
 }
 
+/* Asks for the K and V rows of block blk (kv head g) from its row `first` on, up to key k1 of
+ * the sequence, while the current block is being computed: blocks are scattered, so the hardware
+ * prefetchers cannot guess the next one, and waiting on each miss would halve the bandwidth. */
+static inline void att_prefetch_block(const kite_paged_attn_args *a, int64_t blk, int64_t g,
+                                      int64_t row, int64_t first, int64_t k1) {
+  if (blk < 0 || blk >= a->num_blocks) return;
+  const int64_t bs = a->block_size, rows = bs - first;
+  (void)k1;
+  const char *kc = (const char *)a->key_cache + ((blk * a->hkv + g) * bs + first) * row;
+  const char *vc = (const char *)a->value_cache + ((blk * a->hkv + g) * bs + first) * row;
+  for (int64_t off = 0; off < rows * row; off += 64) {
+    __builtin_prefetch(kc + off);
+    __builtin_prefetch(vc + off);
+  }
+}
+
 /* Keys [k0, k1) of sequence b, kv head g, block by block through the block table. */
 static void att_paged_keys(const att_job *j, att_rows *R, int64_t b, int64_t g, int64_t k0,
                            int64_t k1) {
@@ -369,6 +385,7 @@ static void att_paged_keys(const att_job *j, att_rows *R, int64_t b, int64_t g, 
   for (int64_t k = k0; k < k1;) {
     const int64_t jb = k / bs, end = (jb + 1) * bs < k1 ? (jb + 1) * bs : k1;
     const int64_t blk = table[jb];
+    if (end < k1) att_prefetch_block(a, table[jb + 1], g, row, end - (jb + 1) * bs, k1);
     if (blk >= 0 && blk < a->num_blocks) {
       const int64_t base = ((blk * a->hkv + g) * bs + (k - jb * bs)) * row;
       const char *kc = (const char *)a->key_cache + base, *vc = (const char *)a->value_cache + base;

@@ -16,8 +16,8 @@ typedef struct norm_job {
   bool stream;
 } norm_job;
 
-CPU_INLINE vf norm_input(kite_dtype t, bool add, kite_norm_pos pos, const char *x,
-                         const char *res, int64_t i, int64_t m) {
+CPU_INLINE vf norm_input(kite_dtype t, bool add, kite_norm_pos pos, const char *x, const char *res,
+                         int64_t i, int64_t m) {
   const vf s = vf_load(t, x, i, m);
   if (!add) return s;
   const vf sum = vf_add(s, vf_load(t, res, i, m));
@@ -80,8 +80,12 @@ static void norm_task(const void *job, int64_t begin, int64_t end, int part) {
   const norm_job *j = job;
   const bool pre = j->a->pos == KITE_NORM_PRE;
   switch (j->a->op) {
-  case KITE_OP_RMS_NORM: NORM_KIND(true, false, KITE_NORM_PRE); break;
-  case KITE_OP_LAYER_NORM: NORM_KIND(false, false, KITE_NORM_PRE); break;
+  case KITE_OP_RMS_NORM:
+    NORM_KIND(true, false, KITE_NORM_PRE);
+    break;
+  case KITE_OP_LAYER_NORM:
+    NORM_KIND(false, false, KITE_NORM_PRE);
+    break;
   case KITE_OP_ADD_RMS_NORM:
     if (pre)
       NORM_KIND(true, true, KITE_NORM_PRE);
@@ -94,7 +98,8 @@ static void norm_task(const void *job, int64_t begin, int64_t end, int part) {
     else
       NORM_KIND(false, true, KITE_NORM_POST);
     break;
-  default: break;
+  default:
+    break;
   }
   if (j->stream) vf_stream_end();
 }

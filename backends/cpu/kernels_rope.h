@@ -49,7 +49,8 @@ CPU_INLINE void rope_tokens(kite_dtype t, const kite_rope_args *a, int64_t begin
         ce[d] = cs[pair];
         se[d] = d % 2 ? cs[half + pair] : -cs[half + pair];
       }
-      for (int64_t h = 0; h < heads; h++) rope_gptj(t, rope_head(a, tok, h, es) + d0 * es, ce, se, n);
+      for (int64_t h = 0; h < heads; h++)
+        rope_gptj(t, rope_head(a, tok, h, es) + d0 * es, ce, se, n);
     }
   }
 }

@@ -24,7 +24,8 @@ CPU_INLINE void softmax_rows(kite_dtype t, const softmax_job *j, int64_t begin, 
     char *y = cpu_row(a->y, a->y_stride, r, es);
 
     vf mx = vf_set1(-INFINITY);
-    CPU_CHUNKS(i, m, n, VL) mx = vf_max(mx, vf_tail(vf_mul(vf_load(t, x, i, m), scale), m, -INFINITY));
+    CPU_CHUNKS(i, m, n, VL)
+    mx = vf_max(mx, vf_tail(vf_mul(vf_load(t, x, i, m), scale), m, -INFINITY));
     const vf minus_max = vf_set1(-vf_reduce_max(mx));
 
     vf sum = vf_set1(0.0f);
@@ -37,7 +38,8 @@ CPU_INLINE void softmax_rows(kite_dtype t, const softmax_job *j, int64_t begin, 
     const vf inv = vf_set1(1.0f / vf_reduce_add(sum));
     bool stream = j->stream;
     const int64_t head = cpu_stream_head(t, y, &stream);
-    CPU_CHUNKS(i, m, n, head) vf_store(t, y, i, vf_mul(vf_load(KITE_DTYPE_F32, e, i, m), inv), m, stream);
+    CPU_CHUNKS(i, m, n, head)
+    vf_store(t, y, i, vf_mul(vf_load(KITE_DTYPE_F32, e, i, m), inv), m, stream);
   }
 }
 

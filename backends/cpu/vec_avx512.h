@@ -18,15 +18,39 @@
 
 typedef __m512 vf;
 
-CPU_INLINE vf vf_set1(float a) { return _mm512_set1_ps(a); }
-CPU_INLINE vf vf_add(vf a, vf b) { return _mm512_add_ps(a, b); }
-CPU_INLINE vf vf_sub(vf a, vf b) { return _mm512_sub_ps(a, b); }
-CPU_INLINE vf vf_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
-CPU_INLINE vf vf_div(vf a, vf b) { return _mm512_div_ps(a, b); }
-CPU_INLINE vf vf_fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
-CPU_INLINE vf vf_abs(vf a) { return _mm512_abs_ps(a); }
-CPU_INLINE vf vf_min(vf a, vf b) { return _mm512_min_ps(a, b); }
-CPU_INLINE vf vf_max(vf a, vf b) { return _mm512_max_ps(a, b); }
+CPU_INLINE vf vf_set1(float a) {
+  return _mm512_set1_ps(a);
+}
+CPU_INLINE vf vf_add(vf a, vf b) {
+  return _mm512_add_ps(a, b);
+}
+CPU_INLINE vf vf_sub(vf a, vf b) {
+  return _mm512_sub_ps(a, b);
+}
+CPU_INLINE vf vf_mul(vf a, vf b) {
+  return _mm512_mul_ps(a, b);
+}
+CPU_INLINE vf vf_div(vf a, vf b) {
+  return _mm512_div_ps(a, b);
+}
+CPU_INLINE vf vf_fma(vf a, vf b, vf c) {
+  return _mm512_fmadd_ps(a, b, c);
+}
+CPU_INLINE vf vf_fnma(vf a, vf b, vf c) {
+  return _mm512_fnmadd_ps(a, b, c);
+}
+CPU_INLINE vf vf_rcp_est(vf a) {
+  return _mm512_rcp14_ps(a);
+} /* 14 bits */
+CPU_INLINE vf vf_abs(vf a) {
+  return _mm512_abs_ps(a);
+}
+CPU_INLINE vf vf_min(vf a, vf b) {
+  return _mm512_min_ps(a, b);
+}
+CPU_INLINE vf vf_max(vf a, vf b) {
+  return _mm512_max_ps(a, b);
+}
 CPU_INLINE vf vf_bits_shl23(vf a) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(a), 23));
 }
@@ -45,9 +69,15 @@ CPU_INLINE __mmask16 avx512_mask(int64_t m) {
 CPU_INLINE vf vf_tail(vf v, int64_t m, float fill) {
   return _mm512_mask_blend_ps(avx512_mask(m), vf_set1(fill), v);
 }
-CPU_INLINE vf vf_swap_pairs(vf a) { return _mm512_permute_ps(a, 0xb1); }
-CPU_INLINE float vf_reduce_add(vf a) { return _mm512_reduce_add_ps(a); }
-CPU_INLINE float vf_reduce_max(vf a) { return _mm512_reduce_max_ps(a); }
+CPU_INLINE vf vf_swap_pairs(vf a) {
+  return _mm512_permute_ps(a, 0xb1);
+}
+CPU_INLINE float vf_reduce_add(vf a) {
+  return _mm512_reduce_add_ps(a);
+}
+CPU_INLINE float vf_reduce_max(vf a) {
+  return _mm512_reduce_max_ps(a);
+}
 
 /* f32 -> bf16 bits, rounded to nearest even, NaN kept quiet. */
 CPU_INLINE __m256i avx512_bf16_bits(vf v) {
@@ -71,18 +101,24 @@ CPU_INLINE vf avx512_bf16_to_f32(__m256i h) {
 
 CPU_INLINE vf vf_round_to(kite_dtype t, vf v) {
   switch (t) {
-  case KITE_DTYPE_F16: return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
-  case KITE_DTYPE_BF16: return avx512_bf16_to_f32(avx512_bf16_bits(v));
-  default: return v;
+  case KITE_DTYPE_F16:
+    return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  case KITE_DTYPE_BF16:
+    return avx512_bf16_to_f32(avx512_bf16_bits(v));
+  default:
+    return v;
   }
 }
 
 CPU_INLINE vf vf_load(kite_dtype t, const void *p, int64_t i, int64_t m) {
   const __mmask16 k = avx512_mask(m);
   switch (t) {
-  case KITE_DTYPE_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, (const short *)p + i));
-  case KITE_DTYPE_BF16: return avx512_bf16_to_f32(_mm256_maskz_loadu_epi16(k, (const short *)p + i));
-  default: return _mm512_maskz_loadu_ps(k, (const float *)p + i);
+  case KITE_DTYPE_F16:
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, (const short *)p + i));
+  case KITE_DTYPE_BF16:
+    return avx512_bf16_to_f32(_mm256_maskz_loadu_epi16(k, (const short *)p + i));
+  default:
+    return _mm512_maskz_loadu_ps(k, (const float *)p + i);
   }
 }
 
@@ -90,8 +126,12 @@ CPU_INLINE void vf_store(kite_dtype t, void *p, int64_t i, vf v, int64_t m, bool
   const __mmask16 k = avx512_mask(m);
   __m256i h;
   switch (t) {
-  case KITE_DTYPE_F16: h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT); break;
-  case KITE_DTYPE_BF16: h = avx512_bf16_bits(v); break;
+  case KITE_DTYPE_F16:
+    h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+    break;
+  case KITE_DTYPE_BF16:
+    h = avx512_bf16_bits(v);
+    break;
   default:
     if (stream && m >= VL)
       _mm512_stream_ps((float *)p + i, v);
@@ -105,7 +145,9 @@ CPU_INLINE void vf_store(kite_dtype t, void *p, int64_t i, vf v, int64_t m, bool
     _mm256_mask_storeu_epi16((short *)p + i, k, h);
 }
 
-CPU_INLINE void vf_stream_end(void) { _mm_sfence(); }
+CPU_INLINE void vf_stream_end(void) {
+  _mm_sfence();
+}
 
 #include "vec_math.h"
 

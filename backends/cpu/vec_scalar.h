@@ -13,7 +13,8 @@
  *   vf_store(t, p, i, v, m, st)    m lanes to p[i...], rounded to nearest even; st (streaming)
  *                                  only for full, vector-aligned chunks
  *   vf_round_to(t, v)              v rounded to t and back, what a store then a load would give
- *   vf_exp, vf_erfc                accurate to a few ulp of f32
+ *   vf_exp, vf_erfc                accurate to a few ulp of f32 (vec_math.h gives the figures)
+ *   vf_div_pos(a, b)               a / b for b in [1, 2^126], within about 1 ulp
  *   vf_stream_end()                orders streaming stores before a task reports completion
  *   CPU_VEC_STREAMS                1 when streaming stores exist
  *
@@ -41,21 +42,52 @@ typedef struct vf {
   for (int l = 0; l < VL; l++) r_.v[l] = (expr);                                                   \
   return r_
 
-CPU_INLINE vf vf_set1(float a) { VF_MAP(a); }
-CPU_INLINE vf vf_add(vf a, vf b) { VF_MAP(a.v[l] + b.v[l]); }
-CPU_INLINE vf vf_sub(vf a, vf b) { VF_MAP(a.v[l] - b.v[l]); }
-CPU_INLINE vf vf_mul(vf a, vf b) { VF_MAP(a.v[l] * b.v[l]); }
-CPU_INLINE vf vf_div(vf a, vf b) { VF_MAP(a.v[l] / b.v[l]); }
+CPU_INLINE vf vf_set1(float a) {
+  VF_MAP(a);
+}
+CPU_INLINE vf vf_add(vf a, vf b) {
+  VF_MAP(a.v[l] + b.v[l]);
+}
+CPU_INLINE vf vf_sub(vf a, vf b) {
+  VF_MAP(a.v[l] - b.v[l]);
+}
+CPU_INLINE vf vf_mul(vf a, vf b) {
+  VF_MAP(a.v[l] * b.v[l]);
+}
+CPU_INLINE vf vf_div(vf a, vf b) {
+  VF_MAP(a.v[l] / b.v[l]);
+}
+CPU_INLINE vf vf_div_pos(vf a, vf b) {
+  return vf_div(a, b);
+}
 /* Not fmaf: without FMA hardware that is a slow library call, and one rounding more is fine. */
-CPU_INLINE vf vf_fma(vf a, vf b, vf c) { VF_MAP(a.v[l] * b.v[l] + c.v[l]); }
-CPU_INLINE vf vf_abs(vf a) { VF_MAP(fabsf(a.v[l])); }
-CPU_INLINE vf vf_min(vf a, vf b) { VF_MAP(a.v[l] < b.v[l] ? a.v[l] : b.v[l]); }
-CPU_INLINE vf vf_max(vf a, vf b) { VF_MAP(a.v[l] > b.v[l] ? a.v[l] : b.v[l]); }
-CPU_INLINE vf vf_lt_select(vf a, vf b, vf x, vf y) { VF_MAP(a.v[l] < b.v[l] ? x.v[l] : y.v[l]); }
-CPU_INLINE vf vf_tail(vf v, int64_t m, float fill) { VF_MAP(l < m ? v.v[l] : fill); }
-CPU_INLINE vf vf_swap_pairs(vf a) { VF_MAP(a.v[l ^ 1]); }
-CPU_INLINE vf vf_exp(vf a) { VF_MAP(expf(a.v[l])); }
-CPU_INLINE vf vf_erfc(vf a) { VF_MAP(erfcf(a.v[l])); }
+CPU_INLINE vf vf_fma(vf a, vf b, vf c) {
+  VF_MAP(a.v[l] * b.v[l] + c.v[l]);
+}
+CPU_INLINE vf vf_abs(vf a) {
+  VF_MAP(fabsf(a.v[l]));
+}
+CPU_INLINE vf vf_min(vf a, vf b) {
+  VF_MAP(a.v[l] < b.v[l] ? a.v[l] : b.v[l]);
+}
+CPU_INLINE vf vf_max(vf a, vf b) {
+  VF_MAP(a.v[l] > b.v[l] ? a.v[l] : b.v[l]);
+}
+CPU_INLINE vf vf_lt_select(vf a, vf b, vf x, vf y) {
+  VF_MAP(a.v[l] < b.v[l] ? x.v[l] : y.v[l]);
+}
+CPU_INLINE vf vf_tail(vf v, int64_t m, float fill) {
+  VF_MAP(l < m ? v.v[l] : fill);
+}
+CPU_INLINE vf vf_swap_pairs(vf a) {
+  VF_MAP(a.v[l ^ 1]);
+}
+CPU_INLINE vf vf_exp(vf a) {
+  VF_MAP(expf(a.v[l]));
+}
+CPU_INLINE vf vf_erfc(vf a) {
+  VF_MAP(erfcf(a.v[l]));
+}
 CPU_INLINE vf vf_round_to(kite_dtype t, vf a) {
   VF_MAP(t == KITE_DTYPE_BF16  ? kite_bf16_to_f32(kite_f32_to_bf16(a.v[l]))
          : t == KITE_DTYPE_F16 ? kite_f16_to_f32(kite_f32_to_f16(a.v[l]))

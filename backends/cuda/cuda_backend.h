@@ -56,8 +56,10 @@ CUDA_RUN(cuda_rope_vec_run);
 CUDA_RUN(cuda_rope_generic_run);
 
 /* softmax.cu */
+CUDA_SUPPORTS(cuda_softmax_split_supports);
 CUDA_SUPPORTS(cuda_softmax_vec_supports);
 CUDA_SUPPORTS(cuda_softmax_generic_supports);
+CUDA_RUN(cuda_softmax_split_run);
 CUDA_RUN(cuda_softmax_vec_run);
 CUDA_RUN(cuda_softmax_generic_run);
 

@@ -132,8 +132,8 @@ static kite_status cuda_synchronize(const kite_backend *b, int device_id, void *
 }
 
 /* ---- kernel table -------------------------------------------------------------------------- */
-/* Faster variants outrank generic ones; both outrank nothing else on a CUDA device. */
-enum { PRIORITY_GENERIC = 10, PRIORITY_VEC = 20 };
+/* Faster variants outrank generic ones; a variant for a narrower case outranks the broad one. */
+enum { PRIORITY_GENERIC = 10, PRIORITY_VEC = 20, PRIORITY_SPLIT = 30 };
 
 #define KERNEL(op_id, name, prio, supports_fn, run_fn, desc)                                       \
   {                                                                                                \
@@ -173,7 +173,10 @@ static const kite_kernel cuda_kernels[] = {
     GENERIC(KITE_OP_ADD_LAYER_NORM, norm, "fused add, block per row, any layout and length"),
     VEC(KITE_OP_ROPE, rope, "neox/gptj, 16-byte packs of pairs, q and k in one launch"),
     GENERIC(KITE_OP_ROPE, rope, "neox/gptj, a pair per thread, any layout"),
-    VEC(KITE_OP_SOFTMAX, softmax, "block per row, row in registers, 16-byte loads"),
+    KERNEL(KITE_OP_SOFTMAX, "split", PRIORITY_SPLIT, cuda_softmax_split_supports,
+           cuda_softmax_split_run, "few long rows: chunks on separate blocks, two launches"),
+    VEC(KITE_OP_SOFTMAX, softmax,
+        "block per row, row in registers or shared memory, 16-byte loads"),
     GENERIC(KITE_OP_SOFTMAX, softmax, "block per row, online max/sum, any length"),
     VEC(KITE_OP_EMBEDDING, embedding, "row copy in 16-byte units, zeros for bad ids"),
     KERNEL(KITE_OP_EMBEDDING, "generic", PRIORITY_GENERIC, NULL, cuda_embedding_generic_run,

@@ -62,33 +62,43 @@ __device__ __forceinline__ void emit(const kite_norm_args &a, int64_t r, int64_t
     store_floats<N>((T *)a.residual + r * a.residual_stride + i, s);
 }
 
+/* Blocks per multiprocessor to ask the compiler for. The plain rms norm of up to 16 elements a
+ * thread fits in 32 registers without spilling (ptxas -v): there a full multiprocessor of blocks
+ * keeps more rows' loads in flight. The others need their registers. */
+constexpr int min_blocks(bool rms, bool add, int floats, int max_threads) {
+  return rms && !add && floats <= 16 ? 2048 / max_threads : 1;
+}
+
 /* Every load of the row is issued before the first store (PRE's residual): the compiler may not
  * move a load above a store it cannot prove disjoint, and one round trip to memory per row is
  * what keeps this kernel at copy speed. N is exactly one 16-byte pack here. */
 template <typename T, int N, int VPT, bool RMS, bool ADD, int MAX_THREADS>
-__global__ __launch_bounds__(MAX_THREADS) void norm_vec_kernel(kite_norm_args a) {
-  const float inv_cols = 1.0f / (float)a.cols;
+__global__ __launch_bounds__(MAX_THREADS,
+                             min_blocks(RMS, ADD, VPT *N,
+                                        MAX_THREADS)) void norm_vec_kernel(kite_norm_args a) {
+  const int cols = (int)a.cols; /* <= 32768: vec's supports() */
+  const float inv_cols = 1.0f / (float)cols;
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
     const T *x = (const T *)a.x + r * a.x_stride;
     T *res = ADD ? (T *)a.residual + r * a.residual_stride : nullptr;
     float s[VPT][N];
 #pragma unroll
     for (int p = 0; p < VPT; p++) {
-      const int64_t i = (threadIdx.x + (int64_t)p * blockDim.x) * N;
-      if (i < a.cols) load_floats<N>(x + i, s[p]);
+      const int i = (threadIdx.x + p * blockDim.x) * N;
+      if (i < cols) load_floats<N>(x + i, s[p]);
     }
     if (ADD) {
       /* held packed until used: half the registers of floats for 16-bit types */
       Pack<T, N> rp[VPT];
 #pragma unroll
       for (int p = 0; p < VPT; p++) {
-        const int64_t i = (threadIdx.x + (int64_t)p * blockDim.x) * N;
-        if (i < a.cols) rp[p] = *reinterpret_cast<const Pack<T, N> *>(res + i);
+        const int i = (threadIdx.x + p * blockDim.x) * N;
+        if (i < cols) rp[p] = *reinterpret_cast<const Pack<T, N> *>(res + i);
       }
 #pragma unroll
       for (int p = 0; p < VPT; p++) {
-        const int64_t i = (threadIdx.x + (int64_t)p * blockDim.x) * N;
-        if (i >= a.cols) continue;
+        const int i = (threadIdx.x + p * blockDim.x) * N;
+        if (i >= cols) continue;
 #pragma unroll
         for (int j = 0; j < N; j++) s[p][j] += to_float(rp[p].v[j]);
         if (a.pos == KITE_NORM_PRE) { /* the norm sees exactly the residual it leaves */
@@ -101,8 +111,8 @@ __global__ __launch_bounds__(MAX_THREADS) void norm_vec_kernel(kite_norm_args a)
     float acc = 0.0f;
 #pragma unroll
     for (int p = 0; p < VPT; p++) {
-      const int64_t i = (threadIdx.x + (int64_t)p * blockDim.x) * N;
-      if (i >= a.cols) continue;
+      const int i = (threadIdx.x + p * blockDim.x) * N;
+      if (i >= cols) continue;
 #pragma unroll
       for (int j = 0; j < N; j++) acc += RMS ? s[p][j] * s[p][j] : s[p][j];
     }
@@ -114,8 +124,8 @@ __global__ __launch_bounds__(MAX_THREADS) void norm_vec_kernel(kite_norm_args a)
       float dev = 0.0f;
 #pragma unroll
       for (int p = 0; p < VPT; p++) {
-        const int64_t i = (threadIdx.x + (int64_t)p * blockDim.x) * N;
-        if (i >= a.cols) continue;
+        const int i = (threadIdx.x + p * blockDim.x) * N;
+        if (i >= cols) continue;
 #pragma unroll
         for (int j = 0; j < N; j++) dev += (s[p][j] - mean) * (s[p][j] - mean);
       }
@@ -123,8 +133,8 @@ __global__ __launch_bounds__(MAX_THREADS) void norm_vec_kernel(kite_norm_args a)
     }
 #pragma unroll
     for (int p = 0; p < VPT; p++) {
-      const int64_t i = (threadIdx.x + (int64_t)p * blockDim.x) * N;
-      if (i < a.cols) emit<T, N, RMS, ADD>(a, r, i, s[p], mean, rstd);
+      const int i = (threadIdx.x + p * blockDim.x) * N;
+      if (i < cols) emit<T, N, RMS, ADD>(a, r, i, s[p], mean, rstd);
     }
   }
 }

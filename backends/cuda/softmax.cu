@@ -1,11 +1,18 @@
 /*
  * Softmax over rows: y[r, i] = exp(scale x[r, i] - m) / sum_j exp(scale x[r, j] - m), m the row's
- * max, one block per row. Computed in base 2: v = x * scale * log2(e), y = 2^(v - max v) / sum,
- * which is the same function with one multiply per element fewer.
+ * max. Computed in base 2: v = x * scale * log2(e), y = 2^(v - max v) / sum, the same function
+ * with one multiply per element fewer.
  *
- * "vec" keeps the row in registers (16-byte accesses): read once, max, exponentials, sum, write.
- * "generic" takes any layout and length: a first pass keeps a running max and a sum rescaled to it
- * per thread (online softmax), the block combines them, a second pass writes.
+ * "vec": one block per row, 16-byte accesses, the row read from memory once. Rows of up to 1024
+ *   packs wait in registers as floats; longer ones (a vocabulary) in shared memory as loaded, so
+ *   that several rows share a multiprocessor and one row's reductions overlap another's loads,
+ *   with a running max and sum kept on the way in (online softmax).
+ * "split": few long rows (decode over a vocabulary), where one block per row would leave most
+ *   multiprocessors idle: each row is cut into chunks on separate blocks; a first kernel writes
+ *   each chunk's max and sum to the workspace, a second combines its row's partials and writes
+ *   its chunk, read again from L2.
+ * "generic": any layout and length, one block per row: the online first pass of "vec" from
+ *   memory, one element at a time, then a second pass that reads again and writes.
  * A NaN anywhere in a row makes the whole row NaN, as in the reference.
  */
 #include "common.cuh"
@@ -16,9 +23,36 @@ namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-template <typename T, int N, int VPT, int MAX_THREADS>
-__global__ __launch_bounds__(MAX_THREADS) void softmax_vec_kernel(kite_softmax_args a,
+/* Running max m and sum of 2^(v - m) over the values one thread has seen; add() takes n more. */
+struct Online {
+  float m = -INFINITY, sum = 0.0f;
+  template <int N> __device__ __forceinline__ void add(const float *v) {
+    float vm = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < N; j++) vm = fmaxf(vm, v[j]);
+    if (vm > m) {
+      sum *= exp2f(m - vm); /* 0 while m is -inf */
+      m = vm;
+    }
+    if (m == -INFINITY) return; /* all -inf so far: nothing to add */
+#pragma unroll
+    for (int j = 0; j < N; j++) sum += exp2f(v[j] - m); /* a NaN poisons the sum */
+  }
+  /* Combines the block's threads: every thread gets the row's max and sum. */
+  __device__ __forceinline__ void reduce_block() {
+    const float row_max = block_max(m);
+    sum = block_sum(m == -INFINITY ? 0.0f : sum * exp2f(m - row_max));
+    m = row_max;
+  }
+};
+
+/* Rows of up to kRegPacks packs: VPT packs a thread, 256 threads. */
+constexpr int kRegThreads = 256, kRegPacks = 4 * kRegThreads;
+
+template <typename T, int N, int VPT>
+__global__ __launch_bounds__(kRegThreads) void softmax_vec_kernel(kite_softmax_args a,
                                                                   float scale_log2) {
+  const int cols = (int)a.cols; /* <= kRegPacks * N */
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
     const T *x = (const T *)a.x + r * a.x_stride;
     T *y = (T *)a.y + r * a.y_stride;
@@ -26,8 +60,8 @@ __global__ __launch_bounds__(MAX_THREADS) void softmax_vec_kernel(kite_softmax_a
     float m = -INFINITY;
 #pragma unroll
     for (int p = 0; p < VPT; p++) {
-      const int64_t i = (threadIdx.x + (int64_t)p * blockDim.x) * N;
-      if (i >= a.cols) continue;
+      const int i = (threadIdx.x + p * blockDim.x) * N;
+      if (i >= cols) continue;
       load_floats<N>(x + i, v[p]);
 #pragma unroll
       for (int j = 0; j < N; j++) {
@@ -39,8 +73,8 @@ __global__ __launch_bounds__(MAX_THREADS) void softmax_vec_kernel(kite_softmax_a
     float sum = 0.0f;
 #pragma unroll
     for (int p = 0; p < VPT; p++) {
-      const int64_t i = (threadIdx.x + (int64_t)p * blockDim.x) * N;
-      if (i >= a.cols) continue;
+      const int i = (threadIdx.x + p * blockDim.x) * N;
+      if (i >= cols) continue;
 #pragma unroll
       for (int j = 0; j < N; j++) {
         v[p][j] = exp2f(v[p][j] - row_max);
@@ -50,8 +84,8 @@ __global__ __launch_bounds__(MAX_THREADS) void softmax_vec_kernel(kite_softmax_a
     const float inv_sum = 1.0f / block_sum(sum);
 #pragma unroll
     for (int p = 0; p < VPT; p++) {
-      const int64_t i = (threadIdx.x + (int64_t)p * blockDim.x) * N;
-      if (i >= a.cols) continue;
+      const int i = (threadIdx.x + p * blockDim.x) * N;
+      if (i >= cols) continue;
 #pragma unroll
       for (int j = 0; j < N; j++) v[p][j] *= inv_sum;
       store_floats<N>(y + i, v[p]);
@@ -59,34 +93,103 @@ __global__ __launch_bounds__(MAX_THREADS) void softmax_vec_kernel(kite_softmax_a
   }
 }
 
+/* Longer rows, up to kSmemBytes: each thread parks the packs it loads in shared memory and takes
+ * the same ones back to write, so no barrier guards them. */
+constexpr int kSmemThreads = 512;
+constexpr size_t kSmemBytes = 96 * 1024; /* fits every GPU since sm_80; 2 rows per Hopper SM */
+
+template <typename T, int N>
+__global__ __launch_bounds__(kSmemThreads) void softmax_smem_kernel(kite_softmax_args a,
+                                                                    float scale_log2) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  Pack<T, N> *row = reinterpret_cast<Pack<T, N> *>(smem);
+  const int packs = (int)(a.cols / N);
+  for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+    const Pack<T, N> *x = reinterpret_cast<const Pack<T, N> *>((const T *)a.x + r * a.x_stride);
+    Pack<T, N> *y = reinterpret_cast<Pack<T, N> *>((T *)a.y + r * a.y_stride);
+    Online st;
+#pragma unroll 4
+    for (int p = threadIdx.x; p < packs; p += blockDim.x) {
+      const Pack<T, N> pk = x[p];
+      row[p] = pk;
+      float v[N];
+#pragma unroll
+      for (int j = 0; j < N; j++) v[j] = to_float(pk.v[j]) * scale_log2;
+      st.add<N>(v);
+    }
+    st.reduce_block();
+    const float inv_sum = 1.0f / st.sum;
+#pragma unroll 4
+    for (int p = threadIdx.x; p < packs; p += blockDim.x) {
+      const Pack<T, N> pk = row[p];
+      Pack<T, N> out;
+#pragma unroll
+      for (int j = 0; j < N; j++)
+        out.v[j] = from_float<T>(exp2f(to_float(pk.v[j]) * scale_log2 - st.m) * inv_sum);
+      y[p] = out;
+    }
+  }
+}
+
+/* split: block (c, r) takes chunk c of row r, one pack a thread. */
+constexpr int kSplitThreads = 256;
+
+template <typename T, int N>
+__global__ __launch_bounds__(kSplitThreads) void softmax_split_stats_kernel(kite_softmax_args a,
+                                                                            float scale_log2,
+                                                                            float2 *part) {
+  const int64_t r = blockIdx.y, i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * N;
+  Online st;
+  if (i < a.cols) {
+    float v[N];
+    load_floats<N>((const T *)a.x + r * a.x_stride + i, v);
+#pragma unroll
+    for (int j = 0; j < N; j++) v[j] *= scale_log2;
+    st.add<N>(v);
+  }
+  st.reduce_block();
+  if (threadIdx.x == 0) part[r * gridDim.x + blockIdx.x] = make_float2(st.m, st.sum);
+}
+
+template <typename T, int N>
+__global__ __launch_bounds__(kSplitThreads) void softmax_split_write_kernel(kite_softmax_args a,
+                                                                            float scale_log2,
+                                                                            const float2 *part) {
+  const int64_t r = blockIdx.y, i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * N;
+  const float2 *rp = part + r * gridDim.x;
+  float row_max = -INFINITY, sum = 0.0f;
+  for (unsigned c = 0; c < gridDim.x; c++) row_max = fmaxf(row_max, rp[c].x);
+  for (unsigned c = 0; c < gridDim.x; c++)
+    if (rp[c].x != -INFINITY) sum += rp[c].y * exp2f(rp[c].x - row_max);
+  if (i >= a.cols) return;
+  float v[N];
+  load_floats<N>((const T *)a.x + r * a.x_stride + i, v);
+  const float inv_sum = 1.0f / sum;
+#pragma unroll
+  for (int j = 0; j < N; j++) v[j] = exp2f(v[j] * scale_log2 - row_max) * inv_sum;
+  store_floats<N>((T *)a.y + r * a.y_stride + i, v);
+}
+
 template <typename T>
 __global__ void softmax_generic_kernel(kite_softmax_args a, float scale_log2) {
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
     const T *x = (const T *)a.x + r * a.x_stride;
     T *y = (T *)a.y + r * a.y_stride;
-    /* running max m and sum of 2^(v - m) over this thread's elements */
-    float m = -INFINITY, sum = 0.0f;
+    Online st;
     for (int64_t i = threadIdx.x; i < a.cols; i += blockDim.x) {
       const float v = to_float(x[i]) * scale_log2;
-      if (v > m) {
-        sum = sum * exp2f(m - v) + 1.0f;
-        m = v;
-      } else if (v != -INFINITY) {
-        sum += exp2f(v - m); /* NaN v lands here and poisons the sum */
-      }
+      st.add<1>(&v);
     }
-    const float row_max = block_max(m);
-    const float total = block_sum(m == -INFINITY ? 0.0f : sum * exp2f(m - row_max));
-    const float inv_sum = 1.0f / total;
+    st.reduce_block();
+    const float inv_sum = 1.0f / st.sum;
     for (int64_t i = threadIdx.x; i < a.cols; i += blockDim.x)
-      y[i] = from_float<T>(exp2f(to_float(x[i]) * scale_log2 - row_max) * inv_sum);
+      y[i] = from_float<T>(exp2f(to_float(x[i]) * scale_log2 - st.m) * inv_sum);
   }
 }
 
-template <typename T, int N, int VPT, int MAX_THREADS>
-void launch_vec(const kite_softmax_args *a, unsigned threads, cudaStream_t s) {
-  softmax_vec_kernel<T, N, VPT, MAX_THREADS>
-      <<<grid_for_rows(a->rows), threads, 0, s>>>(*a, a->scale * kLog2e);
+template <typename T, int N, int VPT> void launch_vec(const kite_softmax_args *a, cudaStream_t s) {
+  const unsigned threads = (unsigned)((a->cols / N + VPT - 1) / VPT + 31) / 32 * 32;
+  softmax_vec_kernel<T, N, VPT><<<grid_for_rows(a->rows), threads, 0, s>>>(*a, a->scale * kLog2e);
 }
 
 } // namespace
@@ -110,8 +213,8 @@ extern "C" CUDA_SUPPORTS(cuda_softmax_vec_supports) {
     *why = "needs 16-byte aligned rows and cols a multiple of 16 bytes";
     return false;
   }
-  if (pick_vpt(a->cols / n) == 0) {
-    *why = "row longer than 4096 16-byte packs does not fit in registers";
+  if ((uint64_t)a->cols * es > kSmemBytes) {
+    *why = "row longer than 96 KiB does not fit in shared memory";
     return false;
   }
   return true;
@@ -131,23 +234,75 @@ extern "C" CUDA_RUN(cuda_softmax_vec_run) {
     using T = typename decltype(tag)::type;
     constexpr int N = vec_elems<T>();
     const int64_t packs = a->cols / N;
-    const int vpt = pick_vpt(packs);
-    const unsigned threads = row_threads(packs, vpt);
-    switch (vpt) { /* a 256-thread cap leaves VPT 4 room; only the longest rows need 1024 */
-    case 1:
-      launch_vec<T, N, 1, 256>(a, threads, s);
-      break;
-    case 2:
-      launch_vec<T, N, 2, 256>(a, threads, s);
-      break;
-    default:
-      if (threads <= 256)
-        launch_vec<T, N, kMaxVpt, 256>(a, threads, s);
-      else
-        launch_vec<T, N, kMaxVpt, kRowThreads>(a, threads, s);
-      break;
+    const float scale_log2 = a->scale * kLog2e;
+    if (packs <= kRegThreads) {
+      launch_vec<T, N, 1>(a, s);
+    } else if (packs <= 2 * kRegThreads) {
+      launch_vec<T, N, 2>(a, s);
+    } else if (packs <= kRegPacks) {
+      launch_vec<T, N, 4>(a, s);
+    } else {
+      const size_t bytes = (size_t)a->cols * sizeof(T);
+      if (bytes > 48 * 1024) { /* above the default, a kernel must ask for its shared memory */
+        cudaError_t e = cudaFuncSetAttribute(
+            softmax_smem_kernel<T, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+        if (e != cudaSuccess) {
+          (void)cudaGetLastError();
+          return kite_set_error(KITE_ERR_DEVICE,
+                                "softmax: cuda.vec: %zu bytes of shared memory: %s", bytes,
+                                cudaGetErrorString(e));
+        }
+      }
+      softmax_smem_kernel<T, N><<<grid_for_rows(a->rows), kSmemThreads, bytes, s>>>(*a, scale_log2);
     }
     return cuda_check_launch("softmax", "vec");
+  });
+}
+
+/* Rows at most this many and at least this long go to split: below it, one block per row leaves
+ * most of the GPU idle; above, a row on one multiprocessor is slower than the split's second
+ * launch. */
+constexpr int64_t kSplitMaxRows = 32, kSplitMinCols = 8192;
+
+extern "C" CUDA_SUPPORTS(cuda_softmax_split_supports) {
+  const kite_softmax_args *a = (const kite_softmax_args *)args;
+  if (!cuda_softmax_generic_supports(k, args, why)) return false;
+  const int n = vec_elems_of(a->dtype);
+  const size_t es = kite_dtype_size(a->dtype);
+  if (a->cols % n != 0 || !rows_aligned16(a->x, a->rows, a->x_stride, es) ||
+      !rows_aligned16(a->y, a->rows, a->y_stride, es)) {
+    *why = "needs 16-byte aligned rows and cols a multiple of 16 bytes";
+    return false;
+  }
+  if (a->rows > kSplitMaxRows || a->cols < kSplitMinCols) {
+    *why = "only for at most 32 rows of at least 8192 elements";
+    return false;
+  }
+  return true;
+}
+
+extern "C" CUDA_RUN(cuda_softmax_split_run) {
+  const kite_softmax_args *a = (const kite_softmax_args *)args;
+  const char *why = "";
+  if (!cuda_softmax_split_supports(k, args, &why))
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "softmax: cuda.split: %s", why);
+  if (a->rows <= 0 || a->cols <= 0) return KITE_OK;
+  void *stream;
+  kite_status st = cuda_begin(ctx, "softmax", &stream);
+  if (st != KITE_OK) return st;
+  cudaStream_t s = (cudaStream_t)stream;
+  return with_float_type(a->dtype, "softmax", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr int N = vec_elems<T>();
+    const int64_t chunks = (a->cols / N + kSplitThreads - 1) / kSplitThreads;
+    void *part;
+    kite_status ws = kite_ctx_workspace(ctx, (size_t)(a->rows * chunks) * sizeof(float2), &part);
+    if (ws != KITE_OK) return ws;
+    const dim3 grid((unsigned)chunks, (unsigned)a->rows);
+    const float scale_log2 = a->scale * kLog2e;
+    softmax_split_stats_kernel<T, N><<<grid, kSplitThreads, 0, s>>>(*a, scale_log2, (float2 *)part);
+    softmax_split_write_kernel<T, N><<<grid, kSplitThreads, 0, s>>>(*a, scale_log2, (float2 *)part);
+    return cuda_check_launch("softmax", "split");
   });
 }
 

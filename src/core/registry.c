@@ -402,9 +402,10 @@ static kite_status explain_failure(const kite_ctx *ctx, kite_op op, kite_dtype d
   pthread_mutex_lock(&g_lock);
   const rule *pin = pin_for(op);
   if (pin)
-    len += (size_t)snprintf(msg + len, sizeof msg - len, "%s: pinned to %s%s%s by config, which ",
+    len += (size_t)snprintf(msg + len, sizeof msg - len,
+                            "%s: pinned to %s%s%s by config, which cannot run %s on %s:",
                             kite_op_name(op), pin->backend, pin->variant[0] ? "." : "",
-                            pin->variant);
+                            pin->variant, kite_dtype_name(dtype), kite_device_name(dev));
   else
     len += (size_t)snprintf(msg + len, sizeof msg - len, "%s: no kernel runs %s on %s:",
                             kite_op_name(op), kite_dtype_name(dtype), kite_device_name(dev));
@@ -433,7 +434,7 @@ static kite_status explain_failure(const kite_ctx *ctx, kite_op op, kite_dtype d
   }
   pthread_mutex_unlock(&g_lock);
   if (!shown)
-    snprintf(msg + len, sizeof msg - len, pin ? "is not registered" : " no kernel is registered");
+    snprintf(msg + len, sizeof msg - len, " no such kernel is registered");
   (void)e;
   return kite_set_error(KITE_ERR_UNSUPPORTED, "%s", msg);
 }

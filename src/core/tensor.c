@@ -87,38 +87,36 @@ kite_status kite_tensor_check(const kite_ctx *ctx, const char *op, const char *a
     numel *= n; /* equals bound until a zero dim makes it 0 for good */
   }
 
-  kite_tensor r = {0};
-  r.dtype = dt;
-  r.ndim = t->ndim;
-  r.numel = numel;
-  int64_t compact = 1;
-  for (int i = t->ndim - 1; i >= 0; i--) {
-    r.shape[i] = t->shape[i];
-    if (t->strides) {
-      if (t->strides[i] < 0)
-        return kite_set_error(KITE_ERR_INVALID_ARG, "%s: %s: dim %d has negative stride %lld", op,
-                              arg, i, (long long)t->strides[i]);
-      r.strides[i] = t->strides[i];
-    } else {
-      r.strides[i] = compact;
-    }
-    compact *= t->shape[i]; /* bounded by the product checked above */
-  }
-
-  /* Last element offset, then bytes: both must fit, as must the end address. */
+  /* Filled in place (no temporary, no zeroing of unused dims): this runs on every call. */
+  kite_tensor *r = out;
+  r->dtype = dt;
+  r->ndim = t->ndim;
+  r->numel = numel;
   const int64_t esize = (int64_t)kite_dtype_size(dt);
-  int64_t bytes = 0;
-  if (numel > 0) {
-    int64_t last = 0, term;
-    for (int i = 0; i < r.ndim; i++) {
-      if (__builtin_mul_overflow(r.shape[i] - 1, r.strides[i], &term) ||
-          __builtin_add_overflow(last, term, &last))
-        return kite_set_error(KITE_ERR_INVALID_ARG, "%s: %s: memory extent overflows int64", op,
-                              arg);
+  int64_t compact = 1, last = 0, term;
+  bool extent_ok = true;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    const int64_t n = t->shape[i];
+    int64_t st = compact;
+    if (t->strides) {
+      st = t->strides[i];
+      if (st < 0)
+        return kite_set_error(KITE_ERR_INVALID_ARG, "%s: %s: dim %d has negative stride %lld", op,
+                              arg, i, (long long)st);
     }
-    if (__builtin_add_overflow(last, 1, &bytes) || __builtin_mul_overflow(bytes, esize, &bytes))
-      return kite_set_error(KITE_ERR_INVALID_ARG, "%s: %s: memory extent overflows int64", op, arg);
+    r->shape[i] = n;
+    r->strides[i] = st;
+    compact *= n; /* bounded by the product checked above */
+    /* offset of the last element, for the extent check below */
+    if (numel > 0)
+      extent_ok &= !__builtin_mul_overflow(n - 1, st, &term) &&
+                   !__builtin_add_overflow(last, term, &last);
   }
+  /* Last element offset, then bytes: both must fit, as must the end address. */
+  int64_t bytes = 0;
+  if (numel > 0 && (!extent_ok || __builtin_add_overflow(last, 1, &bytes) ||
+                    __builtin_mul_overflow(bytes, esize, &bytes)))
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: %s: memory extent overflows int64", op, arg);
 
   if (numel > 0 && !t->data)
     return kite_set_error(KITE_ERR_INVALID_ARG,
@@ -135,9 +133,10 @@ kite_status kite_tensor_check(const kite_ctx *ctx, const char *op, const char *a
       return kite_set_error(KITE_ERR_INVALID_ARG,
                             "%s: %s: address %p is not aligned to %s (%lld bytes)", op, arg,
                             (void *)addr, dtype_str(dt), (long long)esize);
-    r.data = (char *)t->data + t->byte_offset;
+    r->data = (char *)t->data + t->byte_offset;
+  } else {
+    r->data = NULL;
   }
-  *out = r;
   return KITE_OK;
 }
 
@@ -275,35 +274,33 @@ kite_status kite_tensor_require_disjoint(const char *op, const char *arg, const 
 
 kite_status kite_check_rowwise(const kite_ctx *ctx, const char *op, const DLTensor *x,
                                const DLTensor *y, int x_per_y, kite_rowwise *out) {
-  kite_tensor xt, yt;
+  kite_tensor *xt = &out->xt, *yt = &out->yt;
   kite_status s;
-  int64_t xr, yr;
-  if ((s = kite_tensor_check(ctx, op, "x", x, &xt)) != KITE_OK) return s;
-  if ((s = kite_tensor_check(ctx, op, "y", y, &yt)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_float(op, "x", &xt)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_dtype(op, "y", &yt, xt.dtype)) != KITE_OK) return s;
+  int64_t yr;
+  if ((s = kite_tensor_check(ctx, op, "x", x, xt)) != KITE_OK) return s;
+  if ((s = kite_tensor_check(ctx, op, "y", y, yt)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_float(op, "x", xt)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_dtype(op, "y", yt, xt->dtype)) != KITE_OK) return s;
   if (x_per_y == 1) {
-    if ((s = kite_tensor_require_same_shape(op, "y", &yt, &xt, "x")) != KITE_OK) return s;
+    if ((s = kite_tensor_require_same_shape(op, "y", yt, xt, "x")) != KITE_OK) return s;
   } else {
     char a[160], b[160];
-    const int64_t xn = xt.shape[xt.ndim - 1], yn = yt.shape[yt.ndim - 1];
+    const int64_t xn = xt->shape[xt->ndim - 1], yn = yt->shape[yt->ndim - 1];
     if (xn % x_per_y != 0)
       return kite_set_error(KITE_ERR_INVALID_ARG, "%s: x: last dim %lld is not a multiple of %d",
                             op, (long long)xn, x_per_y);
-    if (!kite_tensor_same_lead(&yt, &xt) || yn != xn / x_per_y)
+    if (!kite_tensor_same_lead(yt, xt) || yn != xn / x_per_y)
       return kite_set_error(KITE_ERR_INVALID_ARG,
                             "%s: y: shape %s does not fit x %s (same leading dims, last dim %lld)",
-                            op, kite_shape_str(&yt, a, sizeof a), kite_shape_str(&xt, b, sizeof b),
+                            op, kite_shape_str(yt, a, sizeof a), kite_shape_str(xt, b, sizeof b),
                             (long long)(xn / x_per_y));
   }
-  if ((s = kite_tensor_rows(op, "x", &xt, &xr, &out->x_cols, &out->x_stride)) != KITE_OK) return s;
-  if ((s = kite_tensor_rows(op, "y", &yt, &yr, &out->y_cols, &out->y_stride)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_no_overlap(op, "y", &yt)) != KITE_OK) return s;
-  out->dtype = xt.dtype;
-  out->rows = xr;
-  out->x = xt.data;
-  out->y = yt.data;
-  out->xt = xt;
-  out->yt = yt;
+  if ((s = kite_tensor_rows(op, "x", xt, &out->rows, &out->x_cols, &out->x_stride)) != KITE_OK)
+    return s;
+  if ((s = kite_tensor_rows(op, "y", yt, &yr, &out->y_cols, &out->y_stride)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_no_overlap(op, "y", yt)) != KITE_OK) return s;
+  out->dtype = xt->dtype;
+  out->x = xt->data;
+  out->y = yt->data;
   return KITE_OK;
 }
