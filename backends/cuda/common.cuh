@@ -1,7 +1,7 @@
 /*
  * Device helpers shared by every kernel of the CUDA backend: element conversions, packed loads and
- * stores (16 bytes = 8 bf16/f16 or 4 f32 elements per access), warp and block reductions, the
- * scalar activations, and the host-side dtype dispatch.
+ * stores (16 bytes = 8 bf16/f16 or 4 f32 elements per access), warp and block reductions, online
+ * softmax statistics, the scalar activations, and the host-side dtype dispatch and launch shapes.
  *
  * Kernels keep their arithmetic in float32 and round once when they store.
  */
@@ -119,6 +119,33 @@ __device__ __forceinline__ float block_max(float v) {
   return block_reduce(v, Max(), -INFINITY);
 }
 
+/* ---- softmax ------------------------------------------------------------------------------- */
+constexpr float kLog2e = 1.4426950408889634f;
+
+/* Online softmax statistics in base 2: the running max m of the values one thread has seen and
+ * the sum of 2^(v - m) over them, rescaled whenever the max grows; add() takes N more values. */
+struct OnlineSoftmax {
+  float m = -INFINITY, sum = 0.0f;
+  template <int N> __device__ __forceinline__ void add(const float *v) {
+    float vm = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < N; j++) vm = fmaxf(vm, v[j]);
+    if (vm > m) {
+      sum *= exp2f(m - vm); /* 0 while m is -inf */
+      m = vm;
+    }
+    /* -inf adds 0 (also while m is -inf, where 2^(v - m) would be NaN); NaN poisons the sum */
+#pragma unroll
+    for (int j = 0; j < N; j++) sum += v[j] == -INFINITY ? 0.0f : exp2f(v[j] - m);
+  }
+  /* Combines the block's threads: every thread gets the row's max and sum. */
+  __device__ __forceinline__ void reduce_block() {
+    const float row_max = block_max(m);
+    sum = block_sum(m == -INFINITY ? 0.0f : sum * exp2f(m - row_max));
+    m = row_max;
+  }
+};
+
 /* ---- activations (DESIGN.md "Activations"), float in, float out ---------------------------- */
 enum class Act { silu, gelu, gelu_tanh, gelu_quick, relu };
 
@@ -187,9 +214,9 @@ inline RowGrid row_grid(int64_t rows, int64_t n) {
   return g;
 }
 
-/* Row-in-registers kernels (norms, softmax): one block per row, each thread holding up to
- * kMaxVpt packs of one 16-byte access each, as floats (32 registers for 16-bit types), so that
- * the row stays in registers under the 64-register cap of a 1024-thread block. Rows of up to
+/* Row-in-registers kernels (the norms): one block per row, each thread holding up to kMaxVpt
+ * packs of one 16-byte access each, as floats (32 registers for 16-bit types), so that the row
+ * stays in registers under the 64-register cap of a 1024-thread block. Rows of up to
  * 1024 * kMaxVpt packs fit: 32768 bf16/f16 or 16384 f32 elements. */
 constexpr int kMaxVpt = 4;
 constexpr int kRowThreads = 1024;

@@ -27,6 +27,9 @@ kite_status cuda_check_launch(const char *op, const char *variant);
 const char *cuda_op_str(kite_op op);
 const char *cuda_dtype_str(kite_dtype t);
 
+/* Feature bits of the backend (kite_kernel.features): present when every visible GPU has them. */
+#define CUDA_FEATURE_SM90 (1ull << 0) /* thread block clusters, distributed shared memory */
+
 /* Signatures of kite_kernel.supports and .run, for the declarations below. */
 #define CUDA_SUPPORTS(name) bool name(const kite_kernel *k, const void *args, const char **why)
 #define CUDA_RUN(name) kite_status name(const kite_kernel *k, kite_ctx *ctx, const void *args)
@@ -55,7 +58,9 @@ CUDA_SUPPORTS(cuda_rope_generic_supports);
 CUDA_RUN(cuda_rope_vec_run);
 CUDA_RUN(cuda_rope_generic_run);
 
-/* softmax.cu */
+/* softmax.cu, softmax_cluster.cu */
+CUDA_SUPPORTS(cuda_softmax_cluster_supports);
+CUDA_RUN(cuda_softmax_cluster_run);
 CUDA_SUPPORTS(cuda_softmax_split_supports);
 CUDA_SUPPORTS(cuda_softmax_vec_supports);
 CUDA_SUPPORTS(cuda_softmax_generic_supports);

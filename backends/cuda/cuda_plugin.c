@@ -61,6 +61,22 @@ static int cuda_device_count(const kite_backend *b) {
   return n;
 }
 
+/* Bits every visible device has, so that a kernel that needs one runs on whichever device a ctx
+ * names. */
+static uint64_t cuda_features_present(const kite_backend *b) {
+  int n = cuda_device_count(b), major = 0;
+  if (n <= 0) return 0;
+  uint64_t bits = CUDA_FEATURE_SM90;
+  for (int d = 0; d < n; d++) {
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    if (major < 9) bits &= ~CUDA_FEATURE_SM90;
+  }
+  return bits;
+}
+
 /* 0 bytes still gets a real allocation, so every successful alloc returns a pointer to free. */
 static kite_status cuda_alloc(const kite_backend *b, int device_id, size_t bytes, void **out) {
   (void)b;
@@ -133,12 +149,18 @@ static kite_status cuda_synchronize(const kite_backend *b, int device_id, void *
 
 /* ---- kernel table -------------------------------------------------------------------------- */
 /* Faster variants outrank generic ones; a variant for a narrower case outranks the broad one. */
-enum { PRIORITY_GENERIC = 10, PRIORITY_VEC = 20, PRIORITY_SPLIT = 30 };
+enum { PRIORITY_GENERIC = 10, PRIORITY_VEC = 20, PRIORITY_SPLIT = 30, PRIORITY_CLUSTER = 40 };
 
 #define KERNEL(op_id, name, prio, supports_fn, run_fn, desc)                                       \
   {                                                                                                \
     .op = (op_id), .variant = (name), .priority = (prio), .features = 0, .features_str = "",       \
     .supports = (supports_fn), .run = (run_fn), .description = (desc), .userdata = NULL            \
+  }
+#define KERNEL_SM90(op_id, name, prio, supports_fn, run_fn, desc)                                  \
+  {                                                                                                \
+    .op = (op_id), .variant = (name), .priority = (prio), .features = CUDA_FEATURE_SM90,           \
+    .features_str = "sm_90", .supports = (supports_fn), .run = (run_fn), .description = (desc),    \
+    .userdata = NULL                                                                               \
   }
 #define VEC(op_id, family, desc)                                                                   \
   KERNEL(op_id, "vec", PRIORITY_VEC, cuda_##family##_vec_supports, cuda_##family##_vec_run, desc)
@@ -173,6 +195,8 @@ static const kite_kernel cuda_kernels[] = {
     GENERIC(KITE_OP_ADD_LAYER_NORM, norm, "fused add, block per row, any layout and length"),
     VEC(KITE_OP_ROPE, rope, "neox/gptj, 16-byte packs of pairs, q and k in one launch"),
     GENERIC(KITE_OP_ROPE, rope, "neox/gptj, a pair per thread, any layout"),
+    KERNEL_SM90(KITE_OP_SOFTMAX, "cluster", PRIORITY_CLUSTER, cuda_softmax_cluster_supports,
+                cuda_softmax_cluster_run, "few long rows: a row per 8-block cluster, one launch"),
     KERNEL(KITE_OP_SOFTMAX, "split", PRIORITY_SPLIT, cuda_softmax_split_supports,
            cuda_softmax_split_run, "few long rows: chunks on separate blocks, two launches"),
     VEC(KITE_OP_SOFTMAX, softmax,
@@ -188,7 +212,7 @@ static const kite_backend cuda_backend = {
     .device_type = kDLCUDA,
     .description = "CUDA kernels (Hopper sm_90a code, PTX for other GPUs)",
     .device_count = cuda_device_count,
-    .features_present = NULL,
+    .features_present = cuda_features_present,
     .alloc = cuda_alloc,
     .free = cuda_free,
     .copy = cuda_copy,

@@ -10,20 +10,31 @@ using namespace kite_cuda;
 
 namespace {
 
-/* Strides and row lengths in units of U. */
-template <typename U>
+/* Strides and row lengths in units of U. A thread moves UPT units spaced a row's threads apart
+ * (coalesced), all loads issued before the first store. */
+template <typename U, int UPT>
 __global__ void embedding_kernel(const int32_t *ids, const U *table, int64_t table_stride,
                                  int64_t vocab, U *y, int64_t y_stride, int64_t tokens,
                                  int64_t units) {
+  const int64_t row_threads = (units + UPT - 1) / UPT;
   for (int64_t t = blockIdx.y * (int64_t)blockDim.y + threadIdx.y; t < tokens;
        t += (int64_t)gridDim.y * blockDim.y) {
     const int64_t id = ids[t];
     const bool valid = id >= 0 && id < vocab;
     const U *src = table + (valid ? id : 0) * table_stride;
     U *dst = y + t * y_stride;
-    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < units;
-         c += (int64_t)gridDim.x * blockDim.x)
-      dst[c] = valid ? src[c] : U{};
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < row_threads;
+         c += (int64_t)gridDim.x * blockDim.x) {
+      U v[UPT];
+#pragma unroll
+      for (int k = 0; k < UPT; k++) {
+        const int64_t u = c + k * row_threads;
+        v[k] = valid && u < units ? src[u] : U{};
+      }
+#pragma unroll
+      for (int k = 0; k < UPT; k++)
+        if (c + k * row_threads < units) dst[c + k * row_threads] = v[k];
+    }
   }
 }
 
@@ -36,11 +47,12 @@ kite_status launch(kite_ctx *ctx, const kite_embedding_args *a, const char *vari
   void *stream;
   kite_status st = cuda_begin(ctx, "embedding", &stream);
   if (st != KITE_OK) return st;
+  constexpr int UPT = 4;
   const int64_t per_elem = (int64_t)kite_dtype_size(a->dtype), unit = (int64_t)sizeof(U);
   /* for U wider than an element, vec's supports() has checked that these divide exactly */
   const int64_t units = a->hidden * per_elem / unit;
-  const RowGrid g = row_grid(a->tokens, units);
-  embedding_kernel<U><<<g.grid, g.block, 0, (cudaStream_t)stream>>>(
+  const RowGrid g = row_grid(a->tokens, (units + UPT - 1) / UPT);
+  embedding_kernel<U, UPT><<<g.grid, g.block, 0, (cudaStream_t)stream>>>(
       a->ids, (const U *)a->table, a->table_stride * per_elem / unit, a->vocab, (U *)a->y,
       a->y_stride * per_elem / unit, a->tokens, units);
   return cuda_check_launch("embedding", variant);

@@ -10,7 +10,8 @@
  * "split": few long rows (decode over a vocabulary), where one block per row would leave most
  *   multiprocessors idle: each row is cut into chunks on separate blocks; a first kernel writes
  *   each chunk's max and sum to the workspace, a second combines its row's partials and writes
- *   its chunk, read again from L2.
+ *   its chunk, read again from L2. On Hopper, "cluster" (softmax_cluster.cu) does the same in one
+ *   launch.
  * "generic": any layout and length, one block per row: the online first pass of "vec" from
  *   memory, one element at a time, then a second pass that reads again and writes.
  * A NaN anywhere in a row makes the whole row NaN, as in the reference.
@@ -20,31 +21,6 @@
 using namespace kite_cuda;
 
 namespace {
-
-constexpr float kLog2e = 1.4426950408889634f;
-
-/* Running max m and sum of 2^(v - m) over the values one thread has seen; add() takes n more. */
-struct Online {
-  float m = -INFINITY, sum = 0.0f;
-  template <int N> __device__ __forceinline__ void add(const float *v) {
-    float vm = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < N; j++) vm = fmaxf(vm, v[j]);
-    if (vm > m) {
-      sum *= exp2f(m - vm); /* 0 while m is -inf */
-      m = vm;
-    }
-    if (m == -INFINITY) return; /* all -inf so far: nothing to add */
-#pragma unroll
-    for (int j = 0; j < N; j++) sum += exp2f(v[j] - m); /* a NaN poisons the sum */
-  }
-  /* Combines the block's threads: every thread gets the row's max and sum. */
-  __device__ __forceinline__ void reduce_block() {
-    const float row_max = block_max(m);
-    sum = block_sum(m == -INFINITY ? 0.0f : sum * exp2f(m - row_max));
-    m = row_max;
-  }
-};
 
 /* Rows of up to kRegPacks packs: VPT packs a thread, 256 threads. */
 constexpr int kRegThreads = 256, kRegPacks = 4 * kRegThreads;
@@ -107,7 +83,7 @@ __global__ __launch_bounds__(kSmemThreads) void softmax_smem_kernel(kite_softmax
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
     const Pack<T, N> *x = reinterpret_cast<const Pack<T, N> *>((const T *)a.x + r * a.x_stride);
     Pack<T, N> *y = reinterpret_cast<Pack<T, N> *>((T *)a.y + r * a.y_stride);
-    Online st;
+    OnlineSoftmax st;
 #pragma unroll 4
     for (int p = threadIdx.x; p < packs; p += blockDim.x) {
       const Pack<T, N> pk = x[p];
@@ -139,7 +115,7 @@ __global__ __launch_bounds__(kSplitThreads) void softmax_split_stats_kernel(kite
                                                                             float scale_log2,
                                                                             float2 *part) {
   const int64_t r = blockIdx.y, i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * N;
-  Online st;
+  OnlineSoftmax st;
   if (i < a.cols) {
     float v[N];
     load_floats<N>((const T *)a.x + r * a.x_stride + i, v);
@@ -175,7 +151,7 @@ __global__ void softmax_generic_kernel(kite_softmax_args a, float scale_log2) {
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
     const T *x = (const T *)a.x + r * a.x_stride;
     T *y = (T *)a.y + r * a.y_stride;
-    Online st;
+    OnlineSoftmax st;
     for (int64_t i = threadIdx.x; i < a.cols; i += blockDim.x) {
       const float v = to_float(x[i]) * scale_log2;
       st.add<1>(&v);
