@@ -4,8 +4,9 @@
 #   check    kite check --backend cuda (every CUDA kernel against ref)
 #   sanitize compute-sanitizer memcheck and racecheck on kite check --backend cuda --quick
 #   bench    kite bench --backend cuda --json on the core ops (LLM shapes, bf16)
-#   peers    scripts/torch_peers.py: kite beside PyTorch eager and torch.compile; prints the
-#            comparison table last
+#   peers    scripts/torch_peers.py: kite beside PyTorch eager and torch.compile, then linear
+#            (TFLOP/s vs torch.mm), paged_decode (GB/s of KV read) and paged_prefill (TFLOP/s
+#            vs torch SDPA flash); prints both tables last
 # Stages run in that order; pass some of their names to run only those (default: all).
 # Results go to $OUT (default ./out): logs, kite_bench.jsonl, peers.json, peers.csv.
 # Environment: BUILD (build folder, default build), JOBS (default: all cores), KITE_CMAKE_ARGS
@@ -106,6 +107,6 @@ if want peers; then
   run_logged peers.log 420 python3 scripts/torch_peers.py --lib "$BUILD/lib/libkite.so" \
     --out "$OUT" --kite-bench "$OUT/kite_bench.jsonl"
   grep -i "error\|fail\|edge" "$OUT/peers.log" | head -20
-  sed -n '/^---- kite vs PyTorch/,$p' "$OUT/peers.log" # the table, last
+  sed -n '/^---- kite vs PyTorch/,$p' "$OUT/peers.log" # the tables, last
 fi
 exit $status

@@ -73,7 +73,10 @@ class Kite:
                "kite_silu_and_mul": [T, T, f, T],
                "kite_rope": [T, T, T, T, T, C.c_int64, C.c_int],
                "kite_softmax": [T, T, f, T],
-               "kite_embedding": [T, T, T, T]}
+               "kite_embedding": [T, T, T, T],
+               "kite_linear": [T, T, T, T, T],
+               "kite_paged_decode": [T, T, T, T, T, T, T, T, T],
+               "kite_paged_prefill": [T, T, T, T, T, T, T, T, T, T]}
         for name, args in sig.items():
             fn = getattr(self.lib, name)
             fn.argtypes, fn.restype = args, C.c_int
@@ -313,6 +316,86 @@ def kite_bench_gbs(path):
     return best
 
 
+class AttnOpts(C.Structure):
+    _fields_ = [("scale", C.c_float), ("softcap", C.c_float), ("window_left", C.c_int32),
+                ("gqa", C.c_int), ("causal", C.c_int32)]
+
+
+def compute_rows(kite):
+    """linear (TFLOP/s vs torch.mm), paged_decode (GB/s of KV read), paged_prefill (TFLOP/s vs
+    torch SDPA, flash backend, on the same keys laid out densely). bf16."""
+    rows, dt = [], torch.bfloat16
+    opts = C.byref(AttnOpts(0.0, 0.0, -1, 0, 1))
+    # linear 8192^3
+    n = 8192
+    x, w = torch.randn(n, n, device="cuda", dtype=dt), torch.randn(n, n, device="cuda", dtype=dt)
+    y = torch.empty(n, n, device="cuda", dtype=dt)
+    X, W, Y = dl(x), dl(w), dl(y)
+    kfn = lambda: kite.call("kite_linear", X, W, None, Y)
+    kfn()
+    err = rel_err(y.float(), (x @ w.t()).float())
+    flop = 2.0 * n ** 3
+    ku, tu = time_us(kfn, reps=20, flush=False), time_us(lambda: x @ w.t(), reps=20, flush=False)
+    rows.append({"op": "linear", "shape": f"{n}^3", "kite_us": ku, "kite_tflops": flop / ku / 1e6,
+                 "peer": "torch.mm", "peer_tflops": flop / tu / 1e6, "rel_err": err})
+    del x, w, y, X, W, Y
+    # paged decode: batch 64, ctx 4096, Hq 32 / Hkv 8, D 128, block 16
+    B, L, HQ, HKV, D, BS = 64, 4096, 32, 8, 128, 16
+    nb = B * L // BS
+    kc = torch.randn(nb, HKV, BS, D, device="cuda", dtype=dt)
+    vc = torch.randn(nb, HKV, BS, D, device="cuda", dtype=dt)
+    bt = torch.randperm(nb, device="cuda", dtype=torch.int32).view(B, L // BS).contiguous()
+    sl = torch.full((B,), L, device="cuda", dtype=torch.int32)
+    q = torch.randn(B, HQ, D, device="cuda", dtype=dt)
+    o = torch.empty_like(q)
+    args = [dl(t) for t in (q, kc, vc, bt, sl)]
+    O = dl(o)
+    kfn = lambda: kite.call("kite_paged_decode", *args, opts, O, None)
+    kfn()
+
+    def dense(t, b):  # [Hkv, L, D] of sequence b
+        return t[bt[b].long()].permute(1, 0, 2, 3).reshape(HKV, L, D)
+    ref = torch.stack([F.scaled_dot_product_attention(
+        q[b].unsqueeze(1), dense(kc, b), dense(vc, b), enable_gqa=True).squeeze(1)
+        for b in range(4)])
+    err = rel_err(o[:4].float(), ref.float())
+    kv_bytes = 2 * B * L * HKV * D * 2
+    ku = time_us(kfn)
+    rows.append({"op": "paged_decode", "shape": f"B{B} L{L} {HQ}/{HKV} D{D} bs{BS}",
+                 "kite_us": ku, "kite_gbs": kv_bytes / ku / 1e3, "rel_err": err})
+    del kc, vc, bt, q, o, args, O
+    # paged prefill: 4 x 4096 tokens, causal
+    B, L = 4, 4096
+    nb = B * L // BS
+    kc = torch.randn(nb, HKV, BS, D, device="cuda", dtype=dt)
+    vc = torch.randn(nb, HKV, BS, D, device="cuda", dtype=dt)
+    bt = torch.arange(nb, device="cuda", dtype=torch.int32).view(B, L // BS).contiguous()
+    sl = torch.full((B,), L, device="cuda", dtype=torch.int32)
+    cu = torch.arange(0, B * L + 1, L, device="cuda", dtype=torch.int32)
+    q = torch.randn(B * L, HQ, D, device="cuda", dtype=dt) * 0.5
+    o = torch.empty_like(q)
+    args = [dl(t) for t in (q, kc, vc, bt, cu, sl)]
+    O = dl(o)
+    kfn = lambda: kite.call("kite_paged_prefill", *args, opts, O, None)
+    kfn()
+    kd = kc.view(B, L // BS, HKV, BS, D).permute(0, 2, 1, 3, 4).reshape(B, HKV, L, D)
+    vd = vc.view(B, L // BS, HKV, BS, D).permute(0, 2, 1, 3, 4).reshape(B, HKV, L, D)
+    qd = q.view(B, L, HQ, D).transpose(1, 2)
+    kr, vr = kd.repeat_interleave(HQ // HKV, 1), vd.repeat_interleave(HQ // HKV, 1)
+    from torch.nn.attention import sdpa_kernel, SDPBackend
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        tfn = lambda: F.scaled_dot_product_attention(qd, kr, vr, is_causal=True)
+        ref = tfn()
+        tu = time_us(tfn, reps=10)
+    err = rel_err(o.view(B, L, HQ, D).transpose(1, 2).float(), ref.float())
+    flop = 4.0 * B * L * L * D * HQ / 2
+    ku = time_us(kfn, reps=5)
+    rows.append({"op": "paged_prefill", "shape": f"B{B}x{L} causal {HQ}/{HKV} D{D}",
+                 "kite_us": ku, "kite_tflops": flop / ku / 1e6, "peer": "torch SDPA flash",
+                 "peer_tflops": flop / tu / 1e6, "rel_err": err})
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", default="build/lib/libkite.so")
@@ -363,9 +446,18 @@ def main():
             del kfn, eager, check
             torch.cuda.empty_cache()
 
+    try:
+        crows = compute_rows(kite)
+    except Exception as ex:  # reported in the table's place, not fatal to the rows above
+        print(f"compute rows failed: {ex}", flush=True)
+        crows, failures = [], failures + 1
+    for r in crows:
+        print(json.dumps(r), flush=True)
+        failures += not (r["rel_err"] < 2e-2)
+
     with open(os.path.join(args.out, "peers.json"), "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(), "copy_gbs": copy, "rows": rows}, f,
-                  indent=1)
+        json.dump({"device": torch.cuda.get_device_name(), "copy_gbs": copy, "rows": rows,
+                   "compute_rows": crows}, f, indent=1)
     cols = ["op", "shape", "kite_us", "kite_gbs", "eager_gbs", "compile_gbs", "pct_copy",
             "kite_bench_gbs", "rel_err"]
     with open(os.path.join(args.out, "peers.csv"), "w") as f:
@@ -383,6 +475,12 @@ def main():
         print(f"{r['op']:<13} {r['shape']:<16} {fmt(r['kite_us'], 1):>8} {fmt(r['kite_gbs']):>9} "
               f"{fmt(r.get('eager_gbs')):>10} {fmt(r.get('compile_gbs')):>12} "
               f"{fmt(r['pct_copy']):>6} {fmt(r.get('kite_bench_gbs')):>10} {r['rel_err']:>7.1e}")
+    print(f"\n{'op':<13} {'shape':<28} {'kite us':>9} {'kite':>14} {'peer':>24} {'err':>7}")
+    for r in crows:
+        kv = (f"{r['kite_gbs']:.0f} GB/s" if "kite_gbs" in r else f"{r['kite_tflops']:.0f} TFLOP/s")
+        pv = f"{r['peer']} {r['peer_tflops']:.0f}" if "peer" in r else "-"
+        print(f"{r['op']:<13} {r['shape']:<28} {r['kite_us']:>9.1f} {kv:>14} {pv:>24} "
+              f"{r['rel_err']:>7.1e}")
     return 1 if failures else 0
 
 

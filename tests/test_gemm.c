@@ -433,6 +433,11 @@ static void run_kernel(const kernel *kn) {
       check_linear(name, t, 17, 127, 4096, 1, 0);
       check_linear(name, t, 4096, 17, 64, 1, 2);
       check_linear(name, t, 127, 300, 600, 1, 1);
+      check_linear(name, t, 16, 33, 2100, 1, 3); /* few rows, several K blocks */
+      check_linear(name, t, 9, 17, 1031, 0, 1);
+      check_linear(name, t, 6, 50, 77, 1, 2);
+      check_linear(name, t, 7, 5, 1030, 0, 0);
+      check_linear(name, t, 13, 20, 1030, 1, 0);
       check_linear(name, t, 5, 9, 0, 1, 0);
       check_linear(name, t, 40, 9, 0, 0, 0);
       break;

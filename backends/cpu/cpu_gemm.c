@@ -43,7 +43,9 @@ static bool supports_bf16(const kite_kernel *k, const void *args, const char **w
 #endif
 
 #if defined(KITE_HAVE_OPENBLAS)
-/* OpenBLAS computes f32 only, on rows at least K apart. */
+/* OpenBLAS computes f32 only, on rows at least K apart. Its priority (15) sits below cpu.avx2
+ * (20): at 2048^3 it is within ~10% of ours, but for few rows (decode, M <= 16) it is several
+ * times slower than our GEMV, and declining those shapes would break a pin to it. */
 static bool supports_openblas(const kite_kernel *k, const void *args, const char **why) {
   const kite_linear_args *a = args;
   if (a->dtype != KITE_DTYPE_F32) {
@@ -90,10 +92,10 @@ const kite_kernel cpu_gemm_kernels[] = {
           "int8: 6x16 VPMADDWD on int16 pairs, int32 exact; e4m3: f32 panels + FMA"),
     ENTRY(KITE_OP_LINEAR, "avx512bf16", 40, CPU_ISA_AVX512BF16,
           "avx512f,avx512bw,avx512vl,avx512dq,avx512_bf16,fma,f16c", supports_bf16,
-          cpu_linear_avx512bf16, "bf16 pairs packed, 4x32 VDPBF16PS micro-kernel (bf16 only)"),
+          cpu_linear_avx512bf16, "bf16 pairs packed, 8x32 VDPBF16PS micro-kernel (bf16 only)"),
 #endif
 #if defined(KITE_HAVE_OPENBLAS)
-    ENTRY(KITE_OP_LINEAR, "openblas", 25, 0, "", supports_openblas, cpu_linear_openblas,
+    ENTRY(KITE_OP_LINEAR, "openblas", 15, 0, "", supports_openblas, cpu_linear_openblas,
           "OpenBLAS cblas_sgemm (f32), threads set to the ctx's per call"),
 #endif
 };

@@ -4,7 +4,7 @@
  *
  * linear, y[M, N] = x[M, K] w[N, K]^T + bias, takes one of two paths:
  *  - few rows (M <= GEMV_MAX_M, decode): the weights are streamed once from their own rows; each
- *    block of 4 weight rows meets every x row (converted to f32 once) while it sits in L1, so
+ *    block of 4 weight rows meets every x row (converted to f32 once) while it sits in L1/L2, so
  *    the cost is reading the weight bytes: bandwidth-bound, as it must be.
  *  - otherwise a packed GEMM: a KC x NC block of w^T is packed into 16-column panels of f32
  *    (bf16/f16/fp8 converted there), an MC x KC block of x into 6-row panels, and a 6x16
@@ -34,8 +34,10 @@
 #define MC 144  /* x rows per packed block (multiple of MR): 144 KB in L2 */
 #define NC 1024 /* w rows per packed block (multiple of NR) */
 #define GEMV_MAX_M 16
-#define GEMV_NB 4    /* weight rows per GEMV tile */
-#define GEMV_KB 1024 /* depth per GEMV block: 4 widened weight rows (16 KB) stay in L1 */
+#define GEMV_NB 4      /* weight rows per GEMV tile */
+#define GEMV_KB 1024   /* depth of a widened weight block: 4 rows of f32, 16 KB, in L1 */
+#define GEMV_PAD 16    /* floats added to GEMV row strides: off 4 KB multiples */
+#define GEMV_WIDEN_M 8 /* beyond this many x rows, weight rows are widened to f32 once */
 #define ALIGN 64
 
 #define INLINE static inline __attribute__((always_inline))
@@ -162,6 +164,18 @@ static void pack_a_f32(const src *a, int64_t m0, int64_t mr, int64_t k0, int64_t
   const char *row[MR];
   for (int r = 0; r < MR; r++) row[r] = r < mr ? src_row(a, m0 + r) + k0 * es : NULL;
   int64_t k = 0;
+  if (mr == MR) {
+    /* 8 k at a time: transpose 6 rows (+2 zero rows), store each column of 8 over the slot of 6;
+     * the 2 extra floats land where the next store (or the next panel) writes, and past the
+     * last panel in the buffer's slack */
+    for (; k + 8 <= kc; k += 8) {
+      vf r[8];
+      for (int i = 0; i < MR; i++) r[i] = load8(a->t, row[i] + k * es);
+      r[6] = r[7] = _mm256_setzero_ps();
+      transpose8(r);
+      for (int i = 0; i < 8; i++) _mm256_storeu_ps(ap + (k + i) * MR, r[i]);
+    }
+  }
   for (; k + 8 <= kc; k += 8) {
     float tmp[MR][8];
     for (int r = 0; r < MR; r++)
@@ -328,7 +342,7 @@ typedef struct gemm {
   size_t part_bytes;
 } gemm;
 
-#define AP_BYTES ((size_t)MC * KC * 4)
+#define AP_BYTES ((size_t)MC * KC * 4 + ALIGN) /* + slack for pack_a_f32's overhang */
 #define BP_BYTES ((size_t)NC * KC * 4)
 #define PART_BYTES (AP_BYTES + BP_BYTES)
 
@@ -445,7 +459,8 @@ static void gemm_run(gemm *g, int parts, char *scratch) {
 
 /* ---- GEMV: few rows against streamed weights -------------------------------------------------
  * xf holds the x rows as f32 (row stride ldx); w rows are read once, GEMV_NB at a time, and each
- * K block of them meets every x row from L1. acc[i][j]: x row i . w row j, 8 lanes. */
+ * such block meets every x row, up to 4 rows at a time, while it sits in L1/L2.
+ * acc[i][j]: x row i . w row j, 8 lanes, reduced across lanes once at the end. */
 typedef struct gemv {
   int64_t m, n, k;
   const float *xf;
@@ -457,95 +472,109 @@ typedef struct gemv {
   const void *bias;
 } gemv;
 
-INLINE void gemv_tile(kite_dtype t, int mb, const float *const *x, const char *const *w, int64_t k0,
+/* x rows [mb] . weight rows [nb], both compile-time constants here: mb * nb accumulators, nb
+ * weight vectors and one x vector stay in the 16 ymm registers. */
+INLINE void gemv_tile(kite_dtype t, int mb, int nb, const float *const *x, const char *const *w,
                       int64_t k1, vf *psum) {
-  vf acc[3][GEMV_NB];
-  for (int i = 0; i < 3; i++)
-    for (int j = 0; j < GEMV_NB; j++) acc[i][j] = _mm256_setzero_ps();
+  vf acc[4][4];
+  for (int i = 0; i < mb; i++)
+    for (int j = 0; j < nb; j++) acc[i][j] = _mm256_setzero_ps();
   const int64_t es = esize(t);
-  int64_t k = k0;
+  int64_t k = 0;
   for (; k + 8 <= k1; k += 8) {
-    vf wv[GEMV_NB];
-    for (int j = 0; j < GEMV_NB; j++) wv[j] = load8(t, w[j] + k * es);
+    vf wv[4];
+    for (int j = 0; j < nb; j++) wv[j] = load8(t, w[j] + k * es);
     for (int i = 0; i < mb; i++) {
       const vf xv = _mm256_loadu_ps(x[i] + k);
-      for (int j = 0; j < GEMV_NB; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
+      for (int j = 0; j < nb; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
     }
   }
   if (k < k1) {
     const int64_t r = k1 - k;
-    vf wv[GEMV_NB];
-    for (int j = 0; j < GEMV_NB; j++) wv[j] = load_part(t, w[j] + k * es, r);
+    vf wv[4];
+    for (int j = 0; j < nb; j++) wv[j] = load_part(t, w[j] + k * es, r);
     for (int i = 0; i < mb; i++) {
       const vf xv = load_part(KITE_DTYPE_F32, x[i] + k, r);
-      for (int j = 0; j < GEMV_NB; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
+      for (int j = 0; j < nb; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
     }
   }
   for (int i = 0; i < mb; i++)
-    for (int j = 0; j < GEMV_NB; j++)
+    for (int j = 0; j < nb; j++)
       psum[i * GEMV_NB + j] = _mm256_add_ps(psum[i * GEMV_NB + j], acc[i][j]);
 }
 
-#define GEMV_TILE_FOR(T)                                                                           \
-  do {                                                                                             \
-    switch (mb) {                                                                                  \
-    case 1:                                                                                        \
-      gemv_tile(T, 1, x, w, k0, k1, ps);                                                           \
-      break;                                                                                       \
-    case 2:                                                                                        \
-      gemv_tile(T, 2, x, w, k0, k1, ps);                                                           \
-      break;                                                                                       \
-    default:                                                                                       \
-      gemv_tile(T, 3, x, w, k0, k1, ps);                                                           \
-      break;                                                                                       \
-    }                                                                                              \
-  } while (0)
+/* Tiles: 1 or 2 x rows against 4 weight rows (a single x row needs 4 independent FMA chains);
+ * 3 or 4 x rows against 2 weight rows, so each weight vector is widened once per 4 x rows. */
+INLINE void gemv_tiles(kite_dtype t, int64_t m, const float *xf, int64_t ldx, const char *const *w,
+                       int64_t k1, vf *psum) {
+  const int64_t rows = m <= 2 ? 2 : 4;
+  for (int64_t i0 = 0; i0 < m; i0 += rows) {
+    const int64_t mb = MIN(rows, m - i0);
+    const float *x[4];
+    for (int i = 0; i < 4; i++) x[i] = xf + (i0 + (i < mb ? i : 0)) * ldx;
+    vf *ps = psum + i0 * GEMV_NB;
+    switch (m <= 2 ? mb : 2 + mb) {
+    case 1:
+      gemv_tile(t, 1, 4, x, w, k1, ps);
+      break;
+    case 2:
+      gemv_tile(t, 2, 4, x, w, k1, ps);
+      break;
+    case 3:
+      gemv_tile(t, 1, 2, x, w, k1, ps), gemv_tile(t, 1, 2, x, w + 2, k1, ps + 2);
+      break;
+    case 4:
+      gemv_tile(t, 2, 2, x, w, k1, ps), gemv_tile(t, 2, 2, x, w + 2, k1, ps + 2);
+      break;
+    case 5:
+      gemv_tile(t, 3, 2, x, w, k1, ps), gemv_tile(t, 3, 2, x, w + 2, k1, ps + 2);
+      break;
+    default:
+      gemv_tile(t, 4, 2, x, w, k1, ps), gemv_tile(t, 4, 2, x, w + 2, k1, ps + 2);
+      break;
+    }
+  }
+}
 
-/* Weight rows of 16-bit types are widened once per K block into an L1 buffer when several x
- * chunks will read them; with 1 to 3 x rows they are widened in registers on the fly. */
+/* Beyond GEMV_WIDEN_M x rows, 16-bit weight rows are widened once per K block into an f32 buffer
+ * that every group of x rows then reads from L1, instead of widening them again per group. Rows
+ * of that buffer, like those of xf, are padded off multiples of 4 KB so that the streams do not
+ * all fall into the same L1 sets. */
 static void gemv_task(const void *job, int64_t begin, int64_t end, int part) {
   const gemv *g = job;
-  const bool widen = g->m > 3 && g->w.t != KITE_DTYPE_F32;
-  const int64_t kb = g->m <= 3 ? g->k : GEMV_KB, es = esize(g->w.t);
+  const bool widen = g->m > GEMV_WIDEN_M && g->w.t != KITE_DTYPE_F32;
+  const int64_t kb = widen ? GEMV_KB : g->k, es = esize(g->w.t);
   vf psum[GEMV_MAX_M * GEMV_NB];
-  float wbuf[GEMV_NB][GEMV_KB] __attribute__((aligned(64)));
+  float wbuf[GEMV_NB][GEMV_KB + GEMV_PAD] __attribute__((aligned(64)));
   for (int64_t blk = begin; blk < end; blk++) {
     const int64_t n0 = blk * GEMV_NB, nb = MIN(GEMV_NB, g->n - n0);
     const char *wrow[GEMV_NB];
     for (int j = 0; j < GEMV_NB; j++) wrow[j] = src_row(&g->w, n0 + (j < nb ? j : 0));
     for (int64_t i = 0; i < g->m * GEMV_NB; i++) psum[i] = _mm256_setzero_ps();
     for (int64_t k0 = 0; k0 < g->k; k0 += kb) {
-      const int64_t len = MIN(g->k, k0 + kb) - k0;
+      const int64_t k1 = MIN(kb, g->k - k0);
       const char *w[GEMV_NB];
-      kite_dtype wt = g->w.t;
       for (int j = 0; j < GEMV_NB; j++) {
         w[j] = wrow[j] + k0 * es;
         if (!widen) continue;
-        for (int64_t k = 0; k < len; k += 8) {
-          const int64_t m = MIN(8, len - k);
-          _mm256_store_ps(wbuf[j] + k,
-                          m == 8 ? load8(wt, w[j] + k * es) : load_part(wt, w[j] + k * es, m));
+        for (int64_t k = 0; k < k1; k += 8) {
+          const int64_t r = MIN(8, k1 - k);
+          _mm256_store_ps(wbuf[j] + k, r == 8 ? load8(g->w.t, w[j] + k * es)
+                                              : load_part(g->w.t, w[j] + k * es, r));
         }
         w[j] = (const char *)wbuf[j];
       }
-      if (widen) wt = KITE_DTYPE_F32;
-      for (int64_t i0 = 0; i0 < g->m; i0 += 3) {
-        const int mb = (int)MIN(3, g->m - i0);
-        const float *x[3];
-        for (int i = 0; i < 3; i++) x[i] = g->xf + (i0 + (i < mb ? i : 0)) * g->ldx + k0;
-        vf *ps = psum + i0 * GEMV_NB;
-        const int64_t k1 = len, kz = 0;
-        switch (wt) {
-        case KITE_DTYPE_BF16:
-          GEMV_TILE_FOR(KITE_DTYPE_BF16);
-          break;
-        case KITE_DTYPE_F16:
-          GEMV_TILE_FOR(KITE_DTYPE_F16);
-          break;
-        default:
-          GEMV_TILE_FOR(KITE_DTYPE_F32);
-          break;
-        }
+      const float *xf = g->xf + k0;
+      switch (widen ? KITE_DTYPE_F32 : g->w.t) {
+      case KITE_DTYPE_BF16:
+        gemv_tiles(KITE_DTYPE_BF16, g->m, xf, g->ldx, w, k1, psum);
+        break;
+      case KITE_DTYPE_F16:
+        gemv_tiles(KITE_DTYPE_F16, g->m, xf, g->ldx, w, k1, psum);
+        break;
+      default:
+        gemv_tiles(KITE_DTYPE_F32, g->m, xf, g->ldx, w, k1, psum);
+        break;
       }
     }
     for (int64_t i = 0; i < g->m; i++)
@@ -578,7 +607,7 @@ static size_t lin_bytes_upto(const kite_ctx *ctx, int64_t m, int64_t n, int64_t 
 /* Workspace bytes lin_run needs. */
 static size_t lin_bytes(const kite_ctx *ctx, int64_t m, int64_t n, int64_t k, kite_dtype yt) {
   if (k == 0) return 0;
-  if (m <= GEMV_MAX_M) return (size_t)(m * k) * 4 + ALIGN;
+  if (m <= GEMV_MAX_M) return (size_t)(m * (k + GEMV_PAD)) * 4 + ALIGN;
   size_t c = yt == KITE_DTYPE_F32 ? 0 : (size_t)(m * n) * 4;
   return c + ALIGN + gemm_scratch_bytes(gemm_parts(ctx, m, n, k)) + ALIGN;
 }
@@ -598,13 +627,14 @@ static void lin_run(const kite_ctx *ctx, const lin *l, char *ws) {
     float *xf = (float *)align_up(ws);
     for (int64_t r = 0; r < l->m; r++) {
       const char *row = src_row(&l->x, r);
-      for (int64_t i = 0; i < l->k; i++) xf[r * l->k + i] = kite_load_f32(l->x.t, row, i);
+      for (int64_t i = 0; i < l->k; i++)
+        xf[r * (l->k + GEMV_PAD) + i] = kite_load_f32(l->x.t, row, i);
     }
     gemv g = {.m = l->m,
               .n = l->n,
               .k = l->k,
               .xf = xf,
-              .ldx = l->k,
+              .ldx = l->k + GEMV_PAD,
               .w = l->w,
               .yt = l->yt,
               .y = l->y,

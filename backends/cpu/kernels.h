@@ -4,8 +4,9 @@
  * vec header, defines CPU_KERNELS (the name of its kernel set) and includes this file.
  *
  * Every kernel reads elements as f32, computes in f32 and rounds once on the store. Rows are
- * walked in chunks of VL elements with a partial last chunk, so any length works; strides are in
- * elements. Work is split over threads by cpu_parallel_run (rows, or (row, column block) items).
+ * walked in chunks of VL elements (CPU_ROW) with partial chunks where needed, so any length
+ * works; strides are in elements. Work is split over threads by cpu_parallel_run (rows, or (row,
+ * column block) items).
  */
 #ifndef CPU_KERNELS
 #error "define CPU_KERNELS (the kernel set's name) and include a vec_<isa>.h first"
@@ -17,10 +18,66 @@
 
 #include "cpu.h"
 
-/* Walks [0, n) in chunks [i, i + m) of at most VL elements. The first chunk has `head` (1..VL)
- * elements, so that with streaming stores every later full chunk starts vector-aligned. */
-#define CPU_CHUNKS(i, m, n, head)                                                                  \
-  for (int64_t i = 0, m = (head) < (n) ? (head) : (n); i < (n); i += m, m = (n)-i < VL ? (n)-i : VL)
+/* Runs STMT once per chunk [i, i + m) of [0, n), m <= VL: a first chunk of `head` (1..VL)
+ * elements when head < VL (so that streaming stores then start vector-aligned), the full chunks,
+ * then the tail. In full chunks m is the constant VL, so loads and stores compile to single
+ * instructions; the head and the tail share the one partial-chunk copy of STMT. STMT is one
+ * statement, usually a call to an always-inline chunk function. */
+#define CPU_ROW(i, m, n, head, STMT)                                                               \
+  do {                                                                                             \
+    const int64_t n_ = (n);                                                                        \
+    int64_t i_ = 0, m_ = (head) < n_ ? (head) : n_; /* the next partial chunk, VL for none */      \
+    while (i_ < n_) {                                                                              \
+      if (m_ >= VL) {                                                                              \
+        for (; i_ + 2 * VL <= n_; i_ += 2 * VL) {                                                  \
+          {                                                                                        \
+            const int64_t i = i_, m = VL;                                                          \
+            STMT;                                                                                  \
+          }                                                                                        \
+          {                                                                                        \
+            const int64_t i = i_ + VL, m = VL;                                                     \
+            STMT;                                                                                  \
+          }                                                                                        \
+        }                                                                                          \
+        for (; i_ + VL <= n_; i_ += VL) {                                                          \
+          const int64_t i = i_, m = VL;                                                            \
+          STMT;                                                                                    \
+        }                                                                                          \
+        if ((m_ = n_ - i_) == 0) break;                                                            \
+      }                                                                                            \
+      {                                                                                            \
+        const int64_t i = i_, m = m_;                                                              \
+        STMT;                                                                                      \
+      }                                                                                            \
+      i_ += m_;                                                                                    \
+      m_ = VL;                                                                                     \
+    }                                                                                              \
+  } while (0)
+
+/* sum = the sum over the chunks of [0, n) of the vf EXPR (which uses i and m), in two
+ * accumulators so that consecutive chunks do not wait on each other's add (its latency, not the
+ * loads, would bound the loop). Lanes past a partial chunk must come out 0. */
+#define CPU_ROW_SUM(sum, i, m, n, EXPR)                                                            \
+  do {                                                                                             \
+    const int64_t n_ = (n);                                                                        \
+    vf s0_ = vf_set1(0.0f), s1_ = vf_set1(0.0f);                                                   \
+    int64_t i_ = 0;                                                                                \
+    for (; i_ + 2 * VL <= n_; i_ += 2 * VL) {                                                      \
+      {                                                                                            \
+        const int64_t i = i_, m = VL;                                                              \
+        s0_ = vf_add(s0_, (EXPR));                                                                 \
+      }                                                                                            \
+      {                                                                                            \
+        const int64_t i = i_ + VL, m = VL;                                                         \
+        s1_ = vf_add(s1_, (EXPR));                                                                 \
+      }                                                                                            \
+    }                                                                                              \
+    for (; i_ < n_; i_ += VL) {                                                                    \
+      const int64_t i = i_, m = n_ - i_ < VL ? n_ - i_ : VL;                                       \
+      s0_ = vf_add(s0_, (EXPR));                                                                   \
+    }                                                                                              \
+    (sum) = vf_add(s0_, s1_);                                                                      \
+  } while (0)
 
 /* Elements before p is aligned for a full-vector streaming store of type t. Clears *stream when
  * streaming is off, unavailable, or p is not even element-aligned. */

@@ -6,7 +6,7 @@
  *   silu k = x; gelu_quick k = 1.702 x;
  *   gelu_tanh: (1 + tanh(u)) / 2 = sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3), which stays
  *   accurate for negative x where 1 + tanh(u) cancels.
- * gelu (erf) is x * erfc(-x / sqrt(2)) / 2, for the same reason.
+ * gelu (erf) is x * Phi(x), the normal CDF (vf_normal_cdf).
  * Part of kernels.h.
  */
 
@@ -44,37 +44,40 @@ CPU_INLINE vf act_eval(kite_op op, vf x) {
   }
   case KITE_OP_GELU:
   case KITE_OP_GELU_AND_MUL:
-    return vf_mul(vf_mul(x, vf_set1(0.5f)), vf_erfc(vf_mul(x, vf_set1(-0.70710678118654752f))));
+    return vf_mul(x, vf_normal_cdf(x));
   default:
     return vf_max(zero, x); /* relu; NaN stays NaN */
   }
 }
 
+CPU_INLINE void act_chunk(kite_dtype t, kite_op op, float limit, const char *x, const char *up,
+                          char *y, int64_t i, int64_t m, bool stream) {
+  vf v = vf_load(t, x, i, m);
+  if (act_is_gated(op)) {
+    vf u = vf_load(t, up, i, m);
+    if (limit > 0) {
+      const vf hi = vf_set1(limit), lo = vf_set1(-limit);
+      v = vf_min(hi, v);
+      u = vf_max(lo, vf_min(hi, u));
+    }
+    v = vf_mul(act_eval(op, v), u);
+  } else {
+    v = act_eval(op, v);
+  }
+  vf_store(t, y, i, v, m, stream);
+}
+
 /* Columns [c0, c1) of row r. */
 CPU_INLINE void act_block(kite_dtype t, kite_op op, const act_job *j, int64_t r, int64_t c0,
                           int64_t c1) {
-  const int64_t es = cpu_esize(t), n = c1 - c0;
+  const int64_t es = cpu_esize(t);
   const char *x = cpu_row(j->x, j->x_stride, r, es) + c0 * es;
   const char *up = act_is_gated(op) ? cpu_row(j->up, j->x_stride, r, es) + c0 * es : NULL;
   char *y = cpu_row(j->y, j->y_stride, r, es) + c0 * es;
-  const bool clamp = act_is_gated(op) && j->limit > 0;
-  const vf hi = vf_set1(j->limit), lo = vf_set1(-j->limit);
+  const float limit = j->limit; /* a local: stores through y could alias *j for the compiler */
   bool stream = j->stream;
   const int64_t head = cpu_stream_head(t, y, &stream);
-  CPU_CHUNKS(i, m, n, head) {
-    vf v = vf_load(t, x, i, m);
-    if (act_is_gated(op)) {
-      vf u = vf_load(t, up, i, m);
-      if (clamp) {
-        v = vf_min(hi, v);
-        u = vf_max(lo, vf_min(hi, u));
-      }
-      v = vf_mul(act_eval(op, v), u);
-    } else {
-      v = act_eval(op, v);
-    }
-    vf_store(t, y, i, v, m, stream);
-  }
+  CPU_ROW(i, m, c1 - c0, head, act_chunk(t, op, limit, x, up, y, i, m, stream));
 }
 
 CPU_INLINE void act_items(kite_dtype t, kite_op op, const act_job *j, int64_t begin, int64_t end) {

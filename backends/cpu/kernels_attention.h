@@ -148,41 +148,66 @@ static inline void att_visible(const att_job *j, int64_t pos, int64_t len, int c
 
 /* ---- register tiles ------------------------------------------------------------------------ */
 
+/* The sums of a[0..7] (VL = 8) as one vector, by a transpose of pairwise adds: cheaper than
+ * eight separate horizontal reductions. */
+#if defined(__AVX2__) && !defined(KITE_CPU_VEC_SCALAR_H)
+#define ATT_HSUM8 1
+CPU_INLINE __m256 att_hsum8(const __m256 *a) {
+  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+#endif
+
+/* One step of att_qk_tile over m (<= VL) elements from d. */
+#define ATT_QK_STEP(m)                                                                             \
+  do {                                                                                             \
+    vf kv[2];                                                                                      \
+    for (int c = 0; c < NK; c++) kv[c] = vf_load(t, k + c * ks, d, (m));                           \
+    for (int r = 0; r < NR; r++) {                                                                 \
+      const vf qv = vf_load(KITE_DTYPE_F32, q + r * Dp, d, VL);                                    \
+      for (int c = 0; c < NK; c++) acc[r][c] = vf_fma(qv, kv[c], acc[r][c]);                       \
+    }                                                                                              \
+  } while (0)
+
 /* s[r][c] = q_r . k_c for NR rows and NK keys; K rows of dtype t, ks bytes apart. */
 CPU_INLINE void att_qk_tile(kite_dtype t, int NR, int NK, const float *q, int64_t Dp, const char *k,
                             int64_t ks, int64_t D, float *s) {
   vf acc[ATT_RB][2];
   for (int r = 0; r < NR; r++)
     for (int c = 0; c < NK; c++) acc[r][c] = vf_set1(0.0f);
-  for (int64_t d = 0; d < D; d += VL) {
-    const int64_t m = D - d < VL ? D - d : VL;
-    vf kv[2];
-    for (int c = 0; c < NK; c++) kv[c] = vf_load(t, k + c * ks, d, m);
-    for (int r = 0; r < NR; r++) {
-      const vf qv = vf_load(KITE_DTYPE_F32, q + r * Dp, d, VL);
-      for (int c = 0; c < NK; c++) acc[r][c] = vf_fma(qv, kv[c], acc[r][c]);
-    }
+  int64_t d = 0;
+  for (; d + VL <= D; d += VL) ATT_QK_STEP(VL);
+  if (d < D) ATT_QK_STEP(D - d);
+#ifdef ATT_HSUM8
+  if (NR == 4 && NK == 2) {
+    float sums[8];
+    _mm256_storeu_ps(sums, att_hsum8(&acc[0][0]));
+    for (int r = 0; r < 4; r++) s[r * ATT_KB] = sums[2 * r], s[r * ATT_KB + 1] = sums[2 * r + 1];
+    return;
   }
+#endif
   for (int r = 0; r < NR; r++)
     for (int c = 0; c < NK; c++) s[r * ATT_KB + c] = vf_reduce_add(acc[r][c]);
 }
+#undef ATT_QK_STEP
 
-/* acc[r][d0 .. d0 + NC*VL) += sum_j p[r][j] v_j[...] over n keys, for NR rows; V rows of dtype
- * t, vs bytes apart. */
-CPU_INLINE void att_pv_tile(kite_dtype t, int NR, int NC, const float *p, const char *v, int64_t vs,
-                            int64_t n, int64_t d0, int64_t D, float *acc, int64_t Dp) {
+/* acc[r][d0 .. d0 + NC*VL) += sum_j p[r][j] v_j[...] over n keys, for NR rows; p[r * ATT_KB + j]
+ * already broadcast to a vector (the FMAs read it from memory); V rows of dtype t, vs bytes
+ * apart; the last chunk has `last` (<= VL) elements. (4 x 3 accumulators would fill all 16 AVX2
+ * registers and spill.) */
+CPU_INLINE void att_pv_tile(kite_dtype t, int NR, int NC, const vf *p, const char *v, int64_t vs,
+                            int64_t n, int64_t d0, int64_t last, float *acc, int64_t Dp) {
   vf a[ATT_RB][2];
-  int64_t m[2];
-  for (int c = 0; c < NC; c++) m[c] = D - d0 - c * VL < VL ? D - d0 - c * VL : VL;
   for (int r = 0; r < NR; r++)
     for (int c = 0; c < NC; c++) a[r][c] = vf_load(KITE_DTYPE_F32, acc + r * Dp, d0 + c * VL, VL);
   for (int64_t j = 0; j < n; j++) {
     vf vv[2];
-    for (int c = 0; c < NC; c++) vv[c] = vf_load(t, v + j * vs, d0 + c * VL, m[c]);
-    for (int r = 0; r < NR; r++) {
-      const vf pj = vf_set1(p[r * ATT_KB + j]);
-      for (int c = 0; c < NC; c++) a[r][c] = vf_fma(pj, vv[c], a[r][c]);
-    }
+    for (int c = 0; c < NC; c++)
+      vv[c] = vf_load(t, v + j * vs, d0 + c * VL, c == NC - 1 ? last : VL);
+    for (int r = 0; r < NR; r++)
+      for (int c = 0; c < NC; c++) a[r][c] = vf_fma(p[r * ATT_KB + j], vv[c], a[r][c]);
   }
   for (int r = 0; r < NR; r++)
     for (int c = 0; c < NC; c++)
@@ -211,21 +236,26 @@ CPU_INLINE void att_qk_any(kite_dtype t, int nr, int nk, const float *q, int64_t
 #undef ATT_QK
 }
 
-CPU_INLINE void att_pv_any(kite_dtype t, int nr, int nc, const float *p, const char *v, int64_t vs,
-                           int64_t n, int64_t d0, int64_t D, float *acc, int64_t Dp) {
-#define ATT_PV(NR, NC)                                                                             \
-  case NR * 2 + NC - 1:                                                                            \
-    att_pv_tile(t, NR, NC, p, v, vs, n, d0, D, acc, Dp);                                           \
+/* Up to 2 column chunks from d0; full ones get VL as a constant width, so that their loads need
+ * no length check. */
+CPU_INLINE void att_pv_any(kite_dtype t, int nr, const vf *p, const char *v, int64_t vs, int64_t n,
+                           int64_t d0, int64_t D, float *acc, int64_t Dp) {
+  const int64_t rem = D - d0, nc = rem >= 2 * VL ? 2 : (rem + VL - 1) / VL;
+  const int64_t last = rem - (nc - 1) * VL;
+#define ATT_PV(NR)                                                                                 \
+  case NR:                                                                                         \
+    if (nc == 2 && last == VL)                                                                     \
+      att_pv_tile(t, NR, 2, p, v, vs, n, d0, VL, acc, Dp);                                         \
+    else if (nc == 2)                                                                              \
+      att_pv_tile(t, NR, 2, p, v, vs, n, d0, last, acc, Dp);                                       \
+    else                                                                                           \
+      att_pv_tile(t, NR, 1, p, v, vs, n, d0, last, acc, Dp);                                       \
     break
-  switch (nr * 2 + nc - 1) {
-    ATT_PV(1, 1);
-    ATT_PV(1, 2);
-    ATT_PV(2, 1);
-    ATT_PV(2, 2);
-    ATT_PV(3, 1);
-    ATT_PV(3, 2);
-    ATT_PV(4, 1);
-    ATT_PV(4, 2);
+  switch (nr) {
+    ATT_PV(1);
+    ATT_PV(2);
+    ATT_PV(3);
+    ATT_PV(4);
   default:
     break;
   }
@@ -315,27 +345,30 @@ CPU_INLINE void att_widen(kite_dtype t, const char *src, int64_t stride, int64_t
 
 /* Every row attends to keys j0 .. j0 + n (n <= ATT_KB): K rows at k, V rows at v, of dtype t,
  * ks and vs bytes apart. */
-CPU_INLINE void att_tile_t(const att_job *j, att_rows *R, kite_dtype t, int64_t j0, int64_t n,
-                           const char *k, int64_t ks, const char *v, int64_t vs) {
+CPU_INLINE void att_tile_t(const att_job *j, att_rows *R, int64_t rb, int64_t re, kite_dtype t,
+                           int64_t j0, int64_t n, const char *k, int64_t ks, const char *v,
+                           int64_t vs) {
   const int64_t D = j->D, Dp = j->Dp;
-  for (int64_t r0 = 0; r0 < R->n; r0 += ATT_RB) {
-    const int nr = (int)(R->n - r0 < ATT_RB ? R->n - r0 : ATT_RB);
+  for (int64_t r0 = rb; r0 < re; r0 += ATT_RB) {
+    const int nr = (int)(re - r0 < ATT_RB ? re - r0 : ATT_RB);
     for (int64_t c = 0; c < n; c += 2)
       att_qk_any(t, nr, n - c < 2 ? 1 : 2, R->q + r0 * Dp, Dp, k + c * ks, ks, D,
                  R->s + r0 * ATT_KB + c);
   }
-  for (int64_t r = 0; r < R->n; r++) att_softmax_row(j, R, r, j0, n);
-  for (int64_t r0 = 0; r0 < R->n; r0 += ATT_RB) {
-    const int nr = (int)(R->n - r0 < ATT_RB ? R->n - r0 : ATT_RB);
+  for (int64_t r = rb; r < re; r++) att_softmax_row(j, R, r, j0, n);
+  vf pb[ATT_RB * ATT_KB];
+  for (int64_t r0 = rb; r0 < re; r0 += ATT_RB) {
+    const int nr = (int)(re - r0 < ATT_RB ? re - r0 : ATT_RB);
+    for (int r = 0; r < nr; r++)
+      for (int64_t c = 0; c < n; c++) pb[r * ATT_KB + c] = vf_set1(R->s[(r0 + r) * ATT_KB + c]);
     for (int64_t d = 0; d < D; d += 2 * VL)
-      att_pv_any(t, nr, D - d > VL ? 2 : 1, R->s + r0 * ATT_KB, v, vs, n, d, D, R->acc + r0 * Dp,
-                 Dp);
+      att_pv_any(t, nr, pb, v, vs, n, d, D, R->acc + r0 * Dp, Dp);
   }
 }
 
-static void att_tile(const att_job *j, att_rows *R, int64_t j0, int64_t n, const char *k,
-                     int64_t ks, const char *v, int64_t vs) {
-  if (R->n > ATT_RB && j->t != KITE_DTYPE_F32) { /* widen once, not once per row group */
+static void att_tile(const att_job *j, att_rows *R, int64_t rb, int64_t re, int64_t j0, int64_t n,
+                     const char *k, int64_t ks, const char *v, int64_t vs) {
+  if (re - rb > ATT_RB && j->t != KITE_DTYPE_F32) { /* widen once, not once per row group */
     if (j->t == KITE_DTYPE_BF16) {
       att_widen(KITE_DTYPE_BF16, k, ks, n, j->D, j->Dp, R->kt);
       att_widen(KITE_DTYPE_BF16, v, vs, n, j->D, j->Dp, R->vt);
@@ -343,57 +376,67 @@ static void att_tile(const att_job *j, att_rows *R, int64_t j0, int64_t n, const
       att_widen(KITE_DTYPE_F16, k, ks, n, j->D, j->Dp, R->kt);
       att_widen(KITE_DTYPE_F16, v, vs, n, j->D, j->Dp, R->vt);
     }
-    att_tile_t(j, R, KITE_DTYPE_F32, j0, n, (const char *)R->kt, j->Dp * 4, (const char *)R->vt,
-               j->Dp * 4);
+    att_tile_t(j, R, rb, re, KITE_DTYPE_F32, j0, n, (const char *)R->kt, j->Dp * 4,
+               (const char *)R->vt, j->Dp * 4);
     return;
   }
   switch (j->t) {
   case KITE_DTYPE_F16:
-    att_tile_t(j, R, KITE_DTYPE_F16, j0, n, k, ks, v, vs);
+    att_tile_t(j, R, rb, re, KITE_DTYPE_F16, j0, n, k, ks, v, vs);
     break;
   case KITE_DTYPE_BF16:
-    att_tile_t(j, R, KITE_DTYPE_BF16, j0, n, k, ks, v, vs);
+    att_tile_t(j, R, rb, re, KITE_DTYPE_BF16, j0, n, k, ks, v, vs);
     break;
   default:
-    att_tile_t(j, R, KITE_DTYPE_F32, j0, n, k, ks, v, vs);
+    att_tile_t(j, R, rb, re, KITE_DTYPE_F32, j0, n, k, ks, v, vs);
     break;
   }
 }
 
-/* Asks for the K and V rows of block blk (kv head g) from its row `first` on, up to key k1 of
- * the sequence, while the current block is being computed: blocks are scattered, so the hardware
- * prefetchers cannot guess the next one, and waiting on each miss would halve the bandwidth. */
-static inline void att_prefetch_block(const kite_paged_attn_args *a, int64_t blk, int64_t g,
-                                      int64_t row, int64_t first, int64_t k1) {
+/* Keys [k0, k1) of sequence b for kv heads g0 .. g0 + ng, block by block through the block
+ * table; head g's rows are [(g - g0) * rows_per_head, ...). A physical block holds every kv head
+ * ([Hkv, bs, D] contiguous): walking all its heads before the next block reads K and V as long
+ * runs, where one head at a time would jump to another page every bs * D elements. */
+/* Reads one byte of every page of heads g0 .. g0 + ng of block blk, some blocks ahead of the one
+ * being computed. Blocks are scattered, so each new page would otherwise start with a TLB miss
+ * and a cold stream; the hardware drops prefetches that miss the TLB, while a load walks the page
+ * tables and lets the streams that follow run ahead. */
+static inline void att_touch_block(const kite_paged_attn_args *a, int64_t blk, int64_t g0,
+                                   int64_t ng, int64_t row) {
   if (blk < 0 || blk >= a->num_blocks) return;
-  const int64_t bs = a->block_size, rows = bs - first;
-  (void)k1;
-  const char *kc = (const char *)a->key_cache + ((blk * a->hkv + g) * bs + first) * row;
-  const char *vc = (const char *)a->value_cache + ((blk * a->hkv + g) * bs + first) * row;
-  for (int64_t off = 0; off < rows * row; off += 64) {
-    __builtin_prefetch(kc + off);
-    __builtin_prefetch(vc + off);
+  const int64_t first = blk * a->hkv + g0, bytes = ng * a->block_size * row;
+  const char *kc = (const char *)a->key_cache + first * a->block_size * row;
+  const char *vc = (const char *)a->value_cache + first * a->block_size * row;
+  for (int64_t off = 0; off < bytes; off += 4096) {
+    (void)*(volatile const char *)(kc + off);
+    (void)*(volatile const char *)(vc + off);
   }
 }
 
-/* Keys [k0, k1) of sequence b, kv head g, block by block through the block table. */
-static void att_paged_keys(const att_job *j, att_rows *R, int64_t b, int64_t g, int64_t k0,
-                           int64_t k1) {
+#define ATT_TOUCH 2 /* blocks ahead */
+
+static void att_paged_keys(const att_job *j, att_rows *R, int64_t b, int64_t g0, int64_t ng,
+                           int64_t rows_per_head, int64_t k0, int64_t k1) {
   const kite_paged_attn_args *a = j->pa;
   const int64_t bs = a->block_size, es = cpu_esize(j->t), row = j->D * es;
   const int32_t *table = a->block_table + b * a->block_table_stride;
   for (int64_t k = k0; k < k1;) {
     const int64_t jb = k / bs, end = (jb + 1) * bs < k1 ? (jb + 1) * bs : k1;
     const int64_t blk = table[jb];
-    if (end < k1) att_prefetch_block(a, table[jb + 1], g, row, end - (jb + 1) * bs, k1);
-    if (blk >= 0 && blk < a->num_blocks) {
-      const int64_t base = ((blk * a->hkv + g) * bs + (k - jb * bs)) * row;
-      const char *kc = (const char *)a->key_cache + base, *vc = (const char *)a->value_cache + base;
-      for (int64_t t = k; t < end; t += ATT_KB) {
-        const int64_t n = end - t < ATT_KB ? end - t : ATT_KB;
-        att_tile(j, R, t, n, kc + (t - k) * row, row, vc + (t - k) * row, row);
+    if (ATT_TOUCH && (jb + ATT_TOUCH) * bs < k1)
+      att_touch_block(a, table[jb + ATT_TOUCH], g0, ng, row);
+    if (blk >= 0 && blk < a->num_blocks)
+      for (int64_t g = g0; g < g0 + ng; g++) {
+        const int64_t base = ((blk * a->hkv + g) * bs + (k - jb * bs)) * row;
+        const char *kc = (const char *)a->key_cache + base;
+        const char *vc = (const char *)a->value_cache + base;
+        const int64_t rb = (g - g0) * rows_per_head;
+        for (int64_t t = k; t < end; t += ATT_KB) {
+          const int64_t n = end - t < ATT_KB ? end - t : ATT_KB;
+          att_tile(j, R, rb, rb + rows_per_head, t, n, kc + (t - k) * row, row, vc + (t - k) * row,
+                   row);
+        }
       }
-    }
     k = end;
   }
 }
@@ -418,60 +461,61 @@ static int64_t att_seq_len(const kite_paged_attn_args *a, int64_t b) {
   return len < 0 ? 0 : len > max ? max : len;
 }
 
-/* Decode item (sequence, kv head, key chunk): the G q heads at position len - 1. */
+/* Decode item (sequence, key chunk): every q head at position len - 1, head group by head
+ * group (row g * G + i is q head i of kv head g). */
 static void att_decode_item(const att_job *j, att_rows *R, int64_t item) {
   const kite_paged_attn_args *a = j->pa;
-  const int64_t split = item % j->splits, bg = item / j->splits;
-  const int64_t b = bg / j->hkv, g = bg % j->hkv, len = att_seq_len(a, b), pos = len - 1;
+  const int64_t split = item % j->splits, b = item / j->splits;
+  const int64_t len = att_seq_len(a, b), pos = len - 1, es = cpu_esize(j->t);
   int64_t lo, hi;
   att_visible(j, pos, len, 0, &lo, &hi);
-  const int64_t es = cpu_esize(j->t);
-  R->n = j->G;
-  for (int64_t i = 0; i < j->G; i++) {
-    const int64_t h = att_head(j, g, i);
-    att_row_begin(j, R, i, (const char *)a->q + (b * a->q_stride_t + h * a->q_stride_h) * es, lo,
-                  hi);
-  }
-  int64_t k0 = split * j->chunk, k1 = k0 + j->chunk;
-  if (k0 < lo) k0 = lo > 0 ? lo : 0;
-  if (k1 > hi + 1) k1 = hi + 1;
-  att_paged_keys(j, R, b, g, k0, k1);
-
-  if (j->splits == 1) {
+  R->n = j->hq;
+  for (int64_t g = 0; g < j->hkv; g++)
     for (int64_t i = 0; i < j->G; i++) {
       const int64_t h = att_head(j, g, i);
-      att_row_finish(j, R, i, (char *)a->o + (b * a->o_stride_t + h * a->o_stride_h) * es,
-                     a->lse ? &a->lse[b * j->hq + h] : NULL);
+      att_row_begin(j, R, g * j->G + i,
+                    (const char *)a->q + (b * a->q_stride_t + h * a->q_stride_h) * es, lo, hi);
     }
+  int64_t k0 = split * j->chunk, k1 = k0 + j->chunk;
+  if (k0 < lo) k0 = lo;
+  if (k1 > hi + 1) k1 = hi + 1;
+  att_paged_keys(j, R, b, 0, j->hkv, j->G, k0 > 0 ? k0 : 0, k1);
+
+  if (j->splits == 1) {
+    for (int64_t g = 0; g < j->hkv; g++)
+      for (int64_t i = 0; i < j->G; i++) {
+        const int64_t h = att_head(j, g, i);
+        att_row_finish(j, R, g * j->G + i,
+                       (char *)a->o + (b * a->o_stride_t + h * a->o_stride_h) * es,
+                       a->lse ? &a->lse[b * j->hq + h] : NULL);
+      }
     return;
   }
-  float *part = j->partial + item * j->G * (j->Dp + 2);
-  for (int64_t i = 0; i < j->G; i++, part += j->Dp + 2) {
-    part[0] = R->m[i], part[1] = R->l[i];
-    memcpy(part + 2, R->acc + i * j->Dp, (size_t)j->Dp * sizeof(float));
+  float *part = j->partial + item * j->hq * (j->Dp + 2);
+  for (int64_t r = 0; r < j->hq; r++, part += j->Dp + 2) {
+    part[0] = R->m[r], part[1] = R->l[r];
+    memcpy(part + 2, R->acc + r * j->Dp, (size_t)j->Dp * sizeof(float));
   }
 }
 
-/* Merge item (sequence, kv head) of a split decode: M = max m_i, L = sum l_i e^(m_i - M),
+/* Merge item (sequence) of a split decode, per row: M = max m_i, L = sum l_i e^(m_i - M),
  * o = sum acc_i e^(m_i - M) / L, lse = M + ln L. */
-static void att_merge_item(const att_job *j, att_rows *R, int64_t bg) {
+static void att_merge_item(const att_job *j, att_rows *R, int64_t b) {
   const kite_paged_attn_args *a = j->pa;
-  const int64_t b = bg / j->hkv, g = bg % j->hkv, es = cpu_esize(j->t);
-  const int64_t stride = j->G * (j->Dp + 2);
-  const float *first = j->partial + bg * j->splits * stride;
+  const int64_t es = cpu_esize(j->t), stride = j->hq * (j->Dp + 2);
+  const float *first = j->partial + b * j->splits * stride;
   R->n = 1;
-  for (int64_t i = 0; i < j->G; i++) {
+  for (int64_t r = 0; r < j->hq; r++) {
     float M = -INFINITY;
     for (int64_t sp = 0; sp < j->splits; sp++) {
-      const float mi = first[sp * stride + i * (j->Dp + 2)];
+      const float mi = first[sp * stride + r * (j->Dp + 2)];
       if (mi > M || isnan(mi)) M = mi;
     }
-    float L = 0.0f;
-    float *acc = R->acc;
+    float L = 0.0f, *acc = R->acc;
     for (int64_t d = 0; d < j->Dp; d += VL) vf_store(KITE_DTYPE_F32, acc, d, vf_set1(0.0f), VL, 0);
     if (M != -INFINITY)
       for (int64_t sp = 0; sp < j->splits; sp++) {
-        const float *part = first + sp * stride + i * (j->Dp + 2);
+        const float *part = first + sp * stride + r * (j->Dp + 2);
         if (part[0] == -INFINITY) continue;
         const float w = expf(part[0] - M);
         L += part[1] * w;
@@ -482,7 +526,7 @@ static void att_merge_item(const att_job *j, att_rows *R, int64_t bg) {
                    VL, false);
       }
     R->m[0] = M, R->l[0] = L;
-    const int64_t h = att_head(j, g, i);
+    const int64_t h = att_head(j, r / j->G, r % j->G);
     att_row_finish(j, R, 0, (char *)a->o + (b * a->o_stride_t + h * a->o_stride_h) * es,
                    a->lse ? &a->lse[b * j->hq + h] : NULL);
   }
@@ -506,7 +550,7 @@ static void att_prefill_item(const att_job *j, att_rows *R, int64_t item) {
                     (const char *)a->q + (t * a->q_stride_t + h * a->q_stride_h) * es, lo, hi);
       k0 = lo < k0 ? lo : k0, k1 = hi + 1 > k1 ? hi + 1 : k1;
     }
-  att_paged_keys(j, R, b, g, k0 > 0 ? k0 : 0, k1);
+  att_paged_keys(j, R, b, g, 1, R->n, k0 > 0 ? k0 : 0, k1);
   for (int64_t i = 0; i < nq; i++)
     for (int64_t gi = 0; gi < j->G; gi++) {
       const int64_t t = t0 + i0 + i, h = att_head(j, g, gi);
@@ -540,7 +584,7 @@ static void att_sdpa_item(const att_job *j, att_rows *R, int64_t item) {
   const int64_t ks = a->k_stride[2] * es, vs = a->v_stride[2] * es;
   for (int64_t t = k0 > 0 ? k0 : 0; t < k1; t += ATT_KB) {
     const int64_t n = k1 - t < ATT_KB ? k1 - t : ATT_KB;
-    att_tile(j, R, t, n, k + t * ks, ks, v + t * vs, vs);
+    att_tile(j, R, 0, R->n, t, n, k + t * ks, ks, v + t * vs, vs);
   }
   for (int64_t i = i0; i < i0 + nq; i++)
     for (int64_t gi = 0; gi < j->G; gi++) {
@@ -604,28 +648,27 @@ kite_status ATT_EXPORT(cpu_attn_paged_)(const kite_kernel *k, kite_ctx *ctx, con
   kite_status s;
 
   if (!prefill) {
-    /* Few (sequence, kv head) pairs for the threads: split the keys into chunks of whole
-     * blocks, at least 256 keys, so that there are about 4 items per thread. */
-    const int64_t pairs = a->batch * a->hkv;
+    /* Fewer sequences than about 4 per thread: split the keys into chunks of whole blocks, at
+     * least 256 keys, merged afterwards. */
     int64_t max_len = 0;
     for (int64_t b = 0; b < a->batch; b++)
       max_len = att_seq_len(a, b) > max_len ? att_seq_len(a, b) : max_len;
     j.splits = 1, j.chunk = max_len > 0 ? max_len : 1;
-    if (threads > 1 && pairs < 4 * threads && max_len > 256) {
-      int64_t want = (4 * threads + pairs - 1) / pairs, chunk = (max_len + want - 1) / want;
+    if (threads > 1 && a->batch < 4 * threads && max_len > 256) {
+      int64_t want = (4 * threads + a->batch - 1) / a->batch, chunk = (max_len + want - 1) / want;
       if (chunk < 256) chunk = 256;
       chunk = (chunk + a->block_size - 1) / a->block_size * a->block_size;
       j.chunk = chunk, j.splits = (max_len + chunk - 1) / chunk;
     }
-    j.items = pairs * j.splits, j.item = att_decode_item, j.rows_max = j.G;
+    j.items = a->batch * j.splits, j.item = att_decode_item, j.rows_max = j.hq;
     const int parts = cpu_parallel_parts(ctx, j.items, work);
-    const size_t partial = j.splits > 1 ? (size_t)j.items * (size_t)(j.G * (j.Dp + 2)) * 4 : 0;
+    const size_t partial = j.splits > 1 ? (size_t)j.items * (size_t)(j.hq * (j.Dp + 2)) * 4 : 0;
     if ((s = att_workspace(ctx, &j, parts, partial, &extra, op)) != KITE_OK) return s;
     j.partial = extra;
     att_run_items(&j, parts);
     if (j.splits > 1) {
-      j.item = att_merge_item, j.items = pairs;
-      att_run_items(&j, cpu_parallel_parts(ctx, pairs, pairs * j.splits * j.G * j.Dp));
+      j.item = att_merge_item, j.items = a->batch;
+      att_run_items(&j, cpu_parallel_parts(ctx, a->batch, a->batch * j.splits * j.hq * j.Dp));
     }
     return KITE_OK;
   }

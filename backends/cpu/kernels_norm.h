@@ -24,6 +24,25 @@ CPU_INLINE vf norm_input(kite_dtype t, bool add, kite_norm_pos pos, const char *
   return pos == KITE_NORM_PRE ? vf_round_to(t, sum) : sum;
 }
 
+/* (s - mean)^2, 0 past a partial chunk (where s is 0). rms passes mean = 0. */
+CPU_INLINE vf norm_dev_sq(kite_dtype t, bool add, kite_norm_pos pos, const char *x, const char *res,
+                          int64_t i, int64_t m, vf mean) {
+  const vf d = vf_tail(vf_sub(norm_input(t, add, pos, x, res, i, m), mean), m, 0.0f);
+  return vf_mul(d, d);
+}
+
+/* The output chunk: y, and the residual for the fused forms (PRE keeps s, POST keeps y). */
+CPU_INLINE void norm_out(kite_dtype t, bool rms, bool add, kite_norm_pos pos, const char *x,
+                         char *res, const char *w, const char *b, char *y, vf offset, vf mean,
+                         vf rstd, int64_t i, int64_t m, bool stream) {
+  const vf s = norm_input(t, add, pos, x, res, i, m);
+  vf v = vf_mul(rms ? s : vf_sub(s, mean), rstd);
+  if (w) v = vf_mul(v, rms ? vf_add(offset, vf_load(t, w, i, m)) : vf_load(t, w, i, m));
+  if (!rms && b) v = vf_add(v, vf_load(t, b, i, m));
+  vf_store(t, y, i, v, m, stream);
+  if (add) vf_store(t, res, i, pos == KITE_NORM_PRE ? s : v, m, false);
+}
+
 CPU_INLINE void norm_row(kite_dtype t, bool rms, bool add, kite_norm_pos pos, const norm_job *j,
                          int64_t r) {
   const kite_norm_args *a = j->a;
@@ -32,40 +51,24 @@ CPU_INLINE void norm_row(kite_dtype t, bool rms, bool add, kite_norm_pos pos, co
   char *res = add ? cpu_row(a->residual, a->residual_stride, r, es) : NULL;
   char *y = cpu_row(a->y, a->y_stride, r, es);
 
-  double mean = 0.0, var;
-  vf acc = vf_set1(0.0f);
-  if (rms) {
-    CPU_CHUNKS(i, m, n, VL) {
-      const vf s = norm_input(t, add, pos, x, res, i, m);
-      acc = vf_fma(s, s, acc);
-    }
-  } else {
-    CPU_CHUNKS(i, m, n, VL) acc = vf_add(acc, norm_input(t, add, pos, x, res, i, m));
+  /* rms: mean(s^2); layer: the mean, then the mean squared deviation from it */
+  double mean = 0.0;
+  vf acc;
+  if (!rms) {
+    CPU_ROW_SUM(acc, i, m, n, norm_input(t, add, pos, x, res, i, m));
     mean = (double)vf_reduce_add(acc) / (double)n;
-    const vf mv = vf_set1((float)mean);
-    acc = vf_set1(0.0f);
-    CPU_CHUNKS(i, m, n, VL) {
-      const vf d = vf_tail(vf_sub(norm_input(t, add, pos, x, res, i, m), mv), m, 0.0f);
-      acc = vf_fma(d, d, acc);
-    }
   }
-  var = (double)vf_reduce_add(acc) / (double)n;
+  const vf mv = vf_set1((float)mean);
+  CPU_ROW_SUM(acc, i, m, n, norm_dev_sq(t, add, pos, x, res, i, m, mv));
+  const double var = (double)vf_reduce_add(acc) / (double)n;
 
   const vf rstd = vf_set1((float)(1.0 / sqrt(var + (double)a->eps)));
-  const vf mv = vf_set1((float)mean), offset = vf_set1(a->offset);
+  const vf offset = vf_set1(a->offset);
+  const char *w = a->w, *b = a->b; /* locals: stores through y could alias *a for the compiler */
   bool stream = j->stream;
   const int64_t head = cpu_stream_head(t, y, &stream);
-  CPU_CHUNKS(i, m, n, head) {
-    const vf s = norm_input(t, add, pos, x, res, i, m);
-    vf v = vf_mul(rms ? s : vf_sub(s, mv), rstd);
-    if (a->w) {
-      const vf w = vf_load(t, a->w, i, m);
-      v = vf_mul(v, rms ? vf_add(offset, w) : w);
-    }
-    if (!rms && a->b) v = vf_add(v, vf_load(t, a->b, i, m));
-    vf_store(t, y, i, v, m, stream);
-    if (add) vf_store(t, res, i, pos == KITE_NORM_PRE ? s : v, m, false);
-  }
+  CPU_ROW(i, m, n, head,
+          norm_out(t, rms, add, pos, x, res, w, b, y, offset, mv, rstd, i, m, stream));
 }
 
 CPU_INLINE void norm_rows(kite_dtype t, bool rms, bool add, kite_norm_pos pos, const norm_job *j,

@@ -16,21 +16,19 @@ static inline char *rope_head(const kite_rope_args *a, int64_t tok, int64_t h, i
   return cpu_row(a->k, 1, tok * a->k_stride_t + (h - a->hq) * a->k_stride_h, es);
 }
 
-CPU_INLINE void rope_neox(kite_dtype t, char *v, const float *cs, int64_t half) {
-  CPU_CHUNKS(i, m, half, VL) {
-    const vf c = vf_load(KITE_DTYPE_F32, cs, i, m), s = vf_load(KITE_DTYPE_F32, cs + half, i, m);
-    const vf x0 = vf_load(t, v, i, m), x1 = vf_load(t, v, half + i, m);
-    vf_store(t, v, i, vf_sub(vf_mul(x0, c), vf_mul(x1, s)), m, false);
-    vf_store(t, v, half + i, vf_fma(x1, c, vf_mul(x0, s)), m, false);
-  }
+CPU_INLINE void rope_neox_chunk(kite_dtype t, char *v, const float *cs, int64_t half, int64_t i,
+                                int64_t m) {
+  const vf c = vf_load(KITE_DTYPE_F32, cs, i, m), s = vf_load(KITE_DTYPE_F32, cs + half, i, m);
+  const vf x0 = vf_load(t, v, i, m), x1 = vf_load(t, v, half + i, m);
+  vf_store(t, v, i, vf_sub(vf_mul(x0, c), vf_mul(x1, s)), m, false);
+  vf_store(t, v, half + i, vf_fma(x1, c, vf_mul(x0, s)), m, false);
 }
 
-CPU_INLINE void rope_gptj(kite_dtype t, char *v, const float *ce, const float *se, int64_t n) {
-  CPU_CHUNKS(i, m, n, VL) {
-    const vf x = vf_load(t, v, i, m);
-    const vf turned = vf_mul(vf_swap_pairs(x), vf_load(KITE_DTYPE_F32, se, i, m));
-    vf_store(t, v, i, vf_fma(x, vf_load(KITE_DTYPE_F32, ce, i, m), turned), m, false);
-  }
+CPU_INLINE void rope_gptj_chunk(kite_dtype t, char *v, const float *ce, const float *se, int64_t i,
+                                int64_t m) {
+  const vf x = vf_load(t, v, i, m);
+  const vf turned = vf_mul(vf_swap_pairs(x), vf_load(KITE_DTYPE_F32, se, i, m));
+  vf_store(t, v, i, vf_fma(x, vf_load(KITE_DTYPE_F32, ce, i, m), turned), m, false);
 }
 
 CPU_INLINE void rope_tokens(kite_dtype t, const kite_rope_args *a, int64_t begin, int64_t end) {
@@ -38,7 +36,10 @@ CPU_INLINE void rope_tokens(kite_dtype t, const kite_rope_args *a, int64_t begin
   for (int64_t tok = begin; tok < end; tok++) {
     const float *cs = a->cos_sin + (int64_t)a->positions[tok] * a->rot_dim;
     if (a->style == KITE_ROPE_NEOX) {
-      for (int64_t h = 0; h < heads; h++) rope_neox(t, rope_head(a, tok, h, es), cs, half);
+      for (int64_t h = 0; h < heads; h++) {
+        char *v = rope_head(a, tok, h, es);
+        CPU_ROW(i, m, half, VL, rope_neox_chunk(t, v, cs, half, i, m));
+      }
       continue;
     }
     float ce[ROPE_BLOCK], se[ROPE_BLOCK];
@@ -49,8 +50,10 @@ CPU_INLINE void rope_tokens(kite_dtype t, const kite_rope_args *a, int64_t begin
         ce[d] = cs[pair];
         se[d] = d % 2 ? cs[half + pair] : -cs[half + pair];
       }
-      for (int64_t h = 0; h < heads; h++)
-        rope_gptj(t, rope_head(a, tok, h, es) + d0 * es, ce, se, n);
+      for (int64_t h = 0; h < heads; h++) {
+        char *v = rope_head(a, tok, h, es) + d0 * es;
+        CPU_ROW(i, m, n, VL, rope_gptj_chunk(t, v, ce, se, i, m));
+      }
     }
   }
 }

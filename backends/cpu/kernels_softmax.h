@@ -14,6 +14,14 @@ typedef struct softmax_job {
   bool stream;
 } softmax_job;
 
+/* e = exp(scale x - max) into the scratch row; returns the running sum. */
+CPU_INLINE vf softmax_exp(kite_dtype t, const char *x, float *e, vf scale, vf minus_max, int64_t i,
+                          int64_t m, vf sum) {
+  const vf ei = vf_tail(vf_exp(vf_fma(vf_load(t, x, i, m), scale, minus_max)), m, 0.0f);
+  vf_store(KITE_DTYPE_F32, e, i, ei, m, false);
+  return vf_add(sum, ei);
+}
+
 CPU_INLINE void softmax_rows(kite_dtype t, const softmax_job *j, int64_t begin, int64_t end,
                              float *e) {
   const kite_softmax_args *a = j->a;
@@ -24,22 +32,18 @@ CPU_INLINE void softmax_rows(kite_dtype t, const softmax_job *j, int64_t begin, 
     char *y = cpu_row(a->y, a->y_stride, r, es);
 
     vf mx = vf_set1(-INFINITY);
-    CPU_CHUNKS(i, m, n, VL)
-    mx = vf_max(mx, vf_tail(vf_mul(vf_load(t, x, i, m), scale), m, -INFINITY));
+    CPU_ROW(i, m, n, VL,
+            mx = vf_max(mx, vf_tail(vf_mul(vf_load(t, x, i, m), scale), m, -INFINITY)));
     const vf minus_max = vf_set1(-vf_reduce_max(mx));
 
     vf sum = vf_set1(0.0f);
-    CPU_CHUNKS(i, m, n, VL) {
-      const vf ei = vf_tail(vf_exp(vf_fma(vf_load(t, x, i, m), scale, minus_max)), m, 0.0f);
-      vf_store(KITE_DTYPE_F32, e, i, ei, m, false);
-      sum = vf_add(sum, ei);
-    }
+    CPU_ROW(i, m, n, VL, sum = softmax_exp(t, x, e, scale, minus_max, i, m, sum));
 
     const vf inv = vf_set1(1.0f / vf_reduce_add(sum));
     bool stream = j->stream;
     const int64_t head = cpu_stream_head(t, y, &stream);
-    CPU_CHUNKS(i, m, n, head)
-    vf_store(t, y, i, vf_mul(vf_load(KITE_DTYPE_F32, e, i, m), inv), m, stream);
+    CPU_ROW(i, m, n, head,
+            vf_store(t, y, i, vf_mul(vf_load(KITE_DTYPE_F32, e, i, m), inv), m, stream));
   }
 }
 

@@ -56,6 +56,9 @@ CPU_INLINE vf vf_bits_shl23(vf a) {
 CPU_INLINE vf vf_select_neg(vf s, vf x, vf y) {
   return _mm256_blendv_ps(y, x, s);
 }
+CPU_INLINE bool vf_all_le(vf a, vf b) {
+  return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_LE_OQ)) == 0xff;
+}
 CPU_INLINE vf vf_lt_select(vf a, vf b, vf x, vf y) {
   return _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_LT_OQ));
 }
@@ -80,17 +83,27 @@ CPU_INLINE float vf_reduce_max(vf a) {
   return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
 }
 
-/* f32 -> bf16 bits in the low 16 of each 32-bit lane: add 0x7fff plus the lowest kept bit, then
- * truncate (round to nearest even); NaN keeps its top bits with the quiet bit set. */
-CPU_INLINE __m256i avx2_bf16_bits(vf v) {
+/* f32 -> bf16 in the high 16 bits of each 32-bit lane (the low 16 are garbage): add 0x7fff plus
+ * the lowest kept bit, so that truncation rounds to nearest even; NaN keeps its top bits with
+ * the quiet bit set. The kept bit is tested with a compare rather than shifted down: Zen's
+ * shifts and shuffles share two pipes, which bf16 loops keep busy already. */
+CPU_INLINE __m256i avx2_bf16_high(vf v) {
   const __m256i u = _mm256_castps_si256(v);
-  const __m256i hi = _mm256_srli_epi32(u, 16);
-  const __m256i odd = _mm256_and_si256(hi, _mm256_set1_epi32(1));
-  const __m256i rounded =
-      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), odd), 16);
-  const __m256i qnan = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
-  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-  return _mm256_blendv_epi8(rounded, qnan, nan);
+  const __m256i even =
+      _mm256_cmpeq_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x10000)), _mm256_setzero_si256());
+  /* 0x8000 - 1 when the kept bit is even: ties go down to it */
+  const __m256i rounded = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x8000)), even);
+  const __m256i qnan = _mm256_or_si256(u, _mm256_set1_epi32(0x400000));
+  return _mm256_blendv_epi8(rounded, qnan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+}
+
+/* The 8 bf16 of v: the high halves gathered into each 128-bit lane's low 8 bytes by a byte
+ * shuffle, then the two lanes' low quadwords joined. */
+CPU_INLINE __m128i avx2_bf16_pack(vf v) {
+  const __m256i pick = _mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1,
+                                        2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m256i h = _mm256_shuffle_epi8(avx2_bf16_high(v), pick);
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(h, 0x08));
 }
 
 CPU_INLINE vf vf_round_to(kite_dtype t, vf v) {
@@ -98,7 +111,8 @@ CPU_INLINE vf vf_round_to(kite_dtype t, vf v) {
   case KITE_DTYPE_F16:
     return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
   case KITE_DTYPE_BF16:
-    return _mm256_castsi256_ps(_mm256_slli_epi32(avx2_bf16_bits(v), 16));
+    return _mm256_castsi256_ps(
+        _mm256_and_si256(avx2_bf16_high(v), _mm256_set1_epi32((int)0xffff0000u)));
   default:
     return v;
   }
@@ -109,8 +123,13 @@ CPU_INLINE vf avx2_load8(kite_dtype t, const void *p) {
   case KITE_DTYPE_F16:
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
   case KITE_DTYPE_BF16: {
-    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+    /* both 128-bit lanes get the 8 bf16 (a load), one byte shuffle puts lane k's four into the
+     * high halves of its 32-bit lanes: one shuffle instead of a widening plus a shift */
+    const __m256i both = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    const __m256i spread =
+        _mm256_setr_epi8(-1, -1, 0, 1, -1, -1, 2, 3, -1, -1, 4, 5, -1, -1, 6, 7, -1, -1, 8, 9, -1,
+                         -1, 10, 11, -1, -1, 12, 13, -1, -1, 14, 15);
+    return _mm256_castsi256_ps(_mm256_shuffle_epi8(both, spread));
   }
   default:
     return _mm256_loadu_ps((const float *)p);
@@ -123,12 +142,9 @@ CPU_INLINE void avx2_store8(kite_dtype t, void *p, vf v, bool stream) {
   case KITE_DTYPE_F16:
     h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
     break;
-  case KITE_DTYPE_BF16: {
-    /* packus interleaves the 128-bit halves: keep 64-bit words 0 and 2 */
-    const __m256i b = avx2_bf16_bits(v);
-    h = _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(b, b), 0x08));
+  case KITE_DTYPE_BF16:
+    h = avx2_bf16_pack(v);
     break;
-  }
   default:
     if (stream)
       _mm256_stream_ps((float *)p, v);

@@ -57,6 +57,9 @@ CPU_INLINE vf vf_bits_shl23(vf a) {
 CPU_INLINE vf vf_select_neg(vf s, vf x, vf y) {
   return _mm512_mask_blend_ps(_mm512_movepi32_mask(_mm512_castps_si512(s)), y, x);
 }
+CPU_INLINE bool vf_all_le(vf a, vf b) {
+  return _mm512_cmp_ps_mask(a, b, _CMP_LE_OQ) == 0xffff;
+}
 CPU_INLINE vf vf_lt_select(vf a, vf b, vf x, vf y) {
   return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), y, x);
 }

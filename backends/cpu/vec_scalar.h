@@ -14,6 +14,7 @@
  *                                  only for full, vector-aligned chunks
  *   vf_round_to(t, v)              v rounded to t and back, what a store then a load would give
  *   vf_exp, vf_erfc                accurate to a few ulp of f32 (vec_math.h gives the figures)
+ *   vf_normal_cdf(x)               Phi(x) = (1 + erf(x / sqrt 2)) / 2, for gelu
  *   vf_div_pos(a, b)               a / b for b in [1, 2^126], within about 1 ulp
  *   vf_stream_end()                orders streaming stores before a task reports completion
  *   CPU_VEC_STREAMS                1 when streaming stores exist
@@ -87,6 +88,9 @@ CPU_INLINE vf vf_exp(vf a) {
 }
 CPU_INLINE vf vf_erfc(vf a) {
   VF_MAP(erfcf(a.v[l]));
+}
+CPU_INLINE vf vf_normal_cdf(vf a) {
+  VF_MAP(0.5f * erfcf(a.v[l] * -0.70710678118654752f));
 }
 CPU_INLINE vf vf_round_to(kite_dtype t, vf a) {
   VF_MAP(t == KITE_DTYPE_BF16  ? kite_bf16_to_f32(kite_f32_to_bf16(a.v[l]))

@@ -73,6 +73,35 @@ CUDA_SUPPORTS(cuda_embedding_vec_supports);
 CUDA_RUN(cuda_embedding_vec_run);
 CUDA_RUN(cuda_embedding_generic_run);
 
+/* attention.cu: store_kv, paged_decode, paged_prefill, sdpa */
+CUDA_SUPPORTS(cuda_store_kv_supports);
+CUDA_RUN(cuda_store_kv_run);
+CUDA_SUPPORTS(cuda_paged_vec_supports);
+CUDA_SUPPORTS(cuda_paged_generic_supports);
+CUDA_RUN(cuda_paged_vec_run);
+CUDA_RUN(cuda_paged_generic_run);
+CUDA_SUPPORTS(cuda_sdpa_vec_supports);
+CUDA_SUPPORTS(cuda_sdpa_generic_supports);
+CUDA_RUN(cuda_sdpa_vec_run);
+CUDA_RUN(cuda_sdpa_generic_run);
+
+/* gemm.cu: linear (cuBLASLt, tiled), group_gemm (tiled, device-side schedule) */
+CUDA_SUPPORTS(cuda_gemm_supports);
+CUDA_RUN(cuda_linear_cublaslt_run);
+CUDA_RUN(cuda_linear_tiles_run);
+CUDA_RUN(cuda_group_gemm_tiles_run);
+
+/* moe.cu: topk_gating, fused_moe */
+CUDA_SUPPORTS(cuda_moe_supports);
+CUDA_RUN(cuda_topk_gating_run);
+CUDA_RUN(cuda_fused_moe_run);
+
+/* quant.cu: quant, dequant, linear_quant */
+CUDA_SUPPORTS(cuda_quant_supports);
+CUDA_SUPPORTS(cuda_linear_quant_supports);
+CUDA_RUN(cuda_quant_run);
+CUDA_RUN(cuda_linear_quant_run);
+
 #ifdef __cplusplus
 }
 #endif

@@ -149,7 +149,13 @@ static kite_status cuda_synchronize(const kite_backend *b, int device_id, void *
 
 /* ---- kernel table -------------------------------------------------------------------------- */
 /* Faster variants outrank generic ones; a variant for a narrower case outranks the broad one. */
-enum { PRIORITY_GENERIC = 10, PRIORITY_VEC = 20, PRIORITY_SPLIT = 30, PRIORITY_CLUSTER = 40 };
+enum {
+  PRIORITY_GENERIC = 10,
+  PRIORITY_VEC = 20,
+  PRIORITY_SPLIT = 30,
+  PRIORITY_CLUSTER = 40,
+  PRIORITY_LIBRARY = 50
+};
 
 #define KERNEL(op_id, name, prio, supports_fn, run_fn, desc)                                       \
   {                                                                                                \
@@ -205,6 +211,36 @@ static const kite_kernel cuda_kernels[] = {
     VEC(KITE_OP_EMBEDDING, embedding, "row copy in 16-byte units, zeros for bad ids"),
     KERNEL(KITE_OP_EMBEDDING, "generic", PRIORITY_GENERIC, NULL, cuda_embedding_generic_run,
            "row copy per element, zeros for bad ids"),
+    KERNEL(KITE_OP_STORE_KV, "generic", PRIORITY_GENERIC, cuda_store_kv_supports, cuda_store_kv_run,
+           "k and v into the caches in one launch, bad slots skipped"),
+    KERNEL(KITE_OP_PAGED_DECODE, "vec", PRIORITY_VEC, cuda_paged_vec_supports, cuda_paged_vec_run,
+           "GQA heads of a kv head per CTA, split-KV with LSE merge, 16-byte loads"),
+    KERNEL(KITE_OP_PAGED_DECODE, "generic", PRIORITY_GENERIC, cuda_paged_generic_supports,
+           cuda_paged_generic_run, "GQA heads of a kv head per CTA, split-KV, any layout"),
+    KERNEL(KITE_OP_PAGED_PREFILL, "vec", PRIORITY_VEC, cuda_paged_vec_supports, cuda_paged_vec_run,
+           "a query row and kv head per CTA, CUDA cores, 16-byte loads"),
+    KERNEL(KITE_OP_PAGED_PREFILL, "generic", PRIORITY_GENERIC, cuda_paged_generic_supports,
+           cuda_paged_generic_run, "a query row and kv head per CTA, any layout"),
+    KERNEL(KITE_OP_SDPA, "vec", PRIORITY_VEC, cuda_sdpa_vec_supports, cuda_sdpa_vec_run,
+           "a query row and kv head per CTA, CUDA cores, 16-byte loads"),
+    KERNEL(KITE_OP_SDPA, "generic", PRIORITY_GENERIC, cuda_sdpa_generic_supports,
+           cuda_sdpa_generic_run, "a query row and kv head per CTA, any layout and mask"),
+    KERNEL(KITE_OP_LINEAR, "cublaslt", PRIORITY_LIBRARY, cuda_gemm_supports,
+           cuda_linear_cublaslt_run, "cuBLASLt matmul, bias epilogue, f32 without TF32"),
+    KERNEL(KITE_OP_LINEAR, "tiles", PRIORITY_GENERIC, cuda_gemm_supports, cuda_linear_tiles_run,
+           "64x64 f32 tiles on CUDA cores, any layout"),
+    KERNEL(KITE_OP_GROUP_GEMM, "tiles", PRIORITY_GENERIC, cuda_gemm_supports,
+           cuda_group_gemm_tiles_run, "64x64 tiles, group schedule built on the device"),
+    KERNEL(KITE_OP_TOPK_GATING, "warp", PRIORITY_GENERIC, cuda_moe_supports, cuda_topk_gating_run,
+           "a warp per token, k ranked picks"),
+    KERNEL(KITE_OP_FUSED_MOE, "grouped", PRIORITY_GENERIC, cuda_moe_supports, cuda_fused_moe_run,
+           "routing on the device, then grouped tiled GEMMs"),
+    KERNEL(KITE_OP_QUANT, "generic", PRIORITY_GENERIC, cuda_quant_supports, cuda_quant_run,
+           "a block per row, int8 or e4m3"),
+    KERNEL(KITE_OP_DEQUANT, "generic", PRIORITY_GENERIC, cuda_quant_supports, cuda_quant_run,
+           "q * scale in double, rounded once"),
+    KERNEL(KITE_OP_LINEAR_QUANT, "generic", PRIORITY_GENERIC, cuda_linear_quant_supports,
+           cuda_linear_quant_run, "a thread per output, exact int8 sums"),
 };
 
 static const kite_backend cuda_backend = {

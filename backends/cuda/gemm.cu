@@ -1,0 +1,360 @@
+/*
+ * Dense and grouped GEMMs: linear y[m, n] = x[m, k] w[n, k]^T + bias[n], and group_gemm, where
+ * consecutive groups of x's rows each use their own w[g].
+ *
+ * linear goes through cuBLASLt ("cublaslt"). The row-major y = x w^T is the column-major
+ * y^T[n, m] = w^T[n, k] x^T[k, m], so w is cuBLAS's A (transposed) and x its B, each row stride a
+ * leading dimension; the bias is the epilogue's. f32 runs with CUBLAS_COMPUTE_32F, never TF32.
+ * Where cuBLASLt offers no algorithm (odd alignments), the tiled kernel below serves the call.
+ *
+ * The tiled kernel ("tiles") computes 64x64 output tiles in f32 from shared-memory slabs. Each
+ * tile names its rows (a range of a group) and its group's weights, from a schedule that a
+ * one-block kernel builds from the device-resident group sizes: no group size ever reaches the
+ * host. fused_moe (moe.cu) drives the same kernel with gathered rows.
+ */
+#include <cublasLt.h>
+
+#include <mutex>
+
+#include "gemm.cuh"
+
+using namespace kite_cuda;
+
+namespace kite_cuda {
+
+/* ---- tiled kernel -------------------------------------------------------------------------- */
+constexpr int kBM = 64, kBN = 64, kBK = 16;
+
+/* 256 threads; thread (tx, ty) owns rows ty + 16 i and columns tx + 16 j of the tile (i, j < 4),
+ * so that a warp's stores and shared reads touch consecutive columns. */
+template <typename T, typename OutT>
+__global__ void __launch_bounds__(256) tile_gemm_kernel(TileGemm p) {
+  __shared__ float as[kBK][kBM + 1];
+  __shared__ float bs[kBK][kBN + 1];
+  int64_t row0 = (int64_t)blockIdx.y * kBM, row_end = p.m;
+  int64_t group = 0;
+  if (p.tiles) {
+    if ((int64_t)blockIdx.y >= *p.tile_count) return;
+    const GemmTile t = p.tiles[blockIdx.y];
+    row0 = t.row0, row_end = t.row0 + t.rows, group = t.group;
+  }
+  const int64_t col0 = (int64_t)blockIdx.x * kBN;
+  const T *a = (const T *)p.a;
+  const T *b = (const T *)p.b + group * p.b_stride_g;
+  const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+
+  float acc[4][4] = {};
+  for (int64_t k0 = 0; k0 < p.k; k0 += kBK) {
+    /* 64 x 16 elements of each operand, 4 per thread, k fastest so that loads follow rows */
+    for (int e = threadIdx.x; e < kBM * kBK; e += 256) {
+      const int r = e / kBK, kk = e % kBK;
+      const int64_t row = row0 + r, kg = k0 + kk, col = col0 + r;
+      float av = 0.0f, bv = 0.0f;
+      if (row < row_end && kg < p.k) {
+        const int64_t src = p.a_rows ? p.a_rows[row] : row;
+        av = to_float(a[src * p.a_stride + kg]);
+      }
+      if (col < p.n && kg < p.k) bv = to_float(b[col * p.b_stride_n + kg]);
+      as[kk][r] = av;
+      bs[kk][r] = bv;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kBK; kk++) {
+      float ar[4], br[4];
+#pragma unroll
+      for (int i = 0; i < 4; i++) ar[i] = as[kk][ty + 16 * i], br[i] = bs[kk][tx + 16 * i];
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = fmaf(ar[i], br[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+  const T *bias = (const T *)p.bias;
+  OutT *c = (OutT *)p.c;
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const int64_t row = row0 + ty + 16 * i;
+    if (row >= row_end) continue;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      const int64_t col = col0 + tx + 16 * j;
+      if (col >= p.n) continue;
+      const float v = acc[i][j] + (bias ? to_float(bias[col]) : 0.0f);
+      c[row * p.c_stride + col] = from_float<OutT>(v);
+    }
+  }
+}
+
+/* One block: the tiles of each group in order, rows clamped to m, then the zero-fill start. */
+__global__ void schedule_kernel(const int32_t *sizes, int64_t groups, int64_t m, GemmTile *tiles,
+                                int32_t *tile_count, int64_t *rows_used) {
+  if (threadIdx.x != 0) return;
+  int64_t row = 0, n = 0;
+  for (int64_t g = 0; g < groups && row < m; g++) {
+    int64_t rows = sizes[g] > 0 ? sizes[g] : 0;
+    if (rows > m - row) rows = m - row;
+    for (int64_t r = 0; r < rows; r += kBM)
+      tiles[n++] = GemmTile{row + r, (int32_t)(rows - r < kBM ? rows - r : kBM), (int32_t)g};
+    row += rows;
+  }
+  *tile_count = (int32_t)n;
+  *rows_used = row;
+}
+
+/* Rows [*rows_used, m) of y, which no group claims, become zeros. */
+template <typename T>
+__global__ void zero_rows_kernel(T *y, int64_t y_stride, int64_t m, int64_t n,
+                                 const int64_t *rows_used) {
+  const int64_t r0 = *rows_used;
+  for (int64_t r = r0 + blockIdx.y; r < m; r += gridDim.y)
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < n;
+         c += (int64_t)gridDim.x * blockDim.x)
+      y[r * y_stride + c] = from_float<T>(0.0f);
+}
+
+int64_t tile_gemm_max_tiles(int64_t m, int64_t groups) {
+  return (m + kBM - 1) / kBM + groups;
+}
+
+kite_status tile_gemm_schedule(const int32_t *sizes, int64_t groups, int64_t m, GemmTile *tiles,
+                               int32_t *tile_count, int64_t *rows_used, cudaStream_t s) {
+  schedule_kernel<<<1, 32, 0, s>>>(sizes, groups, m, tiles, tile_count, rows_used);
+  return KITE_OK;
+}
+
+template <typename T, typename OutT> void tile_gemm_launch(const TileGemm &p, cudaStream_t s) {
+  const int64_t ytiles = p.tiles ? p.max_tiles : (p.m + kBM - 1) / kBM;
+  if (ytiles <= 0 || p.n <= 0) return;
+  const dim3 grid((unsigned)((p.n + kBN - 1) / kBN), (unsigned)ytiles);
+  tile_gemm_kernel<T, OutT><<<grid, 256, 0, s>>>(p);
+}
+
+template void tile_gemm_launch<float, float>(const TileGemm &, cudaStream_t);
+template void tile_gemm_launch<__half, float>(const TileGemm &, cudaStream_t);
+template void tile_gemm_launch<__nv_bfloat16, float>(const TileGemm &, cudaStream_t);
+template void tile_gemm_launch<__half, __half>(const TileGemm &, cudaStream_t);
+template void tile_gemm_launch<__nv_bfloat16, __nv_bfloat16>(const TileGemm &, cudaStream_t);
+
+} // namespace kite_cuda
+
+namespace {
+
+/* ---- cuBLASLt handle and workspace, one per device, made on first use -------------------- */
+constexpr size_t kLtWorkspace = 32u << 20;
+constexpr int kMaxDevices = 64;
+
+struct LtDevice {
+  std::once_flag once;
+  cublasLtHandle_t handle = nullptr;
+  void *workspace = nullptr;
+  bool ok = false;
+};
+LtDevice g_lt[kMaxDevices];
+
+/* The handle of the current device; NULL when cuBLASLt cannot be set up there. */
+LtDevice *lt_device() {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  LtDevice *d = &g_lt[dev];
+  std::call_once(d->once, [d] {
+    if (cublasLtCreate(&d->handle) != CUBLAS_STATUS_SUCCESS) return;
+    if (cudaMalloc(&d->workspace, kLtWorkspace) != cudaSuccess) {
+      (void)cudaGetLastError();
+      d->workspace = nullptr;
+    }
+    d->ok = true; /* without a workspace, algorithms that need none still run */
+  });
+  return d->ok ? d : nullptr;
+}
+
+cudaDataType_t lt_type(kite_dtype t) {
+  return t == KITE_DTYPE_F32 ? CUDA_R_32F : t == KITE_DTYPE_F16 ? CUDA_R_16F : CUDA_R_16BF;
+}
+
+/* The largest power of two (up to 256) dividing the address, for cuBLASLt's alignment hints. */
+uint32_t alignment_of(const void *p) {
+  uint32_t a = 256;
+  while (a > 1 && ((uintptr_t)p & (a - 1))) a >>= 1;
+  return a;
+}
+
+/* Descriptors of one cuBLASLt call, destroyed together. */
+struct LtCall {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~LtCall() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+/* Runs y = x w^T + bias through cuBLASLt. Returns 1 when it ran, 0 when no algorithm fits (the
+ * caller falls back), or -1 with the error set. */
+int lt_linear(const kite_linear_args *a, cudaStream_t s) {
+  LtDevice *d = lt_device();
+  if (!d) return 0;
+  const cudaDataType_t t = lt_type(a->dtype);
+  /* one row (column, for cuBLAS) may come with any stride; cuBLAS wants ld >= rows */
+  const int64_t ldw = a->n == 1 && a->w_stride < a->k ? a->k : a->w_stride;
+  const int64_t ldx = a->m == 1 && a->x_stride < a->k ? a->k : a->x_stride;
+  const int64_t ldy = a->m == 1 && a->y_stride < a->n ? a->n : a->y_stride;
+  LtCall c;
+  bool ok =
+      cublasLtMatmulDescCreate(&c.op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  ok = ok && cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) ==
+                 CUBLAS_STATUS_SUCCESS;
+  ok = ok && cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) ==
+                 CUBLAS_STATUS_SUCCESS;
+  if (ok && a->bias) {
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    const int32_t bias_type = (int32_t)t;
+    ok = cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) ==
+             CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &a->bias,
+                                        sizeof a->bias) == CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                        sizeof bias_type) == CUBLAS_STATUS_SUCCESS;
+  }
+  ok = ok && cublasLtMatrixLayoutCreate(&c.a, t, a->k, a->n, ldw) == CUBLAS_STATUS_SUCCESS;
+  ok = ok && cublasLtMatrixLayoutCreate(&c.b, t, a->k, a->m, ldx) == CUBLAS_STATUS_SUCCESS;
+  ok = ok && cublasLtMatrixLayoutCreate(&c.c, t, a->n, a->m, ldy) == CUBLAS_STATUS_SUCCESS;
+  ok = ok && cublasLtMatmulPreferenceCreate(&c.pref) == CUBLAS_STATUS_SUCCESS;
+  const size_t ws = d->workspace ? kLtWorkspace : 0;
+  const uint32_t al_a = alignment_of(a->w), al_b = alignment_of(a->x), al_c = alignment_of(a->y);
+  ok = ok &&
+       cublasLtMatmulPreferenceSetAttribute(c.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                            sizeof ws) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatmulPreferenceSetAttribute(c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                            &al_a, sizeof al_a) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatmulPreferenceSetAttribute(c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                            &al_b, sizeof al_b) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatmulPreferenceSetAttribute(c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                            &al_c, sizeof al_c) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatmulPreferenceSetAttribute(c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                            &al_c, sizeof al_c) == CUBLAS_STATUS_SUCCESS;
+  if (!ok) return 0;
+  cublasLtMatmulHeuristicResult_t h;
+  int found = 0;
+  if (cublasLtMatmulAlgoGetHeuristic(d->handle, c.op, c.a, c.b, c.c, c.c, c.pref, 1, &h, &found) !=
+          CUBLAS_STATUS_SUCCESS ||
+      found == 0)
+    return 0;
+  const float alpha = 1.0f, beta = 0.0f;
+  const cublasStatus_t st =
+      cublasLtMatmul(d->handle, c.op, &alpha, a->w, c.a, a->x, c.b, &beta, a->y, c.c, a->y, c.c,
+                     &h.algo, d->workspace, h.workspaceSize, s);
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    kite_set_error(KITE_ERR_DEVICE, "linear: cuda.cublaslt: cublasLtMatmul failed: %s",
+                   cublasLtGetStatusString(st));
+    return -1;
+  }
+  return 1;
+}
+
+template <typename T> __global__ void fill_bias_kernel(kite_linear_args a) {
+  for (int64_t r = blockIdx.y; r < a.m; r += gridDim.y)
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < a.n;
+         c += (int64_t)gridDim.x * blockDim.x)
+      ((T *)a.y)[r * a.y_stride + c] = a.bias ? ((const T *)a.bias)[c] : from_float<T>(0.0f);
+}
+
+kite_status linear_tiles(const kite_linear_args *a, cudaStream_t s) {
+  return with_float_type(a->dtype, "linear", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (a->k == 0) { /* an empty sum: y = bias */
+      const dim3 grid((unsigned)((a->n + 255) / 256), (unsigned)(a->m < 65535 ? a->m : 65535));
+      fill_bias_kernel<T><<<grid, 256, 0, s>>>(*a);
+    } else {
+      TileGemm p = {};
+      p.m = a->m, p.n = a->n, p.k = a->k;
+      p.a = a->x, p.a_stride = a->x_stride;
+      p.b = a->w, p.b_stride_n = a->w_stride;
+      p.bias = a->bias;
+      p.c = a->y, p.c_stride = a->y_stride;
+      tile_gemm_launch<T, T>(p, s);
+    }
+    return KITE_OK;
+  });
+}
+
+} // namespace
+
+extern "C" CUDA_SUPPORTS(cuda_gemm_supports) {
+  const kite_dtype t = *(const kite_dtype *)((const char *)args + sizeof(kite_op));
+  if (!is_float_dtype(t)) {
+    *why = "dtype must be f32, f16 or bf16";
+    return false;
+  }
+  return true;
+}
+
+extern "C" CUDA_RUN(cuda_linear_cublaslt_run) {
+  const kite_linear_args *a = (const kite_linear_args *)args;
+  if (a->m <= 0 || a->n <= 0) return KITE_OK;
+  void *stream;
+  kite_status st = cuda_begin(ctx, "linear", &stream);
+  if (st != KITE_OK) return st;
+  if (a->k > 0 && a->m <= INT32_MAX && a->n <= INT32_MAX && a->k <= INT32_MAX) {
+    const int r = lt_linear(a, (cudaStream_t)stream);
+    if (r < 0) return KITE_ERR_DEVICE;
+    if (r > 0) return cuda_check_launch("linear", "cublaslt");
+  }
+  st = linear_tiles(a, (cudaStream_t)stream);
+  return st != KITE_OK ? st : cuda_check_launch("linear", "cublaslt");
+}
+
+extern "C" CUDA_RUN(cuda_linear_tiles_run) {
+  const kite_linear_args *a = (const kite_linear_args *)args;
+  if (a->m <= 0 || a->n <= 0) return KITE_OK;
+  void *stream;
+  kite_status st = cuda_begin(ctx, "linear", &stream);
+  if (st != KITE_OK) return st;
+  st = linear_tiles(a, (cudaStream_t)stream);
+  return st != KITE_OK ? st : cuda_check_launch("linear", "tiles");
+}
+
+/* Workspace: the tile list, its length and the rows the groups claim. */
+extern "C" CUDA_RUN(cuda_group_gemm_tiles_run) {
+  const kite_group_gemm_args *a = (const kite_group_gemm_args *)args;
+  if (a->m <= 0 || a->n <= 0) return KITE_OK;
+  void *stream;
+  kite_status st = cuda_begin(ctx, "group_gemm", &stream);
+  if (st != KITE_OK) return st;
+  cudaStream_t s = (cudaStream_t)stream;
+  const int64_t max_tiles = tile_gemm_max_tiles(a->m, a->groups);
+  void *ws;
+  st = kite_ctx_workspace(ctx, 16 + (size_t)max_tiles * sizeof(GemmTile), &ws);
+  if (st != KITE_OK) return st;
+  int64_t *rows_used = (int64_t *)ws;
+  int32_t *count = (int32_t *)((char *)ws + 8);
+  GemmTile *tiles = (GemmTile *)((char *)ws + 16);
+  tile_gemm_schedule(a->group_sizes, a->groups, a->m, tiles, count, rows_used, s);
+  st = with_float_type(a->dtype, "group_gemm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (a->k > 0) {
+      TileGemm p = {};
+      p.m = a->m, p.n = a->n, p.k = a->k;
+      p.a = a->x, p.a_stride = a->x_stride;
+      p.b = a->w, p.b_stride_g = a->w_stride_g, p.b_stride_n = a->w_stride_n;
+      p.c = a->y, p.c_stride = a->y_stride;
+      p.tiles = tiles, p.tile_count = count, p.max_tiles = max_tiles;
+      tile_gemm_launch<T, T>(p, s);
+    } else { /* an empty sum: every row is zero */
+      cudaMemsetAsync(rows_used, 0, sizeof *rows_used, s);
+    }
+    const dim3 grid((unsigned)((a->n + 255) / 256), (unsigned)(a->m < 1024 ? a->m : 1024));
+    zero_rows_kernel<T><<<grid, 256, 0, s>>>((T *)a->y, a->y_stride, a->m, a->n, rows_used);
+    return KITE_OK;
+  });
+  return st != KITE_OK ? st : cuda_check_launch("group_gemm", "tiles");
+}

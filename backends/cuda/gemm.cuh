@@ -1,0 +1,43 @@
+/*
+ * The tiled GEMM of gemm.cu, shared with moe.cu: c[row, :] = a[a_rows[row], :] . b[g]^T (+ bias)
+ * for the rows of each tile, where a tile is 64 consecutive rows of one group g. Without a
+ * schedule (tiles NULL) every row belongs to group 0. Sums in f32; c is T or f32.
+ */
+#ifndef KITE_CUDA_GEMM_CUH
+#define KITE_CUDA_GEMM_CUH
+
+#include "common.cuh"
+
+namespace kite_cuda {
+
+struct GemmTile {
+  int64_t row0;
+  int32_t rows, group;
+};
+
+struct TileGemm {
+  int64_t m, n, k;
+  const void *a; /* [rows, k] with row stride a_stride */
+  int64_t a_stride;
+  const int32_t *a_rows; /* row r of the product reads a's row a_rows[r]; NULL = r */
+  const void *b;         /* [groups, n, k] */
+  int64_t b_stride_g, b_stride_n;
+  const void *bias; /* [n] or NULL */
+  void *c;          /* [m, n] with row stride c_stride */
+  int64_t c_stride;
+  const GemmTile *tiles; /* device schedule, or NULL */
+  const int32_t *tile_count;
+  int64_t max_tiles; /* grid rows launched when tiles is set */
+};
+
+/* Most tiles that m rows in `groups` groups can need. */
+int64_t tile_gemm_max_tiles(int64_t m, int64_t groups);
+/* One-block kernel: tiles of each group's rows (sizes read on the device, negative = 0, clamped
+ * to m rows in all), their count, and the rows claimed. */
+kite_status tile_gemm_schedule(const int32_t *sizes, int64_t groups, int64_t m, GemmTile *tiles,
+                               int32_t *tile_count, int64_t *rows_used, cudaStream_t s);
+template <typename T, typename OutT> void tile_gemm_launch(const TileGemm &p, cudaStream_t s);
+
+} // namespace kite_cuda
+
+#endif /* KITE_CUDA_GEMM_CUH */
