@@ -9,20 +9,8 @@
 #include <string.h>
 
 #include "kite/kite.h"
+#include "check.h"
 
-static int g_pass, g_fail;
-
-#define CHECK(cond, ...)                                                                          \
-  do {                                                                                            \
-    if (cond) {                                                                                   \
-      g_pass++;                                                                                   \
-    } else {                                                                                      \
-      g_fail++;                                                                                   \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                 \
-      printf(__VA_ARGS__);                                                                        \
-      printf("  (last error: %s)\n", kite_last_error());                                         \
-    }                                                                                             \
-  } while (0)
 
 static const char *g_dir;
 static long *g_calls; /* testvendor_calls inside the auto-loaded plugin */
@@ -197,6 +185,5 @@ int main(void) {
   test_selection(ctx);
   test_explicit_load(ctx);
   kite_ctx_destroy(ctx);
-  printf("%d passed, %d failed\n", g_pass, g_fail);
-  return g_fail ? 1 : 0;
+  return check_summary();
 }

@@ -10,19 +10,8 @@
 #include <unistd.h>
 
 #include "kite/kite.h"
+#include "check.h"
 
-static int g_pass, g_fail;
-#define CHECK(cond, ...)                                                                          \
-  do {                                                                                            \
-    if (cond) {                                                                                   \
-      g_pass++;                                                                                   \
-    } else {                                                                                      \
-      g_fail++;                                                                                   \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                 \
-      printf(__VA_ARGS__);                                                                        \
-      printf("  (last error: %s)\n", kite_last_error());                                         \
-    }                                                                                             \
-  } while (0)
 
 /* y = silu(x) over n f32 values. */
 static kite_status silu_f32(kite_ctx *ctx, float *x, float *y, int64_t n) {
@@ -137,6 +126,5 @@ int main(void) {
   dup2(saved, 2);
   close(saved);
   if (null) fclose(null);
-  printf("%d passed, %d failed\n", g_pass, g_fail);
-  return g_fail ? 1 : 0;
+  return check_summary();
 }
