@@ -7,7 +7,9 @@
  *   - paged_prefill equals dense sdpa over the cache gathered into [1, Hkv, L, D], with causal,
  *     with the same pattern as a bool mask and as a broadcast float mask;
  *   - paged_prefill equals the ref kernel;
- *   - a sequence of length 0 decodes to zeros with lse = -inf.
+ *   - a sequence of length 0 decodes to zeros with lse = -inf;
+ *   - block ids outside the cache read as absent keys and a seq_len past the block table is
+ *     clamped, as in ref.
  * Caches use shuffled physical blocks; ragged lengths include 0 and 1. Prints "N passed, M failed".
  */
 #include <math.h>
@@ -406,6 +408,36 @@ static void run_sdpa(kite_ctx *ctx, world *w, const kite_attn_opts *opts, int ma
   }
 }
 
+/* Values the kernels must not trust: a block id outside the cache makes its keys absent, a
+ * seq_len past the block table is clamped to it. Every kernel must agree with ref on both. */
+static void test_bad_indices(kite_ctx *ctx, world *w, const char *cfg) {
+  const scenario *s = w->s;
+  int b = 0; /* the sequence with the most blocks */
+  for (int i = 1; i < s->batch; i++)
+    if (s->seq_lens[i] > s->seq_lens[b]) b = i;
+  if (s->seq_lens[b] < 2) return;
+  int32_t *row = w->block_table + b * w->bt_stride, saved[2] = {row[0], row[1]};
+  row[0] = -3;
+  if (s->seq_lens[b] > s->block_size) row[1] = (int32_t)(w->num_blocks + 7);
+  w->seq_lens[b] = (int32_t)(w->max_blocks * s->block_size + 5);
+
+  const int64_t n = w->tokens * s->hq * s->head_dim, nl = w->tokens * s->hq;
+  void *o = xcalloc(n, w->es), *o_ref = xcalloc(n, w->es);
+  float *l = xcalloc(nl, sizeof(float)), *l_ref = xcalloc(nl, sizeof(float));
+  const kite_attn_opts opts = kite_attn_opts_default();
+  kite_config_set("paged_prefill=ref");
+  kite_status st = call_prefill(ctx, w, &opts, o_ref, l_ref);
+  kite_config_set(cfg);
+  kite_status st2 = call_prefill(ctx, w, &opts, o, l);
+  const double e = max_err(w->dt, o, o_ref, n), el = lse_err(l, l_ref, nl);
+  CHECK(st == KITE_OK && st2 == KITE_OK && e <= tol(w->dt) && el <= LSE_TOL,
+        "bad block ids / long seq_len: prefill vs ref: %s %s, max |do| %g, |dlse| %g\n",
+        kite_status_name(st2), kite_status_name(st), e, el);
+  free(o), free(o_ref), free(l), free(l_ref);
+  row[0] = saved[0], row[1] = saved[1];
+  w->seq_lens[b] = s->seq_lens[b];
+}
+
 /* ---- kernels under test -------------------------------------------------------------------- */
 static const kite_op g_ops[] = {KITE_OP_STORE_KV, KITE_OP_PAGED_DECODE, KITE_OP_PAGED_PREFILL,
                                 KITE_OP_SDPA};
@@ -477,6 +509,8 @@ static void run_scenario(kite_ctx *ctx, const char *set, const char *cfg, const 
             "prefill vs sdpa (mask kind %d): max |do| %g, |dlse| %g\n", mask_kind, e, el);
     }
   }
+  snprintf(g_where, sizeof g_where, "%.100s %s %.60s", set, kite_dtype_name(dt), s->name);
+  test_bad_indices(ctx, &w, cfg);
   free(o_pf), free(o_ref), free(o_x), free(l_pf), free(l_ref), free(l_x);
   world_free(&w);
 }

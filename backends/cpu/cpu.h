@@ -37,23 +37,24 @@ enum {
 uint64_t cpu_features_detect(void);
 
 /* ---- threads (cpu_threadpool.c) ------------------------------------------------------------ *
- * A job is split into `parts` contiguous ranges of [0, items); the calling thread and the pool's
- * workers claim parts until none is left, so a slow or missing worker never stalls a call.
- * `part` (< parts) lets a task index per-part scratch memory. */
-typedef void (*cpu_task_fn)(const void *job, int64_t begin, int64_t end, int part);
+ * A call runs fn over [0, items) on `parts` threads: the caller and parts - 1 pool workers claim
+ * pieces of the range (a few per thread) until none is left. `slot` (< parts) is the thread
+ * running a piece: pieces that run at the same time have different slots, so a task can index
+ * per-thread scratch memory with it. */
+typedef void (*cpu_task_fn)(const void *job, int64_t begin, int64_t end, int slot);
 
 /* Calls below this many elements touched run inline: waking a thread costs more. */
 #define CPU_INLINE_WORK ((int64_t)32768)
 
-/* How many parts a call of `items` items touching `work` elements in all is split into:
- * 1 (inline) for small work, at most kite_ctx_num_threads(ctx). */
+/* How many threads a call of `items` items touching `work` elements in all uses: 1 (inline)
+ * for small work, at most kite_ctx_num_threads(ctx) and items. */
 int cpu_parallel_parts(const kite_ctx *ctx, int64_t items, int64_t work);
-/* Runs fn over [0, items) in `parts` parts and returns when all are done. Another call already
+/* Runs fn over [0, items) on `parts` threads and returns when all is done. Another call already
  * using the pool (a second ctx on another thread) makes this one run inline. */
 void cpu_parallel_run(int parts, int64_t items, cpu_task_fn fn, const void *job);
 
-/* Elementwise ops cut each row into `blocks` column ranges when there are fewer rows than
- * threads (decode: one row of 14336), so items are (row, column block) pairs. */
+/* Elementwise ops cut each row into `blocks` column ranges when there are too few rows to
+ * share out (decode: one row of 14336), so items are (row, column block) pairs. */
 typedef struct cpu_grid {
   int64_t rows, cols, blocks, block_cols, items;
 } cpu_grid;

@@ -92,7 +92,8 @@ const kite_kernel cpu_gemm_kernels[] = {
           "int8: 6x16 VPMADDWD on int16 pairs, int32 exact; e4m3: f32 panels + FMA"),
     ENTRY(KITE_OP_LINEAR, "avx512bf16", 40, CPU_ISA_AVX512BF16,
           "avx512f,avx512bw,avx512vl,avx512dq,avx512_bf16,fma,f16c", supports_bf16,
-          cpu_linear_avx512bf16, "bf16 pairs packed, 8x32 VDPBF16PS micro-kernel (bf16 only)"),
+          cpu_linear_avx512bf16,
+          "bf16 pairs packed, 8x32 VDPBF16PS micro-kernel (bf16 only); M <= 16: the GEMV"),
 #endif
 #if defined(KITE_HAVE_OPENBLAS)
     ENTRY(KITE_OP_LINEAR, "openblas", 15, 0, "", supports_openblas, cpu_linear_openblas,

@@ -16,6 +16,9 @@
 extern const kite_kernel cpu_gemm_kernels[];
 extern const size_t cpu_gemm_num_kernels;
 
+/* linear with at most this many rows streams the weights (GEMV) instead of packing them. */
+#define CPU_GEMV_MAX_M 16
+
 #if defined(__x86_64__)
 kite_status cpu_linear_avx2(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status cpu_group_gemm_avx2(const kite_kernel *k, kite_ctx *ctx, const void *args);

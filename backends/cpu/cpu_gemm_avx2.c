@@ -33,11 +33,9 @@
 #define KC2 256 /* int8: int16 pairs per block (512 values) */
 #define MC 144  /* x rows per packed block (multiple of MR): 144 KB in L2 */
 #define NC 1024 /* w rows per packed block (multiple of NR) */
-#define GEMV_MAX_M 16
-#define GEMV_NB 4      /* weight rows per GEMV tile */
-#define GEMV_KB 1024   /* depth of a widened weight block: 4 rows of f32, 16 KB, in L1 */
-#define GEMV_PAD 16    /* floats added to GEMV row strides: off 4 KB multiples */
-#define GEMV_WIDEN_M 8 /* beyond this many x rows, weight rows are widened to f32 once */
+#define GEMV_MAX_M CPU_GEMV_MAX_M
+#define GEMV_NB 4   /* weight rows per GEMV tile */
+#define GEMV_PAD 16 /* floats added to xf's row stride: rows off 4 KB multiples (L1 sets) */
 #define ALIGN 64
 
 #define INLINE static inline __attribute__((always_inline))
@@ -459,7 +457,7 @@ static void gemm_run(gemm *g, int parts, char *scratch) {
 
 /* ---- GEMV: few rows against streamed weights -------------------------------------------------
  * xf holds the x rows as f32 (row stride ldx); w rows are read once, GEMV_NB at a time, and each
- * such block meets every x row, up to 4 rows at a time, while it sits in L1/L2.
+ * such block meets every x row, 2 rows at a time, while it sits in L1/L2.
  * acc[i][j]: x row i . w row j, 8 lanes, reduced across lanes once at the end. */
 typedef struct gemv {
   int64_t m, n, k;
@@ -472,17 +470,16 @@ typedef struct gemv {
   const void *bias;
 } gemv;
 
-/* x rows [mb] . weight rows [nb], both compile-time constants here: mb * nb accumulators, nb
- * weight vectors and one x vector stay in the 16 ymm registers. */
+/* x rows [mb] . weight rows [nb] (compile-time constants at every call). */
 INLINE void gemv_tile(kite_dtype t, int mb, int nb, const float *const *x, const char *const *w,
                       int64_t k1, vf *psum) {
-  vf acc[4][4];
+  vf acc[2][GEMV_NB];
   for (int i = 0; i < mb; i++)
     for (int j = 0; j < nb; j++) acc[i][j] = _mm256_setzero_ps();
   const int64_t es = esize(t);
   int64_t k = 0;
   for (; k + 8 <= k1; k += 8) {
-    vf wv[4];
+    vf wv[GEMV_NB];
     for (int j = 0; j < nb; j++) wv[j] = load8(t, w[j] + k * es);
     for (int i = 0; i < mb; i++) {
       const vf xv = _mm256_loadu_ps(x[i] + k);
@@ -491,7 +488,7 @@ INLINE void gemv_tile(kite_dtype t, int mb, int nb, const float *const *x, const
   }
   if (k < k1) {
     const int64_t r = k1 - k;
-    vf wv[4];
+    vf wv[GEMV_NB];
     for (int j = 0; j < nb; j++) wv[j] = load_part(t, w[j] + k * es, r);
     for (int i = 0; i < mb; i++) {
       const vf xv = load_part(KITE_DTYPE_F32, x[i] + k, r);
@@ -503,79 +500,38 @@ INLINE void gemv_tile(kite_dtype t, int mb, int nb, const float *const *x, const
       psum[i * GEMV_NB + j] = _mm256_add_ps(psum[i * GEMV_NB + j], acc[i][j]);
 }
 
-/* Tiles: 1 or 2 x rows against 4 weight rows (a single x row needs 4 independent FMA chains);
- * 3 or 4 x rows against 2 weight rows, so each weight vector is widened once per 4 x rows. */
+/* Tiles of 2 x rows (1 for an odd last one) against GEMV_NB = 4 weight rows: 8 accumulators,
+ * 4 weight vectors and 1 x vector in the 16 ymm registers, 4 independent FMA chains per x row.
+ * Each pair of x rows reads the 4 weight rows again, from L1/L2 after the first pair. */
 INLINE void gemv_tiles(kite_dtype t, int64_t m, const float *xf, int64_t ldx, const char *const *w,
                        int64_t k1, vf *psum) {
-  const int64_t rows = m <= 2 ? 2 : 4;
-  for (int64_t i0 = 0; i0 < m; i0 += rows) {
-    const int64_t mb = MIN(rows, m - i0);
-    const float *x[4];
-    for (int i = 0; i < 4; i++) x[i] = xf + (i0 + (i < mb ? i : 0)) * ldx;
-    vf *ps = psum + i0 * GEMV_NB;
-    switch (m <= 2 ? mb : 2 + mb) {
-    case 1:
-      gemv_tile(t, 1, 4, x, w, k1, ps);
-      break;
-    case 2:
-      gemv_tile(t, 2, 4, x, w, k1, ps);
-      break;
-    case 3:
-      gemv_tile(t, 1, 2, x, w, k1, ps), gemv_tile(t, 1, 2, x, w + 2, k1, ps + 2);
-      break;
-    case 4:
-      gemv_tile(t, 2, 2, x, w, k1, ps), gemv_tile(t, 2, 2, x, w + 2, k1, ps + 2);
-      break;
-    case 5:
-      gemv_tile(t, 3, 2, x, w, k1, ps), gemv_tile(t, 3, 2, x, w + 2, k1, ps + 2);
-      break;
-    default:
-      gemv_tile(t, 4, 2, x, w, k1, ps), gemv_tile(t, 4, 2, x, w + 2, k1, ps + 2);
-      break;
-    }
+  for (int64_t i0 = 0; i0 < m; i0 += 2) {
+    const float *x[2] = {xf + i0 * ldx, xf + (i0 + 1 < m ? i0 + 1 : i0) * ldx};
+    if (i0 + 1 < m)
+      gemv_tile(t, 2, GEMV_NB, x, w, k1, psum + i0 * GEMV_NB);
+    else
+      gemv_tile(t, 1, GEMV_NB, x, w, k1, psum + i0 * GEMV_NB);
   }
 }
 
-/* Beyond GEMV_WIDEN_M x rows, 16-bit weight rows are widened once per K block into an f32 buffer
- * that every group of x rows then reads from L1, instead of widening them again per group. Rows
- * of that buffer, like those of xf, are padded off multiples of 4 KB so that the streams do not
- * all fall into the same L1 sets. */
 static void gemv_task(const void *job, int64_t begin, int64_t end, int part) {
   const gemv *g = job;
-  const bool widen = g->m > GEMV_WIDEN_M && g->w.t != KITE_DTYPE_F32;
-  const int64_t kb = widen ? GEMV_KB : g->k, es = esize(g->w.t);
   vf psum[GEMV_MAX_M * GEMV_NB];
-  float wbuf[GEMV_NB][GEMV_KB + GEMV_PAD] __attribute__((aligned(64)));
   for (int64_t blk = begin; blk < end; blk++) {
     const int64_t n0 = blk * GEMV_NB, nb = MIN(GEMV_NB, g->n - n0);
-    const char *wrow[GEMV_NB];
-    for (int j = 0; j < GEMV_NB; j++) wrow[j] = src_row(&g->w, n0 + (j < nb ? j : 0));
+    const char *w[GEMV_NB];
+    for (int j = 0; j < GEMV_NB; j++) w[j] = src_row(&g->w, n0 + (j < nb ? j : 0));
     for (int64_t i = 0; i < g->m * GEMV_NB; i++) psum[i] = _mm256_setzero_ps();
-    for (int64_t k0 = 0; k0 < g->k; k0 += kb) {
-      const int64_t k1 = MIN(kb, g->k - k0);
-      const char *w[GEMV_NB];
-      for (int j = 0; j < GEMV_NB; j++) {
-        w[j] = wrow[j] + k0 * es;
-        if (!widen) continue;
-        for (int64_t k = 0; k < k1; k += 8) {
-          const int64_t r = MIN(8, k1 - k);
-          _mm256_store_ps(wbuf[j] + k, r == 8 ? load8(g->w.t, w[j] + k * es)
-                                              : load_part(g->w.t, w[j] + k * es, r));
-        }
-        w[j] = (const char *)wbuf[j];
-      }
-      const float *xf = g->xf + k0;
-      switch (widen ? KITE_DTYPE_F32 : g->w.t) {
-      case KITE_DTYPE_BF16:
-        gemv_tiles(KITE_DTYPE_BF16, g->m, xf, g->ldx, w, k1, psum);
-        break;
-      case KITE_DTYPE_F16:
-        gemv_tiles(KITE_DTYPE_F16, g->m, xf, g->ldx, w, k1, psum);
-        break;
-      default:
-        gemv_tiles(KITE_DTYPE_F32, g->m, xf, g->ldx, w, k1, psum);
-        break;
-      }
+    switch (g->w.t) {
+    case KITE_DTYPE_BF16:
+      gemv_tiles(KITE_DTYPE_BF16, g->m, g->xf, g->ldx, w, g->k, psum);
+      break;
+    case KITE_DTYPE_F16:
+      gemv_tiles(KITE_DTYPE_F16, g->m, g->xf, g->ldx, w, g->k, psum);
+      break;
+    default:
+      gemv_tiles(KITE_DTYPE_F32, g->m, g->xf, g->ldx, w, g->k, psum);
+      break;
     }
     for (int64_t i = 0; i < g->m; i++)
       for (int64_t j = 0; j < nb; j++) {

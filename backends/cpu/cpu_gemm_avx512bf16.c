@@ -128,6 +128,10 @@ kite_status cpu_linear_avx512bf16(const kite_kernel *k, kite_ctx *ctx, const voi
   const kite_linear_args *a = args;
   if (a->dtype != KITE_DTYPE_BF16)
     return kite_set_error(KITE_ERR_UNSUPPORTED, "linear: cpu.avx512bf16: bf16 only");
+  /* Few rows are bound by reading w, not by multiplies: packing w into pairs would only add a
+   * pass over it, so they take the weight-streaming GEMV (AVX2 code, present on every AVX-512
+   * CPU). */
+  if (a->m <= CPU_GEMV_MAX_M) return cpu_linear_avx2(k, ctx, args);
   bgemm g = {.m = a->m,
              .n = a->n,
              .k = a->k,

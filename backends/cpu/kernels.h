@@ -21,15 +21,17 @@
 /* Runs STMT once per chunk [i, i + m) of [0, n), m <= VL: a first chunk of `head` (1..VL)
  * elements when head < VL (so that streaming stores then start vector-aligned), the full chunks,
  * then the tail. In full chunks m is the constant VL, so loads and stores compile to single
- * instructions; the head and the tail share the one partial-chunk copy of STMT. STMT is one
- * statement, usually a call to an always-inline chunk function. */
+ * instructions; the head and the tail share the one partial-chunk copy of STMT. With
+ * CPU_VEC_UNROLL2 full chunks go by pairs: two independent dependency chains side by side let
+ * the core overlap more of the long ones (exp, division). STMT is one statement, usually a call
+ * to an always-inline chunk function. */
 #define CPU_ROW(i, m, n, head, STMT)                                                               \
   do {                                                                                             \
     const int64_t n_ = (n);                                                                        \
     int64_t i_ = 0, m_ = (head) < n_ ? (head) : n_; /* the next partial chunk, VL for none */      \
     while (i_ < n_) {                                                                              \
       if (m_ >= VL) {                                                                              \
-        for (; i_ + 2 * VL <= n_; i_ += 2 * VL) {                                                  \
+        for (; CPU_VEC_UNROLL2 && i_ + 2 * VL <= n_; i_ += 2 * VL) {                               \
           {                                                                                        \
             const int64_t i = i_, m = VL;                                                          \
             STMT;                                                                                  \

@@ -27,57 +27,89 @@ CPU_INLINE bool act_is_gated(kite_op op) {
          op == KITE_OP_GELU_TANH_AND_MUL;
 }
 
-CPU_INLINE vf act_eval(kite_op op, vf x) {
-  const vf one = vf_set1(1.0f), zero = vf_set1(0.0f);
+/* The transcendental part of act: 1 + e^-k for the sigmoid types, Phi for gelu. */
+CPU_INLINE vf act_inner(kite_op op, vf x) {
   switch (op) {
   case KITE_OP_SILU:
   case KITE_OP_SILU_AND_MUL:
-    return vf_div_pos(x, vf_add(one, vf_exp(vf_sub(zero, x))));
+    return vf_one_plus_exp(vf_neg(x));
   case KITE_OP_GELU_QUICK:
-    return vf_div_pos(x, vf_add(one, vf_exp(vf_mul(x, vf_set1(-1.702f)))));
+    return vf_one_plus_exp(vf_mul(x, vf_set1(-1.702f)));
   case KITE_OP_GELU_TANH:
   case KITE_OP_GELU_TANH_AND_MUL: {
     /* -2u = x (c0 + c1 x^2), c0 = -2 sqrt(2/pi), c1 = 0.044715 c0 */
     const vf minus_2u =
         vf_mul(x, vf_fma(vf_mul(x, x), vf_set1(-0.0713548162726f), vf_set1(-1.5957691216057f)));
-    return vf_div_pos(x, vf_add(one, vf_exp(minus_2u)));
+    return vf_one_plus_exp(minus_2u);
   }
   case KITE_OP_GELU:
   case KITE_OP_GELU_AND_MUL:
-    return vf_mul(x, vf_normal_cdf(x));
+    return vf_normal_cdf(x);
   default:
-    return vf_max(zero, x); /* relu; NaN stays NaN */
+    return vf_max(vf_set1(0.0f), x); /* relu; NaN stays NaN */
   }
 }
 
-CPU_INLINE void act_chunk(kite_dtype t, kite_op op, float limit, const char *x, const char *up,
-                          char *y, int64_t i, int64_t m, bool stream) {
-  vf v = vf_load(t, x, i, m);
+/* act(x) from x and act_inner(x). */
+CPU_INLINE vf act_outer(kite_op op, vf x, vf inner) {
+  switch (op) {
+  case KITE_OP_GELU:
+  case KITE_OP_GELU_AND_MUL:
+    return vf_mul(x, inner);
+  case KITE_OP_RELU:
+    return inner;
+  default:
+    return vf_div_pos(x, inner);
+  }
+}
+
+/* The gate, clamped to <= limit when the gated op has one. */
+CPU_INLINE vf act_gate(kite_dtype t, kite_op op, float limit, const char *x, int64_t i, int64_t m) {
+  const vf v = vf_load(t, x, i, m);
+  return act_is_gated(op) && limit > 0 ? vf_min(vf_set1(limit), v) : v;
+}
+
+CPU_INLINE void act_inner_chunk(kite_dtype t, kite_op op, float limit, const char *x, float *inner,
+                                int64_t i, int64_t m) {
+  vf_store(KITE_DTYPE_F32, inner, i, act_inner(op, act_gate(t, op, limit, x, i, m)), m, false);
+}
+
+CPU_INLINE void act_outer_chunk(kite_dtype t, kite_op op, float limit, const char *x,
+                                const char *up, const float *inner, char *y, int64_t i, int64_t m,
+                                bool stream) {
+  vf v = act_outer(op, act_gate(t, op, limit, x, i, m), vf_load(KITE_DTYPE_F32, inner, i, m));
   if (act_is_gated(op)) {
     vf u = vf_load(t, up, i, m);
-    if (limit > 0) {
-      const vf hi = vf_set1(limit), lo = vf_set1(-limit);
-      v = vf_min(hi, v);
-      u = vf_max(lo, vf_min(hi, u));
-    }
-    v = vf_mul(act_eval(op, v), u);
-  } else {
-    v = act_eval(op, v);
+    if (limit > 0) u = vf_max(vf_set1(-limit), vf_min(vf_set1(limit), u));
+    v = vf_mul(v, u);
   }
   vf_store(t, y, i, v, m, stream);
 }
 
-/* Columns [c0, c1) of row r. */
+/* Columns [c0, c1) of row r, in blocks of ACT_BLOCK: the first pass leaves act_inner of the block
+ * in an L1 buffer, the second finishes. Two short dependency chains instead of one long one
+ * (exp, then the division) let the core overlap more vectors: 25% faster for silu on Zen 3. The
+ * first block is the streaming head when there is one, so later blocks start aligned. */
+#define ACT_BLOCK (8 * VL)
+
 CPU_INLINE void act_block(kite_dtype t, kite_op op, const act_job *j, int64_t r, int64_t c0,
                           int64_t c1) {
-  const int64_t es = cpu_esize(t);
+  const int64_t es = cpu_esize(t), n = c1 - c0;
   const char *x = cpu_row(j->x, j->x_stride, r, es) + c0 * es;
   const char *up = act_is_gated(op) ? cpu_row(j->up, j->x_stride, r, es) + c0 * es : NULL;
   char *y = cpu_row(j->y, j->y_stride, r, es) + c0 * es;
   const float limit = j->limit; /* a local: stores through y could alias *j for the compiler */
   bool stream = j->stream;
   const int64_t head = cpu_stream_head(t, y, &stream);
-  CPU_ROW(i, m, c1 - c0, head, act_chunk(t, op, limit, x, up, y, i, m, stream));
+  float inner[ACT_BLOCK];
+  for (int64_t b0 = 0, len; b0 < n; b0 += len) {
+    len = b0 == 0 && head < VL ? head : ACT_BLOCK;
+    if (len > n - b0) len = n - b0;
+    const char *xb = x + b0 * es, *ub = up ? up + b0 * es : NULL;
+    char *yb = y + b0 * es;
+    CPU_ROW(i, m, len, VL, act_inner_chunk(t, op, limit, xb, inner, i, m));
+    CPU_ROW(i, m, len, VL, act_outer_chunk(t, op, limit, xb, ub, inner, yb, i, m, stream));
+  }
 }
 
 CPU_INLINE void act_items(kite_dtype t, kite_op op, const act_job *j, int64_t begin, int64_t end) {
@@ -93,7 +125,7 @@ CPU_INLINE void act_items(kite_dtype t, kite_op op, const act_job *j, int64_t be
     CPU_WITH_DTYPE(j->dtype, act_items, op, j, begin, end);                                        \
     break
 
-static void act_task(const void *job, int64_t begin, int64_t end, int part) {
+static void act_task(const void *job, int64_t begin, int64_t end, int slot) {
   const act_job *j = job;
   switch (j->op) {
     ACT_CASE(KITE_OP_SILU);

@@ -4,18 +4,20 @@
  * and cpu_attention_<isa>.c include their vec header, define CPU_ATTN_ISA (the suffix of their
  * run functions: cpu_attn_paged_avx2, ...) and include this file.
  *
- * Every op is a set of "rows" (one query of one q head each) that attend to the keys of one kv
- * head. A work item takes all the q heads that share a kv head (and, for prefill and sdpa, up to
- * ATT_ROWS of them across consecutive queries), so each K/V row is read once per kv head. Keys
- * come in tiles of at most ATT_KB rows that are contiguous in memory (a paged block, or a slab of
- * a dense k); for each tile:
- *   s = q.k  (rows x keys, ATT_RB x 2 register tiles, K converted to f32 in registers),
+ * Every op is a set of "rows" (one query of one q head each). The q heads that share a kv head
+ * attend together to that head's keys, so each K/V row is read once per kv head. Keys come in
+ * tiles of at most ATT_KB rows that are contiguous in memory (part of a paged block, or a slab of
+ * a dense k); for each tile and head group:
+ *   s = q.k  (ATT_RB rows x 2 keys register tiles, K converted to f32 in registers),
  *   softcap, masks, then the online softmax: m' = max(m, max s); acc *= e^(m - m'); l likewise;
- *   p = e^(s - m'); l += sum p;  acc += p V  (ATT_RB rows x 16 columns register tiles).
- * With more than ATT_RB rows, the K/V tile is first widened to f32 once instead of per row group.
- * Work items are claimed from an atomic counter, so ragged sequences balance across threads.
- * Decode with few (sequence, kv head) pairs splits each sequence's keys into chunks and merges
- * the chunks' (m, l, acc) by the log-sum-exp rule in a second pass.
+ *   p = e^(s - m'); l += sum p;  acc += p V  (ATT_RB rows x 2 vectors register tiles).
+ * With more than ATT_RB rows in a group, the K/V tile is first widened to f32 once instead of
+ * once per row group.
+ * Work items: decode, (sequence, key chunk) with every q head, walking each block through all its
+ * kv heads (long contiguous runs); prefill and sdpa, (tile of up to ATT_ROWS rows, kv head).
+ * Items are claimed from an atomic counter, so ragged sequences balance across threads. Decode
+ * with fewer than ~16 sequences per thread splits the keys into chunks and merges the chunks'
+ * (m, l, acc) by the log-sum-exp rule in a second pass.
  *
  * Indices read from the caller's memory are never trusted: seq_len is clamped to the block
  * table, block ids outside the cache make their keys absent, cu_q_lens is checked first.
@@ -79,7 +81,7 @@ struct att_job {
   int64_t items;
   atomic_llong *next;    /* the next unclaimed item */
   int64_t splits, chunk; /* decode: key chunks per sequence and their length */
-  float *partial;        /* decode with splits > 1: per item G x (m, l, acc[Dp]) */
+  float *partial;        /* decode with splits > 1: per item hq x (m, l, acc[Dp]) */
   const int64_t *tiles;  /* prefill/sdpa: (batch, first query, queries) per tile */
   char *scratch;         /* per thread part: scratch_bytes each */
   size_t scratch_bytes;
@@ -150,7 +152,7 @@ static inline void att_visible(const att_job *j, int64_t pos, int64_t len, int c
 
 /* The sums of a[0..7] (VL = 8) as one vector, by a transpose of pairwise adds: cheaper than
  * eight separate horizontal reductions. */
-#if defined(__AVX2__) && !defined(KITE_CPU_VEC_SCALAR_H)
+#if defined(__AVX2__) && !defined(KITE_CPU_VEC_SCALAR_H) && VL == 8
 #define ATT_HSUM8 1
 CPU_INLINE __m256 att_hsum8(const __m256 *a) {
   const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
@@ -399,8 +401,8 @@ static void att_tile(const att_job *j, att_rows *R, int64_t rb, int64_t re, int6
  * runs, where one head at a time would jump to another page every bs * D elements. */
 /* Reads one byte of every page of heads g0 .. g0 + ng of block blk, some blocks ahead of the one
  * being computed. Blocks are scattered, so each new page would otherwise start with a TLB miss
- * and a cold stream; the hardware drops prefetches that miss the TLB, while a load walks the page
- * tables and lets the streams that follow run ahead. */
+ * and a cold stream. Where this was measured (4 KB pages), software prefetches of such pages did
+ * not help, while a load, which walks the page tables, did. */
 static inline void att_touch_block(const kite_paged_attn_args *a, int64_t blk, int64_t g0,
                                    int64_t ng, int64_t row) {
   if (blk < 0 || blk >= a->num_blocks) return;
@@ -624,6 +626,12 @@ static kite_status att_workspace(kite_ctx *ctx, att_job *j, int parts, size_t ex
   return KITE_OK;
 }
 
+/* Elements a call touches, for cpu_parallel_parts; computed in double, as the product of valid
+ * sizes can pass int64. */
+static int64_t att_work(double elements) {
+  return elements < 1e18 ? (int64_t)elements : (int64_t)1e18;
+}
+
 static void att_job_init(att_job *j, kite_dtype t, const kite_attn_opts *opts, int64_t hq,
                          int64_t hkv, int64_t D) {
   memset(j, 0, sizeof *j);
@@ -643,19 +651,21 @@ kite_status ATT_EXPORT(cpu_attn_paged_)(const kite_kernel *k, kite_ctx *ctx, con
   const int threads = kite_ctx_num_threads(ctx);
   int64_t keys = 0; /* keys read per kv head, for the thread count */
   for (int64_t b = 0; b < a->batch; b++) keys += att_seq_len(a, b);
-  const int64_t work = (keys + a->tokens) * a->hkv * j.D * (prefill ? j.G : 2);
+  const int64_t work =
+      att_work(((double)keys + (double)a->tokens) * (double)(a->hkv * j.D * (prefill ? j.G : 2)));
   void *extra;
   kite_status s;
 
   if (!prefill) {
-    /* Fewer sequences than about 4 per thread: split the keys into chunks of whole blocks, at
-     * least 256 keys, merged afterwards. */
+    /* Fewer sequences than about 16 per thread: split the keys into chunks of whole blocks, at
+     * least 256 keys, merged afterwards. Many items per thread let the claiming even out ragged
+     * lengths and threads that the OS preempts; a merge costs about one chunk row per head. */
     int64_t max_len = 0;
     for (int64_t b = 0; b < a->batch; b++)
       max_len = att_seq_len(a, b) > max_len ? att_seq_len(a, b) : max_len;
     j.splits = 1, j.chunk = max_len > 0 ? max_len : 1;
-    if (threads > 1 && a->batch < 4 * threads && max_len > 256) {
-      int64_t want = (4 * threads + a->batch - 1) / a->batch, chunk = (max_len + want - 1) / want;
+    if (threads > 1 && a->batch < 16 * threads && max_len > 256) {
+      int64_t want = (16 * threads + a->batch - 1) / a->batch, chunk = (max_len + want - 1) / want;
       if (chunk < 256) chunk = 256;
       chunk = (chunk + a->block_size - 1) / a->block_size * a->block_size;
       j.chunk = chunk, j.splits = (max_len + chunk - 1) / chunk;
@@ -668,7 +678,7 @@ kite_status ATT_EXPORT(cpu_attn_paged_)(const kite_kernel *k, kite_ctx *ctx, con
     att_run_items(&j, parts);
     if (j.splits > 1) {
       j.item = att_merge_item, j.items = a->batch;
-      att_run_items(&j, cpu_parallel_parts(ctx, a->batch, a->batch * j.splits * j.hq * j.Dp));
+      att_run_items(&j, cpu_parallel_parts(ctx, a->batch, (int64_t)(partial / 4)));
     }
     return KITE_OK;
   }
@@ -711,7 +721,9 @@ kite_status ATT_EXPORT(cpu_attn_sdpa_)(const kite_kernel *k, kite_ctx *ctx, cons
   const int64_t qt = j.G >= ATT_ROWS ? 1 : ATT_ROWS / j.G;
   const int64_t per_b = (a->sq + qt - 1) / qt, ntiles = a->batch * per_b;
   j.items = ntiles * a->hkv, j.item = att_sdpa_item, j.rows_max = qt * j.G;
-  const int parts = cpu_parallel_parts(ctx, j.items, a->batch * a->hq * a->sq * a->sk * j.D);
+  const int parts = cpu_parallel_parts(
+      ctx, j.items,
+      att_work((double)a->batch * (double)a->hq * (double)a->sq * (double)a->sk * j.D));
   void *extra;
   kite_status s = att_workspace(ctx, &j, parts, (size_t)ntiles * 3 * 8, &extra, "sdpa");
   if (s != KITE_OK) return s;

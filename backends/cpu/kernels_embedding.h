@@ -11,7 +11,7 @@ typedef struct embedding_job {
   cpu_grid grid;
 } embedding_job;
 
-static void embedding_task(const void *job, int64_t begin, int64_t end, int part) {
+static void embedding_task(const void *job, int64_t begin, int64_t end, int slot) {
   const embedding_job *j = job;
   const kite_embedding_args *a = j->a;
   for (int64_t it = begin; it < end; it++) {

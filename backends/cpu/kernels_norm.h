@@ -79,7 +79,7 @@ CPU_INLINE void norm_rows(kite_dtype t, bool rms, bool add, kite_norm_pos pos, c
 #define NORM_KIND(rms, add, pos)                                                                   \
   CPU_WITH_DTYPE(j->a->dtype, norm_rows, rms, add, pos, j, begin, end)
 
-static void norm_task(const void *job, int64_t begin, int64_t end, int part) {
+static void norm_task(const void *job, int64_t begin, int64_t end, int slot) {
   const norm_job *j = job;
   const bool pre = j->a->pos == KITE_NORM_PRE;
   switch (j->a->op) {

@@ -58,7 +58,7 @@ CPU_INLINE void rope_tokens(kite_dtype t, const kite_rope_args *a, int64_t begin
   }
 }
 
-static void rope_task(const void *job, int64_t begin, int64_t end, int part) {
+static void rope_task(const void *job, int64_t begin, int64_t end, int slot) {
   const kite_rope_args *a = job;
   CPU_WITH_DTYPE(a->dtype, rope_tokens, a, begin, end);
 }

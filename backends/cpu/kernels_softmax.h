@@ -10,7 +10,7 @@
 
 typedef struct softmax_job {
   const kite_softmax_args *a;
-  float *scratch; /* [parts, cols] */
+  float *scratch; /* [threads, cols] */
   bool stream;
 } softmax_job;
 
@@ -47,9 +47,9 @@ CPU_INLINE void softmax_rows(kite_dtype t, const softmax_job *j, int64_t begin, 
   }
 }
 
-static void softmax_task(const void *job, int64_t begin, int64_t end, int part) {
+static void softmax_task(const void *job, int64_t begin, int64_t end, int slot) {
   const softmax_job *j = job;
-  float *e = j->scratch + (int64_t)part * j->a->cols;
+  float *e = j->scratch + (int64_t)slot * j->a->cols;
   CPU_WITH_DTYPE(j->a->dtype, softmax_rows, j, begin, end, e);
   if (j->stream) vf_stream_end();
 }

@@ -12,6 +12,7 @@
 #include "kite/backend.h"
 
 #define VL 8
+#define CPU_VEC_UNROLL2 1
 #define CPU_VEC_STREAMS 1
 #define CPU_INLINE static inline __attribute__((always_inline))
 
@@ -41,6 +42,9 @@ CPU_INLINE vf vf_fnma(vf a, vf b, vf c) {
 CPU_INLINE vf vf_rcp_est(vf a) {
   return _mm256_rcp_ps(a);
 } /* 12 bits */
+CPU_INLINE vf vf_neg(vf a) {
+  return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f));
+}
 CPU_INLINE vf vf_abs(vf a) {
   return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a);
 }

@@ -13,6 +13,7 @@
 #include "kite/backend.h"
 
 #define VL 16
+#define CPU_VEC_UNROLL2 1
 #define CPU_VEC_STREAMS 1
 #define CPU_INLINE static inline __attribute__((always_inline))
 
@@ -42,6 +43,10 @@ CPU_INLINE vf vf_fnma(vf a, vf b, vf c) {
 CPU_INLINE vf vf_rcp_est(vf a) {
   return _mm512_rcp14_ps(a);
 } /* 14 bits */
+CPU_INLINE vf vf_neg(vf a) {
+  return _mm512_castsi512_ps(
+      _mm512_xor_si512(_mm512_castps_si512(a), _mm512_set1_epi32((int)0x80000000u)));
+}
 CPU_INLINE vf vf_abs(vf a) {
   return _mm512_abs_ps(a);
 }

@@ -16,37 +16,50 @@
 #define VF_PAIR(x, c0, c1) vf_fma(x, vf_set1(c1), vf_set1(c0)) /* c0 + c1 x */
 
 /* a / b for b in [1, 2^126] (sigmoid's 1 + e^-x, erfc's 1 + 0.4 |x|) without the divider, which
- * takes 5 to 16 cycles per vector: from the reciprocal estimate r, q1 = a r (1 + e) with
- * e = 1 - b r (relative error e^2, about 1e-7), then one correction q1 + r (a - b q1): about
- * 0.5 ulp. 2^126 < b gives 0 (the estimate flushes to 0). */
+ * takes 5 to 16 cycles per vector: from the reciprocal estimate r and e = 1 - b r (|e| < 4e-4),
+ * a / b = a r / (1 - e) = a r (1 + e + e^2 + ...), kept to second order (e^3 < 1e-10): about
+ * 1 ulp, in a chain of four operations. 2^126 < b gives 0 (the estimate flushes to 0). */
 CPU_INLINE vf vf_div_pos(vf a, vf b) {
   const vf r = vf_rcp_est(b);
   const vf e = vf_fnma(b, r, vf_set1(1.0f)), q0 = vf_mul(a, r);
-  const vf q1 = vf_fma(q0, e, q0);
-  return vf_fma(vf_fnma(b, q1, a), r, q1);
+  return vf_fma(q0, vf_fma(e, e, e), q0);
 }
 
-/* e^x = 2^n e^r with n = round(x / ln2) and |r| <= ln2 / 2, where e^r = 1 + r q(r), q a degree 5
- * fit of expm1(r) / r (error 4e-9). n comes from adding 1.5 * 2^23 + 127: the sum rounds to an
- * integer, its low mantissa bits hold n + 127, and shifting them into the exponent field gives
- * 2^n. Results below 2^-126 (x < -87.33) flush to 0 (so exp(-inf) = 0); above x = 88.37
- * (n = 127) the result saturates near 2^127 instead of reaching inf, which no caller needs:
- * sigmoid only sees 1 / (1 + huge) there. NaN stays NaN. Within 1 ulp. */
-CPU_INLINE vf vf_exp(vf x) {
-  const vf lo = vf_set1(-87.33f), magic = vf_set1(12583039.0f); /* 1.5 * 2^23 + 127 */
-  const vf xc = vf_max(lo, vf_min(vf_set1(88.37f), x));
+/* e^x + c, the core of vf_exp and vf_one_plus_exp; x is clamped to [-87.33, 88.37], and results
+ * below 2^-126 are not flushed.
+ * e^x = 2^n e^r with n = round(x / ln2): n comes from adding 1.5 * 2^23 + 127, whose sum rounds
+ * to an integer and holds n + 127 in its low mantissa bits, which shifted into the exponent
+ * field give 2^n. e^r = 1 + r q(r), q a degree 5 fit of expm1(r) / r on |r| <= ln2 / 2 (error
+ * 4e-9). q is evaluated at r0 = x - n ln2_f, ln2_f the float nearest ln2, so that only one FMA
+ * precedes it; r = r0 + n (ln2_f - ln2), exact to f32, is formed beside the polynomial and used
+ * in its last step, where it counts (q's own argument error is 1e-8 relative). Within
+ * 1.5 ulp. */
+CPU_INLINE vf vm_exp_plus(vf x, vf c) {
+  const vf magic = vf_set1(12583039.0f); /* 1.5 * 2^23 + 127 */
+  const vf xc = vf_max(vf_set1(-87.33f), vf_min(vf_set1(88.37f), x));
   const vf k = vf_fma(xc, vf_set1(1.44269504089f), magic);
   const vf n = vf_sub(k, magic);
-  /* r = x - n ln2 with ln2 split in two (the high part has 9 trailing zero bits) */
-  vf r = vf_fma(n, vf_set1(-0.693145751953125f), xc);
-  r = vf_fma(n, vf_set1(-1.428606820309e-6f), r);
-  const vf r2 = vf_mul(r, r);
-  const vf q01 = VF_PAIR(r, 1.0000000108e+00f, 5.0000000135e-01f);
-  const vf q23 = VF_PAIR(r, 1.6666505260e-01f, 4.1666465006e-02f);
-  const vf q45 = VF_PAIR(r, 8.3691484909e-03f, 1.3933641032e-03f);
+  const vf r0 = vf_fma(n, vf_set1(-0.693147182464599609375f), xc);
+  const vf r = vf_fma(n, vf_set1(1.904654299957768e-09f), r0);
+  const vf r2 = vf_mul(r0, r0);
+  const vf q01 = VF_PAIR(r0, 1.0000000108e+00f, 5.0000000135e-01f);
+  const vf q23 = VF_PAIR(r0, 1.6666505260e-01f, 4.1666465006e-02f);
+  const vf q45 = VF_PAIR(r0, 8.3691484909e-03f, 1.3933641032e-03f);
   const vf q = vf_fma(vf_mul(r2, r2), q45, vf_fma(r2, q23, q01));
-  const vf e = vf_mul(vf_fma(r, q, vf_set1(1.0f)), vf_bits_shl23(k));
-  return vf_lt_select(x, lo, vf_set1(0.0f), e);
+  return vf_fma(vf_fma(r, q, vf_set1(1.0f)), vf_bits_shl23(k), c);
+}
+
+/* e^x. Below 2^-126 (x < -87.33) the result flushes to 0, so exp(-inf) = 0; above x = 88.37
+ * (n = 127) it saturates near 2^127 instead of reaching inf, which no caller needs. NaN stays
+ * NaN. */
+CPU_INLINE vf vf_exp(vf x) {
+  const vf lo = vf_set1(-87.33f), zero = vf_set1(0.0f);
+  return vf_lt_select(x, lo, zero, vm_exp_plus(x, zero));
+}
+
+/* 1 + e^x, sigmoid's denominator, with the add fused into exp's last step. */
+CPU_INLINE vf vf_one_plus_exp(vf x) {
+  return vm_exp_plus(x, vf_set1(1.0f));
 }
 
 /* erfc(a) = t exp(-a^2 + P(t - 0.6)) for a = |x|, t = 1 / (1 + 0.4 a), with P a degree 9 fit

@@ -3,7 +3,7 @@
  *
  * Every ISA header (this one, vec_avx2.h, vec_avx512.h) provides the same names:
  *   VL                     lanes of a vf (a vector of floats)
- *   vf_set1 add sub mul div fma(a, b, c) = a * b + c, abs
+ *   vf_set1 add sub mul div fma(a, b, c) = a * b + c, neg (a sign flip), abs
  *   vf_min(a, b) vf_max(a, b)      x86 rule: b when either is NaN (put the data in b to keep NaN)
  *   vf_lt_select(a, b, x, y)       lane-wise a < b ? x : y
  *   vf_tail(v, m, fill)            lanes >= m replaced by fill (identity when m >= VL)
@@ -15,9 +15,11 @@
  *   vf_round_to(t, v)              v rounded to t and back, what a store then a load would give
  *   vf_exp, vf_erfc                accurate to a few ulp of f32 (vec_math.h gives the figures)
  *   vf_normal_cdf(x)               Phi(x) = (1 + erf(x / sqrt 2)) / 2, for gelu
+ *   vf_one_plus_exp(x)             1 + e^x, sigmoid's denominator
  *   vf_div_pos(a, b)               a / b for b in [1, 2^126], within about 1 ulp
  *   vf_stream_end()                orders streaming stores before a task reports completion
  *   CPU_VEC_STREAMS                1 when streaming stores exist
+ *   CPU_VEC_UNROLL2                1 to walk full chunks by pairs (CPU_ROW)
  *
  * Here a vf is a struct of 8 floats and every operation a loop over lanes: plain C that the
  * compiler turns into whatever vectors the target has, and that runs anywhere. exp and erfc are
@@ -31,6 +33,7 @@
 #include "kite/dtype.h"
 
 #define VL 8
+#define CPU_VEC_UNROLL2 0
 #define CPU_VEC_STREAMS 0
 #define CPU_INLINE static inline __attribute__((always_inline))
 
@@ -65,6 +68,9 @@ CPU_INLINE vf vf_div_pos(vf a, vf b) {
 CPU_INLINE vf vf_fma(vf a, vf b, vf c) {
   VF_MAP(a.v[l] * b.v[l] + c.v[l]);
 }
+CPU_INLINE vf vf_neg(vf a) {
+  VF_MAP(-a.v[l]);
+}
 CPU_INLINE vf vf_abs(vf a) {
   VF_MAP(fabsf(a.v[l]));
 }
@@ -86,16 +92,43 @@ CPU_INLINE vf vf_swap_pairs(vf a) {
 CPU_INLINE vf vf_exp(vf a) {
   VF_MAP(expf(a.v[l]));
 }
+CPU_INLINE vf vf_one_plus_exp(vf a) {
+  VF_MAP(1.0f + expf(a.v[l]));
+}
 CPU_INLINE vf vf_erfc(vf a) {
   VF_MAP(erfcf(a.v[l]));
 }
 CPU_INLINE vf vf_normal_cdf(vf a) {
   VF_MAP(0.5f * erfcf(a.v[l] * -0.70710678118654752f));
 }
+/* The 16-bit conversions stay out of line: inlined, eight lanes of them into every kernel body
+ * and dtype, they made this file ten times the size of the AVX2 one for no speed. f32 stays
+ * inline, where the compiler turns the lane loops into vector code. */
+static __attribute__((noinline)) vf scalar_round16(kite_dtype t, vf a) {
+  VF_MAP(t == KITE_DTYPE_BF16 ? kite_bf16_to_f32(kite_f32_to_bf16(a.v[l]))
+                              : kite_f16_to_f32(kite_f32_to_f16(a.v[l])));
+}
+static __attribute__((noinline)) vf scalar_load16(kite_dtype t, const void *p, int64_t i,
+                                                  int64_t m) {
+  const uint16_t *h = (const uint16_t *)p + i;
+  vf r = vf_set1(0.0f);
+  if (m >= VL) /* full chunks in a loop the compiler can vectorize */
+    for (int l = 0; l < VL; l++)
+      r.v[l] = t == KITE_DTYPE_BF16 ? kite_bf16_to_f32(h[l]) : kite_f16_to_f32(h[l]);
+  else
+    for (int l = 0; l < m; l++)
+      r.v[l] = t == KITE_DTYPE_BF16 ? kite_bf16_to_f32(h[l]) : kite_f16_to_f32(h[l]);
+  return r;
+}
+static __attribute__((noinline)) void scalar_store16(kite_dtype t, void *p, int64_t i, vf v,
+                                                     int64_t m) {
+  uint16_t *h = (uint16_t *)p + i;
+  for (int l = 0; l < VL && l < m; l++)
+    h[l] = t == KITE_DTYPE_BF16 ? kite_f32_to_bf16(v.v[l]) : kite_f32_to_f16(v.v[l]);
+}
+
 CPU_INLINE vf vf_round_to(kite_dtype t, vf a) {
-  VF_MAP(t == KITE_DTYPE_BF16  ? kite_bf16_to_f32(kite_f32_to_bf16(a.v[l]))
-         : t == KITE_DTYPE_F16 ? kite_f16_to_f32(kite_f32_to_f16(a.v[l]))
-                               : a.v[l]);
+  return t == KITE_DTYPE_F32 ? a : scalar_round16(t, a);
 }
 
 CPU_INLINE float vf_reduce_add(vf a) {
@@ -112,11 +145,16 @@ CPU_INLINE float vf_reduce_max(vf a) {
 }
 
 CPU_INLINE vf vf_load(kite_dtype t, const void *p, int64_t i, int64_t m) {
-  VF_MAP(l < m ? kite_load_f32(t, p, i + l) : 0.0f);
+  if (t != KITE_DTYPE_F32) return scalar_load16(t, p, i, m);
+  VF_MAP(l < m ? ((const float *)p)[i + l] : 0.0f);
 }
 
 CPU_INLINE void vf_store(kite_dtype t, void *p, int64_t i, vf v, int64_t m, bool stream) {
-  for (int l = 0; l < VL && l < m; l++) kite_store_f32(t, p, i + l, v.v[l]);
+  if (t != KITE_DTYPE_F32) {
+    scalar_store16(t, p, i, v, m);
+    return;
+  }
+  for (int l = 0; l < VL && l < m; l++) ((float *)p)[i + l] = v.v[l];
 }
 
 CPU_INLINE void vf_stream_end(void) {}

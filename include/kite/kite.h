@@ -316,7 +316,8 @@ KITE_API kite_status kite_fused_moe(kite_ctx *ctx, const DLTensor *x, const DLTe
  * (KITE_DL_FLOAT8_E4M3FN), scales[M] f32 with scale = amax(|x row|) / qmax (qmax 127 for int8,
  * 448 for e4m3); q = clamp(round_nearest_even(x / scale), -qmax, qmax) (for e4m3: x / scale
  * rounded to the nearest e4m3 value, ties to even, saturating at +-448; NaN stays NaN). A zero
- * row gets scale 0 and q 0. */
+ * row gets scale 0 and q 0. The quotient x / scale is an f32 division on every backend, so codes
+ * agree bit for bit; amax ignores NaN, and a NaN becomes 0 in int8. */
 KITE_API kite_status kite_quant(kite_ctx *ctx, const DLTensor *x, DLTensor *q, DLTensor *scales);
 
 /* y[M, K] (float) = q[M, K] * scales[M]. */
