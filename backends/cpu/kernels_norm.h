@@ -5,16 +5,26 @@
  *   layer: y = (s - mean) * rstd * w + b, the variance taken around the mean in a second pass,
  *          which stays accurate when |mean| >> std where E[s^2] - mean^2 would not.
  * s is the row the norm sees: x, or x + residual in float (POST), or that sum rounded to the
- * dtype (PRE: the value the residual keeps). The residual is written in the output pass only,
- * and y may alias x: every chunk is read before it is written. Only a y that is not x streams:
- * a line that was just read is in cache already, and a streaming store to it would be slower.
+ * dtype (PRE: the value the residual keeps); the fused forms on 16-bit types keep it in an f32
+ * scratch row (per thread, from the ctx workspace) after the first pass. The residual is
+ * written in the output pass only, and y may alias x: every chunk is read before it is written.
+ * Only a y that is not x streams: a line that was just read is in cache already, and a
+ * streaming store to it would be slower.
  * Part of kernels.h.
  */
 
 typedef struct norm_job {
   const kite_norm_args *a;
+  float *scratch; /* [threads, cols]: the f32 row s of the norms that cache it, else NULL */
   bool stream;
 } norm_job;
+
+/* Whether a norm keeps s in the f32 scratch row: the fused forms on 16-bit types, which would
+ * otherwise redo the conversions, the add and PRE's rounding in every pass (30% of their time).
+ * Where s is x, or an f32 sum, reading it again costs less than the scratch traffic. */
+CPU_INLINE bool norm_caches(kite_dtype t, bool add) {
+  return add && t != KITE_DTYPE_F32;
+}
 
 CPU_INLINE vf norm_input(kite_dtype t, bool add, kite_norm_pos pos, const char *x, const char *res,
                          int64_t i, int64_t m) {
@@ -24,18 +34,34 @@ CPU_INLINE vf norm_input(kite_dtype t, bool add, kite_norm_pos pos, const char *
   return pos == KITE_NORM_PRE ? vf_round_to(t, sum) : sum;
 }
 
-/* (s - mean)^2, 0 past a partial chunk (where s is 0). rms passes mean = 0. */
+/* The first pass: s (kept in the scratch row when the norm caches it), returned for the sum. */
+CPU_INLINE vf norm_first(kite_dtype t, bool rms, bool add, kite_norm_pos pos, const char *x,
+                         const char *res, float *srow, int64_t i, int64_t m) {
+  const vf s = norm_input(t, add, pos, x, res, i, m);
+  if (norm_caches(t, add)) vf_store(KITE_DTYPE_F32, srow, i, s, m, false);
+  return rms ? vf_mul(s, s) : s;
+}
+
+/* s in the later passes. */
+CPU_INLINE vf norm_again(kite_dtype t, bool add, kite_norm_pos pos, const char *x, const char *res,
+                         const float *srow, int64_t i, int64_t m) {
+  return norm_caches(t, add) ? vf_load(KITE_DTYPE_F32, srow, i, m)
+                             : norm_input(t, add, pos, x, res, i, m);
+}
+
+/* (s - mean)^2, 0 past a partial chunk (where s is 0). */
 CPU_INLINE vf norm_dev_sq(kite_dtype t, bool add, kite_norm_pos pos, const char *x, const char *res,
-                          int64_t i, int64_t m, vf mean) {
-  const vf d = vf_tail(vf_sub(norm_input(t, add, pos, x, res, i, m), mean), m, 0.0f);
+                          const float *srow, int64_t i, int64_t m, vf mean) {
+  const vf s = norm_again(t, add, pos, x, res, srow, i, m);
+  const vf d = vf_tail(vf_sub(s, mean), m, 0.0f);
   return vf_mul(d, d);
 }
 
 /* The output chunk: y, and the residual for the fused forms (PRE keeps s, POST keeps y). */
 CPU_INLINE void norm_out(kite_dtype t, bool rms, bool add, kite_norm_pos pos, const char *x,
-                         char *res, const char *w, const char *b, char *y, vf offset, vf mean,
-                         vf rstd, int64_t i, int64_t m, bool stream) {
-  const vf s = norm_input(t, add, pos, x, res, i, m);
+                         char *res, const float *srow, const char *w, const char *b, char *y,
+                         vf offset, vf mean, vf rstd, int64_t i, int64_t m, bool stream) {
+  const vf s = norm_again(t, add, pos, x, res, srow, i, m);
   vf v = vf_mul(rms ? s : vf_sub(s, mean), rstd);
   if (w) v = vf_mul(v, rms ? vf_add(offset, vf_load(t, w, i, m)) : vf_load(t, w, i, m));
   if (!rms && b) v = vf_add(v, vf_load(t, b, i, m));
@@ -44,7 +70,7 @@ CPU_INLINE void norm_out(kite_dtype t, bool rms, bool add, kite_norm_pos pos, co
 }
 
 CPU_INLINE void norm_row(kite_dtype t, bool rms, bool add, kite_norm_pos pos, const norm_job *j,
-                         int64_t r) {
+                         float *srow, int64_t r) {
   const kite_norm_args *a = j->a;
   const int64_t n = a->cols, es = cpu_esize(t);
   const char *x = cpu_row(a->x, a->x_stride, r, es);
@@ -52,14 +78,11 @@ CPU_INLINE void norm_row(kite_dtype t, bool rms, bool add, kite_norm_pos pos, co
   char *y = cpu_row(a->y, a->y_stride, r, es);
 
   /* rms: mean(s^2); layer: the mean, then the mean squared deviation from it */
-  double mean = 0.0;
   vf acc;
-  if (!rms) {
-    CPU_ROW_SUM(acc, i, m, n, norm_input(t, add, pos, x, res, i, m));
-    mean = (double)vf_reduce_add(acc) / (double)n;
-  }
+  CPU_ROW_SUM(acc, i, m, n, norm_first(t, rms, add, pos, x, res, srow, i, m));
+  const double mean = rms ? 0.0 : (double)vf_reduce_add(acc) / (double)n;
   const vf mv = vf_set1((float)mean);
-  CPU_ROW_SUM(acc, i, m, n, norm_dev_sq(t, add, pos, x, res, i, m, mv));
+  if (!rms) CPU_ROW_SUM(acc, i, m, n, norm_dev_sq(t, add, pos, x, res, srow, i, m, mv));
   const double var = (double)vf_reduce_add(acc) / (double)n;
 
   const vf rstd = vf_set1((float)(1.0 / sqrt(var + (double)a->eps)));
@@ -68,19 +91,20 @@ CPU_INLINE void norm_row(kite_dtype t, bool rms, bool add, kite_norm_pos pos, co
   bool stream = j->stream;
   const int64_t head = cpu_stream_head(t, y, &stream);
   CPU_ROW(i, m, n, head,
-          norm_out(t, rms, add, pos, x, res, w, b, y, offset, mv, rstd, i, m, stream));
+          norm_out(t, rms, add, pos, x, res, srow, w, b, y, offset, mv, rstd, i, m, stream));
 }
 
 CPU_INLINE void norm_rows(kite_dtype t, bool rms, bool add, kite_norm_pos pos, const norm_job *j,
-                          int64_t begin, int64_t end) {
-  for (int64_t r = begin; r < end; r++) norm_row(t, rms, add, pos, j, r);
+                          float *srow, int64_t begin, int64_t end) {
+  for (int64_t r = begin; r < end; r++) norm_row(t, rms, add, pos, j, srow, r);
 }
 
 #define NORM_KIND(rms, add, pos)                                                                   \
-  CPU_WITH_DTYPE(j->a->dtype, norm_rows, rms, add, pos, j, begin, end)
+  CPU_WITH_DTYPE(j->a->dtype, norm_rows, rms, add, pos, j, srow, begin, end)
 
 static void norm_task(const void *job, int64_t begin, int64_t end, int slot) {
   const norm_job *j = job;
+  float *srow = j->scratch ? j->scratch + (int64_t)slot * j->a->cols : NULL;
   const bool pre = j->a->pos == KITE_NORM_PRE;
   switch (j->a->op) {
   case KITE_OP_RMS_NORM:
@@ -113,8 +137,19 @@ static kite_status norm_run(const kite_kernel *k, kite_ctx *ctx, const void *arg
   if (a->rows <= 0 || a->cols <= 0) return KITE_OK;
   const bool add = a->op == KITE_OP_ADD_RMS_NORM || a->op == KITE_OP_ADD_LAYER_NORM;
   const int64_t elems = a->rows * a->cols;
-  const norm_job j = {.a = a, .stream = a->y != a->x && cpu_streams(elems * cpu_esize(a->dtype))};
-  const int parts = cpu_parallel_parts(ctx, a->rows, elems * (add ? 4 : 2));
-  cpu_parallel_run(parts, a->rows, norm_task, &j);
+  const int threads = cpu_parallel_parts(ctx, a->rows, elems * (add ? 4 : 2));
+  void *scratch = NULL;
+  if (norm_caches(a->dtype, add)) {
+    if ((uint64_t)a->cols > SIZE_MAX / sizeof(float) / (uint64_t)threads)
+      return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "%s: cpu: rows of %lld are too long",
+                            kite_op_name(a->op), (long long)a->cols);
+    const size_t bytes = (size_t)threads * (size_t)a->cols * sizeof(float);
+    const kite_status s = kite_ctx_workspace(ctx, bytes, &scratch);
+    if (s != KITE_OK) return s;
+  }
+  const norm_job j = {.a = a,
+                      .scratch = scratch,
+                      .stream = a->y != a->x && cpu_streams(elems * cpu_esize(a->dtype))};
+  cpu_parallel_run(threads, a->rows, norm_task, &j);
   return KITE_OK;
 }
