@@ -19,6 +19,7 @@
 
 #include "kite/dtype.h"
 #include "kite/kite.h"
+#include "dtypes.h"
 
 static int g_pass, g_fail, g_skip;
 
@@ -45,21 +46,6 @@ static double rnd(void) { /* uniform in [0, 1), splitmix64 */
   return (double)((z ^ (z >> 31)) >> 11) / 9007199254740992.0;
 }
 
-static DLDataType dl_type(kite_dtype t) {
-  switch (t) {
-  case KITE_DTYPE_F16:
-    return (DLDataType){kDLFloat, 16, 1};
-  case KITE_DTYPE_BF16:
-    return (DLDataType){kDLBfloat, 16, 1};
-  case KITE_DTYPE_I32:
-    return (DLDataType){kDLInt, 32, 1};
-  case KITE_DTYPE_U8:
-    return (DLDataType){KITE_DL_BOOL, 8, 1};
-  default:
-    return (DLDataType){kDLFloat, 32, 1};
-  }
-}
-
 /* A DLTensor with its own shape and strides; used by pointer only (t points into it). */
 typedef struct tview {
   DLTensor t;
@@ -71,7 +57,8 @@ static DLTensor *tv(tview *v, void *data, kite_dtype dt, int ndim, const int64_t
   memset(v, 0, sizeof *v);
   memcpy(v->shape, shape, (size_t)ndim * sizeof *shape);
   if (strides) memcpy(v->strides, strides, (size_t)ndim * sizeof *strides);
-  v->t = (DLTensor){data, {kDLCPU, 0}, ndim, dl_type(dt), v->shape, strides ? v->strides : NULL, 0};
+  v->t = (DLTensor){
+      data, {kDLCPU, 0}, ndim, test_dl_type(dt), v->shape, strides ? v->strides : NULL, 0};
   return &v->t;
 }
 

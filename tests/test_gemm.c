@@ -18,6 +18,7 @@
 
 #include "kite/dtype.h"
 #include "kite/kite.h"
+#include "dtypes.h"
 
 #define GUARD 64
 #define MAX_TENSORS 8
@@ -34,23 +35,6 @@ static size_t esize(kite_dtype t) {
   return t == KITE_DTYPE_F32 || t == KITE_DTYPE_I32    ? 4
          : t == KITE_DTYPE_F16 || t == KITE_DTYPE_BF16 ? 2
                                                        : 1;
-}
-
-static DLDataType dl_type(kite_dtype t) {
-  switch (t) {
-  case KITE_DTYPE_F16:
-    return (DLDataType){kDLFloat, 16, 1};
-  case KITE_DTYPE_BF16:
-    return (DLDataType){kDLBfloat, 16, 1};
-  case KITE_DTYPE_I32:
-    return (DLDataType){kDLInt, 32, 1};
-  case KITE_DTYPE_I8:
-    return (DLDataType){kDLInt, 8, 1};
-  case KITE_DTYPE_FP8_E4M3:
-    return (DLDataType){KITE_DL_FLOAT8_E4M3FN, 8, 1};
-  default:
-    return (DLDataType){kDLFloat, 32, 1};
-  }
 }
 
 /* A host tensor [rows, cols] (or [g, rows, cols]) with a row stride, inside guard bytes. */
@@ -79,7 +63,7 @@ static tensor *make(kite_dtype t, int ndim, int64_t groups, int64_t rows, int64_
   memset(x->mem, 0xa5, x->body + 2 * GUARD);
   x->t.data = x->mem + GUARD;
   x->t.device = (DLDevice){kDLCPU, 0};
-  x->t.dtype = dl_type(t);
+  x->t.dtype = test_dl_type(t);
   x->t.ndim = ndim;
   x->t.shape = x->shape;
   x->t.strides = x->strides;
