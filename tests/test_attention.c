@@ -19,7 +19,6 @@
 
 #include "kite/dtype.h"
 #include "kite/kite.h"
-#include "dtypes.h"
 
 static int g_pass, g_fail, g_skip;
 
@@ -58,7 +57,7 @@ static DLTensor *tv(tview *v, void *data, kite_dtype dt, int ndim, const int64_t
   memcpy(v->shape, shape, (size_t)ndim * sizeof *shape);
   if (strides) memcpy(v->strides, strides, (size_t)ndim * sizeof *strides);
   v->t = (DLTensor){
-      data, {kDLCPU, 0}, ndim, test_dl_type(dt), v->shape, strides ? v->strides : NULL, 0};
+      data, {kDLCPU, 0}, ndim, kite_dtype_dlpack(dt), v->shape, strides ? v->strides : NULL, 0};
   return &v->t;
 }
 

@@ -18,7 +18,6 @@
 
 #include "kite/dtype.h"
 #include "kite/kite.h"
-#include "dtypes.h"
 
 #define GUARD 64
 #define MAX_TENSORS 8
@@ -63,7 +62,7 @@ static tensor *make(kite_dtype t, int ndim, int64_t groups, int64_t rows, int64_
   memset(x->mem, 0xa5, x->body + 2 * GUARD);
   x->t.data = x->mem + GUARD;
   x->t.device = (DLDevice){kDLCPU, 0};
-  x->t.dtype = test_dl_type(t);
+  x->t.dtype = kite_dtype_dlpack(t);
   x->t.ndim = ndim;
   x->t.shape = x->shape;
   x->t.strides = x->strides;

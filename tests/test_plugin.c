@@ -11,7 +11,6 @@
 #include "kite/kite.h"
 #include "check.h"
 
-
 static const char *g_dir;
 static long *g_calls; /* testvendor_calls inside the auto-loaded plugin */
 

@@ -12,7 +12,6 @@
 #include "kite/kite.h"
 #include "check.h"
 
-
 /* y = silu(x) over n f32 values. */
 static kite_status silu_f32(kite_ctx *ctx, float *x, float *y, int64_t n) {
   int64_t shape[1] = {n};

@@ -40,6 +40,9 @@ typedef enum kite_dtype {
 } kite_dtype;
 KITE_API const char *kite_dtype_name(kite_dtype t); /* "f32", "bf16", ... */
 KITE_API size_t kite_dtype_size(kite_dtype t);      /* bytes per element */
+/* The DLPack type of t (U8: kDLUInt 8), for building tensors from kite dtypes; bits 0 for an
+ * unknown t. */
+KITE_API DLDataType kite_dtype_dlpack(kite_dtype t);
 
 /* ---------------------------------------------------------------------------------------------
  * Op arguments. Every struct starts with the op id and the element type of its main tensor so a
@@ -271,7 +274,7 @@ typedef struct kite_quant_args {
   int64_t rows, cols;
   const void *x; /* quant: input; dequant: NULL */
   int64_t x_stride;
-  void *q;       /* quant: output; dequant: input */
+  void *q; /* quant: output; dequant: input */
   int64_t q_stride;
   float *scales; /* quant: output; dequant: input */
   void *y;       /* dequant: output; quant: NULL */
@@ -315,8 +318,8 @@ struct kite_kernel {
   const char *features_str;  /* the same, for people: "avx2,fma,f16c" */
   kite_supports_fn supports; /* NULL = accepts every validated call */
   kite_run_fn run;
-  const char *description;   /* one line */
-  const void *userdata;      /* free for the backend */
+  const char *description; /* one line */
+  const void *userdata;    /* free for the backend */
 };
 
 typedef struct kite_backend kite_backend;

@@ -13,28 +13,36 @@ static const char *dtype_str(kite_dtype t) {
   return kite_dtype_name(t);
 }
 
-/* DLPack type -> kite_dtype; false when kite has no such element type. */
+/* kite dtype <-> DLPack type; a boolean or unsigned 8-bit tensor is U8 (masks: nonzero = true). */
+static const struct {
+  kite_dtype t;
+  uint8_t code, bits;
+} g_dl_types[] = {
+    {KITE_DTYPE_F32, kDLFloat, 32},
+    {KITE_DTYPE_F16, kDLFloat, 16},
+    {KITE_DTYPE_BF16, kDLBfloat, 16},
+    {KITE_DTYPE_I32, kDLInt, 32},
+    {KITE_DTYPE_I8, kDLInt, 8},
+    {KITE_DTYPE_F64, kDLFloat, 64},
+    {KITE_DTYPE_U8, kDLUInt, 8},
+    {KITE_DTYPE_U8, KITE_DL_BOOL, 8},
+    {KITE_DTYPE_FP8_E4M3, KITE_DL_FLOAT8_E4M3FN, 8},
+};
+
 static bool dtype_from_dlpack(DLDataType d, kite_dtype *out) {
   if (d.lanes != 1) return false;
-  if (d.code == kDLFloat && d.bits == 32)
-    *out = KITE_DTYPE_F32;
-  else if (d.code == kDLFloat && d.bits == 16)
-    *out = KITE_DTYPE_F16;
-  else if (d.code == kDLBfloat && d.bits == 16)
-    *out = KITE_DTYPE_BF16;
-  else if (d.code == kDLInt && d.bits == 32)
-    *out = KITE_DTYPE_I32;
-  else if (d.code == kDLInt && d.bits == 8)
-    *out = KITE_DTYPE_I8;
-  else if (d.code == kDLFloat && d.bits == 64)
-    *out = KITE_DTYPE_F64;
-  else if ((d.code == KITE_DL_BOOL || d.code == kDLUInt) && d.bits == 8)
-    *out = KITE_DTYPE_U8; /* masks: nonzero = true */
-  else if (d.code == KITE_DL_FLOAT8_E4M3FN && d.bits == 8)
-    *out = KITE_DTYPE_FP8_E4M3;
-  else
-    return false;
-  return true;
+  for (size_t i = 0; i < sizeof g_dl_types / sizeof g_dl_types[0]; i++)
+    if (d.code == g_dl_types[i].code && d.bits == g_dl_types[i].bits) {
+      *out = g_dl_types[i].t;
+      return true;
+    }
+  return false;
+}
+
+DLDataType kite_dtype_dlpack(kite_dtype t) {
+  for (size_t i = 0; i < sizeof g_dl_types / sizeof g_dl_types[0]; i++)
+    if (g_dl_types[i].t == t) return (DLDataType){g_dl_types[i].code, g_dl_types[i].bits, 1};
+  return (DLDataType){kDLFloat, 0, 0};
 }
 
 /* Bytes from the first element to one past the last one. Only for checked tensors, whose extent
@@ -109,8 +117,8 @@ kite_status kite_tensor_check(const kite_ctx *ctx, const char *op, const char *a
     compact *= n; /* bounded by the product checked above */
     /* offset of the last element, for the extent check below */
     if (numel > 0)
-      extent_ok &= !__builtin_mul_overflow(n - 1, st, &term) &&
-                   !__builtin_add_overflow(last, term, &last);
+      extent_ok &=
+          !__builtin_mul_overflow(n - 1, st, &term) && !__builtin_add_overflow(last, term, &last);
   }
   /* Last element offset, then bytes: both must fit, as must the end address. */
   int64_t bytes = 0;

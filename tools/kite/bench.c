@@ -24,113 +24,6 @@
 #define CEILING_BYTES ((size_t)256 << 20)
 #define DEFAULT_MAX_MB 2048 /* skip shapes whose buffers exceed this (--max-mb) */
 
-/* Minimum bytes each op must move (read + write), e = element size, for GB/s:
- *   activations       x + y                                   2 R C e
- *   gated (y is RxI)  x[R, 2I] + y                            3 R I e
- *   rms_norm          x + y + w                               (2 R C + C) e
- *   layer_norm        x + y + w + b                           (2 R C + 2 C) e
- *   add_rms_norm      x + residual read + written + y + w     (4 R C + C) e
- *   add_layer_norm    the same + b                            (4 R C + 2 C) e
- *   rope              rotated part of q and k, read + written, positions, cos_sin rows used
- *                     2 T (Hq + Hkv) rot e + 4 T + 4 min(T, max_pos) rot
- *   softmax           x + y                                   2 R C e
- *   embedding         ids + the T table rows read + y         4 T + 2 T H e
- * (w and b count only when present.) */
-static double op_bytes(const kt_case *c) {
-  double e = (double)kite_dtype_size(c->dtype), R = (double)c->rows, C = (double)c->cols;
-  double wb = (c->with_w ? C : 0) + (c->with_b && kt_op_is_layer_norm(c->op) ? C : 0);
-  switch (kt_op_family(c->op)) {
-  case KT_ACT:
-  case KT_SOFTMAX:
-    return 2 * R * C * e;
-  case KT_GATED:
-    return 3 * R * C * e;
-  case KT_NORM:
-    return ((kt_op_has_residual(c->op) ? 4 : 2) * R * C + wb) * e;
-  case KT_ROPE: {
-    double heads = (double)c->hq + (c->k_null ? 0 : (double)c->hkv), rot = (double)c->rot_dim;
-    double rows = R < (double)c->max_pos ? R : (double)c->max_pos;
-    return 2 * R * heads * rot * e + 4 * R + 4 * rows * rot;
-  }
-  case KT_EMBEDDING:
-    return 4 * R + 2 * R * C * e;
-  case KT_NONE:
-    break;
-  }
-  return 0;
-}
-
-/* ---- shapes ------------------------------------------------------------------------------ */
-
-typedef struct case_list {
-  kt_case c[64];
-  int n;
-} case_list;
-
-static void add(case_list *l, kt_case c) {
-  if (l->n < (int)(sizeof l->c / sizeof l->c[0])) l->c[l->n++] = c;
-}
-
-static kt_case rope_case(kite_dtype t, int64_t tokens) {
-  kt_case c = kt_case_default(KITE_OP_ROPE, t, tokens, 0);
-  c.hq = 32, c.hkv = 8, c.head_dim = 128, c.rot_dim = 128;
-  c.layout = KT_QK_FUSED; /* q and k as slices of the qkv projection, as engines call it */
-  c.max_pos = tokens > 0 ? tokens : 1;
-  c.seq_positions = 1;
-  return c;
-}
-
-static kt_case embedding_case(kite_dtype t, int64_t tokens, int64_t hidden) {
-  kt_case c = kt_case_default(KITE_OP_EMBEDDING, t, tokens, hidden);
-  c.vocab = 32000;
-  return c;
-}
-
-/* small: one mid shape per op. llm: T in {1, 16, 512, 8192} over Llama-like widths. */
-static void bench_cases(kite_op op, kite_dtype t, int llm, case_list *l) {
-  static const int64_t tokens[] = {1, 16, 512, 8192};
-  static const int64_t hidden[] = {4096, 5120};
-  l->n = 0;
-  if (!llm) {
-    switch (kt_op_family(op)) {
-    case KT_ROPE:
-      add(l, rope_case(t, 512));
-      break;
-    case KT_EMBEDDING:
-      add(l, embedding_case(t, 512, 4096));
-      break;
-    case KT_SOFTMAX:
-      add(l, kt_case_default(op, t, 64, 32000));
-      break;
-    default:
-      add(l, kt_case_default(op, t, 512, 4096));
-      break;
-    }
-    return;
-  }
-  for (int i = 0; i < 4; i++) {
-    int64_t T = tokens[i];
-    switch (kt_op_family(op)) {
-    case KT_ROPE:
-      add(l, rope_case(t, T));
-      break;
-    case KT_EMBEDDING:
-      add(l, embedding_case(t, T, 4096));
-      break;
-    case KT_GATED:
-      add(l, kt_case_default(op, t, T, 14336));
-      break;
-    case KT_SOFTMAX:
-      add(l, kt_case_default(op, t, T, 32000));
-      add(l, kt_case_default(op, t, T, 4096));
-      break;
-    default:
-      for (int h = 0; h < 2; h++) add(l, kt_case_default(op, t, T, hidden[h]));
-      break;
-    }
-  }
-}
-
 /* ---- timing ------------------------------------------------------------------------------ */
 
 static int cmp_double(const void *a, const void *b) {
@@ -245,32 +138,39 @@ static double ceiling_of(const bench *b, DLDeviceType t) {
 static void table_header(bench *b) {
   if (b->o->json || b->header_done) return;
   b->header_done = 1;
-  printf("%-18s %-22s %-5s %-16s %11s %9s %8s %9s\n", "op", "kernel", "dtype", "shape", "us",
-         "GB/s", "%memcpy", "x vs ref");
+  printf("%-18s %-22s %-5s %-24s %11s %9s %8s %9s %9s\n", "op", "kernel", "dtype", "shape", "us",
+         "GB/s", "%memcpy", "GFLOP/s", "x vs ref");
 }
 
 static void print_result(bench *b, const kt_case *c, const char *kernel, DLDeviceType dev,
                          const timing *tm, double ref_us) {
   char shape[64];
   kt_case_shape(c, shape, sizeof shape);
-  double gbs = op_bytes(c) / (tm->us * 1e-6) * 1e-9, ceil_gbs = ceiling_of(b, dev);
+  double gbs = kt_case_bytes(c) / (tm->us * 1e-6) * 1e-9, ceil_gbs = ceiling_of(b, dev);
   double pct = ceil_gbs > 0 ? 100.0 * gbs / ceil_gbs : 0;
+  double gflops = kt_case_flops(c) / (tm->us * 1e-6) * 1e-9; /* 0: a memory-bound op */
   if (b->o->json) {
     printf("{\"op\":\"%s\",\"kernel\":", kite_op_name(c->op));
     kt_json_str(kernel);
     printf(",\"dtype\":\"%s\",\"shape\":\"%s\",\"us\":%.3f,\"gb_s\":%.3f,\"ceiling_gb_s\":%.3f,"
-           "\"pct_ceiling\":%.2f,\"speedup_vs_ref\":",
+           "\"pct_ceiling\":%.2f,",
            kite_dtype_name(c->dtype), shape, tm->us, gbs, ceil_gbs, pct);
+    if (gflops > 0) printf("\"gflop_s\":%.3f,", gflops);
+    printf("\"speedup_vs_ref\":");
     if (ref_us > 0)
       printf("%.3f", ref_us / tm->us);
     else
       printf("null");
     printf(",\"threads\":%d,\"device\":\"%s\",\"bytes\":%.0f,\"calls\":%d}\n", b->threads,
-           kite_device_name(dev), op_bytes(c), tm->calls);
+           kite_device_name(dev), kt_case_bytes(c), tm->calls);
   } else {
     table_header(b);
-    printf("%-18s %-22s %-5s %-16s %11.2f %9.2f %7.1f%%", kite_op_name(c->op), kernel,
+    printf("%-18s %-22s %-5s %-24s %11.2f %9.2f %7.1f%%", kite_op_name(c->op), kernel,
            kite_dtype_name(c->dtype), shape, tm->us, gbs, pct);
+    if (gflops > 0)
+      printf(" %9.1f", gflops);
+    else
+      printf(" %9s", "-");
     if (ref_us > 0)
       printf(" %8.2fx\n", ref_us / tm->us);
     else
@@ -290,7 +190,7 @@ static void print_skip(bench *b, const kt_case *c, const char *kernel, const cha
     printf("}\n");
   } else {
     table_header(b);
-    printf("%-18s %-22s %-5s %-16s skipped: %s\n", kite_op_name(c->op), kernel,
+    printf("%-18s %-22s %-5s %-24s skipped: %s\n", kite_op_name(c->op), kernel,
            kite_dtype_name(c->dtype), shape, why);
   }
   fflush(stdout);
@@ -588,7 +488,8 @@ int kt_cmd_bench(int argc, char **argv) {
   double t0 = kt_now();
   for (int op = 0; op < KITE_OP_COUNT; op++) {
     if (o.op >= 0 && op != o.op) continue;
-    if (kt_op_family((kite_op)op) == KT_NONE) {
+    const kt_family_ops *fam = kt_family((kite_op)op);
+    if (!fam) {
       if (o.op >= 0 && !o.json)
         printf("%s: the CLI has no bench driver for this op yet\n", kite_op_name((kite_op)op));
       continue;
@@ -597,9 +498,10 @@ int kt_cmd_bench(int argc, char **argv) {
     for (int d = 0; d < 2; d++) {
       kite_dtype t = o.dtype >= 0 ? (kite_dtype)o.dtype : default_dtypes[d];
       if (o.dtype >= 0 && d > 0) break;
-      case_list cases;
-      bench_cases((kite_op)op, t, llm, &cases);
+      kt_case_list cases = {0};
+      fam->bench_cases((kite_op)op, t, llm, &cases);
       for (int i = 0; i < cases.n; i++) bench_case(&b, &cases.c[i], ref, max_bytes);
+      kt_case_list_free(&cases);
     }
   }
   kite_config_set(saved);
@@ -633,10 +535,13 @@ void kt_bench_summary(void) {
   printf("  %-14s %-14s %-6s %-20s %9s %8s %8s %9s\n", "op", "shape", "device", "kernel", "us",
          "GB/s", "%memcpy", "x vs ref");
   for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
-    case_list cases;
-    bench_cases(ops[i], KITE_DTYPE_BF16, 0, &cases);
+    kt_case_list cases = {0};
+    kt_family(ops[i])->bench_cases(ops[i], KITE_DTYPE_BF16, 0, &cases);
     kt_run r;
-    if (cases.n == 0 || kt_plan(&r, &cases.c[0])) continue;
+    if (cases.n == 0 || kt_plan(&r, &cases.c[0])) {
+      kt_case_list_free(&cases);
+      continue;
+    }
     const kt_kernel *ref = kt_ref_kernel(&b.reg, ops[i]);
     char shape[64];
     kt_case_shape(&cases.c[0], shape, sizeof shape);
@@ -652,7 +557,7 @@ void kt_bench_summary(void) {
       printf("  %-14s %-14s %-6s %-20s", kite_op_name(ops[i]), shape, kite_device_name(type),
              def->name);
       if (s == KITE_OK) {
-        double gbs = op_bytes(&cases.c[0]) / (tm.us * 1e-6) * 1e-9;
+        double gbs = kt_case_bytes(&cases.c[0]) / (tm.us * 1e-6) * 1e-9;
         printf(" %9.1f %8.1f %7.0f%%", tm.us, gbs,
                b.ceiling[d] > 0 ? 100 * gbs / b.ceiling[d] : 0.0);
         if (ref_us > 0)
@@ -665,6 +570,7 @@ void kt_bench_summary(void) {
       fflush(stdout);
       kt_release(&r);
     }
+    kt_case_list_free(&cases);
   }
   kite_config_set(saved);
   free(saved);

@@ -6,18 +6,27 @@
  * The guards, the gaps between strided rows and any part of the body no view covers are canary
  * bytes; output elements start poisoned (all bits set: NaN in f32, f16 and bf16). A buffer may
  * hold several views (q, k, v of one fused qkv projection) and a view may be both input and
- * output (in place: y is x; the residual of add_rms_norm; q and k of rope).
+ * output (in place: y is x; the residual of add_rms_norm; q and k of rope; a KV cache).
+ *
+ * Ops come in families (driver_core.c: activations, gated, norms, rope, softmax, embedding;
+ * driver_attn.c: attention; driver_gemm.c: GEMM, MoE, quantization). A family says how to lay
+ * out and call a case, which cases `kite check` and `kite bench` run, the bytes and FLOPs one
+ * call must move and compute, and the NMSE bound against ref (kt_family_ops).
  */
 #ifndef KITE_TOOLS_DRIVER_H
 #define KITE_TOOLS_DRIVER_H
+
+#include <stddef.h>
 
 #include "kite/backend.h"
 
 #define KT_GUARD 256   /* canary bytes before and after each body; keeps bodies aligned */
 #define KT_CANARY 0xa5 /* canary byte */
 #define KT_POISON 0xff /* output bytes before the call */
-#define KT_MAX_BUFS 8
-#define KT_MAX_VIEWS 8
+#define KT_MAX_BUFS 12
+#define KT_MAX_VIEWS 12
+#define KT_MAX_DIMS 4
+#define KT_MAX_SEQS 64 /* sequences of an attention case, groups of a group_gemm case */
 
 /* How q and k of rope are laid out. */
 typedef enum kt_qk_layout {
@@ -25,6 +34,34 @@ typedef enum kt_qk_layout {
   KT_QK_FUSED,     /* slices of one qkv[T, (Hq + 2 Hkv) * D] buffer: token stride (Hq+2Hkv)*D */
   KT_QK_HEAD_PAD,  /* separate buffers, head stride D + pad */
 } kt_qk_layout;
+
+/* Attention cases (driver_attn.c). */
+typedef struct kt_attn_case {
+  int64_t batch, hq, hkv, head_dim;
+  int64_t block_size, num_blocks; /* paged cache [num_blocks, block_size, Hkv, D] */
+  int64_t max_blocks;             /* block_table[batch, max_blocks] */
+  int32_t seq_lens[KT_MAX_SEQS];  /* keys per sequence */
+  int32_t q_lens[KT_MAX_SEQS];    /* prefill: queries per sequence (the last positions) */
+  int64_t sq, sk;                 /* sdpa */
+  kite_attn_opts opts;
+  int with_lse;
+  int mask;    /* sdpa: 0 none, else a driver_attn.c mask kind */
+  int64_t pad; /* extra elements in token / head strides */
+} kt_attn_case;
+
+/* GEMM, MoE and quantization cases (driver_gemm.c). */
+typedef struct kt_gemm_case {
+  int64_t m, n, k; /* linear: y[M, N] = x[M, K] w[N, K]^T */
+  int64_t pad_x, pad_w, pad_y;
+  int with_bias;
+  int64_t groups; /* group_gemm: G; MoE: experts E */
+  int32_t group_sizes[KT_MAX_SEQS];
+  int64_t topk; /* topk_gating / fused_moe */
+  int renormalize, ties;
+  kite_moe_act act;
+  kite_dtype qtype; /* quant: KITE_DTYPE_I8 or KITE_DTYPE_FP8_E4M3 */
+  int specials;     /* quant: NaN, inf, zero rows, saturating values */
+} kt_gemm_case;
 
 typedef struct kt_case {
   kite_op op;
@@ -52,23 +89,17 @@ typedef struct kt_case {
   /* embedding */
   int64_t vocab;
   int oob_ids; /* some ids negative or >= vocab (check) */
+  kt_attn_case attn;
+  kt_gemm_case gemm;
 } kt_case;
 
-/* Ops that share a driver. */
-/* KT_NONE: an op this CLI has no driver for yet (it is listed, not checked or timed). */
-typedef enum kt_family {
-  KT_NONE,
-  KT_ACT,
-  KT_GATED,
-  KT_NORM,
-  KT_ROPE,
-  KT_SOFTMAX,
-  KT_EMBEDDING
-} kt_family;
-kt_family kt_op_family(kite_op op);
-/* Norms that take a residual / a bias. */
-int kt_op_has_residual(kite_op op);
-int kt_op_is_layer_norm(kite_op op);
+/* A growing list of cases. */
+typedef struct kt_case_list {
+  kt_case *c;
+  int n, cap;
+} kt_case_list;
+void kt_case_push(kt_case_list *l, kt_case c);
+void kt_case_list_free(kt_case_list *l);
 
 /* A case with everyday options: w present, eps 1e-6, scale 1, inputs in [-1, 1]. */
 kt_case kt_case_default(kite_op op, kite_dtype dtype, int64_t rows, int64_t cols);
@@ -79,11 +110,17 @@ const char *kt_case_shape(const kt_case *c, char *buf, size_t n);
 
 typedef enum kt_role { KT_IN, KT_OUT, KT_INOUT } kt_role;
 typedef enum kt_fill {
-  KT_FILL_UNIFORM,   /* floats uniform in [lo, hi) */
-  KT_FILL_IDS,       /* int32 uniform in [lo, hi) */
-  KT_FILL_SEQ,       /* int32 n mod hi */
-  KT_FILL_ROPE_CACHE /* kite_rope_cache_build(theta 10000) */
+  KT_FILL_UNIFORM,    /* floats uniform in [lo, hi) */
+  KT_FILL_IDS,        /* integers (i32, i8, u8) uniform in [lo, hi) */
+  KT_FILL_SEQ,        /* int32 n mod hi */
+  KT_FILL_ROPE_CACHE, /* kite_rope_cache_build(theta 10000) */
+  KT_FILL_CUSTOM      /* the view's fill function */
 } kt_fill_kind;
+
+struct kt_run;
+/* Writes every element of view v (r->view[v]) into the buffer body (element 0 of the buffer
+ * at body, the view at its offset and strides). Same (case, seed) -> same bytes. */
+typedef void (*kt_fill_fn)(const struct kt_run *r, int v, uint64_t seed, unsigned char *body);
 
 typedef struct kt_view {
   const char *name;
@@ -91,11 +128,13 @@ typedef struct kt_view {
   kt_role role;
   kite_dtype dtype;
   int ndim;
-  int64_t shape[3], strides[3]; /* elements; the last dim is always unit-stride */
-  int64_t offset;               /* elements from the start of the body */
+  int64_t shape[KT_MAX_DIMS], strides[KT_MAX_DIMS]; /* elements; the last dim unit-stride */
+  int64_t offset;                                   /* elements from the start of the body */
   kt_fill_kind fill;
-  float lo, hi; /* value range (ids: integers in [lo, hi)) */
-  DLTensor t;   /* points into the device buffer once allocated */
+  float lo, hi;       /* value range (ids: integers in [lo, hi)) */
+  kt_fill_fn fill_fn; /* KT_FILL_CUSTOM */
+  int nan_ok;         /* an output that may hold NaN where ref does (quant of NaN) */
+  DLTensor t;         /* points into the device buffer once allocated */
 } kt_view;
 
 typedef struct kt_buf {
@@ -105,16 +144,84 @@ typedef struct kt_buf {
   void *dev;     /* device allocation of kt_buf_bytes(); NULL until kt_alloc */
 } kt_buf;
 
+/* Argument slots: the op's tensors as view indices, -1 when absent (NULL). A family names its
+ * own slots (e.g. KT_A_Q = 0 ...); slot numbers are private to the family. */
+#define KT_MAX_ARGS 12
+
 typedef struct kt_run {
   kt_case c;
   kite_ctx *ctx;
   int nbufs, nviews;
   kt_buf buf[KT_MAX_BUFS];
   kt_view view[KT_MAX_VIEWS];
-  /* the op's arguments as view indices, -1 when absent (NULL) */
-  int x, y, w, b, res, q, k, pos, cos_sin, ids, table;
+  int arg[KT_MAX_ARGS];
   int bad; /* the plan did not fit (a bug in a case list) */
 } kt_run;
+
+/* ---- families ---------------------------------------------------------------------------- */
+
+typedef struct kt_family_ops {
+  const char *name;
+  /* Lays out c's buffers and views with kt_add_buf / kt_add_view and sets r->arg. */
+  void (*plan)(kt_run *r, const kt_case *c);
+  /* One call of the op's public function. */
+  kite_status (*call)(kt_run *r);
+  /* For people: the options after the shape; and the main shape alone. */
+  void (*describe)(const kt_case *c, char *buf, size_t n);
+  void (*shape)(const kt_case *c, char *buf, size_t n);
+  /* kite check's cases of op at dtype t (quick: the reduced set). */
+  void (*check_cases)(kite_op op, kite_dtype t, int quick, kt_case_list *l);
+  /* kite bench's cases (llm: the LLM shapes of the issue; else one mid shape). */
+  void (*bench_cases)(kite_op op, kite_dtype t, int llm, kt_case_list *l);
+  /* The least bytes one call must move (GB/s) and the FLOPs it must do (0: memory-bound). */
+  double (*bytes)(const kt_case *c);
+  double (*flops)(const kt_case *c);
+  /* NMSE bound of every output against ref. */
+  double (*bound)(kite_op op, kite_dtype t);
+} kt_family_ops;
+
+/* The family of op, or NULL when this CLI has no driver for it (listed, not checked or
+ * timed). */
+const kt_family_ops *kt_family(kite_op op);
+extern const kt_family_ops kt_family_core, kt_family_attn, kt_family_gemm;
+/* Ops of driver_core.c that share a layout. */
+typedef enum kt_core_kind {
+  KT_NONE,
+  KT_ACT,
+  KT_GATED,
+  KT_NORM,
+  KT_ROPE,
+  KT_SOFTMAX,
+  KT_EMBEDDING
+} kt_core_kind;
+kt_core_kind kt_core_kind_of(kite_op op);
+/* The family drivers of driver_attn.c and driver_gemm.c: 1 when op is theirs. */
+int kt_attn_has(kite_op op);
+int kt_gemm_has(kite_op op);
+
+/* ---- building a plan (for the families) -------------------------------------------------- */
+
+/* A buffer of count elements of t; returns its index (-1 and r->bad on a bad plan). */
+int kt_add_buf(kt_run *r, const char *name, kite_dtype t, int64_t count);
+/* A view of up to KT_MAX_DIMS dims whose last dim is unit-stride; returns its index. */
+int kt_add_view(kt_run *r, const char *name, int buf, kite_dtype t, kt_role role, int ndim,
+                const int64_t *shape, const int64_t *strides, int64_t offset, kt_fill_kind fill,
+                float lo, float hi);
+/* A [rows, cols] tensor with row stride cols + pad in a buffer of its own. */
+int kt_add_matrix(kt_run *r, const char *name, kite_dtype t, kt_role role, int64_t rows,
+                  int64_t cols, int64_t pad, float lo, float hi);
+/* A compact tensor of ndim dims in a buffer of its own. */
+int kt_add_tensor(kt_run *r, const char *name, kite_dtype t, kt_role role, int ndim,
+                  const int64_t *shape, kt_fill_kind fill, float lo, float hi);
+/* The view's DLTensor for slot `slot` of r->arg (NULL when absent). */
+DLTensor *kt_arg(kt_run *r, int slot);
+
+/* Element i of a buffer of type t as a double (every kite dtype), and the other way (rounded
+ * once to t; integers saturate). */
+double kt_load(kite_dtype t, const void *p, int64_t i);
+void kt_store(kite_dtype t, void *p, int64_t i, double v);
+
+/* ---- running a plan ---------------------------------------------------------------------- */
 
 /* Lays out the buffers and views of case c (no memory yet). Returns 0, or 1 for a case the
  * driver cannot build (a bug in the case list). */
@@ -138,8 +245,14 @@ void kt_release(kt_run *r);
 
 /* One call of the op's public function with the case's arguments. */
 kite_status kt_call(kt_run *r);
+/* The bytes, FLOPs and NMSE bound of c (its family's). */
+double kt_case_bytes(const kt_case *c);
+double kt_case_flops(const kt_case *c);
+double kt_case_bound(const kt_case *c);
 
-/* Logical row i of view v starts at this element of its buffer body. */
+/* Element n (logical, row-major over the view's shape) of view v starts at this element of
+ * its buffer body; rows are runs of the last dim. */
+int64_t kt_view_at(const kt_view *v, int64_t n);
 int64_t kt_view_row(const kt_view *v, int64_t i);
 int64_t kt_view_numel(const kt_view *v);
 static inline int64_t kt_view_cols(const kt_view *v) {
