@@ -23,6 +23,9 @@
 #define REF_BUDGET 0.5    /* ref is slow by design: fewer calls */
 #define CEILING_BYTES ((size_t)256 << 20)
 #define DEFAULT_MAX_MB 2048 /* skip shapes whose buffers exceed this (--max-mb) */
+/* Compute-bound cases the CPU would take minutes over: not timed there (a GPU shape). */
+#define CPU_MAX_FLOPS 2e11
+#define REF_MAX_FLOPS 5e9 /* ref (float64 loops) is not timed above this: no speedup column */
 
 /* ---- timing ------------------------------------------------------------------------------ */
 
@@ -37,19 +40,21 @@ typedef struct timing {
   char msg[256];
 } timing;
 
-static kite_status call_sync(kt_run *r) {
-  kite_status s = kt_call(r);
+typedef kite_status (*call_fn)(kt_run *r);
+
+static kite_status call_sync(kt_run *r, call_fn call) {
+  kite_status s = call(r);
   if (s == KITE_OK) s = kite_ctx_synchronize(r->ctx);
   return s;
 }
 
-/* Times r's op pinned to k (NULL: default dispatch). */
-static kite_status time_kernel(kt_run *r, const kt_kernel *k, double budget, int repeat,
-                               timing *tm) {
+/* Times call(r) with r's op pinned to k (NULL: default dispatch). */
+static kite_status time_call(kt_run *r, const kt_kernel *k, call_fn call, double budget, int repeat,
+                             timing *tm) {
   memset(tm, 0, sizeof *tm);
   kite_status s = kt_pin(r->c.op, k);
   double t0 = kt_now();
-  if (s == KITE_OK) s = call_sync(r); /* warm-up */
+  if (s == KITE_OK) s = call_sync(r, call); /* warm-up */
   double first = kt_now() - t0;
   if (s != KITE_OK) {
     snprintf(tm->msg, sizeof tm->msg, "%s", kite_last_error());
@@ -65,7 +70,7 @@ static kite_status time_kernel(kt_run *r, const kt_kernel *k, double budget, int
   int n = 0;
   t0 = kt_now();
   do {
-    s = kt_call(r);
+    s = call(r);
     n++;
   } while (s == KITE_OK && kt_now() - t0 < 0.01);
   if (s == KITE_OK) s = kite_ctx_synchronize(r->ctx);
@@ -79,7 +84,7 @@ static kite_status time_kernel(kt_run *r, const kt_kernel *k, double budget, int
   double t[1000];
   for (int i = 0; i < reps && s == KITE_OK; i++) {
     t0 = kt_now();
-    for (long j = 0; j < batch && s == KITE_OK; j++) s = kt_call(r);
+    for (long j = 0; j < batch && s == KITE_OK; j++) s = call(r);
     if (s == KITE_OK) s = kite_ctx_synchronize(r->ctx);
     t[i] = (kt_now() - t0) / (double)batch;
   }
@@ -91,6 +96,11 @@ static kite_status time_kernel(kt_run *r, const kt_kernel *k, double budget, int
   tm->us = t[reps / 2] * 1e6;
   tm->calls = reps * (int)batch;
   return KITE_OK;
+}
+
+static kite_status time_kernel(kt_run *r, const kt_kernel *k, double budget, int repeat,
+                               timing *tm) {
+  return time_call(r, k, kt_call, budget, repeat, tm);
 }
 
 /* Allocates r on ctx and fills its inputs. On the CPU the buffers are host memory and are
@@ -220,7 +230,15 @@ static void bench_case(bench *b, const kt_case *c, const kt_kernel *ref, size_t 
       const kt_kernel *k = &b->reg.k[i];
       any |= k->op == c->op && k->device == type && k->runs_here && kt_kernel_selected(k, o);
     }
-    int ref_here = type == kDLCPU && ref;
+    double flops = kt_case_flops(c);
+    if (type == kDLCPU && flops > CPU_MAX_FLOPS) {
+      char why[128];
+      snprintf(why, sizeof why, "%.0f GFLOP per call: a GPU shape, not timed on the CPU",
+               flops * 1e-9);
+      if (any) print_skip(b, c, "*", why);
+      continue;
+    }
+    int ref_here = type == kDLCPU && ref && flops <= REF_MAX_FLOPS;
     if (!any && !ref_here) continue;
     kite_status s = prepare(&r, b->dev.ctx[d], type);
     if (s != KITE_OK) {
@@ -248,6 +266,17 @@ static void bench_case(bench *b, const kt_case *c, const kt_kernel *ref, size_t 
         print_result(b, c, k->name, type, &tm, ref_us);
       else
         print_skip(b, c, k->name, tm.msg);
+    }
+    /* the same work another way (per-expert linear calls for fused_moe), default dispatch */
+    const kt_family_ops *fam = kt_family(c->op);
+    if (any && fam->alt_call && fam->alt_name && fam->alt_name(c)) {
+      char name[96];
+      snprintf(name, sizeof name, "(%s)", fam->alt_name(c));
+      s = time_call(&r, NULL, fam->alt_call, KERNEL_BUDGET, repeat, &tm);
+      if (s == KITE_OK)
+        print_result(b, c, name, type, &tm, ref_us);
+      else
+        print_skip(b, c, name, tm.msg);
     }
     kt_release(&r);
   }

@@ -178,6 +178,11 @@ typedef struct kt_family_ops {
   double (*flops)(const kt_case *c);
   /* NMSE bound of every output against ref. */
   double (*bound)(kite_op op, kite_dtype t);
+  /* Optional, for kite bench: the same work done another way through the public API with
+   * default dispatch (fused_moe as per-expert linear calls), timed beside the kernels as
+   * alt_name; NULL when the case has none. */
+  kite_status (*alt_call)(kt_run *r);
+  const char *(*alt_name)(const kt_case *c);
 } kt_family_ops;
 
 /* The family of op, or NULL when this CLI has no driver for it (listed, not checked or
