@@ -3,7 +3,7 @@
 #   build    configure + build (Release) with the CUDA plugin
 #   check    kite check --backend cuda (every CUDA kernel against ref)
 #   sanitize compute-sanitizer memcheck and racecheck on kite check --backend cuda --quick
-#   bench    kite bench --backend cuda --json on the core ops (LLM shapes, bf16)
+#   bench    kite bench --backend cuda --json, bf16 LLM shapes: core ops, attention, GEMM, MoE
 #   peers    scripts/torch_peers.py: kite beside PyTorch eager and torch.compile, then linear
 #            (TFLOP/s vs torch.mm), paged_decode (GB/s of KV read) and paged_prefill (TFLOP/s
 #            vs torch SDPA flash); prints both tables last
@@ -61,7 +61,7 @@ fi
 KITE="$BUILD/bin/kite"
 if want check; then
   stage kite check --backend cuda
-  run_logged check.log 240 "$KITE" check --backend cuda
+  run_logged check.log 420 "$KITE" check --backend cuda
   tail -5 "$OUT/check.log"
 fi
 
@@ -85,7 +85,8 @@ fi
 if want bench; then
   stage kite bench --backend cuda
   : > "$OUT/kite_bench.jsonl"
-  for op in rms_norm add_rms_norm silu_and_mul rope softmax embedding; do
+  for op in rms_norm add_rms_norm silu_and_mul rope softmax embedding paged_decode paged_prefill \
+    sdpa linear group_gemm fused_moe; do
     timeout 120 "$KITE" bench --backend cuda --json --dtype bf16 --op "$op" >> "$OUT/kite_bench.jsonl" 2>&1 ||
       status=1
   done
@@ -97,8 +98,9 @@ for line in open(sys.argv[1]):
     except ValueError:
         continue
     if str(r.get("kernel", "")).startswith("cuda.") and "us" in r:
-        print(f"{r['op']:<13} {r['kernel']:<13} {r['shape']:<16} {r['us']:>9.2f} us "
-              f"{r['gb_s']:>7.0f} GB/s {r['pct_ceiling']:>5.1f}% of {r['ceiling_gb_s']:.0f}")
+        flops = f" {r['gflop_s'] / 1000:>7.1f} TFLOP/s" if "gflop_s" in r else ""
+        print(f"{r['op']:<13} {r['kernel']:<15} {r['shape']:<26} {r['us']:>9.2f} us "
+              f"{r['gb_s']:>7.0f} GB/s {r['pct_ceiling']:>5.1f}% of {r['ceiling_gb_s']:.0f}{flops}")
 EOF
 fi
 

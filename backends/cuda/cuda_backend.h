@@ -85,11 +85,13 @@ CUDA_SUPPORTS(cuda_sdpa_generic_supports);
 CUDA_RUN(cuda_sdpa_vec_run);
 CUDA_RUN(cuda_sdpa_generic_run);
 
-/* gemm.cu: linear (cuBLASLt, tiled), group_gemm (tiled, device-side schedule) */
+/* gemm.cu: linear (cuBLASLt, tiled), group_gemm (cuBLASLt per group, tiled with a device-side
+ * schedule) */
 CUDA_SUPPORTS(cuda_gemm_supports);
 CUDA_RUN(cuda_linear_cublaslt_run);
 CUDA_RUN(cuda_linear_tiles_run);
 CUDA_RUN(cuda_group_gemm_tiles_run);
+CUDA_RUN(cuda_group_gemm_cublaslt_run);
 
 /* moe.cu: topk_gating, fused_moe */
 CUDA_SUPPORTS(cuda_moe_supports);

@@ -358,3 +358,58 @@ extern "C" CUDA_RUN(cuda_group_gemm_tiles_run) {
   });
   return st != KITE_OK ? st : cuda_check_launch("group_gemm", "tiles");
 }
+
+/* group_gemm through cuBLASLt: the group sizes come to the host (a 4*G-byte copy and a stream
+ * synchronization), then one cuBLASLt matmul per nonempty group; rows no group claims become
+ * zeros. The copy cannot happen inside CUDA graph capture, so a capturing stream (and any call
+ * cuBLASLt cannot take) goes to the tiled kernel, whose schedule stays on the device. */
+extern "C" CUDA_RUN(cuda_group_gemm_cublaslt_run) {
+  const kite_group_gemm_args *a = (const kite_group_gemm_args *)args;
+  if (a->m <= 0 || a->n <= 0) return KITE_OK;
+  void *stream;
+  kite_status st = cuda_begin(ctx, "group_gemm", &stream);
+  if (st != KITE_OK) return st;
+  cudaStream_t s = (cudaStream_t)stream;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &capture) != cudaSuccess) {
+    (void)cudaGetLastError();
+    capture = cudaStreamCaptureStatusActive; /* unknown: take the path that never syncs */
+  }
+  constexpr int64_t kMaxGroups = 4096;
+  if (capture != cudaStreamCaptureStatusNone || a->k <= 0 || a->groups > kMaxGroups ||
+      a->n > INT32_MAX || a->k > INT32_MAX)
+    return cuda_group_gemm_tiles_run(k, ctx, args);
+  int32_t sizes[kMaxGroups];
+  if (a->groups > 0 && (cudaMemcpyAsync(sizes, a->group_sizes, (size_t)a->groups * sizeof(int32_t),
+                                        cudaMemcpyDefault, s) != cudaSuccess ||
+                        cudaStreamSynchronize(s) != cudaSuccess))
+    return cuda_check_launch("group_gemm", "cublaslt");
+  const size_t es = kite_dtype_size(a->dtype);
+  int64_t row = 0;
+  for (int64_t g = 0; g < a->groups && row < a->m; g++) {
+    int64_t rows = sizes[g] > 0 ? sizes[g] : 0;
+    if (rows > a->m - row) rows = a->m - row;
+    if (rows == 0) continue;
+    const kite_linear_args la = {KITE_OP_LINEAR,
+                                 a->dtype,
+                                 rows,
+                                 a->n,
+                                 a->k,
+                                 (const char *)a->x + (size_t)(row * a->x_stride) * es,
+                                 a->x_stride,
+                                 (const char *)a->w + (size_t)(g * a->w_stride_g) * es,
+                                 a->w_stride_n,
+                                 nullptr,
+                                 (char *)a->y + (size_t)(row * a->y_stride) * es,
+                                 a->y_stride};
+    const int r = rows <= INT32_MAX ? lt_linear(&la, s) : 0;
+    if (r < 0) return KITE_ERR_DEVICE;
+    if (r == 0 && (st = linear_tiles(&la, s)) != KITE_OK) return st;
+    row += rows;
+  }
+  if (row < a->m &&
+      cudaMemset2DAsync((char *)a->y + (size_t)(row * a->y_stride) * es, (size_t)a->y_stride * es,
+                        0, (size_t)a->n * es, (size_t)(a->m - row), s) != cudaSuccess)
+    return cuda_check_launch("group_gemm", "cublaslt");
+  return cuda_check_launch("group_gemm", "cublaslt");
+}
