@@ -6,11 +6,11 @@
  *   - paged_prefill of n tokens equals n successive paged_decode steps over the same cache;
  *   - paged_prefill equals dense sdpa over the cache gathered into [1, Hkv, L, D], with causal,
  *     with the same pattern as a bool mask and as a broadcast float mask;
- *   - paged_prefill equals the ref kernel;
  *   - a sequence of length 0 decodes to zeros with lse = -inf;
  *   - block ids outside the cache read as absent keys and a seq_len past the block table is
  *     clamped, as in ref.
  * Caches use shuffled physical blocks; ragged lengths include 0 and 1. Prints "N passed, M failed".
+ * Comparisons of each kernel with ref over valid inputs live in `kite check` (tools/kite).
  */
 #include <math.h>
 #include <stdio.h>
@@ -458,9 +458,8 @@ static void run_scenario(kite_ctx *ctx, const char *set, const char *cfg, const 
   test_store_kv(ctx, &w);
 
   const int64_t n = w.tokens * s->hq * s->head_dim, nl = w.tokens * s->hq;
-  void *o_pf = xcalloc(n, w.es), *o_ref = xcalloc(n, w.es), *o_x = xcalloc(n, w.es);
-  float *l_pf = xcalloc(nl, sizeof(float)), *l_ref = xcalloc(nl, sizeof(float));
-  float *l_x = xcalloc(nl, sizeof(float));
+  void *o_pf = xcalloc(n, w.es), *o_x = xcalloc(n, w.es);
+  float *l_pf = xcalloc(nl, sizeof(float)), *l_x = xcalloc(nl, sizeof(float));
   for (size_t oi = 0; oi < sizeof g_optsets / sizeof g_optsets[0]; oi++) {
     const kite_attn_opts *opts = &g_optsets[oi].opts;
     snprintf(g_where, sizeof g_where, "%.100s %s %.60s %.60s", set, kite_dtype_name(dt), s->name,
@@ -473,13 +472,7 @@ static void run_scenario(kite_ctx *ctx, const char *set, const char *cfg, const 
     }
     CHECK(st == KITE_OK, "paged_prefill returned %s\n", kite_status_name(st));
 
-    kite_config_set("paged_prefill=ref");
-    st = call_prefill(ctx, &w, opts, o_ref, l_ref);
-    kite_config_set(cfg);
-    CHECK(st == KITE_OK, "ref paged_prefill returned %s\n", kite_status_name(st));
-    double e = max_err(dt, o_pf, o_ref, n), el = lse_err(l_pf, l_ref, nl);
-    CHECK(e <= tol(dt) && el <= LSE_TOL, "prefill vs ref: max |do| %g, |dlse| %g\n", e, el);
-
+    double e, el;
     if (opts->causal) {
       memset(o_x, 0, (size_t)n * w.es);
       run_decode_steps(ctx, &w, opts, o_x, l_x);
@@ -497,7 +490,7 @@ static void run_scenario(kite_ctx *ctx, const char *set, const char *cfg, const 
   }
   snprintf(g_where, sizeof g_where, "%.100s %s %.60s", set, kite_dtype_name(dt), s->name);
   test_bad_indices(ctx, &w, cfg);
-  free(o_pf), free(o_ref), free(o_x), free(l_pf), free(l_ref), free(l_x);
+  free(o_pf), free(o_x), free(l_pf), free(l_x);
   world_free(&w);
 }
 

@@ -27,31 +27,37 @@ CPU_INLINE bool act_is_gated(kite_op op) {
          op == KITE_OP_GELU_TANH_AND_MUL;
 }
 
+/* 1 + e^x, in the cheaper form when the result is rounded to 16 bits (t is a constant in each
+ * body, so the branch folds). */
+CPU_INLINE vf act_one_plus_exp(kite_dtype t, vf x) {
+  return t == KITE_DTYPE_F32 ? vf_one_plus_exp(x) : vf_one_plus_exp16(x);
+}
+
 /* The transcendental part of act: 1 + e^-k for the sigmoid types, Phi for gelu. */
-CPU_INLINE vf act_inner(kite_op op, vf x) {
+CPU_INLINE vf act_inner(kite_dtype t, kite_op op, vf x) {
   switch (op) {
   case KITE_OP_SILU:
   case KITE_OP_SILU_AND_MUL:
-    return vf_one_plus_exp(vf_neg(x));
+    return act_one_plus_exp(t, vf_neg(x));
   case KITE_OP_GELU_QUICK:
-    return vf_one_plus_exp(vf_mul(x, vf_set1(-1.702f)));
+    return act_one_plus_exp(t, vf_mul(x, vf_set1(-1.702f)));
   case KITE_OP_GELU_TANH:
   case KITE_OP_GELU_TANH_AND_MUL: {
     /* -2u = x (c0 + c1 x^2), c0 = -2 sqrt(2/pi), c1 = 0.044715 c0 */
     const vf minus_2u =
         vf_mul(x, vf_fma(vf_mul(x, x), vf_set1(-0.0713548162726f), vf_set1(-1.5957691216057f)));
-    return vf_one_plus_exp(minus_2u);
+    return act_one_plus_exp(t, minus_2u);
   }
   case KITE_OP_GELU:
   case KITE_OP_GELU_AND_MUL:
-    return vf_normal_cdf(x);
+    return t == KITE_DTYPE_F32 ? vf_normal_cdf(x) : vf_normal_cdf16(x);
   default:
     return vf_max(vf_set1(0.0f), x); /* relu; NaN stays NaN */
   }
 }
 
 /* act(x) from x and act_inner(x). */
-CPU_INLINE vf act_outer(kite_op op, vf x, vf inner) {
+CPU_INLINE vf act_outer(kite_dtype t, kite_op op, vf x, vf inner) {
   switch (op) {
   case KITE_OP_GELU:
   case KITE_OP_GELU_AND_MUL:
@@ -59,7 +65,7 @@ CPU_INLINE vf act_outer(kite_op op, vf x, vf inner) {
   case KITE_OP_RELU:
     return inner;
   default:
-    return vf_div_pos(x, inner);
+    return t == KITE_DTYPE_F32 ? vf_div_pos(x, inner) : vf_div_pos16(x, inner);
   }
 }
 
@@ -71,13 +77,13 @@ CPU_INLINE vf act_gate(kite_dtype t, kite_op op, float limit, const char *x, int
 
 CPU_INLINE void act_inner_chunk(kite_dtype t, kite_op op, float limit, const char *x, float *inner,
                                 int64_t i, int64_t m) {
-  vf_store(KITE_DTYPE_F32, inner, i, act_inner(op, act_gate(t, op, limit, x, i, m)), m, false);
+  vf_store(KITE_DTYPE_F32, inner, i, act_inner(t, op, act_gate(t, op, limit, x, i, m)), m, false);
 }
 
 CPU_INLINE void act_outer_chunk(kite_dtype t, kite_op op, float limit, const char *x,
                                 const char *up, const float *inner, char *y, int64_t i, int64_t m,
                                 bool stream) {
-  vf v = act_outer(op, act_gate(t, op, limit, x, i, m), vf_load(KITE_DTYPE_F32, inner, i, m));
+  vf v = act_outer(t, op, act_gate(t, op, limit, x, i, m), vf_load(KITE_DTYPE_F32, inner, i, m));
   if (act_is_gated(op)) {
     vf u = vf_load(t, up, i, m);
     if (limit > 0) u = vf_max(vf_set1(-limit), vf_min(vf_set1(limit), u));

@@ -15,6 +15,9 @@
  * once per row group.
  * Work items: decode, (sequence, key chunk) with every q head, walking each block through all its
  * kv heads (long contiguous runs); prefill and sdpa, (tile of up to ATT_ROWS rows, kv head).
+ * Blocks are scattered in memory, so no hardware prefetcher follows the block table: while one
+ * tile is computed, the next one's K/V lines are prefetched (decode reads each byte once and is
+ * bound by memory, where these requests are what keeps it streaming).
  * Items are claimed from an atomic counter, so ragged sequences balance across threads. Decode
  * with fewer than ~16 sequences per thread splits the keys into chunks and merges the chunks'
  * (m, l, acc) by the log-sum-exp rule in a second pass.
@@ -63,6 +66,7 @@ typedef struct att_rows {
   float *acc;       /* [n, Dp] sum of p * v, not yet divided by l */
   float *s;         /* [n, ATT_KB] scores of the tile, then their p */
   float *m, *l;     /* [n] running max of the scores and sum of e^(s - m) */
+  float *alpha;     /* [n] e^(m_old - m) of the tile in progress, applied to acc as p V adds */
   int64_t *lo, *hi; /* [n] the keys a row sees: positions [lo, hi] */
   int64_t *mask;    /* [n] sdpa: element offset of the row's mask */
   float *kt, *vt;   /* [ATT_KB, Dp] the K/V tile in f32, when n > ATT_RB */
@@ -95,11 +99,12 @@ static inline size_t att_round(size_t n) {
 /* Bytes of one part's scratch for up to `rows` rows of Dp floats; with out != NULL, carves it. */
 static size_t att_rows_layout(char *base, int64_t rows, int64_t Dp, att_rows *out) {
   const size_t r = (size_t)rows, dp = (size_t)Dp;
-  const size_t sizes[] = {r * dp * 4, r * dp * 4, r * ATT_KB * 4, r * 4,           r * 4,
-                          r * 8,      r * 8,      r * 8,          ATT_KB * dp * 4, ATT_KB * dp * 4};
-  char *p[10];
+  const size_t sizes[] = {r * dp * 4, r * dp * 4,      r * ATT_KB * 4, r * 4,
+                          r * 4,      r * 8,           r * 8,          r * 8,
+                          r * 4,      ATT_KB * dp * 4, ATT_KB * dp * 4};
+  char *p[11];
   size_t off = 0;
-  for (int i = 0; i < 10; i++) {
+  for (int i = 0; i < 11; i++) {
     p[i] = base ? base + off : NULL;
     off += att_round(sizes[i]);
   }
@@ -112,8 +117,9 @@ static size_t att_rows_layout(char *base, int64_t rows, int64_t Dp, att_rows *ou
                       .lo = (int64_t *)p[5],
                       .hi = (int64_t *)p[6],
                       .mask = (int64_t *)p[7],
-                      .kt = (float *)p[8],
-                      .vt = (float *)p[9]};
+                      .alpha = (float *)p[8],
+                      .kt = (float *)p[9],
+                      .vt = (float *)p[10]};
   return off;
 }
 
@@ -195,21 +201,26 @@ CPU_INLINE void att_qk_tile(kite_dtype t, int NR, int NK, const float *q, int64_
 }
 #undef ATT_QK_STEP
 
-/* acc[r][d0 .. d0 + NC*VL) += sum_j p[r][j] v_j[...] over n keys, for NR rows; p[r * ATT_KB + j]
- * already broadcast to a vector (the FMAs read it from memory); V rows of dtype t, vs bytes
- * apart; the last chunk has `last` (<= VL) elements. (4 x 3 accumulators would fill all 16 AVX2
- * registers and spill.) */
-CPU_INLINE void att_pv_tile(kite_dtype t, int NR, int NC, const vf *p, const char *v, int64_t vs,
-                            int64_t n, int64_t d0, int64_t last, float *acc, int64_t Dp) {
+/* acc[r][d0 .. d0 + NC*VL) = alpha[r] acc[r][...] + sum_j p[r][j] v_j[...] over n keys, for NR
+ * rows (p[r * ATT_KB + j], broadcast as the FMAs need it: a load, no shuffle); V rows of dtype t,
+ * vs bytes apart; the last chunk has `last` (<= VL) elements. The online softmax's rescale rides
+ * on the load of acc here instead of a pass of its own. (4 x 3 accumulators would fill all 16
+ * AVX2 registers and spill.) */
+CPU_INLINE void att_pv_tile(kite_dtype t, int NR, int NC, const float *p, const float *alpha,
+                            const char *v, int64_t vs, int64_t n, int64_t d0, int64_t last,
+                            float *acc, int64_t Dp) {
   vf a[ATT_RB][2];
   for (int r = 0; r < NR; r++)
-    for (int c = 0; c < NC; c++) a[r][c] = vf_load(KITE_DTYPE_F32, acc + r * Dp, d0 + c * VL, VL);
+    for (int c = 0; c < NC; c++)
+      a[r][c] = vf_mul(vf_load(KITE_DTYPE_F32, acc + r * Dp, d0 + c * VL, VL), vf_set1(alpha[r]));
   for (int64_t j = 0; j < n; j++) {
     vf vv[2];
     for (int c = 0; c < NC; c++)
       vv[c] = vf_load(t, v + j * vs, d0 + c * VL, c == NC - 1 ? last : VL);
-    for (int r = 0; r < NR; r++)
-      for (int c = 0; c < NC; c++) a[r][c] = vf_fma(p[r * ATT_KB + j], vv[c], a[r][c]);
+    for (int r = 0; r < NR; r++) {
+      const vf pr = vf_set1(p[r * ATT_KB + j]);
+      for (int c = 0; c < NC; c++) a[r][c] = vf_fma(pr, vv[c], a[r][c]);
+    }
   }
   for (int r = 0; r < NR; r++)
     for (int c = 0; c < NC; c++)
@@ -240,18 +251,18 @@ CPU_INLINE void att_qk_any(kite_dtype t, int nr, int nk, const float *q, int64_t
 
 /* Up to 2 column chunks from d0; full ones get VL as a constant width, so that their loads need
  * no length check. */
-CPU_INLINE void att_pv_any(kite_dtype t, int nr, const vf *p, const char *v, int64_t vs, int64_t n,
-                           int64_t d0, int64_t D, float *acc, int64_t Dp) {
+CPU_INLINE void att_pv_any(kite_dtype t, int nr, const float *p, const float *alpha, const char *v,
+                           int64_t vs, int64_t n, int64_t d0, int64_t D, float *acc, int64_t Dp) {
   const int64_t rem = D - d0, nc = rem >= 2 * VL ? 2 : (rem + VL - 1) / VL;
   const int64_t last = rem - (nc - 1) * VL;
 #define ATT_PV(NR)                                                                                 \
   case NR:                                                                                         \
     if (nc == 2 && last == VL)                                                                     \
-      att_pv_tile(t, NR, 2, p, v, vs, n, d0, VL, acc, Dp);                                         \
+      att_pv_tile(t, NR, 2, p, alpha, v, vs, n, d0, VL, acc, Dp);                                  \
     else if (nc == 2)                                                                              \
-      att_pv_tile(t, NR, 2, p, v, vs, n, d0, last, acc, Dp);                                       \
+      att_pv_tile(t, NR, 2, p, alpha, v, vs, n, d0, last, acc, Dp);                                \
     else                                                                                           \
-      att_pv_tile(t, NR, 1, p, v, vs, n, d0, last, acc, Dp);                                       \
+      att_pv_tile(t, NR, 1, p, alpha, v, vs, n, d0, last, acc, Dp);                                \
     break
   switch (nr) {
     ATT_PV(1);
@@ -274,7 +285,8 @@ CPU_INLINE vf att_tanh(vf x) {
 }
 
 /* Row r's scores of keys j0 .. j0 + n: softcap, masks, then the online softmax step; s[r] then
- * holds p = e^(s - m) (0 for keys not seen). */
+ * holds p = e^(s - m) (0 for keys not seen) and alpha[r] the factor for what acc summed under the
+ * old max (the p V step applies it). */
 static void att_softmax_row(const att_job *j, att_rows *R, int64_t r, int64_t j0, int64_t n) {
   float *s = R->s + r * ATT_KB;
   const kite_sdpa_args *sa = j->sa;
@@ -310,6 +322,7 @@ static void att_softmax_row(const att_job *j, att_rows *R, int64_t r, int64_t j0
     mx = vf_max(mx, x);
   }
   const float m_tile = vf_reduce_max(mx), m_old = R->m[r];
+  R->alpha[r] = 1.0f;
   const float m_new = m_tile > m_old ? m_tile : m_old;
   if (m_new == -INFINITY) { /* nothing seen yet: p = 0, unless a NaN hid behind the max */
     for (int64_t c = 0; c < n; c++)
@@ -319,10 +332,7 @@ static void att_softmax_row(const att_job *j, att_rows *R, int64_t r, int64_t j0
   }
   if (m_new > m_old) { /* rescale what was summed under the old max (e^-inf = 0 at first) */
     const float alpha = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
-    float *ar = R->acc + r * j->Dp;
-    for (int64_t d = 0; d < j->Dp; d += VL)
-      vf_store(KITE_DTYPE_F32, ar, d, vf_mul(vf_load(KITE_DTYPE_F32, ar, d, VL), vf_set1(alpha)),
-               VL, false);
+    R->alpha[r] = alpha;
     R->l[r] *= alpha;
     R->m[r] = m_new;
   }
@@ -345,31 +355,46 @@ CPU_INLINE void att_widen(kite_dtype t, const char *src, int64_t stride, int64_t
     }
 }
 
+/* Asks for rows [c, c + 2) of the next tile's K and V (nk, nv: NULL for none; rows of `row`
+ * bytes, ks / vs apart). Blocks are scattered, so no hardware prefetcher follows the block table:
+ * without this each tile starts with a row of demand misses. Two rows per key pair spread the
+ * requests over the tile instead of queueing them all at once. */
+CPU_INLINE void att_prefetch_rows(const char *nk, int64_t ks, const char *nv, int64_t vs, int64_t c,
+                                  int64_t n, int64_t row) {
+  if (!nk) return;
+  for (int64_t r = c; r < c + 2 && r < n; r++)
+    for (int64_t off = 0; off < row; off += 64) {
+      __builtin_prefetch(nk + r * ks + off);
+      __builtin_prefetch(nv + r * vs + off);
+    }
+}
+
 /* Every row attends to keys j0 .. j0 + n (n <= ATT_KB): K rows at k, V rows at v, of dtype t,
- * ks and vs bytes apart. */
+ * ks and vs bytes apart; nk, nv: the next tile's (n rows, same strides) to prefetch, or NULL. */
 CPU_INLINE void att_tile_t(const att_job *j, att_rows *R, int64_t rb, int64_t re, kite_dtype t,
                            int64_t j0, int64_t n, const char *k, int64_t ks, const char *v,
-                           int64_t vs) {
+                           int64_t vs, const char *nk, const char *nv, int64_t row) {
   const int64_t D = j->D, Dp = j->Dp;
   for (int64_t r0 = rb; r0 < re; r0 += ATT_RB) {
     const int nr = (int)(re - r0 < ATT_RB ? re - r0 : ATT_RB);
-    for (int64_t c = 0; c < n; c += 2)
+    for (int64_t c = 0; c < n; c += 2) {
       att_qk_any(t, nr, n - c < 2 ? 1 : 2, R->q + r0 * Dp, Dp, k + c * ks, ks, D,
                  R->s + r0 * ATT_KB + c);
+      if (r0 == rb) att_prefetch_rows(nk, ks, nv, vs, c, n, row);
+    }
   }
   for (int64_t r = rb; r < re; r++) att_softmax_row(j, R, r, j0, n);
-  vf pb[ATT_RB * ATT_KB];
   for (int64_t r0 = rb; r0 < re; r0 += ATT_RB) {
     const int nr = (int)(re - r0 < ATT_RB ? re - r0 : ATT_RB);
-    for (int r = 0; r < nr; r++)
-      for (int64_t c = 0; c < n; c++) pb[r * ATT_KB + c] = vf_set1(R->s[(r0 + r) * ATT_KB + c]);
     for (int64_t d = 0; d < D; d += 2 * VL)
-      att_pv_any(t, nr, pb, v, vs, n, d, D, R->acc + r0 * Dp, Dp);
+      att_pv_any(t, nr, R->s + r0 * ATT_KB, R->alpha + r0, v, vs, n, d, D, R->acc + r0 * Dp, Dp);
   }
 }
 
 static void att_tile(const att_job *j, att_rows *R, int64_t rb, int64_t re, int64_t j0, int64_t n,
-                     const char *k, int64_t ks, const char *v, int64_t vs) {
+                     const char *k, int64_t ks, const char *v, int64_t vs, const char *nk,
+                     const char *nv) {
+  const int64_t row = j->D * cpu_esize(j->t);
   if (re - rb > ATT_RB && j->t != KITE_DTYPE_F32) { /* widen once, not once per row group */
     if (j->t == KITE_DTYPE_BF16) {
       att_widen(KITE_DTYPE_BF16, k, ks, n, j->D, j->Dp, R->kt);
@@ -378,19 +403,20 @@ static void att_tile(const att_job *j, att_rows *R, int64_t rb, int64_t re, int6
       att_widen(KITE_DTYPE_F16, k, ks, n, j->D, j->Dp, R->kt);
       att_widen(KITE_DTYPE_F16, v, vs, n, j->D, j->Dp, R->vt);
     }
+    for (int64_t c = 0; c < n; c += 2) att_prefetch_rows(nk, ks, nv, vs, c, n, row);
     att_tile_t(j, R, rb, re, KITE_DTYPE_F32, j0, n, (const char *)R->kt, j->Dp * 4,
-               (const char *)R->vt, j->Dp * 4);
+               (const char *)R->vt, j->Dp * 4, NULL, NULL, row);
     return;
   }
   switch (j->t) {
   case KITE_DTYPE_F16:
-    att_tile_t(j, R, rb, re, KITE_DTYPE_F16, j0, n, k, ks, v, vs);
+    att_tile_t(j, R, rb, re, KITE_DTYPE_F16, j0, n, k, ks, v, vs, nk, nv, row);
     break;
   case KITE_DTYPE_BF16:
-    att_tile_t(j, R, rb, re, KITE_DTYPE_BF16, j0, n, k, ks, v, vs);
+    att_tile_t(j, R, rb, re, KITE_DTYPE_BF16, j0, n, k, ks, v, vs, nk, nv, row);
     break;
   default:
-    att_tile_t(j, R, rb, re, KITE_DTYPE_F32, j0, n, k, ks, v, vs);
+    att_tile_t(j, R, rb, re, KITE_DTYPE_F32, j0, n, k, ks, v, vs, nk, nv, row);
     break;
   }
 }
@@ -399,10 +425,10 @@ static void att_tile(const att_job *j, att_rows *R, int64_t rb, int64_t re, int6
  * table; head g's rows are [(g - g0) * rows_per_head, ...). A physical block holds every kv head
  * ([Hkv, bs, D] contiguous): walking all its heads before the next block reads K and V as long
  * runs, where one head at a time would jump to another page every bs * D elements. */
-/* Reads one byte of every page of heads g0 .. g0 + ng of block blk, some blocks ahead of the one
- * being computed. Blocks are scattered, so each new page would otherwise start with a TLB miss
- * and a cold stream. Where this was measured (4 KB pages), software prefetches of such pages did
- * not help, while a load, which walks the page tables, did. */
+/* Prefetches one line of every page of heads g0 .. g0 + ng of block blk, some blocks ahead of the
+ * one being computed: blocks are scattered, so each new page would otherwise start with a TLB
+ * miss. A prefetch walks the page tables as a load does, but does not hold up the instructions
+ * behind it when it misses (a plain load here did: it stalled the core on every page). */
 static inline void att_touch_block(const kite_paged_attn_args *a, int64_t blk, int64_t g0,
                                    int64_t ng, int64_t row) {
   if (blk < 0 || blk >= a->num_blocks) return;
@@ -410,12 +436,35 @@ static inline void att_touch_block(const kite_paged_attn_args *a, int64_t blk, i
   const char *kc = (const char *)a->key_cache + first * a->block_size * row;
   const char *vc = (const char *)a->value_cache + first * a->block_size * row;
   for (int64_t off = 0; off < bytes; off += 4096) {
-    (void)*(volatile const char *)(kc + off);
-    (void)*(volatile const char *)(vc + off);
+    __builtin_prefetch(kc + off);
+    __builtin_prefetch(vc + off);
   }
 }
 
 #define ATT_TOUCH 2 /* blocks ahead */
+
+/* Byte offset in the caches of the tile `ahead` tiles after the one at key t of head g (in the
+ * order att_paged_keys walks them: tiles of a block's head, heads, blocks), or -1 past k1 or in a
+ * block outside the cache. */
+static int64_t att_tile_ahead(const kite_paged_attn_args *a, const int32_t *table, int64_t row,
+                              int64_t g0, int64_t ng, int64_t k0, int64_t k1, int64_t g, int64_t t,
+                              int ahead) {
+  const int64_t bs = a->block_size;
+  int64_t jb = t / bs;
+  for (int s = 0; s < ahead; s++) {
+    const int64_t end = (jb + 1) * bs < k1 ? (jb + 1) * bs : k1;
+    if ((t += ATT_KB) < end) continue;
+    t = jb * bs > k0 ? jb * bs : k0; /* the next head's first tile in this block */
+    if (++g < g0 + ng) continue;
+    g = g0, t = ++jb * bs;
+    if (t >= k1) return -1;
+  }
+  const int64_t blk = table[jb];
+  if (blk < 0 || blk >= a->num_blocks) return -1;
+  return ((blk * a->hkv + g) * bs + (t - jb * bs)) * row;
+}
+
+#define ATT_AHEAD 1 /* tiles ahead that att_tile prefetches */
 
 static void att_paged_keys(const att_job *j, att_rows *R, int64_t b, int64_t g0, int64_t ng,
                            int64_t rows_per_head, int64_t k0, int64_t k1) {
@@ -435,8 +484,10 @@ static void att_paged_keys(const att_job *j, att_rows *R, int64_t b, int64_t g0,
         const int64_t rb = (g - g0) * rows_per_head;
         for (int64_t t = k; t < end; t += ATT_KB) {
           const int64_t n = end - t < ATT_KB ? end - t : ATT_KB;
+          const int64_t next = att_tile_ahead(a, table, row, g0, ng, k0, k1, g, t, ATT_AHEAD);
           att_tile(j, R, rb, rb + rows_per_head, t, n, kc + (t - k) * row, row, vc + (t - k) * row,
-                   row);
+                   row, next >= 0 ? (const char *)a->key_cache + next : NULL,
+                   next >= 0 ? (const char *)a->value_cache + next : NULL);
         }
       }
     k = end;
@@ -586,7 +637,7 @@ static void att_sdpa_item(const att_job *j, att_rows *R, int64_t item) {
   const int64_t ks = a->k_stride[2] * es, vs = a->v_stride[2] * es;
   for (int64_t t = k0 > 0 ? k0 : 0; t < k1; t += ATT_KB) {
     const int64_t n = k1 - t < ATT_KB ? k1 - t : ATT_KB;
-    att_tile(j, R, 0, R->n, t, n, k + t * ks, ks, v + t * vs, vs);
+    att_tile(j, R, 0, R->n, t, n, k + t * ks, ks, v + t * vs, vs, NULL, NULL);
   }
   for (int64_t i = i0; i < i0 + nq; i++)
     for (int64_t gi = 0; gi < j->G; gi++) {

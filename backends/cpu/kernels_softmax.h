@@ -14,10 +14,16 @@ typedef struct softmax_job {
   bool stream;
 } softmax_job;
 
-/* e = exp(scale x - max) into the scratch row; returns the running sum. */
-CPU_INLINE vf softmax_exp(kite_dtype t, const char *x, float *e, vf scale, vf minus_max, int64_t i,
-                          int64_t m, vf sum) {
-  const vf ei = vf_tail(vf_exp(vf_fma(vf_load(t, x, i, m), scale, minus_max)), m, 0.0f);
+/* e = exp(scale x - max) into the scratch row; returns the running sum. Also asks for the line of
+ * the next row (next, NULL for none) that sits as far in as x[i]: the max pass that starts the
+ * next row is a bare stream over memory, with nothing to overlap its misses unless they were
+ * started here, behind the exp. */
+CPU_INLINE vf softmax_exp(kite_dtype t, const char *x, const char *next, float *e, vf scale,
+                          vf minus_max, int64_t i, int64_t m, vf sum) {
+  const int64_t es = cpu_esize(t);
+  if (next && (i * es) % 64 < VL * es) __builtin_prefetch(next + i * es);
+  const vf z = vf_fma(vf_load(t, x, i, m), scale, minus_max);
+  const vf ei = vf_tail(t == KITE_DTYPE_F32 ? vf_exp(z) : vf_exp16(z), m, 0.0f);
   vf_store(KITE_DTYPE_F32, e, i, ei, m, false);
   return vf_add(sum, ei);
 }
@@ -37,7 +43,8 @@ CPU_INLINE void softmax_rows(kite_dtype t, const softmax_job *j, int64_t begin, 
     const vf minus_max = vf_set1(-vf_reduce_max(mx));
 
     vf sum = vf_set1(0.0f);
-    CPU_ROW(i, m, n, VL, sum = softmax_exp(t, x, e, scale, minus_max, i, m, sum));
+    const char *next = r + 1 < end ? cpu_row(a->x, a->x_stride, r + 1, es) : NULL;
+    CPU_ROW(i, m, n, VL, sum = softmax_exp(t, x, next, e, scale, minus_max, i, m, sum));
 
     const vf inv = vf_set1(1.0f / vf_reduce_add(sum));
     bool stream = j->stream;

@@ -107,4 +107,55 @@ CPU_INLINE vf vf_normal_cdf(vf x) {
   return vf_fma(vf_mul(half, x), q, half);
 }
 
+/* ---- cheaper forms for 16-bit outputs ---------------------------------------------------------
+ * A bf16 (f16) result is rounded to 2^-9 (2^-12) relative, so these keep ~1e-6 relative error
+ * and drop the terms that took the f32 forms to an ulp: fewer operations in kernels that are
+ * compute-bound on AVX2. The f32 paths keep the forms above. */
+
+/* e^x + c within 3e-6 relative: as vm_exp_plus with e^r = 1 + r q(r), q a degree 3 fit
+ * (2.8e-6), and r = x - n ln2 in one step (its error, n * 2e-9, is below 3e-7). */
+CPU_INLINE vf vm_exp16_plus(vf x, vf c) {
+  const vf magic = vf_set1(12583039.0f); /* 1.5 * 2^23 + 127 */
+  const vf xc = vf_max(vf_set1(-87.33f), vf_min(vf_set1(88.37f), x));
+  const vf k = vf_fma(xc, vf_set1(1.44269504089f), magic);
+  const vf r = vf_fma(vf_sub(k, magic), vf_set1(-0.693147180559945f), xc);
+  const vf q = vf_fma(vf_mul(r, r), VF_PAIR(r, 1.6787473857e-01f, 4.1513849050e-02f),
+                      VF_PAIR(r, 9.9996685982e-01f, 5.0003015995e-01f));
+  return vf_fma(vf_fma(r, q, vf_set1(1.0f)), vf_bits_shl23(k), c);
+}
+
+/* e^x for 16-bit outputs; 0 below x = -87.33, as vf_exp. */
+CPU_INLINE vf vf_exp16(vf x) {
+  return vf_lt_select(x, vf_set1(-87.33f), vf_set1(0.0f), vm_exp16_plus(x, vf_set1(0.0f)));
+}
+
+CPU_INLINE vf vf_one_plus_exp16(vf x) {
+  return vm_exp16_plus(x, vf_set1(1.0f));
+}
+
+/* a / b for b in [1, 2^126], first order: the estimate's error e (< 4e-4) leaves e^2 < 2e-7. */
+CPU_INLINE vf vf_div_pos16(vf a, vf b) {
+  const vf r = vf_rcp_est(b);
+  const vf q0 = vf_mul(a, r);
+  return vf_fma(q0, vf_fnma(b, r, vf_set1(1.0f)), q0);
+}
+
+/* Phi(x) for 16-bit outputs: vf_normal_cdf's polynomial form with Q of degree 9 (absolute error
+ * of Phi 1e-7, relative 4e-4 at x = -3), the erfc form outside [-3, 3.5]. */
+CPU_INLINE vf vf_normal_cdf16(vf x) {
+  if (!vf_all_le(vf_abs(vf_sub(x, vf_set1(0.25f))), vf_set1(3.25f)))
+    return vf_mul(vf_set1(0.5f), vf_erfc(vf_mul(x, vf_set1(-0.70710678118654752f))));
+  const vf w = vf_fma(vf_mul(x, x), vf_set1(0.163265306122449f), vf_set1(-1.0f));
+  const vf w2 = vf_mul(w, w), w4 = vf_mul(w2, w2);
+  const vf q01 = VF_PAIR(w, 3.986756206e-01f, -1.806786507e-01f);
+  const vf q23 = VF_PAIR(w, 1.069345325e-01f, -5.995347723e-02f);
+  const vf q45 = VF_PAIR(w, 3.015563078e-02f, -1.341751218e-02f);
+  const vf q67 = VF_PAIR(w, 5.236831960e-03f, -1.912308973e-03f);
+  const vf q89 = VF_PAIR(w, 7.297868142e-04f, -1.891409338e-04f);
+  const vf q0_3 = vf_fma(w2, q23, q01), q4_7 = vf_fma(w2, q67, q45);
+  const vf q = vf_fma(vf_mul(w4, w4), q89, vf_fma(w4, q4_7, q0_3));
+  const vf half = vf_set1(0.5f);
+  return vf_fma(vf_mul(half, x), q, half);
+}
+
 #endif /* KITE_CPU_VEC_MATH_H */

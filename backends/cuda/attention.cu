@@ -13,6 +13,10 @@
  * (sdpa). A key is not seen when its block id is out of range, past the row's causal position,
  * outside the window or masked off; a row that sees no key gets o = 0 and lse = -inf.
  * Scores are s = scale q.k, then softcap, then the float mask; exponentials are base 2.
+ *
+ * bf16/f16 with head_dim 64/80/96/128/256, 16-byte aligned rows and no mask go to the tensor-core
+ * kernel of attention_mma.cu (variant "mma"); these kernels serve the rest (f32, other head_dim,
+ * masks, unaligned layouts).
  */
 #include "attention.cuh"
 
@@ -272,8 +276,10 @@ template <typename T> __global__ void merge_splits_kernel(AttnParams p, int spli
         M == -INFINITY ? -INFINITY : (M + log2f(L)) * kLn2;
 }
 
+} // namespace
+
 /* ---- host side ----------------------------------------------------------------------------- */
-int sm_count() {
+int kite_cuda::attn_sm_count() {
   int dev = 0, n = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
@@ -282,6 +288,19 @@ int sm_count() {
   }
   return n > 0 ? n : 132;
 }
+
+void kite_cuda::attn_merge_splits(const AttnParams &p, int splits, cudaStream_t s) {
+  const int64_t warps = p.rows * p.hq;
+  const unsigned blocks = (unsigned)((warps + 7) / 8);
+  if (p.dtype == KITE_DTYPE_BF16)
+    merge_splits_kernel<__nv_bfloat16><<<blocks, 256, 0, s>>>(p, splits);
+  else if (p.dtype == KITE_DTYPE_F16)
+    merge_splits_kernel<__half><<<blocks, 256, 0, s>>>(p, splits);
+  else
+    merge_splits_kernel<float><<<blocks, 256, 0, s>>>(p, splits);
+}
+
+namespace {
 
 template <typename T, int TPK, int EPL, int GMAX, bool VEC>
 void launch_attend(const AttnParams &p, dim3 grid, cudaStream_t s) {
@@ -328,7 +347,7 @@ kite_status run_attend(kite_ctx *ctx, AttnParams p, bool vec, const char *op, co
     return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.%s: %lld query rows x heads is too many",
                           op, variant, (long long)units);
   /* Split the keys when the CTAs would not fill the GPU, keeping >= 256 keys per split. */
-  const int64_t target = 8LL * sm_count();
+  const int64_t target = 8LL * attn_sm_count();
   int64_t splits = units >= target ? 1 : (target + units - 1) / units;
   const int64_t by_keys = p.max_keys / 256;
   if (splits > by_keys) splits = by_keys;
@@ -363,16 +382,15 @@ kite_status run_attend(kite_ctx *ctx, AttnParams p, bool vec, const char *op, co
       return kite_set_error(KITE_ERR_INTERNAL, "%s: cuda.%s: no kernel for head_dim %lld", op,
                             variant, (long long)p.head_dim);
     }
-    if (splits > 1) {
-      const int64_t warps = p.rows * p.hq;
-      merge_splits_kernel<T><<<(unsigned)((warps + 7) / 8), 256, 0, s>>>(p, (int)splits);
-    }
+    if (splits > 1) attn_merge_splits(p, (int)splits, s);
     return KITE_OK;
   });
   return st != KITE_OK ? st : cuda_check_launch(op, variant);
 }
 
-AttnParams paged_params(const kite_paged_attn_args *a) {
+} // namespace
+
+AttnParams kite_cuda::attn_paged_params(const kite_paged_attn_args *a) {
   AttnParams p = {};
   p.kind = a->op == KITE_OP_PAGED_PREFILL ? ATTN_PREFILL : ATTN_DECODE;
   p.dtype = a->dtype;
@@ -393,7 +411,7 @@ AttnParams paged_params(const kite_paged_attn_args *a) {
   return p;
 }
 
-AttnParams sdpa_params(const kite_sdpa_args *a) {
+AttnParams kite_cuda::attn_sdpa_params(const kite_sdpa_args *a) {
   AttnParams p = {};
   p.kind = ATTN_SDPA;
   p.dtype = a->dtype;
@@ -417,6 +435,8 @@ AttnParams sdpa_params(const kite_sdpa_args *a) {
   p.causal = a->opts.causal != 0;
   return p;
 }
+
+namespace {
 
 bool strides_aligned(const int64_t *st, int n, size_t es) {
   for (int i = 0; i < n; i++)
@@ -503,7 +523,7 @@ extern "C" CUDA_RUN(cuda_paged_generic_run) {
   const char *why = "";
   if (!cuda_paged_generic_supports(k, args, &why))
     return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.generic: %s", op, why);
-  return run_attend(ctx, paged_params(a), false, op, "generic");
+  return run_attend(ctx, attn_paged_params(a), false, op, "generic");
 }
 
 extern "C" CUDA_RUN(cuda_paged_vec_run) {
@@ -512,7 +532,7 @@ extern "C" CUDA_RUN(cuda_paged_vec_run) {
   const char *why = "";
   if (!cuda_paged_vec_supports(k, args, &why))
     return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.vec: %s", op, why);
-  return run_attend(ctx, paged_params(a), true, op, "vec");
+  return run_attend(ctx, attn_paged_params(a), true, op, "vec");
 }
 
 extern "C" CUDA_SUPPORTS(cuda_sdpa_generic_supports) {
@@ -550,12 +570,12 @@ extern "C" CUDA_RUN(cuda_sdpa_generic_run) {
   const char *why = "";
   if (!cuda_sdpa_generic_supports(k, args, &why))
     return kite_set_error(KITE_ERR_UNSUPPORTED, "sdpa: cuda.generic: %s", why);
-  return run_attend(ctx, sdpa_params((const kite_sdpa_args *)args), false, "sdpa", "generic");
+  return run_attend(ctx, attn_sdpa_params((const kite_sdpa_args *)args), false, "sdpa", "generic");
 }
 
 extern "C" CUDA_RUN(cuda_sdpa_vec_run) {
   const char *why = "";
   if (!cuda_sdpa_vec_supports(k, args, &why))
     return kite_set_error(KITE_ERR_UNSUPPORTED, "sdpa: cuda.vec: %s", why);
-  return run_attend(ctx, sdpa_params((const kite_sdpa_args *)args), true, "sdpa", "vec");
+  return run_attend(ctx, attn_sdpa_params((const kite_sdpa_args *)args), true, "sdpa", "vec");
 }

@@ -84,6 +84,11 @@ CUDA_SUPPORTS(cuda_sdpa_vec_supports);
 CUDA_SUPPORTS(cuda_sdpa_generic_supports);
 CUDA_RUN(cuda_sdpa_vec_run);
 CUDA_RUN(cuda_sdpa_generic_run);
+/* attention_mma.cu: paged_decode, paged_prefill, sdpa on tensor cores (bf16/f16) */
+CUDA_SUPPORTS(cuda_paged_mma_supports);
+CUDA_RUN(cuda_paged_mma_run);
+CUDA_SUPPORTS(cuda_sdpa_mma_supports);
+CUDA_RUN(cuda_sdpa_mma_run);
 
 /* gemm.cu: linear (cuBLASLt, tiled), group_gemm (cuBLASLt per group, tiled with a device-side
  * schedule) */

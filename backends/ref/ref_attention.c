@@ -84,14 +84,18 @@ static void ref_attend(const void *q, int64_t q0, const ref_kv *kv, int64_t pos,
     if (lse) *lse = -INFINITY;
     return;
   }
+  /* s[j] becomes the unnormalized probability exp(s[j] - m): 0 for unseen keys */
   double sum = 0.0;
-  for (int64_t j = 0; j < kv->n; j++) sum += exp(s[j] - m); /* exp(-inf) = 0 for unseen keys */
+  for (int64_t j = 0; j < kv->n; j++) {
+    s[j] = exp(s[j] - m);
+    sum += s[j];
+  }
   for (int64_t d = 0; d < D; d++) {
     double acc = 0.0;
     for (int64_t j = 0; j < kv->n; j++) {
       int64_t k_row, v_row;
-      if (s[j] == -INFINITY || !ref_kv_row(kv, j, &k_row, &v_row)) continue;
-      acc += exp(s[j] - m) * (double)kite_load_f32(t, kv->v, v_row + d);
+      if (s[j] == 0.0 || !ref_kv_row(kv, j, &k_row, &v_row)) continue;
+      acc += s[j] * (double)kite_load_f32(t, kv->v, v_row + d);
     }
     kite_store_f32(t, o, o0 + d, (float)(acc / sum));
   }

@@ -38,29 +38,39 @@ typedef enum kt_qk_layout {
 /* Attention cases (driver_attn.c). */
 typedef struct kt_attn_case {
   int64_t batch, hq, hkv, head_dim;
-  int64_t block_size, num_blocks; /* paged cache [num_blocks, block_size, Hkv, D] */
+  int64_t block_size, num_blocks; /* paged cache [num_blocks, Hkv, block_size, D] */
   int64_t max_blocks;             /* block_table[batch, max_blocks] */
   int32_t seq_lens[KT_MAX_SEQS];  /* keys per sequence */
   int32_t q_lens[KT_MAX_SEQS];    /* prefill: queries per sequence (the last positions) */
+  int64_t tokens;                 /* store_kv: T; prefill: the sum of q_lens */
   int64_t sq, sk;                 /* sdpa */
   kite_attn_opts opts;
   int with_lse;
-  int mask;    /* sdpa: 0 none, else a driver_attn.c mask kind */
-  int64_t pad; /* extra elements in token / head strides */
+  int mask;       /* sdpa: 0 none, else a driver_attn.c mask kind */
+  int bshd;       /* sdpa: q, k, v, o are [B, S, H, D] memory viewed as [B, H, S, D] */
+  int fused_kv;   /* store_kv: k and v are slices of one [T, 2 Hkv D + pad] buffer */
+  int skip_slots; /* store_kv: about a fifth of the slots are negative (padding tokens) */
+  int64_t pad;    /* extra elements in token / head strides and block-table rows */
 } kt_attn_case;
 
-/* GEMM, MoE and quantization cases (driver_gemm.c). */
+/* GEMM, MoE and quantization cases (driver_gemm.c). Sizes per op:
+ *   linear, linear_quant: y[m, n] = x[m, k] w[n, k]^T;  group_gemm: x[m, k], w[groups, n, k];
+ *   topk_gating: logits[m = T, n = E], topk;  fused_moe: x[m = T, n = H], I = k, E = groups;
+ *   quant, dequant: x[m, k]. */
 typedef struct kt_gemm_case {
-  int64_t m, n, k; /* linear: y[M, N] = x[M, K] w[N, K]^T */
-  int64_t pad_x, pad_w, pad_y;
+  int64_t m, n, k;
+  int64_t pad_x, pad_w, pad_y; /* row padding of x (logits, xq, q), w (wq; MoE: ids), y */
   int with_bias;
   int64_t groups; /* group_gemm: G; MoE: experts E */
   int32_t group_sizes[KT_MAX_SEQS];
   int64_t topk; /* topk_gating / fused_moe */
   int renormalize, ties;
   kite_moe_act act;
-  kite_dtype qtype; /* quant: KITE_DTYPE_I8 or KITE_DTYPE_FP8_E4M3 */
-  int specials;     /* quant: NaN, inf, zero rows, saturating values */
+  int oob_ids;      /* fused_moe: some ids outside [0, E) */
+  int distinct_ids; /* fused_moe: each token's ids distinct and in range, as top-k gives */
+  int alt_scratch;  /* fused_moe (bench): buffers for the per-expert composition */
+  kite_dtype qtype; /* quant, dequant, linear_quant: KITE_DTYPE_I8 or KITE_DTYPE_FP8_E4M3 */
+  int specials;     /* quant: NaN, inf, zero rows, ties, saturation; dequant: NaN codes */
 } kt_gemm_case;
 
 typedef struct kt_case {

@@ -1,9 +1,717 @@
-/* Drivers of the attn ops (not written yet: these ops are listed, not checked or timed). */
+/*
+ * Drivers of the attention ops: store_kv, paged_decode, paged_prefill, sdpa.
+ *
+ * Paged cases hold a per-layer cache [num_blocks, Hkv, block_size, D] whose physical blocks are
+ * handed out to the sequences in a seeded random order (the block table is a custom fill), so a
+ * kernel that assumes contiguous blocks fails. Sequence lengths (and prefill's query counts) are
+ * fixed in the case, so every size is known when the plan is laid out; they are ragged and
+ * include 0 and 1. Each block-table row keeps one unused entry (-1) past the sequence's blocks
+ * and a few physical blocks belong to no sequence.
+ *
+ * sdpa cases cover no mask, bool / uint8 / f32 / q-dtype masks, masks broadcast by shape 1 or
+ * stride 0, causal with Sq < Sk and Sq > Sk, and q/k/v/o laid out as [B, S, H, D] memory viewed
+ * as [B, H, S, D]. Masks hold rows that see no key: o = 0 there and lse = -inf, which the
+ * harness matches exactly.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "driver.h"
+#include "util.h"
+
+/* argument slots */
+enum { A_Q, A_K, A_V, A_KC, A_VC, A_BT, A_SEQ, A_CU, A_SLOTS, A_MASK, A_O, A_LSE };
+
+/* sdpa mask kinds (kt_attn_case.mask) */
+enum {
+  MASK_NONE,
+  MASK_BOOL,     /* [Sq, Sk] kDLBool */
+  MASK_U8,       /* [B, Hq, Sq, Sk] uint8, one mask per head */
+  MASK_F32,      /* [Sq, Sk] f32, added to the scores */
+  MASK_QT_BCAST, /* [1, Hq, Sq, Sk] in q's dtype with batch and head strides 0 */
+  MASK_F32_B1,   /* [B, 1, Sq, Sk] f32: the head dim broadcast by its shape */
+  MASK_KINDS
+};
+static const char *const g_mask_name[MASK_KINDS] = {
+    "", "bool[Sq,Sk]", "u8[B,H,Sq,Sk]", "f32[Sq,Sk]", "qt[1,H,Sq,Sk]/s0", "f32[B,1,Sq,Sk]"};
 
 int kt_attn_has(kite_op op) {
-  (void)op;
-  return 0;
+  return op == KITE_OP_STORE_KV || op == KITE_OP_PAGED_DECODE || op == KITE_OP_PAGED_PREFILL ||
+         op == KITE_OP_SDPA;
 }
 
-const kt_family_ops kt_family_attn = {.name = "attn"};
+static int64_t cdiv(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+/* ---- descriptions ------------------------------------------------------------------------ */
+
+/* Appends printf output to buf (length n) at *len, never overflowing. */
+__attribute__((format(printf, 4, 5))) static void cat(char *buf, size_t n, size_t *len,
+                                                      const char *fmt, ...) {
+  if (*len >= n) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int k = vsnprintf(buf + *len, n - *len, fmt, ap);
+  va_end(ap);
+  if (k > 0) *len = *len + (size_t)k < n ? *len + (size_t)k : n - 1;
+}
+
+static int32_t max_len(const kt_attn_case *a) {
+  int32_t m = 0;
+  for (int64_t b = 0; b < a->batch; b++) m = a->seq_lens[b] > m ? a->seq_lens[b] : m;
+  return m;
+}
+
+static void attn_shape(const kt_case *c, char *buf, size_t n) {
+  const kt_attn_case *a = &c->attn;
+  long long hq = a->hq, hkv = a->hkv, D = a->head_dim;
+  switch (c->op) {
+  case KITE_OP_STORE_KV:
+    snprintf(buf, n, "T%lld %lldx%lld bs%lld", (long long)a->tokens, hkv, D,
+             (long long)a->block_size);
+    break;
+  case KITE_OP_PAGED_DECODE:
+    snprintf(buf, n, "B%lld L%d %lld/%lldx%lld", (long long)a->batch, (int)max_len(a), hq, hkv, D);
+    break;
+  case KITE_OP_PAGED_PREFILL:
+    snprintf(buf, n, "B%lld T%lld L%d %lld/%lldx%lld", (long long)a->batch, (long long)a->tokens,
+             (int)max_len(a), hq, hkv, D);
+    break;
+  default:
+    snprintf(buf, n, "B%lld %lld/%lld %lldx%lldx%lld", (long long)a->batch, hq, hkv,
+             (long long)a->sq, (long long)a->sk, D);
+    break;
+  }
+}
+
+/* The lengths of up to 8 sequences, then "...". */
+static void cat_lens(char *buf, size_t n, size_t *len, const char *name, const int32_t *v,
+                     int64_t count) {
+  cat(buf, n, len, " %s=", name);
+  for (int64_t i = 0; i < count && i < 8; i++) cat(buf, n, len, "%s%d", i ? "," : "", (int)v[i]);
+  if (count > 8) cat(buf, n, len, ",...");
+}
+
+static void attn_describe(const kt_case *c, char *buf, size_t n) {
+  const kt_attn_case *a = &c->attn;
+  const kite_attn_opts *o = &a->opts;
+  size_t len = 0;
+  buf[0] = '\0';
+  if (c->op == KITE_OP_STORE_KV) {
+    cat(buf, n, &len, "T=%lld Hkv=%lld D=%lld bs=%lld blocks=%lld", (long long)a->tokens,
+        (long long)a->hkv, (long long)a->head_dim, (long long)a->block_size,
+        (long long)a->num_blocks);
+    if (a->fused_kv) cat(buf, n, &len, " fused-kv");
+    if (a->skip_slots) cat(buf, n, &len, " skipped-slots");
+    if (a->pad) cat(buf, n, &len, " row+%lld", (long long)a->pad);
+    return;
+  }
+  cat(buf, n, &len, "B=%lld Hq=%lld Hkv=%lld D=%lld", (long long)a->batch, (long long)a->hq,
+      (long long)a->hkv, (long long)a->head_dim);
+  if (c->op == KITE_OP_SDPA) {
+    cat(buf, n, &len, " Sq=%lld Sk=%lld", (long long)a->sq, (long long)a->sk);
+    if (a->mask) cat(buf, n, &len, " mask=%s", g_mask_name[a->mask]);
+    if (a->bshd) cat(buf, n, &len, " bshd");
+  } else {
+    cat(buf, n, &len, " bs=%lld", (long long)a->block_size);
+    cat_lens(buf, n, &len, "L", a->seq_lens, a->batch);
+    if (c->op == KITE_OP_PAGED_PREFILL) cat_lens(buf, n, &len, "q", a->q_lens, a->batch);
+  }
+  if (c->op != KITE_OP_PAGED_DECODE) cat(buf, n, &len, o->causal ? " causal" : " non-causal");
+  if (o->scale != 0.0f) cat(buf, n, &len, " scale=%g", (double)o->scale);
+  if (o->softcap != 0.0f) cat(buf, n, &len, " softcap=%g", (double)o->softcap);
+  if (o->window_left >= 0) cat(buf, n, &len, " window=%d", (int)o->window_left);
+  if (o->gqa == KITE_GQA_INTERLEAVED) cat(buf, n, &len, " interleaved");
+  if (a->with_lse) cat(buf, n, &len, " lse");
+  if (a->pad) cat(buf, n, &len, " pad=%lld", (long long)a->pad);
+}
+
+/* ---- custom fills ------------------------------------------------------------------------ */
+
+/* A seeded permutation of 0..n-1 (Fisher-Yates); NULL when out of memory. */
+static int32_t *permutation(uint64_t seed, int64_t n) {
+  int32_t *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p);
+  if (!p) return NULL;
+  for (int64_t i = 0; i < n; i++) p[i] = (int32_t)i;
+  for (int64_t i = n - 1; i > 0; i--) {
+    int64_t j = (int64_t)(kt_hash(seed, (uint64_t)i) % (uint64_t)(i + 1));
+    int32_t t = p[i];
+    p[i] = p[j], p[j] = t;
+  }
+  return p;
+}
+
+/* block_table[B, max_blocks]: sequence b's blocks are the next ceil(L_b / bs) entries of a
+ * permutation of the physical blocks; entries past them are -1 (never read). */
+static void fill_block_table(const kt_run *r, int vi, uint64_t seed, unsigned char *body) {
+  const kt_attn_case *a = &r->c.attn;
+  const kt_view *v = &r->view[vi];
+  int32_t *perm = permutation(seed, a->num_blocks), *bt = (int32_t *)body;
+  int64_t next = 0;
+  for (int64_t b = 0; b < a->batch; b++)
+    for (int64_t j = 0; j < a->max_blocks; j++) {
+      int32_t blk = -1;
+      if (j * a->block_size < a->seq_lens[b] && next < a->num_blocks)
+        blk = perm ? perm[next++] : (int32_t)next++;
+      bt[v->offset + b * v->strides[0] + j] = blk;
+    }
+  free(perm);
+}
+
+static void fill_seq_lens(const kt_run *r, int vi, uint64_t seed, unsigned char *body) {
+  const kt_attn_case *a = &r->c.attn;
+  for (int64_t b = 0; b < a->batch; b++) ((int32_t *)body)[r->view[vi].offset + b] = a->seq_lens[b];
+}
+
+/* cu_q_lens[B + 1]: the running sum of q_lens, from 0. */
+static void fill_cu_q_lens(const kt_run *r, int vi, uint64_t seed, unsigned char *body) {
+  const kt_attn_case *a = &r->c.attn;
+  int32_t *cu = (int32_t *)body + r->view[vi].offset;
+  cu[0] = 0;
+  for (int64_t b = 0; b < a->batch; b++) cu[b + 1] = cu[b] + a->q_lens[b];
+}
+
+/* slots[T]: distinct slots of the cache in random order (two tokens on one slot would make
+ * the result depend on the kernel's write order); with skip_slots about a fifth are -1..-3. */
+static void fill_slots(const kt_run *r, int vi, uint64_t seed, unsigned char *body) {
+  const kt_attn_case *a = &r->c.attn;
+  int64_t capacity = a->num_blocks * a->block_size;
+  int32_t *perm = permutation(seed, capacity), *slots = (int32_t *)body + r->view[vi].offset;
+  for (int64_t i = 0; i < a->tokens; i++) {
+    uint64_t h = kt_hash(seed ^ 0x5bd1e995u, (uint64_t)i);
+    slots[i] = perm ? perm[i % capacity] : (int32_t)(i % capacity);
+    if (a->skip_slots && h % 5 == 0) slots[i] = -1 - (int32_t)(h / 5 % 3);
+  }
+  free(perm);
+}
+
+/* sdpa masks. Every memory element gets a value from its own position, so broadcast views
+ * (stride 0) read one consistent mask. Query row 1 sees no key (o = 0, lse = -inf); elsewhere
+ * a bool mask hides about a quarter of the keys and a float mask adds values in [-2, 2] with
+ * about a fifth at -inf. */
+static void fill_mask(const kt_run *r, int vi, uint64_t seed, unsigned char *body) {
+  const kt_attn_case *a = &r->c.attn;
+  const kt_view *v = &r->view[vi];
+  int64_t n = kt_view_numel(v);
+  int is_bool = v->dtype == KITE_DTYPE_U8;
+  for (int64_t e = 0; e < n; e++) {
+    int64_t at = kt_view_at(v, e), i = e / a->sk % a->sq;
+    uint64_t h = kt_hash(seed, (uint64_t)at);
+    int hidden = i == 1 || (is_bool ? h % 4 == 0 : h % 5 == 0);
+    if (is_bool)
+      body[at] = (unsigned char)!hidden;
+    else
+      kt_store(v->dtype, body, at, hidden ? -INFINITY : -2.0 + 4.0 * kt_unit(h, 1));
+  }
+}
+
+/* ---- plans ------------------------------------------------------------------------------- */
+
+static void set_custom(kt_run *r, int vi, kt_fill_fn fn) {
+  if (vi < 0) return;
+  r->view[vi].fill = KT_FILL_CUSTOM;
+  r->view[vi].fill_fn = fn;
+}
+
+/* An int32 vector [n] with a custom fill, in a buffer of its own. */
+static int add_ints(kt_run *r, const char *name, int64_t n, kt_fill_fn fn) {
+  int64_t shape[1] = {n};
+  int vi = kt_add_tensor(r, name, KITE_DTYPE_I32, KT_IN, 1, shape, KT_FILL_CUSTOM, 0, 0);
+  set_custom(r, vi, fn);
+  return vi;
+}
+
+/* x[N, H, D] with head stride D + pad, in a buffer of its own. */
+static int add_heads(kt_run *r, const char *name, kite_dtype t, kt_role role, int64_t N, int64_t H,
+                     int64_t D, int64_t pad, float lo, float hi) {
+  int64_t shape[3] = {N, H, D}, strides[3] = {H * (D + pad), D + pad, 1};
+  int b = kt_add_buf(r, name, t, N * H * (D + pad));
+  return kt_add_view(r, name, b, t, role, 3, shape, strides, 0, KT_FILL_UNIFORM, lo, hi);
+}
+
+/* x[B, H, S, D] with row stride D + pad; bshd: the memory is [B, S, H, D + pad]. */
+static int add_bhsd(kt_run *r, const char *name, kite_dtype t, kt_role role, int64_t B, int64_t H,
+                    int64_t S, int64_t D, int64_t pad, int bshd, float lo, float hi) {
+  int64_t row = D + pad, shape[4] = {B, H, S, D};
+  int64_t bhsd[4] = {H * S * row, S * row, row, 1}, bshd_s[4] = {S * H * row, row, H * row, 1};
+  int b = kt_add_buf(r, name, t, B * H * S * row);
+  return kt_add_view(r, name, b, t, role, 4, shape, bshd ? bshd_s : bhsd, 0, KT_FILL_UNIFORM, lo,
+                     hi);
+}
+
+/* Both caches [num_blocks, Hkv, block_size, D], values in [-1, 1]. */
+static void plan_caches(kt_run *r, const kt_case *c, kt_role role) {
+  const kt_attn_case *a = &c->attn;
+  int64_t shape[4] = {a->num_blocks, a->hkv, a->block_size, a->head_dim};
+  r->arg[A_KC] = kt_add_tensor(r, "key_cache", c->dtype, role, 4, shape, KT_FILL_UNIFORM, -1, 1);
+  r->arg[A_VC] = kt_add_tensor(r, "value_cache", c->dtype, role, 4, shape, KT_FILL_UNIFORM, -1, 1);
+}
+
+/* store_kv: k, v [T, Hkv, D] row-strided (or slices of one kv buffer) into caches that already
+ * hold values: the whole cache is the output, so slots not written must keep theirs. */
+static void plan_store_kv(kt_run *r, const kt_case *c) {
+  const kt_attn_case *a = &c->attn;
+  kite_dtype t = c->dtype;
+  int64_t T = a->tokens, H = a->hkv, D = a->head_dim;
+  if (a->fused_kv) {
+    int64_t row = 2 * H * D + a->pad, shape[3] = {T, H, D}, strides[3] = {row, D, 1};
+    int b = kt_add_buf(r, "kv", t, T * row);
+    r->arg[A_K] = kt_add_view(r, "k", b, t, KT_IN, 3, shape, strides, 0, KT_FILL_UNIFORM, -1, 1);
+    r->arg[A_V] =
+        kt_add_view(r, "v", b, t, KT_IN, 3, shape, strides, H * D, KT_FILL_UNIFORM, -1, 1);
+  } else {
+    int64_t shape[3] = {T, H, D}, strides[3] = {H * D + a->pad, D, 1};
+    int bk = kt_add_buf(r, "k", t, T * (H * D + a->pad));
+    r->arg[A_K] = kt_add_view(r, "k", bk, t, KT_IN, 3, shape, strides, 0, KT_FILL_UNIFORM, -1, 1);
+    int bv = kt_add_buf(r, "v", t, T * (H * D + a->pad));
+    r->arg[A_V] = kt_add_view(r, "v", bv, t, KT_IN, 3, shape, strides, 0, KT_FILL_UNIFORM, -1, 1);
+  }
+  plan_caches(r, c, KT_INOUT);
+  r->arg[A_SLOTS] = add_ints(r, "slots", T, fill_slots);
+}
+
+/* paged_decode (N = B queries) and paged_prefill (N = T). q and o have head stride D + pad, the
+ * block table row stride max_blocks + pad. */
+static void plan_paged(kt_run *r, const kt_case *c) {
+  const kt_attn_case *a = &c->attn;
+  kite_dtype t = c->dtype;
+  int prefill = c->op == KITE_OP_PAGED_PREFILL;
+  int64_t N = prefill ? a->tokens : a->batch;
+  if (a->batch < 0 || a->batch > KT_MAX_SEQS) {
+    r->bad = 1;
+    return;
+  }
+  r->arg[A_Q] = add_heads(r, "q", t, KT_IN, N, a->hq, a->head_dim, a->pad, -2, 2);
+  plan_caches(r, c, KT_IN);
+  int64_t shape[2] = {a->batch, a->max_blocks}, strides[2] = {a->max_blocks + a->pad, 1};
+  int b = kt_add_buf(r, "block_table", KITE_DTYPE_I32, a->batch * (a->max_blocks + a->pad));
+  r->arg[A_BT] = kt_add_view(r, "block_table", b, KITE_DTYPE_I32, KT_IN, 2, shape, strides, 0,
+                             KT_FILL_CUSTOM, 0, 0);
+  set_custom(r, r->arg[A_BT], fill_block_table);
+  r->arg[A_SEQ] = add_ints(r, "seq_lens", a->batch, fill_seq_lens);
+  if (prefill) r->arg[A_CU] = add_ints(r, "cu_q_lens", a->batch + 1, fill_cu_q_lens);
+  r->arg[A_O] = add_heads(r, "o", t, KT_OUT, N, a->hq, a->head_dim, a->pad, 0, 0);
+  if (a->with_lse) {
+    int64_t lshape[2] = {N, a->hq};
+    r->arg[A_LSE] =
+        kt_add_tensor(r, "lse", KITE_DTYPE_F32, KT_OUT, 2, lshape, KT_FILL_UNIFORM, 0, 0);
+  }
+}
+
+static void plan_mask(kt_run *r, const kt_case *c) {
+  const kt_attn_case *a = &c->attn;
+  int64_t B = a->batch, H = a->hq, Sq = a->sq, Sk = a->sk;
+  kite_dtype t = a->mask == MASK_BOOL || a->mask == MASK_U8 ? KITE_DTYPE_U8
+                 : a->mask == MASK_QT_BCAST                 ? c->dtype
+                                                            : KITE_DTYPE_F32;
+  int64_t shape[4], strides[4], n;
+  int ndim = 4;
+  switch (a->mask) {
+  case MASK_BOOL:
+  case MASK_F32:
+    ndim = 2, shape[0] = Sq, shape[1] = Sk, strides[0] = Sk, strides[1] = 1, n = Sq * Sk;
+    break;
+  case MASK_U8:
+    shape[0] = B, shape[1] = H, shape[2] = Sq, shape[3] = Sk;
+    strides[0] = H * Sq * Sk, strides[1] = Sq * Sk, strides[2] = Sk, strides[3] = 1;
+    n = B * H * Sq * Sk;
+    break;
+  case MASK_QT_BCAST:
+    shape[0] = 1, shape[1] = H, shape[2] = Sq, shape[3] = Sk;
+    strides[0] = 0, strides[1] = 0, strides[2] = Sk, strides[3] = 1;
+    n = Sq * Sk;
+    break;
+  case MASK_F32_B1:
+    shape[0] = B, shape[1] = 1, shape[2] = Sq, shape[3] = Sk;
+    strides[0] = Sq * Sk, strides[1] = Sq * Sk, strides[2] = Sk, strides[3] = 1;
+    n = B * Sq * Sk;
+    break;
+  default:
+    return;
+  }
+  int b = kt_add_buf(r, "mask", t, n);
+  r->arg[A_MASK] =
+      kt_add_view(r, "mask", b, t, KT_IN, ndim, shape, strides, 0, KT_FILL_CUSTOM, 0, 0);
+  set_custom(r, r->arg[A_MASK], fill_mask);
+}
+
+static void plan_sdpa(kt_run *r, const kt_case *c) {
+  const kt_attn_case *a = &c->attn;
+  kite_dtype t = c->dtype;
+  int64_t B = a->batch, D = a->head_dim;
+  r->arg[A_Q] = add_bhsd(r, "q", t, KT_IN, B, a->hq, a->sq, D, a->pad, a->bshd, -2, 2);
+  r->arg[A_K] = add_bhsd(r, "k", t, KT_IN, B, a->hkv, a->sk, D, a->pad, a->bshd, -1, 1);
+  r->arg[A_V] = add_bhsd(r, "v", t, KT_IN, B, a->hkv, a->sk, D, a->pad, a->bshd, -1, 1);
+  plan_mask(r, c);
+  r->arg[A_O] = add_bhsd(r, "o", t, KT_OUT, B, a->hq, a->sq, D, a->pad, a->bshd, 0, 0);
+  if (a->with_lse) {
+    int64_t lshape[3] = {B, a->hq, a->sq};
+    r->arg[A_LSE] =
+        kt_add_tensor(r, "lse", KITE_DTYPE_F32, KT_OUT, 3, lshape, KT_FILL_UNIFORM, 0, 0);
+  }
+}
+
+static void attn_plan(kt_run *r, const kt_case *c) {
+  switch (c->op) {
+  case KITE_OP_STORE_KV:
+    plan_store_kv(r, c);
+    break;
+  case KITE_OP_PAGED_DECODE:
+  case KITE_OP_PAGED_PREFILL:
+    plan_paged(r, c);
+    break;
+  case KITE_OP_SDPA:
+    plan_sdpa(r, c);
+    break;
+  default:
+    r->bad = 1;
+    break;
+  }
+}
+
+/* ---- the call ---------------------------------------------------------------------------- */
+
+static kite_status attn_call(kt_run *r) {
+  const kt_attn_case *a = &r->c.attn;
+  kite_ctx *ctx = r->ctx;
+  DLTensor *q = kt_arg(r, A_Q), *kc = kt_arg(r, A_KC), *vc = kt_arg(r, A_VC);
+  DLTensor *o = kt_arg(r, A_O), *lse = kt_arg(r, A_LSE), *mask = kt_arg(r, A_MASK);
+  switch (r->c.op) {
+  case KITE_OP_STORE_KV:
+    return kite_store_kv(ctx, kt_arg(r, A_K), kt_arg(r, A_V), kc, vc, kt_arg(r, A_SLOTS));
+  case KITE_OP_PAGED_DECODE:
+    return kite_paged_decode(ctx, q, kc, vc, kt_arg(r, A_BT), kt_arg(r, A_SEQ), &a->opts, o, lse);
+  case KITE_OP_PAGED_PREFILL:
+    return kite_paged_prefill(ctx, q, kc, vc, kt_arg(r, A_BT), kt_arg(r, A_CU), kt_arg(r, A_SEQ),
+                              &a->opts, o, lse);
+  case KITE_OP_SDPA:
+    /* the buffer is uint8 to the harness; the op is told it holds DLPack booleans */
+    if (mask && a->mask == MASK_BOOL) mask->dtype.code = KITE_DL_BOOL;
+    return kite_sdpa(ctx, q, kt_arg(r, A_K), kt_arg(r, A_V), mask, &a->opts, o, lse);
+  default:
+    break;
+  }
+  return kite_set_error(KITE_ERR_UNSUPPORTED, "kite: the CLI has no driver for op %d",
+                        (int)r->c.op);
+}
+
+/* ---- bytes, FLOPs, bounds ---------------------------------------------------------------- */
+
+/* Minimum bytes one call moves, e = element size:
+ *   store_kv       k, v read and written to the cache    4 T Hkv D e + 4 T (slots)
+ *   paged_decode   q + o, every key and value row once   2 B Hq D e + 2 sum(L) Hkv D e
+ *                  + block-table entries used, seq_lens, lse
+ *   paged_prefill  the same with T queries, + cu_q_lens
+ *   sdpa           q, k, v, o (+ mask, lse)
+ * FLOPs: 2 D per score and 2 D per value accumulation, i.e. 4 D per (query head, key) pair
+ * seen; causal halves the pairs as FlashAttention counts them (prefill with q_len = L). */
+static double attn_bytes(const kt_case *c) {
+  const kt_attn_case *a = &c->attn;
+  double e = (double)kite_dtype_size(c->dtype), D = (double)a->head_dim;
+  double hq = (double)a->hq, hkv = (double)a->hkv, keys = 0, blocks = 0;
+  for (int64_t b = 0; b < a->batch; b++) {
+    keys += a->seq_lens[b];
+    blocks += (double)cdiv(a->seq_lens[b], a->block_size > 0 ? a->block_size : 1);
+  }
+  double lse = a->with_lse ? 4 : 0;
+  switch (c->op) {
+  case KITE_OP_STORE_KV:
+    return 4 * (double)a->tokens * hkv * D * e + 4 * (double)a->tokens;
+  case KITE_OP_PAGED_DECODE:
+  case KITE_OP_PAGED_PREFILL: {
+    double N = c->op == KITE_OP_PAGED_PREFILL ? (double)a->tokens : (double)a->batch;
+    return 2 * N * hq * D * e + 2 * keys * hkv * D * e + 4 * blocks + 8 * (double)a->batch +
+           lse * N * hq;
+  }
+  case KITE_OP_SDPA: {
+    double B = (double)a->batch, sq = (double)a->sq, sk = (double)a->sk, mask = 0;
+    if (a->mask == MASK_U8) mask = B * hq * sq * sk;
+    if (a->mask == MASK_BOOL) mask = sq * sk;
+    if (a->mask == MASK_F32) mask = 4 * sq * sk;
+    if (a->mask == MASK_QT_BCAST) mask = e * sq * sk;
+    if (a->mask == MASK_F32_B1) mask = 4 * B * sq * sk;
+    return 2 * B * hq * sq * D * e + 2 * B * hkv * sk * D * e + mask + lse * B * hq * sq;
+  }
+  default:
+    return 0;
+  }
+}
+
+static double attn_flops(const kt_case *c) {
+  const kt_attn_case *a = &c->attn;
+  double D = (double)a->head_dim, hq = (double)a->hq, pairs = 0;
+  double half = a->opts.causal ? 0.5 : 1.0;
+  switch (c->op) {
+  case KITE_OP_PAGED_DECODE:
+    for (int64_t b = 0; b < a->batch; b++) pairs += a->seq_lens[b];
+    break;
+  case KITE_OP_PAGED_PREFILL:
+    for (int64_t b = 0; b < a->batch; b++) pairs += half * a->q_lens[b] * (double)a->seq_lens[b];
+    break;
+  case KITE_OP_SDPA:
+    pairs = half * (double)a->batch * (double)a->sq * (double)a->sk;
+    break;
+  default:
+    return 0;
+  }
+  return 4 * pairs * hq * D;
+}
+
+/* NMSE bounds [f32, f16, bf16]. store_kv copies: exact (a bound of 1e-20 rather than 0 keeps
+ * the harness's NMSE / bound column finite).
+ * Attention outputs are rounded once to the dtype, like ref's: NMSE from that alone is ~1e-14
+ * (f32), ~4e-8 (f16: half an ulp is 2^-11 relative) and ~3e-6 (bf16: 2^-8) on the elements
+ * where the two roundings differ. A tensor-core prefill (CUDA, as FlashAttention) also rounds
+ * the probabilities P to the 16-bit type before P.V: each p gets a relative error of rms
+ * ~2^-11/sqrt(3) (f16) or 2^-8/sqrt(3) (bf16); with values of mean 0 the error of o = sum p v
+ * is then that same fraction of |o|, adding ~4e-8 (f16) and ~5e-6 (bf16). Together ~1e-7 and
+ * ~1e-5; the bounds 2e-6 and 1e-4 leave a factor of ~10-20.
+ * A wrong mask or position (a key seen that must not be, an off-by-one window or causal edge,
+ * a wrong GQA head) changes the affected rows by O(1) of their size: rows near the causal edge
+ * or with short contexts see a handful of keys, so one extra or missing key moves o by tens
+ * of percent. Every case has at most ~5000 (query, head) rows, so a single token wrong across
+ * its heads already gives NMSE ~ 1 / tokens >= 3e-3, far above either bound. */
+static const double g_attn_bound[3] = {1e-10, 2e-6, 1e-4};
+
+static double attn_bound(kite_op op, kite_dtype t) {
+  if (op == KITE_OP_STORE_KV) return 1e-20;
+  return g_attn_bound[t == KITE_DTYPE_F16 ? 1 : t == KITE_DTYPE_BF16 ? 2 : 0];
+}
+
+/* ---- case builders ----------------------------------------------------------------------- */
+
+static kt_case attn_case(kite_op op, kite_dtype t) {
+  kt_case c = kt_case_default(op, t, 0, 0);
+  c.attn.opts = kite_attn_opts_default();
+  return c;
+}
+
+/* A paged case over `batch` sequences of lens[b] keys (prefill: the last qlens[b] of them).
+ * The pool has 3 blocks no sequence owns; every block-table row one unused entry. */
+static kt_case paged_case(kite_op op, kite_dtype t, int64_t hq, int64_t hkv, int64_t D, int64_t bs,
+                          int batch, const int32_t *lens, const int32_t *qlens) {
+  kt_case c = attn_case(op, t);
+  kt_attn_case *a = &c.attn;
+  a->batch = batch, a->hq = hq, a->hkv = hkv, a->head_dim = D, a->block_size = bs;
+  int64_t used = 0, widest = 0;
+  for (int b = 0; b < batch && b < KT_MAX_SEQS; b++) {
+    a->seq_lens[b] = lens[b];
+    a->q_lens[b] = qlens ? qlens[b] : 1;
+    a->tokens += a->q_lens[b];
+    int64_t nb = cdiv(lens[b], bs);
+    used += nb;
+    widest = nb > widest ? nb : widest;
+  }
+  a->num_blocks = used + 3;
+  a->max_blocks = widest + 1;
+  return c;
+}
+
+static kt_case store_kv_case(kite_dtype t, int64_t T, int64_t hkv, int64_t D, int64_t bs) {
+  kt_case c = attn_case(KITE_OP_STORE_KV, t);
+  kt_attn_case *a = &c.attn;
+  a->tokens = T, a->hkv = a->hq = hkv, a->head_dim = D, a->block_size = bs;
+  a->num_blocks = cdiv(T, bs) + 2;
+  return c;
+}
+
+static kt_case sdpa_case(kite_dtype t, int64_t B, int64_t hq, int64_t hkv, int64_t sq, int64_t sk,
+                         int64_t D) {
+  kt_case c = attn_case(KITE_OP_SDPA, t);
+  kt_attn_case *a = &c.attn;
+  a->batch = B, a->hq = hq, a->hkv = hkv, a->sq = sq, a->sk = sk, a->head_dim = D;
+  return c;
+}
+
+/* ---- check cases ------------------------------------------------------------------------- */
+
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+typedef struct store_geom {
+  int64_t tokens, hkv, head_dim, block_size;
+  int fused, skip;
+  int64_t pad;
+} store_geom;
+
+static const store_geom g_store[] = {
+    {0, 8, 128, 16, 0, 0, 0},  {1, 1, 64, 1, 0, 0, 0},     {17, 8, 80, 17, 1, 1, 0},
+    {40, 4, 96, 16, 0, 1, 5},  {300, 8, 128, 64, 1, 1, 3}, {64, 2, 256, 256, 0, 1, 0},
+    {33, 32, 64, 16, 0, 0, 2},
+};
+static const int g_quick_store[] = {1, 2, 3};
+
+typedef struct paged_geom {
+  int64_t hq, hkv, head_dim, block_size;
+  int batch;
+  int32_t lens[6], qlens[6]; /* prefill: q_len <= L, the last positions */
+} paged_geom;
+
+static const paged_geom g_paged[] = {
+    {8, 8, 64, 16, 5, {0, 1, 17, 40, 32}, {0, 1, 17, 3, 1}},
+    {16, 1, 80, 1, 3, {5, 12, 1}, {5, 2, 1}},
+    {12, 4, 96, 17, 4, {34, 35, 0, 100}, {34, 1, 0, 7}},
+    {32, 8, 128, 16, 3, {1, 130, 77}, {1, 9, 20}},
+    {8, 8, 256, 64, 3, {65, 1, 200}, {2, 1, 6}},
+    {12, 4, 64, 256, 3, {300, 256, 3}, {4, 2, 3}},
+    {8, 2, 64, 16, 1, {300}, {300}}, /* the large one: default options, lse */
+};
+static const int g_quick_paged[] = {0, 2};
+
+/* Option sets tried on each geometry: {scale, softcap, window_left, gqa, causal}, lse. */
+typedef struct optset {
+  kite_attn_opts opts;
+  int with_lse;
+} optset;
+
+static const optset g_optsets[] = {
+    {{0.0f, 0.0f, -1, KITE_GQA_GROUPED, 1}, 0},    {{0.0f, 2.0f, -1, KITE_GQA_GROUPED, 1}, 1},
+    {{0.3f, 0.0f, 5, KITE_GQA_INTERLEAVED, 1}, 1}, {{0.0f, 0.0f, -1, KITE_GQA_INTERLEAVED, 0}, 1},
+    {{0.1f, 5.0f, 0, KITE_GQA_GROUPED, 1}, 1},     {{0.0f, 0.0f, 7, KITE_GQA_GROUPED, 0}, 0},
+};
+
+typedef struct sdpa_geom {
+  int64_t batch, hq, hkv, sq, sk, head_dim;
+} sdpa_geom;
+
+static const sdpa_geom g_sdpa[] = {
+    {2, 8, 2, 17, 33, 64}, {1, 12, 4, 1, 100, 80}, {2, 16, 1, 40, 40, 96}, {1, 8, 8, 32, 300, 128},
+    {1, 4, 4, 5, 9, 256},  {3, 32, 8, 7, 20, 64},  {1, 4, 2, 9, 5, 64}, /* Sq > Sk */
+};
+static const int g_quick_sdpa[] = {0, 6};
+
+/* sdpa variants tried on each geometry: mask kind, causal, [B, S, H, D] layout, option set. */
+typedef struct sdpa_variant {
+  int mask, causal, bshd, optset;
+} sdpa_variant;
+
+static const sdpa_variant g_sdpa_variants[] = {
+    {MASK_NONE, 1, 0, 0}, {MASK_NONE, 0, 1, 1},     {MASK_BOOL, 0, 0, 2},   {MASK_U8, 1, 0, 1},
+    {MASK_F32, 0, 1, 3},  {MASK_QT_BCAST, 0, 0, 4}, {MASK_F32_B1, 1, 0, 5},
+};
+static const int g_quick_sdpa_variants[] = {0, 2, 5};
+
+static void gen_store_kv(kite_dtype t, int quick, kt_case_list *l) {
+  int n = quick ? COUNT(g_quick_store) : COUNT(g_store);
+  for (int k = 0; k < n; k++) {
+    const store_geom *g = &g_store[quick ? g_quick_store[k] : k];
+    kt_case c = store_kv_case(t, g->tokens, g->hkv, g->head_dim, g->block_size);
+    c.attn.fused_kv = g->fused, c.attn.skip_slots = g->skip, c.attn.pad = g->pad;
+    kt_case_push(l, c);
+  }
+}
+
+static void gen_paged(kite_op op, kite_dtype t, int quick, kt_case_list *l) {
+  int n = quick ? COUNT(g_quick_paged) : COUNT(g_paged);
+  for (int k = 0; k < n; k++) {
+    int gi = quick ? g_quick_paged[k] : k;
+    const paged_geom *g = &g_paged[gi];
+    int last = gi == COUNT(g_paged) - 1;
+    int nopt = last ? 1 : quick ? 3 : COUNT(g_optsets);
+    for (int s = 0; s < nopt; s++) {
+      /* decode ignores causal: skip the sets that differ from another only by it */
+      if (op == KITE_OP_PAGED_DECODE && !g_optsets[s].opts.causal && s != 3) continue;
+      kt_case c =
+          paged_case(op, t, g->hq, g->hkv, g->head_dim, g->block_size, g->batch, g->lens, g->qlens);
+      c.attn.opts = g_optsets[s].opts;
+      c.attn.with_lse = g_optsets[s].with_lse || last;
+      c.attn.pad = (gi + s) % 2 ? 3 : 0;
+      kt_case_push(l, c);
+    }
+  }
+}
+
+static void gen_sdpa(kite_dtype t, int quick, kt_case_list *l) {
+  int n = quick ? COUNT(g_quick_sdpa) : COUNT(g_sdpa);
+  int nv = quick ? COUNT(g_quick_sdpa_variants) : COUNT(g_sdpa_variants);
+  for (int k = 0; k < n; k++) {
+    const sdpa_geom *g = &g_sdpa[quick ? g_quick_sdpa[k] : k];
+    for (int vi = 0; vi < nv; vi++) {
+      const sdpa_variant *v = &g_sdpa_variants[quick ? g_quick_sdpa_variants[vi] : vi];
+      kt_case c = sdpa_case(t, g->batch, g->hq, g->hkv, g->sq, g->sk, g->head_dim);
+      c.attn.opts = g_optsets[v->optset].opts;
+      c.attn.opts.causal = v->causal;
+      c.attn.with_lse = g_optsets[v->optset].with_lse || v->mask != MASK_NONE;
+      c.attn.mask = v->mask;
+      c.attn.bshd = v->bshd;
+      c.attn.pad = (k + vi) % 3 == 1 ? 3 : 0;
+      kt_case_push(l, c);
+    }
+  }
+}
+
+static void attn_check_cases(kite_op op, kite_dtype t, int quick, kt_case_list *l) {
+  switch (op) {
+  case KITE_OP_STORE_KV:
+    gen_store_kv(t, quick, l);
+    break;
+  case KITE_OP_PAGED_DECODE:
+  case KITE_OP_PAGED_PREFILL:
+    gen_paged(op, t, quick, l);
+    break;
+  case KITE_OP_SDPA:
+    gen_sdpa(t, quick, l);
+    break;
+  default:
+    break;
+  }
+}
+
+/* ---- bench cases ------------------------------------------------------------------------- */
+
+/* B sequences of L keys each (prefill: all of them queries), Llama-like heads Hq 32 / Hkv 8,
+ * D 128, block 16. */
+static kt_case llm_paged(kite_op op, kite_dtype t, int B, int32_t L) {
+  int32_t lens[KT_MAX_SEQS];
+  for (int b = 0; b < B && b < KT_MAX_SEQS; b++) lens[b] = L;
+  return paged_case(op, t, 32, 8, 128, 16, B, lens, lens);
+}
+
+static void attn_bench_cases(kite_op op, kite_dtype t, int llm, kt_case_list *l) {
+  static const int batches[] = {1, 8, 32, 64};
+  static const int32_t contexts[] = {512, 4096};
+  static const int64_t tokens[] = {1, 16, 512, 8192};
+  switch (op) {
+  case KITE_OP_STORE_KV:
+    for (int i = llm ? 0 : 2; i < (llm ? 4 : 3); i++)
+      kt_case_push(l, store_kv_case(t, tokens[i], 8, 128, 16));
+    break;
+  case KITE_OP_PAGED_DECODE:
+    if (!llm) {
+      kt_case_push(l, llm_paged(op, t, 8, 1024));
+      break;
+    }
+    for (int i = 0; i < 4; i++)
+      for (int j = 0; j < 2; j++) kt_case_push(l, llm_paged(op, t, batches[i], contexts[j]));
+    break;
+  case KITE_OP_PAGED_PREFILL:
+    kt_case_push(l, llm_paged(op, t, 1, 512));
+    if (llm) {
+      kt_case_push(l, llm_paged(op, t, 1, 4096));
+      kt_case_push(l, llm_paged(op, t, 4, 4096));
+    }
+    break;
+  case KITE_OP_SDPA:
+    kt_case_push(l, llm ? sdpa_case(t, 1, 32, 32, 2048, 2048, 128)
+                        : sdpa_case(t, 1, 32, 32, 512, 512, 128));
+    break;
+  default:
+    break;
+  }
+}
+
+const kt_family_ops kt_family_attn = {
+    .name = "attn",
+    .plan = attn_plan,
+    .call = attn_call,
+    .describe = attn_describe,
+    .shape = attn_shape,
+    .check_cases = attn_check_cases,
+    .bench_cases = attn_bench_cases,
+    .bytes = attn_bytes,
+    .flops = attn_flops,
+    .bound = attn_bound,
+};
