@@ -22,7 +22,7 @@
 #define KERNEL_BUDGET 1.0 /* seconds of timed calls per (kernel, shape) */
 #define REF_BUDGET 0.5    /* ref is slow by design: fewer calls */
 #define CEILING_BYTES ((size_t)256 << 20)
-#define DEFAULT_MAX_MB 2048 /* skip shapes whose buffers exceed this (--max-mb) */
+#define DEFAULT_MAX_MB 4096 /* skip shapes whose buffers exceed this (--max-mb) */
 /* Compute-bound cases the CPU would take minutes over: not timed there (a GPU shape). */
 #define CPU_MAX_FLOPS 2e11
 #define REF_MAX_FLOPS 1e9 /* ref (float64 loops) is not timed above this: no speedup column */

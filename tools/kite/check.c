@@ -202,7 +202,8 @@ static void report(harness *h, const kt_kernel *k, const kt_case *c, const outco
   if (o->verdict == FAIL) st->fail++, h->failed++;
   if (o->verdict == SKIP) st->skip++, h->skipped++;
   if (o->verdict != SKIP) {
-    double ratio = o->nmse / kt_case_bound(c);
+    double bound = kt_case_bound(c); /* 0: exact (quant codes) */
+    double ratio = bound > 0 ? o->nmse / bound : o->nmse > 0 ? INFINITY : 0;
     if (!(ratio <= st->worst_ratio)) st->worst_ratio = ratio;
     if (!(o->maxabs <= st->worst_maxabs)) st->worst_maxabs = o->maxabs;
   }

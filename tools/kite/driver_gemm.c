@@ -1,9 +1,852 @@
-/* Drivers of the gemm ops (not written yet: these ops are listed, not checked or timed). */
+/*
+ * Drivers of the GEMM, MoE and quantization ops: linear, group_gemm, topk_gating, fused_moe,
+ * quant, dequant, linear_quant. Matrices are row-major with optional row padding; weight stacks
+ * ([G, N, K], [E, 2I, H], [E, H, I]) are compact. Cases cover 0, 1 and many rows, odd sizes,
+ * one large dimension at a time, strided views, bias on and off, empty groups, ties in the
+ * gating logits, expert ids out of range, and the special values of quantization.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "driver.h"
+#include "kite/dtype.h"
+#include "util.h"
+
+/* argument slots */
+enum { A_X, A_W, A_B, A_Y, A_GS, A_WT, A_IDS, A_W2, A_Q, A_S, A_WS, A_EXTRA };
+/* fused_moe takes no bias, group sizes or quantized tensors: in bench its scratch for the
+ * per-expert composition (alt_call) takes those slots */
+enum { M_ROWS = A_GS, M_XE = A_Q, M_H = A_S, M_ACT = A_WS, M_OT = A_B, M_COMB = A_EXTRA };
 
 int kt_gemm_has(kite_op op) {
-  (void)op;
-  return 0;
+  switch (op) {
+  case KITE_OP_LINEAR:
+  case KITE_OP_GROUP_GEMM:
+  case KITE_OP_TOPK_GATING:
+  case KITE_OP_FUSED_MOE:
+  case KITE_OP_QUANT:
+  case KITE_OP_DEQUANT:
+  case KITE_OP_LINEAR_QUANT:
+    return 1;
+  default:
+    return 0;
+  }
 }
 
-const kt_family_ops kt_family_gemm = {.name = "gemm"};
+/* ---- descriptions ------------------------------------------------------------------------ */
+
+/* Appends printf output to buf (length n) at *len, never overflowing. */
+__attribute__((format(printf, 4, 5))) static void cat(char *buf, size_t n, size_t *len,
+                                                      const char *fmt, ...) {
+  if (*len >= n) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int k = vsnprintf(buf + *len, n - *len, fmt, ap);
+  va_end(ap);
+  if (k > 0) *len = *len + (size_t)k < n ? *len + (size_t)k : n - 1;
+}
+
+static const char *act_name(kite_moe_act a) {
+  return a == KITE_MOE_GELU ? "gelu" : "silu";
+}
+
+static void gemm_shape(const kt_case *c, char *buf, size_t n) {
+  const kt_gemm_case *g = &c->gemm;
+  long long m = g->m, nn = g->n, k = g->k;
+  switch (c->op) {
+  case KITE_OP_GROUP_GEMM:
+    snprintf(buf, n, "%lldx%lldx%lldx%lld", (long long)g->groups, m, nn, k);
+    break;
+  case KITE_OP_TOPK_GATING:
+    snprintf(buf, n, "%lldx%lld k%lld", m, nn, (long long)g->topk);
+    break;
+  case KITE_OP_FUSED_MOE:
+    snprintf(buf, n, "%lldx%lldx%lld E%lldk%lld", m, nn, k, (long long)g->groups,
+             (long long)g->topk);
+    break;
+  case KITE_OP_QUANT:
+  case KITE_OP_DEQUANT:
+    snprintf(buf, n, "%lldx%lld %s", m, k, kite_dtype_name(g->qtype));
+    break;
+  case KITE_OP_LINEAR_QUANT:
+    snprintf(buf, n, "%lldx%lldx%lld %s", m, nn, k, kite_dtype_name(g->qtype));
+    break;
+  default:
+    snprintf(buf, n, "%lldx%lldx%lld", m, nn, k);
+    break;
+  }
+}
+
+static void gemm_describe(const kt_case *c, char *buf, size_t n) {
+  const kt_gemm_case *g = &c->gemm;
+  size_t len = 0;
+  buf[0] = '\0';
+  switch (c->op) {
+  case KITE_OP_LINEAR:
+  case KITE_OP_LINEAR_QUANT:
+    if (c->op == KITE_OP_LINEAR_QUANT) cat(buf, n, &len, "%s ", kite_dtype_name(g->qtype));
+    cat(buf, n, &len, "M=%lld N=%lld K=%lld%s", (long long)g->m, (long long)g->n, (long long)g->k,
+        g->with_bias ? " bias" : "");
+    break;
+  case KITE_OP_GROUP_GEMM:
+    cat(buf, n, &len, "M=%lld N=%lld K=%lld groups[", (long long)g->m, (long long)g->n,
+        (long long)g->k);
+    for (int64_t i = 0; i < g->groups && i < KT_MAX_SEQS; i++)
+      cat(buf, n, &len, "%s%d", i ? "," : "", (int)g->group_sizes[i]);
+    cat(buf, n, &len, "]");
+    break;
+  case KITE_OP_TOPK_GATING:
+    cat(buf, n, &len, "T=%lld E=%lld k=%lld%s%s", (long long)g->m, (long long)g->n,
+        (long long)g->topk, g->renormalize ? " renorm" : "", g->ties ? " ties" : "");
+    break;
+  case KITE_OP_FUSED_MOE:
+    cat(buf, n, &len, "T=%lld H=%lld I=%lld E=%lld k=%lld %s%s", (long long)g->m, (long long)g->n,
+        (long long)g->k, (long long)g->groups, (long long)g->topk, act_name(g->act),
+        g->oob_ids ? " ids-out-of-range" : "");
+    break;
+  case KITE_OP_QUANT:
+  case KITE_OP_DEQUANT:
+    cat(buf, n, &len, "%lldx%lld %s%s", (long long)g->m, (long long)g->k, kite_dtype_name(g->qtype),
+        g->specials ? " specials" : "");
+    break;
+  default:
+    break;
+  }
+  if (g->pad_x) cat(buf, n, &len, " x+%lld", (long long)g->pad_x);
+  if (g->pad_w)
+    cat(buf, n, &len, c->op == KITE_OP_FUSED_MOE ? " ids+%lld" : " w+%lld", (long long)g->pad_w);
+  if (g->pad_y) cat(buf, n, &len, " y+%lld", (long long)g->pad_y);
+}
+
+/* ---- custom fills ------------------------------------------------------------------------ */
+
+/* Element (row, col) of view v's buffer body, as the index kt_store takes. */
+static int64_t at(const kt_view *v, int64_t row, int64_t col) {
+  return kt_view_row(v, row) + col;
+}
+
+static int64_t view_rows(const kt_view *v) {
+  int64_t cols = kt_view_cols(v);
+  return cols > 0 ? kt_view_numel(v) / cols : 0;
+}
+
+static void fill_group_sizes(const kt_run *r, int v, uint64_t seed, unsigned char *body) {
+  const kt_view *vw = &r->view[v];
+  for (int64_t g = 0; g < vw->shape[0]; g++)
+    kt_store(KITE_DTYPE_I32, body, at(vw, 0, g), r->c.gemm.group_sizes[g]);
+}
+
+/* Integer logits in [-4, 4): many exact ties in every row, in any float dtype. */
+static void fill_tied_logits(const kt_run *r, int v, uint64_t seed, unsigned char *body) {
+  const kt_view *vw = &r->view[v];
+  int64_t cols = kt_view_cols(vw);
+  for (int64_t i = 0; i < view_rows(vw); i++)
+    for (int64_t j = 0; j < cols; j++)
+      kt_store(vw->dtype, body, at(vw, i, j),
+               floor(8.0 * kt_unit(seed, (uint64_t)(i * cols + j))) - 4.0);
+}
+
+/* k distinct experts per token (k <= E), as topk_gating hands them to fused_moe. */
+static void fill_distinct_ids(const kt_run *r, int v, uint64_t seed, unsigned char *body) {
+  const kt_view *vw = &r->view[v];
+  int64_t k = kt_view_cols(vw), e = r->c.gemm.groups > 0 ? r->c.gemm.groups : 1;
+  for (int64_t i = 0; i < view_rows(vw); i++) {
+    int64_t first = (int64_t)(kt_hash(seed, (uint64_t)i) % (uint64_t)e);
+    for (int64_t j = 0; j < k; j++)
+      kt_store(KITE_DTYPE_I32, body, at(vw, i, j), (double)((first + j) % e));
+  }
+}
+
+/* The e4m3 value halfway between code c and the next one up (c in [0, 0x7d]). */
+static double e4m3_midpoint(unsigned c) {
+  return 0.5 * ((double)kite_fp8_e4m3_to_f32((uint8_t)c) +
+                (double)kite_fp8_e4m3_to_f32((uint8_t)(c + 1)));
+}
+
+/* Rows of quant's x, by row index mod 7:
+ *   0 uniform in [-3, 3]
+ *   1 rounding ties: amax qmax * s (s a power of two, so scale = s exactly) and every other
+ *     value such that x / scale lies halfway between two codes (n + 0.5 for int8; midpoints
+ *     of adjacent e4m3 values, subnormals included)
+ *   2 zeros: scale 0, codes 0
+ *   3 uniform with NaN every 5th element: amax ignores NaN; int8 codes 0, e4m3 NaN
+ *   4 uniform with +inf and -inf: scale inf, finite values give code 0, inf / inf is NaN
+ *   5 magnitudes spread over 2^-20 .. 1: e4m3 subnormals and underflow to 0
+ *   6 +-amax only: x / scale rounds just above or below qmax and must saturate at qmax */
+static void fill_quant_specials(const kt_run *r, int v, uint64_t seed, unsigned char *body) {
+  const kt_view *vw = &r->view[v];
+  int64_t cols = kt_view_cols(vw);
+  int fp8 = r->c.gemm.qtype == KITE_DTYPE_FP8_E4M3;
+  double qmax = fp8 ? 448.0 : 127.0;
+  for (int64_t i = 0; i < view_rows(vw); i++) {
+    double s = ldexp(1.0, (int)(i % 3) - 1), amax = 1.0 + 3.0 * kt_unit(seed, (uint64_t)~i);
+    for (int64_t j = 0; j < cols; j++) {
+      uint64_t n = (uint64_t)(i * cols + j), h = kt_hash(seed, n);
+      double u = 2.0 * kt_unit(seed, n) - 1.0, sign = (h >> 63) ? -1.0 : 1.0, x = 3.0 * u;
+      switch (i % 7) {
+      case 1:
+        if (j == 0)
+          x = sign * qmax * s;
+        else if (fp8)
+          x = sign * s * e4m3_midpoint((unsigned)(h % 0x7e));
+        else
+          x = s * ((double)(int64_t)(h % 254) - 127.0 + 0.5);
+        break;
+      case 2:
+        x = 0.0;
+        break;
+      case 3:
+        if (j % 5 == 2) x = NAN;
+        break;
+      case 4:
+        if (j % 7 == 1) x = INFINITY;
+        if (j % 7 == 4) x = -INFINITY;
+        break;
+      case 5:
+        x = u * ldexp(1.0, -(int)(h % 21));
+        break;
+      case 6:
+        x = sign * amax;
+        break;
+      default:
+        break;
+      }
+      kt_store(vw->dtype, body, at(vw, i, j), x);
+    }
+  }
+}
+
+/* dequant's e4m3 codes: any byte; with specials NaN codes (0x7f, 0xff) come too. */
+static void fill_e4m3_codes(const kt_run *r, int v, uint64_t seed, unsigned char *body) {
+  const kt_view *vw = &r->view[v];
+  int64_t cols = kt_view_cols(vw);
+  for (int64_t i = 0; i < view_rows(vw); i++)
+    for (int64_t j = 0; j < cols; j++) {
+      uint8_t b = (uint8_t)kt_hash(seed, (uint64_t)(i * cols + j));
+      if ((b & 0x7f) == 0x7f && !r->c.gemm.specials) b ^= 1; /* 0x7e: 448 */
+      body[at(vw, i, j)] = b;
+    }
+}
+
+/* ---- layout ------------------------------------------------------------------------------ */
+
+static int add_vector(kt_run *r, const char *name, kite_dtype t, kt_role role, int64_t n, float lo,
+                      float hi) {
+  int64_t shape[1] = {n};
+  return kt_add_tensor(r, name, t, role, 1, shape, KT_FILL_UNIFORM, lo, hi);
+}
+
+static void set_custom(kt_run *r, int v, kt_fill_fn fn) {
+  if (v < 0) return;
+  r->view[v].fill = KT_FILL_CUSTOM;
+  r->view[v].fill_fn = fn;
+}
+
+/* Scratch of the per-expert composition: Tk = T * k rows routed, grouped by expert. */
+static void plan_moe_scratch(kt_run *r, const kt_case *c) {
+  const kt_gemm_case *g = &c->gemm;
+  kite_dtype t = c->dtype;
+  int64_t tk = g->m * g->topk, h = g->n, in = g->k;
+  int64_t rows[1] = {tk};
+  r->arg[M_ROWS] = kt_add_tensor(r, "rows", KITE_DTYPE_I32, KT_OUT, 1, rows, KT_FILL_IDS, 0, 0);
+  r->arg[M_XE] = kt_add_matrix(r, "x_routed", t, KT_OUT, tk, h, 0, 0, 0);
+  r->arg[M_H] = kt_add_matrix(r, "gate_up", t, KT_OUT, tk, 2 * in, 0, 0, 0);
+  r->arg[M_ACT] = kt_add_matrix(r, "act", t, KT_OUT, tk, in, 0, 0, 0);
+  r->arg[M_OT] = kt_add_matrix(r, "expert_out_t", t, KT_OUT, h, tk, 0, 0, 0); /* [H, Tk] */
+  r->arg[M_COMB] = kt_add_matrix(r, "combine", t, KT_OUT, g->m, tk, 0, 0, 0); /* [T, Tk] */
+}
+
+static void gemm_plan(kt_run *r, const kt_case *c) {
+  const kt_gemm_case *g = &c->gemm;
+  kite_dtype t = c->dtype, qt = g->qtype;
+  int64_t M = g->m, N = g->n, K = g->k;
+  switch (c->op) {
+  case KITE_OP_LINEAR:
+    r->arg[A_X] = kt_add_matrix(r, "x", t, KT_IN, M, K, g->pad_x, -1, 1);
+    r->arg[A_W] = kt_add_matrix(r, "w", t, KT_IN, N, K, g->pad_w, -1, 1);
+    if (g->with_bias) r->arg[A_B] = add_vector(r, "bias", t, KT_IN, N, -1, 1);
+    r->arg[A_Y] = kt_add_matrix(r, "y", t, KT_OUT, M, N, g->pad_y, 0, 0);
+    break;
+  case KITE_OP_GROUP_GEMM: {
+    int64_t G = g->groups, ws = K + g->pad_w; /* w row stride */
+    int64_t shape[3] = {G, N, K}, strides[3] = {N * ws, ws, 1}, gs[1] = {G};
+    r->arg[A_X] = kt_add_matrix(r, "x", t, KT_IN, M, K, g->pad_x, -1, 1);
+    int b = kt_add_buf(r, "w", t, G * N * ws);
+    r->arg[A_W] = kt_add_view(r, "w", b, t, KT_IN, 3, shape, strides, 0, KT_FILL_UNIFORM, -1, 1);
+    r->arg[A_GS] =
+        kt_add_tensor(r, "group_sizes", KITE_DTYPE_I32, KT_IN, 1, gs, KT_FILL_CUSTOM, 0, 0);
+    set_custom(r, r->arg[A_GS], fill_group_sizes);
+    r->arg[A_Y] = kt_add_matrix(r, "y", t, KT_OUT, M, N, g->pad_y, 0, 0);
+    break;
+  }
+  case KITE_OP_TOPK_GATING:
+    r->arg[A_X] = kt_add_matrix(r, "logits", t, KT_IN, M, N, g->pad_x, -4, 4);
+    if (g->ties) set_custom(r, r->arg[A_X], fill_tied_logits);
+    r->arg[A_WT] = kt_add_matrix(r, "weights", KITE_DTYPE_F32, KT_OUT, M, g->topk, g->pad_y, 0, 0);
+    r->arg[A_IDS] = kt_add_matrix(r, "ids", KITE_DTYPE_I32, KT_OUT, M, g->topk, g->pad_y, 0, 0);
+    break;
+  case KITE_OP_FUSED_MOE: {
+    /* x[T, H], w13[E, 2I, H], w2[E, H, I]; weights in [0, 1); with oob_ids the ids span
+     * [-1, E + 1): about 2 in E + 2 contribute nothing */
+    int64_t E = g->groups, w13[3] = {E, 2 * K, N}, w2[3] = {E, N, K};
+    float wamp = 1.0f / sqrtf((float)(N > 0 ? N : 1)) * 2.0f; /* gate, up of order 1 */
+    r->arg[A_X] = kt_add_matrix(r, "x", t, KT_IN, M, N, g->pad_x, -1, 1);
+    r->arg[A_W] = kt_add_tensor(r, "w13", t, KT_IN, 3, w13, KT_FILL_UNIFORM, -wamp, wamp);
+    r->arg[A_W2] = kt_add_tensor(r, "w2", t, KT_IN, 3, w2, KT_FILL_UNIFORM, -0.5f, 0.5f);
+    r->arg[A_WT] = kt_add_matrix(r, "weights", KITE_DTYPE_F32, KT_IN, M, g->topk, 0, 0, 1);
+    int ids = kt_add_matrix(r, "ids", KITE_DTYPE_I32, KT_IN, M, g->topk, g->pad_w, 0, 0);
+    r->view[ids].fill = KT_FILL_IDS;
+    r->view[ids].lo = g->oob_ids ? -1.0f : 0.0f;
+    r->view[ids].hi = (float)E + (g->oob_ids ? 1.0f : 0.0f);
+    if (g->distinct_ids) set_custom(r, ids, fill_distinct_ids);
+    r->arg[A_IDS] = ids;
+    r->arg[A_Y] = kt_add_matrix(r, "y", t, KT_OUT, M, N, g->pad_y, 0, 0);
+    if (g->alt_scratch) plan_moe_scratch(r, c);
+    break;
+  }
+  case KITE_OP_QUANT:
+    r->arg[A_X] = kt_add_matrix(r, "x", t, KT_IN, M, K, g->pad_x, -3, 3);
+    if (g->specials) set_custom(r, r->arg[A_X], fill_quant_specials);
+    r->arg[A_Q] = kt_add_matrix(r, "q", qt, KT_OUT, M, K, g->pad_y, 0, 0);
+    if (r->arg[A_Q] >= 0) r->view[r->arg[A_Q]].nan_ok = qt == KITE_DTYPE_FP8_E4M3;
+    r->arg[A_S] = add_vector(r, "scales", KITE_DTYPE_F32, KT_OUT, M, 0, 0);
+    break;
+  case KITE_OP_DEQUANT:
+    r->arg[A_Q] = kt_add_matrix(r, "q", qt, KT_IN, M, K, g->pad_x, -128, 128);
+    if (r->arg[A_Q] >= 0) {
+      if (qt == KITE_DTYPE_I8)
+        r->view[r->arg[A_Q]].fill = KT_FILL_IDS; /* every code, -128 included */
+      else
+        set_custom(r, r->arg[A_Q], fill_e4m3_codes);
+    }
+    r->arg[A_S] = add_vector(r, "scales", KITE_DTYPE_F32, KT_IN, M, 0, 0.05f);
+    r->arg[A_Y] = kt_add_matrix(r, "y", t, KT_OUT, M, K, g->pad_y, 0, 0);
+    if (r->arg[A_Y] >= 0) r->view[r->arg[A_Y]].nan_ok = qt == KITE_DTYPE_FP8_E4M3;
+    break;
+  case KITE_OP_LINEAR_QUANT: {
+    /* every int8 code (-128 included); e4m3 values over their whole range, +-448 */
+    int i8 = qt == KITE_DTYPE_I8;
+    float lo = i8 ? -128.0f : -448.0f, hi = i8 ? 128.0f : 448.0f;
+    r->arg[A_Q] = kt_add_matrix(r, "xq", qt, KT_IN, M, K, g->pad_x, lo, hi);
+    r->arg[A_S] = add_vector(r, "x_scales", KITE_DTYPE_F32, KT_IN, M, 0.5e-3f, 2.5e-3f);
+    r->arg[A_W] = kt_add_matrix(r, "wq", qt, KT_IN, N, K, g->pad_w, lo, hi);
+    r->arg[A_WS] = add_vector(r, "w_scales", KITE_DTYPE_F32, KT_IN, N, 0.5e-3f, 2.5e-3f);
+    if (i8 && r->arg[A_Q] >= 0 && r->arg[A_W] >= 0)
+      r->view[r->arg[A_Q]].fill = r->view[r->arg[A_W]].fill = KT_FILL_IDS;
+    if (g->with_bias) r->arg[A_B] = add_vector(r, "bias", t, KT_IN, N, -1, 1);
+    r->arg[A_Y] = kt_add_matrix(r, "y", t, KT_OUT, M, N, g->pad_y, 0, 0);
+    break;
+  }
+  default:
+    r->bad = 1;
+    break;
+  }
+}
+
+/* ---- the call ---------------------------------------------------------------------------- */
+
+static kite_status gemm_call(kt_run *r) {
+  const kt_gemm_case *g = &r->c.gemm;
+  kite_ctx *ctx = r->ctx;
+  DLTensor *x = kt_arg(r, A_X), *w = kt_arg(r, A_W), *b = kt_arg(r, A_B), *y = kt_arg(r, A_Y);
+  switch (r->c.op) {
+  case KITE_OP_LINEAR:
+    return kite_linear(ctx, x, w, b, y);
+  case KITE_OP_GROUP_GEMM:
+    return kite_group_gemm(ctx, x, w, kt_arg(r, A_GS), y);
+  case KITE_OP_TOPK_GATING:
+    return kite_topk_gating(ctx, x, g->topk, g->renormalize, kt_arg(r, A_WT), kt_arg(r, A_IDS));
+  case KITE_OP_FUSED_MOE:
+    return kite_fused_moe(ctx, x, w, kt_arg(r, A_W2), kt_arg(r, A_WT), kt_arg(r, A_IDS), g->act, y);
+  case KITE_OP_QUANT:
+    return kite_quant(ctx, x, kt_arg(r, A_Q), kt_arg(r, A_S));
+  case KITE_OP_DEQUANT:
+    return kite_dequant(ctx, kt_arg(r, A_Q), kt_arg(r, A_S), y);
+  case KITE_OP_LINEAR_QUANT:
+    return kite_linear_quant(ctx, kt_arg(r, A_Q), kt_arg(r, A_S), w, kt_arg(r, A_WS), b, y);
+  default:
+    break;
+  }
+  return kite_set_error(KITE_ERR_UNSUPPORTED, "kite: the CLI has no driver for op %d",
+                        (int)r->c.op);
+}
+
+/* ---- fused_moe another way: per-expert calls of the public ops ----------------------------- */
+
+/* A 2-D window [rows, cols] of the view in slot, from its element (row0, col0). */
+static DLTensor window(const kt_run *r, int slot, int64_t row0, int64_t col0, int64_t *shape,
+                       int64_t *strides, int64_t rows, int64_t cols) {
+  const kt_view *v = &r->view[r->arg[slot]];
+  DLTensor t = v->t;
+  shape[0] = rows, shape[1] = cols;
+  strides[0] = v->strides[v->ndim - 2], strides[1] = 1;
+  t.ndim = 2, t.shape = shape, t.strides = strides;
+  t.byte_offset += (uint64_t)(row0 * strides[0] + col0) * (uint64_t)kite_dtype_size(v->dtype);
+  return t;
+}
+
+/* Expert e's matrix of a weight stack [E, R, C] as a [R, C] tensor. */
+static DLTensor expert(const kt_run *r, int slot, int64_t e, int64_t *shape, int64_t *strides) {
+  const kt_view *v = &r->view[r->arg[slot]];
+  DLTensor t = v->t;
+  shape[0] = v->shape[1], shape[1] = v->shape[2];
+  strides[0] = v->strides[1], strides[1] = 1;
+  t.ndim = 2, t.shape = shape, t.strides = strides;
+  t.byte_offset += (uint64_t)(e * v->strides[0]) * (uint64_t)kite_dtype_size(v->dtype);
+  return t;
+}
+
+/* The routing is read back to the host, as an engine without a fused kernel would: the Tk
+ * routed rows are grouped by expert; per expert e with n_e rows:
+ *   x_routed[n_e, H] = x[rows]                  (kite_embedding gathers the token rows)
+ *   gate_up[n_e, 2I] = x_routed w13[e]^T        (kite_linear)
+ *   act[n_e, I]      = act(gate) * up           (kite_silu_and_mul / kite_gelu_and_mul)
+ *   out_t[H, n_e]    = w2[e] act^T              (kite_linear, columns of expert_out_t)
+ * then y[T, H] = combine[T, Tk] out_t^T with combine[t, row] the routing weight of that row
+ * (kite_linear; the weights rounded to the dtype). Out-of-range ids are dropped on the host. */
+static kite_status moe_alt_call(kt_run *r) {
+  const kt_gemm_case *g = &r->c.gemm;
+  kite_ctx *ctx = r->ctx;
+  kite_dtype t = r->c.dtype;
+  int64_t T = g->m, k = g->topk, E = g->groups, tk = T * k, I = g->k;
+  const kt_view *vi = &r->view[r->arg[A_IDS]], *vw = &r->view[r->arg[A_WT]];
+  if (r->arg[M_COMB] < 0)
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "kite: this fused_moe case has no scratch");
+  size_t ib = (size_t)r->buf[vi->buf].count * 4, wb = (size_t)r->buf[vw->buf].count * 4;
+  size_t cb = (size_t)(T * tk) * kite_dtype_size(t);
+  int32_t *ids = malloc(ib + 4), *rows = malloc((size_t)tk * 4 + 4);
+  float *wts = malloc(wb + 4);
+  int64_t *count = calloc((size_t)E + 1, sizeof *count);
+  unsigned char *comb = calloc(cb + 1, 1); /* zeros in every float dtype */
+  kite_status s = KITE_OK;
+  if (!ids || !rows || !wts || !count || !comb)
+    s = kite_set_error(KITE_ERR_OUT_OF_MEMORY, "kite: fused_moe: out of host memory");
+  if (s == KITE_OK)
+    s = kite_memcpy(ctx, ids, (char *)vi->t.data + KT_GUARD, ib, KITE_COPY_DEVICE_TO_HOST);
+  if (s == KITE_OK)
+    s = kite_memcpy(ctx, wts, (char *)vw->t.data + KT_GUARD, wb, KITE_COPY_DEVICE_TO_HOST);
+  int64_t n = 0;
+  for (int64_t e = 0; e < E && s == KITE_OK; e++) {
+    int64_t start = n;
+    for (int64_t i = 0; i < T; i++)
+      for (int64_t j = 0; j < k; j++) {
+        if (ids[at(vi, i, j)] != e) continue;
+        kt_store(t, comb, i * tk + n, wts[at(vw, i, j)]);
+        rows[n++] = (int32_t)i;
+      }
+    count[e] = n - start;
+  }
+  if (s == KITE_OK && n > 0) {
+    const kt_view *vr = &r->view[r->arg[M_ROWS]];
+    s = kite_memcpy(ctx, (char *)vr->t.data + KT_GUARD, rows, (size_t)n * 4,
+                    KITE_COPY_HOST_TO_DEVICE);
+  }
+  if (s == KITE_OK) {
+    const kt_view *vc = &r->view[r->arg[M_COMB]];
+    s = kite_memcpy(ctx, (char *)vc->t.data + KT_GUARD, comb, cb, KITE_COPY_HOST_TO_DEVICE);
+  }
+  int64_t start = 0;
+  for (int64_t e = 0; e < E && s == KITE_OK; e++) {
+    int64_t ne = count[e], sh[6][2], st[6][2];
+    if (ne == 0) continue;
+    DLTensor sel = r->view[r->arg[M_ROWS]].t;
+    int64_t sel_shape[1] = {ne}, sel_stride[1] = {1};
+    sel.shape = sel_shape, sel.strides = sel_stride;
+    sel.byte_offset += (uint64_t)start * 4;
+    DLTensor xe = window(r, M_XE, 0, 0, sh[0], st[0], ne, g->n);
+    DLTensor hu = window(r, M_H, 0, 0, sh[1], st[1], ne, 2 * I);
+    DLTensor act = window(r, M_ACT, 0, 0, sh[2], st[2], ne, I);
+    DLTensor out = window(r, M_OT, 0, start, sh[3], st[3], g->n, ne);
+    DLTensor w13 = expert(r, A_W, e, sh[4], st[4]), w2 = expert(r, A_W2, e, sh[5], st[5]);
+    s = kite_embedding(ctx, &sel, kt_arg(r, A_X), &xe);
+    if (s == KITE_OK) s = kite_linear(ctx, &xe, &w13, NULL, &hu);
+    if (s == KITE_OK)
+      s = g->act == KITE_MOE_GELU ? kite_gelu_and_mul(ctx, &hu, 0.0f, &act)
+                                  : kite_silu_and_mul(ctx, &hu, 0.0f, &act);
+    if (s == KITE_OK) s = kite_linear(ctx, &w2, &act, NULL, &out);
+    start += ne;
+  }
+  if (s == KITE_OK) {
+    /* with nothing routed the combine is all zeros over an empty K: y = 0 */
+    int64_t sh[2][2], st[2][2];
+    DLTensor comb_t = window(r, M_COMB, 0, 0, sh[0], st[0], T, n);
+    DLTensor out_t = window(r, M_OT, 0, 0, sh[1], st[1], g->n, n);
+    s = kite_linear(ctx, &comb_t, &out_t, NULL, kt_arg(r, A_Y));
+  }
+  free(ids), free(rows), free(wts), free(count), free(comb);
+  return s;
+}
+
+static const char *gemm_alt_name(const kt_case *c) {
+  return c->op == KITE_OP_FUSED_MOE && c->gemm.alt_scratch ? "per-expert linear" : NULL;
+}
+
+/* ---- bounds ------------------------------------------------------------------------------ */
+
+/* NMSE bounds against the float64 ref, one per (op, dtype) for every output of the op.
+ *   linear, group_gemm, linear_quant (fp8: f32 accumulation): f32 accumulation over K <= 4096
+ *     terms: blocked sums measure 1e-14 .. 6e-13 (the worst over 120 seeds: K = 4096 with
+ *     only 17 outputs, whose NMSE is noisy); naive summation is at worst ~K 2^-48 = 1.5e-11
+ *     relative to the row's scale (a plain f32 loop, CUDA's tiled kernel: up to 2.2e-12
+ *     measured). 5e-11 accepts both and still rejects a dropped term (~1/K = 2e-4) or
+ *     reduced-precision tf32 products (~2^-22 = 2e-7); f16 / bf16 outputs rounded once (relative
+ *     2^-11 / 2^-8): NMSE ~1e-7 / ~5e-6, bounds 1e-6 / 1e-4.
+ *   linear_quant int8: exact integer dot products, then two f32 scale products: ~1e-14.
+ *   fused_moe: the intermediate act(gate) * up is rounded to the dtype, and a kernel's f32
+ *     gate may round it the other way than ref's float64 one: a few intermediate elements off
+ *     by one ulp of the dtype on top of the output rounding: f32 1e-10, f16 1e-5, bf16 1e-4.
+ *   topk_gating: weights are f32 softmax (~1e-14); ids are compared as numbers under the same
+ *     bound: one wrong id among T k ids of at most E - 1 moves NMSE by >= 1 / sum(ids^2) >=
+ *     1 / (T k E^2), which is > 5e-8 in every case here (T k E^2 <= 2e7), so 1e-11 makes any
+ *     wrong id (a swapped tie too, whose weights are equal) fail.
+ *   quant: 0. The quotient is an f32 division on every backend, so codes agree bit for bit;
+ *     scales are amax / qmax in f32, also exact; any wrong int8 code moves NMSE by >= 1.
+ *   dequant: 0. An f32 multiplication rounds the exact product code * scale once, as ref's
+ *     float64 product (exact: <= 8 + 24 significant bits) rounded to f32 does, so every
+ *     backend gets the same f32 and then the same f16 / bf16. */
+static double gemm_bound(kite_op op, kite_dtype t) {
+  int f16 = t == KITE_DTYPE_F16, bf16 = t == KITE_DTYPE_BF16;
+  switch (op) {
+  case KITE_OP_LINEAR:
+  case KITE_OP_GROUP_GEMM:
+  case KITE_OP_LINEAR_QUANT:
+    return f16 ? 1e-6 : bf16 ? 1e-4 : 5e-11;
+  case KITE_OP_FUSED_MOE:
+    return f16 ? 1e-5 : bf16 ? 1e-4 : 1e-10;
+  case KITE_OP_TOPK_GATING:
+    return 1e-11;
+  default:
+    return 0;
+  }
+}
+
+/* ---- the cases --------------------------------------------------------------------------- */
+
+static kt_case gemm_case(kite_op op, kite_dtype t, int64_t m, int64_t n, int64_t k) {
+  kt_case c = kt_case_default(op, t, m, n);
+  c.gemm.m = m, c.gemm.n = n, c.gemm.k = k;
+  c.gemm.qtype = KITE_DTYPE_I8;
+  return c;
+}
+
+typedef struct mnk {
+  int64_t m, n, k;
+} mnk;
+
+/* From {1, 3, 17, 64, 127, 4096}: every size in every position, 4096 only beside small ones;
+ * then K = 0 (y = bias or 0) and M = 0. */
+static const mnk g_linear[] = {
+    {1, 1, 1},       {1, 3, 17},     {3, 17, 64},   {17, 64, 127},   {64, 127, 3},  {127, 1, 64},
+    {3, 127, 17},    {17, 3, 1},     {64, 64, 64},  {127, 127, 127}, {1, 4096, 64}, {3, 64, 4096},
+    {17, 127, 4096}, {4096, 17, 64}, {4096, 3, 17}, {1, 17, 4096},   {5, 9, 0},     {0, 17, 64}};
+static const mnk g_quick_linear[] = {{1, 3, 17}, {3, 17, 64}, {17, 64, 127}, {3, 64, 4096}};
+
+static void linear_cases(kite_dtype t, int quick, kt_case_list *l) {
+  const mnk *s = quick ? g_quick_linear : g_linear;
+  int n = quick ? (int)(sizeof g_quick_linear / sizeof *s) : (int)(sizeof g_linear / sizeof *s);
+  for (int i = 0; i < n; i++) {
+    kt_case c = gemm_case(KITE_OP_LINEAR, t, s[i].m, s[i].n, s[i].k);
+    c.gemm.with_bias = i % 2 == 0;
+    if (i % 3 == 1) c.gemm.pad_x = 5, c.gemm.pad_y = 3;
+    if (i % 3 == 2) c.gemm.pad_w = 7, c.gemm.pad_y = 1;
+    kt_case_push(l, c);
+  }
+}
+
+typedef struct group_geom {
+  int64_t m, n, k, g; /* m -1: the sum of the sizes */
+  int32_t sizes[8];
+} group_geom;
+
+/* Empty groups first, in the middle and last; one group; many. Then sizes that do not add up
+ * to M, as backend.h defines them: a negative size counts as 0, rows past M are ignored, rows
+ * of y past the sum are zeros. */
+static const group_geom g_groups[] = {{-1, 17, 64, 3, {0, 1, 2}},
+                                      {-1, 33, 19, 5, {5, 0, 12, 0, 23}},
+                                      {-1, 64, 127, 4, {70, 57, 0, 0}},
+                                      {-1, 127, 17, 1, {17}},
+                                      {-1, 3, 4096, 3, {0, 64, 0}},
+                                      {-1, 64, 64, 8, {16, 1, 0, 31, 3, 17, 8, 4}},
+                                      {-1, 1, 3, 2, {0, 0}},
+                                      {17, 3, 17, 3, {-3, 4, 100}},
+                                      {10, 20, 30, 3, {0, 1, 2}}};
+static const group_geom g_quick_groups[] = {{-1, 33, 19, 5, {5, 0, 12, 0, 23}},
+                                            {-1, 127, 17, 1, {17}}};
+
+static void group_gemm_cases(kite_dtype t, int quick, kt_case_list *l) {
+  const group_geom *s = quick ? g_quick_groups : g_groups;
+  int n = quick ? (int)(sizeof g_quick_groups / sizeof *s) : (int)(sizeof g_groups / sizeof *s);
+  for (int i = 0; i < n; i++) {
+    int64_t m = 0;
+    for (int64_t j = 0; j < s[i].g; j++) m += s[i].sizes[j];
+    kt_case c = gemm_case(KITE_OP_GROUP_GEMM, t, s[i].m >= 0 ? s[i].m : m, s[i].n, s[i].k);
+    c.gemm.groups = s[i].g;
+    memcpy(c.gemm.group_sizes, s[i].sizes, sizeof s[i].sizes);
+    if (i % 2 == 1) c.gemm.pad_x = 3, c.gemm.pad_w = 2, c.gemm.pad_y = 1;
+    kt_case_push(l, c);
+  }
+}
+
+typedef struct topk_geom {
+  int64_t t, e, k;
+  int renorm, ties;
+} topk_geom;
+
+static const topk_geom g_topk[] = {{17, 8, 2, 1, 0},  {64, 64, 6, 0, 1},  {3, 3, 3, 1, 1},
+                                   {1, 127, 1, 0, 0}, {127, 17, 4, 1, 1}, {5, 8, 8, 0, 0},
+                                   {64, 8, 1, 1, 1},  {33, 256, 8, 1, 0}, {0, 8, 2, 1, 0}};
+static const topk_geom g_quick_topk[] = {{17, 8, 2, 1, 0}, {64, 64, 6, 0, 1}, {3, 3, 3, 1, 1}};
+
+static void topk_cases(kite_dtype t, int quick, kt_case_list *l) {
+  const topk_geom *s = quick ? g_quick_topk : g_topk;
+  int n = quick ? (int)(sizeof g_quick_topk / sizeof *s) : (int)(sizeof g_topk / sizeof *s);
+  for (int i = 0; i < n; i++) {
+    kt_case c = gemm_case(KITE_OP_TOPK_GATING, t, s[i].t, s[i].e, 0);
+    c.gemm.topk = s[i].k, c.gemm.renormalize = s[i].renorm, c.gemm.ties = s[i].ties;
+    if (i % 2 == 1) c.gemm.pad_x = 3, c.gemm.pad_y = 2;
+    kt_case_push(l, c);
+  }
+}
+
+typedef struct moe_geom {
+  int64_t t, h, in, e, k;
+  kite_moe_act act;
+  int oob;
+} moe_geom;
+
+static const moe_geom g_moe[] = {
+    {0, 64, 48, 8, 2, KITE_MOE_SILU, 1},   {1, 64, 48, 8, 2, KITE_MOE_SILU, 1},
+    {1, 64, 48, 8, 2, KITE_MOE_GELU, 0},   {17, 40, 24, 8, 2, KITE_MOE_GELU, 1},
+    {64, 33, 20, 8, 2, KITE_MOE_SILU, 1},  {127, 64, 32, 8, 2, KITE_MOE_GELU, 0},
+    {5, 17, 3, 3, 3, KITE_MOE_SILU, 0},    {3, 17, 0, 3, 2, KITE_MOE_SILU, 0},
+    {16, 128, 127, 8, 2, KITE_MOE_SILU, 1}};
+static const moe_geom g_quick_moe[] = {{1, 64, 48, 8, 2, KITE_MOE_SILU, 1},
+                                       {17, 40, 24, 8, 2, KITE_MOE_GELU, 1}};
+
+static void moe_cases(kite_dtype t, int quick, kt_case_list *l) {
+  const moe_geom *s = quick ? g_quick_moe : g_moe;
+  int n = quick ? (int)(sizeof g_quick_moe / sizeof *s) : (int)(sizeof g_moe / sizeof *s);
+  for (int i = 0; i < n; i++) {
+    kt_case c = gemm_case(KITE_OP_FUSED_MOE, t, s[i].t, s[i].h, s[i].in);
+    c.gemm.groups = s[i].e, c.gemm.topk = s[i].k, c.gemm.act = s[i].act;
+    c.gemm.oob_ids = s[i].oob;
+    if (i % 2 == 1) c.gemm.pad_x = 5, c.gemm.pad_w = 1, c.gemm.pad_y = 3;
+    kt_case_push(l, c);
+  }
+}
+
+typedef struct qshape {
+  int64_t m, k;
+  int specials;
+} qshape;
+
+static const qshape g_quant[] = {{17, 127, 0}, {3, 4096, 0}, {14, 64, 1}, {21, 17, 1}, {7, 4096, 1},
+                                 {1, 3, 0},    {64, 1, 1},   {2, 0, 0},   {0, 64, 0}};
+static const qshape g_quick_quant[] = {{17, 127, 0}, {14, 64, 1}};
+
+static void quant_cases(kite_op op, kite_dtype t, int quick, kt_case_list *l) {
+  const qshape *s = quick ? g_quick_quant : g_quant;
+  int n = quick ? (int)(sizeof g_quick_quant / sizeof *s) : (int)(sizeof g_quant / sizeof *s);
+  for (int q = 0; q < 2; q++)
+    for (int i = 0; i < n; i++) {
+      kt_case c = gemm_case(op, t, s[i].m, 0, s[i].k);
+      c.gemm.qtype = q ? KITE_DTYPE_FP8_E4M3 : KITE_DTYPE_I8;
+      c.gemm.specials = s[i].specials;
+      if (i % 2 == 1) c.gemm.pad_x = 3, c.gemm.pad_y = 5;
+      kt_case_push(l, c);
+    }
+}
+
+static const mnk g_lq[] = {{1, 17, 64},     {3, 127, 17},  {17, 1, 127}, {64, 3, 1}, {127, 64, 3},
+                           {64, 127, 4096}, {1, 4096, 64}, {3, 5, 0},    {0, 17, 64}};
+static const mnk g_quick_lq[] = {{3, 127, 17}, {17, 64, 127}};
+
+static void linear_quant_cases(kite_dtype t, int quick, kt_case_list *l) {
+  const mnk *s = quick ? g_quick_lq : g_lq;
+  int n = quick ? (int)(sizeof g_quick_lq / sizeof *s) : (int)(sizeof g_lq / sizeof *s);
+  for (int q = 0; q < 2; q++)
+    for (int i = 0; i < n; i++) {
+      kt_case c = gemm_case(KITE_OP_LINEAR_QUANT, t, s[i].m, s[i].n, s[i].k);
+      c.gemm.qtype = q ? KITE_DTYPE_FP8_E4M3 : KITE_DTYPE_I8;
+      c.gemm.with_bias = (i + q) % 2 == 0;
+      if (i % 3 == 1) c.gemm.pad_x = 5, c.gemm.pad_y = 3;
+      if (i % 3 == 2) c.gemm.pad_w = 7, c.gemm.pad_y = 1;
+      kt_case_push(l, c);
+    }
+}
+
+/* kite check's cases of op at dtype t (the float dtype: x, logits, y of linear_quant). */
+static void gemm_check_cases(kite_op op, kite_dtype t, int quick, kt_case_list *l) {
+  switch (op) {
+  case KITE_OP_LINEAR:
+    linear_cases(t, quick, l);
+    break;
+  case KITE_OP_GROUP_GEMM:
+    group_gemm_cases(t, quick, l);
+    break;
+  case KITE_OP_TOPK_GATING:
+    topk_cases(t, quick, l);
+    break;
+  case KITE_OP_FUSED_MOE:
+    moe_cases(t, quick, l);
+    break;
+  case KITE_OP_QUANT:
+  case KITE_OP_DEQUANT:
+    quant_cases(op, t, quick, l);
+    break;
+  case KITE_OP_LINEAR_QUANT:
+    linear_quant_cases(t, quick, l);
+    break;
+  default:
+    break;
+  }
+}
+
+/* ---- bench ------------------------------------------------------------------------------- */
+
+static kt_case moe_bench_case(kite_dtype t, int64_t tokens) {
+  kt_case c = gemm_case(KITE_OP_FUSED_MOE, t, tokens, 4096, 14336);
+  c.gemm.groups = 8, c.gemm.topk = 2;
+  c.gemm.distinct_ids = 1, c.gemm.alt_scratch = 1;
+  return c;
+}
+
+static kt_case group_bench_case(kite_dtype t, int64_t groups, int32_t rows, int64_t n, int64_t k) {
+  kt_case c = gemm_case(KITE_OP_GROUP_GEMM, t, groups * rows, n, k);
+  c.gemm.groups = groups;
+  for (int64_t g = 0; g < groups && g < KT_MAX_SEQS; g++) c.gemm.group_sizes[g] = rows;
+  return c;
+}
+
+static kt_case qtype_case(kite_op op, kite_dtype t, int64_t m, int64_t n, int64_t k,
+                          kite_dtype qt) {
+  kt_case c = gemm_case(op, t, m, n, k);
+  c.gemm.qtype = qt;
+  return c;
+}
+
+/* llm: the shapes of an 8B-class model's projections and an 8-expert MoE layer at bf16 (f32
+ * and the linear 2048^3 beside OpenBLAS); small: one mid shape per op. */
+static void gemm_bench_cases(kite_op op, kite_dtype t, int llm, kt_case_list *l) {
+  int bf16 = t == KITE_DTYPE_BF16;
+  switch (op) {
+  case KITE_OP_LINEAR:
+    if (!llm) {
+      kt_case_push(l, gemm_case(op, t, 512, 4096, 4096));
+      break;
+    }
+    kt_case_push(l, gemm_case(op, t, 2048, 2048, 2048));
+    if (!bf16) break;
+    for (int64_t m = 1; m <= 16; m *= 4) kt_case_push(l, gemm_case(op, t, m, 4096, 4096));
+    kt_case_push(l, gemm_case(op, t, 8192, 8192, 8192)); /* a GPU shape */
+    break;
+  case KITE_OP_GROUP_GEMM:
+    if (llm && bf16) kt_case_push(l, group_bench_case(t, 8, 512, 4096, 4096));
+    if (!llm) kt_case_push(l, group_bench_case(t, 8, 64, 1024, 1024));
+    break;
+  case KITE_OP_TOPK_GATING: {
+    kt_case c = gemm_case(op, t, llm ? 8192 : 512, 64, 0);
+    c.gemm.topk = 6, c.gemm.renormalize = 1;
+    kt_case_push(l, c);
+    break;
+  }
+  case KITE_OP_FUSED_MOE:
+    if (!llm) {
+      kt_case c = gemm_case(op, t, 16, 1024, 2048);
+      c.gemm.groups = 8, c.gemm.topk = 2, c.gemm.distinct_ids = 1, c.gemm.alt_scratch = 1;
+      kt_case_push(l, c);
+    } else if (bf16) {
+      for (int64_t tok = 1; tok <= 256; tok *= 16) kt_case_push(l, moe_bench_case(t, tok));
+    }
+    break;
+  case KITE_OP_QUANT:
+  case KITE_OP_DEQUANT:
+    if (!bf16) break;
+    kt_case_push(l, qtype_case(op, t, llm ? 8192 : 512, 0, 4096, KITE_DTYPE_I8));
+    kt_case_push(l, qtype_case(op, t, llm ? 8192 : 512, 0, 4096, KITE_DTYPE_FP8_E4M3));
+    break;
+  case KITE_OP_LINEAR_QUANT:
+    if (!bf16) break;
+    if (llm)
+      kt_case_push(l, qtype_case(op, t, 2048, 2048, 2048, KITE_DTYPE_I8));
+    else
+      kt_case_push(l, qtype_case(op, t, 512, 4096, 4096, KITE_DTYPE_I8));
+    break;
+  default:
+    break;
+  }
+}
+
+/* Experts a fused_moe call must read: each token picks k of E distinct, so an expert is
+ * untouched with probability (1 - k/E)^T. */
+static double moe_experts_touched(const kt_gemm_case *g) {
+  double e = (double)g->groups, k = (double)g->topk;
+  if (e <= 0) return 0;
+  return e * (1.0 - pow(k < e ? 1.0 - k / e : 0.0, (double)g->m));
+}
+
+/* Minimum bytes per call (e: the float dtype's size, q: 1 byte codes):
+ *   linear        x + w + y (+ bias)                    (M K + N K + M N (+ N)) e
+ *                 decode (M <= 16): the weight dominates, so %memcpy is weight streaming
+ *   group_gemm    x + all G weights + y                 (M K + G N K + M N) e
+ *   topk_gating   logits + weights + ids                T E e + 8 T k
+ *   fused_moe     x + y + the experts touched           2 T H e + touched 3 I H e + 8 T k
+ *   quant         x + q + scales                        M K (e + 1) + 4 M
+ *   dequant       q + scales + y                        M K (1 + e) + 4 M
+ *   linear_quant  xq + wq + scales + y (+ bias)         M K + N K + 4 (M + N) + M N e (+ N e) */
+static double gemm_bytes(const kt_case *c) {
+  const kt_gemm_case *g = &c->gemm;
+  double e = (double)kite_dtype_size(c->dtype), M = (double)g->m, N = (double)g->n,
+         K = (double)g->k, b = g->with_bias ? N * e : 0;
+  switch (c->op) {
+  case KITE_OP_LINEAR:
+    return (M * K + N * K + M * N) * e + b;
+  case KITE_OP_GROUP_GEMM:
+    return (M * K + (double)g->groups * N * K + M * N) * e;
+  case KITE_OP_TOPK_GATING:
+    return M * N * e + 8 * M * (double)g->topk;
+  case KITE_OP_FUSED_MOE:
+    return 2 * M * N * e + moe_experts_touched(g) * 3 * K * N * e + 8 * M * (double)g->topk;
+  case KITE_OP_QUANT:
+  case KITE_OP_DEQUANT:
+    return M * K * (e + 1) + 4 * M;
+  case KITE_OP_LINEAR_QUANT:
+    return M * K + N * K + 4 * (M + N) + M * N * e + b;
+  default:
+    return 0;
+  }
+}
+
+/* 2 M N K multiply-adds for the GEMMs; fused_moe: T k routed rows through 3 I H weights. */
+static double gemm_flops(const kt_case *c) {
+  const kt_gemm_case *g = &c->gemm;
+  double M = (double)g->m, N = (double)g->n, K = (double)g->k;
+  switch (c->op) {
+  case KITE_OP_LINEAR:
+  case KITE_OP_GROUP_GEMM:
+  case KITE_OP_LINEAR_QUANT:
+    return 2 * M * N * K;
+  case KITE_OP_FUSED_MOE:
+    return 2 * M * (double)g->topk * 3 * N * K;
+  default:
+    return 0; /* memory-bound */
+  }
+}
+
+const kt_family_ops kt_family_gemm = {
+    .name = "gemm",
+    .plan = gemm_plan,
+    .call = gemm_call,
+    .describe = gemm_describe,
+    .shape = gemm_shape,
+    .check_cases = gemm_check_cases,
+    .bench_cases = gemm_bench_cases,
+    .bytes = gemm_bytes,
+    .flops = gemm_flops,
+    .bound = gemm_bound,
+    .alt_call = moe_alt_call,
+    .alt_name = gemm_alt_name,
+};
