@@ -1,6 +1,7 @@
 #include "driver.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,6 +199,15 @@ int kt_add_tensor(kt_run *r, const char *name, kite_dtype t, kt_role role, int n
   for (int d = ndim - 1; d >= 0; d--) strides[d] = n, n *= shape[d];
   int b = kt_add_buf(r, name, t, n);
   return kt_add_view(r, name, b, t, role, ndim, shape, strides, 0, fill, lo, hi);
+}
+
+void kt_cat(char *buf, size_t n, size_t *len, const char *fmt, ...) {
+  if (*len >= n) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int k = vsnprintf(buf + *len, n - *len, fmt, ap);
+  va_end(ap);
+  if (k > 0) *len = *len + (size_t)k < n ? *len + (size_t)k : n - 1;
 }
 
 DLTensor *kt_arg(kt_run *r, int slot) {

@@ -228,6 +228,9 @@ int kt_add_matrix(kt_run *r, const char *name, kite_dtype t, kt_role role, int64
 /* A compact tensor of ndim dims in a buffer of its own. */
 int kt_add_tensor(kt_run *r, const char *name, kite_dtype t, kt_role role, int ndim,
                   const int64_t *shape, kt_fill_kind fill, float lo, float hi);
+/* Appends printf output to buf (length n) at *len, never overflowing (for describe()). */
+__attribute__((format(printf, 4, 5))) void kt_cat(char *buf, size_t n, size_t *len, const char *fmt,
+                                                  ...);
 /* The view's DLTensor for slot `slot` of r->arg (NULL when absent). */
 DLTensor *kt_arg(kt_run *r, int slot);
 

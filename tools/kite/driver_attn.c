@@ -49,17 +49,6 @@ static int64_t cdiv(int64_t a, int64_t b) {
 
 /* ---- descriptions ------------------------------------------------------------------------ */
 
-/* Appends printf output to buf (length n) at *len, never overflowing. */
-__attribute__((format(printf, 4, 5))) static void cat(char *buf, size_t n, size_t *len,
-                                                      const char *fmt, ...) {
-  if (*len >= n) return;
-  va_list ap;
-  va_start(ap, fmt);
-  int k = vsnprintf(buf + *len, n - *len, fmt, ap);
-  va_end(ap);
-  if (k > 0) *len = *len + (size_t)k < n ? *len + (size_t)k : n - 1;
-}
-
 static int32_t max_len(const kt_attn_case *a) {
   int32_t m = 0;
   for (int64_t b = 0; b < a->batch; b++) m = a->seq_lens[b] > m ? a->seq_lens[b] : m;
@@ -91,9 +80,9 @@ static void attn_shape(const kt_case *c, char *buf, size_t n) {
 /* The lengths of up to 8 sequences, then "...". */
 static void cat_lens(char *buf, size_t n, size_t *len, const char *name, const int32_t *v,
                      int64_t count) {
-  cat(buf, n, len, " %s=", name);
-  for (int64_t i = 0; i < count && i < 8; i++) cat(buf, n, len, "%s%d", i ? "," : "", (int)v[i]);
-  if (count > 8) cat(buf, n, len, ",...");
+  kt_cat(buf, n, len, " %s=", name);
+  for (int64_t i = 0; i < count && i < 8; i++) kt_cat(buf, n, len, "%s%d", i ? "," : "", (int)v[i]);
+  if (count > 8) kt_cat(buf, n, len, ",...");
 }
 
 static void attn_describe(const kt_case *c, char *buf, size_t n) {
@@ -102,32 +91,32 @@ static void attn_describe(const kt_case *c, char *buf, size_t n) {
   size_t len = 0;
   buf[0] = '\0';
   if (c->op == KITE_OP_STORE_KV) {
-    cat(buf, n, &len, "T=%lld Hkv=%lld D=%lld bs=%lld blocks=%lld", (long long)a->tokens,
-        (long long)a->hkv, (long long)a->head_dim, (long long)a->block_size,
-        (long long)a->num_blocks);
-    if (a->fused_kv) cat(buf, n, &len, " fused-kv");
-    if (a->skip_slots) cat(buf, n, &len, " skipped-slots");
-    if (a->pad) cat(buf, n, &len, " row+%lld", (long long)a->pad);
+    kt_cat(buf, n, &len, "T=%lld Hkv=%lld D=%lld bs=%lld blocks=%lld", (long long)a->tokens,
+           (long long)a->hkv, (long long)a->head_dim, (long long)a->block_size,
+           (long long)a->num_blocks);
+    if (a->fused_kv) kt_cat(buf, n, &len, " fused-kv");
+    if (a->skip_slots) kt_cat(buf, n, &len, " skipped-slots");
+    if (a->pad) kt_cat(buf, n, &len, " row+%lld", (long long)a->pad);
     return;
   }
-  cat(buf, n, &len, "B=%lld Hq=%lld Hkv=%lld D=%lld", (long long)a->batch, (long long)a->hq,
-      (long long)a->hkv, (long long)a->head_dim);
+  kt_cat(buf, n, &len, "B=%lld Hq=%lld Hkv=%lld D=%lld", (long long)a->batch, (long long)a->hq,
+         (long long)a->hkv, (long long)a->head_dim);
   if (c->op == KITE_OP_SDPA) {
-    cat(buf, n, &len, " Sq=%lld Sk=%lld", (long long)a->sq, (long long)a->sk);
-    if (a->mask) cat(buf, n, &len, " mask=%s", g_mask_name[a->mask]);
-    if (a->bshd) cat(buf, n, &len, " bshd");
+    kt_cat(buf, n, &len, " Sq=%lld Sk=%lld", (long long)a->sq, (long long)a->sk);
+    if (a->mask) kt_cat(buf, n, &len, " mask=%s", g_mask_name[a->mask]);
+    if (a->bshd) kt_cat(buf, n, &len, " bshd");
   } else {
-    cat(buf, n, &len, " bs=%lld", (long long)a->block_size);
+    kt_cat(buf, n, &len, " bs=%lld", (long long)a->block_size);
     cat_lens(buf, n, &len, "L", a->seq_lens, a->batch);
     if (c->op == KITE_OP_PAGED_PREFILL) cat_lens(buf, n, &len, "q", a->q_lens, a->batch);
   }
-  if (c->op != KITE_OP_PAGED_DECODE) cat(buf, n, &len, o->causal ? " causal" : " non-causal");
-  if (o->scale != 0.0f) cat(buf, n, &len, " scale=%g", (double)o->scale);
-  if (o->softcap != 0.0f) cat(buf, n, &len, " softcap=%g", (double)o->softcap);
-  if (o->window_left >= 0) cat(buf, n, &len, " window=%d", (int)o->window_left);
-  if (o->gqa == KITE_GQA_INTERLEAVED) cat(buf, n, &len, " interleaved");
-  if (a->with_lse) cat(buf, n, &len, " lse");
-  if (a->pad) cat(buf, n, &len, " pad=%lld", (long long)a->pad);
+  if (c->op != KITE_OP_PAGED_DECODE) kt_cat(buf, n, &len, o->causal ? " causal" : " non-causal");
+  if (o->scale != 0.0f) kt_cat(buf, n, &len, " scale=%g", (double)o->scale);
+  if (o->softcap != 0.0f) kt_cat(buf, n, &len, " softcap=%g", (double)o->softcap);
+  if (o->window_left >= 0) kt_cat(buf, n, &len, " window=%d", (int)o->window_left);
+  if (o->gqa == KITE_GQA_INTERLEAVED) kt_cat(buf, n, &len, " interleaved");
+  if (a->with_lse) kt_cat(buf, n, &len, " lse");
+  if (a->pad) kt_cat(buf, n, &len, " pad=%lld", (long long)a->pad);
 }
 
 /* ---- custom fills ------------------------------------------------------------------------ */

@@ -53,17 +53,6 @@ static int is_layer_norm(kite_op op) {
 
 /* ---- descriptions ------------------------------------------------------------------------ */
 
-/* Appends printf output to buf (length n) at *len, never overflowing. */
-__attribute__((format(printf, 4, 5))) static void cat(char *buf, size_t n, size_t *len,
-                                                      const char *fmt, ...) {
-  if (*len >= n) return;
-  va_list ap;
-  va_start(ap, fmt);
-  int k = vsnprintf(buf + *len, n - *len, fmt, ap);
-  va_end(ap);
-  if (k > 0) *len = *len + (size_t)k < n ? *len + (size_t)k : n - 1;
-}
-
 static void core_shape(const kt_case *c, char *buf, size_t n) {
   if (c->op == KITE_OP_ROPE)
     snprintf(buf, n, "%lldx%lldx%lldx%lld", (long long)c->rows, (long long)c->hq, (long long)c->hkv,
@@ -77,48 +66,46 @@ static void core_describe(const kt_case *c, char *buf, size_t n) {
   buf[0] = '\0';
   switch (kt_core_kind_of(c->op)) {
   case KT_ROPE:
-    cat(buf, n, &len, "T=%lld Hq=%lld Hkv=%lld D=%lld rot=%lld %s", (long long)c->rows,
-        (long long)c->hq, (long long)c->hkv, (long long)c->head_dim, (long long)c->rot_dim,
-        c->style == KITE_ROPE_GPTJ ? "gptj" : "neox");
-    if (c->layout == KT_QK_FUSED) cat(buf, n, &len, " fused-qkv");
-    if (c->layout == KT_QK_HEAD_PAD) cat(buf, n, &len, " head+%lld", (long long)c->pad_x);
-    if (c->k_null) cat(buf, n, &len, " k=NULL");
+    kt_cat(buf, n, &len, "T=%lld Hq=%lld Hkv=%lld D=%lld rot=%lld %s", (long long)c->rows,
+           (long long)c->hq, (long long)c->hkv, (long long)c->head_dim, (long long)c->rot_dim,
+           c->style == KITE_ROPE_GPTJ ? "gptj" : "neox");
+    if (c->layout == KT_QK_FUSED) kt_cat(buf, n, &len, " fused-qkv");
+    if (c->layout == KT_QK_HEAD_PAD) kt_cat(buf, n, &len, " head+%lld", (long long)c->pad_x);
+    if (c->k_null) kt_cat(buf, n, &len, " k=NULL");
     return;
   case KT_EMBEDDING:
-    cat(buf, n, &len, "T=%lld V=%lld H=%lld", (long long)c->rows, (long long)c->vocab,
-        (long long)c->cols);
-    if (c->oob_ids) cat(buf, n, &len, " ids-out-of-range");
+    kt_cat(buf, n, &len, "T=%lld V=%lld H=%lld", (long long)c->rows, (long long)c->vocab,
+           (long long)c->cols);
+    if (c->oob_ids) kt_cat(buf, n, &len, " ids-out-of-range");
     break;
   case KT_GATED:
-    cat(buf, n, &len, "%lldx(2x%lld)", (long long)c->rows, (long long)c->cols);
-    if (c->limit > 0) cat(buf, n, &len, " limit=%g", (double)c->limit);
+    kt_cat(buf, n, &len, "%lldx(2x%lld)", (long long)c->rows, (long long)c->cols);
+    if (c->limit > 0) kt_cat(buf, n, &len, " limit=%g", (double)c->limit);
     break;
   default:
-    cat(buf, n, &len, "%lldx%lld", (long long)c->rows, (long long)c->cols);
+    kt_cat(buf, n, &len, "%lldx%lld", (long long)c->rows, (long long)c->cols);
     break;
   }
   if (kt_core_kind_of(c->op) == KT_NORM) {
-    if (!c->with_w) cat(buf, n, &len, " w=NULL");
-    if (is_layer_norm(c->op) && !c->with_b) cat(buf, n, &len, " b=NULL");
-    if (!is_layer_norm(c->op)) cat(buf, n, &len, " offset=%g", (double)c->offset);
-    if (has_residual(c->op)) cat(buf, n, &len, c->pos == KITE_NORM_POST ? " post" : " pre");
+    if (!c->with_w) kt_cat(buf, n, &len, " w=NULL");
+    if (is_layer_norm(c->op) && !c->with_b) kt_cat(buf, n, &len, " b=NULL");
+    if (!is_layer_norm(c->op)) kt_cat(buf, n, &len, " offset=%g", (double)c->offset);
+    if (has_residual(c->op)) kt_cat(buf, n, &len, c->pos == KITE_NORM_POST ? " post" : " pre");
   }
   if (c->op == KITE_OP_SOFTMAX && c->scale != 1.0f)
-    cat(buf, n, &len, " scale=%g", (double)c->scale);
+    kt_cat(buf, n, &len, " scale=%g", (double)c->scale);
   if (c->amp != 1.0f || c->shift != 0.0f)
-    cat(buf, n, &len, " in[%g,%g]", (double)(c->shift - c->amp), (double)(c->shift + c->amp));
-  if (c->pad_x) cat(buf, n, &len, " x+%lld", (long long)c->pad_x);
-  if (c->pad_y) cat(buf, n, &len, " y+%lld", (long long)c->pad_y);
-  if (c->inplace) cat(buf, n, &len, " inplace");
+    kt_cat(buf, n, &len, " in[%g,%g]", (double)(c->shift - c->amp), (double)(c->shift + c->amp));
+  if (c->pad_x) kt_cat(buf, n, &len, " x+%lld", (long long)c->pad_x);
+  if (c->pad_y) kt_cat(buf, n, &len, " y+%lld", (long long)c->pad_y);
+  if (c->inplace) kt_cat(buf, n, &len, " inplace");
 }
 
 /* ---- layout ------------------------------------------------------------------------------ */
 
 static int add_vector(kt_run *r, const char *name, kite_dtype t, int64_t n, kt_fill_kind fill,
                       float lo, float hi) {
-  int64_t shape[1] = {n}, strides[1] = {1};
-  int b = kt_add_buf(r, name, t, n);
-  return kt_add_view(r, name, b, t, KT_IN, 1, shape, strides, 0, fill, lo, hi);
+  return kt_add_tensor(r, name, t, KT_IN, 1, &n, fill, lo, hi);
 }
 
 /* q[T, Hq, D] and k[T, Hkv, D] as the case's layout says. */

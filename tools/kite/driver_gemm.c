@@ -38,17 +38,6 @@ int kt_gemm_has(kite_op op) {
 
 /* ---- descriptions ------------------------------------------------------------------------ */
 
-/* Appends printf output to buf (length n) at *len, never overflowing. */
-__attribute__((format(printf, 4, 5))) static void cat(char *buf, size_t n, size_t *len,
-                                                      const char *fmt, ...) {
-  if (*len >= n) return;
-  va_list ap;
-  va_start(ap, fmt);
-  int k = vsnprintf(buf + *len, n - *len, fmt, ap);
-  va_end(ap);
-  if (k > 0) *len = *len + (size_t)k < n ? *len + (size_t)k : n - 1;
-}
-
 static const char *act_name(kite_moe_act a) {
   return a == KITE_MOE_GELU ? "gelu" : "silu";
 }
@@ -87,38 +76,38 @@ static void gemm_describe(const kt_case *c, char *buf, size_t n) {
   switch (c->op) {
   case KITE_OP_LINEAR:
   case KITE_OP_LINEAR_QUANT:
-    if (c->op == KITE_OP_LINEAR_QUANT) cat(buf, n, &len, "%s ", kite_dtype_name(g->qtype));
-    cat(buf, n, &len, "M=%lld N=%lld K=%lld%s", (long long)g->m, (long long)g->n, (long long)g->k,
-        g->with_bias ? " bias" : "");
+    if (c->op == KITE_OP_LINEAR_QUANT) kt_cat(buf, n, &len, "%s ", kite_dtype_name(g->qtype));
+    kt_cat(buf, n, &len, "M=%lld N=%lld K=%lld%s", (long long)g->m, (long long)g->n,
+           (long long)g->k, g->with_bias ? " bias" : "");
     break;
   case KITE_OP_GROUP_GEMM:
-    cat(buf, n, &len, "M=%lld N=%lld K=%lld groups[", (long long)g->m, (long long)g->n,
-        (long long)g->k);
+    kt_cat(buf, n, &len, "M=%lld N=%lld K=%lld groups[", (long long)g->m, (long long)g->n,
+           (long long)g->k);
     for (int64_t i = 0; i < g->groups && i < KT_MAX_SEQS; i++)
-      cat(buf, n, &len, "%s%d", i ? "," : "", (int)g->group_sizes[i]);
-    cat(buf, n, &len, "]");
+      kt_cat(buf, n, &len, "%s%d", i ? "," : "", (int)g->group_sizes[i]);
+    kt_cat(buf, n, &len, "]");
     break;
   case KITE_OP_TOPK_GATING:
-    cat(buf, n, &len, "T=%lld E=%lld k=%lld%s%s", (long long)g->m, (long long)g->n,
-        (long long)g->topk, g->renormalize ? " renorm" : "", g->ties ? " ties" : "");
+    kt_cat(buf, n, &len, "T=%lld E=%lld k=%lld%s%s", (long long)g->m, (long long)g->n,
+           (long long)g->topk, g->renormalize ? " renorm" : "", g->ties ? " ties" : "");
     break;
   case KITE_OP_FUSED_MOE:
-    cat(buf, n, &len, "T=%lld H=%lld I=%lld E=%lld k=%lld %s%s", (long long)g->m, (long long)g->n,
-        (long long)g->k, (long long)g->groups, (long long)g->topk, act_name(g->act),
-        g->oob_ids ? " ids-out-of-range" : "");
+    kt_cat(buf, n, &len, "T=%lld H=%lld I=%lld E=%lld k=%lld %s%s", (long long)g->m,
+           (long long)g->n, (long long)g->k, (long long)g->groups, (long long)g->topk,
+           act_name(g->act), g->oob_ids ? " ids-out-of-range" : "");
     break;
   case KITE_OP_QUANT:
   case KITE_OP_DEQUANT:
-    cat(buf, n, &len, "%lldx%lld %s%s", (long long)g->m, (long long)g->k, kite_dtype_name(g->qtype),
-        g->specials ? " specials" : "");
+    kt_cat(buf, n, &len, "%lldx%lld %s%s", (long long)g->m, (long long)g->k,
+           kite_dtype_name(g->qtype), g->specials ? " specials" : "");
     break;
   default:
     break;
   }
-  if (g->pad_x) cat(buf, n, &len, " x+%lld", (long long)g->pad_x);
+  if (g->pad_x) kt_cat(buf, n, &len, " x+%lld", (long long)g->pad_x);
   if (g->pad_w)
-    cat(buf, n, &len, c->op == KITE_OP_FUSED_MOE ? " ids+%lld" : " w+%lld", (long long)g->pad_w);
-  if (g->pad_y) cat(buf, n, &len, " y+%lld", (long long)g->pad_y);
+    kt_cat(buf, n, &len, c->op == KITE_OP_FUSED_MOE ? " ids+%lld" : " w+%lld", (long long)g->pad_w);
+  if (g->pad_y) kt_cat(buf, n, &len, " y+%lld", (long long)g->pad_y);
 }
 
 /* ---- custom fills ------------------------------------------------------------------------ */
