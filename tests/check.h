@@ -8,17 +8,19 @@
 #include "kite/kite.h"
 
 static int g_pass, g_fail;
+static char g_where[256]; /* optional: the case being run, printed with a failure */
 
-#define CHECK(cond, ...)                                                                          \
-  do {                                                                                            \
-    if (cond) {                                                                                   \
-      g_pass++;                                                                                   \
-    } else {                                                                                      \
-      g_fail++;                                                                                   \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                 \
-      printf(__VA_ARGS__);                                                                        \
-      printf("  (last error: %s)\n", kite_last_error());                                         \
-    }                                                                                             \
+#define CHECK(cond, ...)                                                                           \
+  do {                                                                                             \
+    if (cond) {                                                                                    \
+      g_pass++;                                                                                    \
+    } else {                                                                                       \
+      g_fail++;                                                                                    \
+      printf("FAIL %s:%d: %s%s%s", __FILE__, __LINE__, g_where[0] ? "[" : "", g_where,             \
+             g_where[0] ? "] " : "");                                                              \
+      printf(__VA_ARGS__);                                                                         \
+      printf("  (last error: %s)\n", kite_last_error());                                           \
+    }                                                                                              \
   } while (0)
 
 /* The closing line and the exit status. */

@@ -17,24 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "kite/dtype.h"
 #include "kite/kite.h"
 
-static int g_pass, g_fail, g_skip;
-
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (cond) {                                                                                    \
-      g_pass++;                                                                                    \
-    } else {                                                                                       \
-      g_fail++;                                                                                    \
-      printf("FAIL %s:%d: [%s] ", __FILE__, __LINE__, g_where);                                    \
-      printf(__VA_ARGS__);                                                                         \
-      printf("  (last error: %s)\n", kite_last_error());                                           \
-    }                                                                                              \
-  } while (0)
-
-static char g_where[256]; /* the case being run, for messages */
+static int g_skip;
 
 /* ---- small helpers ------------------------------------------------------------------------- */
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;

@@ -50,7 +50,7 @@ CPU_INLINE vf act_inner(kite_dtype t, kite_op op, vf x) {
   }
   case KITE_OP_GELU:
   case KITE_OP_GELU_AND_MUL:
-    return t == KITE_DTYPE_F32 ? vf_normal_cdf(x) : vf_normal_cdf16(x);
+    return vf_normal_cdf(x);
   default:
     return vf_max(vf_set1(0.0f), x); /* relu; NaN stays NaN */
   }

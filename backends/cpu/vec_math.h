@@ -140,22 +140,4 @@ CPU_INLINE vf vf_div_pos16(vf a, vf b) {
   return vf_fma(q0, vf_fnma(b, r, vf_set1(1.0f)), q0);
 }
 
-/* Phi(x) for 16-bit outputs: vf_normal_cdf's polynomial form with Q of degree 9 (absolute error
- * of Phi 1e-7, relative 4e-4 at x = -3), the erfc form outside [-3, 3.5]. */
-CPU_INLINE vf vf_normal_cdf16(vf x) {
-  if (!vf_all_le(vf_abs(vf_sub(x, vf_set1(0.25f))), vf_set1(3.25f)))
-    return vf_mul(vf_set1(0.5f), vf_erfc(vf_mul(x, vf_set1(-0.70710678118654752f))));
-  const vf w = vf_fma(vf_mul(x, x), vf_set1(0.163265306122449f), vf_set1(-1.0f));
-  const vf w2 = vf_mul(w, w), w4 = vf_mul(w2, w2);
-  const vf q01 = VF_PAIR(w, 3.986756206e-01f, -1.806786507e-01f);
-  const vf q23 = VF_PAIR(w, 1.069345325e-01f, -5.995347723e-02f);
-  const vf q45 = VF_PAIR(w, 3.015563078e-02f, -1.341751218e-02f);
-  const vf q67 = VF_PAIR(w, 5.236831960e-03f, -1.912308973e-03f);
-  const vf q89 = VF_PAIR(w, 7.297868142e-04f, -1.891409338e-04f);
-  const vf q0_3 = vf_fma(w2, q23, q01), q4_7 = vf_fma(w2, q67, q45);
-  const vf q = vf_fma(vf_mul(w4, w4), q89, vf_fma(w4, q4_7, q0_3));
-  const vf half = vf_set1(0.5f);
-  return vf_fma(vf_mul(half, x), q, half);
-}
-
 #endif /* KITE_CPU_VEC_MATH_H */

@@ -17,9 +17,9 @@
  *   vf_normal_cdf(x)               Phi(x) = (1 + erf(x / sqrt 2)) / 2, for gelu
  *   vf_one_plus_exp(x)             1 + e^x, sigmoid's denominator
  *   vf_div_pos(a, b)               a / b for b in [1, 2^126], within about 1 ulp
- *   vf_exp16, vf_one_plus_exp16, vf_div_pos16, vf_normal_cdf16
- *                                  the same within ~3e-6 relative (Phi: 1e-7 absolute), for
- *                                  results that are rounded to bf16 or f16
+ *   vf_exp16, vf_one_plus_exp16, vf_div_pos16
+ *                                  the same within ~3e-6 relative, for results that are
+ *                                  rounded to bf16 or f16
  *   vf_stream_end()                orders streaming stores before a task reports completion
  *   CPU_VEC_STREAMS                1 when streaming stores exist
  *   CPU_VEC_UNROLL2                1 to walk full chunks by pairs (CPU_ROW)
@@ -113,9 +113,6 @@ CPU_INLINE vf vf_one_plus_exp16(vf a) {
 }
 CPU_INLINE vf vf_div_pos16(vf a, vf b) {
   return vf_div(a, b);
-}
-CPU_INLINE vf vf_normal_cdf16(vf a) {
-  return vf_normal_cdf(a);
 }
 /* The 16-bit conversions stay out of line: inlined, eight lanes of them into every kernel body
  * and dtype, they made this file ten times the size of the AVX2 one for no speed. f32 stays

@@ -438,12 +438,6 @@ AttnParams kite_cuda::attn_sdpa_params(const kite_sdpa_args *a) {
 
 namespace {
 
-bool strides_aligned(const int64_t *st, int n, size_t es) {
-  for (int i = 0; i < n; i++)
-    if ((uint64_t)st[i] * es % 16) return false;
-  return true;
-}
-
 /* store_kv: thread per element of (token, kv head, d); k and v in one launch. */
 template <typename T> __global__ void store_kv_kernel(kite_store_kv_args a) {
   const int64_t per_token = a.hkv * a.head_dim, capacity = a.num_blocks * a.block_size;

@@ -566,12 +566,6 @@ bool mma_head_dim(int64_t d) {
   return d == 64 || d == 80 || d == 96 || d == 128 || d == 256;
 }
 
-bool strides_ok(const int64_t *st, int n) { /* in elements of 2 bytes: 16-byte multiples */
-  for (int i = 0; i < n; i++)
-    if (st[i] % 8) return false;
-  return true;
-}
-
 kite_status run_mma(kite_ctx *ctx, AttnParams p, const char *op) {
   if (p.rows <= 0 || p.hq <= 0 || p.hkv <= 0) return KITE_OK;
   void *stream;
@@ -656,7 +650,7 @@ extern "C" CUDA_SUPPORTS(cuda_paged_mma_supports) {
   }
   const int64_t st[4] = {a->q_stride_t, a->q_stride_h, a->o_stride_t, a->o_stride_h};
   if (!aligned16(a->q) || !aligned16(a->o) || !aligned16(a->key_cache) ||
-      !aligned16(a->value_cache) || !strides_ok(st, 4)) {
+      !aligned16(a->value_cache) || !strides_aligned(st, 4, 2)) {
     *why = "needs 16-byte aligned q, o and caches and q/o strides";
     return false;
   }
@@ -692,8 +686,8 @@ extern "C" CUDA_SUPPORTS(cuda_sdpa_mma_supports) {
     return false;
   }
   if (!aligned16(a->q) || !aligned16(a->k) || !aligned16(a->v) || !aligned16(a->o) ||
-      !strides_ok(a->q_stride, 3) || !strides_ok(a->k_stride, 3) || !strides_ok(a->v_stride, 3) ||
-      !strides_ok(a->o_stride, 3)) {
+      !strides_aligned(a->q_stride, 3, 2) || !strides_aligned(a->k_stride, 3, 2) ||
+      !strides_aligned(a->v_stride, 3, 2) || !strides_aligned(a->o_stride, 3, 2)) {
     *why = "needs 16-byte aligned tensors and strides";
     return false;
   }

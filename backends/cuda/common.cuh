@@ -195,6 +195,13 @@ inline bool aligned16(const void *p) {
 
 /* True when every one of `rows` rows starting at p, `stride` elements apart, starts 16-byte
  * aligned: the pointer and (for several rows) the stride in bytes are multiples of 16. */
+/* Every stride (elements of elem_size bytes) keeps 16-byte alignment. */
+inline bool strides_aligned(const int64_t *st, int n, size_t elem_size) {
+  for (int i = 0; i < n; i++)
+    if ((uint64_t)st[i] * elem_size % 16) return false;
+  return true;
+}
+
 inline bool rows_aligned16(const void *p, int64_t rows, int64_t stride, size_t elem_size) {
   return aligned16(p) && (rows <= 1 || ((uint64_t)stride * elem_size) % 16 == 0);
 }
