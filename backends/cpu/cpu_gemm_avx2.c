@@ -699,7 +699,6 @@ typedef struct act_job {
 
 static void act_task(const void *job, int64_t begin, int64_t end, int part) {
   const act_job *j = job;
-  const vf half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
   for (int64_t r = begin; r < end; r++) {
     const float *g = j->h + r * 2 * j->inter, *u = g + j->inter;
     float *o = j->a + r * j->inter;
@@ -707,11 +706,10 @@ static void act_task(const void *job, int64_t begin, int64_t end, int part) {
       const int64_t m = MIN(8, j->inter - i);
       const vf x = vf_load(KITE_DTYPE_F32, g, i, m), up = vf_load(KITE_DTYPE_F32, u, i, m);
       vf act;
-      if (j->act == KITE_MOE_GELU) /* x * erfc(-x / sqrt 2) / 2 */
-        act = _mm256_mul_ps(_mm256_mul_ps(half, x),
-                            vf_erfc(_mm256_mul_ps(x, _mm256_set1_ps(-0.70710678118654752f))));
+      if (j->act == KITE_MOE_GELU) /* x Phi(x) */
+        act = _mm256_mul_ps(x, vf_normal_cdf(x));
       else /* x / (1 + e^-x) */
-        act = _mm256_div_ps(x, _mm256_add_ps(one, vf_exp(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+        act = vf_div_pos(x, vf_sigmoid_den(x));
       vf_store(KITE_DTYPE_F32, o, i, vf_round_to(j->t, _mm256_mul_ps(act, up)), m, false);
     }
   }

@@ -26,21 +26,35 @@
  * the core overlap more of the long ones (exp, division). STMT is one statement, usually a call
  * to an always-inline chunk function. */
 #define CPU_ROW(i, m, n, head, STMT)                                                               \
+  CPU_ROW_WALK(i, m, n, head, STMT, {                                                              \
+    {                                                                                              \
+      const int64_t i = i_; /* no commas: this block is a macro argument */                        \
+      const int64_t m = VL;                                                                        \
+      STMT;                                                                                        \
+  }                                                                                                \
+  {                                                                                                \
+    const int64_t i = i_ + VL;                                                                     \
+    const int64_t m = VL;                                                                          \
+    STMT;                                                                                          \
+  }                                                                                                \
+  })
+
+/* CPU_ROW with PAIR_STMT run on the full pairs [i, i + 2 VL) instead of STMT twice: for bodies
+ * that load and store a pair with vf_load2 / vf_store2. */
+#define CPU_ROW_PAIRS(i, m, n, head, STMT, PAIR_STMT)                                              \
+  CPU_ROW_WALK(i, m, n, head, STMT, {                                                              \
+    const int64_t i = i_;                                                                          \
+    PAIR_STMT;                                                                                     \
+  })
+
+/* The walk behind both; PAIR_BODY does the full pair at i_. */
+#define CPU_ROW_WALK(i, m, n, head, STMT, PAIR_BODY)                                               \
   do {                                                                                             \
     const int64_t n_ = (n);                                                                        \
     int64_t i_ = 0, m_ = (head) < n_ ? (head) : n_; /* the next partial chunk, VL for none */      \
     while (i_ < n_) {                                                                              \
       if (m_ >= VL) {                                                                              \
-        for (; CPU_VEC_UNROLL2 && i_ + 2 * VL <= n_; i_ += 2 * VL) {                               \
-          {                                                                                        \
-            const int64_t i = i_, m = VL;                                                          \
-            STMT;                                                                                  \
-          }                                                                                        \
-          {                                                                                        \
-            const int64_t i = i_ + VL, m = VL;                                                     \
-            STMT;                                                                                  \
-          }                                                                                        \
-        }                                                                                          \
+        for (; CPU_VEC_UNROLL2 && i_ + 2 * VL <= n_; i_ += 2 * VL) PAIR_BODY;                      \
         for (; i_ + VL <= n_; i_ += VL) {                                                          \
           const int64_t i = i_, m = VL;                                                            \
           STMT;                                                                                    \
@@ -55,6 +69,20 @@
       m_ = VL;                                                                                     \
     }                                                                                              \
   } while (0)
+
+/* 2 VL elements of type t from p[i...] into a and b, and back, in an order of lanes that only
+ * the two agree on (an ISA header may provide a faster pair than two vectors: CPU_VEC_PAIRS).
+ * For elementwise bodies, whose lanes need no order. */
+#ifndef CPU_VEC_PAIRS
+CPU_INLINE void vf_load2(kite_dtype t, const void *p, int64_t i, vf *a, vf *b) {
+  *a = vf_load(t, p, i, VL);
+  *b = vf_load(t, p, i + VL, VL);
+}
+CPU_INLINE void vf_store2(kite_dtype t, void *p, int64_t i, vf a, vf b, bool stream) {
+  vf_store(t, p, i, a, VL, stream);
+  vf_store(t, p, i + VL, b, VL, stream);
+}
+#endif
 
 /* sum = the sum over the chunks of [0, n) of the vf EXPR (which uses i and m), in two
  * accumulators so that consecutive chunks do not wait on each other's add (its latency, not the

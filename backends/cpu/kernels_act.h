@@ -27,10 +27,10 @@ CPU_INLINE bool act_is_gated(kite_op op) {
          op == KITE_OP_GELU_TANH_AND_MUL;
 }
 
-/* 1 + e^x, in the cheaper form when the result is rounded to 16 bits (t is a constant in each
+/* 1 + e^-x, in the cheaper form when the result is rounded to 16 bits (t is a constant in each
  * body, so the branch folds). */
-CPU_INLINE vf act_one_plus_exp(kite_dtype t, vf x) {
-  return t == KITE_DTYPE_F32 ? vf_one_plus_exp(x) : vf_one_plus_exp16(x);
+CPU_INLINE vf act_sigmoid_den(kite_dtype t, vf x) {
+  return t == KITE_DTYPE_F32 ? vf_sigmoid_den(x) : vf_sigmoid_den16(x);
 }
 
 /* The transcendental part of act: 1 + e^-k for the sigmoid types, Phi for gelu. */
@@ -38,15 +38,15 @@ CPU_INLINE vf act_inner(kite_dtype t, kite_op op, vf x) {
   switch (op) {
   case KITE_OP_SILU:
   case KITE_OP_SILU_AND_MUL:
-    return act_one_plus_exp(t, vf_neg(x));
+    return act_sigmoid_den(t, x);
   case KITE_OP_GELU_QUICK:
-    return act_one_plus_exp(t, vf_mul(x, vf_set1(-1.702f)));
+    return act_sigmoid_den(t, vf_mul(x, vf_set1(1.702f)));
   case KITE_OP_GELU_TANH:
   case KITE_OP_GELU_TANH_AND_MUL: {
-    /* -2u = x (c0 + c1 x^2), c0 = -2 sqrt(2/pi), c1 = 0.044715 c0 */
-    const vf minus_2u =
-        vf_mul(x, vf_fma(vf_mul(x, x), vf_set1(-0.0713548162726f), vf_set1(-1.5957691216057f)));
-    return act_one_plus_exp(t, minus_2u);
+    /* 2u = x (c0 + c1 x^2), c0 = 2 sqrt(2/pi), c1 = 0.044715 c0 */
+    const vf two_u =
+        vf_mul(x, vf_fma(vf_mul(x, x), vf_set1(0.0713548162726f), vf_set1(1.5957691216057f)));
+    return act_sigmoid_den(t, two_u);
   }
   case KITE_OP_GELU:
   case KITE_OP_GELU_AND_MUL:
@@ -69,27 +69,60 @@ CPU_INLINE vf act_outer(kite_dtype t, kite_op op, vf x, vf inner) {
   }
 }
 
-/* The gate, clamped to <= limit when the gated op has one. */
-CPU_INLINE vf act_gate(kite_dtype t, kite_op op, float limit, const char *x, int64_t i, int64_t m) {
+/* The gate, clamped to <= limit when `clamp` (a constant in each body, as are t, op and stream
+ * below: every branch on them folds, and the loops carry no flag tests). */
+CPU_INLINE vf act_gate(kite_dtype t, bool clamp, vf limit, const char *x, int64_t i, int64_t m) {
   const vf v = vf_load(t, x, i, m);
-  return act_is_gated(op) && limit > 0 ? vf_min(vf_set1(limit), v) : v;
+  return clamp ? vf_min(limit, v) : v;
 }
 
-CPU_INLINE void act_inner_chunk(kite_dtype t, kite_op op, float limit, const char *x, float *inner,
-                                int64_t i, int64_t m) {
-  vf_store(KITE_DTYPE_F32, inner, i, act_inner(t, op, act_gate(t, op, limit, x, i, m)), m, false);
+CPU_INLINE void act_inner_chunk(kite_dtype t, kite_op op, bool clamp, vf limit, const char *x,
+                                float *inner, int64_t i, int64_t m) {
+  vf_store(KITE_DTYPE_F32, inner, i, act_inner(t, op, act_gate(t, clamp, limit, x, i, m)), m,
+           false);
 }
 
-CPU_INLINE void act_outer_chunk(kite_dtype t, kite_op op, float limit, const char *x,
+CPU_INLINE void act_outer_chunk(kite_dtype t, kite_op op, bool clamp, vf limit, const char *x,
                                 const char *up, const float *inner, char *y, int64_t i, int64_t m,
                                 bool stream) {
-  vf v = act_outer(t, op, act_gate(t, op, limit, x, i, m), vf_load(KITE_DTYPE_F32, inner, i, m));
+  vf v = act_outer(t, op, act_gate(t, clamp, limit, x, i, m), vf_load(KITE_DTYPE_F32, inner, i, m));
   if (act_is_gated(op)) {
     vf u = vf_load(t, up, i, m);
-    if (limit > 0) u = vf_max(vf_set1(-limit), vf_min(vf_set1(limit), u));
+    if (clamp) u = vf_max(vf_neg(limit), vf_min(limit, u));
     v = vf_mul(v, u);
   }
   vf_store(t, y, i, v, m, stream);
+}
+
+/* The two chunk bodies on a pair of vectors (vf_load2 / vf_store2; inner keeps their lanes'
+ * order, which only the pair functions know). */
+CPU_INLINE void act_inner_pair(kite_dtype t, kite_op op, bool clamp, vf limit, const char *x,
+                               float *inner, int64_t i) {
+  vf a, b;
+  vf_load2(t, x, i, &a, &b);
+  if (clamp) a = vf_min(limit, a), b = vf_min(limit, b);
+  vf_store(KITE_DTYPE_F32, inner, i, act_inner(t, op, a), VL, false);
+  vf_store(KITE_DTYPE_F32, inner, i + VL, act_inner(t, op, b), VL, false);
+}
+
+CPU_INLINE void act_outer_pair(kite_dtype t, kite_op op, bool clamp, vf limit, const char *x,
+                               const char *up, const float *inner, char *y, int64_t i,
+                               bool stream) {
+  vf a, b;
+  vf_load2(t, x, i, &a, &b);
+  if (clamp) a = vf_min(limit, a), b = vf_min(limit, b);
+  a = act_outer(t, op, a, vf_load(KITE_DTYPE_F32, inner, i, VL));
+  b = act_outer(t, op, b, vf_load(KITE_DTYPE_F32, inner, i + VL, VL));
+  if (act_is_gated(op)) {
+    vf ua, ub;
+    vf_load2(t, up, i, &ua, &ub);
+    if (clamp) {
+      ua = vf_max(vf_neg(limit), vf_min(limit, ua));
+      ub = vf_max(vf_neg(limit), vf_min(limit, ub));
+    }
+    a = vf_mul(a, ua), b = vf_mul(b, ub);
+  }
+  vf_store2(t, y, i, a, b, stream);
 }
 
 /* Columns [c0, c1) of row r, in blocks of ACT_BLOCK: the first pass leaves act_inner of the block
@@ -98,31 +131,44 @@ CPU_INLINE void act_outer_chunk(kite_dtype t, kite_op op, float limit, const cha
  * first block is the streaming head when there is one, so later blocks start aligned. */
 #define ACT_BLOCK (8 * VL)
 
-CPU_INLINE void act_block(kite_dtype t, kite_op op, const act_job *j, int64_t r, int64_t c0,
-                          int64_t c1) {
+CPU_INLINE void act_block(kite_dtype t, kite_op op, bool clamp, bool stream, const act_job *j,
+                          int64_t r, int64_t c0, int64_t c1, int64_t head) {
   const int64_t es = cpu_esize(t), n = c1 - c0;
   const char *x = cpu_row(j->x, j->x_stride, r, es) + c0 * es;
   const char *up = act_is_gated(op) ? cpu_row(j->up, j->x_stride, r, es) + c0 * es : NULL;
   char *y = cpu_row(j->y, j->y_stride, r, es) + c0 * es;
-  const float limit = j->limit; /* a local: stores through y could alias *j for the compiler */
-  bool stream = j->stream;
-  const int64_t head = cpu_stream_head(t, y, &stream);
+  const vf limit = vf_set1(j->limit);
   float inner[ACT_BLOCK];
   for (int64_t b0 = 0, len; b0 < n; b0 += len) {
     len = b0 == 0 && head < VL ? head : ACT_BLOCK;
     if (len > n - b0) len = n - b0;
     const char *xb = x + b0 * es, *ub = up ? up + b0 * es : NULL;
     char *yb = y + b0 * es;
-    CPU_ROW(i, m, len, VL, act_inner_chunk(t, op, limit, xb, inner, i, m));
-    CPU_ROW(i, m, len, VL, act_outer_chunk(t, op, limit, xb, ub, inner, yb, i, m, stream));
+    CPU_ROW_PAIRS(i, m, len, VL, act_inner_chunk(t, op, clamp, limit, xb, inner, i, m),
+                  act_inner_pair(t, op, clamp, limit, xb, inner, i));
+    CPU_ROW_PAIRS(i, m, len, VL,
+                  act_outer_chunk(t, op, clamp, limit, xb, ub, inner, yb, i, m, stream),
+                  act_outer_pair(t, op, clamp, limit, xb, ub, inner, yb, i, stream));
   }
 }
 
+/* One body per (clamp, stream); clamp only for the gated ops. */
 CPU_INLINE void act_items(kite_dtype t, kite_op op, const act_job *j, int64_t begin, int64_t end) {
+  const bool clamp = act_is_gated(op) && j->limit > 0;
   for (int64_t it = begin; it < end; it++) {
     int64_t r, c0, c1;
     cpu_grid_item(&j->grid, it, &r, &c0, &c1);
-    act_block(t, op, j, r, c0, c1);
+    bool stream = j->stream;
+    const int64_t head = cpu_stream_head(
+        t, cpu_row(j->y, j->y_stride, r, cpu_esize(t)) + c0 * cpu_esize(t), &stream);
+    if (clamp && stream)
+      act_block(t, op, true, true, j, r, c0, c1, head);
+    else if (clamp)
+      act_block(t, op, true, false, j, r, c0, c1, head);
+    else if (stream)
+      act_block(t, op, false, true, j, r, c0, c1, head);
+    else
+      act_block(t, op, false, false, j, r, c0, c1, head);
   }
 }
 
@@ -161,7 +207,7 @@ static kite_status act_launch(kite_ctx *ctx, kite_op op, kite_dtype t, int64_t r
                .y = y,
                .y_stride = y_stride,
                .limit = limit,
-               .stream = y != x && cpu_streams(rows * cols * cpu_esize(t)),
+               .stream = y != x && cpu_streams(rows * cols * cpu_esize(t) * (up ? 3 : 2)),
                .grid = cpu_grid_make(ctx, rows, cols)};
   const int64_t work = rows * cols * (up ? 3 : 2);
   cpu_parallel_run(cpu_parallel_parts(ctx, j.grid.items, work), j.grid.items, act_task, &j);

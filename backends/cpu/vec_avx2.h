@@ -39,6 +39,9 @@ CPU_INLINE vf vf_fma(vf a, vf b, vf c) {
 CPU_INLINE vf vf_fnma(vf a, vf b, vf c) {
   return _mm256_fnmadd_ps(a, b, c);
 }
+CPU_INLINE vf vf_fnms(vf a, vf b, vf c) {
+  return _mm256_fnmsub_ps(a, b, c);
+}
 CPU_INLINE vf vf_rcp_est(vf a) {
   return _mm256_rcp_ps(a);
 } /* 12 bits */
@@ -181,6 +184,39 @@ CPU_INLINE void vf_store(kite_dtype t, void *p, int64_t i, vf v, int64_t m, bool
   char buf[32];
   avx2_store8(t, buf, v, false);
   memcpy(dst, buf, (size_t)(m * es));
+}
+
+/* bf16 pairs: 16 elements in one 32-byte access, the even ones in a and the odd ones in b: a
+ * shift and a mask per vector instead of a byte shuffle (and, storing, a lane permute), which
+ * Zen runs on the two pipes its shuffles share. */
+#define CPU_VEC_PAIRS 1
+CPU_INLINE void vf_load2(kite_dtype t, const void *p, int64_t i, vf *a, vf *b) {
+  if (t != KITE_DTYPE_BF16) {
+    *a = vf_load(t, p, i, VL);
+    *b = vf_load(t, p, i + VL, VL);
+    return;
+  }
+  const __m256i v = _mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i));
+  *a = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  *b = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000u)));
+}
+
+CPU_INLINE void vf_store2(kite_dtype t, void *p, int64_t i, vf a, vf b, bool stream) {
+  if (t != KITE_DTYPE_BF16) {
+    vf_store(t, p, i, a, VL, stream);
+    vf_store(t, p, i + VL, b, VL, stream);
+    return;
+  }
+  const __m256i v =
+      _mm256_or_si256(_mm256_srli_epi32(avx2_bf16_high(a), 16),
+                      _mm256_and_si256(avx2_bf16_high(b), _mm256_set1_epi32((int)0xffff0000u)));
+  __m128i *dst = (__m128i *)((uint16_t *)p + i);
+  if (stream) { /* streaming stores are aligned to 16 bytes (cpu_stream_head), not 32 */
+    _mm_stream_si128(dst, _mm256_castsi256_si128(v));
+    _mm_stream_si128(dst + 1, _mm256_extracti128_si256(v, 1));
+  } else {
+    _mm256_storeu_si256((__m256i *)dst, v);
+  }
 }
 
 CPU_INLINE void vf_stream_end(void) {

@@ -40,6 +40,9 @@ CPU_INLINE vf vf_fma(vf a, vf b, vf c) {
 CPU_INLINE vf vf_fnma(vf a, vf b, vf c) {
   return _mm512_fnmadd_ps(a, b, c);
 }
+CPU_INLINE vf vf_fnms(vf a, vf b, vf c) {
+  return _mm512_fnmsub_ps(a, b, c);
+}
 CPU_INLINE vf vf_rcp_est(vf a) {
   return _mm512_rcp14_ps(a);
 } /* 14 bits */

@@ -1,10 +1,10 @@
 /*
  * Division, exp and erfc over the vector layer, for the SIMD headers (vec_avx2.h, vec_avx512.h),
  * which include this after their primitives. Besides those of vec_scalar.h's list they provide
- *   vf_fnma(a, b, c) = c - a * b, vf_rcp_est (reciprocal estimate), vf_bits_shl23 (the float
- *   whose bits are the argument's shifted left by 23), vf_select_neg(s, x, y) (sign of s ? x : y),
- *   vf_all_le(a, b) (a <= b in every lane; false for NaN).
- * The polynomial coefficients are Chebyshev fits made for kite in extended precision.
+ *   vf_fnma(a, b, c) = c - a * b, vf_fnms(a, b, c) = -(a * b) - c, vf_rcp_est (reciprocal
+ * estimate), vf_bits_shl23 (the float whose bits are the argument's shifted left by 23),
+ * vf_select_neg(s, x, y) (sign of s ? x : y), vf_all_le(a, b) (a <= b in every lane; false for
+ * NaN). The polynomial coefficients are Chebyshev fits made for kite in extended precision.
  */
 #ifndef KITE_CPU_VEC_MATH_H
 #define KITE_CPU_VEC_MATH_H
@@ -25,21 +25,24 @@ CPU_INLINE vf vf_div_pos(vf a, vf b) {
   return vf_fma(q0, vf_fma(e, e, e), q0);
 }
 
-/* e^x + c, the core of vf_exp and vf_one_plus_exp; x is clamped to [-87.33, 88.37], and results
+/* e^s + c with s = x, or s = -x when `neg` (a constant: sigmoid's 1 + e^-x without negating x
+ * first), the core of vf_exp and vf_sigmoid_den. s is clamped to [-87.33, 88.37], and results
  * below 2^-126 are not flushed.
- * e^x = 2^n e^r with n = round(x / ln2): n comes from adding 1.5 * 2^23 + 127, whose sum rounds
+ * e^s = 2^n e^r with n = round(s / ln2): n comes from adding 1.5 * 2^23 + 127, whose sum rounds
  * to an integer and holds n + 127 in its low mantissa bits, which shifted into the exponent
  * field give 2^n. e^r = 1 + r q(r), q a degree 5 fit of expm1(r) / r on |r| <= ln2 / 2 (error
- * 4e-9). q is evaluated at r0 = x - n ln2_f, ln2_f the float nearest ln2, so that only one FMA
+ * 4e-9). q is evaluated at r0 = s - n ln2_f, ln2_f the float nearest ln2, so that only one FMA
  * precedes it; r = r0 + n (ln2_f - ln2), exact to f32, is formed beside the polynomial and used
  * in its last step, where it counts (q's own argument error is 1e-8 relative). Within
  * 1.5 ulp. */
-CPU_INLINE vf vm_exp_plus(vf x, vf c) {
+CPU_INLINE vf vm_exp_plus(vf x, vf c, bool neg) {
   const vf magic = vf_set1(12583039.0f); /* 1.5 * 2^23 + 127 */
-  const vf xc = vf_max(vf_set1(-87.33f), vf_min(vf_set1(88.37f), x));
-  const vf k = vf_fma(xc, vf_set1(1.44269504089f), magic);
+  const vf xc = neg ? vf_max(vf_set1(-88.37f), vf_min(vf_set1(87.33f), x))
+                    : vf_max(vf_set1(-87.33f), vf_min(vf_set1(88.37f), x));
+  const vf k = vf_fma(xc, vf_set1(neg ? -1.44269504089f : 1.44269504089f), magic);
   const vf n = vf_sub(k, magic);
-  const vf r0 = vf_fma(n, vf_set1(-0.693147182464599609375f), xc);
+  const vf ln2_f = vf_set1(0.693147182464599609375f);
+  const vf r0 = neg ? vf_fnms(n, ln2_f, xc) : vf_fnma(n, ln2_f, xc);
   const vf r = vf_fma(n, vf_set1(1.904654299957768e-09f), r0);
   const vf r2 = vf_mul(r0, r0);
   const vf q01 = VF_PAIR(r0, 1.0000000108e+00f, 5.0000000135e-01f);
@@ -54,12 +57,12 @@ CPU_INLINE vf vm_exp_plus(vf x, vf c) {
  * NaN. */
 CPU_INLINE vf vf_exp(vf x) {
   const vf lo = vf_set1(-87.33f), zero = vf_set1(0.0f);
-  return vf_lt_select(x, lo, zero, vm_exp_plus(x, zero));
+  return vf_lt_select(x, lo, zero, vm_exp_plus(x, zero, false));
 }
 
-/* 1 + e^x, sigmoid's denominator, with the add fused into exp's last step. */
-CPU_INLINE vf vf_one_plus_exp(vf x) {
-  return vm_exp_plus(x, vf_set1(1.0f));
+/* 1 + e^-x, sigmoid's denominator, with the add fused into exp's last step. */
+CPU_INLINE vf vf_sigmoid_den(vf x) {
+  return vm_exp_plus(x, vf_set1(1.0f), true);
 }
 
 /* erfc(a) = t exp(-a^2 + P(t - 0.6)) for a = |x|, t = 1 / (1 + 0.4 a), with P a degree 9 fit
@@ -112,13 +115,16 @@ CPU_INLINE vf vf_normal_cdf(vf x) {
  * and drop the terms that took the f32 forms to an ulp: fewer operations in kernels that are
  * compute-bound on AVX2. The f32 paths keep the forms above. */
 
-/* e^x + c within 3e-6 relative: as vm_exp_plus with e^r = 1 + r q(r), q a degree 3 fit
- * (2.8e-6), and r = x - n ln2 in one step (its error, n * 2e-9, is below 3e-7). */
-CPU_INLINE vf vm_exp16_plus(vf x, vf c) {
+/* e^s + c (s = x, or -x when neg) within 3e-6 relative: as vm_exp_plus with e^r = 1 + r q(r),
+ * q a degree 3 fit (2.8e-6), and r = s - n ln2 in one step (its error, n * 2e-9, is below
+ * 3e-7). */
+CPU_INLINE vf vm_exp16_plus(vf x, vf c, bool neg) {
   const vf magic = vf_set1(12583039.0f); /* 1.5 * 2^23 + 127 */
-  const vf xc = vf_max(vf_set1(-87.33f), vf_min(vf_set1(88.37f), x));
-  const vf k = vf_fma(xc, vf_set1(1.44269504089f), magic);
-  const vf r = vf_fma(vf_sub(k, magic), vf_set1(-0.693147180559945f), xc);
+  const vf xc = neg ? vf_max(vf_set1(-88.37f), vf_min(vf_set1(87.33f), x))
+                    : vf_max(vf_set1(-87.33f), vf_min(vf_set1(88.37f), x));
+  const vf k = vf_fma(xc, vf_set1(neg ? -1.44269504089f : 1.44269504089f), magic);
+  const vf ln2 = vf_set1(0.693147180559945f);
+  const vf r = neg ? vf_fnms(vf_sub(k, magic), ln2, xc) : vf_fnma(vf_sub(k, magic), ln2, xc);
   const vf q = vf_fma(vf_mul(r, r), VF_PAIR(r, 1.6787473857e-01f, 4.1513849050e-02f),
                       VF_PAIR(r, 9.9996685982e-01f, 5.0003015995e-01f));
   return vf_fma(vf_fma(r, q, vf_set1(1.0f)), vf_bits_shl23(k), c);
@@ -126,11 +132,11 @@ CPU_INLINE vf vm_exp16_plus(vf x, vf c) {
 
 /* e^x for 16-bit outputs; 0 below x = -87.33, as vf_exp. */
 CPU_INLINE vf vf_exp16(vf x) {
-  return vf_lt_select(x, vf_set1(-87.33f), vf_set1(0.0f), vm_exp16_plus(x, vf_set1(0.0f)));
+  return vf_lt_select(x, vf_set1(-87.33f), vf_set1(0.0f), vm_exp16_plus(x, vf_set1(0.0f), false));
 }
 
-CPU_INLINE vf vf_one_plus_exp16(vf x) {
-  return vm_exp16_plus(x, vf_set1(1.0f));
+CPU_INLINE vf vf_sigmoid_den16(vf x) {
+  return vm_exp16_plus(x, vf_set1(1.0f), true);
 }
 
 /* a / b for b in [1, 2^126], first order: the estimate's error e (< 4e-4) leaves e^2 < 2e-7. */
