@@ -50,7 +50,7 @@ CPU_INLINE vf act_inner(kite_dtype t, kite_op op, vf x) {
   }
   case KITE_OP_GELU:
   case KITE_OP_GELU_AND_MUL:
-    return vf_normal_cdf(x);
+    return t == KITE_DTYPE_F32 ? vf_normal_cdf(x) : vf_normal_cdf16(x);
   default:
     return vf_max(vf_set1(0.0f), x); /* relu; NaN stays NaN */
   }
@@ -69,6 +69,12 @@ CPU_INLINE vf act_outer(kite_dtype t, kite_op op, vf x, vf inner) {
   }
 }
 
+/* Ops whose act_inner is computed where it is used, in one pass: gelu's polynomial is one short
+ * chain (no division after it), and relu's max is nothing to split. */
+CPU_INLINE bool act_one_pass(kite_op op) {
+  return op == KITE_OP_GELU || op == KITE_OP_GELU_AND_MUL || op == KITE_OP_RELU;
+}
+
 /* The gate, clamped to <= limit when `clamp` (a constant in each body, as are t, op and stream
  * below: every branch on them folds, and the loops carry no flag tests). */
 CPU_INLINE vf act_gate(kite_dtype t, bool clamp, vf limit, const char *x, int64_t i, int64_t m) {
@@ -85,7 +91,9 @@ CPU_INLINE void act_inner_chunk(kite_dtype t, kite_op op, bool clamp, vf limit, 
 CPU_INLINE void act_outer_chunk(kite_dtype t, kite_op op, bool clamp, vf limit, const char *x,
                                 const char *up, const float *inner, char *y, int64_t i, int64_t m,
                                 bool stream) {
-  vf v = act_outer(t, op, act_gate(t, clamp, limit, x, i, m), vf_load(KITE_DTYPE_F32, inner, i, m));
+  const vf g = act_gate(t, clamp, limit, x, i, m);
+  vf v = act_outer(t, op, g,
+                   act_one_pass(op) ? act_inner(t, op, g) : vf_load(KITE_DTYPE_F32, inner, i, m));
   if (act_is_gated(op)) {
     vf u = vf_load(t, up, i, m);
     if (clamp) u = vf_max(vf_neg(limit), vf_min(limit, u));
@@ -111,8 +119,13 @@ CPU_INLINE void act_outer_pair(kite_dtype t, kite_op op, bool clamp, vf limit, c
   vf a, b;
   vf_load2(t, x, i, &a, &b);
   if (clamp) a = vf_min(limit, a), b = vf_min(limit, b);
-  a = act_outer(t, op, a, vf_load(KITE_DTYPE_F32, inner, i, VL));
-  b = act_outer(t, op, b, vf_load(KITE_DTYPE_F32, inner, i + VL, VL));
+  if (act_one_pass(op)) {
+    a = act_outer(t, op, a, act_inner(t, op, a));
+    b = act_outer(t, op, b, act_inner(t, op, b));
+  } else {
+    a = act_outer(t, op, a, vf_load(KITE_DTYPE_F32, inner, i, VL));
+    b = act_outer(t, op, b, vf_load(KITE_DTYPE_F32, inner, i + VL, VL));
+  }
   if (act_is_gated(op)) {
     vf ua, ub;
     vf_load2(t, up, i, &ua, &ub);
@@ -144,8 +157,9 @@ CPU_INLINE void act_block(kite_dtype t, kite_op op, bool clamp, bool stream, con
     if (len > n - b0) len = n - b0;
     const char *xb = x + b0 * es, *ub = up ? up + b0 * es : NULL;
     char *yb = y + b0 * es;
-    CPU_ROW_PAIRS(i, m, len, VL, act_inner_chunk(t, op, clamp, limit, xb, inner, i, m),
-                  act_inner_pair(t, op, clamp, limit, xb, inner, i));
+    if (!act_one_pass(op))
+      CPU_ROW_PAIRS(i, m, len, VL, act_inner_chunk(t, op, clamp, limit, xb, inner, i, m),
+                    act_inner_pair(t, op, clamp, limit, xb, inner, i));
     CPU_ROW_PAIRS(i, m, len, VL,
                   act_outer_chunk(t, op, clamp, limit, xb, ub, inner, yb, i, m, stream),
                   act_outer_pair(t, op, clamp, limit, xb, ub, inner, yb, i, stream));

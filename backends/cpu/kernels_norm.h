@@ -60,7 +60,13 @@ CPU_INLINE vf norm_dev_sq(kite_dtype t, bool add, kite_norm_pos pos, const char 
 /* The output chunk: y, and the residual for the fused forms (PRE keeps s, POST keeps y). */
 CPU_INLINE void norm_out(kite_dtype t, bool rms, bool add, kite_norm_pos pos, const char *x,
                          char *res, const float *srow, const char *w, const char *b, char *y,
-                         vf offset, vf mean, vf rstd, int64_t i, int64_t m, bool stream) {
+                         vf offset, vf mean, vf rstd, int64_t i, int64_t m, bool stream,
+                         const char *next, const char *next_res) {
+  const int64_t es = cpu_esize(t);
+  if (next && (i * es) % 64 < VL * es) {
+    __builtin_prefetch(next + i * es);
+    if (next_res) __builtin_prefetch(next_res + i * es);
+  }
   const vf s = norm_again(t, add, pos, x, res, srow, i, m);
   vf v = vf_mul(rms ? s : vf_sub(s, mean), rstd);
   if (w) v = vf_mul(v, rms ? vf_add(offset, vf_load(t, w, i, m)) : vf_load(t, w, i, m));
@@ -70,7 +76,7 @@ CPU_INLINE void norm_out(kite_dtype t, bool rms, bool add, kite_norm_pos pos, co
 }
 
 CPU_INLINE void norm_row(kite_dtype t, bool rms, bool add, kite_norm_pos pos, const norm_job *j,
-                         float *srow, int64_t r) {
+                         float *srow, int64_t r, int64_t end) {
   const kite_norm_args *a = j->a;
   const int64_t n = a->cols, es = cpu_esize(t);
   const char *x = cpu_row(a->x, a->x_stride, r, es);
@@ -90,13 +96,18 @@ CPU_INLINE void norm_row(kite_dtype t, bool rms, bool add, kite_norm_pos pos, co
   const char *w = a->w, *b = a->b; /* locals: stores through y could alias *a for the compiler */
   bool stream = j->stream;
   const int64_t head = cpu_stream_head(t, y, &stream);
+  /* the next row's statistics pass is a bare stream over memory, with nothing to overlap its
+   * misses unless they were started here, behind this row's output */
+  const char *next = r + 1 < end ? cpu_row(a->x, a->x_stride, r + 1, es) : NULL;
+  const char *next_res = add && next ? cpu_row(a->residual, a->residual_stride, r + 1, es) : NULL;
   CPU_ROW(i, m, n, head,
-          norm_out(t, rms, add, pos, x, res, srow, w, b, y, offset, mv, rstd, i, m, stream));
+          norm_out(t, rms, add, pos, x, res, srow, w, b, y, offset, mv, rstd, i, m, stream, next,
+                   next_res));
 }
 
 CPU_INLINE void norm_rows(kite_dtype t, bool rms, bool add, kite_norm_pos pos, const norm_job *j,
                           float *srow, int64_t begin, int64_t end) {
-  for (int64_t r = begin; r < end; r++) norm_row(t, rms, add, pos, j, srow, r);
+  for (int64_t r = begin; r < end; r++) norm_row(t, rms, add, pos, j, srow, r, end);
 }
 
 #define NORM_KIND(rms, add, pos)                                                                   \

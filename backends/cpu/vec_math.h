@@ -25,9 +25,16 @@ CPU_INLINE vf vf_div_pos(vf a, vf b) {
   return vf_fma(q0, vf_fma(e, e, e), q0);
 }
 
+/* x clamped so that s (x, or -x when neg) is in [-87.33, 88.37], where vm_exp_plus's 2^n is a
+ * normal float. */
+CPU_INLINE vf vm_exp_clamp(vf x, bool neg) {
+  return neg ? vf_max(vf_set1(-88.37f), vf_min(vf_set1(87.33f), x))
+             : vf_max(vf_set1(-87.33f), vf_min(vf_set1(88.37f), x));
+}
+
 /* e^s + c with s = x, or s = -x when `neg` (a constant: sigmoid's 1 + e^-x without negating x
- * first), the core of vf_exp and vf_sigmoid_den. s is clamped to [-87.33, 88.37], and results
- * below 2^-126 are not flushed.
+ * first), the core of vf_exp and vf_sigmoid_den. xc comes clamped (vm_exp_clamp, or at -88 from
+ * below for s <= 0: there n = -127 makes 2^n's bits, and the result, exactly 0).
  * e^s = 2^n e^r with n = round(s / ln2): n comes from adding 1.5 * 2^23 + 127, whose sum rounds
  * to an integer and holds n + 127 in its low mantissa bits, which shifted into the exponent
  * field give 2^n. e^r = 1 + r q(r), q a degree 5 fit of expm1(r) / r on |r| <= ln2 / 2 (error
@@ -35,10 +42,8 @@ CPU_INLINE vf vf_div_pos(vf a, vf b) {
  * precedes it; r = r0 + n (ln2_f - ln2), exact to f32, is formed beside the polynomial and used
  * in its last step, where it counts (q's own argument error is 1e-8 relative). Within
  * 1.5 ulp. */
-CPU_INLINE vf vm_exp_plus(vf x, vf c, bool neg) {
+CPU_INLINE vf vm_exp_plus(vf xc, vf c, bool neg) {
   const vf magic = vf_set1(12583039.0f); /* 1.5 * 2^23 + 127 */
-  const vf xc = neg ? vf_max(vf_set1(-88.37f), vf_min(vf_set1(87.33f), x))
-                    : vf_max(vf_set1(-87.33f), vf_min(vf_set1(88.37f), x));
   const vf k = vf_fma(xc, vf_set1(neg ? -1.44269504089f : 1.44269504089f), magic);
   const vf n = vf_sub(k, magic);
   const vf ln2_f = vf_set1(0.693147182464599609375f);
@@ -57,12 +62,18 @@ CPU_INLINE vf vm_exp_plus(vf x, vf c, bool neg) {
  * NaN. */
 CPU_INLINE vf vf_exp(vf x) {
   const vf lo = vf_set1(-87.33f), zero = vf_set1(0.0f);
-  return vf_lt_select(x, lo, zero, vm_exp_plus(x, zero, false));
+  return vf_lt_select(x, lo, zero, vm_exp_plus(vm_exp_clamp(x, false), zero, false));
+}
+
+/* e^x for x <= 0 (or NaN), as softmax's exp(z - max): one clamp instead of two and the select;
+ * 0 below x = -87.68. */
+CPU_INLINE vf vf_exp_nonpos(vf x) {
+  return vm_exp_plus(vf_max(vf_set1(-88.0f), x), vf_set1(0.0f), false);
 }
 
 /* 1 + e^-x, sigmoid's denominator, with the add fused into exp's last step. */
 CPU_INLINE vf vf_sigmoid_den(vf x) {
-  return vm_exp_plus(x, vf_set1(1.0f), true);
+  return vm_exp_plus(vm_exp_clamp(x, true), vf_set1(1.0f), true);
 }
 
 /* erfc(a) = t exp(-a^2 + P(t - 0.6)) for a = |x|, t = 1 / (1 + 0.4 a), with P a degree 9 fit
@@ -88,26 +99,33 @@ CPU_INLINE vf vf_erfc(vf x) {
 }
 
 /* Phi(x) = (1 + erf(x / sqrt 2)) / 2, the standard normal CDF (gelu is x Phi(x)). When every
- * lane is in [-3, 3.5], as activations nearly always are, erf(x / sqrt 2) = x Q(w) with
- * w = x^2 / 6.125 - 1 in [-1, 1] and Q a degree 11 fit (error 7e-9): no exp, no division, a
- * quarter of the erfc form's work. There Phi has the absolute error of erf (~6e-8), as 1 + erf
- * has in every framework; -3 bounds its relative error at 5e-5 where Phi is smallest. Other
- * vectors take the erfc form, which stays accurate into the far tails. */
+ * lane is in [-3, 3.5], as activations nearly always are, Phi(x) = 1/2 + x Q(w) with
+ * w = x^2 / 6.125 - 1 in [-1, 1] and Q a degree 11 fit of erf(x / sqrt 2) / (2x) (error 3.5e-9):
+ * no exp, no division, a quarter of the erfc form's work. There Phi has the absolute error of
+ * erf (~6e-8), as 1 + erf has in every framework; -3 bounds its relative error at 5e-5 where Phi
+ * is smallest. Other vectors take the erfc form (out of line: it would crowd the registers of
+ * the loop around the polynomial), which stays accurate into the far tails. */
+__attribute__((noinline, cold)) static vf vm_normal_cdf_tails(vf x) {
+  return vf_mul(vf_set1(0.5f), vf_erfc(vf_mul(x, vf_set1(-0.70710678118654752f))));
+}
+
+CPU_INLINE bool vm_normal_cdf_central(vf x) {
+  return __builtin_expect(vf_all_le(vf_abs(vf_sub(x, vf_set1(0.25f))), vf_set1(3.25f)), 1);
+}
+
 CPU_INLINE vf vf_normal_cdf(vf x) {
-  if (!vf_all_le(vf_abs(vf_sub(x, vf_set1(0.25f))), vf_set1(3.25f)))
-    return vf_mul(vf_set1(0.5f), vf_erfc(vf_mul(x, vf_set1(-0.70710678118654752f))));
+  if (!vm_normal_cdf_central(x)) return vm_normal_cdf_tails(x);
   const vf w = vf_fma(vf_mul(x, x), vf_set1(0.163265306122449f), vf_set1(-1.0f));
   const vf w2 = vf_mul(w, w), w4 = vf_mul(w2, w2);
-  const vf q01 = VF_PAIR(w, 3.986755582e-01f, -1.806790008e-01f);
-  const vf q23 = VF_PAIR(w, 1.069381049e-01f, -5.994853010e-02f);
-  const vf q45 = VF_PAIR(w, 3.012308233e-02f, -1.343415935e-02f);
-  const vf q67 = VF_PAIR(w, 5.339049383e-03f, -1.899548079e-03f);
-  const vf q89 = VF_PAIR(w, 6.002990132e-04f, -1.766018093e-04f);
-  const vf q1011 = VF_PAIR(w, 5.686240700e-05f, -1.376252927e-05f);
+  const vf q01 = VF_PAIR(w, 1.993377791e-01f, -9.033950040e-02f);
+  const vf q23 = VF_PAIR(w, 5.346905245e-02f, -2.997426505e-02f);
+  const vf q45 = VF_PAIR(w, 1.506154116e-02f, -6.717079675e-03f);
+  const vf q67 = VF_PAIR(w, 2.669524691e-03f, -9.497740395e-04f);
+  const vf q89 = VF_PAIR(w, 3.001495066e-04f, -8.830090465e-05f);
+  const vf q1011 = VF_PAIR(w, 2.843120350e-05f, -6.881264635e-06f);
   const vf q0_3 = vf_fma(w2, q23, q01), q4_7 = vf_fma(w2, q67, q45), q8_11 = vf_fma(w2, q1011, q89);
   const vf q = vf_fma(vf_mul(w4, w4), q8_11, vf_fma(w4, q4_7, q0_3));
-  const vf half = vf_set1(0.5f);
-  return vf_fma(vf_mul(half, x), q, half);
+  return vf_fma(x, q, vf_set1(0.5f));
 }
 
 /* ---- cheaper forms for 16-bit outputs ---------------------------------------------------------
@@ -118,10 +136,8 @@ CPU_INLINE vf vf_normal_cdf(vf x) {
 /* e^s + c (s = x, or -x when neg) within 3e-6 relative: as vm_exp_plus with e^r = 1 + r q(r),
  * q a degree 3 fit (2.8e-6), and r = s - n ln2 in one step (its error, n * 2e-9, is below
  * 3e-7). */
-CPU_INLINE vf vm_exp16_plus(vf x, vf c, bool neg) {
+CPU_INLINE vf vm_exp16_plus(vf xc, vf c, bool neg) {
   const vf magic = vf_set1(12583039.0f); /* 1.5 * 2^23 + 127 */
-  const vf xc = neg ? vf_max(vf_set1(-88.37f), vf_min(vf_set1(87.33f), x))
-                    : vf_max(vf_set1(-87.33f), vf_min(vf_set1(88.37f), x));
   const vf k = vf_fma(xc, vf_set1(neg ? -1.44269504089f : 1.44269504089f), magic);
   const vf ln2 = vf_set1(0.693147180559945f);
   const vf r = neg ? vf_fnms(vf_sub(k, magic), ln2, xc) : vf_fnma(vf_sub(k, magic), ln2, xc);
@@ -132,11 +148,16 @@ CPU_INLINE vf vm_exp16_plus(vf x, vf c, bool neg) {
 
 /* e^x for 16-bit outputs; 0 below x = -87.33, as vf_exp. */
 CPU_INLINE vf vf_exp16(vf x) {
-  return vf_lt_select(x, vf_set1(-87.33f), vf_set1(0.0f), vm_exp16_plus(x, vf_set1(0.0f), false));
+  const vf e = vm_exp16_plus(vm_exp_clamp(x, false), vf_set1(0.0f), false);
+  return vf_lt_select(x, vf_set1(-87.33f), vf_set1(0.0f), e);
+}
+
+CPU_INLINE vf vf_exp16_nonpos(vf x) {
+  return vm_exp16_plus(vf_max(vf_set1(-88.0f), x), vf_set1(0.0f), false);
 }
 
 CPU_INLINE vf vf_sigmoid_den16(vf x) {
-  return vm_exp16_plus(x, vf_set1(1.0f), true);
+  return vm_exp16_plus(vm_exp_clamp(x, true), vf_set1(1.0f), true);
 }
 
 /* a / b for b in [1, 2^126], first order: the estimate's error e (< 4e-4) leaves e^2 < 2e-7. */
@@ -144,6 +165,20 @@ CPU_INLINE vf vf_div_pos16(vf a, vf b) {
   const vf r = vf_rcp_est(b);
   const vf q0 = vf_mul(a, r);
   return vf_fma(q0, vf_fnma(b, r, vf_set1(1.0f)), q0);
+}
+
+/* Phi(x) within 7e-7 absolute: as vf_normal_cdf with Q of degree 9, two fewer FMAs. */
+CPU_INLINE vf vf_normal_cdf16(vf x) {
+  if (!vm_normal_cdf_central(x)) return vm_normal_cdf_tails(x);
+  const vf w = vf_fma(vf_mul(x, x), vf_set1(0.163265306122449f), vf_set1(-1.0f));
+  const vf w2 = vf_mul(w, w), w4 = vf_mul(w2, w2);
+  const vf q01 = VF_PAIR(w, 1.993378252e-01f, -9.033974260e-02f);
+  const vf q23 = VF_PAIR(w, 5.346674472e-02f, -2.997023240e-02f);
+  const vf q45 = VF_PAIR(w, 1.508104615e-02f, -6.735517643e-03f);
+  const vf q67 = VF_PAIR(w, 2.612203360e-03f, -9.160930058e-04f);
+  const vf q89 = VF_PAIR(w, 3.685336269e-04f, -1.142935507e-04f);
+  const vf q = vf_fma(vf_mul(w4, w4), q89, vf_fma(w4, vf_fma(w2, q67, q45), vf_fma(w2, q23, q01)));
+  return vf_fma(x, q, vf_set1(0.5f));
 }
 
 #endif /* KITE_CPU_VEC_MATH_H */

@@ -14,10 +14,11 @@
  *                                  only for full, vector-aligned chunks
  *   vf_round_to(t, v)              v rounded to t and back, what a store then a load would give
  *   vf_exp, vf_erfc                accurate to a few ulp of f32 (vec_math.h gives the figures)
+ *   vf_exp_nonpos(x)               e^x for x <= 0 (or NaN), 0 below -87.68
  *   vf_normal_cdf(x)               Phi(x) = (1 + erf(x / sqrt 2)) / 2, for gelu
  *   vf_sigmoid_den(x)              1 + e^-x, sigmoid's denominator
  *   vf_div_pos(a, b)               a / b for b in [1, 2^126], within about 1 ulp
- *   vf_exp16, vf_sigmoid_den16, vf_div_pos16
+ *   vf_exp16, vf_exp16_nonpos, vf_sigmoid_den16, vf_div_pos16, vf_normal_cdf16
  *                                  the same within ~3e-6 relative, for results that are
  *                                  rounded to bf16 or f16
  *   vf_stream_end()                orders streaming stores before a task reports completion
@@ -95,6 +96,9 @@ CPU_INLINE vf vf_swap_pairs(vf a) {
 CPU_INLINE vf vf_exp(vf a) {
   VF_MAP(expf(a.v[l]));
 }
+CPU_INLINE vf vf_exp_nonpos(vf a) {
+  return vf_exp(a);
+}
 CPU_INLINE vf vf_sigmoid_den(vf a) {
   VF_MAP(1.0f + expf(-a.v[l]));
 }
@@ -108,8 +112,14 @@ CPU_INLINE vf vf_normal_cdf(vf a) {
 CPU_INLINE vf vf_exp16(vf a) {
   return vf_exp(a);
 }
+CPU_INLINE vf vf_exp16_nonpos(vf a) {
+  return vf_exp(a);
+}
 CPU_INLINE vf vf_sigmoid_den16(vf a) {
   return vf_sigmoid_den(a);
+}
+CPU_INLINE vf vf_normal_cdf16(vf a) {
+  return vf_normal_cdf(a);
 }
 CPU_INLINE vf vf_div_pos16(vf a, vf b) {
   return vf_div(a, b);
