@@ -84,31 +84,6 @@ CPU_INLINE void vf_store2(kite_dtype t, void *p, int64_t i, vf a, vf b, bool str
 }
 #endif
 
-/* sum = the sum over the chunks of [0, n) of the vf EXPR (which uses i and m), in two
- * accumulators so that consecutive chunks do not wait on each other's add (its latency, not the
- * loads, would bound the loop). Lanes past a partial chunk must come out 0. */
-#define CPU_ROW_SUM(sum, i, m, n, EXPR)                                                            \
-  do {                                                                                             \
-    const int64_t n_ = (n);                                                                        \
-    vf s0_ = vf_set1(0.0f), s1_ = vf_set1(0.0f);                                                   \
-    int64_t i_ = 0;                                                                                \
-    for (; i_ + 2 * VL <= n_; i_ += 2 * VL) {                                                      \
-      {                                                                                            \
-        const int64_t i = i_, m = VL;                                                              \
-        s0_ = vf_add(s0_, (EXPR));                                                                 \
-      }                                                                                            \
-      {                                                                                            \
-        const int64_t i = i_ + VL, m = VL;                                                         \
-        s1_ = vf_add(s1_, (EXPR));                                                                 \
-      }                                                                                            \
-    }                                                                                              \
-    for (; i_ < n_; i_ += VL) {                                                                    \
-      const int64_t i = i_, m = n_ - i_ < VL ? n_ - i_ : VL;                                       \
-      s0_ = vf_add(s0_, (EXPR));                                                                   \
-    }                                                                                              \
-    (sum) = vf_add(s0_, s1_);                                                                      \
-  } while (0)
-
 /* Elements before p is aligned for a full-vector streaming store of type t. Clears *stream when
  * streaming is off, unavailable, or p is not even element-aligned. */
 static inline int64_t cpu_stream_head(kite_dtype t, const void *p, bool *stream) {

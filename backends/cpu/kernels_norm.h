@@ -75,6 +75,85 @@ CPU_INLINE void norm_out(kite_dtype t, bool rms, bool add, kite_norm_pos pos, co
   if (add) vf_store(t, res, i, pos == KITE_NORM_PRE ? s : v, m, false);
 }
 
+/* The chunk functions above on a pair of vectors (vf_load2 / vf_store2: s, w, b, y and the
+ * residual in the pair's lanes' order, and srow too, which is why every pass of a row walks the
+ * same chunks). */
+CPU_INLINE void norm_input_pair(kite_dtype t, bool add, kite_norm_pos pos, const char *x,
+                                const char *res, int64_t i, vf *a, vf *b) {
+  vf_load2(t, x, i, a, b);
+  if (!add) return;
+  vf ra, rb;
+  vf_load2(t, res, i, &ra, &rb);
+  *a = vf_add(*a, ra), *b = vf_add(*b, rb);
+  if (pos == KITE_NORM_PRE) *a = vf_round_to(t, *a), *b = vf_round_to(t, *b);
+}
+
+/* Adds the pair's terms into two sums (s^2 for rms, s for layer): two add chains, each 3 cycles
+ * per pair, keep the loop from waiting on one. */
+CPU_INLINE void norm_first_pair(kite_dtype t, bool rms, bool add, kite_norm_pos pos, const char *x,
+                                const char *res, float *srow, int64_t i, vf *acc0, vf *acc1) {
+  vf a, b;
+  norm_input_pair(t, add, pos, x, res, i, &a, &b);
+  if (norm_caches(t, add)) {
+    vf_store(KITE_DTYPE_F32, srow, i, a, VL, false);
+    vf_store(KITE_DTYPE_F32, srow, i + VL, b, VL, false);
+  }
+  *acc0 = vf_add(*acc0, rms ? vf_mul(a, a) : a);
+  *acc1 = vf_add(*acc1, rms ? vf_mul(b, b) : b);
+}
+
+CPU_INLINE void norm_again_pair(kite_dtype t, bool add, kite_norm_pos pos, const char *x,
+                                const char *res, const float *srow, int64_t i, vf *a, vf *b) {
+  if (norm_caches(t, add)) {
+    *a = vf_load(KITE_DTYPE_F32, srow, i, VL);
+    *b = vf_load(KITE_DTYPE_F32, srow, i + VL, VL);
+  } else {
+    norm_input_pair(t, add, pos, x, res, i, a, b);
+  }
+}
+
+CPU_INLINE void norm_dev_sq_pair(kite_dtype t, bool add, kite_norm_pos pos, const char *x,
+                                 const char *res, const float *srow, int64_t i, vf mean, vf *acc0,
+                                 vf *acc1) {
+  vf a, b;
+  norm_again_pair(t, add, pos, x, res, srow, i, &a, &b);
+  a = vf_sub(a, mean), b = vf_sub(b, mean);
+  *acc0 = vf_add(*acc0, vf_mul(a, a));
+  *acc1 = vf_add(*acc1, vf_mul(b, b));
+}
+
+CPU_INLINE void norm_out_pair(kite_dtype t, bool rms, bool add, kite_norm_pos pos, const char *x,
+                              char *res, const float *srow, const char *w, const char *b, char *y,
+                              vf offset, vf mean, vf rstd, int64_t i, bool stream, const char *next,
+                              const char *next_res) {
+  const int64_t es = cpu_esize(t);
+  if (next) {
+    __builtin_prefetch(next + i * es);
+    if (next_res) __builtin_prefetch(next_res + i * es);
+  }
+  vf sa, sb;
+  norm_again_pair(t, add, pos, x, res, srow, i, &sa, &sb);
+  vf va = vf_mul(rms ? sa : vf_sub(sa, mean), rstd), vb = vf_mul(rms ? sb : vf_sub(sb, mean), rstd);
+  if (w) {
+    vf wa, wb;
+    vf_load2(t, w, i, &wa, &wb);
+    if (rms) wa = vf_add(offset, wa), wb = vf_add(offset, wb);
+    va = vf_mul(va, wa), vb = vf_mul(vb, wb);
+  }
+  if (!rms && b) {
+    vf ba, bb;
+    vf_load2(t, b, i, &ba, &bb);
+    va = vf_add(va, ba), vb = vf_add(vb, bb);
+  }
+  vf_store2(t, y, i, va, vb, stream);
+  if (add) {
+    if (pos == KITE_NORM_PRE)
+      vf_store2(t, res, i, sa, sb, false);
+    else
+      vf_store2(t, res, i, va, vb, false);
+  }
+}
+
 CPU_INLINE void norm_row(kite_dtype t, bool rms, bool add, kite_norm_pos pos, const norm_job *j,
                          float *srow, int64_t r, int64_t end) {
   const kite_norm_args *a = j->a;
@@ -83,26 +162,35 @@ CPU_INLINE void norm_row(kite_dtype t, bool rms, bool add, kite_norm_pos pos, co
   char *res = add ? cpu_row(a->residual, a->residual_stride, r, es) : NULL;
   char *y = cpu_row(a->y, a->y_stride, r, es);
 
+  bool stream = j->stream;
+  const int64_t head = cpu_stream_head(t, y, &stream);
+
   /* rms: mean(s^2); layer: the mean, then the mean squared deviation from it */
-  vf acc;
-  CPU_ROW_SUM(acc, i, m, n, norm_first(t, rms, add, pos, x, res, srow, i, m));
-  const double mean = rms ? 0.0 : (double)vf_reduce_add(acc) / (double)n;
+  vf acc = vf_set1(0.0f), acc1 = vf_set1(0.0f);
+  CPU_ROW_PAIRS(i, m, n, head, acc = vf_add(acc, norm_first(t, rms, add, pos, x, res, srow, i, m)),
+                norm_first_pair(t, rms, add, pos, x, res, srow, i, &acc, &acc1));
+  const double mean = rms ? 0.0 : (double)vf_reduce_add(vf_add(acc, acc1)) / (double)n;
   const vf mv = vf_set1((float)mean);
-  if (!rms) CPU_ROW_SUM(acc, i, m, n, norm_dev_sq(t, add, pos, x, res, srow, i, m, mv));
-  const double var = (double)vf_reduce_add(acc) / (double)n;
+  if (!rms) {
+    acc = acc1 = vf_set1(0.0f);
+    CPU_ROW_PAIRS(i, m, n, head,
+                  acc = vf_add(acc, norm_dev_sq(t, add, pos, x, res, srow, i, m, mv)),
+                  norm_dev_sq_pair(t, add, pos, x, res, srow, i, mv, &acc, &acc1));
+  }
+  const double var = (double)vf_reduce_add(vf_add(acc, acc1)) / (double)n;
 
   const vf rstd = vf_set1((float)(1.0 / sqrt(var + (double)a->eps)));
   const vf offset = vf_set1(a->offset);
   const char *w = a->w, *b = a->b; /* locals: stores through y could alias *a for the compiler */
-  bool stream = j->stream;
-  const int64_t head = cpu_stream_head(t, y, &stream);
   /* the next row's statistics pass is a bare stream over memory, with nothing to overlap its
    * misses unless they were started here, behind this row's output */
   const char *next = r + 1 < end ? cpu_row(a->x, a->x_stride, r + 1, es) : NULL;
   const char *next_res = add && next ? cpu_row(a->residual, a->residual_stride, r + 1, es) : NULL;
-  CPU_ROW(i, m, n, head,
-          norm_out(t, rms, add, pos, x, res, srow, w, b, y, offset, mv, rstd, i, m, stream, next,
-                   next_res));
+  CPU_ROW_PAIRS(i, m, n, head,
+                norm_out(t, rms, add, pos, x, res, srow, w, b, y, offset, mv, rstd, i, m, stream,
+                         next, next_res),
+                norm_out_pair(t, rms, add, pos, x, res, srow, w, b, y, offset, mv, rstd, i, stream,
+                              next, next_res));
 }
 
 CPU_INLINE void norm_rows(kite_dtype t, bool rms, bool add, kite_norm_pos pos, const norm_job *j,
