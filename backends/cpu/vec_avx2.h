@@ -94,14 +94,18 @@ CPU_INLINE float vf_reduce_max(vf a) {
  * the lowest kept bit, so that truncation rounds to nearest even; NaN keeps its top bits with
  * the quiet bit set. The kept bit is tested with a compare rather than shifted down: Zen's
  * shifts and shuffles share two pipes, which bf16 loops keep busy already. */
-CPU_INLINE __m256i avx2_bf16_high(vf v) {
+CPU_INLINE __m256i avx2_bf16_high_num(vf v) { /* v not NaN */
   const __m256i u = _mm256_castps_si256(v);
   const __m256i even =
       _mm256_cmpeq_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x10000)), _mm256_setzero_si256());
   /* 0x8000 - 1 when the kept bit is even: ties go down to it */
-  const __m256i rounded = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x8000)), even);
-  const __m256i qnan = _mm256_or_si256(u, _mm256_set1_epi32(0x400000));
-  return _mm256_blendv_epi8(rounded, qnan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+  return _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x8000)), even);
+}
+
+CPU_INLINE __m256i avx2_bf16_high(vf v) {
+  const __m256i qnan = _mm256_or_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x400000));
+  return _mm256_blendv_epi8(avx2_bf16_high_num(v), qnan,
+                            _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
 }
 
 /* The 8 bf16 of v: the high halves gathered into each 128-bit lane's low 8 bytes by a byte
@@ -207,9 +211,16 @@ CPU_INLINE void vf_store2(kite_dtype t, void *p, int64_t i, vf a, vf b, bool str
     vf_store(t, p, i + VL, b, VL, stream);
     return;
   }
-  const __m256i v =
-      _mm256_or_si256(_mm256_srli_epi32(avx2_bf16_high(a), 16),
-                      _mm256_and_si256(avx2_bf16_high(b), _mm256_set1_epi32((int)0xffff0000u)));
+  /* one compare finds a NaN in either vector; without one, the rounding needs no NaN fix */
+  const vf nan = _mm256_cmp_ps(a, b, _CMP_UNORD_Q);
+  __m256i ha, hb;
+  if (__builtin_expect(_mm256_testz_ps(nan, nan), 1)) {
+    ha = avx2_bf16_high_num(a), hb = avx2_bf16_high_num(b);
+  } else {
+    ha = avx2_bf16_high(a), hb = avx2_bf16_high(b);
+  }
+  const __m256i v = _mm256_or_si256(_mm256_srli_epi32(ha, 16),
+                                    _mm256_and_si256(hb, _mm256_set1_epi32((int)0xffff0000u)));
   __m128i *dst = (__m128i *)((uint16_t *)p + i);
   if (stream) { /* streaming stores are aligned to 16 bytes (cpu_stream_head), not 32 */
     _mm_stream_si128(dst, _mm256_castsi256_si128(v));
