@@ -109,23 +109,28 @@ __attribute__((noinline, cold)) static vf vm_normal_cdf_tails(vf x) {
   return vf_mul(vf_set1(0.5f), vf_erfc(vf_mul(x, vf_set1(-0.70710678118654752f))));
 }
 
-CPU_INLINE bool vm_normal_cdf_central(vf x) {
+CPU_INLINE bool vm_in_central_range(vf x) {
   return __builtin_expect(vf_all_le(vf_abs(vf_sub(x, vf_set1(0.25f))), vf_set1(3.25f)), 1);
 }
 
-CPU_INLINE vf vf_normal_cdf(vf x) {
-  if (!vm_normal_cdf_central(x)) return vm_normal_cdf_tails(x);
+/* 1/2 + x Q(w), Q of degree 2 pairs - 1 with coefficients c (lowest first), by Estrin. */
+CPU_INLINE vf vm_normal_cdf_central(vf x, const float *c, int pairs) {
   const vf w = vf_fma(vf_mul(x, x), vf_set1(0.163265306122449f), vf_set1(-1.0f));
   const vf w2 = vf_mul(w, w), w4 = vf_mul(w2, w2);
-  const vf q01 = VF_PAIR(w, 1.993377791e-01f, -9.033950040e-02f);
-  const vf q23 = VF_PAIR(w, 5.346905245e-02f, -2.997426505e-02f);
-  const vf q45 = VF_PAIR(w, 1.506154116e-02f, -6.717079675e-03f);
-  const vf q67 = VF_PAIR(w, 2.669524691e-03f, -9.497740395e-04f);
-  const vf q89 = VF_PAIR(w, 3.001495066e-04f, -8.830090465e-05f);
-  const vf q1011 = VF_PAIR(w, 2.843120350e-05f, -6.881264635e-06f);
-  const vf q0_3 = vf_fma(w2, q23, q01), q4_7 = vf_fma(w2, q67, q45), q8_11 = vf_fma(w2, q1011, q89);
-  const vf q = vf_fma(vf_mul(w4, w4), q8_11, vf_fma(w4, q4_7, q0_3));
+  vf p[6];
+  for (int j = 0; j < pairs; j++) p[j] = VF_PAIR(w, c[2 * j], c[2 * j + 1]);
+  const vf q0_3 = vf_fma(w2, p[1], p[0]), q4_7 = vf_fma(w2, p[3], p[2]);
+  const vf q8 = pairs > 5 ? vf_fma(w2, p[5], p[4]) : p[4];
+  const vf q = vf_fma(vf_mul(w4, w4), q8, vf_fma(w4, q4_7, q0_3));
   return vf_fma(x, q, vf_set1(0.5f));
+}
+
+CPU_INLINE vf vf_normal_cdf(vf x) {
+  static const float c[12] = {1.993377791e-01f,  -9.033950040e-02f, 5.346905245e-02f,
+                              -2.997426505e-02f, 1.506154116e-02f,  -6.717079675e-03f,
+                              2.669524691e-03f,  -9.497740395e-04f, 3.001495066e-04f,
+                              -8.830090465e-05f, 2.843120350e-05f,  -6.881264635e-06f};
+  return vm_in_central_range(x) ? vm_normal_cdf_central(x, c, 6) : vm_normal_cdf_tails(x);
 }
 
 /* ---- cheaper forms for 16-bit outputs ---------------------------------------------------------
@@ -169,16 +174,11 @@ CPU_INLINE vf vf_div_pos16(vf a, vf b) {
 
 /* Phi(x) within 7e-7 absolute: as vf_normal_cdf with Q of degree 9, two fewer FMAs. */
 CPU_INLINE vf vf_normal_cdf16(vf x) {
-  if (!vm_normal_cdf_central(x)) return vm_normal_cdf_tails(x);
-  const vf w = vf_fma(vf_mul(x, x), vf_set1(0.163265306122449f), vf_set1(-1.0f));
-  const vf w2 = vf_mul(w, w), w4 = vf_mul(w2, w2);
-  const vf q01 = VF_PAIR(w, 1.993378252e-01f, -9.033974260e-02f);
-  const vf q23 = VF_PAIR(w, 5.346674472e-02f, -2.997023240e-02f);
-  const vf q45 = VF_PAIR(w, 1.508104615e-02f, -6.735517643e-03f);
-  const vf q67 = VF_PAIR(w, 2.612203360e-03f, -9.160930058e-04f);
-  const vf q89 = VF_PAIR(w, 3.685336269e-04f, -1.142935507e-04f);
-  const vf q = vf_fma(vf_mul(w4, w4), q89, vf_fma(w4, vf_fma(w2, q67, q45), vf_fma(w2, q23, q01)));
-  return vf_fma(x, q, vf_set1(0.5f));
+  static const float c[10] = {1.993378252e-01f,  -9.033974260e-02f, 5.346674472e-02f,
+                              -2.997023240e-02f, 1.508104615e-02f,  -6.735517643e-03f,
+                              2.612203360e-03f,  -9.160930058e-04f, 3.685336269e-04f,
+                              -1.142935507e-04f};
+  return vm_in_central_range(x) ? vm_normal_cdf_central(x, c, 5) : vm_normal_cdf_tails(x);
 }
 
 #endif /* KITE_CPU_VEC_MATH_H */
