@@ -338,7 +338,7 @@ static void att_softmax_row(const att_job *j, att_rows *R, int64_t r, int64_t j0
   }
   vf sum = vf_set1(0.0f);
   for (int64_t c = 0; c < n; c += VL) {
-    const vf p = vf_exp(vf_sub(vf_load(KITE_DTYPE_F32, s, c, VL), vf_set1(m_new)));
+    const vf p = vf_exp_nonpos(vf_sub(vf_load(KITE_DTYPE_F32, s, c, VL), vf_set1(m_new)));
     vf_store(KITE_DTYPE_F32, s, c, p, VL, false);
     sum = vf_add(sum, p);
   }

@@ -526,11 +526,15 @@ typedef struct mnk {
 } mnk;
 
 /* From {1, 3, 17, 64, 127, 4096}: every size in every position, 4096 only beside small ones;
- * then K = 0 (y = bias or 0) and M = 0. */
+ * then every row count of the few-row (GEMV) tiles, 2 and 4 to 16, against N and K that leave
+ * partial weight blocks and vector tails; then K = 0 (y = bias or 0) and M = 0. */
 static const mnk g_linear[] = {
     {1, 1, 1},       {1, 3, 17},     {3, 17, 64},   {17, 64, 127},   {64, 127, 3},  {127, 1, 64},
     {3, 127, 17},    {17, 3, 1},     {64, 64, 64},  {127, 127, 127}, {1, 4096, 64}, {3, 64, 4096},
-    {17, 127, 4096}, {4096, 17, 64}, {4096, 3, 17}, {1, 17, 4096},   {5, 9, 0},     {0, 17, 64}};
+    {17, 127, 4096}, {4096, 17, 64}, {4096, 3, 17}, {1, 17, 4096},   {2, 13, 37},   {4, 7, 64},
+    {5, 13, 37},     {6, 5, 127},    {7, 64, 8},    {8, 13, 4101},   {9, 6, 37},    {10, 7, 17},
+    {11, 1, 127},    {12, 13, 64},   {13, 64, 7},   {14, 5, 37},     {15, 13, 127}, {16, 64, 4101},
+    {5, 9, 0},       {0, 17, 64}};
 static const mnk g_quick_linear[] = {{1, 3, 17}, {3, 17, 64}, {17, 64, 127}, {3, 64, 4096}};
 
 static void linear_cases(kite_dtype t, int quick, kt_case_list *l) {
