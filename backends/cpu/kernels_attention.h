@@ -310,13 +310,16 @@ static void att_softmax_row(const att_job *j, att_rows *R, int64_t r, int64_t j0
     vf x = vf_load(KITE_DTYPE_F32, s, c, VL);
     if (cap > 0.0f) x = vf_mul(vf_set1(cap), att_tanh(vf_mul(x, vf_set1(1.0f / cap))));
     if (has_mask) x = vf_add(x, vf_load(KITE_DTYPE_F32, add, c, VL));
-    if (!all_seen || c + VL > n) { /* keys outside [lo, hi], and lanes past n, are not seen */
+    if (!all_seen || c + VL > n) {
+      /* keys outside [lo, hi], and lanes past n, are not seen: they become -inf by a select,
+       * not by adding -inf, since lanes past n hold whatever the scratch held (NaN and inf
+       * included, which an add would keep or make) */
       float seen[VL];
       for (int l = 0; l < VL; l++) {
         const int64_t pos = j0 + c + l;
-        seen[l] = c + l < n && pos >= R->lo[r] && pos <= R->hi[r] ? 0.0f : -INFINITY;
+        seen[l] = c + l < n && pos >= R->lo[r] && pos <= R->hi[r] ? 1.0f : 0.0f;
       }
-      x = vf_add(x, vf_load(KITE_DTYPE_F32, seen, 0, VL));
+      x = vf_lt_select(vf_load(KITE_DTYPE_F32, seen, 0, VL), vf_set1(0.5f), vf_set1(-INFINITY), x);
     }
     vf_store(KITE_DTYPE_F32, s, c, x, VL, false);
     mx = vf_max(mx, x);

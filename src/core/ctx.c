@@ -90,10 +90,18 @@ kite_status kite_memcpy(kite_ctx *ctx, void *dst, const void *src, size_t bytes,
   return ctx->mem->synchronize(ctx->mem, ctx->p.device.device_id, ctx->p.stream);
 }
 
-DLDevice kite_ctx_device(const kite_ctx *ctx) { return ctx->p.device; }
-void *kite_ctx_stream(const kite_ctx *ctx) { return ctx->p.stream; }
-int kite_ctx_num_threads(const kite_ctx *ctx) { return ctx->p.num_threads; }
-uint64_t kite_ctx_seed(const kite_ctx *ctx) { return ctx->p.seed; }
+DLDevice kite_ctx_device(const kite_ctx *ctx) {
+  return ctx->p.device;
+}
+void *kite_ctx_stream(const kite_ctx *ctx) {
+  return ctx->p.stream;
+}
+int kite_ctx_num_threads(const kite_ctx *ctx) {
+  return ctx->p.num_threads;
+}
+uint64_t kite_ctx_seed(const kite_ctx *ctx) {
+  return ctx->p.seed;
+}
 
 kite_status kite_ctx_workspace(kite_ctx *ctx, size_t bytes, void **out) {
   if (bytes <= ctx->workspace_bytes) {
@@ -107,5 +115,12 @@ kite_status kite_ctx_workspace(kite_ctx *ctx, size_t bytes, void **out) {
   ctx->workspace = p;
   ctx->workspace_bytes = bytes;
   *out = p;
+#ifndef NDEBUG
+  /* Debug builds fill a new workspace with 0xff bytes (NaN as f32, f16 and bf16): a kernel that
+   * reads scratch it did not write then fails its conformance check every time, instead of only
+   * when an earlier call happened to leave a NaN there. */
+  if (ctx->mem->memset)
+    return ctx->mem->memset(ctx->mem, ctx->p.device.device_id, p, 0xff, bytes, ctx->p.stream);
+#endif
   return KITE_OK;
 }
