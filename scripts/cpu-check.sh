@@ -27,11 +27,7 @@ echo
 
 if want build; then
   stage build
-  dlpack=()
-  if [ ! -f /usr/include/dlpack/dlpack.h ] && [ -f .deps/dlpack/dlpack.h ]; then
-    mkdir -p /tmp/kite-deps && cp -r .deps/dlpack /tmp/kite-deps/
-    dlpack=(-DDLPACK_INCLUDE_DIR=/tmp/kite-deps)
-  fi
+  source scripts/dlpack-args.sh
   cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKITE_BUILD_CUDA=OFF "${dlpack[@]}" \
     > "$OUT/cpu-build.log" 2>&1 || { tail -30 "$OUT/cpu-build.log"; exit 1; }
   cmake --build "$BUILD" -j "$JOBS" >> "$OUT/cpu-build.log" 2>&1 ||

@@ -43,12 +43,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --f
 
 if want build; then
   stage build
-  dlpack=()
-  if [ ! -f /usr/include/dlpack/dlpack.h ] && [ -f .deps/dlpack/dlpack.h ]; then
-    # outside the source tree: libkite's exported include paths may not point into it
-    mkdir -p /tmp/kite-deps && cp -r .deps/dlpack /tmp/kite-deps/
-    dlpack=(-DDLPACK_INCLUDE_DIR=/tmp/kite-deps)
-  fi
+  source scripts/dlpack-args.sh
   gen=()
   command -v ninja > /dev/null && gen=(-G Ninja)
   cmake -S . -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release "${dlpack[@]}" ${KITE_CMAKE_ARGS:-} >> "$OUT/build.log" 2>&1 ||
