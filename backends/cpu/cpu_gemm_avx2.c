@@ -246,16 +246,20 @@ static void pack_a_i8(const src *a, int64_t m0, int64_t mr, int64_t k0, int64_t 
     }                                                                                              \
   } while (0)
 
+/* The mr rows of a tile's C (NR 4-byte elements each, ldc apart) lie out of L2 by the time a
+ * micro-kernel comes back to them (the C block of a thread is MC x NC x 4 = 576 KB): fetched at
+ * the kernel's start, under its k steps, not as 12 cache misses on the way out. */
+INLINE void prefetch_c_tile(const void *c, int64_t ldc, int64_t mr) {
+  for (int64_t r = 0; r < mr; r++) {
+    _mm_prefetch((const char *)c + r * ldc * 4, _MM_HINT_T0);
+    _mm_prefetch((const char *)c + (r * ldc + NR - 1) * 4, _MM_HINT_T0);
+  }
+}
+
 static void kernel_f32(int64_t kc, const float *a, const float *b, void *cv, int64_t ldc, int acc,
                        int64_t mr, int64_t nr) {
   float *c = cv;
-  /* the tile's C rows lie ldc apart, out of L2 by the time this kernel comes back to them
-   * (the C block of a thread is MC x NC x 4 = 576 KB): fetch them now, under the kc steps, not
-   * as 12 cache misses on the way out */
-  for (int64_t r = 0; r < mr; r++) {
-    _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
-    _mm_prefetch((const char *)(c + r * ldc + NR - 1), _MM_HINT_T0);
-  }
+  prefetch_c_tile(c, ldc, mr);
   vf c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
   vf c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
   /* unrolled by 4: 14% faster on the f32 2048^3 case on Zen 3 (loop overhead, scheduling) */
@@ -294,10 +298,7 @@ static void kernel_i8(int64_t kp, const float *av, const float *bv, void *cv, in
                       int64_t mr, int64_t nr) {
   const int32_t *a = (const int32_t *)av, *b = (const int32_t *)bv;
   int32_t *c = cv;
-  for (int64_t r = 0; r < mr; r++) { /* as in kernel_f32 */
-    _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
-    _mm_prefetch((const char *)(c + r * ldc + NR - 1), _MM_HINT_T0);
-  }
+  prefetch_c_tile(c, ldc, mr);
   __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
   __m256i c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
 #pragma GCC unroll 4

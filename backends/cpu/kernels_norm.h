@@ -58,19 +58,31 @@ CPU_INLINE vf norm_dev_sq(kite_dtype t, bool add, kite_norm_pos pos, const char 
 }
 
 /* The output chunk: y, and the residual for the fused forms (PRE keeps s, POST keeps y). */
+/* The next row's lines at byte offset off (next, next_res: NULL for none). */
+CPU_INLINE void norm_prefetch_next(const char *next, const char *next_res, int64_t off) {
+  if (!next) return;
+  __builtin_prefetch(next + off);
+  if (next_res) __builtin_prefetch(next_res + off);
+}
+
+/* y from s, with w's and b's values (used only when the norm has them). */
+CPU_INLINE vf norm_y(bool rms, vf s, vf mean, vf rstd, vf offset, const char *w, vf wv,
+                     const char *b, vf bv) {
+  vf v = vf_mul(rms ? s : vf_sub(s, mean), rstd);
+  if (w) v = vf_mul(v, rms ? vf_add(offset, wv) : wv);
+  if (!rms && b) v = vf_add(v, bv);
+  return v;
+}
+
 CPU_INLINE void norm_out(kite_dtype t, bool rms, bool add, kite_norm_pos pos, const char *x,
                          char *res, const float *srow, const char *w, const char *b, char *y,
                          vf offset, vf mean, vf rstd, int64_t i, int64_t m, bool stream,
                          const char *next, const char *next_res) {
   const int64_t es = cpu_esize(t);
-  if (next && (i * es) % 64 < VL * es) {
-    __builtin_prefetch(next + i * es);
-    if (next_res) __builtin_prefetch(next_res + i * es);
-  }
-  const vf s = norm_again(t, add, pos, x, res, srow, i, m);
-  vf v = vf_mul(rms ? s : vf_sub(s, mean), rstd);
-  if (w) v = vf_mul(v, rms ? vf_add(offset, vf_load(t, w, i, m)) : vf_load(t, w, i, m));
-  if (!rms && b) v = vf_add(v, vf_load(t, b, i, m));
+  if ((i * es) % 64 < VL * es) norm_prefetch_next(next, next_res, i * es);
+  const vf s = norm_again(t, add, pos, x, res, srow, i, m), zero = vf_set1(0.0f);
+  const vf v = norm_y(rms, s, mean, rstd, offset, w, w ? vf_load(t, w, i, m) : zero, b,
+                      !rms && b ? vf_load(t, b, i, m) : zero);
   vf_store(t, y, i, v, m, stream);
   if (add) vf_store(t, res, i, pos == KITE_NORM_PRE ? s : v, m, false);
 }
@@ -126,25 +138,13 @@ CPU_INLINE void norm_out_pair(kite_dtype t, bool rms, bool add, kite_norm_pos po
                               char *res, const float *srow, const char *w, const char *b, char *y,
                               vf offset, vf mean, vf rstd, int64_t i, bool stream, const char *next,
                               const char *next_res) {
-  const int64_t es = cpu_esize(t);
-  if (next) {
-    __builtin_prefetch(next + i * es);
-    if (next_res) __builtin_prefetch(next_res + i * es);
-  }
-  vf sa, sb;
+  norm_prefetch_next(next, next_res, i * cpu_esize(t));
+  vf sa, sb, wa = vf_set1(0.0f), wb = wa, ba = wa, bb = wa;
   norm_again_pair(t, add, pos, x, res, srow, i, &sa, &sb);
-  vf va = vf_mul(rms ? sa : vf_sub(sa, mean), rstd), vb = vf_mul(rms ? sb : vf_sub(sb, mean), rstd);
-  if (w) {
-    vf wa, wb;
-    vf_load2(t, w, i, &wa, &wb);
-    if (rms) wa = vf_add(offset, wa), wb = vf_add(offset, wb);
-    va = vf_mul(va, wa), vb = vf_mul(vb, wb);
-  }
-  if (!rms && b) {
-    vf ba, bb;
-    vf_load2(t, b, i, &ba, &bb);
-    va = vf_add(va, ba), vb = vf_add(vb, bb);
-  }
+  if (w) vf_load2(t, w, i, &wa, &wb);
+  if (!rms && b) vf_load2(t, b, i, &ba, &bb);
+  const vf va = norm_y(rms, sa, mean, rstd, offset, w, wa, b, ba);
+  const vf vb = norm_y(rms, sb, mean, rstd, offset, w, wb, b, bb);
   vf_store2(t, y, i, va, vb, stream);
   if (add) {
     if (pos == KITE_NORM_PRE)
