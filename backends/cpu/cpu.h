@@ -79,9 +79,10 @@ extern const cpu_isa_kernels cpu_kernels_avx512;
 extern const cpu_isa_kernels cpu_kernels_avx512bf16;
 #endif
 
-/* Outputs of at least this many bytes in one call are written with streaming (non-temporal)
- * stores: they would not stay in cache anyway, and skipping the read-for-ownership of every
- * destination line saves a third of the memory traffic of a read-one-write-one op. */
+/* A call that moves at least this many bytes writes its output with streaming (non-temporal)
+ * stores: its own traffic would push the output out of cache anyway, and skipping the
+ * read-for-ownership of every destination line saves a third of the memory traffic of a
+ * read-one-write-one op. */
 #define CPU_STREAM_BYTES ((int64_t)16 << 20)
 
 /* Bytes per element of the float types the computing kernels take. */

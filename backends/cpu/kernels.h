@@ -98,8 +98,9 @@ static inline int64_t cpu_stream_head(kite_dtype t, const void *p, bool *stream)
   return mis == 0 ? VL : (vbytes - mis) / es;
 }
 
-/* Whether an output of `bytes` bytes is written with streaming stores (CPU_STREAM_BYTES). Callers
- * also keep regular stores for an output they read first (in place): its lines are in cache. */
+/* Whether a call that moves `bytes` bytes (read + written) writes its output with streaming
+ * stores (CPU_STREAM_BYTES). Callers also keep regular stores for an output they read first (in
+ * place): its lines are in cache. */
 static inline bool cpu_streams(int64_t bytes) {
   return CPU_VEC_STREAMS && bytes >= CPU_STREAM_BYTES;
 }

@@ -248,7 +248,8 @@ static kite_status norm_run(const kite_kernel *k, kite_ctx *ctx, const void *arg
   }
   const norm_job j = {.a = a,
                       .scratch = scratch,
-                      .stream = a->y != a->x && cpu_streams(elems * cpu_esize(a->dtype))};
+                      .stream =
+                          a->y != a->x && cpu_streams(elems * cpu_esize(a->dtype) * (add ? 4 : 2))};
   cpu_parallel_run(threads, a->rows, norm_task, &j);
   return KITE_OK;
 }

@@ -107,7 +107,7 @@ static kite_status softmax_run(const kite_kernel *k, kite_ctx *ctx, const void *
   void *ws;
   kite_status s = kite_ctx_workspace(ctx, (size_t)parts * (size_t)a->cols * sizeof(float), &ws);
   if (s != KITE_OK) return s;
-  const bool stream = a->y != a->x && cpu_streams(elems * cpu_esize(a->dtype));
+  const bool stream = a->y != a->x && cpu_streams(elems * cpu_esize(a->dtype) * 2);
   const softmax_job j = {.a = a, .scratch = ws, .stream = stream};
   cpu_parallel_run(parts, a->rows, softmax_task, &j);
   return KITE_OK;
