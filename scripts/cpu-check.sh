@@ -5,9 +5,12 @@
 #   check    kite check --backend cpu under every KITE_CPU_ISA cap the CPU reaches, and ctest
 #   bench    kite bench --backend cpu, THREADS threads: linear (f32, bf16), linear_quant (int8),
 #            fused_moe, and the bf16 core ops at LLM shapes
+#   gemm     (only when named) the GEMM family alone: check of linear, linear_quant, group_gemm and
+#            fused_moe under every cap, then the linear / linear_quant benches
 # Stages run in that order; pass some of their names to run only those (default: all).
 # Logs go to $OUT (default ./out); a short table of the kernel-by-kernel GEMM rates comes last.
-# Environment: BUILD (default build-cpu), JOBS (default: all cores), THREADS (default 2).
+# Environment: BUILD (default build-cpu), JOBS (default: all cores), THREADS (default 2),
+# KITE_CMAKE_ARGS (more configure arguments).
 # Where dlpack/dlpack.h is not installed, a copy in .deps/dlpack/ is used.
 set -u
 cd "$(dirname "$0")/.."
@@ -25,23 +28,54 @@ grep -m1 "model name" /proc/cpuinfo
 grep -m1 -o -w -E "avx512f|avx512_bf16|avx512_vnni|amx_bf16" /proc/cpuinfo | sort -u | tr '\n' ' '
 echo
 
+source scripts/dlpack-args.sh
 if want build; then
   stage build
-  source scripts/dlpack-args.sh
   cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKITE_BUILD_CUDA=OFF "${dlpack[@]}" \
+    "${onednn[@]}" ${KITE_CMAKE_ARGS:-} \
     > "$OUT/cpu-build.log" 2>&1 || { tail -30 "$OUT/cpu-build.log"; exit 1; }
   cmake --build "$BUILD" -j "$JOBS" >> "$OUT/cpu-build.log" 2>&1 ||
     { tail -40 "$OUT/cpu-build.log"; exit 1; }
-  "$BUILD/bin/kite" list 2>&1 | awk '$1 == "linear" || $1 == "silu"' | cut -c1-40,190-
+  "$BUILD/bin/kite" list 2>&1 | awk '$1 == "linear" || $1 == "linear_quant"' | cut -c1-60
+fi
+
+caps="default avx512bf16 avx512vnni avx512 avx2 scalar"
+# Runs "$@" under KITE_CPU_ISA=$cap (unset for default).
+capped() {
+  local cap=$1
+  shift
+  if [ "$cap" = default ]; then env -u KITE_CPU_ISA "$@"; else env KITE_CPU_ISA=$cap "$@"; fi
+}
+
+if want gemm; then
+  stage gemm check
+  : > "$OUT/cpu-gemm-check.log"
+  for cap in $caps; do
+    for op in linear linear_quant group_gemm fused_moe; do
+      printf '%-11s %-13s ' "$cap" "$op"
+      capped "$cap" "$BUILD/bin/kite" check --backend cpu --op "$op" >> "$OUT/cpu-gemm-check.log" 2>&1 ||
+        status=1
+      tail -1 "$OUT/cpu-gemm-check.log"
+    done
+  done
+  grep -E "FAIL" "$OUT/cpu-gemm-check.log" | head -20
+  stage gemm bench "($THREADS threads)"
+  : > "$OUT/cpu-gemm-bench.log"
+  for spec in "linear f32" "linear bf16" "linear_quant bf16"; do
+    set -- $spec
+    "$BUILD/bin/kite" bench --backend cpu --op "$1" --dtype "$2" --threads "$THREADS" --repeat 3 \
+      >> "$OUT/cpu-gemm-bench.log" 2>&1 || status=1
+  done
+  grep -E "^(linear|linear_quant) " "$OUT/cpu-gemm-bench.log" | grep -v -E "skipped|^\S+ +ref " |
+    cut -c1-150
 fi
 
 if want check; then
   stage check
   : > "$OUT/cpu-check.log"
-  for cap in default avx512bf16 avx512 avx2 scalar; do
-    if [ "$cap" = default ]; then env=(env -u KITE_CPU_ISA); else env=(env KITE_CPU_ISA=$cap); fi
+  for cap in $caps; do
     printf '%-11s ' "$cap"
-    "${env[@]}" "$BUILD/bin/kite" check --backend cpu >> "$OUT/cpu-check.log" 2>&1 || status=1
+    capped "$cap" "$BUILD/bin/kite" check --backend cpu >> "$OUT/cpu-check.log" 2>&1 || status=1
     tail -1 "$OUT/cpu-check.log"
   done
   grep -E "FAIL|failed [1-9]" "$OUT/cpu-check.log" | head -20

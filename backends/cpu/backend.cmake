@@ -18,11 +18,11 @@ endif()
 # ---- GEMM family: our kernels, plus library variants when the library is found -------------
 list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/cpu_gemm.c)
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
-  list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/cpu_gemm_avx2.c ${_cpu_dir}/cpu_gemm_avx512bf16.c)
+  list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/cpu_gemm_avx2.c ${_cpu_dir}/cpu_gemm_avx512.c)
   set_source_files_properties(${_cpu_dir}/cpu_gemm_avx2.c PROPERTIES
     COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
-  set_source_files_properties(${_cpu_dir}/cpu_gemm_avx512bf16.c PROPERTIES
-    COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512bf16;-mfma;-mf16c")
+  set_source_files_properties(${_cpu_dir}/cpu_gemm_avx512.c PROPERTIES
+    COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512bf16;-mavx512vnni;-mfma;-mf16c")
 endif()
 # Libraries linked into libkite: appended here, linked by the top-level CMakeLists.
 set(_gemm_defs "")
@@ -39,6 +39,35 @@ if(KITE_WITH_OPENBLAS)
     list(APPEND _gemm_defs KITE_HAVE_OPENBLAS)
   else()
     message(STATUS "kite: OpenBLAS not found (libopenblas-dev); cpu.openblas is not built")
+  endif()
+endif()
+option(KITE_WITH_ONEDNN "Build the cpu.onednn linear variants when oneDNN is found" ON)
+set(KITE_ONEDNN_ROOT "" CACHE PATH "A oneDNN tree (include/, lib/) to use instead of the system's")
+if(KITE_WITH_ONEDNN)
+  set(_onednn_hints "")
+  if(KITE_ONEDNN_ROOT)
+    set(_onednn_hints HINTS ${KITE_ONEDNN_ROOT})
+  endif()
+  # a copied tree may hold only the versioned file; each folder is searched for every name first
+  find_library(KITE_ONEDNN_LIB NAMES dnnl libdnnl.so.2 libdnnl.so.2.6 NAMES_PER_DIR
+               ${_onednn_hints} PATH_SUFFIXES lib lib64)
+  find_path(KITE_ONEDNN_INCLUDE oneapi/dnnl/dnnl.h ${_onednn_hints} PATH_SUFFIXES include)
+  if(KITE_ONEDNN_LIB AND KITE_ONEDNN_INCLUDE)
+    message(STATUS "kite: cpu.onednn enabled (${KITE_ONEDNN_LIB})")
+    list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/cpu_gemm_onednn.c)
+    set_source_files_properties(${_cpu_dir}/cpu_gemm_onednn.c PROPERTIES
+      INCLUDE_DIRECTORIES ${KITE_ONEDNN_INCLUDE})
+    list(APPEND KITE_BUILTIN_LIBS ${KITE_ONEDNN_LIB})
+    # an OpenMP build of oneDNN: the variant sets the OpenMP thread count per call, so it links
+    # the runtime itself (no -fopenmp needed: it has no OpenMP pragmas)
+    find_package(OpenMP COMPONENTS C QUIET)
+    if(OpenMP_C_FOUND)
+      list(APPEND KITE_BUILTIN_LIBS ${OpenMP_C_LIBRARIES})
+    endif()
+    list(APPEND _gemm_defs KITE_HAVE_ONEDNN)
+  else()
+    message(STATUS "kite: oneDNN not found (libdnnl-dev, or -DKITE_ONEDNN_ROOT=dir); "
+                   "cpu.onednn is not built")
   endif()
 endif()
 if(_gemm_defs)

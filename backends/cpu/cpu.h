@@ -24,16 +24,20 @@ enum {
   CPU_F_AVX512VL = 1u << 5,
   CPU_F_AVX512DQ = 1u << 6,
   CPU_F_AVX512_BF16 = 1u << 7,
+  CPU_F_AVX512_VNNI = 1u << 8,
 };
 
 /* What each ISA build of the kernels needs, cumulative. */
 #define CPU_ISA_AVX2 ((uint64_t)(CPU_F_AVX2 | CPU_F_FMA | CPU_F_F16C))
 #define CPU_ISA_AVX512                                                                             \
   (CPU_ISA_AVX2 | CPU_F_AVX512F | CPU_F_AVX512BW | CPU_F_AVX512VL | CPU_F_AVX512DQ)
-#define CPU_ISA_AVX512BF16 (CPU_ISA_AVX512 | CPU_F_AVX512_BF16)
+#define CPU_ISA_AVX512VNNI (CPU_ISA_AVX512 | CPU_F_AVX512_VNNI)
+/* Every CPU with AVX-512-BF16 (Cooper Lake, Sapphire Rapids, Zen 4) has VNNI too. */
+#define CPU_ISA_AVX512BF16 (CPU_ISA_AVX512VNNI | CPU_F_AVX512_BF16)
 
 /* Detects the features (CPUID, and XGETBV for the OS saving the vector registers), capped by
- * KITE_CPU_ISA = scalar | avx2 | avx512 | avx512bf16; an unknown value leaves no cap. */
+ * KITE_CPU_ISA = scalar | avx2 | avx512 | avx512vnni | avx512bf16; an unknown value leaves no
+ * cap. */
 uint64_t cpu_features_detect(void);
 
 /* ---- threads (cpu_threadpool.c) ------------------------------------------------------------ *

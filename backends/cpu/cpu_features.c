@@ -37,6 +37,7 @@ static uint64_t detect_x86(void) {
   if (b & (1u << 17)) f |= CPU_F_AVX512DQ;
   if (b & (1u << 30)) f |= CPU_F_AVX512BW;
   if (b & (1u << 31)) f |= CPU_F_AVX512VL;
+  if (c & (1u << 11)) f |= CPU_F_AVX512_VNNI;
   __cpuid_count(7, 1, a, b, c, d);
   if (a & (1u << 5)) f |= CPU_F_AVX512_BF16;
   return f;
@@ -50,6 +51,7 @@ static uint64_t isa_cap(void) {
   if (strcmp(s, "scalar") == 0) return 0;
   if (strcmp(s, "avx2") == 0) return CPU_ISA_AVX2;
   if (strcmp(s, "avx512") == 0) return CPU_ISA_AVX512;
+  if (strcmp(s, "avx512vnni") == 0) return CPU_ISA_AVX512VNNI;
   if (strcmp(s, "avx512bf16") == 0) return CPU_ISA_AVX512BF16;
   return ~(uint64_t)0;
 }

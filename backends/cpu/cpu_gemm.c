@@ -40,6 +40,15 @@ static bool supports_bf16(const kite_kernel *k, const void *args, const char **w
   }
   return true;
 }
+
+static bool supports_i8(const kite_kernel *k, const void *args, const char **why) {
+  const kite_linear_quant_args *a = args;
+  if (a->qdtype != KITE_DTYPE_I8 || !cpu_is_float(a->dtype)) {
+    *why = "int8 into f32/f16/bf16 only";
+    return false;
+  }
+  return true;
+}
 #endif
 
 #if defined(KITE_HAVE_OPENBLAS)
@@ -66,7 +75,7 @@ static bool supports_openblas(const kite_kernel *k, const void *args, const char
     .features_str = (feat_str), .supports = (sup), .run = (fn), .description = (desc)              \
   }
 
-#if !defined(__x86_64__) && !defined(KITE_HAVE_OPENBLAS)
+#if !defined(__x86_64__) && !defined(KITE_HAVE_OPENBLAS) && !defined(KITE_HAVE_ONEDNN)
 const kite_kernel cpu_gemm_kernels[1]; /* nothing to add on this machine */
 const size_t cpu_gemm_num_kernels = 0;
 #else
@@ -90,17 +99,36 @@ const kite_kernel cpu_gemm_kernels[] = {
     ENTRY(KITE_OP_LINEAR_QUANT, "avx2", 20, CPU_ISA_AVX2, "avx2,fma,f16c", supports_linear_quant,
           cpu_linear_quant_avx2,
           "int8: 6x16 VPMADDWD on int16 pairs, int32 exact; e4m3: f32 panels + FMA"),
-    /* Priority 18, below cpu.avx2: on a Xeon with AVX-512-BF16 (2 threads) it measured 86
-     * GFLOP/s at bf16 2048^3 against cpu.avx2's 107 (its scalar pair packing costs more than
-     * VDPBF16PS saves), so the default keeps the faster kernel; a pin still reaches it. */
+    ENTRY(KITE_OP_LINEAR, "avx512", 22, CPU_ISA_AVX512, "avx512f,avx512bw,avx512vl,avx512dq",
+          supports_float, cpu_linear_avx512,
+          "packed 12x32 AVX-512 FMA GEMM (bf16/f16 widened while packing); M <= 16: the GEMV"),
+    /* Priority 18, below cpu.avx2 and cpu.avx512: on a Sapphire Rapids Xeon a core issued 1.01 G
+     * VDPBF16PS/s against 4.30 G FMA/s (zmm, independent chains): with 32 products against 16,
+     * half the f32 FMA's rate, and bf16 2048^3 ran at 115 GFLOP/s against cpu.avx512's f32 276. A
+     * pin still reaches it; CPUs with a faster VDPBF16PS may rank it higher. */
     ENTRY(KITE_OP_LINEAR, "avx512bf16", 18, CPU_ISA_AVX512BF16,
-          "avx512f,avx512bw,avx512vl,avx512dq,avx512_bf16,fma,f16c", supports_bf16,
-          cpu_linear_avx512bf16,
-          "bf16 pairs packed, 8x32 VDPBF16PS micro-kernel (bf16 only); M <= 16: the GEMV"),
+          "avx512f,avx512bw,avx512vl,avx512dq,avx512_bf16", supports_bf16, cpu_linear_avx512bf16,
+          "bf16 pairs packed, 12x32 VDPBF16PS GEMM (bf16 only); M <= 16: the GEMV"),
+    ENTRY(KITE_OP_LINEAR_QUANT, "avx512vnni", 22, CPU_ISA_AVX512VNNI,
+          "avx512f,avx512bw,avx512vl,avx512dq,avx512_vnni", supports_i8,
+          cpu_linear_quant_avx512vnni,
+          "int8: x + 128 and w in 4-byte groups, 12x32 VPDPBUSD, int32 exact (int8 only)"),
 #endif
 #if defined(KITE_HAVE_OPENBLAS)
     ENTRY(KITE_OP_LINEAR, "openblas", 15, 0, "", supports_openblas, cpu_linear_openblas,
           "OpenBLAS cblas_sgemm (f32), threads set to the ctx's per call"),
+#endif
+#if defined(KITE_HAVE_ONEDNN)
+    /* oneDNN matmul, above our kernels where it runs: its supports() leaves decode rows to the
+     * GEMV and offers bf16 / int8 only where oneDNN has them natively (AVX-512-BF16 or AMX; VNNI,
+     * for exact int32 sums). On a Xeon with AMX (2 threads, 2048^3) it ran f32 279 GFLOP/s (ours
+     * 189-239, OpenBLAS 219-297), bf16 1601 (ours 90-151), int8 1057 GOP/s (ours 507-851); on
+     * a Zen 3 f32 155 (ours 162, OpenBLAS 145). */
+    ENTRY(KITE_OP_LINEAR, "onednn", 24, 0, "", cpu_onednn_supports_linear, cpu_linear_onednn,
+          "oneDNN matmul (f32; bf16 with AVX-512-BF16 or AMX; not decode rows), strided views"),
+    ENTRY(KITE_OP_LINEAR_QUANT, "onednn", 25, CPU_ISA_AVX512VNNI, "avx512_vnni",
+          cpu_onednn_supports_linear_quant, cpu_linear_quant_onednn,
+          "oneDNN s8 x s8 -> s32 matmul (VNNI/AMX), then scales and bias"),
 #endif
 };
 const size_t cpu_gemm_num_kernels = sizeof cpu_gemm_kernels / sizeof cpu_gemm_kernels[0];

@@ -2,7 +2,9 @@
  * GEMM, grouped GEMM, MoE and quantization kernels of the cpu backend, private to backends/cpu.
  *
  * cpu_gemm_avx2.c holds our own kernels (packing + register-blocked micro-kernels, a GEMV path for
- * few rows, the MoE and quantization loops); cpu_gemm_avx512bf16.c a bf16 linear on VDPBF16PS;
+ * few rows, the MoE and quantization loops); cpu_gemm_avx512.c linear (f32 FMA, bf16 VDPBF16PS)
+ * and int8 linear_quant (VPDPBUSD) on one AVX-512 packed driver; cpu_gemm_onednn.c the oneDNN
+ * variant (KITE_HAVE_ONEDNN);
  * cpu_gemm_blas.c the OpenBLAS variant, built only when the library is found (KITE_HAVE_OPENBLAS).
  * cpu_backend.c appends cpu_gemm_kernels to its table.
  */
@@ -10,6 +12,7 @@
 #define KITE_CPU_GEMM_H
 
 #include "cpu.h"
+#include "kite/dtype.h"
 
 /* Entries for the cpu backend's table; cpu_gemm_num_kernels of them (at most CPU_GEMM_MAX). */
 #define CPU_GEMM_MAX 32
@@ -19,6 +22,41 @@ extern const size_t cpu_gemm_num_kernels;
 /* linear with at most this many rows streams the weights (GEMV) instead of packing them. */
 #define CPU_GEMV_MAX_M 16
 
+/* How a packed GEMM of m x n x k shares out over threads: `parts` threads (one per 2^21
+ * multiply-adds at least, at most the ctx's), over `items` ranges of `span` columns (split_n: N
+ * is wide enough) or rows, aligned to the micro-kernel's nr or mr. Item i covers
+ * [i * span, min((i + 1) * span, N or M)). */
+typedef struct cpu_gemm_plan {
+  int parts;
+  bool split_n;
+  int64_t span, items;
+} cpu_gemm_plan;
+
+static inline int cpu_gemm_parts(const kite_ctx *ctx, int64_t m, int64_t n, int64_t k) {
+  const double work = (double)m * (double)n * (double)(k > 0 ? k : 1);
+  int parts = kite_ctx_num_threads(ctx);
+  if (work < (double)parts * (1 << 21)) parts = (int)(work / (1 << 21));
+  return parts < 1 ? 1 : parts;
+}
+
+static inline cpu_gemm_plan cpu_gemm_plan_make(int parts, int64_t m, int64_t n, int64_t mr,
+                                               int64_t nr) {
+  cpu_gemm_plan p = {.parts = parts, .split_n = n >= m || n >= (int64_t)parts * 256};
+  const int64_t dim = p.split_n ? n : m, align = p.split_n ? nr : mr;
+  p.span = ((dim + parts - 1) / parts + align - 1) / align * align;
+  p.items = p.span ? (dim + p.span - 1) / p.span : 0;
+  if (p.items < p.parts) p.parts = (int)(p.items > 0 ? p.items : 1);
+  return p;
+}
+
+/* y [m, n] (rows ldy apart, dtype t) = bias [n] or 0: a product over K = 0. */
+static inline void cpu_linear_bias_only(kite_dtype t, int64_t m, int64_t n, const void *bias,
+                                        void *y, int64_t ldy) {
+  for (int64_t r = 0; r < m; r++)
+    for (int64_t j = 0; j < n; j++)
+      kite_store_f32(t, y, r * ldy + j, bias ? kite_load_f32(t, bias, j) : 0.0f);
+}
+
 #if defined(__x86_64__)
 kite_status cpu_linear_avx2(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status cpu_group_gemm_avx2(const kite_kernel *k, kite_ctx *ctx, const void *args);
@@ -26,7 +64,15 @@ kite_status cpu_fused_moe_avx2(const kite_kernel *k, kite_ctx *ctx, const void *
 kite_status cpu_topk_gating_avx2(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status cpu_quant_avx2(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status cpu_linear_quant_avx2(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status cpu_linear_avx512(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status cpu_linear_avx512bf16(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status cpu_linear_quant_avx512vnni(const kite_kernel *k, kite_ctx *ctx, const void *args);
+#endif
+#if defined(KITE_HAVE_ONEDNN)
+kite_status cpu_linear_onednn(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status cpu_linear_quant_onednn(const kite_kernel *k, kite_ctx *ctx, const void *args);
+bool cpu_onednn_supports_linear(const kite_kernel *k, const void *args, const char **why);
+bool cpu_onednn_supports_linear_quant(const kite_kernel *k, const void *args, const char **why);
 #endif
 #if defined(KITE_HAVE_OPENBLAS)
 kite_status cpu_linear_openblas(const kite_kernel *k, kite_ctx *ctx, const void *args);

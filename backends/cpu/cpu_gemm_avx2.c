@@ -455,24 +455,6 @@ static void gemm_task(const void *job, int64_t begin, int64_t end, int part) {
     gemm_block(g, lo, hi, 0, g->n, ap, bp);
 }
 
-/* Threads for an m x n x k product: one per 2^21 multiply-adds at least, at most the ctx's. */
-static int gemm_parts(const kite_ctx *ctx, int64_t m, int64_t n, int64_t k) {
-  const double work = (double)m * (double)n * (double)(k > 0 ? k : 1);
-  int parts = kite_ctx_num_threads(ctx);
-  if (work < (double)parts * (1 << 21)) parts = (int)(work / (1 << 21));
-  return parts < 1 ? 1 : parts;
-}
-
-/* Splits N in NR-aligned ranges when it is wide enough, else M in MR-aligned ones. */
-static void gemm_schedule(gemm *g, int parts, int64_t *items) {
-  g->split_n = g->n >= g->m || g->n >= (int64_t)parts * 256;
-  const int64_t dim = g->split_n ? g->n : g->m, align = g->split_n ? NR : MR;
-  int64_t span = (dim + parts - 1) / parts;
-  span = (span + align - 1) / align * align;
-  g->span = span;
-  *items = (dim + span - 1) / span;
-}
-
 /* Scratch bytes gemm_run needs for `parts` threads. */
 static size_t gemm_scratch_bytes(int parts) {
   return (size_t)parts * PART_BYTES;
@@ -480,11 +462,12 @@ static size_t gemm_scratch_bytes(int parts) {
 
 /* Runs g over `parts` threads; g->k >= 1. scratch: gemm_scratch_bytes(parts), 64-byte aligned. */
 static void gemm_run(gemm *g, int parts, char *scratch) {
-  int64_t items;
-  gemm_schedule(g, parts, &items);
+  const cpu_gemm_plan p = cpu_gemm_plan_make(parts, g->m, g->n, MR, NR);
+  g->split_n = p.split_n;
+  g->span = p.span;
   g->scratch = scratch;
   g->part_bytes = PART_BYTES;
-  cpu_parallel_run(items < parts ? (int)items : parts, items, gemm_task, g);
+  cpu_parallel_run(p.parts, p.items, gemm_task, g);
 }
 
 /* ---- GEMV: few rows against streamed weights -------------------------------------------------
@@ -634,7 +617,7 @@ static size_t lin_bytes(const kite_ctx *ctx, int64_t m, int64_t n, int64_t k, ki
   if (k == 0) return 0;
   if (m <= GEMV_MAX_M) return (size_t)(m * (k + GEMV_PAD)) * 4 + ALIGN;
   size_t c = yt == KITE_DTYPE_F32 ? 0 : (size_t)(m * n) * 4;
-  return c + ALIGN + gemm_scratch_bytes(gemm_parts(ctx, m, n, k)) + ALIGN;
+  return c + ALIGN + gemm_scratch_bytes(cpu_gemm_parts(ctx, m, n, k)) + ALIGN;
 }
 
 static char *align_up(char *p) {
@@ -642,10 +625,8 @@ static char *align_up(char *p) {
 }
 
 static void lin_run(const kite_ctx *ctx, const lin *l, char *ws) {
-  if (l->k == 0) { /* y = bias or 0 */
-    for (int64_t r = 0; r < l->m; r++)
-      for (int64_t j = 0; j < l->n; j++)
-        kite_store_f32(l->yt, l->y, r * l->ldy + j, l->bias ? kite_load_f32(l->yt, l->bias, j) : 0);
+  if (l->k == 0) {
+    cpu_linear_bias_only(l->yt, l->m, l->n, l->bias, l->y, l->ldy);
     return;
   }
   if (l->m <= GEMV_MAX_M) {
@@ -669,7 +650,7 @@ static void lin_run(const kite_ctx *ctx, const lin *l, char *ws) {
     cpu_parallel_run(cpu_parallel_parts(ctx, items, l->n * l->k), items, gemv_task, &g);
     return;
   }
-  const int parts = gemm_parts(ctx, l->m, l->n, l->k);
+  const int parts = cpu_gemm_parts(ctx, l->m, l->n, l->k);
   gemm g = {.m = l->m,
             .n = l->n,
             .k = l->k,
@@ -1059,13 +1040,10 @@ kite_status cpu_quant_avx2(const kite_kernel *kk, kite_ctx *ctx, const void *arg
 kite_status cpu_linear_quant_avx2(const kite_kernel *kk, kite_ctx *ctx, const void *args) {
   const kite_linear_quant_args *a = args;
   if (a->k == 0) {
-    for (int64_t r = 0; r < a->m; r++)
-      for (int64_t j = 0; j < a->n; j++)
-        kite_store_f32(a->dtype, a->y, r * a->y_stride + j,
-                       a->bias ? kite_load_f32(a->dtype, a->bias, j) : 0);
+    cpu_linear_bias_only(a->dtype, a->m, a->n, a->bias, a->y, a->y_stride);
     return KITE_OK;
   }
-  const int parts = gemm_parts(ctx, a->m, a->n, a->k);
+  const int parts = cpu_gemm_parts(ctx, a->m, a->n, a->k);
   char *ws = NULL;
   kite_status s = workspace(ctx, "linear_quant",
                             (size_t)(a->m * a->n) * 4 + gemm_scratch_bytes(parts) + 2 * ALIGN, &ws);

@@ -234,6 +234,19 @@ CPU_INLINE void vf_stream_end(void) {
   _mm_sfence();
 }
 
+/* memcpy up to the first 32-byte boundary of d, then 32-byte streaming stores, then the rest. */
+CPU_INLINE void vb_copy_stream(void *d, const void *s, size_t n) {
+  char *dc = d;
+  const char *sc = s;
+  size_t head = (32 - (uintptr_t)dc % 32) % 32;
+  if (head > n) head = n;
+  memcpy(dc, sc, head);
+  size_t i = head;
+  for (; i + 32 <= n; i += 32)
+    _mm256_stream_si256((__m256i *)(dc + i), _mm256_loadu_si256((const __m256i *)(sc + i)));
+  memcpy(dc + i, sc + i, n - i);
+}
+
 #include "vec_math.h"
 
 #endif /* KITE_CPU_VEC_AVX2_H */

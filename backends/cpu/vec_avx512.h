@@ -9,6 +9,7 @@
 #define KITE_CPU_VEC_AVX512_H
 
 #include <immintrin.h>
+#include <string.h>
 
 #include "kite/backend.h"
 
@@ -158,6 +159,19 @@ CPU_INLINE void vf_store(kite_dtype t, void *p, int64_t i, vf v, int64_t m, bool
 
 CPU_INLINE void vf_stream_end(void) {
   _mm_sfence();
+}
+
+/* memcpy up to the first 64-byte boundary of d, then 64-byte streaming stores, then the rest. */
+CPU_INLINE void vb_copy_stream(void *d, const void *s, size_t n) {
+  char *dc = d;
+  const char *sc = s;
+  size_t head = (64 - (uintptr_t)dc % 64) % 64;
+  if (head > n) head = n;
+  memcpy(dc, sc, head);
+  size_t i = head;
+  for (; i + 64 <= n; i += 64)
+    _mm512_stream_si512((__m512i *)(dc + i), _mm512_loadu_si512((const void *)(sc + i)));
+  memcpy(dc + i, sc + i, n - i);
 }
 
 #include "vec_math.h"

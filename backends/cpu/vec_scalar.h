@@ -21,6 +21,7 @@
  *   vf_exp16, vf_exp16_nonpos, vf_sigmoid_den16, vf_div_pos16, vf_normal_cdf16
  *                                  the same within ~3e-6 relative, for results that are
  *                                  rounded to bf16 or f16
+ *   vb_copy_stream(d, s, n)        copies n bytes, the aligned body with streaming stores
  *   vf_stream_end()                orders streaming stores before a task reports completion
  *   CPU_VEC_STREAMS                1 when streaming stores exist
  *   CPU_VEC_UNROLL2                1 to walk full chunks by pairs (CPU_ROW)
@@ -33,6 +34,7 @@
 #define KITE_CPU_VEC_SCALAR_H
 
 #include <math.h>
+#include <string.h>
 
 #include "kite/dtype.h"
 
@@ -178,6 +180,10 @@ CPU_INLINE void vf_store(kite_dtype t, void *p, int64_t i, vf v, int64_t m, bool
     return;
   }
   for (int l = 0; l < VL && l < m; l++) ((float *)p)[i + l] = v.v[l];
+}
+
+CPU_INLINE void vb_copy_stream(void *d, const void *s, size_t n) {
+  memcpy(d, s, n);
 }
 
 CPU_INLINE void vf_stream_end(void) {}

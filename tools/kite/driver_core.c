@@ -344,7 +344,8 @@ typedef struct emb_geom {
 static const emb_geom g_emb[] = {
     {0, 8, 64, 0, 0, 1},       {1, 5, 1, 0, 0, 1},        {3, 50, 17, 0, 0, 1},
     {17, 50, 127, 5, 3, 1},    {9, 100, 1000, 0, 7, 1},   {33, 1000, 64, 1, 0, 1},
-    {64, 1000, 4096, 0, 0, 1}, {64, 1000, 4096, 3, 5, 0}, {512, 64, 4096, 0, 0, 1}};
+    {64, 1000, 4096, 0, 0, 1}, {64, 1000, 4096, 3, 5, 0}, {512, 64, 4096, 0, 0, 1},
+    {1031, 300, 4104, 3, 1, 1}}; /* moves > 16 MB at 2-byte types: the streaming path */
 static const emb_geom g_quick_emb[] = {
     {0, 8, 64, 0, 0, 1}, {3, 50, 17, 0, 0, 1}, {17, 50, 127, 5, 3, 1}, {9, 100, 1000, 0, 7, 1}};
 
@@ -377,6 +378,8 @@ static void core_check_cases(kite_op op, kite_dtype t, int quick, kt_case_list *
     kt_case_push(l, kt_case_default(op, t, sizes[i].rows, sizes[i].cols));
   if (op == KITE_OP_SOFTMAX && !quick)
     kt_case_push(l, kt_case_default(op, t, 2, 32000)); /* vocab */
+  if (!quick) /* > 16 MB moved at every type: the CPU's streaming-store path (CPU_STREAM_BYTES) */
+    kt_case_push(l, kt_case_default(op, t, 1031, 4104));
   const shape2 *opt = quick ? g_quick_option_sizes : g_option_sizes;
   int no = quick ? (int)(sizeof g_quick_option_sizes / sizeof *opt)
                  : (int)(sizeof g_option_sizes / sizeof *opt);
