@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
-for pkg in cmake make gcc libdlpack-dev libopenblas-dev; do
+for pkg in cmake make gcc libdlpack-dev libopenblas-dev libdnnl-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
