@@ -119,13 +119,17 @@ const kite_kernel cpu_gemm_kernels[] = {
           "OpenBLAS cblas_sgemm (f32), threads set to the ctx's per call"),
 #endif
 #if defined(KITE_HAVE_ONEDNN)
-    /* oneDNN matmul, above our kernels where it runs: its supports() leaves decode rows to the
-     * GEMV and offers bf16 / int8 only where oneDNN has them natively (AVX-512-BF16 or AMX; VNNI,
-     * for exact int32 sums). On a Xeon with AMX (2 threads, 2048^3) it ran f32 279 GFLOP/s (ours
-     * 189-239, OpenBLAS 219-297), bf16 1601 (ours 90-151), int8 1057 GOP/s (ours 507-851); on
-     * a Zen 3 f32 155 (ours 162, OpenBLAS 145). */
-    ENTRY(KITE_OP_LINEAR, "onednn", 24, 0, "", cpu_onednn_supports_linear, cpu_linear_onednn,
-          "oneDNN matmul (f32; bf16 with AVX-512-BF16 or AMX; not decode rows), strided views"),
+    /* oneDNN matmul. f32 ranks below ours and OpenBLAS (2048^3, 2 threads: Zen 3 137-147
+     * GFLOP/s against ours 144-162; a Xeon 250-279 against ours 192-276, OpenBLAS 161-297, a
+     * noisy host). bf16 and int8 rank above ours where oneDNN has them natively (AVX-512-BF16 or
+     * AMX; VNNI, for exact int32 sums), which its supports() checks: on a Xeon with AMX bf16 ran
+     * at 630-1601 GFLOP/s (ours 270, widened to f32) and int8 at 1057-2136 GOP/s (ours 680-850);
+     * bf16 decode rows stay with the GEMV. */
+    ENTRY(KITE_OP_LINEAR, "onednn", 14, 0, "", cpu_onednn_supports_linear, cpu_linear_onednn,
+          "oneDNN matmul, f32 (jit sgemm), strided views, no copies"),
+    ENTRY(KITE_OP_LINEAR, "onednn_bf16", 24, CPU_ISA_AVX512BF16, "avx512_bf16",
+          cpu_onednn_supports_linear_bf16, cpu_linear_onednn,
+          "oneDNN matmul, bf16 on AVX-512-BF16 / AMX (M > 8), strided views"),
     ENTRY(KITE_OP_LINEAR_QUANT, "onednn", 25, CPU_ISA_AVX512VNNI, "avx512_vnni",
           cpu_onednn_supports_linear_quant, cpu_linear_quant_onednn,
           "oneDNN s8 x s8 -> s32 matmul (VNNI/AMX), then scales and bias"),

@@ -72,6 +72,7 @@ kite_status cpu_linear_quant_avx512vnni(const kite_kernel *k, kite_ctx *ctx, con
 kite_status cpu_linear_onednn(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status cpu_linear_quant_onednn(const kite_kernel *k, kite_ctx *ctx, const void *args);
 bool cpu_onednn_supports_linear(const kite_kernel *k, const void *args, const char **why);
+bool cpu_onednn_supports_linear_bf16(const kite_kernel *k, const void *args, const char **why);
 bool cpu_onednn_supports_linear_quant(const kite_kernel *k, const void *args, const char **why);
 #endif
 #if defined(KITE_HAVE_OPENBLAS)

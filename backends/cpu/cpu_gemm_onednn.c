@@ -332,21 +332,28 @@ static bool rows_apart(int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_
 
 bool cpu_onednn_supports_linear(const kite_kernel *k, const void *args, const char **why) {
   const kite_linear_args *a = args;
-  if (a->dtype == KITE_DTYPE_BF16) {
-    if (!isa_reaches(dnnl_cpu_isa_avx512_core_bf16)) {
-      *why = "bf16 needs AVX-512-BF16 or AMX here (oneDNN would emulate it)";
-      return false;
-    }
-  } else if (a->dtype != KITE_DTYPE_F32) {
-    *why = "f32/bf16 only";
+  if (a->dtype != KITE_DTYPE_F32) {
+    *why = "f32 only (cpu.onednn_bf16 takes bf16)";
     return false;
   }
-  /* Decode shapes stay with the weight-streaming GEMV: oneDNN repacks the plain weights on every
-   * call (Xeon, AMX, 2 threads, N = K = 4096 bf16: M = 1 1569 us vs 728, M = 4 1552 vs 1127; at
-   * M = 16 it is 2.9x faster). Priority 24 puts it above our kernels for everything else. */
-  if (a->m <= (a->dtype == KITE_DTYPE_BF16 ? DECODE_M_BF16 : CPU_GEMV_MAX_M)) {
-    *why = a->dtype == KITE_DTYPE_BF16 ? "bf16 M <= 8: decode rows go to the GEMV (cpu.avx2)"
-                                       : "f32 M <= 16: decode rows go to the GEMV (cpu.avx2)";
+  return rows_apart(a->m, a->n, a->k, a->x_stride, a->w_stride, why);
+}
+
+bool cpu_onednn_supports_linear_bf16(const kite_kernel *k, const void *args, const char **why) {
+  const kite_linear_args *a = args;
+  if (a->dtype != KITE_DTYPE_BF16) {
+    *why = "bf16 only";
+    return false;
+  }
+  if (!isa_reaches(dnnl_cpu_isa_avx512_core_bf16)) {
+    *why = "bf16 needs AVX-512-BF16 or AMX here (oneDNN would emulate it)";
+    return false;
+  }
+  /* Decode rows stay with the weight-streaming GEMV: oneDNN repacks the plain weights on every
+   * call (Xeon, AMX, 2 threads, N = K = 4096: M = 1 1569 us vs 728, M = 4 1552 vs 1127; at
+   * M = 16 it is 2.9x faster). */
+  if (a->m <= DECODE_M_BF16) {
+    *why = "M <= 8: decode rows go to the GEMV (cpu.avx2)";
     return false;
   }
   return rows_apart(a->m, a->n, a->k, a->x_stride, a->w_stride, why);
