@@ -13,7 +13,9 @@
 #endif
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu.h"

@@ -211,6 +211,87 @@ static void act_task(const void *job, int64_t begin, int64_t end, int slot) {
 }
 #undef ACT_CASE
 
+/* ---- 16-bit inputs through a table ------------------------------------------------------
+ * A bf16 or f16 input has 65536 values, so a one-input activation of it is a table of 65536
+ * results (ggml keeps one for f16 gelu): one load per element instead of the exp or erf
+ * polynomial, 2x faster in cache for gelu on Zen 3. The table is built once per (op, dtype) by the
+ * vector path itself, so its results are bit for bit that path's. A call must have
+ * ACT_TABLE_MIN elements to use it: a smaller one would spend more on the cold 128 KB table. */
+#define ACT_TABLE_MIN ((int64_t)1 << 17)
+#define ACT_TABLE_CHUNK 256 /* elements looked up into an L1 buffer, then stored together */
+
+static _Atomic(uint16_t *) g_act_tables[4][2]; /* [silu, gelu, gelu_tanh, gelu_quick][bf16, f16] */
+
+static void act_task(const void *job, int64_t begin, int64_t end, int slot);
+
+/* The table of op over every 16-bit value of t, or NULL (no table for op, or out of memory:
+ * the caller computes instead). Racing first calls each build one; one is kept. */
+static const uint16_t *act_table(kite_op op, kite_dtype t) {
+  const int o = op == KITE_OP_SILU         ? 0
+                : op == KITE_OP_GELU       ? 1
+                : op == KITE_OP_GELU_TANH  ? 2
+                : op == KITE_OP_GELU_QUICK ? 3
+                                           : -1;
+  if (o < 0 || (t != KITE_DTYPE_BF16 && t != KITE_DTYPE_F16)) return NULL;
+  _Atomic(uint16_t *) *slot = &g_act_tables[o][t == KITE_DTYPE_F16];
+  uint16_t *tab = atomic_load_explicit(slot, memory_order_acquire);
+  if (tab) return tab;
+  uint16_t *in = malloc(sizeof(uint16_t) << 16);
+  tab = malloc(sizeof(uint16_t) << 16);
+  if (!in || !tab) {
+    free(in);
+    free(tab);
+    return NULL;
+  }
+  for (int v = 0; v < 1 << 16; v++) in[v] = (uint16_t)v;
+  const act_job j = {
+      .op = op,
+      .dtype = t,
+      .x = (const char *)in,
+      .x_stride = 1 << 16,
+      .y = (char *)tab,
+      .y_stride = 1 << 16,
+      .grid = {.rows = 1, .cols = 1 << 16, .blocks = 1, .block_cols = 1 << 16, .items = 1}};
+  act_task(&j, 0, 1, 0);
+  free(in);
+  uint16_t *none = NULL;
+  if (!atomic_compare_exchange_strong_explicit(slot, &none, tab, memory_order_acq_rel,
+                                               memory_order_acquire)) {
+    free(tab);
+    return none;
+  }
+  return tab;
+}
+
+typedef struct act_table_job {
+  const act_job *j;
+  const uint16_t *tab;
+} act_table_job;
+
+/* Not vectorized: GCC would build vectors lane by lane from the table loads (VPINSRW), slower
+ * than the plain loads and stores it replaces. */
+__attribute__((optimize("no-tree-vectorize"))) static void
+act_table_task(const void *job, int64_t begin, int64_t end, int slot) {
+  const act_table_job *tj = job;
+  const act_job *j = tj->j;
+  uint16_t buf[ACT_TABLE_CHUNK];
+  for (int64_t it = begin; it < end; it++) {
+    int64_t r, c0, c1;
+    cpu_grid_item(&j->grid, it, &r, &c0, &c1);
+    const uint16_t *x = (const uint16_t *)cpu_row(j->x, j->x_stride, r, 2) + c0;
+    uint16_t *y = (uint16_t *)cpu_row(j->y, j->y_stride, r, 2) + c0;
+    for (int64_t i = 0; i < c1 - c0; i += ACT_TABLE_CHUNK) {
+      const int64_t n = c1 - c0 - i < ACT_TABLE_CHUNK ? c1 - c0 - i : ACT_TABLE_CHUNK;
+      for (int64_t e = 0; e < n; e++) buf[e] = tj->tab[x[i + e]];
+      if (j->stream)
+        vb_copy_stream(y + i, buf, (size_t)n * 2);
+      else
+        memcpy(y + i, buf, (size_t)n * 2);
+    }
+  }
+  if (j->stream) vf_stream_end();
+}
+
 /* Shared by the plain and the gated entry points: up is NULL for the plain ones. */
 static kite_status act_launch(kite_ctx *ctx, kite_op op, kite_dtype t, int64_t rows, int64_t cols,
                               const void *x, const void *up, int64_t x_stride, void *y,
@@ -226,7 +307,10 @@ static kite_status act_launch(kite_ctx *ctx, kite_op op, kite_dtype t, int64_t r
                .stream = y != x && cpu_streams(rows * cols * cpu_esize(t) * (up ? 3 : 2)),
                .grid = cpu_grid_make(ctx, rows, cols)};
   const int64_t work = rows * cols * (up ? 3 : 2);
-  cpu_parallel_run(cpu_parallel_parts(ctx, j.grid.items, work), j.grid.items, act_task, &j);
+  const act_table_job tj = {.j = &j,
+                            .tab = !up && rows * cols >= ACT_TABLE_MIN ? act_table(op, t) : NULL};
+  cpu_parallel_run(cpu_parallel_parts(ctx, j.grid.items, work), j.grid.items,
+                   tj.tab ? act_table_task : act_task, tj.tab ? (const void *)&tj : &j);
   return KITE_OK;
 }
 
