@@ -39,7 +39,7 @@ if want build; then
   "$BUILD/bin/kite" list 2>&1 | awk '$1 == "linear" || $1 == "linear_quant"' | cut -c1-60
 fi
 
-caps="default avx512bf16 avx512vnni avx512 avx2 scalar"
+caps="default amx avx512bf16 avx512vnni avx512 avx2 scalar"
 # Runs "$@" under KITE_CPU_ISA=$cap (unset for default).
 capped() {
   local cap=$1

@@ -22,7 +22,7 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
   set_source_files_properties(${_cpu_dir}/cpu_gemm_avx2.c PROPERTIES
     COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
   set_source_files_properties(${_cpu_dir}/cpu_gemm_avx512.c PROPERTIES
-    COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512bf16;-mavx512vnni;-mfma;-mf16c")
+    COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512bf16;-mavx512vnni;-mamx-tile;-mamx-bf16;-mamx-int8;-mfma;-mf16c")
 endif()
 # Libraries linked into libkite: appended here, linked by the top-level CMakeLists.
 set(_gemm_defs "")

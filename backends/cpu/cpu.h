@@ -25,6 +25,7 @@ enum {
   CPU_F_AVX512DQ = 1u << 6,
   CPU_F_AVX512_BF16 = 1u << 7,
   CPU_F_AVX512_VNNI = 1u << 8,
+  CPU_F_AMX = 1u << 9, /* AMX-TILE, AMX-BF16 and AMX-INT8, with the OS saving tile state */
 };
 
 /* What each ISA build of the kernels needs, cumulative. */
@@ -34,10 +35,11 @@ enum {
 #define CPU_ISA_AVX512VNNI (CPU_ISA_AVX512 | CPU_F_AVX512_VNNI)
 /* Every CPU with AVX-512-BF16 (Cooper Lake, Sapphire Rapids, Zen 4) has VNNI too. */
 #define CPU_ISA_AVX512BF16 (CPU_ISA_AVX512VNNI | CPU_F_AVX512_BF16)
+#define CPU_ISA_AMX (CPU_ISA_AVX512BF16 | CPU_F_AMX)
 
 /* Detects the features (CPUID, and XGETBV for the OS saving the vector registers), capped by
- * KITE_CPU_ISA = scalar | avx2 | avx512 | avx512vnni | avx512bf16; an unknown value leaves no
- * cap. */
+ * KITE_CPU_ISA = scalar | avx2 | avx512 | avx512vnni | avx512bf16 | amx; an unknown value leaves
+ * no cap. */
 uint64_t cpu_features_detect(void);
 
 /* ---- threads (cpu_threadpool.c) ------------------------------------------------------------ *

@@ -38,6 +38,9 @@ static uint64_t detect_x86(void) {
   if (b & (1u << 30)) f |= CPU_F_AVX512BW;
   if (b & (1u << 31)) f |= CPU_F_AVX512VL;
   if (c & (1u << 11)) f |= CPU_F_AVX512_VNNI;
+  /* AMX-BF16 (22), AMX-TILE (24), AMX-INT8 (25); XCR0 bits 17-18: tile config and data state */
+  const unsigned amx = (1u << 22) | (1u << 24) | (1u << 25);
+  if ((d & amx) == amx && (xcr0 & 0x60000) == 0x60000) f |= CPU_F_AMX;
   __cpuid_count(7, 1, a, b, c, d);
   if (a & (1u << 5)) f |= CPU_F_AVX512_BF16;
   return f;
@@ -53,6 +56,7 @@ static uint64_t isa_cap(void) {
   if (strcmp(s, "avx512") == 0) return CPU_ISA_AVX512;
   if (strcmp(s, "avx512vnni") == 0) return CPU_ISA_AVX512VNNI;
   if (strcmp(s, "avx512bf16") == 0) return CPU_ISA_AVX512BF16;
+  if (strcmp(s, "amx") == 0) return CPU_ISA_AMX;
   return ~(uint64_t)0;
 }
 

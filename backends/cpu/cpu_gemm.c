@@ -41,6 +41,31 @@ static bool supports_bf16(const kite_kernel *k, const void *args, const char **w
   return true;
 }
 
+static bool supports_amx_bf16(const kite_kernel *k, const void *args, const char **why) {
+  if (((const kite_linear_args *)args)->dtype != KITE_DTYPE_BF16) {
+    *why = "bf16 only";
+    return false;
+  }
+  if (!cpu_amx_ready()) {
+    *why = "the OS did not grant the AMX tile state (arch_prctl)";
+    return false;
+  }
+  return true;
+}
+
+static bool supports_amx_i8(const kite_kernel *k, const void *args, const char **why) {
+  const kite_linear_quant_args *a = args;
+  if (a->qdtype != KITE_DTYPE_I8 || !cpu_is_float(a->dtype)) {
+    *why = "int8 into f32/f16/bf16 only";
+    return false;
+  }
+  if (!cpu_amx_ready()) {
+    *why = "the OS did not grant the AMX tile state (arch_prctl)";
+    return false;
+  }
+  return true;
+}
+
 static bool supports_i8(const kite_kernel *k, const void *args, const char **why) {
   const kite_linear_quant_args *a = args;
   if (a->qdtype != KITE_DTYPE_I8 || !cpu_is_float(a->dtype)) {
@@ -113,6 +138,12 @@ const kite_kernel cpu_gemm_kernels[] = {
           "avx512f,avx512bw,avx512vl,avx512dq,avx512_vnni", supports_i8,
           cpu_linear_quant_avx512vnni,
           "int8: x + 128 and w in 4-byte groups, 12x32 VPDPBUSD, int32 exact (int8 only)"),
+    ENTRY(KITE_OP_LINEAR, "amx", 19, CPU_ISA_AMX, "avx512f,avx512_bf16,amx_tile,amx_bf16",
+          supports_amx_bf16, cpu_linear_amx,
+          "bf16: 32x32 blocks of four TDPBF16PS tiles; M <= 16: the GEMV"),
+    ENTRY(KITE_OP_LINEAR_QUANT, "amx", 19, CPU_ISA_AMX, "avx512f,amx_tile,amx_int8",
+          supports_amx_i8, cpu_linear_quant_amx,
+          "int8: 32x32 blocks of four TDPBSSD tiles, int32 exact (int8 only)"),
 #endif
 #if defined(KITE_HAVE_OPENBLAS)
     ENTRY(KITE_OP_LINEAR, "openblas", 15, 0, "", supports_openblas, cpu_linear_openblas,

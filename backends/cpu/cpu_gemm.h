@@ -67,6 +67,10 @@ kite_status cpu_linear_quant_avx2(const kite_kernel *k, kite_ctx *ctx, const voi
 kite_status cpu_linear_avx512(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status cpu_linear_avx512bf16(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status cpu_linear_quant_avx512vnni(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status cpu_linear_amx(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status cpu_linear_quant_amx(const kite_kernel *k, kite_ctx *ctx, const void *args);
+/* Whether this process may use the AMX tiles (asks Linux once); false where it may not. */
+bool cpu_amx_ready(void);
 #endif
 #if defined(KITE_HAVE_ONEDNN)
 kite_status cpu_linear_onednn(const kite_kernel *k, kite_ctx *ctx, const void *args);

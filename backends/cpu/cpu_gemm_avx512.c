@@ -19,7 +19,10 @@
  * Threads split N (or M when N is narrow) into contiguous ranges, each packing its own panels.
  */
 #include <immintrin.h>
+#include <pthread.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "cpu_gemm.h"
 #include "kite/dtype.h"
@@ -29,6 +32,7 @@
 #define WKP 256 /* words per packed K block: w panel 32 KB (L1), x panel 8 KB */
 #define WMC 120 /* x rows per packed block (a multiple of WMR): 120 KB (L2) */
 #define WNC 1024
+#define AMX_MC 128 /* x rows per block on AMX, a multiple of 32 */
 #define WALIGN 64
 #define WMIN(a, b) ((a) < (b) ? (a) : (b))
 #define INLINE static inline __attribute__((always_inline))
@@ -48,13 +52,14 @@ typedef struct wgemm {
   int64_t ldy;
   const void *bias;
   const float *xs, *ws;  /* WK_I8: scales [m] and [n] */
-  const int32_t *colsum; /* WK_I8: sum_k w[n, k] */
+  const int32_t *colsum; /* WK_I8 on VPDPBUSD: sum_k w[n, k]; NULL on AMX (signed x signed) */
+  bool amx;              /* AMX tiles (WK_BF16, WK_I8) instead of the zmm micro-kernels */
   bool split_n;
   int64_t span;
   char *scratch;
 } wgemm;
 
-#define AP_BYTES ((size_t)WMC * WKP * 4)
+#define AP_BYTES ((size_t)AMX_MC * WKP * 4) /* >= WMC * WKP * 4 */
 #define BP_BYTES ((size_t)WNC * WKP * 4)
 
 /* Rows [r0, r0 + rows) of a matrix (row stride ld elements of es bytes), depth [k0, k0 + kc), into
@@ -219,7 +224,8 @@ static void epilogue(const wgemm *g, int64_t r0, int64_t r1, int64_t c0, int64_t
       __m512 v;
       if (g->kind == WK_I8) {
         __m512i s = _mm512_maskz_loadu_epi32(m, cr + j * 4);
-        s = _mm512_sub_epi32(s, _mm512_slli_epi32(_mm512_maskz_loadu_epi32(m, g->colsum + j), 7));
+        if (g->colsum)
+          s = _mm512_sub_epi32(s, _mm512_slli_epi32(_mm512_maskz_loadu_epi32(m, g->colsum + j), 7));
         v = _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(g->xs[r]));
         v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, g->ws + j));
       } else {
@@ -260,12 +266,123 @@ static void block(const wgemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1
   }
 }
 
+/* ---- AMX: 32 x 32 blocks of C in four 16 x 16 tiles --------------------------------------
+ * tmm0-3 C (f32 or int32), tmm4-5 two 16-row slices of x, tmm6-7 two 16-column slices of w.
+ * A tile row is 64 bytes: 16 words of depth. x is packed row-major (AMX_MC rows, each kp16
+ * words, zero padded), w in the same word panels as above (32 words a step), so a w tile is 16
+ * steps of 16 words, 128 bytes apart. TDPBF16PS and TDPBSSD (signed x signed: no shift of x). */
+typedef struct amx_cfg {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} amx_cfg;
+
+static void amx_configure(void) {
+  amx_cfg cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+  _tile_loadconfig(&cfg);
+}
+
+/* c[mr x nr] (=|+=) the 32 x 32 block of a (row-major, astride bytes) . b-panel over kp16 words
+ * (a multiple of 16). Edge blocks go through a local 32 x 32 buffer. */
+static void amx_kernel(wkind kind, int64_t kp16, const char *a, int64_t astride, const uint32_t *b,
+                       void *cv, int64_t ldc, int acc, int64_t mr, int64_t nr) {
+  float buf[32][32];
+  const bool full = mr == 32 && nr == 32;
+  char *c = full ? (char *)cv : (char *)buf;
+  const int64_t cs = full ? ldc * 4 : 128;
+  if (!full) {
+    memset(buf, 0, sizeof buf);
+    if (acc)
+      for (int64_t r = 0; r < mr; r++) memcpy(buf[r], (char *)cv + r * ldc * 4, (size_t)nr * 4);
+  }
+  if (acc || !full) {
+    _tile_loadd(0, c, cs);
+    _tile_loadd(1, c + 64, cs);
+    _tile_loadd(2, c + 16 * cs, cs);
+    _tile_loadd(3, c + 16 * cs + 64, cs);
+  } else {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  for (int64_t p = 0; p < kp16; p += 16) {
+    _tile_loadd(4, a + p * 4, astride);
+    _tile_loadd(5, a + 16 * astride + p * 4, astride);
+    _tile_loadd(6, b + p * WNR, WNR * 4);
+    _tile_loadd(7, b + p * WNR + 16, WNR * 4);
+    if (kind == WK_BF16) {
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    } else {
+      _tile_dpbssd(0, 4, 6);
+      _tile_dpbssd(1, 4, 7);
+      _tile_dpbssd(2, 5, 6);
+      _tile_dpbssd(3, 5, 7);
+    }
+  }
+  _tile_stored(0, c, cs);
+  _tile_stored(1, c + 64, cs);
+  _tile_stored(2, c + 16 * cs, cs);
+  _tile_stored(3, c + 16 * cs + 64, cs);
+  if (!full)
+    for (int64_t r = 0; r < mr; r++) memcpy((char *)cv + r * ldc * 4, buf[r], (size_t)nr * 4);
+}
+
+static void block_amx(const wgemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1, uint32_t *ap,
+                      uint32_t *bp) {
+  const int es = (int)kite_dtype_size(g->t);
+  const int64_t g_k = 4 / es; /* k values per word */
+  for (int64_t jc = n0; jc < n1; jc += WNC) {
+    const int64_t nc = WMIN(WNC, n1 - jc);
+    for (int64_t pc = 0; pc < g->k; pc += WKP * g_k) {
+      const int64_t kc = WMIN(WKP * g_k, g->k - pc), kp = (kc + g_k - 1) / g_k;
+      const int64_t kp16 = (kp + 15) / 16 * 16, astride = kp16 * 4;
+      for (int64_t jr = 0; jr < nc; jr += WNR) {
+        uint32_t *panel = bp + jr * kp16;
+        pack_words(g->w, g->ldw, es, jc + jr, WMIN(WNR, nc - jr), WNR, pc, kc, 0, panel);
+        memset(panel + kp * WNR, 0, (size_t)((kp16 - kp) * WNR) * 4);
+      }
+      for (int64_t ic = m0; ic < m1; ic += AMX_MC) {
+        const int64_t mc = WMIN(AMX_MC, m1 - ic), mc32 = (mc + 31) / 32 * 32;
+        char *a = (char *)ap;
+        for (int64_t r = 0; r < mc32; r++) {
+          char *row = a + r * astride;
+          const size_t have = r < mc ? (size_t)(kc * es) : 0;
+          if (have) memcpy(row, g->x + ((ic + r) * g->ldx + pc) * es, have);
+          memset(row + have, 0, (size_t)astride - have);
+        }
+        for (int64_t jr = 0; jr < nc; jr += WNR)
+          for (int64_t ir = 0; ir < mc; ir += 32)
+            amx_kernel(g->kind, kp16, a + ir * astride, astride, bp + jr * kp16,
+                       (char *)g->c + ((ic + ir) * g->ldc + jc + jr) * 4, g->ldc, pc > 0,
+                       WMIN(32, mc - ir), WMIN(WNR, nc - jr));
+        if (pc + kc >= g->k) epilogue(g, ic, ic + mc, jc, jc + nc);
+      }
+    }
+  }
+}
+
 static void task(const void *job, int64_t begin, int64_t end, int part) {
   const wgemm *g = job;
   uint32_t *ap = (uint32_t *)(g->scratch + (size_t)part * (AP_BYTES + BP_BYTES));
   uint32_t *bp = (uint32_t *)((char *)ap + AP_BYTES);
   const int64_t lo = begin * g->span, hi = WMIN(end * g->span, g->split_n ? g->n : g->m);
   if (lo >= hi) return;
+  if (g->amx) {
+    amx_configure();
+    if (g->split_n)
+      block_amx(g, 0, g->m, lo, hi, ap, bp);
+    else
+      block_amx(g, lo, hi, 0, g->n, ap, bp);
+    _tile_release();
+    return;
+  }
   if (g->split_n)
     block(g, 0, g->m, lo, hi, ap, bp);
   else
@@ -299,14 +416,15 @@ static void colsum_task(const void *job, int64_t begin, int64_t end, int part) {
 static kite_status run(kite_ctx *ctx, wgemm *g) {
   if (g->m == 0 || g->n == 0) return KITE_OK;
   const cpu_gemm_plan plan =
-      cpu_gemm_plan_make(cpu_gemm_parts(ctx, g->m, g->n, g->k), g->m, g->n, WMR, WNR);
+      cpu_gemm_plan_make(cpu_gemm_parts(ctx, g->m, g->n, g->k), g->m, g->n, g->amx ? 32 : WMR, WNR);
   g->split_n = plan.split_n;
   g->span = plan.span;
 
   /* workspace: [c (m x n x 4) when y is not f32 or is int8] [colsum (n x 4) for int8] [panels] */
   const bool own_c = g->kind == WK_I8 || g->yt != KITE_DTYPE_F32;
   const size_t cbytes = own_c ? ((size_t)(g->m * g->n) * 4 + WALIGN - 1) / WALIGN * WALIGN : 0;
-  const size_t sbytes = g->kind == WK_I8 ? ((size_t)g->n * 4 + WALIGN - 1) / WALIGN * WALIGN : 0;
+  const bool shifted = g->kind == WK_I8 && !g->amx; /* VPDPBUSD: x + 128, colsum to take off */
+  const size_t sbytes = shifted ? ((size_t)g->n * 4 + WALIGN - 1) / WALIGN * WALIGN : 0;
   void *ws = NULL;
   kite_status s = kite_ctx_workspace(
       ctx, cbytes + sbytes + (size_t)plan.parts * (AP_BYTES + BP_BYTES) + WALIGN, &ws);
@@ -319,7 +437,7 @@ static kite_status run(kite_ctx *ctx, wgemm *g) {
     g->c = g->y;
     g->ldc = g->ldy;
   }
-  if (g->kind == WK_I8) {
+  if (shifted) {
     g->colsum = (const int32_t *)(p + cbytes);
     cpu_parallel_run(cpu_parallel_parts(ctx, g->n, g->n * g->k), g->n, colsum_task, g);
   }
@@ -331,7 +449,7 @@ static kite_status run(kite_ctx *ctx, wgemm *g) {
 /* linear through the driver with kernel `kind`: WK_F32 for f32 / bf16 / f16 (16-bit types widened
  * while packed), WK_BF16 for bf16 pairs. */
 static kite_status linear(const kite_kernel *k, kite_ctx *ctx, const kite_linear_args *a,
-                          wkind kind) {
+                          wkind kind, bool amx) {
   /* Few rows are bound by reading w, not by multiplies: packing w would only add a pass over
    * it, so they take the weight-streaming GEMV (AVX2 code, present on every AVX-512 CPU). */
   if (a->m <= CPU_GEMV_MAX_M) return cpu_linear_avx2(k, ctx, a);
@@ -340,6 +458,7 @@ static kite_status linear(const kite_kernel *k, kite_ctx *ctx, const kite_linear
     return KITE_OK;
   }
   wgemm g = {.kind = kind,
+             .amx = amx,
              .t = a->dtype,
              .m = a->m,
              .n = a->n,
@@ -359,26 +478,31 @@ kite_status cpu_linear_avx512(const kite_kernel *k, kite_ctx *ctx, const void *a
   const kite_linear_args *a = args;
   if (!cpu_is_float(a->dtype))
     return kite_set_error(KITE_ERR_UNSUPPORTED, "linear: cpu.avx512: f32, f16, bf16 only");
-  return linear(k, ctx, a, WK_F32);
+  return linear(k, ctx, a, WK_F32, false);
 }
 
 kite_status cpu_linear_avx512bf16(const kite_kernel *k, kite_ctx *ctx, const void *args) {
   const kite_linear_args *a = args;
   if (a->dtype != KITE_DTYPE_BF16)
     return kite_set_error(KITE_ERR_UNSUPPORTED, "linear: cpu.avx512bf16: bf16 only");
-  return linear(k, ctx, a, WK_BF16);
+  return linear(k, ctx, a, WK_BF16, false);
 }
 
-kite_status cpu_linear_quant_avx512vnni(const kite_kernel *k, kite_ctx *ctx, const void *args) {
-  const kite_linear_quant_args *a = args;
-  if (a->qdtype != KITE_DTYPE_I8)
-    return kite_set_error(KITE_ERR_UNSUPPORTED, "linear_quant: cpu.avx512vnni: int8 only");
-  (void)k;
+kite_status cpu_linear_amx(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_linear_args *a = args;
+  if (a->dtype != KITE_DTYPE_BF16 || !cpu_amx_ready())
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "linear: cpu.amx: bf16 with AMX only");
+  return linear(k, ctx, a, WK_BF16, true);
+}
+
+/* int8 linear_quant on VPDPBUSD (x shifted, colsum) or AMX TDPBSSD. */
+static kite_status quant(kite_ctx *ctx, const kite_linear_quant_args *a, bool amx) {
   if (a->k == 0) {
     cpu_linear_bias_only(a->dtype, a->m, a->n, a->bias, a->y, a->y_stride);
     return KITE_OK;
   }
   wgemm g = {.kind = WK_I8,
+             .amx = amx,
              .t = KITE_DTYPE_I8,
              .m = a->m,
              .n = a->n,
@@ -394,4 +518,31 @@ kite_status cpu_linear_quant_avx512vnni(const kite_kernel *k, kite_ctx *ctx, con
              .xs = a->x_scales,
              .ws = a->w_scales};
   return run(ctx, &g);
+}
+
+kite_status cpu_linear_quant_avx512vnni(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_linear_quant_args *a = args;
+  if (a->qdtype != KITE_DTYPE_I8)
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "linear_quant: cpu.avx512vnni: int8 only");
+  return quant(ctx, a, false);
+}
+
+kite_status cpu_linear_quant_amx(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_linear_quant_args *a = args;
+  if (a->qdtype != KITE_DTYPE_I8 || !cpu_amx_ready())
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "linear_quant: cpu.amx: int8 with AMX only");
+  return quant(ctx, a, true);
+}
+
+/* Linux hands out the AMX tile state only to processes that ask (arch_prctl), once. */
+static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
+static bool g_amx_ok;
+
+static void amx_request(void) {
+  g_amx_ok = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+}
+
+bool cpu_amx_ready(void) {
+  pthread_once(&g_amx_once, amx_request);
+  return g_amx_ok;
 }
