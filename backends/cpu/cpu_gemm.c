@@ -138,14 +138,14 @@ const kite_kernel cpu_gemm_kernels[] = {
           "avx512f,avx512bw,avx512vl,avx512dq,avx512_vnni", supports_i8,
           cpu_linear_quant_avx512vnni,
           "int8: x + 128 and w in 4-byte groups, 12x32 VPDPBUSD, int32 exact (int8 only)"),
-    /* On a Sapphire Rapids Xeon (2 threads, 2048^3, two runs) bf16 608 / 581 GFLOP/s against
-     * oneDNN's 640 / 613, int8 1242 / 1879 GOP/s against 1047 / 1816. int8 ranks above oneDNN;
-     * bf16 just below cpu.onednn_bf16, which is 3x faster at M = 9-16 (it packs w in vector
-     * code, ours word by word, so ours leaves those rows to the GEMV) and declines M <= 8,
-     * where this entry takes over with the GEMV. */
+    /* On a Sapphire Rapids Xeon (2 threads, 2048^3, three runs) bf16 608 / 581 / 739 GFLOP/s
+     * against oneDNN's 640 / 613 / 729, int8 1242 / 1879 / 1245 GOP/s against 1047 / 1816 /
+     * 1023. int8 ranks above oneDNN; bf16 just below cpu.onednn_bf16, which is faster at
+     * M = 9-16 (16 x 4096 x 4096: 1557 us against 2932, ours padding x to 32 rows) and declines
+     * M <= 8, where this entry takes over (with the GEMV). */
     ENTRY(KITE_OP_LINEAR, "amx", 23, CPU_ISA_AMX, "avx512f,avx512_bf16,amx_tile,amx_bf16",
           supports_amx_bf16, cpu_linear_amx,
-          "bf16: 32x32 blocks of four TDPBF16PS tiles; M <= 16: the GEMV"),
+          "bf16: 32x32 blocks of four TDPBF16PS tiles; M <= 8: the GEMV"),
     ENTRY(KITE_OP_LINEAR_QUANT, "amx", 26, CPU_ISA_AMX, "avx512f,amx_tile,amx_int8",
           supports_amx_i8, cpu_linear_quant_amx,
           "int8: 32x32 blocks of four TDPBSSD tiles, int32 exact (int8 only)"),

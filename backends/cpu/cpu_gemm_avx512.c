@@ -33,6 +33,7 @@
 #define WMC 120 /* x rows per packed block (a multiple of WMR): 120 KB (L2) */
 #define WNC 1024
 #define AMX_MC 128 /* x rows per block on AMX, a multiple of 32 */
+#define AMX_GEMV_MAX_M 8
 #define WALIGN 64
 #define WMIN(a, b) ((a) < (b) ? (a) : (b))
 #define INLINE static inline __attribute__((always_inline))
@@ -62,12 +63,64 @@ typedef struct wgemm {
 #define AP_BYTES ((size_t)AMX_MC * WKP * 4) /* >= WMC * WKP * 4 */
 #define BP_BYTES ((size_t)WNC * WKP * 4)
 
+/* In-register 16 x 16 transpose of 32-bit words: r[i] (row i) becomes column i. Unpacks pair the
+ * words and then the doublewords of four rows inside each 128-bit lane (u[4g + c] holds, in lane
+ * L, rows 4g .. 4g + 3 of column 4L + c); lane shuffles then gather column 4L + c from
+ * u[c], u[4 + c], u[8 + c], u[12 + c]. */
+INLINE void transpose16(__m512i r[16]) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int g = 0; g < 16; g += 4) {
+    u[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+    u[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+    u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+    u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+  }
+  for (int c = 0; c < 4; c++) {
+    const __m512i x0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44);
+    const __m512i x1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xee);
+    const __m512i y0 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
+    const __m512i y1 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xee);
+    r[c] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+    r[4 + c] = _mm512_shuffle_i32x4(x0, y0, 0xdd);
+    r[8 + c] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(x1, y1, 0xdd);
+  }
+}
+
+/* The first `full` words (rounded down to 16) of a whole w panel (WNR rows) through 16 x 16
+ * transposes; returns how many words of each row it packed. */
+static int64_t pack_words_x16(const char *base, int64_t ld, int es, int64_t r0, int64_t k0,
+                              int64_t full, uint32_t flip, uint32_t *out) {
+  const __m512i f = _mm512_set1_epi32((int)flip);
+  const int64_t n16 = full / 16 * 16;
+  for (int h = 0; h < WNR / 16; h++) {
+    const char *v[16];
+    for (int i = 0; i < 16; i++) v[i] = base + ((r0 + 16 * h + i) * ld + k0) * es;
+    for (int64_t p0 = 0; p0 < n16; p0 += 16) {
+      __m512i r[16];
+      for (int i = 0; i < 16; i++)
+        r[i] = _mm512_xor_si512(_mm512_loadu_si512((const void *)(v[i] + 4 * p0)), f);
+      transpose16(r);
+      for (int j = 0; j < 16; j++) _mm512_storeu_si512(out + (p0 + j) * WNR + 16 * h, r[j]);
+    }
+  }
+  return n16;
+}
+
 /* Rows [r0, r0 + rows) of a matrix (row stride ld elements of es bytes), depth [k0, k0 + kc), into
  * `width` words per step: out[p * width + i]. flip is XORed into every word (0x80808080 turns
- * int8 x into x + 128); the part of the last word past kc is zero before the flip. */
+ * int8 x into x + 128); the part of the last word past kc is zero before the flip. Whole w panels
+ * go through 16 x 16 transposes (word by word, packing 16 rows of w took longer than the
+ * multiplies on AMX). */
 static void pack_words(const char *base, int64_t ld, int es, int64_t r0, int64_t rows, int width,
                        int64_t k0, int64_t kc, uint32_t flip, uint32_t *out) {
   const int64_t g = 4 / es, full = kc / g, words = (kc + g - 1) / g;
+  const int64_t done =
+      width == WNR && rows == WNR ? pack_words_x16(base, ld, es, r0, k0, full, flip, out) : 0;
   for (int i = 0; i < width; i++) {
     uint32_t *o = out + i;
     if (i >= rows) {
@@ -75,7 +128,7 @@ static void pack_words(const char *base, int64_t ld, int es, int64_t r0, int64_t
       continue;
     }
     const char *v = base + ((r0 + i) * ld + k0) * es;
-    for (int64_t p = 0; p < full; p++) {
+    for (int64_t p = done; p < full; p++) {
       uint32_t u;
       memcpy(&u, v + 4 * p, 4);
       o[p * width] = u ^ flip;
@@ -452,9 +505,9 @@ static kite_status linear(const kite_kernel *k, kite_ctx *ctx, const kite_linear
                           wkind kind, bool amx) {
   /* Few rows are bound by reading w, not by multiplies: packing w would only add a pass over
    * it, so they take the weight-streaming GEMV (AVX2 code, present on every AVX-512 CPU). On AMX
-   * too: with 16 rows the scalar word packing of w made the tiles slower than the GEMV (Xeon,
-   * 2 threads, bf16 16 x 4096 x 4096: 7476 us against 5699). */
-  if (a->m <= CPU_GEMV_MAX_M) return cpu_linear_avx2(k, ctx, a);
+   * the multiplies cost so little that from 9 rows on the tiles win (w is packed in L2-sized
+   * blocks and still read from memory once). */
+  if (a->m <= (amx ? AMX_GEMV_MAX_M : CPU_GEMV_MAX_M)) return cpu_linear_avx2(k, ctx, a);
   if (a->k == 0) {
     cpu_linear_bias_only(a->dtype, a->m, a->n, a->bias, a->y, a->y_stride);
     return KITE_OK;
