@@ -339,11 +339,12 @@ static void amx_configure(void) {
 }
 
 /* c[mr x nr] (=|+=) the 32 x 32 block of a (row-major, astride bytes) . b-panel over kp16 words
- * (a multiple of 16). Edge blocks go through a local 32 x 32 buffer. */
+ * (a multiple of 16). Edge blocks go through a local 32 x 32 buffer; a block of at most 16 rows
+ * (decode-sized x) uses only the upper two C tiles and one x tile. */
 static void amx_kernel(wkind kind, int64_t kp16, const char *a, int64_t astride, const uint32_t *b,
                        void *cv, int64_t ldc, int acc, int64_t mr, int64_t nr) {
   float buf[32][32];
-  const bool full = mr == 32 && nr == 32;
+  const bool full = mr == 32 && nr == 32, half = mr <= 16;
   char *c = full ? (char *)cv : (char *)buf;
   const int64_t cs = full ? ldc * 4 : 128;
   if (!full) {
@@ -364,17 +365,21 @@ static void amx_kernel(wkind kind, int64_t kp16, const char *a, int64_t astride,
   }
   for (int64_t p = 0; p < kp16; p += 16) {
     _tile_loadd(4, a + p * 4, astride);
-    _tile_loadd(5, a + 16 * astride + p * 4, astride);
     _tile_loadd(6, b + p * WNR, WNR * 4);
     _tile_loadd(7, b + p * WNR + 16, WNR * 4);
     if (kind == WK_BF16) {
       _tile_dpbf16ps(0, 4, 6);
       _tile_dpbf16ps(1, 4, 7);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
     } else {
       _tile_dpbssd(0, 4, 6);
       _tile_dpbssd(1, 4, 7);
+    }
+    if (half) continue;
+    _tile_loadd(5, a + 16 * astride + p * 4, astride);
+    if (kind == WK_BF16) {
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    } else {
       _tile_dpbssd(2, 5, 6);
       _tile_dpbssd(3, 5, 7);
     }
@@ -402,7 +407,7 @@ static void block_amx(const wgemm *g, int64_t m0, int64_t m1, int64_t n0, int64_
         memset(panel + kp * WNR, 0, (size_t)((kp16 - kp) * WNR) * 4);
       }
       for (int64_t ic = m0; ic < m1; ic += AMX_MC) {
-        const int64_t mc = WMIN(AMX_MC, m1 - ic), mc32 = (mc + 31) / 32 * 32;
+        const int64_t mc = WMIN(AMX_MC, m1 - ic), mc32 = (mc + 15) / 16 * 16; /* rows packed */
         char *a = (char *)ap;
         for (int64_t r = 0; r < mc32; r++) {
           char *row = a + r * astride;
