@@ -41,31 +41,6 @@ static bool supports_bf16(const kite_kernel *k, const void *args, const char **w
   return true;
 }
 
-static bool supports_amx_bf16(const kite_kernel *k, const void *args, const char **why) {
-  if (((const kite_linear_args *)args)->dtype != KITE_DTYPE_BF16) {
-    *why = "bf16 only";
-    return false;
-  }
-  if (!cpu_amx_ready()) {
-    *why = "the OS did not grant the AMX tile state (arch_prctl)";
-    return false;
-  }
-  return true;
-}
-
-static bool supports_amx_i8(const kite_kernel *k, const void *args, const char **why) {
-  const kite_linear_quant_args *a = args;
-  if (a->qdtype != KITE_DTYPE_I8 || !cpu_is_float(a->dtype)) {
-    *why = "int8 into f32/f16/bf16 only";
-    return false;
-  }
-  if (!cpu_amx_ready()) {
-    *why = "the OS did not grant the AMX tile state (arch_prctl)";
-    return false;
-  }
-  return true;
-}
-
 static bool supports_i8(const kite_kernel *k, const void *args, const char **why) {
   const kite_linear_quant_args *a = args;
   if (a->qdtype != KITE_DTYPE_I8 || !cpu_is_float(a->dtype)) {
@@ -73,6 +48,22 @@ static bool supports_i8(const kite_kernel *k, const void *args, const char **why
     return false;
   }
   return true;
+}
+
+/* The OS hands the AMX tile state to a process that asks (cpu_amx_ready); where it refuses, the
+ * AMX entries decline. */
+static bool amx_granted(const char **why) {
+  if (cpu_amx_ready()) return true;
+  *why = "the OS did not grant the AMX tile state (arch_prctl)";
+  return false;
+}
+
+static bool supports_amx_bf16(const kite_kernel *k, const void *args, const char **why) {
+  return supports_bf16(k, args, why) && amx_granted(why);
+}
+
+static bool supports_amx_i8(const kite_kernel *k, const void *args, const char **why) {
+  return supports_i8(k, args, why) && amx_granted(why);
 }
 #endif
 

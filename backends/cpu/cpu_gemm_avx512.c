@@ -290,35 +290,6 @@ static void epilogue(const wgemm *g, int64_t r0, int64_t r1, int64_t c0, int64_t
   }
 }
 
-static void block(const wgemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1, uint32_t *ap,
-                  uint32_t *bp) {
-  const int64_t g_k = g->kind == WK_BF16 ? 2 : g->kind == WK_I8 ? 4 : 1; /* k values per word */
-  const uint32_t flip = g->kind == WK_I8 ? 0x80808080u : 0;
-  void (*kernel)(int64_t, const uint32_t *, const uint32_t *, void *, int64_t, int, int64_t,
-                 int64_t) = g->kind == WK_F32    ? kernel_f32_12x32
-                            : g->kind == WK_BF16 ? kernel_bf16_12x32
-                                                 : kernel_i8_12x32;
-  for (int64_t jc = n0; jc < n1; jc += WNC) {
-    const int64_t nc = WMIN(WNC, n1 - jc);
-    for (int64_t pc = 0; pc < g->k; pc += WKP * g_k) {
-      const int64_t kc = WMIN(WKP * g_k, g->k - pc), kp = (kc + g_k - 1) / g_k;
-      for (int64_t jr = 0; jr < nc; jr += WNR)
-        pack_panel(g, g->w, g->ldw, jc + jr, WMIN(WNR, nc - jr), WNR, pc, kc, 0, bp + jr * kp);
-      for (int64_t ic = m0; ic < m1; ic += WMC) {
-        const int64_t mc = WMIN(WMC, m1 - ic);
-        for (int64_t ir = 0; ir < mc; ir += WMR)
-          pack_panel(g, g->x, g->ldx, ic + ir, WMIN(WMR, mc - ir), WMR, pc, kc, flip, ap + ir * kp);
-        for (int64_t jr = 0; jr < nc; jr += WNR)
-          for (int64_t ir = 0; ir < mc; ir += WMR)
-            kernel(kp, ap + ir * kp, bp + jr * kp,
-                   (char *)g->c + ((ic + ir) * g->ldc + jc + jr) * 4, g->ldc, pc > 0,
-                   WMIN(WMR, mc - ir), WMIN(WNR, nc - jr));
-        if (pc + kc >= g->k) epilogue(g, ic, ic + mc, jc, jc + nc);
-      }
-    }
-  }
-}
-
 /* ---- AMX: 32 x 32 blocks of C in four 16 x 16 tiles --------------------------------------
  * tmm0-3 C (f32 or int32), tmm4-5 two 16-row slices of x, tmm6-7 two 16-column slices of w.
  * A tile row is 64 bytes: 16 words of depth. x is packed row-major (AMX_MC rows, each kp16
@@ -337,6 +308,15 @@ static void amx_configure(void) {
   for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
   _tile_loadconfig(&cfg);
 }
+
+/* C tile d += x tile xa . w tile wb (tile numbers are immediates). */
+#define AMX_DP(kind, d, xa, wb)                                                                    \
+  do {                                                                                             \
+    if ((kind) == WK_BF16)                                                                         \
+      _tile_dpbf16ps(d, xa, wb);                                                                   \
+    else                                                                                           \
+      _tile_dpbssd(d, xa, wb);                                                                     \
+  } while (0)
 
 /* c[mr x nr] (=|+=) the 32 x 32 block of a (row-major, astride bytes) . b-panel over kp16 words
  * (a multiple of 16). Edge blocks go through a local 32 x 32 buffer; a block of at most 16 rows
@@ -367,22 +347,12 @@ static void amx_kernel(wkind kind, int64_t kp16, const char *a, int64_t astride,
     _tile_loadd(4, a + p * 4, astride);
     _tile_loadd(6, b + p * WNR, WNR * 4);
     _tile_loadd(7, b + p * WNR + 16, WNR * 4);
-    if (kind == WK_BF16) {
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-    } else {
-      _tile_dpbssd(0, 4, 6);
-      _tile_dpbssd(1, 4, 7);
-    }
+    AMX_DP(kind, 0, 4, 6);
+    AMX_DP(kind, 1, 4, 7);
     if (half) continue;
     _tile_loadd(5, a + 16 * astride + p * 4, astride);
-    if (kind == WK_BF16) {
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
-    } else {
-      _tile_dpbssd(2, 5, 6);
-      _tile_dpbssd(3, 5, 7);
-    }
+    AMX_DP(kind, 2, 5, 6);
+    AMX_DP(kind, 3, 5, 7);
   }
   _tile_stored(0, c, cs);
   _tile_stored(1, c + 64, cs);
@@ -392,34 +362,58 @@ static void amx_kernel(wkind kind, int64_t kp16, const char *a, int64_t astride,
     for (int64_t r = 0; r < mr; r++) memcpy((char *)cv + r * ldc * 4, buf[r], (size_t)nr * 4);
 }
 
-static void block_amx(const wgemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1, uint32_t *ap,
-                      uint32_t *bp) {
-  const int es = (int)kite_dtype_size(g->t);
-  const int64_t g_k = 4 / es; /* k values per word */
+/* x rows [ic, ic + mc) for the AMX tiles, row-major: rows of astride bytes, zero past kc and,
+ * up to a multiple of 16 rows, past mc. */
+static void pack_rows_amx(const wgemm *g, int64_t ic, int64_t mc, int64_t pc, int64_t kc,
+                          int64_t astride, char *a) {
+  const int64_t es = (int64_t)kite_dtype_size(g->t), rows = (mc + 15) / 16 * 16;
+  for (int64_t r = 0; r < rows; r++) {
+    char *row = a + r * astride;
+    const size_t have = r < mc ? (size_t)(kc * es) : 0;
+    if (have) memcpy(row, g->x + ((ic + r) * g->ldx + pc) * es, have);
+    memset(row + have, 0, (size_t)astride - have);
+  }
+}
+
+/* Rows [m0, m1) x columns [n0, n1) of y: w panels packed per (N, K) block, x per (M, K) block,
+ * then the zmm micro-kernels (12 x 32) or the AMX tiles (32 x 32, g->amx). */
+static void block(const wgemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1, uint32_t *ap,
+                  uint32_t *bp) {
+  const int64_t g_k = g->kind == WK_BF16 ? 2 : g->kind == WK_I8 ? 4 : 1; /* k values per word */
+  const uint32_t flip = g->colsum ? 0x80808080u : 0;                     /* VPDPBUSD: x + 128 */
+  const int64_t mcb = g->amx ? AMX_MC : WMC, mrb = g->amx ? 32 : WMR;
+  void (*kernel)(int64_t, const uint32_t *, const uint32_t *, void *, int64_t, int, int64_t,
+                 int64_t) = g->kind == WK_F32    ? kernel_f32_12x32
+                            : g->kind == WK_BF16 ? kernel_bf16_12x32
+                                                 : kernel_i8_12x32;
   for (int64_t jc = n0; jc < n1; jc += WNC) {
     const int64_t nc = WMIN(WNC, n1 - jc);
     for (int64_t pc = 0; pc < g->k; pc += WKP * g_k) {
       const int64_t kc = WMIN(WKP * g_k, g->k - pc), kp = (kc + g_k - 1) / g_k;
-      const int64_t kp16 = (kp + 15) / 16 * 16, astride = kp16 * 4;
+      const int64_t steps = g->amx ? (kp + 15) / 16 * 16 : kp; /* AMX: whole 16-word tiles */
       for (int64_t jr = 0; jr < nc; jr += WNR) {
-        uint32_t *panel = bp + jr * kp16;
-        pack_words(g->w, g->ldw, es, jc + jr, WMIN(WNR, nc - jr), WNR, pc, kc, 0, panel);
-        memset(panel + kp * WNR, 0, (size_t)((kp16 - kp) * WNR) * 4);
+        uint32_t *panel = bp + jr * steps;
+        pack_panel(g, g->w, g->ldw, jc + jr, WMIN(WNR, nc - jr), WNR, pc, kc, 0, panel);
+        memset(panel + kp * WNR, 0, (size_t)((steps - kp) * WNR) * 4);
       }
-      for (int64_t ic = m0; ic < m1; ic += AMX_MC) {
-        const int64_t mc = WMIN(AMX_MC, m1 - ic), mc32 = (mc + 15) / 16 * 16; /* rows packed */
-        char *a = (char *)ap;
-        for (int64_t r = 0; r < mc32; r++) {
-          char *row = a + r * astride;
-          const size_t have = r < mc ? (size_t)(kc * es) : 0;
-          if (have) memcpy(row, g->x + ((ic + r) * g->ldx + pc) * es, have);
-          memset(row + have, 0, (size_t)astride - have);
-        }
+      for (int64_t ic = m0; ic < m1; ic += mcb) {
+        const int64_t mc = WMIN(mcb, m1 - ic);
+        if (g->amx)
+          pack_rows_amx(g, ic, mc, pc, kc, steps * 4, (char *)ap);
+        else
+          for (int64_t ir = 0; ir < mc; ir += WMR)
+            pack_panel(g, g->x, g->ldx, ic + ir, WMIN(WMR, mc - ir), WMR, pc, kc, flip,
+                       ap + ir * kp);
         for (int64_t jr = 0; jr < nc; jr += WNR)
-          for (int64_t ir = 0; ir < mc; ir += 32)
-            amx_kernel(g->kind, kp16, a + ir * astride, astride, bp + jr * kp16,
-                       (char *)g->c + ((ic + ir) * g->ldc + jc + jr) * 4, g->ldc, pc > 0,
-                       WMIN(32, mc - ir), WMIN(WNR, nc - jr));
+          for (int64_t ir = 0; ir < mc; ir += mrb) {
+            char *c = (char *)g->c + ((ic + ir) * g->ldc + jc + jr) * 4;
+            const int64_t mr = WMIN(mrb, mc - ir), nr = WMIN(WNR, nc - jr);
+            if (g->amx)
+              amx_kernel(g->kind, steps, (const char *)ap + ir * steps * 4, steps * 4,
+                         bp + jr * steps, c, g->ldc, pc > 0, mr, nr);
+            else
+              kernel(kp, ap + ir * kp, bp + jr * kp, c, g->ldc, pc > 0, mr, nr);
+          }
         if (pc + kc >= g->k) epilogue(g, ic, ic + mc, jc, jc + nc);
       }
     }
@@ -432,19 +426,12 @@ static void task(const void *job, int64_t begin, int64_t end, int part) {
   uint32_t *bp = (uint32_t *)((char *)ap + AP_BYTES);
   const int64_t lo = begin * g->span, hi = WMIN(end * g->span, g->split_n ? g->n : g->m);
   if (lo >= hi) return;
-  if (g->amx) {
-    amx_configure();
-    if (g->split_n)
-      block_amx(g, 0, g->m, lo, hi, ap, bp);
-    else
-      block_amx(g, lo, hi, 0, g->n, ap, bp);
-    _tile_release();
-    return;
-  }
+  if (g->amx) amx_configure(); /* the tile configuration is per thread */
   if (g->split_n)
     block(g, 0, g->m, lo, hi, ap, bp);
   else
     block(g, lo, hi, 0, g->n, ap, bp);
+  if (g->amx) _tile_release();
 }
 
 /* colsum[j] = sum_k w[j, k] for int8 w: 64 bytes a step, biased to unsigned for VPSADBW. */

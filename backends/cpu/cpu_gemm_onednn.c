@@ -380,6 +380,25 @@ static dnnl_data_type_t dnnl_type(kite_dtype t) {
   return t == KITE_DTYPE_BF16 ? dnnl_bf16 : t == KITE_DTYPE_F16 ? dnnl_f16 : dnnl_f32;
 }
 
+/* Runs c through its cached primitive, the scratchpad (and, with out_bytes > 0, c's dst as a
+ * compact block in front of it) taken from the ctx workspace. */
+static kite_status mm_run(kite_ctx *ctx, mm_call *c, size_t out_bytes) {
+  normalize_strides(c);
+  prim_entry *e = NULL;
+  kite_status s = entry_get(c, &e);
+  if (s != KITE_OK) return s;
+  void *ws = NULL;
+  if (out_bytes + e->scratch_bytes)
+    s = kite_ctx_workspace(ctx, out_bytes + e->scratch_bytes + 2 * ALIGN, &ws);
+  if (s == KITE_OK) {
+    char *p = ws ? align_up(ws) : NULL;
+    if (out_bytes) c->y = p, p = align_up(p + out_bytes);
+    s = entry_execute(c, e, p);
+  }
+  cache_release(e);
+  return s;
+}
+
 kite_status cpu_linear_onednn(const kite_kernel *kk, kite_ctx *ctx, const void *args) {
   const kite_linear_args *a = args;
   if (a->dtype != KITE_DTYPE_F32 && a->dtype != KITE_DTYPE_BF16)
@@ -406,15 +425,7 @@ kite_status cpu_linear_onednn(const kite_kernel *kk, kite_ctx *ctx, const void *
                .bias = a->bias,
                .y = a->y,
                .threads = kite_ctx_num_threads(ctx)};
-  normalize_strides(&c);
-  prim_entry *e;
-  kite_status s = entry_get(&c, &e);
-  if (s != KITE_OK) return s;
-  void *ws = NULL;
-  if (e->scratch_bytes) s = kite_ctx_workspace(ctx, e->scratch_bytes + ALIGN, &ws);
-  if (s == KITE_OK) s = entry_execute(&c, e, ws ? align_up(ws) : NULL);
-  cache_release(e);
-  return s;
+  return mm_run(ctx, &c, 0);
 }
 
 /* y[r, j] = acc[r, j] * x_scales[r] * w_scales[j] + bias[j], rounded once to the dtype. */
@@ -458,17 +469,7 @@ kite_status cpu_linear_quant_onednn(const kite_kernel *kk, kite_ctx *ctx, const 
                .x = a->xq,
                .w = a->wq,
                .threads = kite_ctx_num_threads(ctx)};
-  normalize_strides(&c);
-  prim_entry *e;
-  kite_status s = entry_get(&c, &e);
-  if (s != KITE_OK) return s;
-  void *ws = NULL;
-  s = kite_ctx_workspace(ctx, acc_bytes + e->scratch_bytes + 2 * ALIGN, &ws);
-  if (s == KITE_OK) {
-    c.y = align_up(ws);
-    s = entry_execute(&c, e, align_up((char *)c.y + acc_bytes));
-  }
-  cache_release(e);
+  const kite_status s = mm_run(ctx, &c, acc_bytes);
   if (s == KITE_OK) scale_rows(a, c.y);
   return s;
 }
