@@ -57,7 +57,6 @@ CPU_INLINE vf norm_dev_sq(kite_dtype t, bool add, kite_norm_pos pos, const char 
   return vf_mul(d, d);
 }
 
-/* The output chunk: y, and the residual for the fused forms (PRE keeps s, POST keeps y). */
 /* The next row's lines at byte offset off (next, next_res: NULL for none). */
 CPU_INLINE void norm_prefetch_next(const char *next, const char *next_res, int64_t off) {
   if (!next) return;
@@ -74,6 +73,7 @@ CPU_INLINE vf norm_y(bool rms, vf s, vf mean, vf rstd, vf offset, const char *w,
   return v;
 }
 
+/* The output chunk: y, and the residual for the fused forms (PRE keeps s, POST keeps y). */
 CPU_INLINE void norm_out(kite_dtype t, bool rms, bool add, kite_norm_pos pos, const char *x,
                          char *res, const float *srow, const char *w, const char *b, char *y,
                          vf offset, vf mean, vf rstd, int64_t i, int64_t m, bool stream,
