@@ -219,8 +219,8 @@ CPU_INLINE void vf_store2(kite_dtype t, void *p, int64_t i, vf a, vf b, bool str
   } else {
     ha = avx2_bf16_high(a), hb = avx2_bf16_high(b);
   }
-  const __m256i v = _mm256_or_si256(_mm256_srli_epi32(ha, 16),
-                                    _mm256_and_si256(hb, _mm256_set1_epi32((int)0xffff0000u)));
+  /* the odd words from b's high halves, the even ones from a's shifted down: one blend */
+  const __m256i v = _mm256_blend_epi16(_mm256_srli_epi32(ha, 16), hb, 0xaa);
   __m128i *dst = (__m128i *)((uint16_t *)p + i);
   if (stream) { /* streaming stores are aligned to 16 bytes (cpu_stream_head), not 32 */
     _mm_stream_si128(dst, _mm256_castsi256_si128(v));

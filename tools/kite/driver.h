@@ -82,6 +82,7 @@ typedef struct kt_case {
   int64_t pad_x, pad_y; /* extra elements after each row of x (and residual, table) and of y */
   int inplace;          /* y is x */
   float amp, shift;     /* float inputs are uniform in [shift - amp, shift + amp] */
+  int step;             /* norms: x's first 32 elements of a row sit at shift + 16 amp */
   /* norms */
   int with_w, with_b;
   float eps, offset;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "driver.h"
+#include "util.h"
 #include "kite/dtype.h"
 
 /* argument slots */
@@ -96,6 +97,7 @@ static void core_describe(const kt_case *c, char *buf, size_t n) {
     kt_cat(buf, n, &len, " scale=%g", (double)c->scale);
   if (c->amp != 1.0f || c->shift != 0.0f)
     kt_cat(buf, n, &len, " in[%g,%g]", (double)(c->shift - c->amp), (double)(c->shift + c->amp));
+  if (c->step) kt_cat(buf, n, &len, " step");
   if (c->pad_x) kt_cat(buf, n, &len, " x+%lld", (long long)c->pad_x);
   if (c->pad_y) kt_cat(buf, n, &len, " y+%lld", (long long)c->pad_y);
   if (c->inplace) kt_cat(buf, n, &len, " inplace");
@@ -133,6 +135,19 @@ static void plan_rope(kt_run *r, const kt_case *c, float lo, float hi) {
                             KT_FILL_UNIFORM, lo, hi);
 }
 
+/* Norm rows whose first 32 elements sit far above the rest, which is uniform as usual: a
+ * row's start says little of its mean (layer norm's one-pass variance must notice). */
+static void fill_step(const kt_run *r, int vi, uint64_t seed, unsigned char *body) {
+  const kt_view *v = &r->view[vi];
+  const float lo = r->c.shift - r->c.amp, span = 2.0f * r->c.amp;
+  for (int64_t e = 0, n = kt_view_numel(v); e < n; e++) {
+    int64_t at = kt_view_at(v, e);
+    double x = e % v->shape[1] < 32 ? r->c.shift + 16.0 * r->c.amp
+                                    : lo + span * kt_unit(seed, (uint64_t)at);
+    kt_store(v->dtype, body, at, x);
+  }
+}
+
 static void core_plan(kt_run *r, const kt_case *c) {
   kite_dtype t = c->dtype;
   float lo = c->shift - c->amp, hi = c->shift + c->amp;
@@ -149,6 +164,10 @@ static void core_plan(kt_run *r, const kt_case *c) {
     break;
   case KT_NORM:
     r->arg[A_X] = kt_add_matrix(r, "x", t, c->inplace ? KT_INOUT : KT_IN, R, C, c->pad_x, lo, hi);
+    if (c->step) {
+      r->view[r->arg[A_X]].fill = KT_FILL_CUSTOM;
+      r->view[r->arg[A_X]].fill_fn = fill_step;
+    }
     if (has_residual(c->op))
       r->arg[A_RES] = kt_add_matrix(r, "residual", t, KT_INOUT, R, C, c->pad_x, -c->amp, c->amp);
     if (c->with_w) r->arg[A_W] = add_vector(r, "w", t, C, KT_FILL_UNIFORM, -1.0f, 1.0f);
@@ -289,7 +308,9 @@ static void gen_rows(kt_case_list *l, kite_op op, kite_dtype t, shape2 s) {
             kt_case_push(l, c);
           }
     c = base, c.inplace = 1, kt_case_push(l, c);
-    c = base, c.shift = 3.0f, kt_case_push(l, c); /* mean far from 0: layer norm's variance */
+    c = base, c.shift = 3.0f, kt_case_push(l, c);   /* mean far from 0: layer norm's variance */
+    c = base, c.shift = 100.0f, kt_case_push(l, c); /* mean 170 std from 0 */
+    c = base, c.step = 1, c.pad_x = 3, kt_case_push(l, c);
     c = base, c.amp = 50.0f, c.pad_y = 2, kt_case_push(l, c);
     break;
   }
