@@ -84,6 +84,14 @@ CPU_INLINE void vf_store2(kite_dtype t, void *p, int64_t i, vf a, vf b, bool str
   vf_store(t, p, i, a, VL, stream);
   vf_store(t, p, i + VL, b, VL, stream);
 }
+#define VF_PAIR_LANES_SPLIT(t) 0
+/* 2 VL floats from p[i...] in the lanes vf_load2(t) gives a pair of t elements, for f32
+ * operands (cosines, weights) that meet such a pair lane by lane. */
+CPU_INLINE void vf_load2_f32_as(kite_dtype t, const float *p, int64_t i, vf *a, vf *b) {
+  (void)t;
+  *a = vf_load(KITE_DTYPE_F32, p, i, VL);
+  *b = vf_load(KITE_DTYPE_F32, p, i + VL, VL);
+}
 #endif
 
 /* Elements before p is aligned for a full-vector streaming store of type t. Clears *stream when

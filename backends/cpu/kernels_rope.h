@@ -2,7 +2,10 @@
  * Rotary position embedding, in place on q[tokens, hq, D] and k[tokens, hkv, D]. Pair i turns by
  * the angle whose cosine and sine are cache row p's [i] and [half + i]:
  *   (x0, x1) -> (x0 cos - x1 sin, x1 cos + x0 sin).
- * neox pairs (i, i + half): contiguous cosines meet contiguous halves, plain vector code.
+ * neox pairs (i, i + half): contiguous cosines meet contiguous halves, plain vector code; the
+ *   cosines and sines of a token are copied once (by blocks of dims) into the order of lanes a
+ *   pair of vectors of the heads' type is loaded in (vf_load2_f32_as), so that every head of the
+ *   token goes through vf_load2 / vf_store2, which for bf16 are far cheaper than single vectors.
  * gptj pairs (2i, 2i + 1): the angles are expanded once per token (and block of dims) into
  *   ce = (c0 c0 c1 c1 ...), se = (-s0 s0 -s1 s1 ...), and then y = x * ce + swap_pairs(x) * se
  *   for every head of the token.
@@ -16,12 +19,38 @@ static inline char *rope_head(const kite_rope_args *a, int64_t tok, int64_t h, i
   return cpu_row(a->k, 1, tok * a->k_stride_t + (h - a->hq) * a->k_stride_h, es);
 }
 
-CPU_INLINE void rope_neox_chunk(kite_dtype t, char *v, const float *cs, int64_t half, int64_t i,
-                                int64_t m) {
-  const vf c = vf_load(KITE_DTYPE_F32, cs, i, m), s = vf_load(KITE_DTYPE_F32, cs + half, i, m);
+CPU_INLINE void rope_neox_chunk(kite_dtype t, char *v, const float *co, const float *so,
+                                int64_t half, int64_t i, int64_t m) {
+  const vf c = vf_load(KITE_DTYPE_F32, co, i, m), s = vf_load(KITE_DTYPE_F32, so, i, m);
   const vf x0 = vf_load(t, v, i, m), x1 = vf_load(t, v, half + i, m);
   vf_store(t, v, i, vf_sub(vf_mul(x0, c), vf_mul(x1, s)), m, false);
   vf_store(t, v, half + i, vf_fma(x1, c, vf_mul(x0, s)), m, false);
+}
+
+/* The same on the pair of chunks at i, with co / so in vf_load2's order of lanes. */
+CPU_INLINE void rope_neox_pair(kite_dtype t, char *v, const float *co, const float *so,
+                               int64_t half, int64_t i) {
+  vf x0a, x0b, x1a, x1b;
+  vf_load2(t, v, i, &x0a, &x0b);
+  vf_load2(t, v, half + i, &x1a, &x1b);
+  const vf ca = vf_load(KITE_DTYPE_F32, co, i, VL), cb = vf_load(KITE_DTYPE_F32, co, i + VL, VL);
+  const vf sa = vf_load(KITE_DTYPE_F32, so, i, VL), sb = vf_load(KITE_DTYPE_F32, so, i + VL, VL);
+  vf_store2(t, v, i, vf_sub(vf_mul(x0a, ca), vf_mul(x1a, sa)),
+            vf_sub(vf_mul(x0b, cb), vf_mul(x1b, sb)), false);
+  vf_store2(t, v, half + i, vf_fma(x1a, ca, vf_mul(x0a, sa)), vf_fma(x1b, cb, vf_mul(x0b, sb)),
+            false);
+}
+
+/* n cosines (or sines) from src into dst, the pairs of chunks that CPU_ROW_PAIRS walks in
+ * vf_load2(t)'s order of lanes, the single chunks as they are. */
+CPU_INLINE void rope_order_chunk(const float *src, float *dst, int64_t i, int64_t m) {
+  vf_store(KITE_DTYPE_F32, dst, i, vf_load(KITE_DTYPE_F32, src, i, m), m, false);
+}
+CPU_INLINE void rope_order_pair(kite_dtype t, const float *src, float *dst, int64_t i) {
+  vf a, b;
+  vf_load2_f32_as(t, src, i, &a, &b);
+  vf_store(KITE_DTYPE_F32, dst, i, a, VL, false);
+  vf_store(KITE_DTYPE_F32, dst, i + VL, b, VL, false);
 }
 
 CPU_INLINE void rope_gptj_chunk(kite_dtype t, char *v, const float *ce, const float *se, int64_t i,
@@ -35,14 +64,24 @@ CPU_INLINE void rope_tokens(kite_dtype t, const kite_rope_args *a, int64_t begin
   const int64_t es = cpu_esize(t), half = a->rot_dim / 2, heads = a->hq + a->hkv;
   for (int64_t tok = begin; tok < end; tok++) {
     const float *cs = a->cos_sin + (int64_t)a->positions[tok] * a->rot_dim;
+    float ce[ROPE_BLOCK], se[ROPE_BLOCK];
     if (a->style == KITE_ROPE_NEOX) {
-      for (int64_t h = 0; h < heads; h++) {
-        char *v = rope_head(a, tok, h, es);
-        CPU_ROW(i, m, half, VL, rope_neox_chunk(t, v, cs, half, i, m));
+      for (int64_t i0 = 0; i0 < half; i0 += ROPE_BLOCK) {
+        const int64_t n = half - i0 < ROPE_BLOCK ? half - i0 : ROPE_BLOCK;
+        const float *co = cs + i0, *so = cs + half + i0;
+        if (VF_PAIR_LANES_SPLIT(t)) {
+          CPU_ROW_PAIRS(i, m, n, VL, rope_order_chunk(co, ce, i, m), rope_order_pair(t, co, ce, i));
+          CPU_ROW_PAIRS(i, m, n, VL, rope_order_chunk(so, se, i, m), rope_order_pair(t, so, se, i));
+          co = ce, so = se;
+        }
+        for (int64_t h = 0; h < heads; h++) {
+          char *v = rope_head(a, tok, h, es) + i0 * es;
+          CPU_ROW_PAIRS(i, m, n, VL, rope_neox_chunk(t, v, co, so, half, i, m),
+                        rope_neox_pair(t, v, co, so, half, i));
+        }
       }
       continue;
     }
-    float ce[ROPE_BLOCK], se[ROPE_BLOCK];
     for (int64_t d0 = 0; d0 < a->rot_dim; d0 += ROPE_BLOCK) {
       const int64_t n = a->rot_dim - d0 < ROPE_BLOCK ? a->rot_dim - d0 : ROPE_BLOCK;
       for (int64_t d = 0; d < n; d++) {

@@ -205,6 +205,23 @@ CPU_INLINE void vf_load2(kite_dtype t, const void *p, int64_t i, vf *a, vf *b) {
   *b = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000u)));
 }
 
+/* Whether vf_load2(t) puts a pair's lanes in another order than two vf_load would. */
+#define VF_PAIR_LANES_SPLIT(t) ((t) == KITE_DTYPE_BF16)
+/* 2 VL floats from p[i...] in the lanes vf_load2(t) puts a pair of t elements in: for bf16, the
+ * even ones (p[i], p[i + 2] ...) in a and the odd ones in b. */
+CPU_INLINE void vf_load2_f32_as(kite_dtype t, const float *p, int64_t i, vf *a, vf *b) {
+  const vf lo = _mm256_loadu_ps(p + i), hi = _mm256_loadu_ps(p + i + VL);
+  if (t != KITE_DTYPE_BF16) {
+    *a = lo, *b = hi;
+    return;
+  }
+  /* (0 2 8 10 | 4 6 12 14), then its 64-bit quarters back in order */
+  *a = _mm256_castpd_ps(
+      _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0x88)), 0xd8));
+  *b = _mm256_castpd_ps(
+      _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0xdd)), 0xd8));
+}
+
 CPU_INLINE void vf_store2(kite_dtype t, void *p, int64_t i, vf a, vf b, bool stream) {
   if (t != KITE_DTYPE_BF16) {
     vf_store(t, p, i, a, VL, stream);
