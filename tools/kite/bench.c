@@ -5,7 +5,9 @@
  * of the same kernel. Benchmarks report; they never fail on time.
  *
  * Timing: one warm-up call, then batches of calls followed by kite_ctx_synchronize on the host
- * clock, each batch >= ~20 ms; the median over the batches (default 5) per call. A (kernel,
+ * clock, each batch >= ~20 ms; the median over the batches (default 5) per call. On the CPU a
+ * 256 MB host copy is timed before every batch and %memcpy compares the kernel's median with the
+ * median of those copies. A (kernel,
  * shape) gets at most a fixed time budget: batches shrink, then fewer batches, and a kernel whose
  * single call exceeds the budget (ref on the largest shapes) is measured by that one call.
  */
@@ -29,14 +31,10 @@
 
 /* ---- timing ------------------------------------------------------------------------------ */
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 typedef struct timing {
-  double us; /* median per call */
-  int calls; /* timed calls */
+  double us;      /* median per call */
+  int calls;      /* timed calls */
+  double ceiling; /* GB/s, median of the host copies timed between the batches; 0: none */
   char msg[256];
 } timing;
 
@@ -48,9 +46,12 @@ static kite_status call_sync(kt_run *r, call_fn call) {
   return s;
 }
 
-/* Times call(r) with r's op pinned to k (NULL: default dispatch). */
+/* Times call(r) with r's op pinned to k (NULL: default dispatch). With `beside`, one host copy is
+ * timed before every batch (then one untimed call, so that the batch finds the caches as a run of
+ * calls leaves them): a shared host's bandwidth drifts within seconds, and a ceiling sampled in
+ * the same moments as the kernel keeps %memcpy a comparison of like with like. */
 static kite_status time_call(kt_run *r, const kt_kernel *k, call_fn call, double budget, int repeat,
-                             timing *tm) {
+                             kt_host_copy *beside, timing *tm) {
   memset(tm, 0, sizeof *tm);
   kite_status s = kt_pin(r->c.op, k);
   double t0 = kt_now();
@@ -63,6 +64,7 @@ static kite_status time_call(kt_run *r, const kt_kernel *k, call_fn call, double
   if (first >= budget) { /* one call is all the budget allows */
     tm->us = first * 1e6;
     tm->calls = 1;
+    if (beside) tm->ceiling = kt_host_copy_gbs(beside);
     return KITE_OK;
   }
   /* per-call estimate over >= 10 ms (one call for slow kernels); the warm-up call may have
@@ -81,8 +83,13 @@ static kite_status time_call(kt_run *r, const kt_kernel *k, call_fn call, double
   while ((double)reps * (double)batch * est > budget && batch > 1) batch /= 2;
   while ((double)reps * (double)batch * est > budget && reps > 2) reps--;
 
-  double t[1000];
+  double t[1000], g[1000];
   for (int i = 0; i < reps && s == KITE_OK; i++) {
+    if (beside) {
+      g[i] = kt_host_copy_gbs(beside);
+      s = call_sync(r, call);
+      if (s != KITE_OK) break;
+    }
     t0 = kt_now();
     for (long j = 0; j < batch && s == KITE_OK; j++) s = call(r);
     if (s == KITE_OK) s = kite_ctx_synchronize(r->ctx);
@@ -92,15 +99,15 @@ static kite_status time_call(kt_run *r, const kt_kernel *k, call_fn call, double
     snprintf(tm->msg, sizeof tm->msg, "%s", kite_last_error());
     return s;
   }
-  qsort(t, (size_t)reps, sizeof t[0], cmp_double);
-  tm->us = t[reps / 2] * 1e6;
+  tm->us = kt_median(t, reps) * 1e6;
   tm->calls = reps * (int)batch;
+  if (beside) tm->ceiling = kt_median(g, reps);
   return KITE_OK;
 }
 
 static kite_status time_kernel(kt_run *r, const kt_kernel *k, double budget, int repeat,
-                               timing *tm) {
-  return time_call(r, k, kt_call, budget, repeat, tm);
+                               kt_host_copy *beside, timing *tm) {
+  return time_call(r, k, kt_call, budget, repeat, beside, tm);
 }
 
 /* Allocates r on ctx and fills its inputs. On the CPU the buffers are host memory and are
@@ -134,7 +141,8 @@ typedef struct bench {
   const kt_opts *o;
   kt_registry reg;
   kt_devices dev;
-  double ceiling[KT_MAX_DEVICES]; /* GB/s per device of dev */
+  double ceiling[KT_MAX_DEVICES]; /* GB/s per device of dev, measured at the start */
+  kt_host_copy *copy;             /* the CPU ceiling, timed again beside every CPU row */
   int threads;
   int header_done;
 } bench;
@@ -156,7 +164,8 @@ static void print_result(bench *b, const kt_case *c, const char *kernel, DLDevic
                          const timing *tm, double ref_us) {
   char shape[64];
   kt_case_shape(c, shape, sizeof shape);
-  double gbs = kt_case_bytes(c) / (tm->us * 1e-6) * 1e-9, ceil_gbs = ceiling_of(b, dev);
+  double gbs = kt_case_bytes(c) / (tm->us * 1e-6) * 1e-9;
+  double ceil_gbs = tm->ceiling > 0 ? tm->ceiling : ceiling_of(b, dev);
   double pct = ceil_gbs > 0 ? 100.0 * gbs / ceil_gbs : 0;
   double gflops = kt_case_flops(c) / (tm->us * 1e-6) * 1e-9; /* 0: a memory-bound op */
   if (b->o->json) {
@@ -247,7 +256,7 @@ static void bench_case(bench *b, const kt_case *c, const kt_kernel *ref, size_t 
     }
     timing tm;
     if (ref_here) {
-      s = time_kernel(&r, ref, REF_BUDGET, repeat, &tm);
+      s = time_kernel(&r, ref, REF_BUDGET, repeat, NULL, &tm);
       if (s == KITE_OK) ref_us = tm.us;
       if (kt_kernel_selected(ref, o)) {
         if (s == KITE_OK)
@@ -261,10 +270,7 @@ static void bench_case(bench *b, const kt_case *c, const kt_kernel *ref, size_t 
       if (k == ref || k->op != c->op || k->device != type || !k->runs_here ||
           !kt_kernel_selected(k, o))
         continue;
-      /* a shared host's bandwidth drifts over a run: the CPU ceiling is measured again beside
-       * every row, so that its %memcpy compares like with like */
-      if (type == kDLCPU) b->ceiling[d] = kt_host_memcpy_gbs(b->threads, CEILING_BYTES);
-      s = time_kernel(&r, k, KERNEL_BUDGET, repeat, &tm);
+      s = time_kernel(&r, k, KERNEL_BUDGET, repeat, type == kDLCPU ? b->copy : NULL, &tm);
       if (s == KITE_OK)
         print_result(b, c, k->name, type, &tm, ref_us);
       else
@@ -275,7 +281,8 @@ static void bench_case(bench *b, const kt_case *c, const kt_kernel *ref, size_t 
     if (any && fam->alt_call && fam->alt_name && fam->alt_name(c)) {
       char name[96];
       snprintf(name, sizeof name, "(%s)", fam->alt_name(c));
-      s = time_call(&r, NULL, fam->alt_call, KERNEL_BUDGET, repeat, &tm);
+      s = time_call(&r, NULL, fam->alt_call, KERNEL_BUDGET, repeat, type == kDLCPU ? b->copy : NULL,
+                    &tm);
       if (s == KITE_OK)
         print_result(b, c, name, type, &tm, ref_us);
       else
@@ -286,9 +293,17 @@ static void bench_case(bench *b, const kt_case *c, const kt_kernel *ref, size_t 
 }
 
 static void measure_ceilings(bench *b) {
-  for (int d = 0; d < b->dev.n; d++)
-    b->ceiling[d] = b->dev.type[d] == kDLCPU ? kt_host_memcpy_gbs(b->threads, CEILING_BYTES)
-                                             : kt_device_memcpy_gbs(b->dev.ctx[d], CEILING_BYTES);
+  for (int d = 0; d < b->dev.n; d++) {
+    if (b->dev.type[d] != kDLCPU) {
+      b->ceiling[d] = kt_device_memcpy_gbs(b->dev.ctx[d], CEILING_BYTES);
+      continue;
+    }
+    enum { REPS = 5 };
+    double g[REPS] = {0};
+    if (!b->copy) b->copy = kt_host_copy_open(b->threads, CEILING_BYTES);
+    for (int r = 0; r < REPS && b->copy; r++) g[r] = kt_host_copy_gbs(b->copy);
+    b->ceiling[d] = kt_median(g, REPS);
+  }
 }
 
 static void print_machine(const bench *b, const char *shapes) {
@@ -330,6 +345,7 @@ static int bench_open(bench *b, const kt_opts *o) {
 }
 
 static void bench_close(bench *b) {
+  kt_host_copy_close(b->copy);
   kt_devices_close(&b->dev);
   kt_registry_free(&b->reg);
 }
@@ -376,8 +392,7 @@ static double ns_per_call(kite_ctx *ctx, api_fn api, const DLTensor *x, const DL
     t[rep] = (kt_now() - t0) * 1e9 / DISPATCH_CALLS;
     if (s != KITE_OK) *ok = 0;
   }
-  qsort(t, 3, sizeof t[0], cmp_double);
-  return t[1];
+  return kt_median(t, 3);
 }
 
 static int bench_dispatch(const kt_opts *o) {
@@ -590,8 +605,9 @@ void kt_bench_summary(void) {
       const kt_kernel *def = kt_default_kernel(&b.reg, ops[i], type);
       if (!def || prepare(&r, b.dev.ctx[d], type) != KITE_OK) continue;
       timing tm, tr;
-      if (type == kDLCPU && ref && time_kernel(&r, ref, 0.25, 3, &tr) == KITE_OK) ref_us = tr.us;
-      kite_status s = time_kernel(&r, NULL, 0.25, 5, &tm);
+      if (type == kDLCPU && ref && time_kernel(&r, ref, 0.25, 3, NULL, &tr) == KITE_OK)
+        ref_us = tr.us;
+      kite_status s = time_kernel(&r, NULL, 0.25, 5, NULL, &tm);
       printf("  %-14s %-14s %-6s %-20s", kite_op_name(ops[i]), shape, kite_device_name(type),
              def->name);
       if (s == KITE_OK) {

@@ -357,27 +357,54 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+struct kt_host_copy {
+  char *src, *dst;
+  size_t bytes;
+  int threads;
+};
+
+kt_host_copy *kt_host_copy_open(int threads, size_t bytes) {
+  kt_host_copy *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->src = malloc(bytes), c->dst = malloc(bytes);
+  if (!c->src || !c->dst) {
+    kt_host_copy_close(c);
+    return NULL;
+  }
+  c->bytes = bytes;
+  c->threads = threads < 1 ? kt_online_cpus() : threads;
+  /* touch every page first so the timed copies do not count page faults */
+  memset(c->src, 1, bytes);
+  memset(c->dst, 0, bytes);
+  parallel_memcpy(c->dst, c->src, bytes, c->threads); /* warm-up */
+  return c;
+}
+
+double kt_host_copy_gbs(kt_host_copy *c) {
+  double t0 = kt_now();
+  parallel_memcpy(c->dst, c->src, c->bytes, c->threads);
+  return 2.0 * (double)c->bytes / (kt_now() - t0) * 1e-9;
+}
+
+void kt_host_copy_close(kt_host_copy *c) {
+  if (!c) return;
+  free(c->src), free(c->dst);
+  free(c);
+}
+
+double kt_median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof v[0], cmp_double);
+  return v[n / 2];
+}
+
 double kt_host_memcpy_gbs(int threads, size_t bytes) {
   enum { REPS = 5 };
-  if (threads < 1) threads = kt_online_cpus();
-  char *src = malloc(bytes), *dst = malloc(bytes);
-  if (!src || !dst) {
-    free(src), free(dst);
-    return 0;
-  }
-  /* touch every page first so the timed copies do not count page faults */
-  memset(src, 1, bytes);
-  memset(dst, 0, bytes);
-  double t[REPS];
-  parallel_memcpy(dst, src, bytes, threads); /* warm-up */
-  for (int r = 0; r < REPS; r++) {
-    double t0 = kt_now();
-    parallel_memcpy(dst, src, bytes, threads);
-    t[r] = kt_now() - t0;
-  }
-  free(src), free(dst);
-  qsort(t, REPS, sizeof t[0], cmp_double);
-  return 2.0 * (double)bytes / t[REPS / 2] * 1e-9;
+  kt_host_copy *c = kt_host_copy_open(threads, bytes);
+  if (!c) return 0;
+  double g[REPS];
+  for (int r = 0; r < REPS; r++) g[r] = kt_host_copy_gbs(c);
+  kt_host_copy_close(c);
+  return kt_median(g, REPS);
 }
 
 double kt_device_memcpy_gbs(kite_ctx *ctx, size_t bytes) {
@@ -395,8 +422,7 @@ double kt_device_memcpy_gbs(kite_ctx *ctx, size_t bytes) {
       t[r] = kt_now() - t0;
     }
     if (ok) {
-      qsort(t, REPS, sizeof t[0], cmp_double);
-      gbs = 2.0 * (double)bytes / t[REPS / 2] * 1e-9;
+      gbs = 2.0 * (double)bytes / kt_median(t, REPS) * 1e-9;
     }
   }
   if (src) kite_free(ctx, src);
