@@ -8,7 +8,8 @@
  *   token goes through vf_load2 / vf_store2, which for bf16 are far cheaper than single vectors.
  * gptj pairs (2i, 2i + 1): the angles are expanded once per token (and block of dims) into
  *   ce = (c0 c0 c1 c1 ...), se = (-s0 s0 -s1 s1 ...), and then y = x * ce + swap_pairs(x) * se
- *   for every head of the token.
+ *   for every head of the token; where a pair of vectors of the heads' type holds the even
+ *   elements in one and the odd ones in the other (bf16 on AVX2), full chunks need neither.
  * Threads split the tokens. Part of kernels.h.
  */
 
@@ -60,6 +61,16 @@ CPU_INLINE void rope_gptj_chunk(kite_dtype t, char *v, const float *ce, const fl
   vf_store(t, v, i, vf_fma(x, vf_load(KITE_DTYPE_F32, ce, i, m), turned), m, false);
 }
 
+/* gptj on the pair of chunks at i when vf_load2(t) splits even and odd elements: a pair's two
+ * elements meet in the same lane of a and b, and its angles are contiguous in the cache (co, so:
+ * the cosines and sines of the block's first pair). */
+CPU_INLINE void rope_gptj_pair(kite_dtype t, char *v, const float *co, const float *so, int64_t i) {
+  vf x0, x1;
+  vf_load2(t, v, i, &x0, &x1);
+  const vf c = vf_load(KITE_DTYPE_F32, co, i / 2, VL), s = vf_load(KITE_DTYPE_F32, so, i / 2, VL);
+  vf_store2(t, v, i, vf_sub(vf_mul(x0, c), vf_mul(x1, s)), vf_fma(x1, c, vf_mul(x0, s)), false);
+}
+
 CPU_INLINE void rope_tokens(kite_dtype t, const kite_rope_args *a, int64_t begin, int64_t end) {
   const int64_t es = cpu_esize(t), half = a->rot_dim / 2, heads = a->hq + a->hkv;
   for (int64_t tok = begin; tok < end; tok++) {
@@ -89,9 +100,14 @@ CPU_INLINE void rope_tokens(kite_dtype t, const kite_rope_args *a, int64_t begin
         ce[d] = cs[pair];
         se[d] = d % 2 ? cs[half + pair] : -cs[half + pair];
       }
+      const float *co = cs + d0 / 2, *so = cs + half + d0 / 2;
       for (int64_t h = 0; h < heads; h++) {
         char *v = rope_head(a, tok, h, es) + d0 * es;
-        CPU_ROW(i, m, n, VL, rope_gptj_chunk(t, v, ce, se, i, m));
+        if (VF_PAIR_LANES_SPLIT(t))
+          CPU_ROW_PAIRS(i, m, n, VL, rope_gptj_chunk(t, v, ce, se, i, m),
+                        rope_gptj_pair(t, v, co, so, i));
+        else
+          CPU_ROW(i, m, n, VL, rope_gptj_chunk(t, v, ce, se, i, m));
       }
     }
   }
