@@ -13,7 +13,7 @@
  * Threads split the tokens. Part of kernels.h.
  */
 
-#define ROPE_BLOCK 256 /* gptj: rotated dims whose expanded angles sit on the stack at once */
+#define ROPE_BLOCK 256 /* dims (gptj) or pairs (neox) whose angles sit on the stack at once */
 
 static inline char *rope_head(const kite_rope_args *a, int64_t tok, int64_t h, int64_t es) {
   if (h < a->hq) return cpu_row(a->q, 1, tok * a->q_stride_t + h * a->q_stride_h, es);
