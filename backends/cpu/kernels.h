@@ -84,6 +84,7 @@ CPU_INLINE void vf_store2(kite_dtype t, void *p, int64_t i, vf a, vf b, bool str
   vf_store(t, p, i, a, VL, stream);
   vf_store(t, p, i + VL, b, VL, stream);
 }
+/* Whether vf_load2(t) puts a pair's lanes in another order than two vf_load: not here. */
 #define VF_PAIR_LANES_SPLIT(t) 0
 /* 2 VL floats from p[i...] in the lanes vf_load2(t) gives a pair of t elements, for f32
  * operands (cosines, weights) that meet such a pair lane by lane. */

@@ -3,19 +3,19 @@
  * the PRE/POST rule). The row is read for its statistics, then again (from L1/L2) for the output:
  *   rms:   y = s * rstd * (offset + w),  rstd = 1 / sqrt(mean(s^2) + eps)
  *   layer: y = (s - mean) * rstd * w + b. The mean is k + E[d], d = s - k, k the mean of the
- *          row's first chunk (so |mean - k| is about std / 4): sums of d lose far less than sums
- *          of s when |mean| >> std. f32 takes the variance around the mean in a second pass,
- *          which stays accurate where E[s^2] - mean^2 would not. The 16-bit types sum d^2 in the
- *          first pass too, var = E[d^2] - E[d]^2; a row where E[d]^2 > 4 var, whose difference
- *          would cancel more than 2 bits, takes the second pass after all. Sums of 8 / 16 lanes in
- * f32 lose at most ~1e-5 of E[d^2] <= 5 var, far below a 16-bit output's half ulp (2e-3 bf16, 5e-4
- * f16); the pass saved is 20% of the 16-bit layer norms' time, which is arithmetic-bound. s is the
- * row the norm sees: x, or x + residual in float (POST), or that sum rounded to the dtype (PRE: the
- * value the residual keeps); the fused forms on 16-bit types keep it in an f32 scratch row (per
- * thread, from the ctx workspace) after the first pass. The residual is written in the output pass
- * only, and y may alias x: every chunk is read before it is written. Only a y that is not x
- * streams: a line that was just read is in cache already, and a streaming store to it would be
- * slower. Part of kernels.h.
+ *          row's first two vectors: sums of d lose far less than sums of s when |mean| >> std.
+ *          f32 takes the variance around the mean in a second pass, which stays accurate where
+ *          E[s^2] - mean^2 would not. The 16-bit types sum d^2 in the first pass too,
+ *          var = E[d^2] - E[d]^2, and take the second pass only for a row where E[d]^2 > 4 var
+ *          (the difference would cancel more than 2 bits). Sums of 8 / 16 lanes in f32 lose at
+ *          most ~1e-5 of E[d^2] <= 5 var, far below a 16-bit output's half ulp (2e-3 bf16,
+ *          5e-4 f16); the pass saved is 13 % of a bf16 layer norm's time on Zen 3.
+ * s is the row the norm sees: x, or x + residual in float (POST), or that sum rounded to the
+ * dtype (PRE: the value the residual keeps); the fused forms on 16-bit types keep it in an f32
+ * scratch row (per thread, from the ctx workspace) after the first pass. The residual is written
+ * in the output pass only, and y may alias x: every chunk is read before it is written. Only a y
+ * that is not x streams: a line that was just read is in cache already, and a streaming store to
+ * it would be slower. Part of kernels.h.
  */
 
 typedef struct norm_job {
@@ -222,7 +222,7 @@ CPU_INLINE void norm_row(kite_dtype t, bool rms, bool add, kite_norm_pos pos, co
     const double dm = (double)vf_reduce_add(vf_add(acc, acc1)) / (double)n;
     const double v = (double)vf_reduce_add(vf_add(sq, sq1)) / (double)n - dm * dm;
     mean = (double)k + dm;
-    if (norm_one_pass(t, rms) && dm * dm <= 4.0 * v) var = v; /* else (or NaN) a second pass */
+    if (norm_one_pass(t, false) && dm * dm <= 4.0 * v) var = v; /* else (or NaN) a second pass */
   } else {
     CPU_ROW_PAIRS(i, m, n, head,
                   acc = vf_add(acc, norm_first(t, rms, add, pos, x, res, srow, i, m)),

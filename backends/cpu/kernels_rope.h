@@ -95,7 +95,9 @@ CPU_INLINE void rope_tokens(kite_dtype t, const kite_rope_args *a, int64_t begin
     }
     for (int64_t d0 = 0; d0 < a->rot_dim; d0 += ROPE_BLOCK) {
       const int64_t n = a->rot_dim - d0 < ROPE_BLOCK ? a->rot_dim - d0 : ROPE_BLOCK;
-      for (int64_t d = 0; d < n; d++) {
+      /* split pairs use the cache as it is; only a partial tail needs the expanded angles */
+      const bool split = VF_PAIR_LANES_SPLIT(t);
+      for (int64_t d = split ? n - n % (2 * VL) : 0; d < n; d++) {
         const int64_t pair = (d0 + d) / 2; /* d0 is even: d and d0 + d have the same parity */
         ce[d] = cs[pair];
         se[d] = d % 2 ? cs[half + pair] : -cs[half + pair];
@@ -103,7 +105,7 @@ CPU_INLINE void rope_tokens(kite_dtype t, const kite_rope_args *a, int64_t begin
       const float *co = cs + d0 / 2, *so = cs + half + d0 / 2;
       for (int64_t h = 0; h < heads; h++) {
         char *v = rope_head(a, tok, h, es) + d0 * es;
-        if (VF_PAIR_LANES_SPLIT(t))
+        if (split)
           CPU_ROW_PAIRS(i, m, n, VL, rope_gptj_chunk(t, v, ce, se, i, m),
                         rope_gptj_pair(t, v, co, so, i));
         else

@@ -7,9 +7,9 @@
  * Timing: one warm-up call, then batches of calls followed by kite_ctx_synchronize on the host
  * clock, each batch >= ~20 ms; the median over the batches (default 5) per call. On the CPU a
  * 256 MB host copy is timed before every batch and %memcpy compares the kernel's median with the
- * median of those copies. A (kernel,
- * shape) gets at most a fixed time budget: batches shrink, then fewer batches, and a kernel whose
- * single call exceeds the budget (ref on the largest shapes) is measured by that one call.
+ * median of those copies. A (kernel, shape) gets at most a fixed time budget: batches shrink, then
+ * fewer batches, and a kernel whose single call exceeds the budget (ref on the largest shapes) is
+ * measured by that one call.
  */
 #include <math.h>
 #include <stdio.h>
@@ -298,11 +298,8 @@ static void measure_ceilings(bench *b) {
       b->ceiling[d] = kt_device_memcpy_gbs(b->dev.ctx[d], CEILING_BYTES);
       continue;
     }
-    enum { REPS = 5 };
-    double g[REPS] = {0};
     if (!b->copy) b->copy = kt_host_copy_open(b->threads, CEILING_BYTES);
-    for (int r = 0; r < REPS && b->copy; r++) g[r] = kt_host_copy_gbs(b->copy);
-    b->ceiling[d] = kt_median(g, REPS);
+    b->ceiling[d] = b->copy ? kt_host_copy_median_gbs(b->copy, 5) : 0;
   }
 }
 

@@ -397,14 +397,11 @@ double kt_median(double *v, int n) {
   return v[n / 2];
 }
 
-double kt_host_memcpy_gbs(int threads, size_t bytes) {
-  enum { REPS = 5 };
-  kt_host_copy *c = kt_host_copy_open(threads, bytes);
-  if (!c) return 0;
-  double g[REPS];
-  for (int r = 0; r < REPS; r++) g[r] = kt_host_copy_gbs(c);
-  kt_host_copy_close(c);
-  return kt_median(g, REPS);
+double kt_host_copy_median_gbs(kt_host_copy *c, int reps) {
+  double g[16];
+  if (reps > 16) reps = 16;
+  for (int r = 0; r < reps; r++) g[r] = kt_host_copy_gbs(c);
+  return kt_median(g, reps);
 }
 
 double kt_device_memcpy_gbs(kite_ctx *ctx, size_t bytes) {

@@ -96,14 +96,14 @@ int kt_online_cpus(void);
 /* "AMD EPYC 7B13" from /proc/cpuinfo, or "unknown". */
 const char *kt_cpu_model(void);
 /* Host memcpy bandwidth with `threads` threads over a `bytes` buffer, counting the bytes read
- * and written (2 * bytes per copy), median of a few copies. 0 on allocation failure. */
-double kt_host_memcpy_gbs(int threads, size_t bytes);
-/* The same copy kept ready (buffers touched, one warm-up copy) so that it can be timed one copy
- * at a time between other work: open returns NULL when the buffers cannot be had (threads < 1:
- * every online cpu); kt_host_copy_gbs times one copy, in GB/s read + written. */
+ * and written (2 * bytes per copy). The copy is kept ready (buffers touched, one warm-up copy) so
+ * that it can be timed one copy at a time between other work: open returns NULL when the buffers
+ * cannot be had (threads < 1: every online cpu); kt_host_copy_gbs times one copy,
+ * kt_host_copy_median_gbs the median of reps (1..16) copies. */
 typedef struct kt_host_copy kt_host_copy;
 kt_host_copy *kt_host_copy_open(int threads, size_t bytes);
 double kt_host_copy_gbs(kt_host_copy *c);
+double kt_host_copy_median_gbs(kt_host_copy *c, int reps);
 void kt_host_copy_close(kt_host_copy *c);
 /* The median of v[0..n) (n >= 1), which it sorts. */
 double kt_median(double *v, int n);
