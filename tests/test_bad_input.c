@@ -481,6 +481,8 @@ static const bad_case g_cases[] = {
     T("embedding", "y", SET_STRIDES, INV, 0, 1),
     T("embedding", "ids", SET_INT, OK, 0, 10), /* out of range: a zero row, not an error */
     T("embedding", "ids", SET_INT, OK, 1, -5),
+    ALIAS("embedding", "y", "table", INV),
+    ALIAS("embedding", "y", "ids", INV),
     T("embedding", "table", SET_STRIDES, OK, 16, 1),
     T("embedding", "table", SET_DIM, OK, 0, 0), /* empty vocabulary: zeros */
     T("embedding", "ids,y", SET_DIM, OK, 0, 0),
@@ -543,7 +545,15 @@ static const bad_case g_cases[] = {
     P(ATTN, "opts.gqa", KITE_GQA_INTERLEAVED, OK),
     P(ATTN, "opts.causal", 0, OK),
     T(PAGED, "q", SET_STRIDES, OK, 64, 8, 1),
-    T(PAGED, "seq_lens", SET_INT, OK, 0, 0),
+    T("paged_decode", "seq_lens", SET_INT, OK, 0, 0),  /* zeros */
+    T("paged_prefill", "seq_lens", SET_INT, OK, 0, 1), /* as long as its one query */
+    /* index values in host memory (a CPU ctx) are checked before any kernel runs */
+    T(PAGED, "seq_lens", SET_INT, INV, 0, -1),           /* negative */
+    T(PAGED, "seq_lens", SET_INT, INV, 1, 13),           /* past the table's 3 blocks of 4 */
+    T("paged_prefill", "seq_lens", SET_INT, INV, 1, 1),  /* below its 2 queries */
+    T(PAGED, "block_table", SET_INT, INV, 0, 4),         /* past the cache's 4 blocks */
+    T(PAGED, "block_table", SET_INT, INV, 0, -1),        /* inside sequence 0 */
+    T("paged_prefill", "cu_q_lens", SET_INT, INV, 1, 4), /* decreases */
     T("paged_decode", "q,block_table,seq_lens,o,lse", SET_DIM, OK, 0, 0),
 
     /* sdpa: q[B, Hq, Sq, D], k, v[B, Hkv, Sk, D], mask [Sq, Sk] or [B|1, Hq|1, Sq, Sk]. */
@@ -585,6 +595,8 @@ static const bad_case g_cases[] = {
     ALIAS("linear group_gemm", "y", "x", INV),
     T("group_gemm", "group_sizes", SET_DTYPE, INV, F32),
     T("group_gemm", "group_sizes", SET_DIM, INV, 0, 3),
+    T("group_gemm", "group_sizes", SET_INT, INV, 0, -1), /* negative (host-visible) */
+    T("group_gemm", "group_sizes", SET_INT, INV, 0, 3),  /* sums to 6, M = 5 */
     T("linear group_gemm", "x", SET_STRIDES, OK, 16, 1),
     T("linear", "x,w", SET_DIM, OK, 1, 6), /* K = 6 */
     T("linear", "x,y", SET_DIM, OK, 0, 0),
@@ -779,6 +791,126 @@ static void test_views(kite_ctx *ctx) {
   expect("silu: x [1,2,8] strides {16,100,1}", invoke("silu", &c), OK, NULL);
 }
 
+/* ---- strides that address nothing ---------------------------------------------------------
+ * A dim of size 1 never steps, and an empty tensor has no element: whatever stride such a dim
+ * carries (huge ones that overflow int64 once multiplied, NumPy's 0, negative ones) is ignored,
+ * and NULL data with a zero-size dim is fine. Each call must succeed on every backend and give
+ * what the compact call gives (under UBSan: without overflowing any offset arithmetic). */
+static DLTensor dlt(void *data, DLDataType t, int ndim, int64_t *shape, int64_t *strides) {
+  DLTensor d = {.data = data,
+                .device = {kDLCPU, 0},
+                .ndim = ndim,
+                .dtype = t,
+                .shape = shape,
+                .strides = strides,
+                .byte_offset = 0};
+  return d;
+}
+
+static void test_strides_that_address_nothing(kite_ctx *ctx) {
+  const DLDataType f32 = {kDLFloat, 32, 1}, i32 = {kDLInt, 32, 1}, i8 = {kDLInt, 8, 1};
+  const int64_t huge = INT64_MAX / 2;
+  static const char *const configs[] = {"", "-cpu"}; /* the best kernels, then ref */
+  for (int cfg = 0; cfg < 2; cfg++) {
+    char what[160];
+    kite_config_set(configs[cfg]);
+    /* quant of one row: x[1, 16], q[1, 16], scales[1], each leading stride huge */
+    float x[16], scales[2];
+    int8_t q[2][16];
+    for (int i = 0; i < 16; i++) x[i] = (float)(i * 7 % 11) - 5.0f;
+    int64_t xs[2] = {1, 16}, ss[1] = {1}, st_big[2] = {huge, 1}, st1_big[1] = {huge};
+    for (int v = 0; v < 2; v++) {
+      DLTensor xt = dlt(x, f32, 2, xs, v ? st_big : NULL),
+               qt = dlt(q[v], i8, 2, xs, v ? st_big : NULL),
+               sc = dlt(&scales[v], f32, 1, ss, v ? st1_big : NULL);
+      snprintf(what, sizeof what, "quant [1,16], leading strides %s (config \"%s\")",
+               v ? "huge" : "compact", configs[cfg]);
+      expect(what, kite_quant(ctx, &xt, &qt, &sc), OK, NULL);
+    }
+    check(!memcmp(q[0], q[1], sizeof q[0]) && scales[0] == scales[1],
+          "quant: huge strides on size-1 dims give the compact call's codes and scale");
+
+    /* sdpa, B = 1 and Hkv = 1 with huge strides: q[1, 2, 3, 8], k/v[1, 1, 5, 8] */
+    float qa[48], ka[40], va[40], o[2][48], lse[2][6];
+    for (int i = 0; i < 48; i++) qa[i] = (float)(i % 5) * 0.25f - 0.5f;
+    for (int i = 0; i < 40; i++) ka[i] = (float)(i % 7) * 0.125f, va[i] = (float)(i % 3) - 1.0f;
+    int64_t qsh[4] = {1, 2, 3, 8}, ksh[4] = {1, 1, 5, 8}, lsh[3] = {1, 2, 3};
+    int64_t qst[4] = {huge, 24, 8, 1}, kst[4] = {huge, huge, 8, 1}, lst[3] = {huge, 3, 1};
+    for (int v = 0; v < 2; v++) {
+      DLTensor qt = dlt(qa, f32, 4, qsh, v ? qst : NULL), kt = dlt(ka, f32, 4, ksh, v ? kst : NULL),
+               vt = dlt(va, f32, 4, ksh, v ? kst : NULL),
+               ot = dlt(o[v], f32, 4, qsh, v ? qst : NULL),
+               lt = dlt(lse[v], f32, 3, lsh, v ? lst : NULL);
+      snprintf(what, sizeof what, "sdpa B=1 Hkv=1, strides %s (config \"%s\")",
+               v ? "huge" : "compact", configs[cfg]);
+      expect(what, kite_sdpa(ctx, &qt, &kt, &vt, NULL, NULL, &ot, &lt), OK, NULL);
+    }
+    check(!memcmp(o[0], o[1], sizeof o[0]) && !memcmp(lse[0], lse[1], sizeof lse[0]),
+          "sdpa: huge strides on size-1 dims give the compact call's o and lse");
+
+    /* paged_decode of one sequence: q[1, 2, 8], caches [2, 1, 4, 8] (Hkv = 1), block_table[1, 2],
+     * seq_lens[1], o[1, 2, 8], lse[1, 2] */
+    float cache_k[64], cache_v[64], od[2][16], ld[2][2];
+    for (int i = 0; i < 64; i++) cache_k[i] = (float)(i % 9) * 0.1f, cache_v[i] = (float)(i % 4);
+    int32_t bt[2] = {1, 0}, sl[1] = {6};
+    int64_t dq[3] = {1, 2, 8}, dc[4] = {2, 1, 4, 8}, db[2] = {1, 2}, dsl[1] = {1}, dl[2] = {1, 2};
+    int64_t dqs[3] = {huge, 8, 1}, dcs[4] = {32, huge, 8, 1}, dbs[2] = {huge, 1},
+            dls[2] = {huge, 1};
+    for (int v = 0; v < 2; v++) {
+      DLTensor qt = dlt(qa, f32, 3, dq, v ? dqs : NULL),
+               kc = dlt(cache_k, f32, 4, dc, v ? dcs : NULL),
+               vc = dlt(cache_v, f32, 4, dc, v ? dcs : NULL),
+               btt = dlt(bt, i32, 2, db, v ? dbs : NULL),
+               slt = dlt(sl, i32, 1, dsl, v ? st1_big : NULL),
+               ot = dlt(od[v], f32, 3, dq, v ? dqs : NULL),
+               lt = dlt(ld[v], f32, 2, dl, v ? dls : NULL);
+      snprintf(what, sizeof what, "paged_decode B=1 Hkv=1, strides %s (config \"%s\")",
+               v ? "huge" : "compact", configs[cfg]);
+      expect(what, kite_paged_decode(ctx, &qt, &kc, &vc, &btt, &slt, NULL, &ot, &lt), OK, NULL);
+    }
+    check(!memcmp(od[0], od[1], sizeof od[0]) && !memcmp(ld[0], ld[1], sizeof ld[0]),
+          "paged_decode: huge strides on size-1 dims give the compact call's o and lse");
+
+    /* empty tensors: NULL data, NumPy's stride 0, huge and negative strides on empty dims */
+    int64_t esh[2] = {0, 8}, est0[2] = {0, 0}, estn[2] = {-5, huge};
+    DLTensor ex = dlt(NULL, f32, 2, esh, est0), ey = dlt(NULL, f32, 2, esh, estn);
+    snprintf(what, sizeof what, "rms_norm x[0, 8] NULL data, strides {0,0} / {-5,huge} (\"%s\")",
+             configs[cfg]);
+    expect(what, kite_rms_norm(ctx, &ex, NULL, 1e-6f, 0.0f, &ey), OK, NULL);
+    int64_t msh[2] = {2, 0}, msc[1] = {2}, mst[2] = {huge, -1};
+    float msc_out[2] = {-1.0f, -1.0f};
+    DLTensor mx = dlt(NULL, f32, 2, msh, mst), mq = dlt(NULL, i8, 2, msh, mst),
+             ms = dlt(msc_out, f32, 1, msc, NULL);
+    snprintf(what, sizeof what, "quant x[2, 0] NULL data, strides {huge,-1} (\"%s\")",
+             configs[cfg]);
+    expect(what, kite_quant(ctx, &mx, &mq, &ms), OK, NULL);
+    check(msc_out[0] == 0.0f && msc_out[1] == 0.0f, "quant of empty rows: scales 0");
+    /* sdpa with no keys: k/v[1, 1, 0, 8] NULL: o = 0 and lse = -inf */
+    int64_t k0[4] = {1, 1, 0, 8}, k0s[4] = {0, 0, 0, 0};
+    DLTensor qt = dlt(qa, f32, 4, qsh, NULL), kt = dlt(NULL, f32, 4, k0, k0s),
+             vt = dlt(NULL, f32, 4, k0, k0s), ot = dlt(o[0], f32, 4, qsh, NULL),
+             lt = dlt(lse[0], f32, 3, lsh, NULL);
+    snprintf(what, sizeof what, "sdpa Sk = 0, k/v NULL data (\"%s\")", configs[cfg]);
+    kite_attn_opts nc = kite_attn_opts_default();
+    nc.causal = 0;
+    expect(what, kite_sdpa(ctx, &qt, &kt, &vt, NULL, &nc, &ot, &lt), OK, NULL);
+    check(o[0][0] == 0.0f && o[0][47] == 0.0f && isinf(lse[0][0]) && lse[0][0] < 0,
+          "sdpa with no keys: o = 0, lse = -inf");
+  }
+  kite_config_set(NULL);
+}
+
+/* Overlapping host ranges have no single meaning for a copy. */
+static void test_memcpy_overlap(kite_ctx *ctx) {
+  char buf[64] = {0};
+  expect("memcpy overlapping ranges", kite_memcpy(ctx, buf + 8, buf, 16, KITE_COPY_HOST_TO_DEVICE),
+         INV, "kite_memcpy");
+  expect("memcpy the same range", kite_memcpy(ctx, buf, buf, 16, KITE_COPY_DEVICE_TO_DEVICE), INV,
+         "kite_memcpy");
+  expect("memcpy adjacent ranges", kite_memcpy(ctx, buf + 16, buf, 16, KITE_COPY_HOST_TO_DEVICE),
+         OK, NULL);
+}
+
 /* ---- everything else in kite.h ----------------------------------------------------------- */
 static void test_rope_cache(void) {
   static float buf[16 * 8];
@@ -941,6 +1073,8 @@ int main(int argc, char **argv) {
   }
   test_ops(ctx);
   test_views(ctx);
+  test_strides_that_address_nothing(ctx);
+  test_memcpy_overlap(ctx);
   test_rope_cache();
   test_ctx_and_memory(ctx);
   test_config(ctx);

@@ -987,6 +987,23 @@ INLINE void store_bytes(void *p, __m256i v, int64_t m) {
   memcpy(p, &both, (size_t)m);
 }
 
+/* a * b rounded to odd in f32 (truncated, last bit set when inexact; FMA gives the exact error):
+ * the f16 / bf16 store then rounds it to nearest even exactly as the exact product would round,
+ * so dequant rounds once, like ref's float64 product. */
+INLINE vf mul_round_odd(vf a, vf b) {
+  const vf p = _mm256_mul_ps(a, b);
+  const vf e = _mm256_fmsub_ps(a, b, p);
+  const __m256i u = _mm256_castps_si256(p), one = _mm256_set1_epi32(1);
+  const vf inexact = _mm256_and_ps(_mm256_cmp_ps(e, _mm256_setzero_ps(), _CMP_NEQ_OQ),
+                                   _mm256_cmp_ps(vf_abs(p), _mm256_set1_ps(INFINITY), _CMP_LT_OQ));
+  const __m256i even = _mm256_cmpeq_epi32(_mm256_and_si256(u, one), _mm256_setzero_si256());
+  /* +1 moves away from zero (e has p's sign), -1 towards it */
+  const __m256i step =
+      _mm256_or_si256(_mm256_srai_epi32(_mm256_xor_si256(_mm256_castps_si256(e), u), 31), one);
+  const __m256i fix = _mm256_and_si256(_mm256_and_si256(_mm256_castps_si256(inexact), even), step);
+  return _mm256_castsi256_ps(_mm256_add_epi32(u, fix));
+}
+
 static void quant_task(const void *job, int64_t begin, int64_t end, int part) {
   const kite_quant_args *a = job;
   const int64_t es = esize(a->dtype);
@@ -998,14 +1015,18 @@ static void quant_task(const void *job, int64_t begin, int64_t end, int part) {
       for (int64_t i = 0; i < a->cols; i += 8) {
         const int64_t m = MIN(8, a->cols - i);
         const vf v = m == 8 ? load8(a->qdtype, q + i) : load_part(a->qdtype, q + i, m);
-        vf_store(a->dtype, a->y, r * a->y_stride + i, _mm256_mul_ps(v, s), m, false);
+        const vf y = a->dtype == KITE_DTYPE_F32 ? _mm256_mul_ps(v, s) : mul_round_odd(v, s);
+        vf_store(a->dtype, a->y, r * a->y_stride + i, y, m, false);
       }
       continue;
     }
     const char *x = (const char *)a->x + r * a->x_stride * es;
     vf amax = _mm256_setzero_ps();
-    for (int64_t i = 0; i < a->cols; i += 8) /* max(v, amax) keeps amax when v is NaN */
-      amax = _mm256_max_ps(vf_abs(vf_load(a->dtype, x, i, MIN(8, a->cols - i))), amax);
+    for (int64_t i = 0; i < a->cols; i += 8) { /* finite |x| only: NaN and inf count as 0 */
+      const vf ax = vf_abs(vf_load(a->dtype, x, i, MIN(8, a->cols - i)));
+      amax = _mm256_max_ps(
+          _mm256_and_ps(ax, _mm256_cmp_ps(ax, _mm256_set1_ps(INFINITY), _CMP_LT_OQ)), amax);
+    }
     const float scale = vf_reduce_max(amax) / (fp8 ? 448.0f : 127.0f);
     a->scales[r] = scale;
     const vf s = _mm256_set1_ps(scale), lim = _mm256_set1_ps(127.0f);

@@ -56,17 +56,25 @@ CPU_INLINE vf act_inner(kite_dtype t, kite_op op, vf x) {
   }
 }
 
-/* act(x) from x and act_inner(x). */
+/* act(x) from x and act_inner(x). Below -128 every smooth activation is 0 to f32's precision
+ * (|act(x)| < 1e-37), so the x factor is clamped there: -inf and huge negative inputs give
+ * about -0 instead of -inf * 0 = NaN or -huge / (1 + e^88) (kite.h: act(-inf) = -0). */
 CPU_INLINE vf act_outer(kite_dtype t, kite_op op, vf x, vf inner) {
+  if (op == KITE_OP_RELU) return inner;
+  const vf xc = vf_max(vf_set1(-128.0f), x); /* NaN stays NaN */
+  vf y;
   switch (op) {
   case KITE_OP_GELU:
   case KITE_OP_GELU_AND_MUL:
-    return vf_mul(x, inner);
-  case KITE_OP_RELU:
-    return inner;
+    y = vf_mul(xc, inner);
+    break;
   default:
-    return t == KITE_DTYPE_F32 ? vf_div_pos(x, inner) : vf_div_pos16(x, inner);
+    y = t == KITE_DTYPE_F32 ? vf_div_pos(xc, inner) : vf_div_pos16(xc, inner);
+    break;
   }
+  /* above 128 every one is x to f32's precision; and +inf / 1 through an exact reciprocal
+   * estimate (AVX-512's of 1) is inf * 0 = NaN in vf_div_pos's correction step */
+  return vf_lt_select(vf_set1(128.0f), x, x, y);
 }
 
 /* Ops whose act_inner is computed where it is used, in one pass: gelu's polynomial is one short

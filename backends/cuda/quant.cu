@@ -1,7 +1,7 @@
 /*
  * Dynamic per-row quantization (quant), dequant and linear_quant, int8 and fp8 e4m3.
  *
- * quant, a block per row: amax = max |x| (fmaxf drops NaN), scale = amax / qmax, and each code
+ * quant, a block per row: amax = max |x| over finite x, scale = amax / qmax, and each code
  * from the IEEE f32 quotient x / scale, so the codes match the reference bit for bit: int8 rounds
  * to nearest even and clamps to +-127 (NaN -> 0); e4m3 rounds to nearest even and saturates.
  * dequant computes q * scale in double, which is exact, and rounds once to the dtype.
@@ -37,8 +37,10 @@ template <typename T, bool FP8> __global__ void quant_kernel(kite_quant_args a) 
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
     const T *x = (const T *)a.x + r * a.x_stride;
     float amax = 0.0f;
-    for (int64_t i = threadIdx.x; i < a.cols; i += blockDim.x)
-      amax = fmaxf(amax, fabsf(to_float(x[i])));
+    for (int64_t i = threadIdx.x; i < a.cols; i += blockDim.x) {
+      const float ax = fabsf(to_float(x[i]));
+      amax = fmaxf(amax, ax < INFINITY ? ax : 0.0f); /* finite only (kite.h) */
+    }
     amax = block_max(amax);
     const float scale = __fdiv_rn(amax, FP8 ? 448.0f : 127.0f);
     if (threadIdx.x == 0) a.scales[r] = scale;

@@ -45,28 +45,31 @@ static inline const char *ref_dtype_str(kite_dtype t) {
   return s ? s : "unknown dtype";
 }
 
-/* ---- scalar activations, in double --------------------------------------------------------- */
+/* ---- scalar activations, in double --------------------------------------------------------
+ * The smooth activations at +-inf are their limits (kite.h): act(+inf) = +inf, act(-inf) = -0,
+ * where the formulas would give -inf * 0 = NaN. */
 static inline double ref_sigmoid(double x) {
   return 1.0 / (1.0 + exp(-x));
 }
 
 static inline double ref_silu(double x) {
-  return x * ref_sigmoid(x);
+  return isinf(x) ? (x > 0 ? x : -0.0) : x * ref_sigmoid(x);
 }
 
 /* x * Phi(x), Phi the standard normal CDF = (1 + erf(x / sqrt(2))) / 2. */
 static inline double ref_gelu(double x) {
-  return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440));
+  return isinf(x) ? (x > 0 ? x : -0.0) : 0.5 * x * (1.0 + erf(x * 0.70710678118654752440));
 }
 
 /* The tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
 static inline double ref_gelu_tanh(double x) {
   const double sqrt_2_over_pi = 0.79788456080286535588;
+  if (isinf(x)) return x > 0 ? x : -0.0;
   return 0.5 * x * (1.0 + tanh(sqrt_2_over_pi * (x + 0.044715 * x * x * x)));
 }
 
 static inline double ref_gelu_quick(double x) {
-  return x * ref_sigmoid(1.702 * x);
+  return isinf(x) ? (x > 0 ? x : -0.0) : x * ref_sigmoid(1.702 * x);
 }
 
 /* NaN stays NaN, as max(x, 0) does in the frameworks. */

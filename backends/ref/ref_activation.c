@@ -36,7 +36,7 @@ kite_status ref_act_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
   for (int64_t r = 0; r < a->rows; r++) {
     for (int64_t c = 0; c < a->cols; c++) {
       double x = kite_load_f32(a->dtype, a->x, r * a->x_stride + c);
-      kite_store_f32(a->dtype, a->y, r * a->y_stride + c, (float)act(x));
+      kite_store_f64(a->dtype, a->y, r * a->y_stride + c, act(x));
     }
   }
   return KITE_OK;

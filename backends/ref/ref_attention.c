@@ -97,7 +97,7 @@ static void ref_attend(const void *q, int64_t q0, const ref_kv *kv, int64_t pos,
       if (s[j] == 0.0 || !ref_kv_row(kv, j, &k_row, &v_row)) continue;
       acc += s[j] * (double)kite_load_f32(t, kv->v, v_row + d);
     }
-    kite_store_f32(t, o, o0 + d, (float)(acc / sum));
+    kite_store_f64(t, o, o0 + d, acc / sum);
   }
   if (lse) *lse = (float)(m + log(sum));
 }

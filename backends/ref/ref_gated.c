@@ -40,7 +40,7 @@ kite_status ref_gated_run(const kite_kernel *k, kite_ctx *ctx, const void *args)
         if (u > limit) u = limit;
         if (u < -limit) u = -limit;
       }
-      kite_store_f32(a->dtype, a->y, r * a->y_stride + i, (float)(act(g) * u));
+      kite_store_f64(a->dtype, a->y, r * a->y_stride + i, act(g) * u);
     }
   }
   return KITE_OK;

@@ -11,7 +11,7 @@ static void linear_row(kite_dtype t, int64_t n, int64_t k, const void *x, int64_
     double acc = bias ? kite_load_f32(t, bias, j) : 0.0;
     for (int64_t i = 0; i < k; i++)
       acc += (double)kite_load_f32(t, x, x0 + i) * kite_load_f32(t, w, j * w_stride + i);
-    kite_store_f32(t, y, y0 + j, (float)acc);
+    kite_store_f64(t, y, y0 + j, acc);
   }
 }
 

@@ -14,12 +14,12 @@
 #include "ref.h"
 
 /* v rounded to dtype t and read back. */
-static float round_to(kite_dtype t, float v) {
+static float round_to(kite_dtype t, double v) {
   union {
     float f;
     uint16_t h;
   } u;
-  kite_store_f32(t, &u, 0, v);
+  kite_store_f64(t, &u, 0, v);
   return kite_load_f32(t, &u, 0);
 }
 
@@ -105,7 +105,7 @@ kite_status ref_fused_moe_run(const kite_kernel *k, kite_ctx *ctx, const void *a
           up += xv * kite_load_f32(t, a->w13, w13_0 + (in + i) * h + c);
         }
         const double g = a->act == KITE_MOE_GELU ? ref_gelu(gate) : ref_silu(gate);
-        act[i] = round_to(t, (float)(g * up)); /* the intermediate, stored in the dtype */
+        act[i] = round_to(t, g * up); /* the intermediate, stored in the dtype */
       }
       for (int64_t c = 0; c < h; c++) {
         double o = 0.0;
@@ -114,7 +114,7 @@ kite_status ref_fused_moe_run(const kite_kernel *k, kite_ctx *ctx, const void *a
         acc[c] += p * o;
       }
     }
-    for (int64_t c = 0; c < h; c++) kite_store_f32(t, a->y, r * a->y_stride + c, (float)acc[c]);
+    for (int64_t c = 0; c < h; c++) kite_store_f64(t, a->y, r * a->y_stride + c, acc[c]);
   }
   free(acc);
   free(act);

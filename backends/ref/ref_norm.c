@@ -21,7 +21,7 @@ static void gather_row(const kite_norm_args *a, bool add, int64_t r, double *s) 
     const int64_t ri = r * a->residual_stride + i;
     s[i] += kite_load_f32(t, a->residual, ri);
     if (a->pos == KITE_NORM_PRE) {
-      kite_store_f32(t, a->residual, ri, (float)s[i]);
+      kite_store_f64(t, a->residual, ri, s[i]);
       s[i] = kite_load_f32(t, a->residual, ri);
     }
   }
@@ -29,10 +29,9 @@ static void gather_row(const kite_norm_args *a, bool add, int64_t r, double *s) 
 
 /* y[r, i] = v rounded once; POST also leaves those very values in the residual. */
 static void put(const kite_norm_args *a, bool add, int64_t r, int64_t i, double v) {
-  const float f = (float)v;
-  kite_store_f32(a->dtype, a->y, r * a->y_stride + i, f);
+  kite_store_f64(a->dtype, a->y, r * a->y_stride + i, v);
   if (add && a->pos == KITE_NORM_POST)
-    kite_store_f32(a->dtype, a->residual, r * a->residual_stride + i, f);
+    kite_store_f64(a->dtype, a->residual, r * a->residual_stride + i, v);
 }
 
 static void rms_row(const kite_norm_args *a, bool add, int64_t r, const double *s) {

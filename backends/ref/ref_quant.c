@@ -1,13 +1,14 @@
 /*
  * Dynamic per-token quantization, dequantization and the quantized linear layer.
  *
- * quant, per row: amax = max |x| (NaN ignored), scale = amax / qmax in f32 (qmax 127 for int8,
- * 448 for e4m3). Each element's quotient x / scale is the f32 division, which every backend
- * computes the same way, so the integer or e4m3 code that follows is identical everywhere:
+ * quant, per row: amax = max |x| over the finite elements (NaN and +-inf ignored, so one inf
+ * does not zero the row), scale = amax / qmax in f32 (qmax 127 for int8, 448 for e4m3); +-inf
+ * then saturates to +-qmax. Each element's quotient x / scale is the f32 division, which every
+ * backend computes the same way, so the integer or e4m3 code that follows is identical everywhere:
  *   int8: round to nearest even, clamp to [-127, 127]; NaN gives 0.
  *   e4m3: the nearest e4m3 value, ties to even, saturating at +-448; NaN stays NaN.
  * A row with amax 0 gets scale 0 and every code 0.
- * dequant: y = q * scale (exact in double, so rounded once). linear_quant: exact integer dot
+ * dequant: y = q * scale (exact in double, then rounded once). linear_quant: exact integer dot
  * products for int8 (int64 here), float64 for e4m3, then * x_scale * w_scale + bias.
  */
 #include "ref.h"
@@ -46,7 +47,7 @@ kite_status ref_quant_run(const kite_kernel *k, kite_ctx *ctx, const void *args)
       const double scale = a->scales[r];
       const char *q = (const char *)a->q + r * a->q_stride; /* 1-byte codes */
       for (int64_t i = 0; i < a->cols; i++)
-        kite_store_f32(t, a->y, r * a->y_stride + i, (float)(code_value(qt, q, i) * scale));
+        kite_store_f64(t, a->y, r * a->y_stride + i, code_value(qt, q, i) * scale);
     }
     return KITE_OK;
   }
@@ -57,7 +58,7 @@ kite_status ref_quant_run(const kite_kernel *k, kite_ctx *ctx, const void *args)
     float amax = 0.0f;
     for (int64_t i = 0; i < a->cols; i++) {
       float v = fabsf(kite_load_f32(t, a->x, x0 + i));
-      if (v > amax) amax = v;
+      if (v > amax && !isinf(v)) amax = v; /* NaN compares false */
     }
     const float scale = amax / qmax;
     a->scales[r] = scale;
@@ -98,7 +99,7 @@ kite_status ref_linear_quant_run(const kite_kernel *k, kite_ctx *ctx, const void
       }
       double v = dot * a->x_scales[r] * a->w_scales[j];
       if (a->bias) v += kite_load_f32(t, a->bias, j);
-      kite_store_f32(t, a->y, r * a->y_stride + j, (float)v);
+      kite_store_f64(t, a->y, r * a->y_stride + j, v);
     }
   }
   return KITE_OK;

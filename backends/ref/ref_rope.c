@@ -17,8 +17,8 @@ static void rotate_head(kite_dtype t, void *x, int64_t at, const float *c, int64
     const double x0 = kite_load_f32(t, x, i0);
     const double x1 = kite_load_f32(t, x, i1);
     const double cos_i = c[i], sin_i = c[half + i];
-    kite_store_f32(t, x, i0, (float)(x0 * cos_i - x1 * sin_i));
-    kite_store_f32(t, x, i1, (float)(x1 * cos_i + x0 * sin_i));
+    kite_store_f64(t, x, i0, x0 * cos_i - x1 * sin_i);
+    kite_store_f64(t, x, i1, x1 * cos_i + x0 * sin_i);
   }
 }
 

@@ -28,7 +28,7 @@ kite_status ref_softmax_run(const kite_kernel *k, kite_ctx *ctx, const void *arg
     for (int64_t i = 0; i < a->cols; i++) sum += exp(scale * kite_load_f32(t, a->x, x0 + i) - m);
     for (int64_t i = 0; i < a->cols; i++) {
       double e = exp(scale * kite_load_f32(t, a->x, x0 + i) - m);
-      kite_store_f32(t, a->y, y0 + i, (float)(e / sum));
+      kite_store_f64(t, a->y, y0 + i, e / sum);
     }
   }
   return KITE_OK;

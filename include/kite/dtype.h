@@ -81,6 +81,36 @@ static inline void kite_store_f32(kite_dtype t, void *p, int64_t i, float v) {
   }
 }
 
+/* v rounded to f32 "to odd": truncated towards zero, the last mantissa bit set when bits were
+ * lost. Rounding that to any format at least two bits narrower (f16, bf16) gives the same as
+ * rounding v there directly, so a double -> f16 / bf16 conversion through it rounds once. */
+static inline float kite_f64_to_f32_odd(double v) {
+  float f = (float)v; /* nearest even; exact, inf (overflow) or NaN otherwise */
+  if (f != f || (double)f == v) return f;
+  uint32_t u = kite_f32_bits(f);
+  if (u & 1u) return f; /* the odd one of the two neighbours of v */
+  /* the other neighbour, on v's side of f: away from zero when |v| > |f| */
+  const double af = f < 0 ? -(double)f : (double)f, av = v < 0 ? -v : v;
+  u = av > af ? u + 1u : u - 1u;
+  return kite_bits_f32(u);
+}
+
+/* Stores v, rounded once, as element i of a buffer of type t (f32/f16/bf16 only): what float64
+ * code (the ref backend) writes its results with. */
+static inline void kite_store_f64(kite_dtype t, void *p, int64_t i, double v) {
+  switch (t) {
+  case KITE_DTYPE_F16:
+    ((uint16_t *)p)[i] = kite_f32_to_f16(kite_f64_to_f32_odd(v));
+    break;
+  case KITE_DTYPE_BF16:
+    ((uint16_t *)p)[i] = kite_f32_to_bf16(kite_f64_to_f32_odd(v));
+    break;
+  default:
+    ((float *)p)[i] = (float)v;
+    break;
+  }
+}
+
 /* ---- fp8 e4m3fn (OCP): 1 sign, 4 exponent bits (bias 7), 3 mantissa bits; max 448, no inf,
  * NaN = S.1111.111. f32 -> e4m3 rounds to nearest even and saturates to +-448 (inf included);
  * NaN stays NaN. */

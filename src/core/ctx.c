@@ -84,6 +84,17 @@ kite_status kite_memcpy(kite_ctx *ctx, void *dst, const void *src, size_t bytes,
       kind != KITE_COPY_DEVICE_TO_DEVICE)
     return kite_set_error(KITE_ERR_INVALID_ARG, "kite_memcpy: kind %d is not a kite_copy_kind",
                           (int)kind);
+  /* Host ranges (a CPU ctx) and two device ranges share one address space; a copy between
+   * overlapping ranges has no single meaning (memcpy and cudaMemcpy leave it undefined). */
+  const bool one_space = ctx->p.device.device_type == kDLCPU || kind == KITE_COPY_DEVICE_TO_DEVICE;
+  const uintptr_t d0 = (uintptr_t)dst, s0 = (uintptr_t)src;
+  if (s0 + bytes < s0 || d0 + bytes < d0)
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "kite_memcpy: %zu bytes run past the end of the address space", bytes);
+  if (one_space && d0 < s0 + bytes && s0 < d0 + bytes)
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "kite_memcpy: dst %p and src %p overlap (%zu bytes each)", dst, src,
+                          bytes);
   kite_status s =
       ctx->mem->copy(ctx->mem, ctx->p.device.device_id, dst, src, bytes, kind, ctx->p.stream);
   if (s != KITE_OK || !ctx->mem->synchronize) return s;

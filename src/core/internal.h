@@ -107,6 +107,11 @@ kite_status kite_check_rowwise(const kite_ctx *ctx, const char *op, const DLTens
                                const DLTensor *y, int x_per_y, kite_rowwise *out);
 /* -- end of front-end validation helpers -- */
 
+/* True when the tensors of ctx's calls live in host memory that the front-end may read now
+ * (a CPU ctx): index values (block tables, lengths, slots, group sizes) are then checked before
+ * any kernel runs. */
+static inline bool kite_indices_on_host(const kite_ctx *ctx);
+
 /* ---- ctx (ctx.c) --------------------------------------------------------------------------- */
 struct kite_dispatch_cache; /* per-ctx selection cache, owned by registry.c */
 struct kite_ctx {
@@ -117,5 +122,9 @@ struct kite_ctx {
   struct kite_dispatch_cache *cache;
 };
 void kite_dispatch_cache_free(struct kite_dispatch_cache *c);
+
+static inline bool kite_indices_on_host(const kite_ctx *ctx) {
+  return ctx->p.device.device_type == kDLCPU;
+}
 
 #endif /* KITE_CORE_INTERNAL_H */

@@ -4,6 +4,7 @@
  * so that the sizes kernels later multiply can never overflow and no kernel reads outside what
  * the caller described. Messages read "<op>: <arg>: <problem>".
  */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -44,6 +45,10 @@ DLDataType kite_dtype_dlpack(kite_dtype t) {
     if (g_dl_types[i].t == t) return (DLDataType){g_dl_types[i].code, g_dl_types[i].bits, 1};
   return (DLDataType){kDLFloat, 0, 0};
 }
+
+/* The address an empty tensor with NULL data gets: aligned for every dtype, never read or
+ * written (no element lives there). */
+static max_align_t g_empty_storage;
 
 /* Bytes from the first element to one past the last one. Only for checked tensors, whose extent
  * kite_tensor_check proved to fit in int64. */
@@ -106,7 +111,11 @@ kite_status kite_tensor_check(const kite_ctx *ctx, const char *op, const char *a
   for (int i = t->ndim - 1; i >= 0; i--) {
     const int64_t n = t->shape[i];
     int64_t st = compact;
-    if (t->strides) {
+    /* A stride steps between elements: on a dim of size 1 it steps nowhere, and an empty tensor
+     * addresses nothing, so whatever the caller gave there (NumPy gives 0 for some empty arrays,
+     * views may carry huge ones) is replaced by the compact stride, and kernels that multiply
+     * it never overflow. */
+    if (t->strides && n != 1 && numel > 0) {
       st = t->strides[i];
       if (st < 0)
         return kite_set_error(KITE_ERR_INVALID_ARG, "%s: %s: dim %d has negative stride %lld", op,
@@ -143,7 +152,9 @@ kite_status kite_tensor_check(const kite_ctx *ctx, const char *op, const char *a
                             (void *)addr, dtype_str(dt), (long long)esize);
     r->data = (char *)t->data + t->byte_offset;
   } else {
-    r->data = NULL;
+    /* numel == 0 here: kernels still form base + 0 * stride addresses, which is undefined on
+     * NULL, so they get a non-NULL address they never dereference. */
+    r->data = (void *)&g_empty_storage;
   }
   return KITE_OK;
 }

@@ -1,8 +1,9 @@
 /*
  * Front-ends of the paged KV cache and the attention ops: store_kv, paged_decode, paged_prefill
- * and sdpa. Shapes, dtypes, strides and options are checked here once; values that live in
- * device memory (slots, block ids, seq_lens, cu_q_lens) are left to the kernels, which must stay
- * inside the caches whatever they hold.
+ * and sdpa. Shapes, dtypes, strides and options are checked here once. The index values (slots,
+ * block ids, seq_lens, cu_q_lens) are checked here too when they live in host memory (a CPU
+ * ctx), so every host backend refuses the same bad values with the same message; in device
+ * memory they are left to the kernels, which must stay inside the caches whatever they hold.
  */
 #include <math.h>
 
@@ -133,6 +134,17 @@ static kite_status check_lse(const kite_ctx *ctx, const char *op, const DLTensor
   return kite_tensor_require_compact(op, "lse", out);
 }
 
+/* slots[tokens] in host memory: each < capacity (negative = padding). */
+static kite_status check_host_slots(const kite_store_kv_args *a) {
+  const int64_t capacity = a->num_blocks * a->block_size;
+  for (int64_t i = 0; i < a->tokens; i++)
+    if (a->slots[i] >= capacity)
+      return kite_set_error(KITE_ERR_INVALID_ARG,
+                            "store_kv: slots[%lld] = %d is past the cache's %lld slots",
+                            (long long)i, (int)a->slots[i], (long long)capacity);
+  return KITE_OK;
+}
+
 kite_status kite_store_kv(kite_ctx *ctx, const DLTensor *k, const DLTensor *v, DLTensor *key_cache,
                           DLTensor *value_cache, const DLTensor *slots) {
   const char *op = "store_kv";
@@ -176,6 +188,7 @@ kite_status kite_store_kv(kite_ctx *ctx, const DLTensor *k, const DLTensor *v, D
                           .block_size = kc.shape[2],
                           .slots = st.data};
   if (tokens == 0 || hkv == 0 || head_dim == 0) return KITE_OK;
+  if (kite_indices_on_host(ctx) && (s = check_host_slots(&a)) != KITE_OK) return s;
   return kite_dispatch(ctx, KITE_OP_STORE_KV, a.dtype, &a);
 }
 
@@ -258,6 +271,49 @@ static kite_status check_paged(kite_ctx *ctx, const char *op, const DLTensor *q,
   return KITE_OK;
 }
 
+/* The index values of a paged call in host memory, sequence by sequence: cu_q_lens (prefill)
+ * starts at 0, does not decrease and ends at T; 0 <= seq_len <= max_blocks * block_size; a query
+ * chunk is no longer than its sequence; every block id a sequence's keys use is in
+ * [0, num_blocks). */
+static kite_status check_host_indices(const char *op, const kite_paged_attn_args *a) {
+  const int32_t *cu = a->cu_q_lens;
+  if (cu && (cu[0] != 0 || cu[a->batch] != a->tokens))
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "%s: cu_q_lens: starts at %d and ends at %d, expected 0 and T = %lld", op,
+                          (int)cu[0], (int)cu[a->batch], (long long)a->tokens);
+  const int64_t capacity = a->max_blocks * a->block_size;
+  for (int64_t b = 0; b < a->batch; b++) {
+    const int64_t seq_len = a->seq_lens[b];
+    if (seq_len < 0 || seq_len > capacity)
+      return kite_set_error(KITE_ERR_INVALID_ARG,
+                            "%s: seq_lens: sequence %lld: seq_len %lld is outside [0, %lld] (the "
+                            "block table's %lld blocks of %lld)",
+                            op, (long long)b, (long long)seq_len, (long long)capacity,
+                            (long long)a->max_blocks, (long long)a->block_size);
+    if (cu) {
+      const int64_t q_len = (int64_t)cu[b + 1] - cu[b];
+      if (q_len < 0)
+        return kite_set_error(KITE_ERR_INVALID_ARG,
+                              "%s: cu_q_lens: sequence %lld: cu_q_lens decreases (%d then %d)", op,
+                              (long long)b, (int)cu[b], (int)cu[b + 1]);
+      if (q_len > seq_len)
+        return kite_set_error(KITE_ERR_INVALID_ARG,
+                              "%s: seq_lens: sequence %lld: seq_len %lld is below its %lld "
+                              "queries (a query chunk is the last positions of its sequence)",
+                              op, (long long)b, (long long)seq_len, (long long)q_len);
+    }
+    const int32_t *row = a->block_table + b * a->block_table_stride;
+    for (int64_t j = 0, used = (seq_len + a->block_size - 1) / a->block_size; j < used; j++)
+      if (row[j] < 0 || row[j] >= a->num_blocks)
+        return kite_set_error(KITE_ERR_INVALID_ARG,
+                              "%s: block_table: sequence %lld: block_table[%lld][%lld] = %d is "
+                              "outside the cache's %lld blocks",
+                              op, (long long)b, (long long)b, (long long)j, (int)row[j],
+                              (long long)a->num_blocks);
+  }
+  return KITE_OK;
+}
+
 kite_status kite_paged_decode(kite_ctx *ctx, const DLTensor *q, const DLTensor *key_cache,
                               const DLTensor *value_cache, const DLTensor *block_table,
                               const DLTensor *seq_lens, const kite_attn_opts *opts, DLTensor *o,
@@ -269,6 +325,8 @@ kite_status kite_paged_decode(kite_ctx *ctx, const DLTensor *q, const DLTensor *
                               NULL, opts, o, lse, &a);
   if (s != KITE_OK) return s;
   a.op = KITE_OP_PAGED_DECODE;
+  if (kite_indices_on_host(ctx) && (s = check_host_indices("paged_decode", &a)) != KITE_OK)
+    return s;
   if (a.tokens == 0 || a.hq == 0) return KITE_OK;
   return kite_dispatch(ctx, KITE_OP_PAGED_DECODE, a.dtype, &a);
 }
@@ -286,6 +344,8 @@ kite_status kite_paged_prefill(kite_ctx *ctx, const DLTensor *q, const DLTensor 
                               seq_lens, cu_q_lens, opts, o, lse, &a);
   if (s != KITE_OK) return s;
   a.op = KITE_OP_PAGED_PREFILL;
+  if (kite_indices_on_host(ctx) && (s = check_host_indices("paged_prefill", &a)) != KITE_OK)
+    return s;
   if (a.tokens == 0 || a.hq == 0) return KITE_OK;
   return kite_dispatch(ctx, KITE_OP_PAGED_PREFILL, a.dtype, &a);
 }

@@ -29,6 +29,9 @@ kite_status kite_embedding(kite_ctx *ctx, const DLTensor *ids, const DLTensor *t
         (long long)yt.shape[0], (long long)yt.shape[1], (long long)it.shape[0], (long long)hidden);
   if ((s = kite_tensor_rows("embedding", "y", &yt, &tokens, &cols, &y_stride)) != KITE_OK) return s;
   if ((s = kite_tensor_require_no_overlap("embedding", "y", &yt)) != KITE_OK) return s;
+  /* a row written before a later token reads it would change that token's result */
+  if ((s = kite_tensor_require_disjoint("embedding", "y", &yt, &tt, "table")) != KITE_OK) return s;
+  if ((s = kite_tensor_require_disjoint("embedding", "y", &yt, &it, "ids")) != KITE_OK) return s;
 
   kite_embedding_args a = {.op = KITE_OP_EMBEDDING,
                            .dtype = tt.dtype,

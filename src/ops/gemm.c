@@ -96,6 +96,20 @@ kite_status kite_group_gemm(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
                             .group_sizes = gt.data,
                             .y = ym.t.data,
                             .y_stride = ym.stride};
+  if (kite_indices_on_host(ctx)) { /* group_sizes readable here: each >= 0, summing to M */
+    int64_t sum = 0;
+    for (int64_t i = 0; i < g; i++) {
+      if (a.group_sizes[i] < 0)
+        return kite_set_error(KITE_ERR_INVALID_ARG,
+                              "group_gemm: group_sizes[%lld] = %d is negative", (long long)i,
+                              (int)a.group_sizes[i]);
+      sum += a.group_sizes[i];
+    }
+    if (sum != m)
+      return kite_set_error(KITE_ERR_INVALID_ARG,
+                            "group_gemm: group_sizes sum to %lld, x has M = %lld rows",
+                            (long long)sum, (long long)m);
+  }
   if (m == 0 || n == 0) return KITE_OK;
   return kite_dispatch(ctx, KITE_OP_GROUP_GEMM, a.dtype, &a);
 }

@@ -83,6 +83,7 @@ typedef struct kt_case {
   int inplace;          /* y is x */
   float amp, shift;     /* float inputs are uniform in [shift - amp, shift + amp] */
   int step;             /* norms: x's first 32 elements of a row sit at shift + 16 amp */
+  int specials;         /* activations: +-inf and +-huge values among x */
   /* norms */
   int with_w, with_b;
   float eps, offset;

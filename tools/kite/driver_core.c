@@ -4,6 +4,7 @@
  * optional row padding; cases cover 0, 1 and many rows, odd and power-of-two widths, strided
  * views, in place, and every option of each op.
  */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,6 +99,7 @@ static void core_describe(const kt_case *c, char *buf, size_t n) {
   if (c->amp != 1.0f || c->shift != 0.0f)
     kt_cat(buf, n, &len, " in[%g,%g]", (double)(c->shift - c->amp), (double)(c->shift + c->amp));
   if (c->step) kt_cat(buf, n, &len, " step");
+  if (c->specials) kt_cat(buf, n, &len, " inf");
   if (c->pad_x) kt_cat(buf, n, &len, " x+%lld", (long long)c->pad_x);
   if (c->pad_y) kt_cat(buf, n, &len, " y+%lld", (long long)c->pad_y);
   if (c->inplace) kt_cat(buf, n, &len, " inplace");
@@ -148,6 +150,22 @@ static void fill_step(const kt_run *r, int vi, uint64_t seed, unsigned char *bod
   }
 }
 
+/* Activation inputs where a fifth of the elements are +-inf and a fifth +-huge (the largest
+ * finite magnitude of the dtype's order), the rest uniform: kite.h fixes act(+-inf). */
+static void fill_specials(const kt_run *r, int vi, uint64_t seed, unsigned char *body) {
+  const kt_view *v = &r->view[vi];
+  const float lo = r->c.shift - r->c.amp, span = 2.0f * r->c.amp;
+  const double huge = v->dtype == KITE_DTYPE_F16 ? 6.0e4 : 3.0e38;
+  for (int64_t e = 0, n = kt_view_numel(v); e < n; e++) {
+    int64_t at = kt_view_at(v, e);
+    const double sign = e / 5 % 2 ? -1.0 : 1.0;
+    double x = e % 5 == 0   ? sign * INFINITY
+               : e % 5 == 1 ? sign * huge
+                            : lo + span * kt_unit(seed, (uint64_t)at);
+    kt_store(v->dtype, body, at, x);
+  }
+}
+
 static void core_plan(kt_run *r, const kt_case *c) {
   kite_dtype t = c->dtype;
   float lo = c->shift - c->amp, hi = c->shift + c->amp;
@@ -156,6 +174,10 @@ static void core_plan(kt_run *r, const kt_case *c) {
   case KT_ACT:
   case KT_SOFTMAX:
     r->arg[A_X] = kt_add_matrix(r, "x", t, c->inplace ? KT_INOUT : KT_IN, R, C, c->pad_x, lo, hi);
+    if (c->specials) {
+      r->view[r->arg[A_X]].fill = KT_FILL_CUSTOM;
+      r->view[r->arg[A_X]].fill_fn = fill_specials;
+    }
     r->arg[A_Y] = c->inplace ? r->arg[A_X] : kt_add_matrix(r, "y", t, KT_OUT, R, C, c->pad_y, 0, 0);
     break;
   case KT_GATED:
@@ -288,6 +310,7 @@ static void gen_rows(kt_case_list *l, kite_op op, kite_dtype t, shape2 s) {
     c = base, c.inplace = 1, kt_case_push(l, c);
     c = base, c.inplace = 1, c.pad_x = 7, kt_case_push(l, c);
     c = base, c.amp = 8, c.pad_y = 1, kt_case_push(l, c); /* saturated tails */
+    c = base, c.specials = 1, c.pad_x = 2, kt_case_push(l, c);
     break;
   case KT_GATED:
     c = base, c.pad_x = 5, c.pad_y = 3, kt_case_push(l, c);

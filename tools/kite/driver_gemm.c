@@ -493,9 +493,9 @@ static const char *gemm_alt_name(const kt_case *c) {
  *     wrong id (a swapped tie too, whose weights are equal) fail.
  *   quant: 0. The quotient is an f32 division on every backend, so codes agree bit for bit;
  *     scales are amax / qmax in f32, also exact; any wrong int8 code moves NMSE by >= 1.
- *   dequant: 0. An f32 multiplication rounds the exact product code * scale once, as ref's
- *     float64 product (exact: <= 8 + 24 significant bits) rounded to f32 does, so every
- *     backend gets the same f32 and then the same f16 / bf16. */
+ *   dequant: 0. The exact product code * scale (<= 8 + 24 significant bits) is rounded once to
+ *     the dtype on every backend (kite.h), so all agree bit for bit; a kernel that rounds the
+ *     f32 product to nearest and then to f16 / bf16 is one ulp off on some ties and fails. */
 static double gemm_bound(kite_op op, kite_dtype t) {
   int f16 = t == KITE_DTYPE_F16, bf16 = t == KITE_DTYPE_BF16;
   switch (op) {
@@ -554,18 +554,16 @@ typedef struct group_geom {
   int32_t sizes[8];
 } group_geom;
 
-/* Empty groups first, in the middle and last; one group; many. Then sizes that do not add up
- * to M, as backend.h defines them: a negative size counts as 0, rows past M are ignored, rows
- * of y past the sum are zeros. */
+/* Empty groups first, in the middle and last; one group; many. Sizes that are negative or do not
+ * add up to M are an error where the harness's inputs live (host memory, kite.h), so no case
+ * has them. */
 static const group_geom g_groups[] = {{-1, 17, 64, 3, {0, 1, 2}},
                                       {-1, 33, 19, 5, {5, 0, 12, 0, 23}},
                                       {-1, 64, 127, 4, {70, 57, 0, 0}},
                                       {-1, 127, 17, 1, {17}},
                                       {-1, 3, 4096, 3, {0, 64, 0}},
                                       {-1, 64, 64, 8, {16, 1, 0, 31, 3, 17, 8, 4}},
-                                      {-1, 1, 3, 2, {0, 0}},
-                                      {17, 3, 17, 3, {-3, 4, 100}},
-                                      {10, 20, 30, 3, {0, 1, 2}}};
+                                      {-1, 1, 3, 2, {0, 0}}};
 static const group_geom g_quick_groups[] = {{-1, 33, 19, 5, {5, 0, 12, 0, 23}},
                                             {-1, 127, 17, 1, {17}}};
 
