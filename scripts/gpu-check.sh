@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # One pass over the CUDA backend on a GPU machine, from the repository root:
 #   build    configure + build (Release) with the CUDA plugin
-#   check    kite check --backend cuda (every CUDA kernel against ref)
+#   check    kite check --backend cuda (every CUDA kernel against ref), then test_index_check
+#            (bad device-side indices reported at synchronization under KITE_CHECK_INDICES)
+#   seeds    scripts/seed-sweep.sh cuda: kite check --backend cuda --quick over seeds 1..100, then
+#            the full case set of the exact-bound ops (quant, dequant, store_kv, embedding,
+#            topk_gating) over the same seeds: 0 failures expected
 #   sanitize compute-sanitizer memcheck and racecheck on kite check --backend cuda --quick
 #   bench    kite bench --backend cuda --json, bf16 LLM shapes: core ops, attention, GEMM, MoE
 #   peers    scripts/torch_peers.py: kite beside PyTorch eager and torch.compile, then linear
@@ -17,10 +21,11 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
 BUILD=${BUILD:-build}
 JOBS=${JOBS:-$(nproc)}
-STAGES=${*:-build check sanitize bench peers}
+STAGES=${*:-build check seeds sanitize bench peers}
 mkdir -p "$OUT"
 # at most 8 files come back from the GPU machine: these, and kite_bench.jsonl, peers.{json,csv}
 for f in gpu.txt build.log check.log sanitize.log peers.log; do : > "$OUT/$f"; done
+# seed-sweep logs go into check.log (the number of files that come back is limited)
 export PYTHONUNBUFFERED=1
 status=0
 
@@ -58,6 +63,22 @@ if want check; then
   stage kite check --backend cuda
   run_logged check.log 420 "$KITE" check --backend cuda
   tail -5 "$OUT/check.log"
+  stage "test_index_check (KITE_CHECK_INDICES on the device)"
+  run_logged check.log 60 "$BUILD/bin/test_index_check"
+  tail -3 "$OUT/check.log"
+fi
+
+if want seeds; then
+  stage seed sweep: kite check --backend cuda over seeds 1..100
+  KITE="$KITE" LOG="$OUT/seeds" run_logged check.log 900 bash scripts/seed-sweep.sh cuda 100 --quick
+  tail -1 "$OUT/check.log"
+  for op in quant dequant store_kv embedding topk_gating; do
+    KITE="$KITE" LOG="$OUT/seeds" run_logged check.log 300 bash scripts/seed-sweep.sh cuda 100 --op "$op"
+    tail -1 "$OUT/check.log"
+  done
+  # the logs of failing seeds are summarized in check.log; the folder itself does not come back
+  for f in "$OUT"/seeds/*.log; do [ -e "$f" ] && grep -h '^FAIL' "$f" | head -3 >> "$OUT/check.log"; done
+  rm -rf "$OUT/seeds"
 fi
 
 if want sanitize; then

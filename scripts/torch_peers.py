@@ -3,11 +3,16 @@
 
 kite is called through ctypes on tensors that PyTorch allocated, so both sides run the same shapes
 on the same memory and are timed the same way: CUDA events around one call, the L2 cache flushed
-before each timed call, the median over the repeats after a warm-up. Decode-sized calls are timed
-as the replay of a CUDA graph of many calls (GPU time per call, launch overhead excluded).
+before each timed call, the median over the repeats after a warm-up. The contestants of a row are
+timed in alternation (kite, peers, then the reverse order on the next repeat), so that none is
+measured only on a hotter, more throttled GPU, and the SM clock read after each row is printed
+beside it. Decode-sized calls are timed as the replay of a CUDA graph of many calls (GPU time per
+call, launch overhead excluded).
 GB/s counts the fewest bytes each op must move (the byte counts of `kite bench`), and the ceiling
-is a device-to-device copy measured in the same run (bytes read + bytes written). The L2 is flushed
-by reading a 256 MB buffer, so that no dirty lines of the flush are written back during the call.
+is a 1 GiB device-to-device copy timed with events in the same run (bytes read + bytes written).
+The L2 is flushed by writing a 256 MB buffer (as triton.testing.do_bench does): a flush that
+only reads leaves the timed kernel's own last writes in L2 when the timer stops, tens of MB that
+never reach DRAM inside the timing, which inflates a large op's GB/s above what DRAM can give.
 
 Prints one comparison table last; writes peers.json and peers.csv into --out.
 """
@@ -16,6 +21,7 @@ import ctypes as C
 import json
 import os
 import statistics
+import subprocess
 import sys
 
 import torch
@@ -44,7 +50,7 @@ class DLTensor(C.Structure):
 
 class CtxParams(C.Structure):
     _fields_ = [("device", DLDevice), ("stream", C.c_void_p), ("num_threads", C.c_int),
-                ("seed", C.c_uint64)]
+                ("seed", C.c_uint64), ("checks", C.c_uint32)]
 
 
 DTYPES = {torch.float32: (DL_FLOAT, 32), torch.float16: (DL_FLOAT, 16),
@@ -86,7 +92,7 @@ class Kite:
         """The kite ctx bound to PyTorch's current stream (graph capture uses its own stream)."""
         stream = torch.cuda.current_stream().cuda_stream
         if stream not in self.ctxs:
-            p = CtxParams(DLDevice(KDL_CUDA, torch.cuda.current_device()), stream, 0, 0)
+            p = CtxParams(DLDevice(KDL_CUDA, torch.cuda.current_device()), stream, 0, 0, 0)
             out = C.c_void_p()
             self.check(self.lib.kite_ctx_create(C.byref(p), C.byref(out)), "kite_ctx_create")
             self.ctxs[stream] = out
@@ -104,24 +110,54 @@ class Kite:
 _flush = None
 
 
-def time_us(fn, reps=30, warmup=5, flush=True):
-    """Median GPU time of one call of fn, L2 flushed before each."""
+def _event_us(fn, flush):
+    if flush:  # written: evicts what the previous call left in L2, its dirty lines included
+        _flush.zero_()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    fn()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) * 1e3
+
+
+def time_many(fns, reps=30, warmup=5, flush=True):
+    """Median GPU time of one call of each of fns, L2 flushed before each call. The calls
+    alternate: every repeat runs each contestant once, in forward order on even repeats and
+    reversed on odd ones, so clock changes over the run affect all of them alike."""
     global _flush
     if _flush is None:
         _flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        if flush:  # read, not written: no dirty lines left to write back inside the timing
-            _flush.sum()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    return statistics.median(times)
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    times = [[] for _ in fns]
+    for r in range(reps):
+        order = range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))
+        for i in order:
+            times[i].append(_event_us(fns[i], flush))
+    return [statistics.median(t) for t in times]
+
+
+def time_us(fn, reps=30, warmup=5, flush=True):
+    """Median GPU time of one call of fn, L2 flushed before each."""
+    return time_many([fn], reps, warmup, flush)[0]
+
+
+def sm_clock_mhz():
+    """The GPU's current SM clock (MHz), or None where neither nvidia-smi nor torch can say."""
+    try:
+        dev = str(torch.cuda.current_device())
+        out = subprocess.run(["nvidia-smi", "-i", dev, "--query-gpu=clocks.sm",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                             timeout=10)
+        return int(out.stdout.strip().splitlines()[0])
+    except Exception:
+        pass
+    try:
+        return int(torch.cuda.clock_rate())
+    except Exception:
+        return None
 
 
 def graph_us(fn, calls=100, reps=10):
@@ -150,7 +186,7 @@ def graph_us(fn, calls=100, reps=10):
 def copy_gbs(nbytes=1 << 30):
     x = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
     y = torch.empty_like(x)
-    us = time_us(lambda: y.copy_(x), reps=20, flush=False)
+    us = time_us(lambda: y.copy_(x), reps=20, flush=False)  # 1 GiB: far larger than any L2
     return 2 * nbytes / (us * 1e-6) / 1e9
 
 
@@ -335,9 +371,10 @@ def compute_rows(kite):
     kfn()
     err = rel_err(y.float(), (x @ w.t()).float())
     flop = 2.0 * n ** 3
-    ku, tu = time_us(kfn, reps=20, flush=False), time_us(lambda: x @ w.t(), reps=20, flush=False)
+    ku, tu = time_many([kfn, lambda: x @ w.t()], reps=20, flush=False)
     rows.append({"op": "linear", "shape": f"{n}^3", "kite_us": ku, "kite_tflops": flop / ku / 1e6,
-                 "peer": "torch.mm", "peer_tflops": flop / tu / 1e6, "rel_err": err})
+                 "peer": "torch.mm", "peer_tflops": flop / tu / 1e6, "rel_err": err,
+                 "sm_mhz": sm_clock_mhz()})
     del x, w, y, X, W, Y
     # paged decode: batch 64, ctx 4096, Hq 32 / Hkv 8, D 128, block 16
     B, L, HQ, HKV, D, BS = 64, 4096, 32, 8, 128, 16
@@ -362,7 +399,8 @@ def compute_rows(kite):
     kv_bytes = 2 * B * L * HKV * D * 2
     ku = time_us(kfn)
     rows.append({"op": "paged_decode", "shape": f"B{B} L{L} {HQ}/{HKV} D{D} bs{BS}",
-                 "kite_us": ku, "kite_gbs": kv_bytes / ku / 1e3, "rel_err": err})
+                 "kite_us": ku, "kite_gbs": kv_bytes / ku / 1e3, "rel_err": err,
+                 "sm_mhz": sm_clock_mhz()})
     del kc, vc, bt, q, o, args, O
     # paged prefill: 4 x 4096 tokens, causal
     B, L = 4, 4096
@@ -386,13 +424,12 @@ def compute_rows(kite):
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         tfn = lambda: F.scaled_dot_product_attention(qd, kr, vr, is_causal=True)
         ref = tfn()
-        tu = time_us(tfn, reps=10)
+        ku, tu = time_many([kfn, tfn], reps=6, warmup=2)
     err = rel_err(o.view(B, L, HQ, D).transpose(1, 2).float(), ref.float())
     flop = 4.0 * B * L * L * D * HQ / 2
-    ku = time_us(kfn, reps=5)
     rows.append({"op": "paged_prefill", "shape": f"B{B}x{L} causal {HQ}/{HKV} D{D}",
                  "kite_us": ku, "kite_tflops": flop / ku / 1e6, "peer": "torch SDPA flash",
-                 "peer_tflops": flop / tu / 1e6, "rel_err": err})
+                 "peer_tflops": flop / tu / 1e6, "rel_err": err, "sm_mhz": sm_clock_mhz()})
     return rows
 
 
@@ -425,17 +462,22 @@ def main():
             failures += bad
             row = {"op": op, "shape": shape, "T": T, "bytes": nbytes, "rel_err": err}
             if T == 8192:
-                row["kite_us"] = time_us(kfn)
-                row["eager_us"] = time_us(eager)
+                fns, names = [kfn, eager], ["kite_us", "eager_us"]
                 if not args.no_compile:
                     try:
                         comp = torch.compile(ref_fn, dynamic=False)
-                        row["compile_us"] = time_us(lambda: comp(*ref_args))
+                        comp(*ref_args)
+                        fns.append(lambda: comp(*ref_args))
+                        names.append("compile_us")
                     except Exception as ex:  # a peer that fails to compile is reported, not fatal
                         print(f"{op}: torch.compile failed: {ex}", file=sys.stderr)
-            else:
-                row["kite_us"] = graph_us(kfn)
-                row["eager_us"] = graph_us(eager)
+                for name, us in zip(names, time_many(fns)):
+                    row[name] = us
+            else:  # alternated too: kite, eager, eager, kite
+                k1, e1 = graph_us(kfn), graph_us(eager)
+                e2, k2 = graph_us(eager), graph_us(kfn)
+                row["kite_us"], row["eager_us"] = (k1 + k2) / 2, (e1 + e2) / 2
+            row["sm_mhz"] = sm_clock_mhz()
             for side in ("kite", "eager", "compile"):
                 if f"{side}_us" in row:
                     row[f"{side}_gbs"] = nbytes / (row[f"{side}_us"] * 1e-6) / 1e9
@@ -459,7 +501,7 @@ def main():
         json.dump({"device": torch.cuda.get_device_name(), "copy_gbs": copy, "rows": rows,
                    "compute_rows": crows}, f, indent=1)
     cols = ["op", "shape", "kite_us", "kite_gbs", "eager_gbs", "compile_gbs", "pct_copy",
-            "kite_bench_gbs", "rel_err"]
+            "kite_bench_gbs", "rel_err", "sm_mhz"]
     with open(os.path.join(args.out, "peers.csv"), "w") as f:
         f.write(",".join(cols) + "\n")
         for r in rows:
@@ -468,19 +510,22 @@ def main():
     fmt = lambda v, p=0: "-" if v is None else f"{v:.{p}f}"
     print("\n---- kite vs PyTorch")
     print(f"{torch.cuda.get_device_name()}: copy {copy:.0f} GB/s; bf16; T=8192 rows: events, "
-          f"L2 flushed; T=1/16 rows: CUDA-graph replay (GPU us per call)")
+          f"L2 flushed by writing, contestants alternated; T=1/16 rows: CUDA-graph replay (GPU us "
+          f"per call); SM MHz read after each row")
     print(f"{'op':<13} {'shape':<16} {'kite us':>8} {'kite GB/s':>9} {'eager GB/s':>10} "
-          f"{'compile GB/s':>12} {'% copy':>6} {'bench GB/s':>10} {'err':>7}")
+          f"{'compile GB/s':>12} {'% copy':>6} {'bench GB/s':>10} {'err':>7} {'SM MHz':>6}")
     for r in rows:
         print(f"{r['op']:<13} {r['shape']:<16} {fmt(r['kite_us'], 1):>8} {fmt(r['kite_gbs']):>9} "
               f"{fmt(r.get('eager_gbs')):>10} {fmt(r.get('compile_gbs')):>12} "
-              f"{fmt(r['pct_copy']):>6} {fmt(r.get('kite_bench_gbs')):>10} {r['rel_err']:>7.1e}")
-    print(f"\n{'op':<13} {'shape':<28} {'kite us':>9} {'kite':>14} {'peer':>24} {'err':>7}")
+              f"{fmt(r['pct_copy']):>6} {fmt(r.get('kite_bench_gbs')):>10} {r['rel_err']:>7.1e} "
+              f"{fmt(r.get('sm_mhz')):>6}")
+    print(f"\n{'op':<13} {'shape':<28} {'kite us':>9} {'kite':>14} {'peer':>24} {'err':>7} "
+          f"{'SM MHz':>6}")
     for r in crows:
         kv = (f"{r['kite_gbs']:.0f} GB/s" if "kite_gbs" in r else f"{r['kite_tflops']:.0f} TFLOP/s")
         pv = f"{r['peer']} {r['peer_tflops']:.0f}" if "peer" in r else "-"
         print(f"{r['op']:<13} {r['shape']:<28} {r['kite_us']:>9.1f} {kv:>14} {pv:>24} "
-              f"{r['rel_err']:>7.1e}")
+              f"{r['rel_err']:>7.1e} {fmt(r.get('sm_mhz')):>6}")
     return 1 if failures else 0
 
 

@@ -23,6 +23,13 @@ kite_status cuda_begin(kite_ctx *ctx, const char *op, void **stream);
 /* Turns a failed launch (cudaGetLastError) into DEVICE "<op>: <variant>: launch failed: ...". */
 kite_status cuda_check_launch(const char *op, const char *variant);
 
+/* index_check.cu: under KITE_CHECK_INDICES (kite_ctx_checks), launches the check of the index
+ * values of args (store_kv, paged_decode, paged_prefill, group_gemm) on the ctx's stream before
+ * the op's kernels; a no-op otherwise. cuda_index_report, after a stream synchronization,
+ * returns INVALID_ARG for the first bad value recorded on the device since the last report. */
+kite_status cuda_index_check(kite_ctx *ctx, const void *args);
+kite_status cuda_index_report(int device_id);
+
 /* Names for messages, never NULL. */
 const char *cuda_op_str(kite_op op);
 const char *cuda_dtype_str(kite_dtype t);

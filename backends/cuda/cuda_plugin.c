@@ -144,8 +144,22 @@ static kite_status cuda_synchronize(const kite_backend *b, int device_id, void *
   kite_status s = use_device("cuda: synchronize", device_id);
   if (s != KITE_OK) return s;
   cudaError_t e = cudaStreamSynchronize((cudaStream_t)stream);
-  return e == cudaSuccess ? KITE_OK : device_error("cuda: synchronize", "cudaStreamSynchronize", e);
+  if (e != cudaSuccess) return device_error("cuda: synchronize", "cudaStreamSynchronize", e);
+  return cuda_index_report(device_id);
 }
+
+/* The ops whose index values live in device memory run their kernels after cuda_index_check. */
+#define CHECKED(fn)                                                                                \
+  static CUDA_RUN(checked_##fn) {                                                                  \
+    kite_status s = cuda_index_check(ctx, args);                                                   \
+    return s != KITE_OK ? s : fn(k, ctx, args);                                                    \
+  }
+CHECKED(cuda_store_kv_run)
+CHECKED(cuda_paged_mma_run)
+CHECKED(cuda_paged_vec_run)
+CHECKED(cuda_paged_generic_run)
+CHECKED(cuda_group_gemm_cublaslt_run)
+CHECKED(cuda_group_gemm_tiles_run)
 
 /* ---- kernel table -------------------------------------------------------------------------- */
 /* Faster variants outrank generic ones; a variant for a narrower case outranks the broad one. */
@@ -211,20 +225,23 @@ static const kite_kernel cuda_kernels[] = {
     VEC(KITE_OP_EMBEDDING, embedding, "row copy in 16-byte units, zeros for bad ids"),
     KERNEL(KITE_OP_EMBEDDING, "generic", PRIORITY_GENERIC, NULL, cuda_embedding_generic_run,
            "row copy per element, zeros for bad ids"),
-    KERNEL(KITE_OP_STORE_KV, "generic", PRIORITY_GENERIC, cuda_store_kv_supports, cuda_store_kv_run,
-           "k and v into the caches in one launch, bad slots skipped"),
-    KERNEL(KITE_OP_PAGED_DECODE, "mma", PRIORITY_SPLIT, cuda_paged_mma_supports, cuda_paged_mma_run,
+    KERNEL(KITE_OP_STORE_KV, "generic", PRIORITY_GENERIC, cuda_store_kv_supports,
+           checked_cuda_store_kv_run, "k and v into the caches in one launch, bad slots skipped"),
+    KERNEL(KITE_OP_PAGED_DECODE, "mma", PRIORITY_SPLIT, cuda_paged_mma_supports,
+           checked_cuda_paged_mma_run,
            "tensor cores, GQA rows of a kv head per CTA, split-KV, cp.async"),
-    KERNEL(KITE_OP_PAGED_DECODE, "vec", PRIORITY_VEC, cuda_paged_vec_supports, cuda_paged_vec_run,
+    KERNEL(KITE_OP_PAGED_DECODE, "vec", PRIORITY_VEC, cuda_paged_vec_supports,
+           checked_cuda_paged_vec_run,
            "GQA heads of a kv head per CTA, split-KV with LSE merge, 16-byte loads"),
     KERNEL(KITE_OP_PAGED_DECODE, "generic", PRIORITY_GENERIC, cuda_paged_generic_supports,
-           cuda_paged_generic_run, "GQA heads of a kv head per CTA, split-KV, any layout"),
+           checked_cuda_paged_generic_run, "GQA heads of a kv head per CTA, split-KV, any layout"),
     KERNEL(KITE_OP_PAGED_PREFILL, "mma", PRIORITY_SPLIT, cuda_paged_mma_supports,
-           cuda_paged_mma_run, "flash tiles on tensor cores, 128 packed GQA rows per CTA"),
-    KERNEL(KITE_OP_PAGED_PREFILL, "vec", PRIORITY_VEC, cuda_paged_vec_supports, cuda_paged_vec_run,
+           checked_cuda_paged_mma_run, "flash tiles on tensor cores, 128 packed GQA rows per CTA"),
+    KERNEL(KITE_OP_PAGED_PREFILL, "vec", PRIORITY_VEC, cuda_paged_vec_supports,
+           checked_cuda_paged_vec_run,
            "a query row and kv head per CTA, CUDA cores, 16-byte loads"),
     KERNEL(KITE_OP_PAGED_PREFILL, "generic", PRIORITY_GENERIC, cuda_paged_generic_supports,
-           cuda_paged_generic_run, "a query row and kv head per CTA, any layout"),
+           checked_cuda_paged_generic_run, "a query row and kv head per CTA, any layout"),
     KERNEL(KITE_OP_SDPA, "mma", PRIORITY_SPLIT, cuda_sdpa_mma_supports, cuda_sdpa_mma_run,
            "flash tiles on tensor cores, no mask, 16-byte aligned strides"),
     KERNEL(KITE_OP_SDPA, "vec", PRIORITY_VEC, cuda_sdpa_vec_supports, cuda_sdpa_vec_run,
@@ -236,10 +253,10 @@ static const kite_kernel cuda_kernels[] = {
     KERNEL(KITE_OP_LINEAR, "tiles", PRIORITY_GENERIC, cuda_gemm_supports, cuda_linear_tiles_run,
            "64x64 f32 tiles on CUDA cores, any layout"),
     KERNEL(KITE_OP_GROUP_GEMM, "cublaslt", PRIORITY_LIBRARY, cuda_gemm_supports,
-           cuda_group_gemm_cublaslt_run,
+           checked_cuda_group_gemm_cublaslt_run,
            "cuBLASLt matmul per group (group sizes read on the host; tiles under graph capture)"),
     KERNEL(KITE_OP_GROUP_GEMM, "tiles", PRIORITY_GENERIC, cuda_gemm_supports,
-           cuda_group_gemm_tiles_run, "64x64 tiles, group schedule built on the device"),
+           checked_cuda_group_gemm_tiles_run, "64x64 tiles, group schedule built on the device"),
     KERNEL(KITE_OP_TOPK_GATING, "warp", PRIORITY_GENERIC, cuda_moe_supports, cuda_topk_gating_run,
            "a warp per token, k ranked picks"),
     KERNEL(KITE_OP_FUSED_MOE, "grouped", PRIORITY_GENERIC, cuda_moe_supports, cuda_fused_moe_run,

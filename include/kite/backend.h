@@ -368,6 +368,11 @@ KITE_API DLDevice kite_ctx_device(const kite_ctx *ctx);
 KITE_API void *kite_ctx_stream(const kite_ctx *ctx);
 KITE_API int kite_ctx_num_threads(const kite_ctx *ctx); /* >= 1 */
 KITE_API uint64_t kite_ctx_seed(const kite_ctx *ctx);
+/* kite_check_flags in force (the params' and KITE_CHECK's). A device backend that honours
+ * KITE_CHECK_INDICES records the first bad index value its kernels meet and returns it as an
+ * INVALID_ARG from its synchronize(); host backends never see bad values (the front-ends
+ * refuse them first). */
+KITE_API uint32_t kite_ctx_checks(const kite_ctx *ctx);
 /* Scratch memory of at least `bytes` on the ctx's device, reused across calls (grows as needed,
  * freed with the ctx). Valid until the next workspace request on the same ctx. */
 KITE_API kite_status kite_ctx_workspace(kite_ctx *ctx, size_t bytes, void **out);

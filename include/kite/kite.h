@@ -10,9 +10,23 @@
  * otherwise the last dimension must be unit-stride and the leading dimensions must collapse into
  * one "row" dimension with a single stride (a row-strided view, e.g. a slice of a fused qkv
  * projection). Every tensor of a call must live on the ctx's device.
+ * Strides that address nothing are ignored (replaced by the compact ones): the stride of a dim of
+ * size 1, whatever its value, and every stride of an empty tensor (NumPy's 0, huge or negative
+ * values included). An empty tensor may have NULL data.
  *
  * dtypes: f32, f16, bf16 for activations/weights; int32 for ids and positions.
- * Arithmetic is float32 or better inside; outputs are rounded once to the output dtype.
+ * Arithmetic is float32 or better inside; outputs are rounded once to the output dtype (round to
+ * nearest even): a result computed in float64 goes straight to f16 / bf16, never through f32
+ * first. Ops whose every backend must agree bit for bit say how they round: relu, embedding and
+ * store_kv copy values; quant's codes come from one f32 division; dequant rounds the exact
+ * product q * scale once.
+ *
+ * Index values (block tables, seq_lens, cu_q_lens, slots, group sizes) are checked where the
+ * library can read them before any kernel runs: on a CPU ctx a bad one is INVALID_ARG naming the
+ * op, the argument, the sequence (or element) and the value, and nothing is written. In device
+ * memory kernels never read or write out of bounds whatever the values hold, with the results
+ * each op states for such values; kite_ctx_params.checks (or KITE_CHECK=indices) asks device
+ * kernels to report the first bad value as an error at the next synchronization.
  */
 #ifndef KITE_KITE_H
 #define KITE_KITE_H
@@ -63,14 +77,28 @@ KITE_API const char *kite_last_error(void);
  * ------------------------------------------------------------------------------------------- */
 typedef struct kite_ctx kite_ctx;
 
+/* Opt-in checks of a ctx (kite_ctx_params.checks, bits). */
+typedef enum kite_check_flags {
+  /* Device kernels record the first index value outside its range (a block id outside the cache
+   * inside a sequence, a seq_len past the block table, a negative length, a query chunk longer
+   * than its sequence, a slot past the cache, negative group sizes or sizes not summing to M)
+   * in a device word; the next kite_ctx_synchronize() (or kite_memcpy) on that device returns
+   * INVALID_ARG naming the op and the value, and clears the word. The kernels still never go
+   * out of bounds. The word is allocated at the first checked call, so make one before
+   * capturing a CUDA graph. On a CPU ctx such values are always errors, so the flag changes
+   * nothing there. */
+  KITE_CHECK_INDICES = 1u << 0,
+} kite_check_flags;
+
 typedef struct kite_ctx_params {
   DLDevice device;  /* where the tensors live; {kDLCPU, 0} by default */
   void *stream;     /* backend stream (a cudaStream_t for CUDA); NULL = default stream */
   int num_threads;  /* CPU threads a kernel may use; 0 = all online cores */
   uint64_t seed;    /* default seed for ops that draw random numbers */
+  uint32_t checks;  /* kite_check_flags; KITE_CHECK=indices in the environment adds them */
 } kite_ctx_params;
 
-/* Defaults: CPU device 0, NULL stream, all cores, seed 0. */
+/* Defaults: CPU device 0, NULL stream, all cores, seed 0, no checks (but KITE_CHECK's). */
 KITE_API kite_ctx_params kite_ctx_params_default(void);
 
 /* Creates a ctx. params NULL = defaults. Errors: INVALID_ARG (NULL out, negative threads),
@@ -78,7 +106,10 @@ KITE_API kite_ctx_params kite_ctx_params_default(void);
 KITE_API kite_status kite_ctx_create(const kite_ctx_params *params, kite_ctx **out);
 /* Frees the ctx and its workspace. NULL is a no-op. */
 KITE_API void kite_ctx_destroy(kite_ctx *ctx);
-/* Waits until all work queued on the ctx's stream has finished. */
+/* Waits until all work queued on the ctx's stream has finished. With KITE_CHECK_INDICES, this is
+ * where a bad index value a device kernel met since the last synchronization of that device is
+ * reported (INVALID_ARG naming the op, the argument and the value); kite_memcpy, which
+ * synchronizes too, reports it the same way. */
 KITE_API kite_status kite_ctx_synchronize(kite_ctx *ctx);
 
 /* Device memory on the ctx's device, through the backend that drives that device type. */
@@ -89,7 +120,10 @@ typedef enum kite_copy_kind {
   KITE_COPY_DEVICE_TO_HOST = 1,
   KITE_COPY_DEVICE_TO_DEVICE = 2,
 } kite_copy_kind;
-/* Copies bytes; synchronous with respect to the host (the stream is synchronized). */
+/* Copies bytes; synchronous with respect to the host (the stream is synchronized).
+ * Errors: INVALID_ARG for NULL pointers, a bad kind, a range past the end of the address space,
+ * and overlapping ranges in one address space (any copy on a CPU ctx, DEVICE_TO_DEVICE on a
+ * device): such a copy has no single meaning, so it is refused rather than done as memmove. */
 KITE_API kite_status kite_memcpy(kite_ctx *ctx, void *dst, const void *src, size_t bytes,
                                  kite_copy_kind kind);
 
@@ -134,7 +168,9 @@ KITE_API int kite_op_from_name(const char *name);
 /* --- Activations, elementwise over any shape -------------------------------------------------
  * x[..., N] -> y[..., N], same shape and dtype (f32/f16/bf16). y may be x (in place).
  *   silu(x) = x * sigmoid(x); gelu = x * Phi(x) (erf); gelu_tanh = tanh approximation;
- *   gelu_quick = x * sigmoid(1.702 x); relu = max(x, 0). */
+ *   gelu_quick = x * sigmoid(1.702 x); relu = max(x, 0).
+ * Non-finite inputs: silu, gelu, gelu_tanh and gelu_quick give their limits, act(+inf) = +inf
+ * and act(-inf) = -0 (not -inf * 0 = NaN); relu(-inf) = 0; NaN gives NaN. Every backend agrees. */
 KITE_API kite_status kite_silu(kite_ctx *ctx, const DLTensor *x, DLTensor *y);
 KITE_API kite_status kite_gelu(kite_ctx *ctx, const DLTensor *x, DLTensor *y);
 KITE_API kite_status kite_gelu_tanh(kite_ctx *ctx, const DLTensor *x, DLTensor *y);
@@ -167,7 +203,10 @@ typedef enum kite_norm_pos {
   KITE_NORM_POST = 1, /* y = norm(x + residual); residual <- y */
 } kite_norm_pos;
 
-/* Fused residual add + norm. residual[..., H] has x's shape and dtype and is updated in place. */
+/* Fused residual add + norm. residual[..., H] has x's shape and dtype and is updated in place;
+ * it overlaps neither x nor y. PRE rounds the sum to the dtype first and computes y from that
+ * rounded residual, exactly as a separate add followed by the norm would; POST computes y from
+ * the unrounded f32 sum and stores y's values (rounded once) as the residual. */
 KITE_API kite_status kite_add_rms_norm(kite_ctx *ctx, const DLTensor *x, DLTensor *residual,
                                        const DLTensor *w, float eps, float offset,
                                        kite_norm_pos pos, DLTensor *y);
@@ -213,7 +252,7 @@ KITE_API kite_status kite_softmax(kite_ctx *ctx, const DLTensor *x, float scale,
 
 /* --- Embedding lookup -----------------------------------------------------------------------
  * ids[T] int32, table[V, H] (row-strided allowed) -> y[T, H], same dtype as table. An id outside
- * [0, V) gives a zero row. */
+ * [0, V) gives a zero row. y must not overlap table or ids (INVALID_ARG). */
 KITE_API kite_status kite_embedding(kite_ctx *ctx, const DLTensor *ids, const DLTensor *table,
                                     DLTensor *y);
 
@@ -231,7 +270,10 @@ KITE_API kite_status kite_embedding(kite_ctx *ctx, const DLTensor *ids, const DL
  * interleaved: h % Hkv. Hq must be a multiple of Hkv.
  * Scores: s = scale * q.k (scale 0 -> 1/sqrt(D)); with softcap > 0, s = softcap * tanh(s /
  * softcap); then masks; softmax in f32 (one pass, online rescaling); o = sum p * v.
- * window_left >= 0: a query at position p sees keys in [p - window_left, p] (-1: off).
+ * window_left >= 0: a query at position p sees keys in [p - window_left, p] (-1: off): W + 1
+ * keys, FlashAttention's window (window_left, 0). The right edge is the query itself whether
+ * causal is on or off. A Hugging Face `sliding_window = W` (W keys, the query's included) is
+ * window_left = W - 1.
  * A query that sees no key gives o = 0 and lse = -inf.
  * lse (optional output, f32): the natural log-sum-exp of the final scores, for split/merge. */
 typedef enum kite_gqa_layout { KITE_GQA_GROUPED = 0, KITE_GQA_INTERLEAVED = 1 } kite_gqa_layout;
@@ -248,8 +290,9 @@ typedef struct kite_attn_opts {
 KITE_API kite_attn_opts kite_attn_opts_default(void);
 
 /* Writes k[T, Hkv, D] and v into the caches at slots[T] int32. A negative slot skips the token
- * (padding). A slot >= num_blocks * block_size is an error where the backend can read slots, and
- * is skipped on a device that cannot report it. k/v may be row-strided (token stride). */
+ * (padding). A slot >= num_blocks * block_size is an error on a CPU ctx (nothing is written);
+ * on a device the token is skipped (reported under KITE_CHECK_INDICES). k/v may be row-strided
+ * (token stride). */
 KITE_API kite_status kite_store_kv(kite_ctx *ctx, const DLTensor *k, const DLTensor *v,
                                    DLTensor *key_cache, DLTensor *value_cache,
                                    const DLTensor *slots);
@@ -257,7 +300,12 @@ KITE_API kite_status kite_store_kv(kite_ctx *ctx, const DLTensor *k, const DLTen
 /* Decode: one query per sequence. q[B, Hq, D] -> o[B, Hq, D] (same dtype as the cache);
  * block_table[B, max_blocks] int32, seq_lens[B] int32 (0 gives zeros; <= max_blocks * bs).
  * The query sits at position seq_len - 1 (for the window). opts.causal is ignored.
- * lse: NULL or f32 [B, Hq]. */
+ * lse: NULL or f32 [B, Hq].
+ * Index values: on a CPU ctx a seq_len outside [0, max_blocks * block_size] or a block id
+ * outside [0, num_blocks) among the first ceil(seq_len / block_size) entries of its row is
+ * INVALID_ARG naming the sequence and the value. On a device: a negative seq_len counts as 0, one
+ * past the table is clamped to max_blocks * block_size, the keys of an out-of-range block id are
+ * absent (a query that sees none gives zeros); KITE_CHECK_INDICES reports them. */
 KITE_API kite_status kite_paged_decode(kite_ctx *ctx, const DLTensor *q, const DLTensor *key_cache,
                                        const DLTensor *value_cache, const DLTensor *block_table,
                                        const DLTensor *seq_lens, const kite_attn_opts *opts,
@@ -268,7 +316,10 @@ KITE_API kite_status kite_paged_decode(kite_ctx *ctx, const DLTensor *q, const D
  * cu_q_lens[B] = T). Sequence b's queries are the LAST q_len_b = cu_q_lens[b+1] - cu_q_lens[b]
  * positions of its seq_lens[b] keys (prefix caching / chunked prefill), so query i of b sits at
  * position seq_len_b - q_len_b + i; causal: it sees keys at positions <= its own.
- * -> o[T, Hq, D]; lse: NULL or f32 [T, Hq]. */
+ * -> o[T, Hq, D]; lse: NULL or f32 [T, Hq].
+ * Index values as for paged_decode, and q_len_b <= seq_len_b: on a CPU ctx a longer query chunk,
+ * or cu_q_lens not starting at 0, decreasing or not ending at T, is INVALID_ARG; on a device the
+ * queries at negative positions see no key (zeros, lse -inf). */
 KITE_API kite_status kite_paged_prefill(kite_ctx *ctx, const DLTensor *q,
                                         const DLTensor *key_cache, const DLTensor *value_cache,
                                         const DLTensor *block_table, const DLTensor *cu_q_lens,
@@ -279,7 +330,9 @@ KITE_API kite_status kite_paged_prefill(kite_ctx *ctx, const DLTensor *q,
  * o[B, Hq, Sq, D]. mask: NULL, or [Sq, Sk] or [B|1, Hq|1, Sq, Sk] (stride 0 broadcasts):
  * bool (KITE_DL_BOOL or uint8: nonzero = attend) or float (f32 or q's dtype, added to the
  * scores, PyTorch's rule). causal aligns the last query with the last key: query i sees keys
- * j <= i + Sk - Sq. lse: NULL or f32 [B, Hq, Sq]. */
+ * j <= i + Sk - Sq. Query i sits at position i + Sk - Sq whether causal is on or off (that is
+ * where the window is measured from). A mask together with causal: both apply (a key must pass
+ * both; PyTorch refuses the pair, kite defines it). lse: NULL or f32 [B, Hq, Sq]. */
 KITE_API kite_status kite_sdpa(kite_ctx *ctx, const DLTensor *q, const DLTensor *k,
                                const DLTensor *v, const DLTensor *mask,
                                const kite_attn_opts *opts, DLTensor *o, DLTensor *lse);
@@ -291,7 +344,10 @@ KITE_API kite_status kite_linear(kite_ctx *ctx, const DLTensor *x, const DLTenso
                                  const DLTensor *bias, DLTensor *y);
 
 /* Rows of x[M, K] come in G consecutive groups of group_sizes[G] int32 rows (sum = M; a group
- * may be empty); group g's rows are multiplied by w[g] ([G, N, K]): y[M, N]. */
+ * may be empty); group g's rows are multiplied by w[g] ([G, N, K]): y[M, N].
+ * On a CPU ctx a negative size or sizes not summing to M are INVALID_ARG. On a device a negative
+ * size counts as 0, rows past M are ignored and rows of y past the sum are zeros
+ * (KITE_CHECK_INDICES reports such sizes). */
 KITE_API kite_status kite_group_gemm(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
                                      const DLTensor *group_sizes, DLTensor *y);
 
@@ -301,7 +357,8 @@ KITE_API kite_status kite_group_gemm(kite_ctx *ctx, const DLTensor *x, const DLT
 KITE_API kite_status kite_topk_gating(kite_ctx *ctx, const DLTensor *logits, int64_t k,
                                       int renormalize, DLTensor *weights, DLTensor *ids);
 
-/* Activation of the gated MoE MLP. */
+/* Activation of the gated MoE MLP: silu, or gelu with erf (x * Phi(x), kite_gelu's; not the tanh
+ * approximation). */
 typedef enum kite_moe_act { KITE_MOE_SILU = 0, KITE_MOE_GELU = 1 } kite_moe_act;
 
 /* y[T, H] = sum over j < k of weights[t, j] * w2[e] (act(gate) * up), with e = ids[t, j],
@@ -317,10 +374,13 @@ KITE_API kite_status kite_fused_moe(kite_ctx *ctx, const DLTensor *x, const DLTe
  * 448 for e4m3); q = clamp(round_nearest_even(x / scale), -qmax, qmax) (for e4m3: x / scale
  * rounded to the nearest e4m3 value, ties to even, saturating at +-448; NaN stays NaN). A zero
  * row gets scale 0 and q 0. The quotient x / scale is an f32 division on every backend, so codes
- * agree bit for bit; amax ignores NaN, and a NaN becomes 0 in int8. */
+ * agree bit for bit. amax is taken over the finite elements: NaN and +-inf do not set the scale,
+ * +-inf then saturates to +-qmax (e4m3: +-448) and NaN becomes 0 in int8 (NaN in e4m3); a row
+ * with no finite nonzero element gets scale 0 and q 0. */
 KITE_API kite_status kite_quant(kite_ctx *ctx, const DLTensor *x, DLTensor *q, DLTensor *scales);
 
-/* y[M, K] (float) = q[M, K] * scales[M]. */
+/* y[M, K] (float) = q[M, K] * scales[M]: the exact product (at most 8 + 24 significant bits),
+ * rounded once to y's dtype, so every backend agrees bit for bit. */
 KITE_API kite_status kite_dequant(kite_ctx *ctx, const DLTensor *q, const DLTensor *scales,
                                   DLTensor *y);
 

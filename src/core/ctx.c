@@ -1,13 +1,27 @@
 /* kite_ctx: device, stream, threads, seed, workspace; device memory through the backend that
  * serves the ctx's device type. */
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "core/internal.h"
 
 kite_ctx_params kite_ctx_params_default(void) {
-  kite_ctx_params p = {{kDLCPU, 0}, NULL, 0, 0};
+  kite_ctx_params p = {{kDLCPU, 0}, NULL, 0, 0, 0};
   return p;
+}
+
+/* The checks KITE_CHECK asks for: a comma-separated list of names ("indices"); unknown names are
+ * ignored, so that a newer setting does not break an older library. */
+static uint32_t env_checks(void) {
+  const char *e = getenv("KITE_CHECK");
+  uint32_t flags = 0;
+  for (const char *p = e; p && *p;) {
+    size_t n = strcspn(p, ",");
+    if (n == 7 && !strncmp(p, "indices", 7)) flags |= KITE_CHECK_INDICES;
+    p += n + (p[n] == ',');
+  }
+  return flags;
 }
 
 kite_status kite_ctx_create(const kite_ctx_params *params, kite_ctx **out) {
@@ -22,6 +36,11 @@ kite_status kite_ctx_create(const kite_ctx_params *params, kite_ctx **out) {
   if (p.device.device_id < 0)
     return kite_set_error(KITE_ERR_INVALID_ARG, "kite_ctx_create: device_id %d is negative",
                           p.device.device_id);
+  if (p.checks & ~(uint32_t)KITE_CHECK_INDICES)
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "kite_ctx_create: checks 0x%x has bits that are no kite_check_flags",
+                          (unsigned)p.checks);
+  p.checks |= env_checks();
   const kite_backend *mem = kite_memory_backend(p.device.device_type);
   if (!mem)
     return kite_set_error(KITE_ERR_UNSUPPORTED,
@@ -112,6 +131,9 @@ int kite_ctx_num_threads(const kite_ctx *ctx) {
 }
 uint64_t kite_ctx_seed(const kite_ctx *ctx) {
   return ctx->p.seed;
+}
+uint32_t kite_ctx_checks(const kite_ctx *ctx) {
+  return ctx->p.checks;
 }
 
 kite_status kite_ctx_workspace(kite_ctx *ctx, size_t bytes, void **out) {
