@@ -101,8 +101,7 @@ int main(void) {
         "its kernels are rolled back\n");
   kite_ctx *ctx = NULL;
   CHECK(kite_ctx_create(NULL, &ctx) == KITE_OK, "ctx\n");
-  CHECK(kite_config_set("silu=failreg.copy") == KITE_OK &&
-            call_silu(ctx) == KITE_ERR_UNSUPPORTED &&
+  CHECK(kite_config_set("silu=failreg.copy") == KITE_OK && call_silu(ctx) == KITE_ERR_UNSUPPORTED &&
             strstr(kite_last_error(), "no such kernel is registered"),
         "a rolled-back kernel cannot be selected\n");
   /* the same file again: it fails again, it is not taken as loaded */

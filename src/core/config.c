@@ -75,10 +75,8 @@ static int parse_item(const char *s, size_t n, kite_rule *r) {
   } else {
     const char *eq = memchr(s, '=', n);
     if (!eq) {
-      kite_set_error(KITE_ERR_CONFIG,
-                     "item '%.*s' is not op=backend[.variant], -[op:]backend[.variant], "
-                     "+[op:]backend[.variant] or reset",
-                     (int)n, s);
+      kite_set_error(KITE_ERR_CONFIG, "not op=backend[.variant], -[op:]backend[.variant], "
+                                      "+[op:]backend[.variant] or reset");
       return -1;
     }
     r->kind = KITE_RULE_PIN;
@@ -114,7 +112,12 @@ static kite_status config_parse(const char *cfg, kite_rule *rules, int *num) {
     if (n) {
       kite_rule r;
       int got = parse_item(p, n, &r);
-      if (got < 0) return KITE_ERR_CONFIG;
+      if (got < 0) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", kite_last_error());
+        return kite_set_error(KITE_ERR_CONFIG, "item '%.*s': %s", (int)(n < 200 ? n : 200), p,
+                              why);
+      }
       if (got == 0) {
         *num = 0;
       } else {

@@ -33,7 +33,8 @@ static kite_status run_silent(const kite_kernel *k, kite_ctx *ctx, const void *a
 }
 #endif
 
-__attribute__((unused)) static kite_status run_ok(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+__attribute__((unused)) static kite_status run_ok(const kite_kernel *k, kite_ctx *ctx,
+                                                  const void *args) {
   const kite_act_args *a = args;
   for (int64_t r = 0; r < a->rows; r++)
     memcpy((char *)a->y + r * a->y_stride * 4, (const char *)a->x + r * a->x_stride * 4,
@@ -104,7 +105,8 @@ EXPORT kite_status kite_plugin_init(uint32_t host_abi_version) {
 #endif
   kite_status s = kite_backend_register(&g_backend);
 #if FAULTY_MODE == FAULTY_FAIL_AFTER_REG
-  if (s == KITE_OK) return kite_set_error(KITE_ERR_DEVICE, FAULTY_NAME ": device lost after registering");
+  if (s == KITE_OK)
+    return kite_set_error(KITE_ERR_DEVICE, FAULTY_NAME ": device lost after registering");
 #endif
   return s;
 }
