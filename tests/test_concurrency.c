@@ -23,7 +23,8 @@
 static float g_x[N], g_w[COLS];
 static float g_want[3][N]; /* silu, rms_norm, softmax */
 static atomic_int g_done, g_failures;
-static int g_iters = 400;
+static atomic_long g_rounds[3]; /* config sets, plugin loads, registry scans */
+static int g_iters = 3000;
 static const char *g_dir;
 
 typedef struct work {
@@ -81,6 +82,7 @@ static void *configurer(void *arg) {
   long i = 0, *bad = arg;
   while (!atomic_load(&g_done))
     if (kite_config_set(cfgs[i++ % (sizeof cfgs / sizeof cfgs[0])]) != KITE_OK) (*bad)++;
+  atomic_store(&g_rounds[0], i);
   return NULL;
 }
 
@@ -96,12 +98,13 @@ static void *loader(void *arg) {
     kite_status s = kite_backend_load(path);
     if ((which == 1) != (s != KITE_OK)) (*bad)++; /* only failreg fails */
   }
+  atomic_store(&g_rounds[1], i);
   return NULL;
 }
 
 static void *inspector(void *arg) {
-  long *bad = arg;
-  while (!atomic_load(&g_done)) {
+  long *bad = arg, rounds = 0;
+  for (; !atomic_load(&g_done); rounds++) {
     size_t n = kite_kernel_count();
     for (size_t i = 0; i < n; i++) {
       kite_kernel_info k;
@@ -117,6 +120,7 @@ static void *inspector(void *arg) {
       if (kite_backend_get(i, &b) == KITE_OK && (!b.name || !b.path)) (*bad)++;
     }
   }
+  atomic_store(&g_rounds[2], rounds);
   return NULL;
 }
 
@@ -157,6 +161,9 @@ int main(void) {
   pthread_join(tl, NULL);
   pthread_join(ti, NULL);
 
+  printf("%d op calls on %d threads beside %ld config sets, %ld plugin loads, %ld registry scans\n",
+         WORKERS * g_iters, WORKERS, atomic_load(&g_rounds[0]), atomic_load(&g_rounds[1]),
+         atomic_load(&g_rounds[2]));
   CHECK(atomic_load(&g_failures) == 0, "%d op calls failed or gave wrong values\n",
         atomic_load(&g_failures));
   for (int i = 0; i < WORKERS; i++)
