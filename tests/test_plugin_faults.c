@@ -13,32 +13,9 @@
 
 #include "kite/kite.h"
 #include "check.h"
+#include "registry_util.h"
 
 static const char *g_dir;
-
-static int has_backend(const char *name) {
-  for (size_t i = 0; i < kite_backend_count(); i++) {
-    kite_backend_info b;
-    if (kite_backend_get(i, &b) == KITE_OK && strcmp(b.name, name) == 0) return 1;
-  }
-  return 0;
-}
-
-static int find_kernel(const char *backend, const char *variant, kite_kernel_info *out) {
-  for (size_t i = 0; i < kite_kernel_count(); i++)
-    if (kite_kernel_get(i, out) == KITE_OK && strcmp(out->backend, backend) == 0 &&
-        strcmp(out->variant, variant) == 0)
-      return 1;
-  return 0;
-}
-
-static kite_status call_silu(kite_ctx *ctx) {
-  static float x[4] = {1, 2, 3, 4}, y[4];
-  int64_t s[1] = {4};
-  DLTensor tx = {x, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, s, NULL, 0};
-  DLTensor ty = {y, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, s, NULL, 0};
-  return kite_silu(ctx, &tx, &ty);
-}
 
 static void plugin_path(char *buf, size_t n, const char *name) {
   snprintf(buf, n, "%s/plugins-faulty/libkite-%s.so", g_dir, name);
@@ -77,16 +54,14 @@ int main(void) {
 
   /* auto-loaded: the first call into kite runs the re-entrant init */
   CHECK(kite_kernel_count() > 0, "first call returns\n");
-  CHECK(has_backend("reenter"), "the re-entrant auto-loaded plugin registered\n");
   kite_backend_info b;
-  for (size_t i = 0; i < kite_backend_count(); i++)
-    if (kite_backend_get(i, &b) == KITE_OK && strcmp(b.name, "reenter") == 0)
-      check_reentered(b.path, "auto-loaded");
+  CHECK(find_backend("reenter", &b), "the re-entrant auto-loaded plugin registered\n");
+  check_reentered(b.path, "auto-loaded");
 
   /* explicit: init calls kite_backend_load while the loader holds its lock */
   plugin_path(path, sizeof path, "reenter2");
   CHECK(kite_backend_load(path) == KITE_OK, "explicit load of the re-entrant plugin\n");
-  CHECK(has_backend("reenter2"), "reenter2 registered\n");
+  CHECK(find_backend("reenter2", NULL), "reenter2 registered\n");
   check_reentered(path, "explicit");
 
   /* init registers, then fails: nothing of it stays */
@@ -95,7 +70,7 @@ int main(void) {
   CHECK(kite_backend_load(path) == KITE_ERR_PLUGIN && strstr(kite_last_error(), "device lost") &&
             strstr(kite_last_error(), "withdrawn"),
         "a failing init is reported with its message\n");
-  CHECK(!has_backend("failreg"), "its backend is rolled back\n");
+  CHECK(!find_backend("failreg", NULL), "its backend is rolled back\n");
   kite_kernel_info k;
   CHECK(!find_kernel("failreg", "copy", &k) && kite_kernel_count() == before,
         "its kernels are rolled back\n");
@@ -105,14 +80,15 @@ int main(void) {
             strstr(kite_last_error(), "no such kernel is registered"),
         "a rolled-back kernel cannot be selected\n");
   /* the same file again: it fails again, it is not taken as loaded */
-  CHECK(kite_backend_load(path) == KITE_ERR_PLUGIN && !has_backend("failreg"), "reload fails\n");
+  CHECK(kite_backend_load(path) == KITE_ERR_PLUGIN && !find_backend("failreg", NULL),
+        "reload fails\n");
 
   /* two entries with the same (op, variant) */
   plugin_path(path, sizeof path, "duplicate");
   CHECK(kite_backend_load(path) == KITE_ERR_PLUGIN && strstr(kite_last_error(), "both") &&
             strstr(kite_last_error(), "duplicate.same"),
         "duplicate (op, variant) refused\n");
-  CHECK(!has_backend("duplicate"), "nothing of it registered\n");
+  CHECK(!find_backend("duplicate", NULL), "nothing of it registered\n");
 
   /* kernel statuses */
   plugin_path(path, sizeof path, "badstatus");
