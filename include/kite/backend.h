@@ -334,7 +334,8 @@ struct kite_backend {
   uint64_t (*features_present)(const kite_backend *b);
 
   /* Memory operations. May be NULL when another registered backend drives the same device type
-   * (the first backend registered with memory operations for a type serves it). */
+   * (the first backend registered with memory operations for a type serves it); host memory
+   * (kDLCPU) is served by the core when no backend brings its own. */
   kite_status (*alloc)(const kite_backend *b, int device_id, size_t bytes, void **out);
   void (*free)(const kite_backend *b, int device_id, void *ptr);
   /* Asynchronous on `stream` where the device allows; the core synchronizes after it when a
