@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "driver.h"
+#include "families.h"
 #include "util.h"
 
 #define BATCH_SECONDS 0.02

@@ -17,7 +17,7 @@
 #include <time.h>
 
 #include "cli.h"
-#include "driver.h"
+#include "families.h"
 #include "kite/dtype.h"
 #include "util.h"
 
