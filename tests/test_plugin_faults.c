@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kite/kite.h"
+#include "kite/backend.h"
 #include "check.h"
 #include "registry_util.h"
 
@@ -102,6 +102,15 @@ int main(void) {
             strstr(kite_last_error(), "badstatus.nomessage") &&
             strstr(kite_last_error(), "KITE_ERR_DEVICE"),
         "an error without a message gets one naming op and kernel\n");
+  /* around dispatch too */
+  size_t i42 = 0;
+  for (size_t i = 0; i < kite_kernel_count(); i++)
+    if (kite_kernel_get(i, &k) == KITE_OK && strcmp(k.variant, "status42") == 0) i42 = i;
+  float x[4] = {1, 2, 3, 4}, y[4];
+  kite_act_args a = {KITE_OP_SILU, KITE_DTYPE_F32, 1, 4, x, 4, y, 4};
+  CHECK(kite_kernel_run(kite_kernel_entry(i42), ctx, &a) == KITE_ERR_INTERNAL &&
+            strstr(kite_last_error(), "badstatus.status42"),
+        "kite_kernel_run normalizes the status too\n");
   CHECK(kite_config_set(NULL) == KITE_OK && call_silu(ctx) == KITE_OK, "default silu runs\n");
 
   /* where each kernel came from */

@@ -119,16 +119,16 @@ static kite_status explain_failure(const kite_ctx *ctx, kite_op op, kite_dtype d
   return kite_set_error(KITE_ERR_UNSUPPORTED, "%s", msg);
 }
 
-kite_status kite_kernel_failed(const kite_backend *b, const kite_kernel *k, kite_status s) {
+kite_status kite_kernel_failed(const char *backend, const kite_kernel *k, kite_status s) {
   const char *op = kite_op_name(k->op);
   if ((int)s < (int)KITE_OK || (int)s > (int)KITE_ERR_INTERNAL) {
     char why[600];
     snprintf(why, sizeof why, "%s", kite_last_error());
     return kite_set_error(KITE_ERR_INTERNAL, "%s: kernel %s.%s returned %d, not a kite_status%s%s",
-                          op, b->name, k->variant, (int)s, why[0] ? ": " : "", why);
+                          op, backend, k->variant, (int)s, why[0] ? ": " : "", why);
   }
   if (!kite_last_error()[0])
-    kite_set_error(s, "%s: kernel %s.%s failed with %s and gave no message", op, b->name,
+    kite_set_error(s, "%s: kernel %s.%s failed with %s and gave no message", op, backend,
                    k->variant, kite_status_name(s));
   return s;
 }
@@ -153,7 +153,7 @@ kite_status kite_dispatch(kite_ctx *ctx, kite_op op, kite_dtype dtype, const voi
               e->pinned ? "pinned" : "best eligible", k->priority, e->n, e->n == 1 ? "" : "s");
     kite_clear_error();
     kite_status s = k->run(k, ctx, args);
-    return s == KITE_OK ? s : kite_kernel_failed(e->cand[i].b, k, s);
+    return s == KITE_OK ? s : kite_kernel_failed(e->cand[i].b->name, k, s);
   }
   kite_status s;
   if (e->config_broken)

@@ -224,6 +224,19 @@ kite_status kite_kernel_get(size_t i, kite_kernel_info *out) {
   return KITE_OK;
 }
 
+const char *kite_kernel_backend_name(const kite_kernel *k) {
+  const char *name = "?";
+  pthread_mutex_lock(&kite_registry_mutex);
+  size_t n = atomic_load(&g_num_kernels);
+  for (size_t i = 0; i < n; i++)
+    if (g_kernels[i].k == k) {
+      name = g_kernels[i].b->name;
+      break;
+    }
+  pthread_mutex_unlock(&kite_registry_mutex);
+  return name;
+}
+
 size_t kite_backend_count(void) {
   kite_init();
   pthread_mutex_lock(&kite_registry_mutex);
