@@ -41,7 +41,7 @@ kite_status kite_ctx_create(const kite_ctx_params *params, kite_ctx **out) {
                           "kite_ctx_create: checks 0x%x has bits that are no kite_check_flags",
                           (unsigned)p.checks);
   p.checks |= env_checks();
-  const kite_backend *mem = kite_memory_backend(p.device.device_type);
+  const kite_backend *mem = kite_device_memory(p.device.device_type);
   if (!mem)
     return kite_set_error(KITE_ERR_UNSUPPORTED,
                           "kite_ctx_create: no backend drives device type %s (%d); is its plugin "

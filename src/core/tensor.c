@@ -46,10 +46,6 @@ DLDataType kite_dtype_dlpack(kite_dtype t) {
   return (DLDataType){kDLFloat, 0, 0};
 }
 
-/* The address an empty tensor with NULL data gets: aligned for every dtype, never read or
- * written (no element lives there). */
-static max_align_t g_empty_storage;
-
 /* Bytes from the first element to one past the last one. Only for checked tensors, whose extent
  * kite_tensor_check proved to fit in int64. */
 static int64_t tensor_bytes(const kite_tensor *t) {
@@ -111,11 +107,11 @@ kite_status kite_tensor_check(const kite_ctx *ctx, const char *op, const char *a
   for (int i = t->ndim - 1; i >= 0; i--) {
     const int64_t n = t->shape[i];
     int64_t st = compact;
-    /* A stride steps between elements: on a dim of size 1 it steps nowhere, and an empty tensor
-     * addresses nothing, so whatever the caller gave there (NumPy gives 0 for some empty arrays,
-     * views may carry huge ones) is replaced by the compact stride, and kernels that multiply
-     * it never overflow. */
-    if (t->strides && n != 1 && numel > 0) {
+    /* a dim of size 1, or any dim of an empty tensor, addresses nothing through its stride:
+     * whatever the caller gave there (NumPy's 0 for some empty arrays, huge or negative values)
+     * is accepted and kernels get the compact value, never a huge one that overflows their
+     * offset arithmetic */
+    if (t->strides && n > 1 && numel > 0) {
       st = t->strides[i];
       if (st < 0)
         return kite_set_error(KITE_ERR_INVALID_ARG, "%s: %s: dim %d has negative stride %lld", op,
@@ -152,9 +148,9 @@ kite_status kite_tensor_check(const kite_ctx *ctx, const char *op, const char *a
                             (void *)addr, dtype_str(dt), (long long)esize);
     r->data = (char *)t->data + t->byte_offset;
   } else {
-    /* numel == 0 here: kernels still form base + 0 * stride addresses, which is undefined on
-     * NULL, so they get a non-NULL address they never dereference. */
-    r->data = (void *)&g_empty_storage;
+    /* an empty tensor may come without data; kernels still form (empty) ranges from it */
+    static max_align_t nothing;
+    r->data = &nothing;
   }
   return KITE_OK;
 }
