@@ -36,13 +36,15 @@ static int g_log_dispatch;
 /* Set while a plugin's init runs so that its backend records where it came from. */
 static _Thread_local const char *g_loading_path;
 
-void kite_registry_set_loading_path(const char *path) { g_loading_path = path; }
+void kite_registry_set_loading_path(const char *path) {
+  g_loading_path = path;
+}
 
 /* ---- config ----------------------------------------------------------------------------- */
 typedef enum rule_kind { RULE_PIN, RULE_DISABLE, RULE_ENABLE } rule_kind;
 typedef struct rule {
   rule_kind kind;
-  int op;          /* -1: every op */
+  int op; /* -1: every op */
   char backend[32];
   char variant[32]; /* "" = every variant of the backend */
 } rule;
@@ -328,7 +330,9 @@ kite_status kite_kernel_get(size_t i, kite_kernel_info *out) {
   return KITE_OK;
 }
 
-size_t kite_backend_count_unlocked(void) { return atomic_load(&g_num_backends); }
+size_t kite_backend_count_unlocked(void) {
+  return atomic_load(&g_num_backends);
+}
 
 size_t kite_backend_count(void) {
   kite_init();
@@ -364,7 +368,20 @@ struct kite_dispatch_cache {
   cache_entry e[KITE_OP_COUNT][KITE_DTYPE_COUNT];
 };
 
-void kite_dispatch_cache_free(struct kite_dispatch_cache *c) { free(c); }
+void kite_dispatch_cache_free(struct kite_dispatch_cache *c) {
+  free(c);
+}
+
+/* The kernel of this thread's last dispatch; a plain store per call, formatted only when asked. */
+static _Thread_local const kernel_rec *g_last_kernel;
+
+const char *kite_last_dispatch(void) {
+  static _Thread_local char buf[96];
+  const kernel_rec *r = g_last_kernel;
+  if (!r) return "";
+  snprintf(buf, sizeof buf, "%s.%s", r->b->b->name, r->k->variant);
+  return buf;
+}
 
 /* Candidates for (op, device type): on this machine, allowed by config, honouring a pin; best
  * priority first, registration order among equals. */
@@ -407,8 +424,9 @@ static kite_status explain_failure(const kite_ctx *ctx, kite_op op, kite_dtype d
                             kite_op_name(op), pin->backend, pin->variant[0] ? "." : "",
                             pin->variant, kite_dtype_name(dtype), kite_device_name(dev));
   else
-    len += (size_t)snprintf(msg + len, sizeof msg - len, "%s: no kernel runs %s on %s:",
-                            kite_op_name(op), kite_dtype_name(dtype), kite_device_name(dev));
+    len += (size_t)snprintf(msg + len, sizeof msg - len,
+                            "%s: no kernel runs %s on %s:", kite_op_name(op),
+                            kite_dtype_name(dtype), kite_device_name(dev));
   int shown = 0;
   size_t nk = atomic_load(&g_num_kernels);
   for (size_t i = 0; i < nk && len < sizeof msg - 1; i++) {
@@ -418,8 +436,8 @@ static kite_status explain_failure(const kite_ctx *ctx, kite_op op, kite_dtype d
     char buf[160];
     const char *why = NULL;
     if (r->b->b->device_type != dev) {
-      snprintf(buf, sizeof buf, "runs on %s, the ctx is on %s", kite_device_name(r->b->b->device_type),
-               kite_device_name(dev));
+      snprintf(buf, sizeof buf, "runs on %s, the ctx is on %s",
+               kite_device_name(r->b->b->device_type), kite_device_name(dev));
       why = buf;
     } else {
       why = why_not_here(r, buf, sizeof buf);
@@ -433,8 +451,7 @@ static kite_status explain_failure(const kite_ctx *ctx, kite_op op, kite_dtype d
     shown++;
   }
   pthread_mutex_unlock(&g_lock);
-  if (!shown)
-    snprintf(msg + len, sizeof msg - len, " no such kernel is registered");
+  if (!shown) snprintf(msg + len, sizeof msg - len, " no such kernel is registered");
   (void)e;
   return kite_set_error(KITE_ERR_UNSUPPORTED, "%s", msg);
 }
@@ -457,6 +474,7 @@ kite_status kite_dispatch(kite_ctx *ctx, kite_op op, kite_dtype dtype, const voi
               kite_op_name(op), kite_dtype_name(dtype), kite_device_name(ctx->p.device.device_type),
               ctx->p.device.device_id, e->cand[i]->b->b->name, k->variant,
               e->pinned ? "pinned" : "best eligible", k->priority, e->n, e->n == 1 ? "" : "s");
+    g_last_kernel = e->cand[i];
     return k->run(k, ctx, args);
   }
   kite_status s = explain_failure(ctx, op, dtype, args, e);
@@ -492,4 +510,6 @@ static void do_init(void) {
   kite_clear_error();
 }
 
-void kite_init(void) { pthread_once(&g_once, do_init); }
+void kite_init(void) {
+  pthread_once(&g_once, do_init);
+}
