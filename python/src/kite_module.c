@@ -516,7 +516,7 @@ static PyObject *py_rope_cache_build(PyObject *self, PyObject *args) {
   long long max_pos, rot_dim, orig;
   double theta, factor, low, high;
   int type;
-  if (!PyArg_ParseTuple(args, "LLdiddd L", &max_pos, &rot_dim, &theta, &type, &factor, &low, &high,
+  if (!PyArg_ParseTuple(args, "LLdidddL", &max_pos, &rot_dim, &theta, &type, &factor, &low, &high,
                         &orig))
     return NULL;
   kite_rope_scaling sc = {(kite_rope_scaling_type)type, factor, low, high, (int64_t)orig};
