@@ -60,4 +60,5 @@ for _s in specs():
 del _s, _key
 
 from . import nn  # noqa: E402
+from . import patch as patch_module  # noqa: E402
 from .patch import patch  # noqa: E402
