@@ -13,7 +13,15 @@ if [ ! -f "$venv/.complete" ]; then
   mkdir -p "$cache"
   rm -rf "$venv"
   echo "py-env: installing $req into $venv (once; torch brings its CUDA libraries)" >&2
-  python3 -m venv "$venv" >&2
+  # Debian's own python3 needs python3-venv for venvs and python3-dev for Python.h
+  if ! python3 -m venv "$venv" >&2 || ! python3 -c \
+    "import os, sysconfig; assert os.path.exists(sysconfig.get_paths()['include'] + '/Python.h')"; then
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+    $SUDO apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv python3-dev >&2
+    rm -rf "$venv"
+    python3 -m venv "$venv" >&2
+  fi
   "$venv/bin/python" -m pip install -q --upgrade pip >&2
   "$venv/bin/python" -m pip install -q -r "$req" >&2
   touch "$venv/.complete"
