@@ -1,7 +1,11 @@
 # Finds dlpack/dlpack.h and sets DLPACK_INCLUDE_DIR. In order: -DDLPACK_INCLUDE_DIR, the system
-# (Debian's libdlpack-dev), then the copy an installed PyTorch carries in torch/include (a GPU
-# machine with PyTorch often has no libdlpack-dev). Python interpreters asked: Python_EXECUTABLE /
-# Python3_EXECUTABLE when set (pip's build passes its own), then python3 on PATH.
+# (Debian's libdlpack-dev), then the copy an installed PyTorch carries (a GPU machine with PyTorch
+# often has no libdlpack-dev): torch/include/dlpack/dlpack.h, or torch/include/ATen/dlpack.h
+# (where recent PyTorch keeps it), which is copied at configure time to
+# <build>/dlpack-include/dlpack/dlpack.h so that kite.h's #include <dlpack/dlpack.h> finds it and
+# `cmake --install` installs it beside kite's headers.
+# Python interpreters asked: Python_EXECUTABLE / Python3_EXECUTABLE when set (pip's build passes
+# its own), then python3 on PATH.
 find_path(DLPACK_INCLUDE_DIR dlpack/dlpack.h)
 if(NOT DLPACK_INCLUDE_DIR)
   set(_kite_pythons "")
@@ -23,6 +27,13 @@ if(NOT DLPACK_INCLUDE_DIR)
     if(_torch_inc AND EXISTS "${_torch_inc}/dlpack/dlpack.h")
       set(DLPACK_INCLUDE_DIR "${_torch_inc}" CACHE PATH "folder holding dlpack/dlpack.h" FORCE)
       message(STATUS "kite: dlpack/dlpack.h from PyTorch (${_torch_inc})")
+      break()
+    elseif(_torch_inc AND EXISTS "${_torch_inc}/ATen/dlpack.h")
+      configure_file("${_torch_inc}/ATen/dlpack.h"
+                     "${CMAKE_BINARY_DIR}/dlpack-include/dlpack/dlpack.h" COPYONLY)
+      set(DLPACK_INCLUDE_DIR "${CMAKE_BINARY_DIR}/dlpack-include" CACHE PATH
+          "folder holding dlpack/dlpack.h" FORCE)
+      message(STATUS "kite: dlpack/dlpack.h from PyTorch (${_torch_inc}/ATen/dlpack.h)")
       break()
     endif()
   endforeach()

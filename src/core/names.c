@@ -101,7 +101,8 @@ size_t kite_dtype_size(kite_dtype t) {
 
 /* DLPack's device types by name, for display and for "--device cuda:0" style parsing. */
 const char *kite_device_name(DLDeviceType t) {
-  switch (t) {
+  /* on the int: newer DLPack headers (PyTorch's) add device types that are "unknown" here */
+  switch ((int)t) {
   case kDLCPU:
     return "cpu";
   case kDLCUDA:
