@@ -5,7 +5,9 @@
  * order of its row in ops_table.h. Tensors come as torch tensors (read through their attributes:
  * no DLPack capsule per call, the cheapest way in from C) or as any DLPack producer
  * (__dlpack__: numpy, cupy, jax). A kite_ctx per (device, stream) is created on first use and
- * kept, per thread (a ctx is used by one thread at a time); the GIL is released around the op.
+ * kept, per thread (a ctx is used by one thread at a time; a thread's ctxs live until the
+ * process ends); a device ctx reserves its workspace when made. The GIL is released around the
+ * op.
  * Every kite_status other than KITE_OK raises the matching kite exception with kite's message.
  */
 #define PY_SSIZE_T_CLEAN
@@ -13,11 +15,15 @@
 
 #include <string.h>
 
+#include <kite/backend.h>
 #include <kite/kite.h>
 
 #define MAX_ARGS 16
 #define MAX_DIMS 8
 #define MAX_CTX 16
+/* Workspace a device ctx reserves when made, so that ops under CUDA-graph capture find it
+ * allocated (kite grows a workspace with cudaMalloc, which capture forbids). */
+#define DEVICE_WORKSPACE_BYTES ((size_t)64 << 20)
 
 /* ---- exceptions ---------------------------------------------------------------------------- */
 /* Indexed by kite_status; [0] is kite.Error, the base of the others. */
@@ -310,6 +316,14 @@ static kite_ctx *ctx_for(DLDevice dev, void *stream, kite_status *st) {
   kite_ctx *c = NULL;
   *st = kite_ctx_create(&p, &c);
   if (*st != KITE_OK) return NULL;
+  if (dev.device_type != kDLCPU) {
+    void *ws;
+    *st = kite_ctx_workspace(c, DEVICE_WORKSPACE_BYTES, &ws);
+    if (*st != KITE_OK) {
+      kite_ctx_destroy(c);
+      return NULL;
+    }
+  }
   int slot_i = g_nctx < MAX_CTX ? g_nctx++ : (int)(((uintptr_t)stream >> 4) % MAX_CTX);
   if (g_ctx[slot_i].ctx) kite_ctx_destroy(g_ctx[slot_i].ctx); /* only when the table is full */
   g_ctx[slot_i] = (ctx_entry){dev, stream, c};

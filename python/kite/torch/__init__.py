@@ -13,6 +13,11 @@ and stream, created on first use and kept) and a fake implementation, so they pa
 torch.library.opcheck and trace under torch.compile(fullgraph=True) without graph breaks.
 A tensor argument whose last dim is not unit-stride is made contiguous before the call (a copy);
 a result given to .out must have a unit-stride last dim (kite refuses it otherwise).
+
+CUDA graphs: the calls allocate their results with torch (its graph pool under capture) and do
+not synchronize; kite's ctx for a (device, stream) pair is made on the first call on that stream,
+with 64 MiB of workspace reserved. Run each op once on the capture stream before capturing
+(torch's usual warm-up), so that ctx, its workspace and cuBLASLt's handle exist beforehand.
 """
 import torch
 
