@@ -35,8 +35,11 @@ def _new(x, shape, dtype=None):
     return torch.empty(shape, dtype=_DTYPES[dtype] if dtype else x.dtype, device=x.device)
 
 
+_CONTIGUOUS = torch.contiguous_format
+
+
 def _like(x):
-    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return torch.empty_like(x, memory_format=_CONTIGUOUS)
 
 
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
