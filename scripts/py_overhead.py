@@ -5,6 +5,7 @@ alternating rounds (the median of the rounds is printed). Liger-Kernel's LigerRM
 it is installed (CUDA).
 
     python scripts/py_overhead.py [--device cpu|cuda] [--calls 10000] [--rounds 5] [--json FILE]
+                                  [--compile-calls N]
 """
 import argparse
 import json
@@ -23,6 +24,9 @@ def main():
     ap.add_argument("--calls", type=int, default=10000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--hidden", type=int, default=4096)
+    ap.add_argument("--compile-calls", type=int, default=0,
+                    help="calls per round for torch.compile (default --calls; on a loaded CPU "
+                         "host its OpenMP code can take milliseconds a call)")
     ap.add_argument("--json")
     a = ap.parse_args()
     dev = torch.device(a.device)
@@ -63,10 +67,11 @@ def main():
         for name, f in order:
             sync()
             t0 = time.perf_counter()
-            for _ in range(a.calls):
+            n = a.compile_calls if a.compile_calls and name.startswith("torch.compile") else a.calls
+            for _ in range(n):
                 f()
             sync()
-            times[name].append((time.perf_counter() - t0) / a.calls * 1e6)
+            times[name].append((time.perf_counter() - t0) / n * 1e6)
     base = statistics.median(times["F.rms_norm"])
     print(f"device {dev} ({torch.cuda.get_device_name(dev) if dev.type == 'cuda' else 'host'}), "
           f"torch {torch.__version__}, kite {kite.__version__}, [1, {a.hidden}] bf16, "
