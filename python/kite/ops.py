@@ -8,6 +8,7 @@ place (rope, store_kv, add_*_norm's residual) write their arguments.
 
 Torch tensors on CUDA run on torch's current stream. A torch input whose last dim is not
 unit-stride is copied to a contiguous tensor first; kite refuses such outputs with its message.
+Under torch.compile use torch.ops.kite.<op> (kite.torch): a kite.ops call is a graph break.
 """
 from . import _C
 from ._spec import compile_source, source_ops, specs
@@ -39,7 +40,7 @@ def like(x):
 def _stream(x):
     if getattr(x, "is_cuda", False):
         import torch
-        return torch._C._cuda_getCurrentRawStream(x.device.index)
+        return torch._C._cuda_getCurrentRawStream(x.get_device())
     return 0
 
 

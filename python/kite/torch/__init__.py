@@ -46,7 +46,7 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 def _stream(x):
-    return _raw_stream(x.device.index) if x.is_cuda else 0
+    return _raw_stream(x.get_device()) if x.is_cuda else 0
 
 
 lib = torch.library.Library("kite", "DEF")
