@@ -436,6 +436,24 @@ fail:
   return NULL;
 }
 
+/* Every op of the library (kite_op_name over the ids), bound here or not. */
+static PyObject *py_op_names(PyObject *self, PyObject *unused) {
+  PyObject *list = PyList_New(0);
+  if (!list) return NULL;
+  for (int i = 0;; i++) {
+    const char *name = kite_op_name((kite_op)i);
+    if (!name) break;
+    PyObject *s = PyUnicode_FromString(name);
+    if (!s || PyList_Append(list, s)) {
+      Py_XDECREF(s);
+      Py_DECREF(list);
+      return NULL;
+    }
+    Py_DECREF(s);
+  }
+  return list;
+}
+
 static PyObject *py_kernels(PyObject *self, PyObject *unused) {
   size_t n = kite_kernel_count();
   PyObject *list = PyList_New(0);
@@ -561,6 +579,7 @@ static PyMethodDef methods[] = {
     {"call", (PyCFunction)(void (*)(void))py_call, METH_FASTCALL,
      "call(op_index, stream, *args): runs op op_index of ops() on the args' device"},
     {"ops", py_ops, METH_NOARGS, "[(name, [(kind, arg name), ...]), ...] in op-index order"},
+    {"op_names", py_op_names, METH_NOARGS, "every op of the library, bound or not"},
     {"kernels", py_kernels, METH_NOARGS, "every registered kernel, as dicts"},
     {"backends", py_backends, METH_NOARGS, "every registered backend, as dicts"},
     {"plugin_failures", py_plugin_failures, METH_NOARGS, "[(path, reason), ...]"},

@@ -11,6 +11,14 @@ import kite
 ALL = {**{op: (op, make) for op, make in CASES.items()}, **EXTRA}
 
 
+def test_every_op_of_the_library_is_bound():
+    bound = {n for n, _ in kite._C.ops()}
+    missing = [n for n in kite._C.op_names() if n not in bound]
+    assert not missing, (f"ops of kite.h without Python bindings: {missing}; add a row to "
+                         "python/src/ops_table.h and python/kite/_table.py, and a case to "
+                         "python/tests/cases.py")
+
+
 def test_every_op_has_a_case():
     names = {n for n, _ in kite._C.ops()}
     assert names == set(CASES), f"ops without a test case: {names - set(CASES)}"
