@@ -9,7 +9,9 @@ qwen2_moe. What is swapped:
 - MLP activation: a <Family>MLP (gate_proj, up_proj, down_proj) -> kite.torch.nn.GatedMLP: one
   projection for gate and up, then kite's silu_and_mul / gelu_and_mul / gelu_tanh_and_mul;
 - rotary embedding: the family's apply_rotary_pos_emb -> kite's rope, in place, reading the cos
-  and sin the model's own rotary module computed (so every HF scaling type is honoured);
+  and sin the model's own rotary module computed (so every HF scaling type is honoured); the
+  function is module-wide, so other models of the family in the process take kite's rope too
+  (unpatch_rotary(model_type) restores it);
 - the attention core: "kite" registered in transformers' AttentionInterface (with sdpa's mask
   function) and selected, running kite's sdpa (GQA, causal, bool masks, sliding window, softcap);
 - MoE: the router (<Family>TopKRouter) -> kite's topk_gating, the experts (<Family>Experts,
