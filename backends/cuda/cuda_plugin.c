@@ -7,6 +7,8 @@
  * Loading never fails for want of a GPU: without a driver or device, device_count is 0 and the
  * kernels are listed as not running here. CUDA errors become KITE_ERR_DEVICE, never an abort.
  */
+#include <stdlib.h>
+
 #include <cuda_runtime_api.h>
 
 #include "cuda_backend.h"
