@@ -36,6 +36,10 @@ extern "C" {
 #define KITE_VERSION_MINOR 1
 #define KITE_VERSION_PATCH 0
 
+/* The version of the loaded library, "MAJOR.MINOR.PATCH" (may differ from the header's macros
+ * when a program runs against another build). */
+KITE_API const char *kite_version(void);
+
 /* ---------------------------------------------------------------------------------------------
  * Status and errors
  * ------------------------------------------------------------------------------------------- */
@@ -400,6 +404,11 @@ typedef struct kite_backend_info {
 } kite_backend_info;
 KITE_API size_t kite_backend_count(void);
 KITE_API kite_status kite_backend_get(size_t i, kite_backend_info *out);
+
+/* The kernel that the last op call on this thread was dispatched to, as "backend.variant"
+ * ("cpu.avx2"); "" before the first dispatch. The same choice KITE_LOG=dispatch prints, without
+ * printing. Valid until the next call to this function on this thread. */
+KITE_API const char *kite_last_dispatch(void);
 
 /* Device-type name ("cpu", "cuda", ...) for display; never NULL. */
 KITE_API const char *kite_device_name(DLDeviceType t);

@@ -34,6 +34,17 @@ void kite_dispatch_cache_free(struct kite_dispatch_cache *c) {
   free(c);
 }
 
+/* The kernel of this thread's last dispatch: a plain store per call, formatted only when asked
+ * (kite_last_dispatch). */
+static _Thread_local candidate g_last;
+
+const char *kite_last_dispatch(void) {
+  static _Thread_local char buf[96];
+  if (!g_last.k) return "";
+  snprintf(buf, sizeof buf, "%s.%s", g_last.b->name, g_last.k->variant);
+  return buf;
+}
+
 /* Candidates for (op, device type): on this machine, allowed by config, honouring a pin; best
  * priority first, registration order among equals. */
 static void build_candidates(cache_entry *e, kite_op op, DLDeviceType dev) {
@@ -152,6 +163,7 @@ kite_status kite_dispatch(kite_ctx *ctx, kite_op op, kite_dtype dtype, const voi
               ctx->p.device.device_id, e->cand[i].b->name, k->variant,
               e->pinned ? "pinned" : "best eligible", k->priority, e->n, e->n == 1 ? "" : "s");
     kite_clear_error();
+    g_last = e->cand[i];
     kite_status s = k->run(k, ctx, args);
     return s == KITE_OK ? s : kite_kernel_failed(e->cand[i].b->name, k, s);
   }
