@@ -3,7 +3,7 @@
 set(_cpu_dir ${CMAKE_CURRENT_LIST_DIR})
 list(APPEND KITE_BUILTIN_SOURCES
   ${_cpu_dir}/cpu_backend.c ${_cpu_dir}/cpu_features.c ${_cpu_dir}/cpu_threadpool.c
-  ${_cpu_dir}/cpu_scalar.c)
+  ${_cpu_dir}/cpu_scalar.c ${_cpu_dir}/cpu_flce.c)
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
   list(APPEND KITE_BUILTIN_SOURCES
     ${_cpu_dir}/cpu_avx2.c ${_cpu_dir}/cpu_avx512.c ${_cpu_dir}/cpu_avx512bf16.c)

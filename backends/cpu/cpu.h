@@ -76,7 +76,15 @@ static inline void cpu_grid_item(const cpu_grid *g, int64_t item, int64_t *row, 
 /* ---- per-ISA kernel sets (cpu_<isa>.c) ----------------------------------------------------- */
 typedef struct cpu_isa_kernels {
   kite_run_fn act, gated, norm, rope, softmax, embedding;
+  /* training (kernels_train.h; rope_backward is rope) */
+  kite_run_fn act_bwd, norm_bwd, softmax_bwd, embedding_bwd, ce;
 } cpu_isa_kernels;
+
+/* ---- training, once for every ISA (cpu_flce.c) ---------------------------------------------- */
+/* Counts the rows whose target is not ignore_index; an error naming the first target outside
+ * [0, vocab) that is not ignore_index, before anything is written. */
+kite_status cpu_ce_check_targets(const kite_ce_args *a, int64_t *valid);
+kite_status cpu_flce_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 
 extern const cpu_isa_kernels cpu_kernels_scalar;
 #if defined(__x86_64__)

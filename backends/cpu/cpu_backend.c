@@ -38,14 +38,35 @@ static const cpu_isa cpu_isas[] = {
 #define CPU_NUM_ISAS (sizeof cpu_isas / sizeof cpu_isas[0])
 
 static const kite_op cpu_ops[] = {
-    KITE_OP_SILU,     KITE_OP_GELU,         KITE_OP_GELU_TANH,    KITE_OP_GELU_QUICK,
-    KITE_OP_RELU,     KITE_OP_SILU_AND_MUL, KITE_OP_GELU_AND_MUL, KITE_OP_GELU_TANH_AND_MUL,
-    KITE_OP_RMS_NORM, KITE_OP_LAYER_NORM,   KITE_OP_ADD_RMS_NORM, KITE_OP_ADD_LAYER_NORM,
-    KITE_OP_ROPE,     KITE_OP_SOFTMAX,      KITE_OP_EMBEDDING,
+    KITE_OP_SILU,
+    KITE_OP_GELU,
+    KITE_OP_GELU_TANH,
+    KITE_OP_GELU_QUICK,
+    KITE_OP_RELU,
+    KITE_OP_SILU_AND_MUL,
+    KITE_OP_GELU_AND_MUL,
+    KITE_OP_GELU_TANH_AND_MUL,
+    KITE_OP_RMS_NORM,
+    KITE_OP_LAYER_NORM,
+    KITE_OP_ADD_RMS_NORM,
+    KITE_OP_ADD_LAYER_NORM,
+    KITE_OP_ROPE,
+    KITE_OP_SOFTMAX,
+    KITE_OP_EMBEDDING,
+    /* training */
+    KITE_OP_ACTIVATION_BACKWARD,
+    KITE_OP_GATED_BACKWARD,
+    KITE_OP_RMS_NORM_BACKWARD,
+    KITE_OP_LAYER_NORM_BACKWARD,
+    KITE_OP_ROPE_BACKWARD,
+    KITE_OP_SOFTMAX_BACKWARD,
+    KITE_OP_EMBEDDING_BACKWARD,
+    KITE_OP_CROSS_ENTROPY,
+    KITE_OP_CROSS_ENTROPY_BACKWARD,
 };
 #define CPU_NUM_OPS (sizeof cpu_ops / sizeof cpu_ops[0])
 
-static kite_kernel cpu_kernels[CPU_NUM_ISAS * CPU_NUM_OPS + CPU_GEMM_MAX + CPU_ATTN_MAX];
+static kite_kernel cpu_kernels[CPU_NUM_ISAS * CPU_NUM_OPS + CPU_GEMM_MAX + CPU_ATTN_MAX + 1];
 static uint64_t cpu_present;
 
 static kite_run_fn run_for(const cpu_isa_kernels *k, kite_op op) {
@@ -60,11 +81,25 @@ static kite_run_fn run_for(const cpu_isa_kernels *k, kite_op op) {
   case KITE_OP_ADD_LAYER_NORM:
     return k->norm;
   case KITE_OP_ROPE:
+  case KITE_OP_ROPE_BACKWARD:
     return k->rope;
   case KITE_OP_SOFTMAX:
     return k->softmax;
   case KITE_OP_EMBEDDING:
     return k->embedding;
+  case KITE_OP_ACTIVATION_BACKWARD:
+  case KITE_OP_GATED_BACKWARD:
+    return k->act_bwd;
+  case KITE_OP_RMS_NORM_BACKWARD:
+  case KITE_OP_LAYER_NORM_BACKWARD:
+    return k->norm_bwd;
+  case KITE_OP_SOFTMAX_BACKWARD:
+    return k->softmax_bwd;
+  case KITE_OP_EMBEDDING_BACKWARD:
+    return k->embedding_bwd;
+  case KITE_OP_CROSS_ENTROPY:
+  case KITE_OP_CROSS_ENTROPY_BACKWARD:
+    return k->ce;
   default:
     return k->act;
   }
@@ -83,7 +118,21 @@ static kite_dtype args_dtype(kite_op op, const void *args) {
   case KITE_OP_ADD_LAYER_NORM:
     return ((const kite_norm_args *)args)->dtype;
   case KITE_OP_ROPE:
+  case KITE_OP_ROPE_BACKWARD:
     return ((const kite_rope_args *)args)->dtype;
+  case KITE_OP_ACTIVATION_BACKWARD:
+  case KITE_OP_GATED_BACKWARD:
+    return ((const kite_act_bwd_args *)args)->dtype;
+  case KITE_OP_RMS_NORM_BACKWARD:
+  case KITE_OP_LAYER_NORM_BACKWARD:
+    return ((const kite_norm_bwd_args *)args)->dtype;
+  case KITE_OP_SOFTMAX_BACKWARD:
+    return ((const kite_softmax_bwd_args *)args)->dtype;
+  case KITE_OP_EMBEDDING_BACKWARD:
+    return ((const kite_embedding_bwd_args *)args)->dtype;
+  case KITE_OP_CROSS_ENTROPY:
+  case KITE_OP_CROSS_ENTROPY_BACKWARD:
+    return ((const kite_ce_args *)args)->dtype;
   case KITE_OP_SOFTMAX:
     return ((const kite_softmax_args *)args)->dtype;
   case KITE_OP_EMBEDDING:
@@ -149,6 +198,15 @@ kite_status kite_backend_init_cpu(void) {
     }
   }
   for (size_t i = 0; i < cpu_gemm_num_kernels; i++) cpu_kernels[n++] = cpu_gemm_kernels[i];
+  cpu_kernels[n++] = (kite_kernel){
+      .op = KITE_OP_FUSED_LINEAR_CROSS_ENTROPY,
+      .variant = "chunked",
+      .priority = 10,
+      .features_str = "",
+      .supports = cpu_supports,
+      .run = cpu_flce_run,
+      .description = "vocabulary chunks through kite_linear, logits recomputed for the gradients",
+  };
   for (size_t i = 0; i < cpu_attn_num_kernels && i < CPU_ATTN_MAX; i++)
     cpu_kernels[n++] = cpu_attn_kernels[i];
   cpu_backend.num_kernels = n;

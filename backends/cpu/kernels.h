@@ -143,6 +143,7 @@ static inline char *cpu_row(const void *base, int64_t stride, int64_t r, int64_t
 #include "kernels_rope.h"
 #include "kernels_softmax.h"
 #include "kernels_embedding.h"
+#include "kernels_train.h"
 
 const cpu_isa_kernels CPU_KERNELS = {
     .act = act_run,
@@ -151,4 +152,9 @@ const cpu_isa_kernels CPU_KERNELS = {
     .rope = rope_run,
     .softmax = softmax_run,
     .embedding = embedding_run,
+    .act_bwd = act_bwd_run,
+    .norm_bwd = norm_bwd_run,
+    .softmax_bwd = softmax_bwd_run,
+    .embedding_bwd = emb_bwd_run,
+    .ce = ce_run,
 };

@@ -10,6 +10,7 @@
  *   ce = (c0 c0 c1 c1 ...), se = (-s0 s0 -s1 s1 ...), and then y = x * ce + swap_pairs(x) * se
  *   for every head of the token; where a pair of vectors of the heads' type holds the even
  *   elements in one and the odd ones in the other (bf16 on AVX2), full chunks need neither.
+ * rope_backward turns by -angle: the sines are negated once per token and block, into a copy.
  * Threads split the tokens. Part of kernels.h.
  */
 
@@ -73,13 +74,19 @@ CPU_INLINE void rope_gptj_pair(kite_dtype t, char *v, const float *co, const flo
 
 CPU_INLINE void rope_tokens(kite_dtype t, const kite_rope_args *a, int64_t begin, int64_t end) {
   const int64_t es = cpu_esize(t), half = a->rot_dim / 2, heads = a->hq + a->hkv;
+  const bool back = a->op == KITE_OP_ROPE_BACKWARD;
+  const float sgn = back ? -1.0f : 1.0f;
   for (int64_t tok = begin; tok < end; tok++) {
     const float *cs = a->cos_sin + (int64_t)a->positions[tok] * a->rot_dim;
-    float ce[ROPE_BLOCK], se[ROPE_BLOCK];
+    float ce[ROPE_BLOCK], se[ROPE_BLOCK], sneg[ROPE_BLOCK];
     if (a->style == KITE_ROPE_NEOX) {
       for (int64_t i0 = 0; i0 < half; i0 += ROPE_BLOCK) {
         const int64_t n = half - i0 < ROPE_BLOCK ? half - i0 : ROPE_BLOCK;
         const float *co = cs + i0, *so = cs + half + i0;
+        if (back) {
+          for (int64_t i = 0; i < n; i++) sneg[i] = -so[i];
+          so = sneg;
+        }
         if (VF_PAIR_LANES_SPLIT(t)) {
           CPU_ROW_PAIRS(i, m, n, VL, rope_order_chunk(co, ce, i, m), rope_order_pair(t, co, ce, i));
           CPU_ROW_PAIRS(i, m, n, VL, rope_order_chunk(so, se, i, m), rope_order_pair(t, so, se, i));
@@ -100,9 +107,13 @@ CPU_INLINE void rope_tokens(kite_dtype t, const kite_rope_args *a, int64_t begin
       for (int64_t d = split ? n - n % (2 * VL) : 0; d < n; d++) {
         const int64_t pair = (d0 + d) / 2; /* d0 is even: d and d0 + d have the same parity */
         ce[d] = cs[pair];
-        se[d] = d % 2 ? cs[half + pair] : -cs[half + pair];
+        se[d] = sgn * (d % 2 ? cs[half + pair] : -cs[half + pair]);
       }
       const float *co = cs + d0 / 2, *so = cs + half + d0 / 2;
+      if (back && split) {
+        for (int64_t i = 0; i < n / 2; i++) sneg[i] = -so[i];
+        so = sneg;
+      }
       for (int64_t h = 0; h < heads; h++) {
         char *v = rope_head(a, tok, h, es) + d0 * es;
         if (split)
@@ -120,15 +131,19 @@ static void rope_task(const void *job, int64_t begin, int64_t end, int slot) {
   CPU_WITH_DTYPE(a->dtype, rope_tokens, a, begin, end);
 }
 
+static const char *back_name(const kite_rope_args *a) {
+  return a->op == KITE_OP_ROPE_BACKWARD ? "rope_backward" : "rope";
+}
+
 static kite_status rope_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
   const kite_rope_args *a = args;
   if (a->tokens <= 0 || a->rot_dim <= 0 || a->hq + a->hkv <= 0) return KITE_OK;
   /* every position first, so that a bad call leaves q and k untouched */
   for (int64_t tok = 0; tok < a->tokens; tok++) {
     if (a->positions[tok] < 0 || a->positions[tok] >= a->max_pos)
-      return kite_set_error(KITE_ERR_INVALID_ARG,
-                            "rope: positions[%lld] = %d is outside the cos/sin cache [0, %lld)",
-                            (long long)tok, (int)a->positions[tok], (long long)a->max_pos);
+      return kite_set_error(
+          KITE_ERR_INVALID_ARG, "%s: positions[%lld] = %d is outside the cos/sin cache [0, %lld)",
+          back_name(a), (long long)tok, (int)a->positions[tok], (long long)a->max_pos);
   }
   const int64_t work = a->tokens * (a->hq + a->hkv) * a->rot_dim * 2;
   cpu_parallel_run(cpu_parallel_parts(ctx, a->tokens, work), a->tokens, rope_task, a);

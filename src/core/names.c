@@ -30,6 +30,16 @@ static const char *const g_op_names[KITE_OP_COUNT] = {
     [KITE_OP_QUANT] = "quant",
     [KITE_OP_DEQUANT] = "dequant",
     [KITE_OP_LINEAR_QUANT] = "linear_quant",
+    [KITE_OP_ACTIVATION_BACKWARD] = "activation_backward",
+    [KITE_OP_GATED_BACKWARD] = "gated_backward",
+    [KITE_OP_RMS_NORM_BACKWARD] = "rms_norm_backward",
+    [KITE_OP_LAYER_NORM_BACKWARD] = "layer_norm_backward",
+    [KITE_OP_ROPE_BACKWARD] = "rope_backward",
+    [KITE_OP_SOFTMAX_BACKWARD] = "softmax_backward",
+    [KITE_OP_EMBEDDING_BACKWARD] = "embedding_backward",
+    [KITE_OP_CROSS_ENTROPY] = "cross_entropy",
+    [KITE_OP_CROSS_ENTROPY_BACKWARD] = "cross_entropy_backward",
+    [KITE_OP_FUSED_LINEAR_CROSS_ENTROPY] = "fused_linear_cross_entropy",
 };
 
 const char *kite_op_name(kite_op op) {
@@ -46,30 +56,48 @@ int kite_op_from_name(const char *name) {
 
 const char *kite_dtype_name(kite_dtype t) {
   switch (t) {
-  case KITE_DTYPE_F32: return "f32";
-  case KITE_DTYPE_F16: return "f16";
-  case KITE_DTYPE_BF16: return "bf16";
-  case KITE_DTYPE_I32: return "i32";
-  case KITE_DTYPE_I8: return "i8";
-  case KITE_DTYPE_F64: return "f64";
-  case KITE_DTYPE_U8: return "u8";
-  case KITE_DTYPE_FP8_E4M3: return "fp8_e4m3";
-  case KITE_DTYPE_COUNT: break;
+  case KITE_DTYPE_F32:
+    return "f32";
+  case KITE_DTYPE_F16:
+    return "f16";
+  case KITE_DTYPE_BF16:
+    return "bf16";
+  case KITE_DTYPE_I32:
+    return "i32";
+  case KITE_DTYPE_I8:
+    return "i8";
+  case KITE_DTYPE_F64:
+    return "f64";
+  case KITE_DTYPE_U8:
+    return "u8";
+  case KITE_DTYPE_FP8_E4M3:
+    return "fp8_e4m3";
+  case KITE_DTYPE_COUNT:
+    break;
   }
   return "?";
 }
 
 size_t kite_dtype_size(kite_dtype t) {
   switch (t) {
-  case KITE_DTYPE_F32: return 4;
-  case KITE_DTYPE_F16: return 2;
-  case KITE_DTYPE_BF16: return 2;
-  case KITE_DTYPE_I32: return 4;
-  case KITE_DTYPE_I8: return 1;
-  case KITE_DTYPE_F64: return 8;
-  case KITE_DTYPE_U8: return 1;
-  case KITE_DTYPE_FP8_E4M3: return 1;
-  case KITE_DTYPE_COUNT: break;
+  case KITE_DTYPE_F32:
+    return 4;
+  case KITE_DTYPE_F16:
+    return 2;
+  case KITE_DTYPE_BF16:
+    return 2;
+  case KITE_DTYPE_I32:
+    return 4;
+  case KITE_DTYPE_I8:
+    return 1;
+  case KITE_DTYPE_F64:
+    return 8;
+  case KITE_DTYPE_U8:
+    return 1;
+  case KITE_DTYPE_FP8_E4M3:
+    return 1;
+  case KITE_DTYPE_COUNT:
+    break;
   }
   return 0;
 }
@@ -77,17 +105,28 @@ size_t kite_dtype_size(kite_dtype t) {
 /* DLPack's device types by name, for display and for "--device cuda:0" style parsing. */
 const char *kite_device_name(DLDeviceType t) {
   switch (t) {
-  case kDLCPU: return "cpu";
-  case kDLCUDA: return "cuda";
-  case kDLCUDAHost: return "cuda_host";
-  case kDLOpenCL: return "opencl";
-  case kDLVulkan: return "vulkan";
-  case kDLMetal: return "metal";
-  case kDLVPI: return "vpi";
-  case kDLROCM: return "rocm";
-  case kDLROCMHost: return "rocm_host";
-  case kDLExtDev: return "ext_dev";
-  case kDLCUDAManaged: return "cuda_managed";
+  case kDLCPU:
+    return "cpu";
+  case kDLCUDA:
+    return "cuda";
+  case kDLCUDAHost:
+    return "cuda_host";
+  case kDLOpenCL:
+    return "opencl";
+  case kDLVulkan:
+    return "vulkan";
+  case kDLMetal:
+    return "metal";
+  case kDLVPI:
+    return "vpi";
+  case kDLROCM:
+    return "rocm";
+  case kDLROCMHost:
+    return "rocm_host";
+  case kDLExtDev:
+    return "ext_dev";
+  case kDLCUDAManaged:
+    return "cuda_managed";
   }
   return "unknown";
 }
