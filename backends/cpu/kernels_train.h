@@ -149,7 +149,7 @@ CPU_INLINE void norm_bwd_rows(kite_dtype t, const norm_bwd_job *j, int64_t block
       s1 = vf_add(s1, d);
       s2 = vf_fma(d, d, s2);
     });
-    const float m1 = vf_reduce_add(s1) / (float)n;
+    const float m1 = rms ? 0.0f : vf_reduce_add(s1) / (float)n;
     float var = vf_reduce_add(s2) / (float)n - m1 * m1;
     if (var < 0.0f) var = 0.0f;
     const float mean = x0 + m1, rstd = 1.0f / sqrtf(var + a->eps);
@@ -325,9 +325,10 @@ CPU_INLINE vf ce_cap(vf x, float c) {
   return vf_mul(vf_set1(c), th);
 }
 
-/* One row's lse, sum of z and z at the target, in one pass (lane-wise running max and sum). */
-CPU_INLINE void ce_row_stats(kite_dtype t, const kite_ce_args *a, const char *x, float *lse,
-                             float *sum_z) {
+/* One row's max z, log of sum exp(z - max) and sum of z in one pass (lane-wise running max and
+ * sum); lse = max + log-sum. */
+CPU_INLINE void ce_row_stats(kite_dtype t, const kite_ce_args *a, const char *x, float *zmax,
+                             float *logsum, float *sum_z) {
   const float c = a->opts.softcap;
   vf mx = vf_set1(-INFINITY), se = vf_set1(0.0f), sz = se;
   CPU_ROW(i, m, a->vocab, VL, {
@@ -348,13 +349,19 @@ CPU_INLINE void ce_row_stats(kite_dtype t, const kite_ce_args *a, const char *x,
   for (int l = 0; l < VL; l++) big = lane_m[l] > big ? lane_m[l] : big;
   for (int l = 0; l < VL; l++)
     if (lane_m[l] > -INFINITY) tot += lane_s[l] * expf(lane_m[l] - big);
-  *lse = big + logf(tot);
+  *zmax = big;
+  *logsum = logf(tot);
   *sum_z = vf_reduce_add(sz);
 }
 
-static float ce_z(const kite_ce_args *a, float x) {
-  const float c = a->opts.softcap;
-  return c > 0.0f ? c * tanhf(x / c) : x;
+/* z of element j, through the same vector code as the row's (so that z_t - max is exactly 0
+ * when the target holds the max). */
+CPU_INLINE float ce_z_at(kite_dtype t, const kite_ce_args *a, const char *x, int64_t j) {
+  vf z = vf_load(t, x, j, 1);
+  if (a->opts.softcap > 0.0f) z = ce_cap(z, a->opts.softcap);
+  float lanes[VL];
+  vf_store(KITE_DTYPE_F32, lanes, 0, z, VL, false);
+  return lanes[0];
 }
 
 CPU_INLINE void ce_fwd_rows(kite_dtype t, const ce_job *j, int64_t begin, int64_t end) {
@@ -363,13 +370,17 @@ CPU_INLINE void ce_fwd_rows(kite_dtype t, const ce_job *j, int64_t begin, int64_
   const int64_t es = cpu_esize(t);
   for (int64_t r = begin; r < end; r++) {
     const char *x = cpu_row(a->logits, a->logits_stride, r, es);
-    float lse, sum_z;
-    ce_row_stats(t, a, x, &lse, &sum_z);
+    float zmax, logsum, sum_z;
+    ce_row_stats(t, a, x, &zmax, &logsum, &sum_z);
+    const float lse = zmax + logsum;
     const int32_t tg = a->targets[r];
     float loss = 0.0f;
     if (tg != o->ignore_index) {
-      const float zt = ce_z(a, kite_load_f32(t, x, tg)), ls = o->label_smoothing;
-      loss = lse - (1.0f - ls) * zt - ls / (float)a->vocab * sum_z + o->z_loss * lse * lse;
+      /* (1 - ls)(lse - z_t) + ls (lse - mean z), from max - z terms: no cancellation against
+       * lse when the target dominates */
+      const float zt = ce_z_at(t, a, x, tg), ls = o->label_smoothing;
+      const float mean_z = sum_z / (float)a->vocab;
+      loss = logsum + (1.0f - ls) * (zmax - zt) + ls * (zmax - mean_z) + o->z_loss * lse * lse;
     }
     if (a->lse) a->lse[r] = lse;
     if (o->reduction == KITE_REDUCTION_NONE)
@@ -401,7 +412,7 @@ CPU_INLINE void ce_bwd_rows(kite_dtype t, const ce_job *j, int64_t begin, int64_
       continue;
     }
     const float lse = a->lse[r], zf = g * (1.0f + 2.0f * o->z_loss * lse);
-    float xt = kite_load_f32(t, x, tg), zt = ce_z(a, xt);
+    const float zt = ce_z_at(t, a, x, tg);
     float dt = zf * expf(zt - lse) - g * ls / (float)a->vocab - g * (1.0f - ls);
     if (c > 0.0f) dt *= 1.0f - (zt / c) * (zt / c);
     const vf vlse = vf_set1(lse), vzf = vf_set1(zf), off = vf_set1(g * ls / (float)a->vocab);

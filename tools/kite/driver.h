@@ -73,6 +73,21 @@ typedef struct kt_gemm_case {
   int specials;     /* quant: NaN, inf, zero rows, ties, saturation; dequant: NaN codes */
 } kt_gemm_case;
 
+/* Training cases (driver_train.c): rows = N (tokens), cols = the row width (activation: C;
+ * gated: I; norms, softmax: H; embedding: H; cross-entropy: V); vocab = V for embedding and
+ * fused_linear_cross_entropy, hidden = H of fused_linear_cross_entropy. */
+typedef struct kt_train_case {
+  kite_op act;   /* activation / gated backward: the forward op */
+  int with_dres; /* norm backward: the fused pre rule's residual gradient */
+  int want_dw, want_db;
+  kite_ce_opts ce;
+  float ignore_frac;  /* cross-entropy: share of targets set to ignore_index */
+  int64_t hidden;     /* fused_linear_cross_entropy: H */
+  int with_bias;      /* fused_linear_cross_entropy */
+  int want_grads;     /* fused_linear_cross_entropy: dh, dw (and db) */
+  size_t chunk_bytes; /* fused_linear_cross_entropy: 0 = default */
+} kt_train_case;
+
 typedef struct kt_case {
   kite_op op;
   kite_dtype dtype;
@@ -102,6 +117,7 @@ typedef struct kt_case {
   int oob_ids; /* some ids negative or >= vocab (check) */
   kt_attn_case attn;
   kt_gemm_case gemm;
+  kt_train_case train;
 } kt_case;
 
 /* A growing list of cases. */
@@ -199,7 +215,7 @@ typedef struct kt_family_ops {
 /* The family of op, or NULL when this CLI has no driver for it (listed, not checked or
  * timed). */
 const kt_family_ops *kt_family(kite_op op);
-extern const kt_family_ops kt_family_core, kt_family_attn, kt_family_gemm;
+extern const kt_family_ops kt_family_core, kt_family_attn, kt_family_gemm, kt_family_train;
 /* Ops of driver_core.c that share a layout. */
 typedef enum kt_core_kind {
   KT_NONE,
@@ -214,6 +230,10 @@ kt_core_kind kt_core_kind_of(kite_op op);
 /* The family drivers of driver_attn.c and driver_gemm.c: 1 when op is theirs. */
 int kt_attn_has(kite_op op);
 int kt_gemm_has(kite_op op);
+int kt_train_has(kite_op op);
+/* The finite-difference check of ref's backward ops against ref's forward ops (driver_train.c):
+ * prints a line per failure (per check with verbose) and adds to *passed / *failed. */
+void kt_train_fd_check(kite_ctx *ctx, int verbose, int only_op, int *passed, int *failed);
 
 /* ---- building a plan (for the families) -------------------------------------------------- */
 
