@@ -46,9 +46,9 @@ kite_status ref_rope_run(const kite_kernel *k, kite_ctx *ctx, const void *args) 
   /* Check every position before touching q or k, so a bad call leaves them as they were. */
   for (int64_t t = 0; t < a->tokens; t++) {
     if (a->positions[t] < 0 || a->positions[t] >= a->max_pos)
-      return kite_set_error(KITE_ERR_INVALID_ARG,
-                            "rope: positions[%lld] = %d is outside the cos/sin cache [0, %lld)",
-                            (long long)t, (int)a->positions[t], (long long)a->max_pos);
+      return kite_set_error(
+          KITE_ERR_INVALID_ARG, "%s: positions[%lld] = %d is outside the cos/sin cache [0, %lld)",
+          ref_op_str(a->op), (long long)t, (int)a->positions[t], (long long)a->max_pos);
   }
 
   for (int64_t t = 0; t < a->tokens; t++) {

@@ -372,16 +372,17 @@ KITE_API kite_status kite_gated_backward(kite_ctx *ctx, kite_op act, const DLTen
                                          const DLTensor *dy, float limit, DLTensor *dx);
 
 /* rms_norm backward. x[..., H] (the norm's input), w[H] or NULL, dy[..., H], eps and offset as
- * in the forward -> dx[..., H] and, when w is given and dw is not NULL, dw[H] = sum over rows of
- * dy * x * rstd (the gradient of w; with offset, of w in (offset + w)). dw must be NULL when w
- * is. dx may be dy (in place), never x. Errors: mismatched shapes/dtypes, dw without w. */
+ * in the forward -> dx[..., H] and, when dw is not NULL, dw[H] = sum over rows of dy * x * rstd,
+ * the gradient of w in (offset + w), which does not depend on w's value (so it is also given
+ * with w NULL: the gradient a weight would get). dx may be dy (in place), never x.
+ * Errors: mismatched shapes or dtypes, outputs overlapping inputs. */
 KITE_API kite_status kite_rms_norm_backward(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
                                             const DLTensor *dy, float eps, float offset,
                                             DLTensor *dx, DLTensor *dw);
 
 /* layer_norm backward. x[..., H], w[H] or NULL (b is not needed), dy -> dx, and optionally
- * dw[H] = sum dy * xhat (only with w) and db[H] = sum dy (the forward's b had a gradient
- * whether or not w was given). dx may be dy, never x. */
+ * dw[H] = sum dy * xhat and db[H] = sum dy (neither depends on w or b, so both may be asked for
+ * with w NULL). dx may be dy, never x. */
 KITE_API kite_status kite_layer_norm_backward(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
                                               const DLTensor *dy, float eps, DLTensor *dx,
                                               DLTensor *dw, DLTensor *db);
@@ -487,7 +488,8 @@ KITE_API kite_flce_opts kite_flce_opts_default(void);
  * h[N, H], w[V, H], bias[V] or NULL (all one float dtype; h and w row-strided allowed),
  * targets[N] int32 -> loss f32 ([N] for none, [1] for sum / mean, as kite_cross_entropy), and
  * the gradients of the reduced loss (of sum(loss) for reduction none): dh[N, H], dw[V, H],
- * db[V] (each NULL when not wanted; db only with bias), in h's dtype. For a scalar upstream
+ * db[V] (each NULL when not wanted; db is the column sum of dlogits, also without bias), in h's
+ * dtype. For a scalar upstream
  * gradient g, scale them by g. The products run through kite's linear kernels (the backend's
  * best GEMM) with the logits rounded to the dtype, as a separate linear then cross_entropy would.
  * Errors: as kite_cross_entropy's, plus h and w widths differing, gradient shapes. */

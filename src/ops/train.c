@@ -158,8 +158,8 @@ static kite_status norm_backward(kite_ctx *ctx, kite_op opid, const char *op, co
   if ((s = check_vector(ctx, op, "w", w, xt.dtype, cols, &wt, &wp)) != KITE_OK) return s;
   if ((s = check_vector(ctx, op, "dw", dw, xt.dtype, cols, &dwt, &dwp)) != KITE_OK) return s;
   if ((s = check_vector(ctx, op, "db", db, xt.dtype, cols, &dbt, &dbp)) != KITE_OK) return s;
-  if (dw && !w)
-    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: dw: given but w is NULL (no weight)", op);
+  if (dw && db && (s = kite_tensor_require_disjoint(op, "db", &dbt, &dwt, "dw")) != KITE_OK)
+    return s;
   const kite_tensor *outs[2] = {dw ? &dwt : NULL, db ? &dbt : NULL};
   const char *names[2] = {"dw", "db"};
   for (int i = 0; i < 2; i++) {
@@ -171,8 +171,6 @@ static kite_status norm_backward(kite_ctx *ctx, kite_op opid, const char *op, co
                                                          onames[j])) != KITE_OK)
         return s;
   }
-  if (dw && db && (s = kite_tensor_require_disjoint(op, "dw", &dwt, &dbt, "db")) != KITE_OK)
-    return s;
   if (!isfinite(eps) || eps < 0)
     return kite_set_error(KITE_ERR_INVALID_ARG, "%s: eps: %g must be finite and >= 0", op,
                           (double)eps);
@@ -332,18 +330,18 @@ kite_flce_opts kite_flce_opts_default(void) {
 
 static kite_status check_ce_opts(const char *op, const kite_ce_opts *o) {
   if (!(o->label_smoothing >= 0.0f && o->label_smoothing <= 1.0f))
-    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: label_smoothing: %g must be in [0, 1]", op,
-                          (double)o->label_smoothing);
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: opts.label_smoothing: %g must be in [0, 1]",
+                          op, (double)o->label_smoothing);
   if (!(o->z_loss >= 0.0f) || !isfinite(o->z_loss))
-    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: z_loss: %g must be finite and >= 0", op,
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: opts.z_loss: %g must be finite and >= 0", op,
                           (double)o->z_loss);
   if (!(o->softcap >= 0.0f) || !isfinite(o->softcap))
-    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: softcap: %g must be finite and >= 0", op,
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: opts.softcap: %g must be finite and >= 0", op,
                           (double)o->softcap);
   if (o->reduction != KITE_REDUCTION_NONE && o->reduction != KITE_REDUCTION_SUM &&
       o->reduction != KITE_REDUCTION_MEAN)
-    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: reduction: %d is not a kite_reduction", op,
-                          (int)o->reduction);
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: opts.reduction: %d is not a kite_reduction",
+                          op, (int)o->reduction);
   return KITE_OK;
 }
 
@@ -517,15 +515,13 @@ kite_status kite_fused_linear_cross_entropy(kite_ctx *ctx, const DLTensor *h, co
   if (dh && (s = check_like(ctx, op, "dh", dh, &ht, "h", &dht, &dh_stride)) != KITE_OK) return s;
   if (dw && (s = check_like(ctx, op, "dw", dw, &wt, "w", &dwt, &dw_stride)) != KITE_OK) return s;
   if ((s = check_vector(ctx, op, "db", db, ht.dtype, vocab, &dbt, &dbp)) != KITE_OK) return s;
-  if (db && !bias)
-    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: db: given but bias is NULL", op);
   /* every output apart from every input and from each other */
   const kite_tensor *outs[4] = {&lt, dh ? &dht : NULL, dw ? &dwt : NULL, db ? &dbt : NULL};
   const char *out_names[4] = {"loss", "dh", "dw", "db"};
   const kite_tensor *all[8] = {&ht,     &wt,     bias ? &bt : NULL, &tt,
                                outs[0], outs[1], outs[2],           outs[3]};
   const char *all_names[8] = {"h", "w", "bias", "targets", "loss", "dh", "dw", "db"};
-  for (int i = 0; i < 4; i++) {
+  for (int i = 3; i >= 0; i--) { /* the later outputs first: db is named before loss */
     if (!outs[i]) continue;
     if ((s = kite_tensor_require_no_overlap(op, out_names[i], outs[i])) != KITE_OK) return s;
     for (int j = 0; j < 8; j++)
