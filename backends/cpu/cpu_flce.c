@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "cpu_kernels.h"
 #include "kite/dtype.h"
 
 kite_status cpu_ce_check_targets(const kite_ce_args *a, int64_t *valid) {
@@ -189,7 +190,7 @@ static void *alloc(size_t bytes, bool *ok) {
   return p;
 }
 
-kite_status cpu_flce_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+kite_status cpu_flce_chunked(const kite_kernel *k, kite_ctx *ctx, const void *args) {
   const kite_flce_args *a = args;
   const kite_dtype t = a->dtype;
   const int64_t N = a->rows, H = a->hidden, V = a->vocab, es = cpu_esize(t);

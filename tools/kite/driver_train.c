@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "driver.h"
+#include "families.h"
 #include "kite/dtype.h"
 #include "util.h"
 
@@ -523,6 +524,7 @@ static double train_flops(const kt_case *c) {
 
 const kt_family_ops kt_family_train = {
     .name = "train",
+    .has = kt_train_has,
     .plan = train_plan,
     .call = train_call,
     .describe = train_describe,
