@@ -3,6 +3,13 @@
 
 #include "core/internal.h"
 
+#define KITE_STR2(x) #x
+#define KITE_STR(x) KITE_STR2(x)
+const char *kite_version(void) {
+  return KITE_STR(KITE_VERSION_MAJOR) "." KITE_STR(KITE_VERSION_MINOR) "." KITE_STR(
+      KITE_VERSION_PATCH);
+}
+
 static const char *const g_op_names[KITE_OP_COUNT] = {
     [KITE_OP_SILU] = "silu",
     [KITE_OP_GELU] = "gelu",
@@ -104,7 +111,8 @@ size_t kite_dtype_size(kite_dtype t) {
 
 /* DLPack's device types by name, for display and for "--device cuda:0" style parsing. */
 const char *kite_device_name(DLDeviceType t) {
-  switch (t) {
+  /* on the int: newer DLPack headers (PyTorch's) add device types that are "unknown" here */
+  switch ((int)t) {
   case kDLCPU:
     return "cpu";
   case kDLCUDA:
