@@ -66,6 +66,8 @@ static void check(bool ok, const char *what) {
 
 /* ---- op calls ----------------------------------------------------------------------------- */
 enum { MAX_ARGS = 8, MAX_SHAPE = 12, BUF_BYTES = 4096 };
+/* targets of the cross-entropy calls: rows 0 and 2 ignored, rows 1 and 3 valid */
+#define CE_TARGETS "= -100 1 -100 2"
 
 /* A valid call: per tensor "name dtype dims... [= first int32 values]"; a name ending in '?' is
  * optional (NULL valid). */
@@ -113,6 +115,27 @@ static const op_desc g_ops[] = {
     {"dequant", {"q i8 4 8", "scales f32 4", "y f32 4 8"}},
     {"linear_quant",
      {"xq i8 4 8", "x_scales f32 4", "wq i8 6 8", "w_scales f32 6", "bias? f32 6", "y f32 4 6"}},
+    /* training */
+    {"activation_backward", {"x f32 4 8", "dy f32 4 8", "dx f32 4 8"}},
+    {"gated_backward", {"x f32 4 8", "dy f32 4 4", "dx f32 4 8"}},
+    {"rms_norm_backward", {"x f32 4 8", "w? f32 8", "dy f32 4 8", "dx f32 4 8", "dw? f32 8"}},
+    {"layer_norm_backward",
+     {"x f32 4 8", "w? f32 8", "dy f32 4 8", "dx f32 4 8", "dw? f32 8", "db? f32 8"}},
+    {"add_rms_norm_backward",
+     {"s f32 4 8", "w? f32 8", "dy f32 4 8", "dres? f32 4 8", "dx f32 4 8", "dw? f32 8"}},
+    {"add_layer_norm_backward",
+     {"s f32 4 8", "w? f32 8", "dy f32 4 8", "dres? f32 4 8", "dx f32 4 8", "dw? f32 8",
+      "db? f32 8"}},
+    {"rope_backward", {"q f32 3 2 8", "k? f32 3 1 8", "positions i32 3", "cos_sin f32 16 8"}},
+    {"softmax_backward", {"y f32 4 8", "dy f32 4 8", "dx f32 4 8"}},
+    {"embedding_backward", {"ids i32 3", "dy f32 3 8", "dtable f32 10 8"}},
+    {"cross_entropy", {"logits f32 4 8", "targets i32 4 " CE_TARGETS, "loss f32 4", "lse? f32 4"}},
+    {"cross_entropy_backward",
+     {"logits f32 4 8", "targets i32 4 " CE_TARGETS, "lse f32 4", "dloss f32 4",
+      "dlogits f32 4 8"}},
+    {"fused_linear_cross_entropy",
+     {"h f32 4 8", "w f32 6 8", "bias? f32 6", "targets i32 4 " CE_TARGETS, "loss f32 4",
+      "dh? f32 4 8", "dw? f32 6 8", "db? f32 6"}},
 };
 
 /* One op call being prepared: its tensors and scalar parameters. */
@@ -131,6 +154,8 @@ typedef struct call {
   bool has_opts; /* pass &opts rather than NULL (the defaults) */
   int64_t topk;
   int renormalize, act;
+  kite_ce_opts ce;
+  size_t chunk_bytes;
 } call;
 
 /* Every tensor's memory: big enough for the strided views below, refilled before each call. */
@@ -155,6 +180,8 @@ static void setup(call *c, const op_desc *d, kite_ctx *ctx) {
   c->opts = kite_attn_opts_default();
   c->topk = 2;
   c->act = KITE_MOE_SILU;
+  c->ce = kite_ce_opts_default();
+  c->ce.reduction = KITE_REDUCTION_NONE; /* a loss per row: no one-element tensors */
   for (int i = 0; i < MAX_ARGS && d->tensors[i]; i++, c->n++) {
     char spec[64], *save = NULL;
     snprintf(spec, sizeof spec, "%s", d->tensors[i]);
@@ -215,7 +242,7 @@ static bool set_param(call *c, const char *name, double v) {
   else if (!strcmp(name, "opts.scale"))
     c->opts.scale = (float)v;
   else if (!strcmp(name, "opts.softcap"))
-    c->opts.softcap = (float)v;
+    c->opts.softcap = c->ce.softcap = (float)v; /* attention's and the losses' */
   else if (!strcmp(name, "opts.window_left"))
     c->opts.window_left = (int32_t)v;
   else if (!strcmp(name, "opts.gqa"))
@@ -228,6 +255,16 @@ static bool set_param(call *c, const char *name, double v) {
     c->renormalize = (int)v;
   else if (!strcmp(name, "act"))
     c->act = (int)v;
+  else if (!strcmp(name, "opts.label_smoothing"))
+    c->ce.label_smoothing = (float)v;
+  else if (!strcmp(name, "opts.z_loss"))
+    c->ce.z_loss = (float)v;
+  else if (!strcmp(name, "opts.reduction"))
+    c->ce.reduction = (kite_reduction)v;
+  else if (!strcmp(name, "opts.ignore_index"))
+    c->ce.ignore_index = (int32_t)v;
+  else if (!strcmp(name, "chunk_bytes"))
+    c->chunk_bytes = (size_t)v;
   else
     return false;
   c->has_opts = !strncmp(name, "opts.", 5);
@@ -271,6 +308,31 @@ static kite_status invoke(const char *op, const call *c) {
   if (!strcmp(op, "quant")) return kite_quant(x, a[0], a[1], a[2]);
   if (!strcmp(op, "dequant")) return kite_dequant(x, a[0], a[1], a[2]);
   if (!strcmp(op, "linear_quant")) return kite_linear_quant(x, a[0], a[1], a[2], a[3], a[4], a[5]);
+  /* training; act 0 is KITE_OP_SILU, the gated default silu_and_mul */
+  if (!strcmp(op, "activation_backward"))
+    return kite_activation_backward(x, (kite_op)c->act, a[0], a[1], a[2]);
+  if (!strcmp(op, "gated_backward"))
+    return kite_gated_backward(x, c->act ? (kite_op)c->act : KITE_OP_SILU_AND_MUL, a[0], a[1],
+                               c->limit, a[2]);
+  if (!strcmp(op, "rms_norm_backward"))
+    return kite_rms_norm_backward(x, a[0], a[1], a[2], c->eps, c->offset, a[3], a[4]);
+  if (!strcmp(op, "layer_norm_backward"))
+    return kite_layer_norm_backward(x, a[0], a[1], a[2], c->eps, a[3], a[4], a[5]);
+  if (!strcmp(op, "add_rms_norm_backward"))
+    return kite_add_rms_norm_backward(x, a[0], a[1], a[2], a[3], c->eps, c->offset, a[4], a[5]);
+  if (!strcmp(op, "add_layer_norm_backward"))
+    return kite_add_layer_norm_backward(x, a[0], a[1], a[2], a[3], c->eps, a[4], a[5], a[6]);
+  if (!strcmp(op, "rope_backward"))
+    return kite_rope_backward(x, a[0], a[1], a[2], a[3], c->rot_dim, (kite_rope_style)c->style);
+  if (!strcmp(op, "softmax_backward")) return kite_softmax_backward(x, a[0], a[1], c->scale, a[2]);
+  if (!strcmp(op, "embedding_backward")) return kite_embedding_backward(x, a[0], a[1], a[2]);
+  if (!strcmp(op, "cross_entropy")) return kite_cross_entropy(x, a[0], a[1], &c->ce, a[2], a[3]);
+  if (!strcmp(op, "cross_entropy_backward"))
+    return kite_cross_entropy_backward(x, a[0], a[1], a[2], a[3], &c->ce, a[4]);
+  if (!strcmp(op, "fused_linear_cross_entropy")) {
+    const kite_flce_opts fo = {.ce = c->ce, .chunk_bytes = c->chunk_bytes};
+    return kite_fused_linear_cross_entropy(x, a[0], a[1], a[2], a[3], &fo, a[4], a[5], a[6], a[7]);
+  }
   return KITE_ERR_INTERNAL;
 }
 
@@ -339,6 +401,11 @@ typedef struct bad_case {
 #define LAYER "layer_norm add_layer_norm"
 #define PAGED "paged_decode paged_prefill"
 #define ATTN PAGED " sdpa"
+#define BWD_ROWWISE "activation_backward softmax_backward rms_norm_backward layer_norm_backward"
+#define NORM_BWD                                                                                   \
+  "rms_norm_backward layer_norm_backward add_rms_norm_backward add_layer_norm_backward"
+#define LOSSES "cross_entropy cross_entropy_backward fused_linear_cross_entropy"
+#define LOSS_FWD "cross_entropy fused_linear_cross_entropy"
 #define F16 kDLFloat, 16, 1
 #define BF16 kDLBfloat, 16, 1
 #define F32 kDLFloat, 32, 1
@@ -348,137 +415,83 @@ typedef struct bad_case {
 
 static const bad_case g_cases[] = {
     /* Every op: the valid call, and a NULL ctx. */
-    T(ALL, "", NOTHING, OK, 0),
-    T(ALL, "ctx", NULL_CTX, INV, 0),
+    T(ALL, "", NOTHING, OK, 0), T(ALL, "ctx", NULL_CTX, INV, 0),
     /* Every tensor of every op, one at a time. */
-    T(ALL, "*", NULL_TENSOR, INV, 0),
-    T(ALL, "*", NULL_DATA, INV, 0),
-    T(ALL, "*", NULL_SHAPE, INV, 0),
-    T(ALL, "*", SET_RANK, INV, 0),
-    T(ALL, "*", SET_RANK, INV, 9),
+    T(ALL, "*", NULL_TENSOR, INV, 0), T(ALL, "*", NULL_DATA, INV, 0),
+    T(ALL, "*", NULL_SHAPE, INV, 0), T(ALL, "*", SET_RANK, INV, 0), T(ALL, "*", SET_RANK, INV, 9),
     T(ALL, "*", SET_DIM, INV, 0, -1),
     T(ALL, "*", SET_DIM, INV, 0, INT64_MAX / 2), /* element count or byte extent overflows */
-    T(ALL, "*", SET_STRIDE, INV, -1, -1),
-    T(ALL, "*", SET_STRIDE, INV, -1, INT64_MAX / 2),
-    T(ALL, "*", SET_DTYPE, UNS, kDLFloat, 32, 2),
-    T(ALL, "*", SET_DTYPE, UNS, kDLComplex, 64, 1),
-    T(ALL, "*", SET_DTYPE, UNS, kDLInt, 16, 1),
-    T(ALL, "*", SET_DEVICE, INV, kDLCUDA, 0),
+    T(ALL, "*", SET_STRIDE, INV, -1, -1), T(ALL, "*", SET_STRIDE, INV, -1, INT64_MAX / 2),
+    T(ALL, "*", SET_DTYPE, UNS, kDLFloat, 32, 2), T(ALL, "*", SET_DTYPE, UNS, kDLComplex, 64, 1),
+    T(ALL, "*", SET_DTYPE, UNS, kDLInt, 16, 1), T(ALL, "*", SET_DEVICE, INV, kDLCUDA, 0),
     T(ALL, "*", SET_DEVICE, INV, kDLCPU, 1),
     T(ALL, "*", SET_OFFSET, INV, 2),   /* misaligned for a 4-byte element */
     T(ALL, "*", SET_OFFSET, INV, -64), /* address wraps around */
 
     /* Activations and softmax: x, y same shape and float dtype, y's rows distinct. */
-    T(ROWWISE, "y", SET_DIM, INV, 1, 9),
-    T(ROWWISE, "y", SET_SHAPE, INV, 3, 4, 8, 1),
-    T(ROWWISE, "y", SET_DTYPE, INV, F16),
-    T(ROWWISE, "x", SET_DTYPE, UNS, I8),
-    T(ROWWISE, "x", SET_DTYPE, UNS, I32),
-    T(ROWWISE, "x", SET_DTYPE, UNS, F64),
-    T(ROWWISE, "x", SET_STRIDES, INV, 8, 2),
-    T(ROWWISE, "y", SET_STRIDES, INV, 0, 1),
-    T(ROWWISE, "y", SET_STRIDES, INV, 4, 1),
-    T(ROWWISE, "x,y", SET_DTYPE, OK, BF16),
+    T(ROWWISE, "y", SET_DIM, INV, 1, 9), T(ROWWISE, "y", SET_SHAPE, INV, 3, 4, 8, 1),
+    T(ROWWISE, "y", SET_DTYPE, INV, F16), T(ROWWISE, "x", SET_DTYPE, UNS, I8),
+    T(ROWWISE, "x", SET_DTYPE, UNS, I32), T(ROWWISE, "x", SET_DTYPE, UNS, F64),
+    T(ROWWISE, "x", SET_STRIDES, INV, 8, 2), T(ROWWISE, "y", SET_STRIDES, INV, 0, 1),
+    T(ROWWISE, "y", SET_STRIDES, INV, 4, 1), T(ROWWISE, "x,y", SET_DTYPE, OK, BF16),
     T(ROWWISE, "x", SET_STRIDES, OK, 16, 1), /* a row-strided view */
     T(ROWWISE, "x", SET_STRIDES, OK, 0, 1),  /* one row broadcast: inputs may overlap */
     ALIAS(ROWWISE, "y", "x", OK),            /* in place */
-    T(ROWWISE, "x,y", SET_DIM, OK, 0, 0),
-    T(ROWWISE, "x,y", SET_DIM, OK, 1, 0),
-    P("softmax", "scale", NAN, INV),
-    P("softmax", "scale", INFINITY, INV),
+    T(ROWWISE, "x,y", SET_DIM, OK, 0, 0), T(ROWWISE, "x,y", SET_DIM, OK, 1, 0),
+    P("softmax", "scale", NAN, INV), P("softmax", "scale", INFINITY, INV),
     P("softmax", "scale", 0.125, OK),
 
     /* Gated: x[..., 2I] -> y[..., I]. */
-    T(GATED, "y", SET_DIM, INV, 1, 8),
-    T(GATED, "y", SET_DIM, INV, 0, 3),
-    T(GATED, "x", SET_DIM, INV, 1, 7),
-    T(GATED, "y", SET_SHAPE, INV, 1, 4),
-    T(GATED, "y", SET_DTYPE, INV, BF16),
-    T(GATED, "x", SET_DTYPE, UNS, I8),
-    T(GATED, "y", SET_STRIDES, INV, 0, 1),
-    P(GATED, "limit", NAN, INV),
-    P(GATED, "limit", 0.5, OK),
-    P(GATED, "limit", -1.0, OK),
-    P(GATED, "limit", INFINITY, OK),
-    T(GATED, "x", SET_STRIDES, OK, 16, 1),
-    T(GATED, "x,y", SET_DIM, OK, 0, 0),
+    T(GATED, "y", SET_DIM, INV, 1, 8), T(GATED, "y", SET_DIM, INV, 0, 3),
+    T(GATED, "x", SET_DIM, INV, 1, 7), T(GATED, "y", SET_SHAPE, INV, 1, 4),
+    T(GATED, "y", SET_DTYPE, INV, BF16), T(GATED, "x", SET_DTYPE, UNS, I8),
+    T(GATED, "y", SET_STRIDES, INV, 0, 1), P(GATED, "limit", NAN, INV), P(GATED, "limit", 0.5, OK),
+    P(GATED, "limit", -1.0, OK), P(GATED, "limit", INFINITY, OK),
+    T(GATED, "x", SET_STRIDES, OK, 16, 1), T(GATED, "x,y", SET_DIM, OK, 0, 0),
 
     /* Norms: w, b [H] of x's dtype; y like x; residual like x, apart from x and y. */
-    T(NORMS, "y", SET_DIM, INV, 1, 9),
-    T(NORMS, "y", SET_DTYPE, INV, F16),
-    T(NORMS, "x", SET_DTYPE, UNS, I8),
-    T(NORMS, "w", SET_DIM, INV, 0, 9),
-    T(NORMS, "w", SET_SHAPE, INV, 2, 1, 8),
-    T(NORMS, "w", SET_DTYPE, INV, BF16),
-    T(NORMS, "w", SET_STRIDES, INV, 2),
-    T(NORMS, "y", SET_STRIDES, INV, 0, 1),
-    P(NORMS, "eps", NAN, INV),
-    P(NORMS, "eps", -1e-6, INV),
-    P(NORMS, "eps", INFINITY, INV),
-    P("rms_norm add_rms_norm", "offset", NAN, INV),
-    T(LAYER, "b", SET_DIM, INV, 0, 7),
-    T(LAYER, "b", SET_DTYPE, INV, F16),
-    T(FUSED, "residual", SET_DIM, INV, 1, 9),
-    T(FUSED, "residual", SET_DTYPE, INV, BF16),
-    T(FUSED, "residual", SET_STRIDES, INV, 0, 1),
-    ALIAS(FUSED, "residual", "x", INV),
-    ALIAS(FUSED, "residual", "y", INV),
-    P(FUSED, "pos", 2, INV),
-    P(FUSED, "pos", -1, INV),
-    P(FUSED, "pos", KITE_NORM_POST, OK),
-    ALIAS(NORMS, "y", "x", OK),
-    P(NORMS, "eps", 0.0, OK),
-    T(NORMS, "x", SET_STRIDES, OK, 16, 1),
+    T(NORMS, "y", SET_DIM, INV, 1, 9), T(NORMS, "y", SET_DTYPE, INV, F16),
+    T(NORMS, "x", SET_DTYPE, UNS, I8), T(NORMS, "w", SET_DIM, INV, 0, 9),
+    T(NORMS, "w", SET_SHAPE, INV, 2, 1, 8), T(NORMS, "w", SET_DTYPE, INV, BF16),
+    T(NORMS, "w", SET_STRIDES, INV, 2), T(NORMS, "y", SET_STRIDES, INV, 0, 1),
+    P(NORMS, "eps", NAN, INV), P(NORMS, "eps", -1e-6, INV), P(NORMS, "eps", INFINITY, INV),
+    P("rms_norm add_rms_norm", "offset", NAN, INV), T(LAYER, "b", SET_DIM, INV, 0, 7),
+    T(LAYER, "b", SET_DTYPE, INV, F16), T(FUSED, "residual", SET_DIM, INV, 1, 9),
+    T(FUSED, "residual", SET_DTYPE, INV, BF16), T(FUSED, "residual", SET_STRIDES, INV, 0, 1),
+    ALIAS(FUSED, "residual", "x", INV), ALIAS(FUSED, "residual", "y", INV), P(FUSED, "pos", 2, INV),
+    P(FUSED, "pos", -1, INV), P(FUSED, "pos", KITE_NORM_POST, OK), ALIAS(NORMS, "y", "x", OK),
+    P(NORMS, "eps", 0.0, OK), T(NORMS, "x", SET_STRIDES, OK, 16, 1),
     P("rms_norm add_rms_norm", "offset", 1.0, OK),
-    T("rms_norm layer_norm", "x,y", SET_DIM, OK, 0, 0),
-    T(FUSED, "x,residual,y", SET_DIM, OK, 0, 0),
+    T("rms_norm layer_norm", "x,y", SET_DIM, OK, 0, 0), T(FUSED, "x,residual,y", SET_DIM, OK, 0, 0),
 
     /* RoPE: q[T, Hq, D], k[T, Hkv, D], positions[T] i32, cos_sin[max_pos, rot_dim] f32. */
-    T("rope", "q", SET_SHAPE, INV, 2, 3, 16),
-    T("rope", "q", SET_DTYPE, UNS, I32),
+    T("rope", "q", SET_SHAPE, INV, 2, 3, 16), T("rope", "q", SET_DTYPE, UNS, I32),
     T("rope", "q", SET_STRIDES, INV, 32, 16, 2),
     T("rope", "q", SET_STRIDES, INV, 8, 0, 1), /* both heads on one address */
-    T("rope", "k", SET_DIM, INV, 0, 4),
-    T("rope", "k", SET_DIM, INV, 2, 6),
-    T("rope", "k", SET_DTYPE, INV, F16),
-    T("rope", "k", SET_SHAPE, INV, 4, 3, 1, 8, 1),
-    ALIAS("rope", "k", "q", INV),
-    T("rope", "positions", SET_DTYPE, INV, F32),
-    T("rope", "positions", SET_DIM, INV, 0, 4),
-    T("rope", "positions", SET_SHAPE, INV, 2, 3, 1),
+    T("rope", "k", SET_DIM, INV, 0, 4), T("rope", "k", SET_DIM, INV, 2, 6),
+    T("rope", "k", SET_DTYPE, INV, F16), T("rope", "k", SET_SHAPE, INV, 4, 3, 1, 8, 1),
+    ALIAS("rope", "k", "q", INV), T("rope", "positions", SET_DTYPE, INV, F32),
+    T("rope", "positions", SET_DIM, INV, 0, 4), T("rope", "positions", SET_SHAPE, INV, 2, 3, 1),
     T("rope", "positions", SET_STRIDES, INV, 2),
     T("rope", "positions", SET_INT, INV, 1, 16), /* outside the cache: caught by the kernel */
-    T("rope", "positions", SET_INT, INV, 2, -1),
-    T("rope", "cos_sin", SET_DTYPE, INV, F16),
-    T("rope", "cos_sin", SET_DIM, INV, 1, 6),
-    T("rope", "cos_sin", SET_DIM, INV, 0, 0),
-    T("rope", "cos_sin", SET_SHAPE, INV, 1, 128),
-    T("rope", "cos_sin", SET_STRIDES, INV, 16, 1),
-    P("rope", "rot_dim", 7, INV),
-    P("rope", "rot_dim", 0, INV),
-    P("rope", "rot_dim", -2, INV),
-    P("rope", "rot_dim", 10, INV),
-    P("rope", "style", 2, INV),
-    P("rope", "style", -1, INV),
+    T("rope", "positions", SET_INT, INV, 2, -1), T("rope", "cos_sin", SET_DTYPE, INV, F16),
+    T("rope", "cos_sin", SET_DIM, INV, 1, 6), T("rope", "cos_sin", SET_DIM, INV, 0, 0),
+    T("rope", "cos_sin", SET_SHAPE, INV, 1, 128), T("rope", "cos_sin", SET_STRIDES, INV, 16, 1),
+    P("rope", "rot_dim", 7, INV), P("rope", "rot_dim", 0, INV), P("rope", "rot_dim", -2, INV),
+    P("rope", "rot_dim", 10, INV), P("rope", "style", 2, INV), P("rope", "style", -1, INV),
     P("rope", "style", KITE_ROPE_GPTJ, OK),
     T("rope", "q", SET_STRIDES, OK, 32, 8, 1), /* a slice of a fused qkv */
     T("rope", "q", SET_STRIDES, OK, 8, 24, 1), /* head-major */
-    T("rope", "k", SET_DIM, OK, 1, 0),
-    T("rope", "q,k,positions", SET_DIM, OK, 0, 0),
+    T("rope", "k", SET_DIM, OK, 1, 0), T("rope", "q,k,positions", SET_DIM, OK, 0, 0),
 
     /* Embedding: ids[T] i32, table[V, H] float, y[T, H] of table's dtype. */
     T("embedding", "ids", SET_DTYPE, INV, F32),
     T("embedding", "ids", SET_DTYPE, UNS, kDLInt, 64, 1),
-    T("embedding", "ids", SET_SHAPE, INV, 2, 3, 1),
-    T("embedding", "ids", SET_STRIDES, INV, 2),
-    T("embedding", "table", SET_SHAPE, INV, 1, 80),
-    T("embedding", "table", SET_DTYPE, UNS, I32),
-    T("embedding", "table", SET_STRIDES, INV, 8, 2),
-    T("embedding", "y", SET_DIM, INV, 0, 4),
-    T("embedding", "y", SET_DIM, INV, 1, 6),
-    T("embedding", "y", SET_DTYPE, INV, F16),
-    T("embedding", "y", SET_SHAPE, INV, 3, 3, 8, 1),
-    T("embedding", "y", SET_STRIDES, INV, 0, 1),
+    T("embedding", "ids", SET_SHAPE, INV, 2, 3, 1), T("embedding", "ids", SET_STRIDES, INV, 2),
+    T("embedding", "table", SET_SHAPE, INV, 1, 80), T("embedding", "table", SET_DTYPE, UNS, I32),
+    T("embedding", "table", SET_STRIDES, INV, 8, 2), T("embedding", "y", SET_DIM, INV, 0, 4),
+    T("embedding", "y", SET_DIM, INV, 1, 6), T("embedding", "y", SET_DTYPE, INV, F16),
+    T("embedding", "y", SET_SHAPE, INV, 3, 3, 8, 1), T("embedding", "y", SET_STRIDES, INV, 0, 1),
     T("embedding", "ids", SET_INT, OK, 0, 10), /* out of range: a zero row, not an error */
     T("embedding", "ids", SET_INT, OK, 1, -5),
     ALIAS("embedding", "y", "table", INV),
@@ -488,10 +501,8 @@ static const bad_case g_cases[] = {
     T("embedding", "ids,y", SET_DIM, OK, 0, 0),
 
     /* store_kv: k, v [T, Hkv, D] -> caches [blocks, Hkv, block_size, D] at slots[T]. */
-    T("store_kv", "k", SET_DTYPE, UNS, I32),
-    T("store_kv", "v", SET_DTYPE, INV, F16),
-    T("store_kv", "v", SET_DIM, INV, 1, 3),
-    T("store_kv", "k", SET_STRIDES, INV, 16, 8, 2),
+    T("store_kv", "k", SET_DTYPE, UNS, I32), T("store_kv", "v", SET_DTYPE, INV, F16),
+    T("store_kv", "v", SET_DIM, INV, 1, 3), T("store_kv", "k", SET_STRIDES, INV, 16, 8, 2),
     T("store_kv", "key_cache", SET_DTYPE, INV, F16),
     T("store_kv", "key_cache", SET_SHAPE, INV, 3, 8, 4, 8),
     T("store_kv", "value_cache", SET_DIM, INV, 0, 3),
@@ -499,37 +510,26 @@ static const bad_case g_cases[] = {
     T("store_kv", "key_cache,value_cache", SET_DIM, INV, 2, 0),
     T("store_kv", "key_cache,value_cache", SET_DIM, INV, 3, 300),
     T("store_kv", "key_cache", SET_STRIDES, INV, 128, 64, 8, 2),
-    ALIAS("store_kv", "value_cache", "key_cache", INV),
-    ALIAS("store_kv", "key_cache", "k", INV),
-    T("store_kv", "slots", SET_DTYPE, INV, F32),
-    T("store_kv", "slots", SET_DIM, INV, 0, 4),
+    ALIAS("store_kv", "value_cache", "key_cache", INV), ALIAS("store_kv", "key_cache", "k", INV),
+    T("store_kv", "slots", SET_DTYPE, INV, F32), T("store_kv", "slots", SET_DIM, INV, 0, 4),
     T("store_kv", "slots", SET_STRIDES, INV, 2),
     T("store_kv", "slots", SET_INT, INV, 1, 16), /* past the cache: caught by the kernel */
     T("store_kv", "slots", SET_INT, OK, 1, -1),  /* padding: skipped */
-    T("store_kv", "k", SET_STRIDES, OK, 32, 8, 1),
-    T("store_kv", "k,v,slots", SET_DIM, OK, 0, 0),
+    T("store_kv", "k", SET_STRIDES, OK, 32, 8, 1), T("store_kv", "k,v,slots", SET_DIM, OK, 0, 0),
 
     /* Paged attention: q[T, Hq, D] over the caches, block_table[B, max_blocks], seq_lens[B]. */
-    T(ATTN, "q", SET_DTYPE, UNS, I32),
-    T(PAGED, "q", SET_SHAPE, INV, 2, 2, 32),
+    T(ATTN, "q", SET_DTYPE, UNS, I32), T(PAGED, "q", SET_SHAPE, INV, 2, 2, 32),
     T(PAGED, "key_cache", SET_DTYPE, INV, F16),
     T(PAGED, "key_cache,value_cache", SET_DIM, INV, 3, 4),
     T(PAGED, "q,o", SET_DIM, INV, 1, 3), /* 3 q heads over 2 kv heads */
-    T(PAGED, "block_table", SET_DTYPE, INV, F32),
-    T(PAGED, "block_table", SET_SHAPE, INV, 1, 6),
+    T(PAGED, "block_table", SET_DTYPE, INV, F32), T(PAGED, "block_table", SET_SHAPE, INV, 1, 6),
     T(PAGED, "block_table", SET_STRIDES, INV, 6, 2),
-    T("paged_decode", "block_table", SET_DIM, INV, 0, 3),
-    T(PAGED, "seq_lens", SET_DIM, INV, 0, 3),
-    T(PAGED, "seq_lens", SET_DTYPE, INV, F32),
-    T(PAGED, "o", SET_DIM, INV, 2, 4),
-    T(PAGED, "o", SET_DTYPE, INV, F16),
-    T(PAGED, "o", SET_STRIDES, INV, 8, 0, 1),
-    ALIAS(PAGED, "o", "q", INV),
-    ALIAS(PAGED, "o", "key_cache", INV),
-    T(PAGED, "lse", SET_DIM, INV, 1, 3),
-    T(PAGED, "lse", SET_DTYPE, INV, F16),
-    ALIAS(PAGED, "lse", "o", INV),
-    T("paged_prefill", "cu_q_lens", SET_DIM, INV, 0, 2),
+    T("paged_decode", "block_table", SET_DIM, INV, 0, 3), T(PAGED, "seq_lens", SET_DIM, INV, 0, 3),
+    T(PAGED, "seq_lens", SET_DTYPE, INV, F32), T(PAGED, "o", SET_DIM, INV, 2, 4),
+    T(PAGED, "o", SET_DTYPE, INV, F16), T(PAGED, "o", SET_STRIDES, INV, 8, 0, 1),
+    ALIAS(PAGED, "o", "q", INV), ALIAS(PAGED, "o", "key_cache", INV),
+    T(PAGED, "lse", SET_DIM, INV, 1, 3), T(PAGED, "lse", SET_DTYPE, INV, F16),
+    ALIAS(PAGED, "lse", "o", INV), T("paged_prefill", "cu_q_lens", SET_DIM, INV, 0, 2),
     T("paged_prefill", "cu_q_lens", SET_DTYPE, INV, F32),
     T("paged_prefill", "cu_q_lens", SET_INT, INV, 2, 2), /* does not end at T */
     T("paged_prefill", "cu_q_lens", SET_INT, INV, 0, 1), /* does not start at 0 */
@@ -557,42 +557,28 @@ static const bad_case g_cases[] = {
     T("paged_decode", "q,block_table,seq_lens,o,lse", SET_DIM, OK, 0, 0),
 
     /* sdpa: q[B, Hq, Sq, D], k, v[B, Hkv, Sk, D], mask [Sq, Sk] or [B|1, Hq|1, Sq, Sk]. */
-    T("sdpa", "k,v", SET_DIM, INV, 0, 2),
-    T("sdpa", "k", SET_DTYPE, INV, F16),
-    T("sdpa", "v", SET_DIM, INV, 2, 4),
-    T("sdpa", "v", SET_DTYPE, INV, BF16),
+    T("sdpa", "k,v", SET_DIM, INV, 0, 2), T("sdpa", "k", SET_DTYPE, INV, F16),
+    T("sdpa", "v", SET_DIM, INV, 2, 4), T("sdpa", "v", SET_DTYPE, INV, BF16),
     T("sdpa", "k", SET_SHAPE, INV, 3, 2, 5, 8),
     T("sdpa", "q,o", SET_DIM, INV, 1, 3), /* 3 q heads over 2 kv heads */
-    T("sdpa", "q", SET_STRIDES, INV, 96, 24, 8, 2),
-    T("sdpa", "mask", SET_DIM, INV, 1, 4),
-    T("sdpa", "mask", SET_DTYPE, INV, I32),
-    T("sdpa", "mask", SET_SHAPE, INV, 3, 4, 3, 5),
-    T("sdpa", "mask", SET_SHAPE, INV, 4, 2, 1, 3, 5),
-    T("sdpa", "o", SET_DIM, INV, 2, 4),
-    T("sdpa", "o", SET_DTYPE, INV, F16),
-    T("sdpa", "o", SET_STRIDES, INV, 96, 0, 8, 1),
-    ALIAS("sdpa", "o", "q", INV),
-    ALIAS("sdpa", "o", "mask", INV),
-    T("sdpa", "lse", SET_DIM, INV, 2, 4),
-    ALIAS("sdpa", "lse", "o", INV),
+    T("sdpa", "q", SET_STRIDES, INV, 96, 24, 8, 2), T("sdpa", "mask", SET_DIM, INV, 1, 4),
+    T("sdpa", "mask", SET_DTYPE, INV, I32), T("sdpa", "mask", SET_SHAPE, INV, 3, 4, 3, 5),
+    T("sdpa", "mask", SET_SHAPE, INV, 4, 2, 1, 3, 5), T("sdpa", "o", SET_DIM, INV, 2, 4),
+    T("sdpa", "o", SET_DTYPE, INV, F16), T("sdpa", "o", SET_STRIDES, INV, 96, 0, 8, 1),
+    ALIAS("sdpa", "o", "q", INV), ALIAS("sdpa", "o", "mask", INV),
+    T("sdpa", "lse", SET_DIM, INV, 2, 4), ALIAS("sdpa", "lse", "o", INV),
     T("sdpa", "mask", SET_SHAPE, OK, 4, 1, 1, 3, 5),
     T("sdpa", "mask", SET_DTYPE, OK, KITE_DL_BOOL, 8, 1),
     T("sdpa", "mask", SET_STRIDES, OK, 0, 1), /* one mask row for every query */
-    T("sdpa", "q", SET_STRIDES, OK, 256, 8, 32, 1),
-    T("sdpa", "q,k,v,o,lse", SET_DIM, OK, 0, 0),
+    T("sdpa", "q", SET_STRIDES, OK, 256, 8, 32, 1), T("sdpa", "q,k,v,o,lse", SET_DIM, OK, 0, 0),
 
     /* GEMM: x[M, K], w[N, K] (group_gemm: w[G, N, K], group_sizes[G]), bias[N], y[M, N]. */
-    T("linear group_gemm", "x", SET_DTYPE, UNS, I32),
-    T("linear", "w", SET_DIM, INV, 1, 7),
-    T("group_gemm", "w", SET_DIM, INV, 2, 7),
-    T("linear group_gemm", "w", SET_DTYPE, INV, F16),
-    T("group_gemm", "w", SET_SHAPE, INV, 2, 12, 8),
-    T("linear", "bias", SET_DIM, INV, 0, 5),
-    T("linear", "bias", SET_DTYPE, INV, BF16),
-    T("linear group_gemm", "y", SET_DIM, INV, 1, 5),
+    T("linear group_gemm", "x", SET_DTYPE, UNS, I32), T("linear", "w", SET_DIM, INV, 1, 7),
+    T("group_gemm", "w", SET_DIM, INV, 2, 7), T("linear group_gemm", "w", SET_DTYPE, INV, F16),
+    T("group_gemm", "w", SET_SHAPE, INV, 2, 12, 8), T("linear", "bias", SET_DIM, INV, 0, 5),
+    T("linear", "bias", SET_DTYPE, INV, BF16), T("linear group_gemm", "y", SET_DIM, INV, 1, 5),
     T("linear group_gemm", "y", SET_DTYPE, INV, F16),
-    T("linear group_gemm", "y", SET_STRIDES, INV, 0, 1),
-    ALIAS("linear group_gemm", "y", "x", INV),
+    T("linear group_gemm", "y", SET_STRIDES, INV, 0, 1), ALIAS("linear group_gemm", "y", "x", INV),
     T("group_gemm", "group_sizes", SET_DTYPE, INV, F32),
     T("group_gemm", "group_sizes", SET_DIM, INV, 0, 3),
     T("group_gemm", "group_sizes", SET_INT, INV, 0, -1), /* negative (host-visible) */
@@ -602,54 +588,115 @@ static const bad_case g_cases[] = {
     T("linear", "x,y", SET_DIM, OK, 0, 0),
 
     /* MoE: topk_gating(logits[T, E], k) -> weights, ids [T, k]; fused_moe over E experts. */
-    T("topk_gating", "logits", SET_DTYPE, UNS, I32),
-    P("topk_gating", "k", 0, INV),
-    P("topk_gating", "k", 7, INV),
-    T("topk_gating", "weights", SET_DIM, INV, 1, 3),
-    T("topk_gating", "weights", SET_DTYPE, INV, F16),
-    T("topk_gating", "ids", SET_DIM, INV, 0, 4),
-    T("topk_gating", "ids", SET_DTYPE, INV, F32),
-    ALIAS("topk_gating", "ids", "weights", INV),
-    ALIAS("topk_gating", "weights", "logits", INV),
-    P("topk_gating", "renormalize", 1, OK),
-    T("fused_moe", "x", SET_DTYPE, UNS, I8),
-    T("fused_moe", "w13", SET_DIM, INV, 1, 5),
-    T("fused_moe", "w13", SET_DTYPE, INV, F16),
-    T("fused_moe", "w2", SET_DIM, INV, 0, 3),
-    T("fused_moe", "w2", SET_DIM, INV, 2, 4),
-    T("fused_moe", "weights", SET_DIM, INV, 0, 4),
-    T("fused_moe", "weights", SET_DTYPE, INV, BF16),
-    T("fused_moe", "ids", SET_DIM, INV, 1, 3),
-    T("fused_moe", "ids", SET_DTYPE, INV, F32),
-    T("fused_moe", "y", SET_DIM, INV, 1, 6),
-    ALIAS("fused_moe", "y", "x", INV),
-    P("fused_moe", "act", 2, INV),
+    T("topk_gating", "logits", SET_DTYPE, UNS, I32), P("topk_gating", "k", 0, INV),
+    P("topk_gating", "k", 7, INV), T("topk_gating", "weights", SET_DIM, INV, 1, 3),
+    T("topk_gating", "weights", SET_DTYPE, INV, F16), T("topk_gating", "ids", SET_DIM, INV, 0, 4),
+    T("topk_gating", "ids", SET_DTYPE, INV, F32), ALIAS("topk_gating", "ids", "weights", INV),
+    ALIAS("topk_gating", "weights", "logits", INV), P("topk_gating", "renormalize", 1, OK),
+    T("fused_moe", "x", SET_DTYPE, UNS, I8), T("fused_moe", "w13", SET_DIM, INV, 1, 5),
+    T("fused_moe", "w13", SET_DTYPE, INV, F16), T("fused_moe", "w2", SET_DIM, INV, 0, 3),
+    T("fused_moe", "w2", SET_DIM, INV, 2, 4), T("fused_moe", "weights", SET_DIM, INV, 0, 4),
+    T("fused_moe", "weights", SET_DTYPE, INV, BF16), T("fused_moe", "ids", SET_DIM, INV, 1, 3),
+    T("fused_moe", "ids", SET_DTYPE, INV, F32), T("fused_moe", "y", SET_DIM, INV, 1, 6),
+    ALIAS("fused_moe", "y", "x", INV), P("fused_moe", "act", 2, INV),
     P("fused_moe", "act", KITE_MOE_GELU, OK),
     T("fused_moe", "ids", SET_INT, OK, 0, 9), /* an expert outside [0, E) contributes nothing */
 
     /* Quantization: x[M, K] float <-> q[M, K] i8/fp8 with scales[M]; linear on quantized x, w. */
-    T("quant dequant", "q", SET_DTYPE, UNS, F32),
-    T("quant", "x", SET_DTYPE, UNS, I8),
-    T("quant", "q", SET_DIM, INV, 1, 4),
-    T("dequant", "y", SET_DIM, INV, 1, 4),
+    T("quant dequant", "q", SET_DTYPE, UNS, F32), T("quant", "x", SET_DTYPE, UNS, I8),
+    T("quant", "q", SET_DIM, INV, 1, 4), T("dequant", "y", SET_DIM, INV, 1, 4),
     T("quant dequant", "scales", SET_DIM, INV, 0, 3),
-    T("quant dequant", "scales", SET_DTYPE, INV, F16),
-    ALIAS("quant", "q", "x", INV),
-    ALIAS("dequant", "y", "q", INV),
-    T("dequant", "y", SET_DTYPE, UNS, I32),
+    T("quant dequant", "scales", SET_DTYPE, INV, F16), ALIAS("quant", "q", "x", INV),
+    ALIAS("dequant", "y", "q", INV), T("dequant", "y", SET_DTYPE, UNS, I32),
     T("quant dequant", "q", SET_DTYPE, OK, KITE_DL_FLOAT8_E4M3FN, 8, 1),
     T("linear_quant", "xq", SET_DTYPE, UNS, F32),
     T("linear_quant", "wq", SET_DTYPE, INV, KITE_DL_FLOAT8_E4M3FN, 8, 1),
-    T("linear_quant", "wq", SET_DIM, INV, 1, 7),
-    T("linear_quant", "x_scales", SET_DIM, INV, 0, 5),
+    T("linear_quant", "wq", SET_DIM, INV, 1, 7), T("linear_quant", "x_scales", SET_DIM, INV, 0, 5),
     T("linear_quant", "w_scales", SET_DIM, INV, 0, 5),
     T("linear_quant", "w_scales", SET_DTYPE, INV, BF16),
-    T("linear_quant", "bias", SET_DTYPE, INV, F16),
-    T("linear_quant", "y", SET_DTYPE, UNS, I8),
-    T("linear_quant", "y", SET_DIM, INV, 1, 5),
-    ALIAS("linear_quant", "y", "wq", INV),
+    T("linear_quant", "bias", SET_DTYPE, INV, F16), T("linear_quant", "y", SET_DTYPE, UNS, I8),
+    T("linear_quant", "y", SET_DIM, INV, 1, 5), ALIAS("linear_quant", "y", "wq", INV),
     T("linear_quant", "xq,wq", SET_DTYPE, OK, KITE_DL_FLOAT8_E4M3FN, 8, 1),
     T("linear_quant", "y,bias", SET_DTYPE, OK, BF16),
+
+    /* Training: backward ops take the forward's inputs and dy; gradients like their tensors. */
+    T(BWD_ROWWISE, "dx", SET_DIM, INV, 1, 9), T(BWD_ROWWISE, "dy", SET_DIM, INV, 0, 3),
+    T(BWD_ROWWISE, "dy", SET_DTYPE, INV, F16), T(BWD_ROWWISE, "dx", SET_DTYPE, INV, BF16),
+    T(BWD_ROWWISE, "dx", SET_STRIDES, INV, 0, 1),
+    ALIAS(BWD_ROWWISE, "dx", "dy", OK), /* in place over dy */
+    T(BWD_ROWWISE, "dy,dx", SET_STRIDES, OK, 16, 1),
+    P("activation_backward", "act", KITE_OP_SILU_AND_MUL, INV),
+    P("activation_backward", "act", KITE_OP_RELU, OK), P("activation_backward", "act", -1, INV),
+    P("gated_backward", "act", KITE_OP_RELU, INV),
+    P("gated_backward", "act", KITE_OP_GELU_TANH_AND_MUL, OK),
+    P("gated_backward", "limit", NAN, INV), P("gated_backward", "limit", 0.5, OK),
+    T("gated_backward", "dy", SET_DIM, INV, 1, 8), T("gated_backward", "dx", SET_DIM, INV, 1, 4),
+    T("gated_backward", "x", SET_DIM, INV, 1, 7), ALIAS("gated_backward", "dx", "dy", INV),
+    ALIAS("gated_backward", "dx", "x", INV), ALIAS("activation_backward", "dx", "x", INV),
+    ALIAS("softmax_backward", "dx", "y", INV),
+    ALIAS("rms_norm_backward layer_norm_backward", "dx", "x", INV),
+    ALIAS("add_rms_norm_backward add_layer_norm_backward", "dx", "s", INV),
+    T(NORM_BWD, "w", SET_DIM, INV, 0, 9), T(NORM_BWD, "dw", SET_DIM, INV, 0, 7),
+    T(NORM_BWD, "dw", SET_DTYPE, INV, BF16), T(NORM_BWD, "dw", SET_STRIDES, INV, 2),
+    ALIAS(NORM_BWD, "dw", "dy", INV), P(NORM_BWD, "eps", NAN, INV), P(NORM_BWD, "eps", -1.0, INV),
+    P("rms_norm_backward add_rms_norm_backward", "offset", INFINITY, INV),
+    P("rms_norm_backward add_rms_norm_backward", "offset", 1.0, OK),
+    T("layer_norm_backward add_layer_norm_backward", "db", SET_DIM, INV, 0, 3),
+    ALIAS("layer_norm_backward add_layer_norm_backward", "db", "dw", INV),
+    T("add_rms_norm_backward add_layer_norm_backward", "dres", SET_DIM, INV, 1, 4),
+    ALIAS("add_rms_norm_backward add_layer_norm_backward", "dx", "dres", OK),
+    T("rms_norm_backward layer_norm_backward", "x,dy,dx", SET_DIM, OK, 0, 0), /* dw = 0 */
+    T("rope_backward", "positions", SET_INT, INV, 1, 16),
+    T("rope_backward", "k", SET_DIM, INV, 2, 6), ALIAS("rope_backward", "k", "q", INV),
+    P("rope_backward", "rot_dim", 7, INV), P("rope_backward", "style", KITE_ROPE_GPTJ, OK),
+    P("softmax_backward", "scale", NAN, INV), T("embedding_backward", "dtable", SET_DIM, INV, 1, 7),
+    T("embedding_backward", "dtable", SET_DTYPE, INV, F16),
+    T("embedding_backward", "dy", SET_DIM, INV, 0, 4),
+    T("embedding_backward", "ids", SET_DTYPE, INV, F32),
+    ALIAS("embedding_backward", "dtable", "dy", INV),
+    T("embedding_backward", "dtable", SET_STRIDES, INV, 0, 1),
+    T("embedding_backward", "ids", SET_INT, OK, 0, 10), /* outside [0, V): ignored */
+    T("embedding_backward", "ids", SET_INT, OK, 1, -3),
+    T("embedding_backward", "dtable", SET_DIM, OK, 0, 0),
+
+    /* Losses: logits[N, V] float, targets[N] i32, loss f32 [1] (mean) or [N] (none). */
+    T(LOSSES, "targets", SET_INT, INV, 1, 8), /* outside [0, V): an error on the host */
+    T(LOSSES, "targets", SET_INT, INV, 3, -1), T(LOSSES, "targets", SET_INT, OK, 1, 5),
+    T(LOSSES, "targets", SET_INT, OK, 1, -100), /* every row ignored: loss 0 */
+    T(LOSSES, "targets", SET_DTYPE, INV, F32), T(LOSSES, "targets", SET_DIM, INV, 0, 3),
+    T(LOSS_FWD, "loss", SET_DIM, INV, 0, 1), T(LOSS_FWD, "loss", SET_DTYPE, INV, BF16),
+    P(LOSSES, "opts.label_smoothing", -0.1, INV), P(LOSSES, "opts.label_smoothing", 1.5, INV),
+    P(LOSSES, "opts.label_smoothing", NAN, INV), P(LOSSES, "opts.z_loss", -1.0, INV),
+    P(LOSSES, "opts.softcap", INFINITY, INV), P(LOSSES, "opts.reduction", 3, INV),
+    P(LOSSES, "opts.label_smoothing", 0.1, OK), P(LOSSES, "opts.softcap", 30.0, OK),
+    P(LOSSES, "opts.z_loss", 1e-4, OK),
+    T("cross_entropy cross_entropy_backward", "logits", SET_DIM, INV, 1, 0), /* V = 0 */
+    T("cross_entropy cross_entropy_backward", "logits", SET_DTYPE, UNS, I32),
+    T("cross_entropy cross_entropy_backward", "logits", SET_STRIDES, OK, 16, 1),
+    T("cross_entropy", "lse", SET_DIM, INV, 0, 3), ALIAS("cross_entropy", "loss", "logits", INV),
+    ALIAS("cross_entropy", "lse", "loss", INV),
+    T("cross_entropy_backward", "lse", SET_DTYPE, INV, F16),
+    T("cross_entropy_backward", "dloss", SET_DIM, INV, 0, 3),
+    T("cross_entropy_backward", "dlogits", SET_DIM, INV, 1, 7),
+    T("cross_entropy_backward", "dlogits", SET_DTYPE, INV, BF16),
+    ALIAS("cross_entropy_backward", "dlogits", "logits", OK), /* in place */
+    ALIAS("cross_entropy_backward", "dlogits", "lse", INV),
+    T("cross_entropy", "logits,targets,lse,loss", SET_DIM, OK, 0, 0), /* N = 0: the loss is 0 */
+    T("cross_entropy_backward", "logits,targets,lse,dloss,dlogits", SET_DIM, OK, 0, 0),
+    T("fused_linear_cross_entropy", "w", SET_DIM, INV, 1, 7),
+    T("fused_linear_cross_entropy", "w", SET_DIM, INV, 0, 0), /* V = 0 */
+    T("fused_linear_cross_entropy", "w", SET_DTYPE, INV, BF16),
+    T("fused_linear_cross_entropy", "h", SET_DTYPE, UNS, I32),
+    T("fused_linear_cross_entropy", "bias", SET_DIM, INV, 0, 5),
+    T("fused_linear_cross_entropy", "dh", SET_DIM, INV, 1, 4),
+    T("fused_linear_cross_entropy", "dw", SET_DIM, INV, 0, 5),
+    T("fused_linear_cross_entropy", "db", SET_DTYPE, INV, F16),
+    ALIAS("fused_linear_cross_entropy", "dh", "h", INV),
+    ALIAS("fused_linear_cross_entropy", "dw", "w", INV),
+    ALIAS("fused_linear_cross_entropy", "db", "loss", INV),
+    P("fused_linear_cross_entropy", "chunk_bytes", 1, OK), /* one column at a time */
+    T("fused_linear_cross_entropy", "h,targets,dh,loss", SET_DIM, OK, 0, 0),
+    T("fused_linear_cross_entropy", "h,w,dh,dw", SET_DIM, OK, 1, 0), /* H = 0: logits = bias */
 };
 
 static bool has_word(const char *list, const char *word) {

@@ -84,6 +84,11 @@ static inline void cpu_grid_item(const cpu_grid *g, int64_t item, int64_t *row, 
   *c1 = *c0 + g->block_cols < g->cols ? *c0 + g->block_cols : g->cols;
 }
 
+/* ---- training, once for every ISA (cpu_flce.c) ---------------------------------------------- */
+/* Counts the rows whose target is not ignore_index; an error naming the first target outside
+ * [0, vocab) that is not ignore_index, before anything is written. */
+kite_status cpu_ce_check_targets(const kite_ce_args *a, int64_t *valid);
+
 /* A call that moves at least this many bytes writes its output with streaming (non-temporal)
  * stores: its own traffic would push the output out of cache anyway, and skipping the
  * read-for-ownership of every destination line saves a third of the memory traffic of a

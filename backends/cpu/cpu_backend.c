@@ -132,6 +132,19 @@ static kite_kernel cpu_kernels[] = {
     ROW_FAMILY(KITE_OP_SOFTMAX, softmax),
     ROW_FAMILY(KITE_OP_EMBEDDING, embedding),
 
+    /* training: backward ops and losses (kernels/train.inc; rope_backward is rope's kernel) */
+    ROW_FAMILY(KITE_OP_ACTIVATION_BACKWARD, act_bwd),
+    ROW_FAMILY(KITE_OP_GATED_BACKWARD, act_bwd),
+    ROW_FAMILY(KITE_OP_RMS_NORM_BACKWARD, norm_bwd),
+    ROW_FAMILY(KITE_OP_LAYER_NORM_BACKWARD, norm_bwd),
+    ROW_FAMILY(KITE_OP_ROPE_BACKWARD, rope),
+    ROW_FAMILY(KITE_OP_SOFTMAX_BACKWARD, softmax_bwd),
+    ROW_FAMILY(KITE_OP_EMBEDDING_BACKWARD, embedding_bwd),
+    ROW_FAMILY(KITE_OP_CROSS_ENTROPY, ce),
+    ROW_FAMILY(KITE_OP_CROSS_ENTROPY_BACKWARD, ce),
+    ROW(KITE_OP_FUSED_LINEAR_CROSS_ENTROPY, "chunked", 10, 0, supports_float, cpu_flce_chunked,
+        "vocabulary chunks through kite_linear, logits recomputed for the gradients"),
+
     /* attention */
     ATTN_FAMILY(KITE_OP_STORE_KV, store_kv,
                 "row copy into the paged caches, kv heads over threads"),

@@ -10,4 +10,5 @@
 #include "kernels/rope.inc"
 #include "kernels/softmax.inc"
 #include "kernels/embedding.inc"
+#include "kernels/train.inc"
 #include "kernels/attention.inc"

@@ -12,3 +12,4 @@
 #include "kernels/rope.inc"
 #include "kernels/softmax.inc"
 #include "kernels/embedding.inc"
+#include "kernels/train.inc"

@@ -19,7 +19,15 @@
   CPU_RUN_DECL(cpu_norm_##isa);                                                                    \
   CPU_RUN_DECL(cpu_rope_##isa);                                                                    \
   CPU_RUN_DECL(cpu_softmax_##isa);                                                                 \
-  CPU_RUN_DECL(cpu_embedding_##isa)
+  CPU_RUN_DECL(cpu_embedding_##isa);                                                               \
+  CPU_RUN_DECL(cpu_act_bwd_##isa);                                                                 \
+  CPU_RUN_DECL(cpu_norm_bwd_##isa);                                                                \
+  CPU_RUN_DECL(cpu_softmax_bwd_##isa);                                                             \
+  CPU_RUN_DECL(cpu_embedding_bwd_##isa);                                                           \
+  CPU_RUN_DECL(cpu_ce_##isa)
+
+/* fused_linear_cross_entropy, every ISA (cpu_flce.c): vocabulary chunks through kite_linear. */
+CPU_RUN_DECL(cpu_flce_chunked);
 
 /* Attention (paged serves paged_decode and paged_prefill). */
 #define CPU_ATTN_KERNELS(isa)                                                                      \

@@ -29,6 +29,13 @@ kite_status ref_topk_gating_run(const kite_kernel *k, kite_ctx *ctx, const void 
 kite_status ref_fused_moe_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_quant_run(const kite_kernel *k, kite_ctx *ctx, const void *args); /* + dequant */
 kite_status ref_linear_quant_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+/* ref_train.c (rope_backward is ref_rope_run's) */
+kite_status ref_act_bwd_run(const kite_kernel *k, kite_ctx *ctx, const void *args); /* + gated */
+kite_status ref_norm_bwd_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_softmax_bwd_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_embedding_bwd_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_ce_run(const kite_kernel *k, kite_ctx *ctx, const void *args); /* + backward */
+kite_status ref_flce_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 
 /* The float types that kite_load_f32 / kite_store_f32 handle. */
 static inline bool ref_is_float(kite_dtype t) {

@@ -57,6 +57,21 @@ static const kite_kernel ref_kernels[] = {
     REF_KERNEL(KITE_OP_DEQUANT, ref_quant_run, "int8 / fp8 e4m3 codes times the row scale"),
     REF_KERNEL(KITE_OP_LINEAR_QUANT, ref_linear_quant_run,
                "int64 int8 dots / float64 e4m3 dots, then scales and bias"),
+    REF_KERNEL(KITE_OP_ACTIVATION_BACKWARD, ref_act_bwd_run, "dy * act'(x) in float64"),
+    REF_KERNEL(KITE_OP_GATED_BACKWARD, ref_act_bwd_run,
+               "d gate, d up of act(gate) * up in float64, zero where clamped"),
+    REF_KERNEL(KITE_OP_RMS_NORM_BACKWARD, ref_norm_bwd_run,
+               "rms norm dx, dw (+ residual gradient) in float64, rows in order"),
+    REF_KERNEL(KITE_OP_LAYER_NORM_BACKWARD, ref_norm_bwd_run,
+               "layer norm dx, dw, db (+ residual gradient) in float64, rows in order"),
+    REF_KERNEL(KITE_OP_ROPE_BACKWARD, ref_rope_run, "rotation by -theta, float64"),
+    REF_KERNEL(KITE_OP_SOFTMAX_BACKWARD, ref_softmax_bwd_run, "scale y (dy - y.dy) in float64"),
+    REF_KERNEL(KITE_OP_EMBEDDING_BACKWARD, ref_embedding_bwd_run,
+               "scatter-add by a counting sort of the ids, float64 sums in token order"),
+    REF_KERNEL(KITE_OP_CROSS_ENTROPY, ref_ce_run, "loss and lse per row in float64"),
+    REF_KERNEL(KITE_OP_CROSS_ENTROPY_BACKWARD, ref_ce_run, "dlogits per row in float64"),
+    REF_KERNEL(KITE_OP_FUSED_LINEAR_CROSS_ENTROPY, ref_flce_run,
+               "row by row: float64 logits, loss, dh; float64 dw, db accumulators"),
 };
 
 static const kite_backend ref_backend = {

@@ -323,6 +323,117 @@ typedef struct kite_linear_quant_args {
   int64_t y_stride;
 } kite_linear_quant_args;
 
+/* ---- training (kite.h "Training") ----------------------------------------------------------- */
+
+/* activation_backward (act: SILU..RELU) and gated_backward (act: *_AND_MUL):
+ * x[rows, cols_x], dy[rows, cols], dx[rows, cols_x] with cols_x = cols (activation) or 2 cols
+ * (gated). dx may alias dy for activation_backward. limit as kite_gated_args. */
+typedef struct kite_act_bwd_args {
+  kite_op op;
+  kite_dtype dtype;
+  kite_op act;
+  int64_t rows, cols;
+  const void *x;
+  int64_t x_stride;
+  const void *dy;
+  int64_t dy_stride;
+  void *dx;
+  int64_t dx_stride;
+  float limit;
+} kite_act_bwd_args;
+
+/* rms_norm_backward / layer_norm_backward over rows of length cols: x is the norm's input (s for
+ * the fused pre rule), dres NULL or the residual's gradient added to dx. w NULL or [cols];
+ * dw, db NULL (not wanted) or compact [cols] of dtype. dx may alias dy or dres, never x. */
+typedef struct kite_norm_bwd_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t rows, cols;
+  const void *x;
+  int64_t x_stride;
+  const void *w;
+  const void *dy;
+  int64_t dy_stride;
+  const void *dres;
+  int64_t dres_stride;
+  void *dx;
+  int64_t dx_stride;
+  void *dw;
+  void *db;
+  float eps;
+  float offset;
+} kite_norm_bwd_args;
+
+/* rope_backward uses kite_rope_args (q, k hold dq, dk). */
+
+/* softmax_backward: y (forward output), dy -> dx, [rows, cols] each; dx may alias dy. */
+typedef struct kite_softmax_bwd_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t rows, cols;
+  const void *y;
+  int64_t y_stride;
+  const void *dy;
+  int64_t dy_stride;
+  void *dx;
+  int64_t dx_stride;
+  float scale;
+} kite_softmax_bwd_args;
+
+/* embedding_backward: dtable[vocab, hidden] = scatter-add of dy[tokens, hidden] at ids. */
+typedef struct kite_embedding_bwd_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t tokens, hidden, vocab;
+  const int32_t *ids;
+  const void *dy;
+  int64_t dy_stride;
+  void *dtable;
+  int64_t dtable_stride;
+} kite_embedding_bwd_args;
+
+/* cross_entropy (forward: loss, lse) and cross_entropy_backward (dloss, lse -> dlogits):
+ * logits[rows, vocab] with a row stride; targets[rows]; loss f32 [rows] (none) or [1]; lse f32
+ * [rows] (forward: NULL when not wanted); dloss f32 [rows] (none) or [1]; dlogits with a row
+ * stride, possibly == logits (same stride then). Targets are not checked by the front-end. */
+typedef struct kite_ce_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t rows, vocab;
+  const void *logits;
+  int64_t logits_stride;
+  const int32_t *targets;
+  kite_ce_opts opts;
+  float *loss;
+  float *lse;
+  const float *dloss;
+  void *dlogits;
+  int64_t dlogits_stride;
+} kite_ce_args;
+
+/* fused_linear_cross_entropy: h[rows, hidden], w[vocab, hidden] (row strides), bias[vocab] or
+ * NULL, targets[rows]; loss f32 as kite_ce_args; dh[rows, hidden], dw[vocab, hidden] (row
+ * strides) and db[vocab], each NULL when not wanted. chunk_bytes resolved (never 0). */
+typedef struct kite_flce_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t rows, hidden, vocab;
+  const void *h;
+  int64_t h_stride;
+  const void *w;
+  int64_t w_stride;
+  const void *bias;
+  const int32_t *targets;
+  kite_ce_opts opts;
+  size_t chunk_bytes;
+  float *loss;
+  void *dh;
+  int64_t dh_stride;
+  void *dw;
+  int64_t dw_stride;
+  void *db;
+} kite_flce_args;
+
 /* ---------------------------------------------------------------------------------------------
  * Kernel entries
  * ------------------------------------------------------------------------------------------- */

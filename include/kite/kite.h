@@ -163,6 +163,16 @@ typedef enum kite_op {
   KITE_OP_QUANT,
   KITE_OP_DEQUANT,
   KITE_OP_LINEAR_QUANT,
+  KITE_OP_ACTIVATION_BACKWARD,
+  KITE_OP_GATED_BACKWARD,
+  KITE_OP_RMS_NORM_BACKWARD,
+  KITE_OP_LAYER_NORM_BACKWARD,
+  KITE_OP_ROPE_BACKWARD,
+  KITE_OP_SOFTMAX_BACKWARD,
+  KITE_OP_EMBEDDING_BACKWARD,
+  KITE_OP_CROSS_ENTROPY,
+  KITE_OP_CROSS_ENTROPY_BACKWARD,
+  KITE_OP_FUSED_LINEAR_CROSS_ENTROPY,
   KITE_OP_COUNT /* new ops are appended before this */
 } kite_op;
 
@@ -239,10 +249,10 @@ typedef enum kite_rope_scaling_type {
 } kite_rope_scaling_type;
 typedef struct kite_rope_scaling {
   kite_rope_scaling_type type;
-  double factor;               /* linear and llama3 */
-  double low_freq_factor;      /* llama3 (1.0 in Llama 3.1) */
-  double high_freq_factor;     /* llama3 (4.0 in Llama 3.1) */
-  int64_t original_max_pos;    /* llama3 (8192 in Llama 3.1) */
+  double factor;            /* linear and llama3 */
+  double low_freq_factor;   /* llama3 (1.0 in Llama 3.1) */
+  double high_freq_factor;  /* llama3 (4.0 in Llama 3.1) */
+  int64_t original_max_pos; /* llama3 (8192 in Llama 3.1) */
 } kite_rope_scaling;
 
 /* Fills a host buffer cos_sin[max_pos * rot_dim] (f32) for kite_rope:
@@ -263,8 +273,8 @@ KITE_API kite_status kite_embedding(kite_ctx *ctx, const DLTensor *ids, const DL
                                     DLTensor *y);
 
 /* DLPack type codes newer than some installed dlpack.h (DLPack 1.x values). */
-#define KITE_DL_BOOL 6u             /* kDLBool: 8-bit, 0 = false */
-#define KITE_DL_FLOAT8_E4M3FN 10u   /* kDLFloat8_e4m3fn: 8-bit OCP e4m3, max 448, no inf */
+#define KITE_DL_BOOL 6u           /* kDLBool: 8-bit, 0 = false */
+#define KITE_DL_FLOAT8_E4M3FN 10u /* kDLFloat8_e4m3fn: 8-bit OCP e4m3, max 448, no inf */
 
 /* --- Paged KV cache and attention -------------------------------------------------------------
  * Cache layout, per layer: key_cache, value_cache [num_blocks, Hkv, block_size, D], compact, the
@@ -285,11 +295,11 @@ KITE_API kite_status kite_embedding(kite_ctx *ctx, const DLTensor *ids, const DL
 typedef enum kite_gqa_layout { KITE_GQA_GROUPED = 0, KITE_GQA_INTERLEAVED = 1 } kite_gqa_layout;
 
 typedef struct kite_attn_opts {
-  float scale;            /* 0 -> 1/sqrt(D) */
-  float softcap;          /* 0 -> off */
-  int32_t window_left;    /* -1 -> off */
+  float scale;         /* 0 -> 1/sqrt(D) */
+  float softcap;       /* 0 -> off */
+  int32_t window_left; /* -1 -> off */
   kite_gqa_layout gqa;
-  int32_t causal;         /* paged_prefill and sdpa: 1 = causal (prefill's default) */
+  int32_t causal; /* paged_prefill and sdpa: 1 = causal (prefill's default) */
 } kite_attn_opts;
 
 /* scale 0, softcap 0, window_left -1, grouped, causal 1. */
@@ -340,8 +350,8 @@ KITE_API kite_status kite_paged_prefill(kite_ctx *ctx, const DLTensor *q,
  * where the window is measured from). A mask together with causal: both apply (a key must pass
  * both; PyTorch refuses the pair, kite defines it). lse: NULL or f32 [B, Hq, Sq]. */
 KITE_API kite_status kite_sdpa(kite_ctx *ctx, const DLTensor *q, const DLTensor *k,
-                               const DLTensor *v, const DLTensor *mask,
-                               const kite_attn_opts *opts, DLTensor *o, DLTensor *lse);
+                               const DLTensor *v, const DLTensor *mask, const kite_attn_opts *opts,
+                               DLTensor *o, DLTensor *lse);
 
 /* --- GEMM, MoE, quantization ---------------------------------------------------------------- */
 /* y[M, N] = x[M, K] w[N, K]^T + bias[N]. x, w, y f32/f16/bf16, all the same dtype; bias NULL or
@@ -393,10 +403,168 @@ KITE_API kite_status kite_dequant(kite_ctx *ctx, const DLTensor *q, const DLTens
 /* y[M, N] = (xq[M, K] . wq[N, K]^T) * x_scales[M] * w_scales[N] + bias[N]: xq, wq int8 (int32
  * accumulation, exact) or both fp8-e4m3 (f32 accumulation); scales f32; bias NULL or y's dtype;
  * y f32/bf16/f16. */
-KITE_API kite_status kite_linear_quant(kite_ctx *ctx, const DLTensor *xq,
-                                       const DLTensor *x_scales, const DLTensor *wq,
-                                       const DLTensor *w_scales, const DLTensor *bias,
-                                       DLTensor *y);
+KITE_API kite_status kite_linear_quant(kite_ctx *ctx, const DLTensor *xq, const DLTensor *x_scales,
+                                       const DLTensor *wq, const DLTensor *w_scales,
+                                       const DLTensor *bias, DLTensor *y);
+
+/* ---------------------------------------------------------------------------------------------
+ * Training: backward ops and losses.
+ *
+ * A backward op takes the forward op's inputs (not its outputs, unless it says so) and the
+ * gradient dy of the forward output, and returns the gradients of the inputs: every backward
+ * recomputes what it needs (norm statistics, activations) from those inputs, so nothing has to be
+ * saved beyond them. Gradients have the dtype of the tensor they belong to; arithmetic is f32 or
+ * better inside and each gradient is rounded once.
+ *
+ * Reductions over rows (dw and db of the norms, dtable of embedding, dw and db of
+ * fused_linear_cross_entropy) are deterministic: the same bits run after run on one backend,
+ * whatever the thread count or grid (fixed-order partial sums over fixed blocks of rows, then a
+ * fixed-order reduction of the blocks). Gradient outputs are overwritten, never accumulated into.
+ * ------------------------------------------------------------------------------------------- */
+
+/* Activation backward: dx = dy * act'(x) for act one of KITE_OP_SILU, KITE_OP_GELU,
+ * KITE_OP_GELU_TANH, KITE_OP_GELU_QUICK, KITE_OP_RELU (relu' is 1 for x > 0, else 0).
+ * x, dy, dx [..., N], same shape and dtype; dx may be dy (in place), never x.
+ * Errors: act not one of those, mismatched shapes or dtypes. */
+KITE_API kite_status kite_activation_backward(kite_ctx *ctx, kite_op act, const DLTensor *x,
+                                              const DLTensor *dy, DLTensor *dx);
+
+/* Gated activation backward, act one of KITE_OP_SILU_AND_MUL, KITE_OP_GELU_AND_MUL,
+ * KITE_OP_GELU_TANH_AND_MUL: x[..., 2I] (the forward input), dy[..., I] -> dx[..., 2I]:
+ *   d gate = dy * up * act'(gate),   d up = dy * act(gate).
+ * With limit > 0 (the forward's clamp) the clamped values are used, and the gradient is 0 where
+ * the clamp was active: gate > limit, or |up| > limit. Same dtype for all; dx never aliases x
+ * or dy. Errors: as the forward's, plus dx not x's shape. */
+KITE_API kite_status kite_gated_backward(kite_ctx *ctx, kite_op act, const DLTensor *x,
+                                         const DLTensor *dy, float limit, DLTensor *dx);
+
+/* rms_norm backward. x[..., H] (the norm's input), w[H] or NULL, dy[..., H], eps and offset as
+ * in the forward -> dx[..., H] and, when dw is not NULL, dw[H] = sum over rows of dy * x * rstd,
+ * the gradient of w in (offset + w), which does not depend on w's value (so it is also given
+ * with w NULL: the gradient a weight would get). dx may be dy (in place), never x.
+ * Errors: mismatched shapes or dtypes, outputs overlapping inputs. */
+KITE_API kite_status kite_rms_norm_backward(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
+                                            const DLTensor *dy, float eps, float offset,
+                                            DLTensor *dx, DLTensor *dw);
+
+/* layer_norm backward. x[..., H], w[H] or NULL (b is not needed), dy -> dx, and optionally
+ * dw[H] = sum dy * xhat and db[H] = sum dy (neither depends on w or b, so both may be asked for
+ * with w NULL). dx may be dy, never x. */
+KITE_API kite_status kite_layer_norm_backward(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
+                                              const DLTensor *dy, float eps, DLTensor *dx,
+                                              DLTensor *dw, DLTensor *db);
+
+/* Backward of add_rms_norm / add_layer_norm under the pre rule (KITE_NORM_PRE), the only rule of
+ * the two that training uses: the forward left s = x + residual in residual and y = norm(s).
+ * Given s (the residual after the forward), dy and dres (the gradient reaching the residual
+ * output from later layers; NULL means zero), the gradient of the sum is
+ *   ds = norm_backward(s, dy) + dres,
+ * and it is the gradient of both x and the residual input: one tensor dx[..., H]. dx may be dy
+ * or dres (in place), never s. dw, db as in the plain backward. */
+KITE_API kite_status kite_add_rms_norm_backward(kite_ctx *ctx, const DLTensor *s, const DLTensor *w,
+                                                const DLTensor *dy, const DLTensor *dres, float eps,
+                                                float offset, DLTensor *dx, DLTensor *dw);
+KITE_API kite_status kite_add_layer_norm_backward(kite_ctx *ctx, const DLTensor *s,
+                                                  const DLTensor *w, const DLTensor *dy,
+                                                  const DLTensor *dres, float eps, DLTensor *dx,
+                                                  DLTensor *dw, DLTensor *db);
+
+/* rope backward, in place: dq[T, Hq, D] and dk[T, Hkv, D] (dk may be NULL) hold the gradients of
+ * the rotated q and k and become those of the unrotated ones: each pair is rotated by -theta
+ * (the transpose of the forward rotation); the dims past rot_dim pass through. Arguments and
+ * errors as kite_rope's. */
+KITE_API kite_status kite_rope_backward(kite_ctx *ctx, DLTensor *dq, DLTensor *dk,
+                                        const DLTensor *positions, const DLTensor *cos_sin,
+                                        int64_t rot_dim, kite_rope_style style);
+
+/* softmax backward from the forward OUTPUT y = softmax(scale * x) and dy, all [..., N], same
+ * dtype: dx = scale * y * (dy - sum_j(dy_j * y_j)). dx may be dy, never y. */
+KITE_API kite_status kite_softmax_backward(kite_ctx *ctx, const DLTensor *y, const DLTensor *dy,
+                                           float scale, DLTensor *dx);
+
+/* embedding backward: dtable[V, H] = scatter-add of dy[T, H] rows at ids[T] int32 (row-strided
+ * dy and dtable allowed; dtable of dy's dtype). Rows of dtable no id names are zero; ids outside
+ * [0, V) are ignored, as the forward gave them a zero row. Each row is summed in token order
+ * (f32 or better), so the result is deterministic. */
+KITE_API kite_status kite_embedding_backward(kite_ctx *ctx, const DLTensor *ids, const DLTensor *dy,
+                                             DLTensor *dtable);
+
+/* --- Cross-entropy -----------------------------------------------------------------------------
+ * Per row i of logits[N, V] (f32/f16/bf16, row-strided allowed) with target t = targets[i]
+ * (int32):
+ *   z_j  = softcap > 0 ? softcap * tanh(x_j / softcap) : x_j       (Gemma 2's logit cap)
+ *   lse  = log sum_j exp(z_j)
+ *   loss = lse - (1 - ls) z_t - (ls / V) sum_j z_j + z_loss * lse^2
+ * with ls = label_smoothing (0: plain negative log-likelihood; the smoothed target puts ls / V on
+ * every class, as PyTorch and Liger do). A row whose target equals ignore_index has loss 0 and a
+ * zero gradient. The gradient of the row's loss: dloss/dz_j = p_j (1 + 2 z_loss lse)
+ * - (1 - ls) [j = t] - ls / V, with p = softmax(z), times dz/dx = 1 - (z / softcap)^2.
+ * reduction: none (a loss per row), sum, or mean over the rows that are not ignored (0 when all
+ * are: never NaN). A target outside [0, V) that is not ignore_index is an error where the
+ * backend can read targets (host memory), checked before anything is written; a device kernel
+ * that cannot report it gives that row a NaN loss and a zero gradient and never reads outside the
+ * row. */
+typedef enum kite_reduction {
+  KITE_REDUCTION_NONE = 0,
+  KITE_REDUCTION_SUM = 1,
+  KITE_REDUCTION_MEAN = 2,
+} kite_reduction;
+
+typedef struct kite_ce_opts {
+  int32_t ignore_index;  /* -100 by default (PyTorch's) */
+  float label_smoothing; /* in [0, 1] */
+  float z_loss;          /* >= 0: coefficient on lse^2 (0 off) */
+  float softcap;         /* >= 0: 0 off */
+  kite_reduction reduction;
+} kite_ce_opts;
+
+/* ignore_index -100, label_smoothing 0, z_loss 0, softcap 0, mean. */
+KITE_API kite_ce_opts kite_ce_opts_default(void);
+
+/* Forward: logits[N, V], targets[N] -> loss f32: [N] for reduction none, [1] for sum and mean;
+ * lse: NULL or f32 [N], the log-sum-exp of each row's z (kept for the backward; also written for
+ * ignored rows). opts NULL = defaults. V >= 1.
+ * Errors: shapes, dtypes, V = 0, option values out of range, targets out of range (host). */
+KITE_API kite_status kite_cross_entropy(kite_ctx *ctx, const DLTensor *logits,
+                                        const DLTensor *targets, const kite_ce_opts *opts,
+                                        DLTensor *loss, DLTensor *lse);
+
+/* Backward: logits[N, V], targets[N], lse[N] f32 (from the forward), dloss f32 (the gradient of
+ * the forward's loss: [N] for none, [1] for sum and mean) -> dlogits[N, V] of logits' dtype.
+ * dlogits may be logits itself (the gradient written over the logits, saving N x V memory);
+ * otherwise they must not overlap. */
+KITE_API kite_status kite_cross_entropy_backward(kite_ctx *ctx, const DLTensor *logits,
+                                                 const DLTensor *targets, const DLTensor *lse,
+                                                 const DLTensor *dloss, const kite_ce_opts *opts,
+                                                 DLTensor *dlogits);
+
+/* Options of fused_linear_cross_entropy. */
+typedef struct kite_flce_opts {
+  kite_ce_opts ce;
+  /* Bytes of scratch the op may use for its pieces of logits (0: 256 MiB). The [N, V] logits
+   * are never materialized: they are computed a piece at a time, each piece as large as the
+   * budget allows (at least one column or row, whatever the budget). */
+  size_t chunk_bytes;
+} kite_flce_opts;
+
+/* kite_ce_opts_default() and chunk_bytes 0. */
+KITE_API kite_flce_opts kite_flce_opts_default(void);
+
+/* Linear layer and cross-entropy in one op, forward and backward together (the logits
+ * logits = h w^T + bias never exist whole):
+ * h[N, H], w[V, H], bias[V] or NULL (all one float dtype; h and w row-strided allowed),
+ * targets[N] int32 -> loss f32 ([N] for none, [1] for sum / mean, as kite_cross_entropy), and
+ * the gradients of the reduced loss (of sum(loss) for reduction none): dh[N, H], dw[V, H],
+ * db[V] (each NULL when not wanted; db is the column sum of dlogits, also without bias), in h's
+ * dtype. For a scalar upstream
+ * gradient g, scale them by g. The products run through kite's linear kernels (the backend's
+ * best GEMM) with the logits rounded to the dtype, as a separate linear then cross_entropy would.
+ * Errors: as kite_cross_entropy's, plus h and w widths differing, gradient shapes. */
+KITE_API kite_status kite_fused_linear_cross_entropy(kite_ctx *ctx, const DLTensor *h,
+                                                     const DLTensor *w, const DLTensor *bias,
+                                                     const DLTensor *targets,
+                                                     const kite_flce_opts *opts, DLTensor *loss,
+                                                     DLTensor *dh, DLTensor *dw, DLTensor *db);
 
 /* ---------------------------------------------------------------------------------------------
  * Kernel selection.
@@ -436,8 +604,8 @@ KITE_API const char *kite_config_error(void);
 typedef struct kite_kernel_info {
   kite_op op;
   const char *op_name;
-  const char *backend;     /* "ref" */
-  const char *variant;     /* "generic" */
+  const char *backend; /* "ref" */
+  const char *variant; /* "generic" */
   DLDeviceType device_type;
   int priority;            /* higher wins */
   const char *features;    /* required features, e.g. "avx2,fma" ("" when none) */
@@ -458,9 +626,9 @@ KITE_API kite_status kite_kernel_get(size_t i, kite_kernel_info *out);
 typedef struct kite_backend_info {
   const char *name;
   DLDeviceType device_type;
-  int device_count;  /* devices of that type this backend can reach now */
+  int device_count; /* devices of that type this backend can reach now */
   size_t num_kernels;
-  const char *path;  /* the plugin file, or "" for a backend built into the library */
+  const char *path; /* the plugin file, or "" for a backend built into the library */
 } kite_backend_info;
 KITE_API size_t kite_backend_count(void);
 KITE_API kite_status kite_backend_get(size_t i, kite_backend_info *out);

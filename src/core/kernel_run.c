@@ -27,6 +27,12 @@ HEAD_OK(kite_topk_args);
 HEAD_OK(kite_moe_args);
 HEAD_OK(kite_quant_args);
 HEAD_OK(kite_linear_quant_args);
+HEAD_OK(kite_act_bwd_args);
+HEAD_OK(kite_norm_bwd_args);
+HEAD_OK(kite_softmax_bwd_args);
+HEAD_OK(kite_embedding_bwd_args);
+HEAD_OK(kite_ce_args);
+HEAD_OK(kite_flce_args);
 
 kite_status kite_kernel_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
   if (!k || !ctx || !args || !k->run)

@@ -37,6 +37,16 @@ static const char *const g_op_names[KITE_OP_COUNT] = {
     [KITE_OP_QUANT] = "quant",
     [KITE_OP_DEQUANT] = "dequant",
     [KITE_OP_LINEAR_QUANT] = "linear_quant",
+    [KITE_OP_ACTIVATION_BACKWARD] = "activation_backward",
+    [KITE_OP_GATED_BACKWARD] = "gated_backward",
+    [KITE_OP_RMS_NORM_BACKWARD] = "rms_norm_backward",
+    [KITE_OP_LAYER_NORM_BACKWARD] = "layer_norm_backward",
+    [KITE_OP_ROPE_BACKWARD] = "rope_backward",
+    [KITE_OP_SOFTMAX_BACKWARD] = "softmax_backward",
+    [KITE_OP_EMBEDDING_BACKWARD] = "embedding_backward",
+    [KITE_OP_CROSS_ENTROPY] = "cross_entropy",
+    [KITE_OP_CROSS_ENTROPY_BACKWARD] = "cross_entropy_backward",
+    [KITE_OP_FUSED_LINEAR_CROSS_ENTROPY] = "fused_linear_cross_entropy",
 };
 
 const char *kite_op_name(kite_op op) {

@@ -4,71 +4,73 @@
 #include "core/internal.h"
 
 /* q or k: [T, heads, D] of a float dtype, the head dim unit-stride, elements distinct. */
-static kite_status check_heads(const kite_ctx *ctx, const char *arg, const DLTensor *t,
-                               kite_tensor *out) {
+static kite_status check_heads(const kite_ctx *ctx, const char *op, const char *arg,
+                               const DLTensor *t, kite_tensor *out) {
   kite_status s;
-  if ((s = kite_tensor_check(ctx, "rope", arg, t, out)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_ndim("rope", arg, out, 3)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_float("rope", arg, out)) != KITE_OK) return s;
+  if ((s = kite_tensor_check(ctx, op, arg, t, out)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_ndim(op, arg, out, 3)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_float(op, arg, out)) != KITE_OK) return s;
   if (out->shape[2] > 1 && out->strides[2] != 1)
     return kite_set_error(KITE_ERR_INVALID_ARG,
-                          "rope: %s: head dim must be unit-stride (stride %lld)", arg,
+                          "%s: %s: head dim must be unit-stride (stride %lld)", op, arg,
                           (long long)out->strides[2]);
-  return kite_tensor_require_no_overlap("rope", arg, out);
+  return kite_tensor_require_no_overlap(op, arg, out);
 }
 
-kite_status kite_rope(kite_ctx *ctx, DLTensor *q, DLTensor *k, const DLTensor *positions,
-                      const DLTensor *cos_sin, int64_t rot_dim, kite_rope_style style) {
+/* rope and rope_backward share every check; the backward rotates by -theta (its kernels switch
+ * on the op id). */
+static kite_status rope(kite_ctx *ctx, kite_op opid, DLTensor *q, DLTensor *k,
+                        const DLTensor *positions, const DLTensor *cos_sin, int64_t rot_dim,
+                        kite_rope_style style) {
+  const char *op = kite_op_name(opid);
   kite_clear_error();
   kite_init();
   kite_tensor qt, kt = {0}, pt, ct;
   kite_status s;
-  if ((s = kite_check_ctx(ctx, "rope")) != KITE_OK) return s;
-  if ((s = check_heads(ctx, "q", q, &qt)) != KITE_OK) return s;
+  if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
+  if ((s = check_heads(ctx, op, "q", q, &qt)) != KITE_OK) return s;
   const int64_t tokens = qt.shape[0], head_dim = qt.shape[2];
   if (k) {
-    if ((s = check_heads(ctx, "k", k, &kt)) != KITE_OK) return s;
-    if ((s = kite_tensor_require_dtype("rope", "k", &kt, qt.dtype)) != KITE_OK) return s;
+    if ((s = check_heads(ctx, op, "k", k, &kt)) != KITE_OK) return s;
+    if ((s = kite_tensor_require_dtype(op, "k", &kt, qt.dtype)) != KITE_OK) return s;
     if (kt.shape[0] != tokens || kt.shape[2] != head_dim)
-      return kite_set_error(
-          KITE_ERR_INVALID_ARG,
-          "rope: k: shape [%lld, %lld, %lld] does not fit q's [T=%lld, _, D=%lld]",
-          (long long)kt.shape[0], (long long)kt.shape[1], (long long)kt.shape[2], (long long)tokens,
-          (long long)head_dim);
+      return kite_set_error(KITE_ERR_INVALID_ARG,
+                            "%s: k: shape [%lld, %lld, %lld] does not fit q's [T=%lld, _, D=%lld]",
+                            op, (long long)kt.shape[0], (long long)kt.shape[1],
+                            (long long)kt.shape[2], (long long)tokens, (long long)head_dim);
     if (kt.numel > 0 && qt.numel > 0 && kt.data == qt.data)
-      return kite_set_error(KITE_ERR_INVALID_ARG, "rope: k: is the same memory as q");
+      return kite_set_error(KITE_ERR_INVALID_ARG, "%s: k: is the same memory as q", op);
   }
 
-  if ((s = kite_tensor_check(ctx, "rope", "positions", positions, &pt)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_ndim("rope", "positions", &pt, 1)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_dtype("rope", "positions", &pt, KITE_DTYPE_I32)) != KITE_OK)
-    return s;
+  if ((s = kite_tensor_check(ctx, op, "positions", positions, &pt)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_ndim(op, "positions", &pt, 1)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_dtype(op, "positions", &pt, KITE_DTYPE_I32)) != KITE_OK) return s;
   if (pt.shape[0] != tokens)
-    return kite_set_error(KITE_ERR_INVALID_ARG, "rope: positions: length %lld, expected T = %lld",
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: positions: length %lld, expected T = %lld", op,
                           (long long)pt.shape[0], (long long)tokens);
-  if ((s = kite_tensor_require_compact("rope", "positions", &pt)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_compact(op, "positions", &pt)) != KITE_OK) return s;
 
-  if ((s = kite_tensor_check(ctx, "rope", "cos_sin", cos_sin, &ct)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_ndim("rope", "cos_sin", &ct, 2)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_dtype("rope", "cos_sin", &ct, KITE_DTYPE_F32)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_compact("rope", "cos_sin", &ct)) != KITE_OK) return s;
+  if ((s = kite_tensor_check(ctx, op, "cos_sin", cos_sin, &ct)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_ndim(op, "cos_sin", &ct, 2)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_dtype(op, "cos_sin", &ct, KITE_DTYPE_F32)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_compact(op, "cos_sin", &ct)) != KITE_OK) return s;
   if (ct.shape[0] < 1)
-    return kite_set_error(KITE_ERR_INVALID_ARG,
-                          "rope: cos_sin: has no rows (max_pos must be >= 1)");
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: cos_sin: has no rows (max_pos must be >= 1)",
+                          op);
 
   if (rot_dim < 2 || rot_dim % 2 != 0 || rot_dim > head_dim)
     return kite_set_error(KITE_ERR_INVALID_ARG,
-                          "rope: rot_dim: %lld must be even and in [2, head_dim %lld]",
+                          "%s: rot_dim: %lld must be even and in [2, head_dim %lld]", op,
                           (long long)rot_dim, (long long)head_dim);
   if (ct.shape[1] != rot_dim)
     return kite_set_error(KITE_ERR_INVALID_ARG,
-                          "rope: cos_sin: row length %lld, expected rot_dim %lld",
+                          "%s: cos_sin: row length %lld, expected rot_dim %lld", op,
                           (long long)ct.shape[1], (long long)rot_dim);
   if (style != KITE_ROPE_NEOX && style != KITE_ROPE_GPTJ)
-    return kite_set_error(KITE_ERR_INVALID_ARG, "rope: style: %d is not a kite_rope_style",
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: style: %d is not a kite_rope_style", op,
                           (int)style);
 
-  kite_rope_args a = {.op = KITE_OP_ROPE,
+  kite_rope_args a = {.op = opid,
                       .dtype = qt.dtype,
                       .tokens = tokens,
                       .hq = qt.shape[1],
@@ -87,7 +89,17 @@ kite_status kite_rope(kite_ctx *ctx, DLTensor *q, DLTensor *k, const DLTensor *p
                       .style = style};
   if (a.hkv == 0) a.k = NULL;
   if (tokens == 0 || (a.hq == 0 && a.hkv == 0)) return KITE_OK;
-  return kite_dispatch(ctx, KITE_OP_ROPE, a.dtype, &a);
+  return kite_dispatch(ctx, opid, a.dtype, &a);
+}
+
+kite_status kite_rope(kite_ctx *ctx, DLTensor *q, DLTensor *k, const DLTensor *positions,
+                      const DLTensor *cos_sin, int64_t rot_dim, kite_rope_style style) {
+  return rope(ctx, KITE_OP_ROPE, q, k, positions, cos_sin, rot_dim, style);
+}
+
+kite_status kite_rope_backward(kite_ctx *ctx, DLTensor *dq, DLTensor *dk, const DLTensor *positions,
+                               const DLTensor *cos_sin, int64_t rot_dim, kite_rope_style style) {
+  return rope(ctx, KITE_OP_ROPE_BACKWARD, dq, dk, positions, cos_sin, rot_dim, style);
 }
 
 /* The scaled inverse frequency of rotation pair i (see kite_rope_scaling_type). */

@@ -56,6 +56,21 @@ typedef struct kt_gemm_case {
   int specials;     /* quant: NaN, inf, zero rows, ties, saturation; dequant: NaN codes */
 } kt_gemm_case;
 
+/* Training cases (driver_train.c): rows = N (tokens), cols = the row width (activation: C;
+ * gated: I; norms, softmax: H; embedding: H; cross-entropy: V); vocab = V for embedding and
+ * fused_linear_cross_entropy, hidden = H of fused_linear_cross_entropy. */
+typedef struct kt_train_case {
+  kite_op act;   /* activation / gated backward: the forward op */
+  int with_dres; /* norm backward: the fused pre rule's residual gradient */
+  int want_dw, want_db;
+  kite_ce_opts ce;
+  float ignore_frac;  /* cross-entropy: share of targets set to ignore_index */
+  int64_t hidden;     /* fused_linear_cross_entropy: H */
+  int with_bias;      /* fused_linear_cross_entropy */
+  int want_grads;     /* fused_linear_cross_entropy: dh, dw (and db) */
+  size_t chunk_bytes; /* fused_linear_cross_entropy: 0 = default */
+} kt_train_case;
+
 typedef struct kt_case {
   kite_op op;
   kite_dtype dtype;
@@ -86,6 +101,7 @@ typedef struct kt_case {
   int oob_ids; /* some ids negative or >= vocab (check) */
   kt_attn_case attn;
   kt_gemm_case gemm;
+  kt_train_case train;
 } kt_case;
 
 /* A growing list of cases. */

@@ -40,6 +40,7 @@ static kt_core_kind kt_core_kind_of(kite_op op) {
   case KITE_OP_ADD_LAYER_NORM:
     return KT_NORM;
   case KITE_OP_ROPE:
+  case KITE_OP_ROPE_BACKWARD:
     return KT_ROPE;
   case KITE_OP_SOFTMAX:
     return KT_SOFTMAX;
@@ -67,7 +68,7 @@ static int is_layer_norm(kite_op op) {
 /* ---- descriptions ------------------------------------------------------------------------ */
 
 static void core_shape(const kt_case *c, char *buf, size_t n) {
-  if (c->op == KITE_OP_ROPE)
+  if (kt_core_kind_of(c->op) == KT_ROPE)
     snprintf(buf, n, "%lldx%lldx%lldx%lld", (long long)c->rows, (long long)c->hq, (long long)c->hkv,
              (long long)c->head_dim);
   else
@@ -268,6 +269,9 @@ static kite_status core_call(kt_run *r) {
   case KITE_OP_ROPE:
     return kite_rope(ctx, kt_arg(r, A_Q), kt_arg(r, A_K), kt_arg(r, A_POS), kt_arg(r, A_COS_SIN),
                      c->rot_dim, c->style);
+  case KITE_OP_ROPE_BACKWARD:
+    return kite_rope_backward(ctx, kt_arg(r, A_Q), kt_arg(r, A_K), kt_arg(r, A_POS),
+                              kt_arg(r, A_COS_SIN), c->rot_dim, c->style);
   case KITE_OP_SOFTMAX:
     return kite_softmax(ctx, x, c->scale, y);
   case KITE_OP_EMBEDDING:
@@ -291,7 +295,7 @@ static const double g_bound[KITE_OP_COUNT][3] = {
     [KITE_OP_RMS_NORM] = {1e-10, 1e-6, 1e-4},     [KITE_OP_LAYER_NORM] = {1e-10, 1e-6, 1e-4},
     [KITE_OP_ADD_RMS_NORM] = {1e-10, 1e-6, 1e-4}, [KITE_OP_ADD_LAYER_NORM] = {1e-10, 1e-6, 1e-4},
     [KITE_OP_ROPE] = {1e-10, 1e-6, 1e-4},         [KITE_OP_SOFTMAX] = {1e-10, 1e-6, 1e-4},
-    [KITE_OP_EMBEDDING] = {1e-10, 1e-6, 1e-4},
+    [KITE_OP_EMBEDDING] = {1e-10, 1e-6, 1e-4},    [KITE_OP_ROPE_BACKWARD] = {1e-10, 1e-6, 1e-4},
 };
 
 static double core_bound(kite_op op, kite_dtype t) {
@@ -371,7 +375,7 @@ static const rope_geom g_rope[] = {
     {17, 8, 8, 128, 128}, {64, 32, 8, 128, 128}, {256, 32, 8, 128, 64}};
 static const rope_geom g_quick_rope[] = {{0, 4, 2, 64, 64}, {3, 4, 2, 64, 64}, {5, 6, 2, 80, 32}};
 
-static void gen_rope(kt_case_list *l, kite_dtype t, int quick) {
+static void gen_rope(kt_case_list *l, kite_op op, kite_dtype t, int quick) {
   const rope_geom *g = quick ? g_quick_rope : g_rope;
   int n = quick ? (int)(sizeof g_quick_rope / sizeof *g) : (int)(sizeof g_rope / sizeof *g);
   for (int i = 0; i < n; i++)
@@ -379,7 +383,7 @@ static void gen_rope(kt_case_list *l, kite_dtype t, int quick) {
       for (int layout = KT_QK_SPLIT; layout <= KT_QK_HEAD_PAD; layout++)
         for (int k_null = 0; k_null <= 1; k_null++) {
           if (quick && k_null && layout != KT_QK_FUSED) continue;
-          kt_case c = kt_case_default(KITE_OP_ROPE, t, g[i].tokens, 0);
+          kt_case c = kt_case_default(op, t, g[i].tokens, 0);
           c.hq = g[i].hq, c.hkv = g[i].hkv, c.head_dim = g[i].head_dim, c.rot_dim = g[i].rot_dim;
           c.style = style ? KITE_ROPE_GPTJ : KITE_ROPE_NEOX;
           c.layout = (kt_qk_layout)layout;
@@ -418,7 +422,7 @@ static void gen_embedding(kt_case_list *l, kite_dtype t, int quick) {
 static void core_check_cases(kite_op op, kite_dtype t, int quick, kt_case_list *l) {
   switch (kt_core_kind_of(op)) {
   case KT_ROPE:
-    gen_rope(l, t, quick);
+    gen_rope(l, op, t, quick);
     return;
   case KT_EMBEDDING:
     gen_embedding(l, t, quick);
@@ -481,8 +485,8 @@ static double core_bytes(const kt_case *c) {
 
 /* ---- shapes ------------------------------------------------------------------------------ */
 
-static kt_case rope_case(kite_dtype t, int64_t tokens) {
-  kt_case c = kt_case_default(KITE_OP_ROPE, t, tokens, 0);
+static kt_case rope_case(kite_op op, kite_dtype t, int64_t tokens) {
+  kt_case c = kt_case_default(op, t, tokens, 0);
   c.hq = 32, c.hkv = 8, c.head_dim = 128, c.rot_dim = 128;
   c.layout = KT_QK_FUSED; /* q and k as slices of the qkv projection, as engines call it */
   c.max_pos = tokens > 0 ? tokens : 1;
@@ -503,7 +507,7 @@ static void core_bench_cases(kite_op op, kite_dtype t, int llm, kt_case_list *l)
   if (!llm) {
     switch (kt_core_kind_of(op)) {
     case KT_ROPE:
-      kt_case_push(l, rope_case(t, 512));
+      kt_case_push(l, rope_case(op, t, 512));
       break;
     case KT_EMBEDDING:
       kt_case_push(l, embedding_case(t, 512, 4096));
@@ -521,7 +525,7 @@ static void core_bench_cases(kite_op op, kite_dtype t, int llm, kt_case_list *l)
     int64_t T = tokens[i];
     switch (kt_core_kind_of(op)) {
     case KT_ROPE:
-      kt_case_push(l, rope_case(t, T));
+      kt_case_push(l, rope_case(op, t, T));
       break;
     case KT_EMBEDDING:
       kt_case_push(l, embedding_case(t, T, 4096));

@@ -8,10 +8,10 @@
 
 #include "kite/backend.h"
 
-extern const kt_family_ops kt_family_core, kt_family_attn, kt_family_gemm;
+extern const kt_family_ops kt_family_core, kt_family_attn, kt_family_gemm, kt_family_train;
 
-static const kt_family_ops *const g_families[] = {&kt_family_core, &kt_family_attn,
-                                                  &kt_family_gemm};
+static const kt_family_ops *const g_families[] = {&kt_family_core, &kt_family_attn, &kt_family_gemm,
+                                                  &kt_family_train};
 
 const kt_family_ops *kt_family(kite_op op) {
   for (size_t i = 0; i < sizeof g_families / sizeof g_families[0]; i++)
