@@ -76,7 +76,6 @@ typedef struct SM(sm_part) {
   float max;
   int64_t arg;
   int nan;
-  uint32_t hist[SM_BUCKETS];
   double mass[SM_BUCKETS];
   int64_t n;    /* candidates gathered into cand/cand_i at the range's start */
   float best_s; /* race */
@@ -108,7 +107,7 @@ typedef struct SM(sm_row) {
   int phase;
 } SM(sm_row);
 
-enum { SM_SCAN, SM_GATHER_TOPK, SM_MASS, SM_GATHER_BUCKET, SM_RACE };
+enum { SM_SCAN, SM_MASS, SM_GATHER_BUCKET, SM_RACE };
 
 #define SM_BUF 1024 /* floats converted at a time (a multiple of SM_BLOCK) */
 
@@ -125,7 +124,85 @@ static inline float SM(sm_z)(const SM(sm_row) * w, float l) {
   return (l - w->m) / w->p.temperature;
 }
 
-/* Race over buf[0, n) = tokens [i0, i0 + n), i0 a multiple of 4. */
+/* The Philox words of tokens [4 q0, 4 q0 + 64): 16 generator calls side by side
+ * (kite_philox4x32_10's arithmetic, lane by lane), in 32-bit vector lanes where the ISA has
+ * them: each 32 x 32 -> 64-bit product is two even-lane multiplies, the odd lanes shifted down. */
+#if defined(__AVX512F__)
+#include <immintrin.h>
+static inline void SM(sm_mulhilo)(__m512i c, __m512i mult, __m512i *hi, __m512i *lo) {
+  const __m512i pe = _mm512_mul_epu32(c, mult);
+  const __m512i po = _mm512_mul_epu32(_mm512_srli_epi64(c, 32), mult);
+  *lo = _mm512_mask_blend_epi32(0xaaaa, pe, _mm512_slli_epi64(po, 32));
+  *hi = _mm512_mask_blend_epi32(0xaaaa, _mm512_srli_epi64(pe, 32), po);
+}
+#elif defined(__AVX2__)
+#include <immintrin.h>
+static inline void SM(sm_mulhilo)(__m256i c, __m256i mult, __m256i *hi, __m256i *lo) {
+  const __m256i pe = _mm256_mul_epu32(c, mult);
+  const __m256i po = _mm256_mul_epu32(_mm256_srli_epi64(c, 32), mult);
+  *lo = _mm256_blend_epi32(pe, _mm256_slli_epi64(po, 32), 0xaa);
+  *hi = _mm256_blend_epi32(_mm256_srli_epi64(pe, 32), po, 0xaa);
+}
+#endif
+
+static void SM(sm_philox16)(const kite_sample_row *p, uint32_t q0, uint32_t *words) {
+  uint32_t out[4][16];
+#if defined(__AVX512F__)
+  __m512i c0 =
+      _mm512_add_epi32(_mm512_set1_epi32((int)q0),
+                       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  __m512i c1 = _mm512_set1_epi32((int)p->row), c2 = _mm512_set1_epi32((int)p->step0);
+  __m512i c3 = _mm512_set1_epi32((int)p->step1);
+  const __m512i m0 = _mm512_set1_epi32((int)KITE_PHILOX_M0),
+                m1 = _mm512_set1_epi32((int)KITE_PHILOX_M1);
+  uint32_t k0 = p->key0, k1 = p->key1;
+  for (int r = 0; r < 10; r++) {
+    __m512i h0, l0, h1, l1;
+    SM(sm_mulhilo)(c0, m0, &h0, &l0);
+    SM(sm_mulhilo)(c2, m1, &h1, &l1);
+    c0 = _mm512_xor_si512(_mm512_xor_si512(h1, c1), _mm512_set1_epi32((int)k0));
+    c2 = _mm512_xor_si512(_mm512_xor_si512(h0, c3), _mm512_set1_epi32((int)k1));
+    c1 = l1, c3 = l0;
+    k0 += KITE_PHILOX_W0, k1 += KITE_PHILOX_W1;
+  }
+  _mm512_storeu_si512(out[0], c0), _mm512_storeu_si512(out[1], c1);
+  _mm512_storeu_si512(out[2], c2), _mm512_storeu_si512(out[3], c3);
+#elif defined(__AVX2__)
+  for (int h = 0; h < 2; h++) {
+    __m256i c0 = _mm256_add_epi32(_mm256_set1_epi32((int)(q0 + 8u * (uint32_t)h)),
+                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256i c1 = _mm256_set1_epi32((int)p->row), c2 = _mm256_set1_epi32((int)p->step0);
+    __m256i c3 = _mm256_set1_epi32((int)p->step1);
+    const __m256i m0 = _mm256_set1_epi32((int)KITE_PHILOX_M0);
+    const __m256i m1 = _mm256_set1_epi32((int)KITE_PHILOX_M1);
+    uint32_t k0 = p->key0, k1 = p->key1;
+    for (int r = 0; r < 10; r++) {
+      __m256i h0, l0, h1, l1;
+      SM(sm_mulhilo)(c0, m0, &h0, &l0);
+      SM(sm_mulhilo)(c2, m1, &h1, &l1);
+      c0 = _mm256_xor_si256(_mm256_xor_si256(h1, c1), _mm256_set1_epi32((int)k0));
+      c2 = _mm256_xor_si256(_mm256_xor_si256(h0, c3), _mm256_set1_epi32((int)k1));
+      c1 = l1, c3 = l0;
+      k0 += KITE_PHILOX_W0, k1 += KITE_PHILOX_W1;
+    }
+    _mm256_storeu_si256((__m256i *)(out[0] + 8 * h), c0);
+    _mm256_storeu_si256((__m256i *)(out[1] + 8 * h), c1);
+    _mm256_storeu_si256((__m256i *)(out[2] + 8 * h), c2);
+    _mm256_storeu_si256((__m256i *)(out[3] + 8 * h), c3);
+  }
+#else
+  for (int l = 0; l < 16; l++) {
+    const kite_philox4 o = kite_sample_words(p, q0 + (uint32_t)l);
+    out[0][l] = o.v[0], out[1][l] = o.v[1], out[2][l] = o.v[2], out[3][l] = o.v[3];
+  }
+#endif
+  for (int l = 0; l < 16; l++)
+    for (int k = 0; k < 4; k++) words[4 * l + k] = out[k][l];
+}
+
+/* Race over buf[0, n) = tokens [i0, i0 + n), i0 a multiple of 4. Both prunes are computed for a
+ * whole block without branches against the best score at the block's start (a lower bar than
+ * the current one, so still safe); only survivors take the two logarithms. */
 static void SM(sm_race_block)(const SM(sm_row) * w, const float *x, int64_t i0, int64_t n,
                               float *best_s, int64_t *best_i) {
   const float t = w->p.temperature, m = w->m, lo = w->lo, zcut = w->zcut;
@@ -135,28 +212,56 @@ static void SM(sm_race_block)(const SM(sm_row) * w, const float *x, int64_t i0, 
     int any = 0;
     const float s = *best_s;
     for (int64_t j = 0; j < nb; j++) {
-      z[j] = (x[b + j] - m) / t;
-      any |= x[b + j] >= lo && z[j] >= zcut && z[j] + SM_GMAX >= s;
+      const float zj = (x[b + j] - m) / t;
+      z[j] = zj;
+      any |= (x[b + j] >= lo) & (zj >= zcut) & (zj + SM_GMAX >= s);
     }
     if (!any) continue;
     uint32_t words[SM_BLOCK];
-    const uint32_t q0 = (uint32_t)((i0 + b) >> 2);
-    for (int c = 0; c < SM_BLOCK / 4; c++) {
-      const kite_philox4 o = kite_sample_words(&w->p, q0 + (uint32_t)c);
-      words[4 * c] = o.v[0], words[4 * c + 1] = o.v[1];
-      words[4 * c + 2] = o.v[2], words[4 * c + 3] = o.v[3];
-    }
+    SM(sm_philox16)(&w->p, (uint32_t)((i0 + b) >> 2), words);
+    unsigned char live[SM_BLOCK];
+    float u[SM_BLOCK];
+    any = 0;
     for (int64_t j = 0; j < nb; j++) {
-      const float zj = z[j], cur = *best_s;
-      if (!(x[b + j] >= lo && zj >= zcut && zj + SM_GMAX >= cur)) continue;
-      const float u = kite_philox_uniform(words[j]);
-      const float d = cur - zj;
-      if (d > 0.0f && (1.0f - u) * (1.0f + d + 0.5f * d * d) >= 1.0001f) continue;
-      const float sc = zj - logf(-logf(u));
+      const float uj = kite_philox_uniform(words[j]), zj = z[j], d = s - zj;
+      u[j] = uj;
+      const int keep = (d <= 0.0f) | ((1.0f - uj) * (1.0f + d + 0.5f * d * d) < 1.0001f);
+      const int l = (x[b + j] >= lo) & (zj >= zcut) & (zj + SM_GMAX >= s) & keep;
+      live[j] = (unsigned char)l;
+      any |= l;
+    }
+    if (!any) continue;
+    for (int64_t j = 0; j < nb; j++) {
+      if (!live[j]) continue;
+      const float sc = z[j] - logf(-logf(u[j]));
       const int64_t i = i0 + b + j;
-      if (sc > cur || (sc == cur && i < *best_i)) *best_s = sc, *best_i = i;
+      if (sc > *best_s || (sc == *best_s && i < *best_i)) *best_s = sc, *best_i = i;
     }
   }
+}
+
+/* The k-th largest of v[0, n) (k <= n) by radix select over the keys; v is reordered. */
+static float SM(sm_kth)(float *v, int64_t n, int64_t k) {
+  static const int shifts[] = {21, 10, 0};
+  static const uint32_t masks[] = {0x7ffu, 0x7ffu, 0x3ffu};
+  for (int lv = 0; lv < 3; lv++) {
+    uint32_t hist[SM_BUCKETS] = {0};
+    for (int64_t i = 0; i < n; i++) hist[(SM(sm_key)(v[i]) >> shifts[lv]) & masks[lv]]++;
+    int64_t above = 0;
+    uint32_t b = masks[lv];
+    for (;; b--) {
+      if (above + hist[b] >= k || b == 0) break;
+      above += hist[b];
+    }
+    /* keep the elements of bucket b, the k - above-th largest of them is the answer */
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++)
+      if (((SM(sm_key)(v[i]) >> shifts[lv]) & masks[lv]) == b) v[m++] = v[i];
+    n = m;
+    k -= above;
+    if (n <= 0) break;
+  }
+  return n > 0 ? v[0] : -INFINITY;
 }
 
 /* Phase `w->phase` over column range `part` of the row. */
@@ -167,21 +272,41 @@ static void SM(sm_phase_part)(SM(sm_row) * w, int64_t part) {
   int64_t i0, i1;
   SM(sm_range)(w, part, &i0, &i1);
   if (w->phase == SM_SCAN) {
-    pt->max = -INFINITY, pt->arg = i0, pt->nan = 0;
-    const bool hist = w->p.top_k > 0;
-    if (hist) memset(pt->hist, 0, sizeof pt->hist);
+    pt->max = -INFINITY, pt->arg = i0, pt->nan = 0, pt->n = 0;
+    /* top-k: gather every logit >= tau, tau the k-th largest of what was gathered when the
+     * gathered set last grew past `trigger` (so nothing of the row's top k is ever dropped) */
+    const int64_t k = w->p.top_k;
+    float tau = -INFINITY;
+    int64_t trigger = 2 * k > 4096 ? 2 * k : 4096;
+    float *cv = w->cand + i0;
+    int32_t *ci = w->cand_i + i0;
     for (int64_t c = i0; c < i1; c += SM_BUF) {
       const int64_t n = i1 - c < SM_BUF ? i1 - c : SM_BUF;
       pt->nan |= SM(sm_load)(a->dtype, w->logits, c, n, buf);
-      float mx = -INFINITY;
-      for (int64_t j = 0; j < n; j++) mx = buf[j] > mx ? buf[j] : mx;
+      vf acc = vf_set1(-INFINITY);
+      int64_t j = 0;
+      for (; j + VL <= n; j += VL) acc = vf_max(acc, vf_load(KITE_DTYPE_F32, buf, j, VL));
+      if (j < n)
+        acc = vf_max(acc, vf_tail(vf_load(KITE_DTYPE_F32, buf, j, n - j), n - j, -INFINITY));
+      const float mx = vf_reduce_max(acc);
       if (mx > pt->max) {
-        int64_t j = 0;
+        j = 0;
         while (buf[j] != mx) j++;
         pt->max = mx, pt->arg = c + j;
       }
-      if (hist)
-        for (int64_t j = 0; j < n; j++) pt->hist[SM(sm_key)(buf[j]) >> 21]++;
+      if (k <= 0) continue;
+      for (j = 0; j < n; j++)
+        if (buf[j] >= tau) cv[pt->n] = buf[j], ci[pt->n] = (int32_t)(c + j), pt->n++;
+      if (pt->n >= trigger && pt->n > k) {
+        float *tmp = w->tmp + i0;
+        memcpy(tmp, cv, (size_t)pt->n * sizeof *tmp);
+        tau = SM(sm_kth)(tmp, pt->n, k);
+        int64_t m = 0;
+        for (j = 0; j < pt->n; j++)
+          if (cv[j] >= tau) cv[m] = cv[j], ci[m] = ci[j], m++;
+        pt->n = m;
+        if (trigger < 2 * m) trigger = 2 * m;
+      }
     }
     return;
   }
@@ -206,7 +331,7 @@ static void SM(sm_phase_part)(SM(sm_row) * w, int64_t part) {
       const uint32_t k = SM(sm_key)(buf[j]) >> 21;
       if (w->phase == SM_MASS) {
         pt->mass[k] += (double)expf(SM(sm_z)(w, buf[j]));
-      } else if (w->phase == SM_GATHER_TOPK ? k >= w->bucket : k == w->bucket) {
+      } else if (k == w->bucket) {
         w->cand[i0 + pt->n] = buf[j];
         w->cand_i[i0 + pt->n] = (int32_t)(c + j);
         pt->n++;
@@ -247,30 +372,6 @@ static int SM(sm_cmp)(const void *pa, const void *pb) {
   return (a->i > b->i) - (a->i < b->i);
 }
 
-/* The k-th largest of v[0, n) (k <= n) by radix select over the keys; v is reordered. */
-static float SM(sm_kth)(float *v, int64_t n, int64_t k) {
-  static const int shifts[] = {21, 10, 0};
-  static const uint32_t masks[] = {0x7ffu, 0x7ffu, 0x3ffu};
-  for (int lv = 0; lv < 3; lv++) {
-    uint32_t hist[SM_BUCKETS] = {0};
-    for (int64_t i = 0; i < n; i++) hist[(SM(sm_key)(v[i]) >> shifts[lv]) & masks[lv]]++;
-    int64_t above = 0;
-    uint32_t b = masks[lv];
-    for (;; b--) {
-      if (above + hist[b] >= k || b == 0) break;
-      above += hist[b];
-    }
-    /* keep the elements of bucket b, the k - above-th largest of them is the answer */
-    int64_t m = 0;
-    for (int64_t i = 0; i < n; i++)
-      if (((SM(sm_key)(v[i]) >> shifts[lv]) & masks[lv]) == b) v[m++] = v[i];
-    n = m;
-    k -= above;
-    if (n <= 0) break;
-  }
-  return n > 0 ? v[0] : -INFINITY;
-}
-
 /* Top-p over pairs sorted descending: the smallest kept logit (groups of equal logits go
  * together; a group stays while the mass strictly above it is < target; the first stays). */
 static float SM(sm_top_p_walk)(const SM(sm_row) * w, const SM(sm_pair) * s, int64_t n, double above,
@@ -308,14 +409,6 @@ static int SM(sm_row_token)(SM(sm_row) * w) {
   SM(sm_pair) *pairs = w->pairs;
   int64_t npairs = 0;
   if (p->top_k > 0) {
-    uint32_t hist[SM_BUCKETS] = {0};
-    for (int64_t q = 0; q < w->parts; q++)
-      for (int b = 0; b < SM_BUCKETS; b++) hist[b] += w->part[q].hist[b];
-    int64_t above = 0;
-    uint32_t b = SM_BUCKETS - 1;
-    for (; b > 0 && above + hist[b] < p->top_k; b--) above += hist[b];
-    w->bucket = b;
-    SM(sm_phase)(w, SM_GATHER_TOPK);
     const int64_t n = SM(sm_compact)(w);
     /* the k-th largest, on a copy (cand_i keeps the order of cand) */
     memcpy(w->tmp, w->cand, (size_t)n * sizeof *w->tmp);
