@@ -21,6 +21,7 @@
  * column ranges over the threads.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -545,10 +546,13 @@ kite_status SM(cpu_sample_run)(const kite_kernel *k, kite_ctx *ctx, const void *
     return kite_set_error(KITE_ERR_INVALID_ARG, "%s: logits: row %lld holds NaN", op,
                           (long long)nan_row);
   if (bad_row >= 0) {
-    const char *what = bad & KITE_SAMPLE_BAD_TEMPERATURE ? "temperature is negative or not finite"
-                       : bad & KITE_SAMPLE_BAD_TOP_P     ? "top_p is NaN"
-                                                         : "min_p is NaN";
-    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: row %lld: %s", op, (long long)bad_row, what);
+    const char *what = bad & KITE_SAMPLE_BAD_TEMPERATURE
+                           ? "temperature: row %lld is negative or not finite"
+                       : bad & KITE_SAMPLE_BAD_TOP_P ? "top_p: row %lld is NaN"
+                                                     : "min_p: row %lld is NaN";
+    char msg[96];
+    snprintf(msg, sizeof msg, what, (long long)bad_row);
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: %s", op, msg);
   }
   return KITE_OK;
 }
