@@ -34,13 +34,13 @@ const char *cuda_dtype_str(kite_dtype t);
 #define CUDA_SUPPORTS(name) bool name(const kite_kernel *k, const void *args, const char **why)
 #define CUDA_RUN(name) kite_status name(const kite_kernel *k, kite_ctx *ctx, const void *args)
 
-/* activation.cu: silu, gelu, gelu_tanh, gelu_quick, relu */
+/* activation.cu: silu, gelu, gelu_tanh, gelu_quick, relu and the gated forms */
 CUDA_SUPPORTS(cuda_act_vec_supports);
 CUDA_SUPPORTS(cuda_act_generic_supports);
 CUDA_RUN(cuda_act_vec_run);
 CUDA_RUN(cuda_act_generic_run);
 
-/* gated.cu: silu_and_mul, gelu_and_mul, gelu_tanh_and_mul */
+/* activation.cu: silu_and_mul, gelu_and_mul, gelu_tanh_and_mul */
 CUDA_SUPPORTS(cuda_gated_vec_supports);
 CUDA_SUPPORTS(cuda_gated_generic_supports);
 CUDA_RUN(cuda_gated_vec_run);
