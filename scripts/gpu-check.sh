@@ -7,10 +7,12 @@
 #            the full case set of the exact-bound ops (quant, dequant, store_kv, embedding,
 #            topk_gating) over the same seeds: 0 failures expected
 #   sanitize compute-sanitizer memcheck and racecheck on kite check --backend cuda --quick
-#   bench    kite bench --backend cuda --json, bf16 LLM shapes: core ops, attention, GEMM, MoE
+#   bench    kite bench --backend cuda --json, bf16 LLM shapes: core ops, attention, GEMM, MoE;
+#            the sampling family on f32 logits (B 1 / 64 / 256 x V 128256)
 #   peers    scripts/torch_peers.py: kite beside PyTorch eager and torch.compile, then linear
 #            (TFLOP/s vs torch.mm), paged_decode (GB/s of KV read) and paged_prefill (TFLOP/s
-#            vs torch SDPA flash); prints both tables last
+#            vs torch SDPA flash), sample beside a sort-based torch sampler and FlashInfer;
+#            prints the tables last
 #   python   kite._C built with this machine's python3 (its PyTorch), the pytest suite
 #            (python/tests: every op, opcheck, torch.compile, patched transformers models) on
 #            CUDA and CPU into check.log; then scripts/py_overhead.py (host time per call at
@@ -117,8 +119,10 @@ if want bench; then
   stage kite bench --backend cuda
   : > "$OUT/kite_bench.jsonl"
   for op in rms_norm add_rms_norm silu_and_mul rope softmax embedding paged_decode paged_prefill \
-    sdpa linear group_gemm fused_moe; do
-    timeout 120 "$KITE" bench --backend cuda --json --dtype bf16 --op "$op" >> "$OUT/kite_bench.jsonl" 2>&1 ||
+    sdpa linear group_gemm fused_moe argmax sample logprobs apply_penalties; do
+    # the sampling family as engines hand it over: f32 logits
+    case $op in argmax | sample | logprobs | apply_penalties) dt=f32 ;; *) dt=bf16 ;; esac
+    timeout 120 "$KITE" bench --backend cuda --json --dtype $dt --op "$op" >> "$OUT/kite_bench.jsonl" 2>&1 ||
       status=1
   done
   python3 - "$OUT/kite_bench.jsonl" << 'EOF'

@@ -136,6 +136,17 @@ static const op_desc g_ops[] = {
     {"fused_linear_cross_entropy",
      {"h f32 4 8", "w f32 6 8", "bias? f32 6", "targets i32 4 " CE_TARGETS, "loss f32 4",
       "dh? f32 4 8", "dw? f32 6 8", "db? f32 6"}},
+    {"argmax", {"logits f32 3 6", "tokens i32 3"}},
+    {"sample",
+     {"logits f32 3 6", "temperature? f32 3", "top_k? i32 3", "top_p? f32 3", "min_p? f32 3",
+      "seeds? i64 3", "steps? i64 3", "tokens i32 3"}},
+    {"apply_penalties",
+     {"logits f32 3 6", "prompt_ids? i32 3 4", "output_ids? i32 3 2", "repetition? f32 3",
+      "presence? f32 3", "frequency? f32 3"}},
+    /* n = 2 */
+    {"logprobs",
+     {"logits f32 3 6", "tokens i32 3", "token_logprobs f32 3", "top_ids i32 3 2",
+      "top_logprobs f32 3 2"}},
 };
 
 /* One op call being prepared: its tensors and scalar parameters. */
@@ -156,6 +167,7 @@ typedef struct call {
   int renormalize, act;
   kite_ce_opts ce;
   size_t chunk_bytes;
+  int64_t top_n; /* logprobs */
 } call;
 
 /* Every tensor's memory: big enough for the strided views below, refilled before each call. */
@@ -164,6 +176,7 @@ static _Alignas(64) unsigned char g_buf[MAX_ARGS][BUF_BYTES];
 static DLDataType dl_type(const char *s) {
   if (!strcmp(s, "i32")) return (DLDataType){kDLInt, 32, 1};
   if (!strcmp(s, "i8")) return (DLDataType){kDLInt, 8, 1};
+  if (!strcmp(s, "i64")) return (DLDataType){kDLInt, 64, 1};
   if (!strcmp(s, "f16")) return (DLDataType){kDLFloat, 16, 1};
   if (!strcmp(s, "bf16")) return (DLDataType){kDLBfloat, 16, 1};
   return (DLDataType){kDLFloat, 32, 1};
@@ -182,6 +195,7 @@ static void setup(call *c, const op_desc *d, kite_ctx *ctx) {
   c->act = KITE_MOE_SILU;
   c->ce = kite_ce_opts_default();
   c->ce.reduction = KITE_REDUCTION_NONE; /* a loss per row: no one-element tensors */
+  c->top_n = 2;
   for (int i = 0; i < MAX_ARGS && d->tensors[i]; i++, c->n++) {
     char spec[64], *save = NULL;
     snprintf(spec, sizeof spec, "%s", d->tensors[i]);
@@ -265,6 +279,8 @@ static bool set_param(call *c, const char *name, double v) {
     c->ce.ignore_index = (int32_t)v;
   else if (!strcmp(name, "chunk_bytes"))
     c->chunk_bytes = (size_t)v;
+  else if (!strcmp(name, "n"))
+    c->top_n = (int64_t)v;
   else
     return false;
   c->has_opts = !strncmp(name, "opts.", 5);
@@ -333,6 +349,16 @@ static kite_status invoke(const char *op, const call *c) {
     const kite_flce_opts fo = {.ce = c->ce, .chunk_bytes = c->chunk_bytes};
     return kite_fused_linear_cross_entropy(x, a[0], a[1], a[2], a[3], &fo, a[4], a[5], a[6], a[7]);
   }
+  if (!strcmp(op, "argmax")) return kite_argmax(x, a[0], a[1]);
+  if (!strcmp(op, "sample")) {
+    kite_sampling_params p = kite_sampling_params_default();
+    p.temperature = a[1], p.top_k = a[2], p.top_p = a[3], p.min_p = a[4];
+    p.seeds = a[5], p.steps = a[6];
+    return kite_sample(x, a[0], &p, a[7]);
+  }
+  if (!strcmp(op, "apply_penalties"))
+    return kite_apply_penalties(x, a[0], a[1], a[2], a[3], a[4], a[5]);
+  if (!strcmp(op, "logprobs")) return kite_logprobs(x, a[0], a[1], c->top_n, a[2], a[3], a[4]);
   return KITE_ERR_INTERNAL;
 }
 
@@ -486,12 +512,18 @@ static const bad_case g_cases[] = {
 
     /* Embedding: ids[T] i32, table[V, H] float, y[T, H] of table's dtype. */
     T("embedding", "ids", SET_DTYPE, INV, F32),
-    T("embedding", "ids", SET_DTYPE, UNS, kDLInt, 64, 1),
-    T("embedding", "ids", SET_SHAPE, INV, 2, 3, 1), T("embedding", "ids", SET_STRIDES, INV, 2),
-    T("embedding", "table", SET_SHAPE, INV, 1, 80), T("embedding", "table", SET_DTYPE, UNS, I32),
-    T("embedding", "table", SET_STRIDES, INV, 8, 2), T("embedding", "y", SET_DIM, INV, 0, 4),
-    T("embedding", "y", SET_DIM, INV, 1, 6), T("embedding", "y", SET_DTYPE, INV, F16),
-    T("embedding", "y", SET_SHAPE, INV, 3, 3, 8, 1), T("embedding", "y", SET_STRIDES, INV, 0, 1),
+    T("embedding", "ids", SET_DTYPE, UNS, kDLUInt, 16, 1), /* a dtype kite does not know */
+    T("embedding", "ids", SET_DTYPE, INV, kDLInt, 64, 1),
+    T("embedding", "ids", SET_SHAPE, INV, 2, 3, 1),
+    T("embedding", "ids", SET_STRIDES, INV, 2),
+    T("embedding", "table", SET_SHAPE, INV, 1, 80),
+    T("embedding", "table", SET_DTYPE, UNS, I32),
+    T("embedding", "table", SET_STRIDES, INV, 8, 2),
+    T("embedding", "y", SET_DIM, INV, 0, 4),
+    T("embedding", "y", SET_DIM, INV, 1, 6),
+    T("embedding", "y", SET_DTYPE, INV, F16),
+    T("embedding", "y", SET_SHAPE, INV, 3, 3, 8, 1),
+    T("embedding", "y", SET_STRIDES, INV, 0, 1),
     T("embedding", "ids", SET_INT, OK, 0, 10), /* out of range: a zero row, not an error */
     T("embedding", "ids", SET_INT, OK, 1, -5),
     ALIAS("embedding", "y", "table", INV),
@@ -697,6 +729,42 @@ static const bad_case g_cases[] = {
     P("fused_linear_cross_entropy", "chunk_bytes", 1, OK), /* one column at a time */
     T("fused_linear_cross_entropy", "h,targets,dh,loss", SET_DIM, OK, 0, 0),
     T("fused_linear_cross_entropy", "h,w,dh,dw", SET_DIM, OK, 1, 0), /* H = 0: logits = bias */
+    /* Sampling: logits[B, V] float, V >= 1; tokens[B] int32; per-row parameters [B]. NaN logits
+     * and bad parameter values are found by the host kernels (bit patterns set as int32). */
+    T("argmax sample logprobs apply_penalties", "logits", SET_DTYPE, UNS, I32),
+    T("argmax sample logprobs apply_penalties", "logits", SET_DIM, INV, 1, 0),
+    T("argmax sample", "tokens", SET_DTYPE, INV, F32),
+    T("argmax sample", "tokens", SET_DIM, INV, 0, 4),
+    T("argmax sample", "tokens", SET_STRIDES, INV, 2),
+    ALIAS("argmax sample", "tokens", "logits", INV),
+    T("argmax sample", "logits", SET_INT, INV, 4, 0x7fc00000), /* NaN */
+    T("argmax sample", "logits", SET_STRIDES, OK, 8, 1),       /* row-strided */
+    T("argmax", "logits,tokens", SET_DIM, OK, 0, 0),           /* B = 0 */
+    T("sample", "temperature", SET_DTYPE, INV, F16), T("sample", "temperature", SET_DIM, INV, 0, 2),
+    T("sample", "temperature", SET_INT, INV, 1, (int32_t)0xbf800000), /* -1 */
+    T("sample", "temperature", SET_INT, INV, 1, 0x7f800000),          /* inf */
+    T("sample", "temperature", SET_INT, OK, 1, 0),                    /* 0: greedy */
+    T("sample", "top_p", SET_INT, INV, 0, 0x7fc00000),
+    T("sample", "min_p", SET_INT, INV, 2, 0x7fc00000),
+    T("sample", "top_k", SET_INT, OK, 0, -5), /* off */
+    T("sample", "top_k", SET_DTYPE, INV, kDLInt, 64, 1), T("sample", "seeds", SET_DTYPE, INV, I32),
+    T("sample", "steps", SET_STRIDES, INV, 2), T("sample", "top_p", SET_SHAPE, INV, 2, 3, 1),
+    T("apply_penalties", "prompt_ids", SET_DIM, INV, 0, 2),
+    T("apply_penalties", "output_ids", SET_DTYPE, INV, F32),
+    T("apply_penalties", "output_ids", SET_RANK, INV, 1),
+    T("apply_penalties", "output_ids", SET_INT, OK, 0, 99), /* outside [0, V): ignored */
+    T("apply_penalties", "prompt_ids", SET_INT, OK, 1, -1),
+    T("apply_penalties", "prompt_ids,output_ids", SET_DIM, OK, 1, 0), /* no ids */
+    T("apply_penalties", "repetition", SET_DIM, INV, 0, 4),
+    T("apply_penalties", "logits", SET_STRIDES, INV, 0, 1),
+    ALIAS("apply_penalties", "logits", "repetition", INV), P("logprobs", "n", 21, INV),
+    P("logprobs", "n", 7, INV), /* > V */
+    P("logprobs", "n", -1, INV), T("logprobs", "top_ids", SET_DIM, INV, 1, 3),
+    T("logprobs", "top_logprobs", SET_DTYPE, INV, F16),
+    T("logprobs", "token_logprobs", SET_DIM, INV, 0, 2),
+    ALIAS("logprobs", "top_logprobs", "logits", INV),
+    ALIAS("logprobs", "top_logprobs", "top_ids", INV),
+    T("logprobs", "tokens", SET_INT, OK, 0, 99), /* NaN logprob, not an error */
 };
 
 static bool has_word(const char *list, const char *word) {

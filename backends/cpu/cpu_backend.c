@@ -114,6 +114,13 @@ static bool supports_amx_i8(const kite_kernel *k, const void *args, const char *
   X86(ROW(op_id, "avx2", 20, CPU_ISA_AVX2, supports_float, cpu_##fn##_avx2, what ", AVX2 FMA"))    \
   ROW(op_id, "scalar", 10, 0, supports_float, cpu_##fn##_scalar, what ", portable C")
 
+/* The sampling template (kernels/sampling.inc): its AVX-512, AVX2 and portable builds. */
+#define SAMPLING_FAMILY(op_id, fn, what)                                                           \
+  X86(ROW(op_id, "avx512", 30, CPU_ISA_AVX512, supports_float, cpu_##fn##_avx512,                 \
+          what ", AVX-512"),                                                                       \
+      ROW(op_id, "avx2", 20, CPU_ISA_AVX2, supports_float, cpu_##fn##_avx2, what ", AVX2"))     \
+  ROW(op_id, "scalar", 10, 0, supports_float, cpu_##fn##_scalar, what ", portable C")
+
 static kite_kernel cpu_kernels[] = {
     /* activations, gated activations, norms, rope, softmax, embedding */
     ROW_FAMILY(KITE_OP_SILU, act),
@@ -155,6 +162,16 @@ static kite_kernel cpu_kernels[] = {
                 "online softmax over (query tile, kv head) items, unseen keys skipped"),
     ATTN_FAMILY(KITE_OP_SDPA, sdpa,
                 "online softmax over (query tile, kv head) items, masks per tile"),
+
+    /* sampling: sample serves argmax too */
+    SAMPLING_FAMILY(KITE_OP_ARGMAX, sample, "one pass per row, rows or column ranges over threads"),
+    SAMPLING_FAMILY(KITE_OP_SAMPLE, sample,
+                    "top-k candidates gathered behind a rising k-th-largest bar, top-p by mass "
+                    "buckets, pruned exponential race over Philox draws"),
+    SAMPLING_FAMILY(KITE_OP_LOGPROBS, logprobs,
+                    "max and top-n pass, log-sum-exp pass, rows over threads"),
+    ROW(KITE_OP_APPLY_PENALTIES, "scalar", 10, 0, supports_float, cpu_apply_penalties_scalar,
+        "per row: the seen ids sorted, one float64 update per distinct id"),
 
 /* GEMM family: hand-written kernels and library variants. */
 #if defined(KITE_HAVE_ONEDNN)

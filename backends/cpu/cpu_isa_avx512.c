@@ -11,3 +11,4 @@
 #include "kernels/softmax.inc"
 #include "kernels/embedding.inc"
 #include "kernels/train.inc"
+#include "kernels/sampling.inc"

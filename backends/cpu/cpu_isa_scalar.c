@@ -12,3 +12,4 @@
 #include "kernels/embedding.inc"
 #include "kernels/train.inc"
 #include "kernels/attention.inc"
+#include "kernels/sampling.inc"

@@ -35,12 +35,22 @@ CPU_RUN_DECL(cpu_flce_chunked);
   CPU_RUN_DECL(cpu_paged_##isa);                                                                   \
   CPU_RUN_DECL(cpu_sdpa_##isa)
 
+/* Sampling (sample also serves argmax; kernels/sampling.inc) and apply_penalties (one portable
+ * build, cpu_penalties.c). */
+#define CPU_SAMPLING_KERNELS(isa)                                                                  \
+  CPU_RUN_DECL(cpu_sample_##isa);                                                                  \
+  CPU_RUN_DECL(cpu_logprobs_##isa)
+CPU_RUN_DECL(cpu_apply_penalties_scalar);
+
 CPU_ROW_KERNELS(scalar);
 CPU_ATTN_KERNELS(scalar);
+CPU_SAMPLING_KERNELS(scalar);
 #if defined(__x86_64__)
 CPU_ROW_KERNELS(avx2);
 CPU_ATTN_KERNELS(avx2);
+CPU_SAMPLING_KERNELS(avx2);
 CPU_ROW_KERNELS(avx512);
+CPU_SAMPLING_KERNELS(avx512);
 CPU_ROW_KERNELS(avx512bf16);
 
 /* Hand-written GEMM-family kernels (cpu_gemm_avx2.c, cpu_moe_avx2.c, cpu_topk_avx2.c,

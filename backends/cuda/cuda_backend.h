@@ -80,6 +80,12 @@ CUDA_SUPPORTS(cuda_embedding_vec_supports);
 CUDA_RUN(cuda_embedding_vec_run);
 CUDA_RUN(cuda_embedding_generic_run);
 
+/* sampling.cu: argmax, sample (one run), logprobs, apply_penalties */
+CUDA_SUPPORTS(cuda_sampling_supports);
+CUDA_RUN(cuda_sample_run);
+CUDA_RUN(cuda_logprobs_run);
+CUDA_RUN(cuda_penalties_run);
+
 /* attention.cu: store_kv, paged_decode, paged_prefill, sdpa */
 CUDA_SUPPORTS(cuda_store_kv_supports);
 CUDA_RUN(cuda_store_kv_run);

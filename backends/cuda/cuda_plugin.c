@@ -318,6 +318,14 @@ static const kite_kernel cuda_kernels[] = {
            "q * scale in double, rounded once"),
     KERNEL(KITE_OP_LINEAR_QUANT, "generic", PRIORITY_GENERIC, cuda_linear_quant_supports,
            cuda_linear_quant_run, "a thread per output, exact int8 sums"),
+    KERNEL(KITE_OP_ARGMAX, "block", PRIORITY_GENERIC, cuda_sampling_supports, cuda_sample_run,
+           "a block per row, one pass"),
+    KERNEL(KITE_OP_SAMPLE, "block", PRIORITY_GENERIC, cuda_sampling_supports, cuda_sample_run,
+           "a block per row: radix-select top-k / top-p thresholds, exponential race, no sort"),
+    KERNEL(KITE_OP_LOGPROBS, "block", PRIORITY_GENERIC, cuda_sampling_supports, cuda_logprobs_run,
+           "a block per row: log-sum-exp, then n block-wide picks"),
+    KERNEL(KITE_OP_APPLY_PENALTIES, "owner", PRIORITY_GENERIC, cuda_sampling_supports,
+           cuda_penalties_run, "a block per row, the first position of each id updates it"),
 };
 
 static const kite_backend cuda_backend = {

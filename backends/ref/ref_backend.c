@@ -72,6 +72,13 @@ static const kite_kernel ref_kernels[] = {
     REF_KERNEL(KITE_OP_CROSS_ENTROPY_BACKWARD, ref_ce_run, "dlogits per row in float64"),
     REF_KERNEL(KITE_OP_FUSED_LINEAR_CROSS_ENTROPY, ref_flce_run,
                "row by row: float64 logits, loss, dh; float64 dw, db accumulators"),
+    REF_KERNEL(KITE_OP_ARGMAX, ref_sample_run, "lowest index of the row maximum, scalar loop"),
+    REF_KERNEL(KITE_OP_SAMPLE, ref_sample_run,
+               "sorted top-k / top-p, min-p, exponential race over Philox draws, float64"),
+    REF_KERNEL(KITE_OP_APPLY_PENALTIES, ref_penalties_run,
+               "repetition / presence / frequency penalties from per-row id counts, float64"),
+    REF_KERNEL(KITE_OP_LOGPROBS, ref_logprobs_run,
+               "float64 log-sum-exp, top n by repeated selection"),
 };
 
 static const kite_backend ref_backend = {

@@ -47,6 +47,10 @@ static const char *const g_op_names[KITE_OP_COUNT] = {
     [KITE_OP_CROSS_ENTROPY] = "cross_entropy",
     [KITE_OP_CROSS_ENTROPY_BACKWARD] = "cross_entropy_backward",
     [KITE_OP_FUSED_LINEAR_CROSS_ENTROPY] = "fused_linear_cross_entropy",
+    [KITE_OP_ARGMAX] = "argmax",
+    [KITE_OP_SAMPLE] = "sample",
+    [KITE_OP_APPLY_PENALTIES] = "apply_penalties",
+    [KITE_OP_LOGPROBS] = "logprobs",
 };
 
 const char *kite_op_name(kite_op op) {
@@ -79,6 +83,8 @@ const char *kite_dtype_name(kite_dtype t) {
     return "u8";
   case KITE_DTYPE_FP8_E4M3:
     return "fp8_e4m3";
+  case KITE_DTYPE_I64:
+    return "i64";
   case KITE_DTYPE_COUNT:
     break;
   }
@@ -103,6 +109,8 @@ size_t kite_dtype_size(kite_dtype t) {
     return 1;
   case KITE_DTYPE_FP8_E4M3:
     return 1;
+  case KITE_DTYPE_I64:
+    return 8;
   case KITE_DTYPE_COUNT:
     break;
   }

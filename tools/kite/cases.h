@@ -70,6 +70,15 @@ typedef struct kt_train_case {
   int want_grads;     /* fused_linear_cross_entropy: dh, dw (and db) */
   size_t chunk_bytes; /* fused_linear_cross_entropy: 0 = default */
 } kt_train_case;
+/* Sampling-family cases (driver_sampling.c): logits[rows, cols = V]. */
+typedef struct kt_sample_case {
+  unsigned params; /* KT_SP_* bits: the per-row tensors passed (sample, apply_penalties) */
+  int logits;      /* KT_LOGITS_*: how the logits are drawn */
+  int64_t n;       /* logprobs: top n; apply_penalties: ids per row of the prompt and output */
+  int fixed;       /* every row gets the values below (bench); else a per-row mix */
+  float temperature, top_p, min_p;
+  int32_t top_k;
+} kt_sample_case;
 
 typedef struct kt_case {
   kite_op op;
@@ -102,6 +111,7 @@ typedef struct kt_case {
   kt_attn_case attn;
   kt_gemm_case gemm;
   kt_train_case train;
+  kt_sample_case sample;
 } kt_case;
 
 /* A growing list of cases. */
