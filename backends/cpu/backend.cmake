@@ -16,7 +16,7 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
 endif()
 
 # ---- GEMM family: our kernels, plus library variants when the library is found -------------
-list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/cpu_gemm.c)
+list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/cpu_gemm.c ${_cpu_dir}/cpu_wq4.c)
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
   list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/cpu_gemm_avx2.c ${_cpu_dir}/cpu_gemm_avx512.c)
   set_source_files_properties(${_cpu_dir}/cpu_gemm_avx2.c PROPERTIES

@@ -91,12 +91,12 @@ static bool supports_openblas(const kite_kernel *k, const void *args, const char
     .features_str = (feat_str), .supports = (sup), .run = (fn), .description = (desc)              \
   }
 
-#if !defined(__x86_64__) && !defined(KITE_HAVE_OPENBLAS) && !defined(KITE_HAVE_ONEDNN)
-const kite_kernel cpu_gemm_kernels[1]; /* nothing to add on this machine */
-const size_t cpu_gemm_num_kernels = 0;
-#else
 const kite_kernel cpu_gemm_kernels[] = {
+    ENTRY(KITE_OP_LINEAR_WQ4, "scalar", 10, 0, "", supports_float, cpu_linear_wq4_scalar,
+          "4-bit blocks widened in plain C, 4 rows of x per decoded block"),
 #if defined(__x86_64__)
+    ENTRY(KITE_OP_LINEAR_WQ4, "avx2", 20, CPU_ISA_AVX2, "avx2,fma,f16c", supports_float,
+          cpu_linear_wq4_avx2, "4-bit blocks widened to 4 x 8 floats, FMA, 4 rows of x per block"),
     ENTRY(KITE_OP_LINEAR, "avx2", 20, CPU_ISA_AVX2, "avx2,fma,f16c", supports_float,
           cpu_linear_avx2,
           "packed 6x16 FMA GEMM (bf16/f16 widened while packing); GEMV streaming w for M <= 16"),
@@ -163,7 +163,6 @@ const kite_kernel cpu_gemm_kernels[] = {
 #endif
 };
 const size_t cpu_gemm_num_kernels = sizeof cpu_gemm_kernels / sizeof cpu_gemm_kernels[0];
-#endif
 
 _Static_assert(sizeof cpu_gemm_kernels / sizeof cpu_gemm_kernels[0] <= CPU_GEMM_MAX,
                "raise CPU_GEMM_MAX");

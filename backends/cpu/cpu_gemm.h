@@ -19,6 +19,10 @@
 extern const kite_kernel cpu_gemm_kernels[];
 extern const size_t cpu_gemm_num_kernels;
 
+/* linear_wq4 (cpu_wq4.c): 4-bit block weights, x widened to f32 once. */
+kite_status cpu_linear_wq4_scalar(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status cpu_linear_wq4_avx2(const kite_kernel *k, kite_ctx *ctx, const void *args);
+
 /* linear with at most this many rows streams the weights (GEMV) instead of packing them. */
 #define CPU_GEMV_MAX_M 16
 

@@ -250,6 +250,8 @@ static const kite_kernel cuda_kernels[] = {
            "q * scale in double, rounded once"),
     KERNEL(KITE_OP_LINEAR_QUANT, "generic", PRIORITY_GENERIC, cuda_linear_quant_supports,
            cuda_linear_quant_run, "a thread per output, exact int8 sums"),
+    KERNEL(KITE_OP_LINEAR_WQ4, "warp", PRIORITY_GENERIC, cuda_linear_wq4_supports,
+           cuda_linear_wq4_run, "a warp per output column and 8 rows, blocks over lanes"),
 };
 
 static const kite_backend cuda_backend = {

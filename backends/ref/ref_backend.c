@@ -95,6 +95,8 @@ static const kite_kernel ref_kernels[] = {
     REF_KERNEL(KITE_OP_DEQUANT, ref_quant_run, "int8 / fp8 e4m3 codes times the row scale"),
     REF_KERNEL(KITE_OP_LINEAR_QUANT, ref_linear_quant_run,
                "int64 int8 dots / float64 e4m3 dots, then scales and bias"),
+    REF_KERNEL(KITE_OP_LINEAR_WQ4, ref_linear_wq4_run,
+               "4-bit blocks decoded exactly, float64 dots, bias"),
 };
 
 static const kite_backend ref_backend = {

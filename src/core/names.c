@@ -30,6 +30,7 @@ static const char *const g_op_names[KITE_OP_COUNT] = {
     [KITE_OP_QUANT] = "quant",
     [KITE_OP_DEQUANT] = "dequant",
     [KITE_OP_LINEAR_QUANT] = "linear_quant",
+    [KITE_OP_LINEAR_WQ4] = "linear_wq4",
 };
 
 const char *kite_op_name(kite_op op) {
