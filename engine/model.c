@@ -611,6 +611,13 @@ void kr_model_stats(const kr_model *m, kr_stats *out) {
   *out = m->stats;
 }
 
+int kr_model_num_blocks(const kr_model *m) {
+  return m->num_blocks;
+}
+int kr_model_free_blocks(const kr_model *m) {
+  return m->n_free;
+}
+
 void kr_reset(kr_model *m) {
   for (int i = 0; i < m->n_seqs; i++) {
     free(m->seqs[i].tok);

@@ -78,6 +78,9 @@ typedef struct kr_stats {
   int64_t prefill_tokens, decode_tokens, steps;
 } kr_stats;
 void kr_model_stats(const kr_model *m, kr_stats *out);
+/* KV cache blocks per layer, and how many are free now. */
+int kr_model_num_blocks(const kr_model *m);
+int kr_model_free_blocks(const kr_model *m);
 /* Forgets all sequences (their blocks are free again) and the stats. */
 void kr_reset(kr_model *m);
 
