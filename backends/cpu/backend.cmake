@@ -81,3 +81,13 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
   set_source_files_properties(${_cpu_dir}/cpu_attention_avx2.c PROPERTIES
     COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
 endif()
+
+# ---- sampling: kernels_sampling.h built once per ISA ----------------------------------------
+list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/cpu_sampling.c)
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
+  list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/cpu_sampling_avx2.c ${_cpu_dir}/cpu_sampling_avx512.c)
+  set_source_files_properties(${_cpu_dir}/cpu_sampling_avx2.c PROPERTIES
+    COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
+  set_source_files_properties(${_cpu_dir}/cpu_sampling_avx512.c PROPERTIES
+    COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mfma;-mf16c")
+endif()

@@ -11,6 +11,10 @@
 #define CPU_ATTN_MAX 16
 extern const kite_kernel cpu_attn_kernels[];
 extern const size_t cpu_attn_num_kernels;
+/* The sampling kernels of every ISA build (cpu_sampling.c). */
+#define CPU_SAMPLING_MAX 16
+extern const kite_kernel cpu_sampling_kernels[];
+extern const size_t cpu_sampling_num_kernels;
 
 typedef struct cpu_isa {
   const char *variant;
@@ -45,7 +49,8 @@ static const kite_op cpu_ops[] = {
 };
 #define CPU_NUM_OPS (sizeof cpu_ops / sizeof cpu_ops[0])
 
-static kite_kernel cpu_kernels[CPU_NUM_ISAS * CPU_NUM_OPS + CPU_GEMM_MAX + CPU_ATTN_MAX];
+static kite_kernel cpu_kernels[CPU_NUM_ISAS * CPU_NUM_OPS + CPU_GEMM_MAX + CPU_ATTN_MAX +
+                               CPU_SAMPLING_MAX];
 static uint64_t cpu_present;
 
 static kite_run_fn run_for(const cpu_isa_kernels *k, kite_op op) {
@@ -151,6 +156,8 @@ kite_status kite_backend_init_cpu(void) {
   for (size_t i = 0; i < cpu_gemm_num_kernels; i++) cpu_kernels[n++] = cpu_gemm_kernels[i];
   for (size_t i = 0; i < cpu_attn_num_kernels && i < CPU_ATTN_MAX; i++)
     cpu_kernels[n++] = cpu_attn_kernels[i];
+  for (size_t i = 0; i < cpu_sampling_num_kernels && i < CPU_SAMPLING_MAX; i++)
+    cpu_kernels[n++] = cpu_sampling_kernels[i];
   cpu_backend.num_kernels = n;
   return kite_backend_register(&cpu_backend);
 }

@@ -95,6 +95,13 @@ static const kite_kernel ref_kernels[] = {
     REF_KERNEL(KITE_OP_DEQUANT, ref_quant_run, "int8 / fp8 e4m3 codes times the row scale"),
     REF_KERNEL(KITE_OP_LINEAR_QUANT, ref_linear_quant_run,
                "int64 int8 dots / float64 e4m3 dots, then scales and bias"),
+    REF_KERNEL(KITE_OP_ARGMAX, ref_sample_run, "lowest index of the row maximum, scalar loop"),
+    REF_KERNEL(KITE_OP_SAMPLE, ref_sample_run,
+               "sorted top-k / top-p, min-p, exponential race over Philox draws, float64"),
+    REF_KERNEL(KITE_OP_APPLY_PENALTIES, ref_penalties_run,
+               "repetition / presence / frequency penalties from per-row id counts, float64"),
+    REF_KERNEL(KITE_OP_LOGPROBS, ref_logprobs_run,
+               "float64 log-sum-exp, top n by repeated selection"),
     REF_KERNEL(KITE_OP_LINEAR_WQ4, ref_linear_wq4_run,
                "4-bit blocks decoded exactly, float64 dots, bias"),
 };

@@ -36,6 +36,7 @@ typedef enum kite_dtype {
   KITE_DTYPE_F64,
   KITE_DTYPE_U8,       /* also boolean masks (KITE_DL_BOOL) */
   KITE_DTYPE_FP8_E4M3, /* OCP e4m3fn */
+  KITE_DTYPE_I64,      /* per-row seeds and steps of sample */
   KITE_DTYPE_COUNT
 } kite_dtype;
 KITE_API const char *kite_dtype_name(kite_dtype t); /* "f32", "bf16", ... */
@@ -297,6 +298,59 @@ typedef struct kite_linear_quant_args {
   void *y;
   int64_t y_stride;
 } kite_linear_quant_args;
+
+/* argmax and sample: logits[rows, vocab] (row stride) -> tokens[rows] int32, compact.
+ * argmax leaves every parameter NULL. The per-row parameters are compact [rows] or NULL (default)
+ * and are not validated by the front-end (they may live on a device): kite/sampling.h decodes
+ * them the same way for every backend. */
+typedef struct kite_sample_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t rows, vocab;
+  const void *logits;
+  int64_t logits_stride;
+  const float *temperature;
+  const int32_t *top_k;
+  const float *top_p;
+  const float *min_p;
+  const int64_t *seeds;
+  const int64_t *steps;
+  uint64_t seed, step;
+  int32_t *tokens;
+} kite_sample_args;
+
+/* apply_penalties, in place on logits[rows, vocab] (row stride). prompt_ids[rows, prompt_len]
+ * and output_ids[rows, output_len] int32 with row strides (NULL when absent, length 0); ids
+ * outside [0, vocab) are ignored. repetition, presence, frequency compact f32 [rows] or NULL. */
+typedef struct kite_penalty_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t rows, vocab;
+  void *logits;
+  int64_t logits_stride;
+  const int32_t *prompt_ids;
+  int64_t prompt_len, prompt_stride;
+  const int32_t *output_ids;
+  int64_t output_len, output_stride;
+  const float *repetition, *presence, *frequency;
+} kite_penalty_args;
+
+/* logprobs: logits[rows, vocab] (row stride); tokens[rows] and token_logprobs[rows] compact (both
+ * NULL or both set); top_ids[rows, n] and top_logprobs[rows, n] with row strides (NULL when
+ * n == 0). */
+typedef struct kite_logprobs_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t rows, vocab, n;
+  const void *logits;
+  int64_t logits_stride;
+  const int32_t *tokens;
+  float *token_logprobs;
+  int32_t *top_ids;
+  int64_t top_ids_stride;
+  float *top_logprobs;
+  int64_t top_logprobs_stride;
+} kite_logprobs_args;
 
 /* linear_wq4: y[m, n] (dtype) = x[m, k] w^T + bias[n]; w rows of k / 32 blocks of `format`
  * (kite.h), w_stride in bytes between rows. */

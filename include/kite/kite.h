@@ -123,6 +123,10 @@ typedef enum kite_op {
   KITE_OP_QUANT,
   KITE_OP_DEQUANT,
   KITE_OP_LINEAR_QUANT,
+  KITE_OP_ARGMAX,
+  KITE_OP_SAMPLE,
+  KITE_OP_APPLY_PENALTIES,
+  KITE_OP_LOGPROBS,
   KITE_OP_LINEAR_WQ4,
   KITE_OP_COUNT /* new ops are appended before this */
 } kite_op;
@@ -332,6 +336,93 @@ KITE_API kite_status kite_linear_quant(kite_ctx *ctx, const DLTensor *xq,
                                        const DLTensor *x_scales, const DLTensor *wq,
                                        const DLTensor *w_scales, const DLTensor *bias,
                                        DLTensor *y);
+
+/* --- Sampling and logits processing -----------------------------------------------------------
+ * logits[B, V] f32/f16/bf16 (row-strided allowed); tokens[B] int32. Every per-row parameter
+ * tensor is compact [B] on the ctx's device. Parameters and logits that live in host memory (the
+ * ref and cpu backends) are checked by the kernel: a NaN logit or a bad parameter value is an
+ * INVALID_ARG error naming the row (every token is still written, as a device would write it).
+ * A device kernel cannot report them; it follows the rules below, and never writes a token
+ * outside [0, V).
+ *
+ * Special logits, on every backend: NaN counts as -inf. A row whose largest logit is -inf gives
+ * token 0. A row holding +inf gives the lowest index holding +inf (the limit of its softmax). */
+
+/* tokens[b] = the lowest index of the largest logit of row b. */
+KITE_API kite_status kite_argmax(kite_ctx *ctx, const DLTensor *logits, DLTensor *tokens);
+
+/* Per-row sampling parameters of kite_sample; any tensor may be NULL (its default applies).
+ *   temperature f32 [B] (NULL: 1): 0 is greedy (kite_argmax's token); t > 0 samples from
+ *       softmax(logits / t). Host-visible: negative or non-finite is an error; a device treats
+ *       it as 0.
+ *   top_k int32 [B] (NULL: off): keeps the logits >= the k-th largest (ties with it are kept);
+ *       k <= 0 or k >= V is off.
+ *   top_p f32 [B] (NULL: off): over the tokens top_k kept, with q their softmax(logits / t)
+ *       renormalized, keeps token i when the mass of the tokens with a strictly larger logit is
+ *       < top_p (so equal logits are kept or dropped together, and the largest is always kept).
+ *       top_p >= 1 is off; top_p <= 0 keeps only the largest. Host-visible: NaN is an error; a
+ *       device treats it as off.
+ *   min_p f32 [B] (NULL: off): keeps token i when exp((l_i - max l) / t) >= min_p, i.e. its
+ *       probability is at least min_p times the largest. min_p <= 0 is off. Host-visible: NaN is
+ *       an error; a device treats it as off.
+ *   The filters run in the order temperature, top-k, top-p, min-p (vLLM's and FlashInfer's);
+ *   min-p compares with the largest probability, which neither earlier filter removes, so the
+ *   kept set is the intersection of the three.
+ *   seeds int64 [B] (NULL: every row uses `seed`), steps int64 [B] (NULL: every row uses
+ *   `step`): see kite_sample. A request that carries its own seed (vLLM's per-request seed) passes
+ *   seeds and its own count of generated tokens in steps, and gets the same draws wherever it
+ *   sits in the batch. */
+typedef struct kite_sampling_params {
+  const DLTensor *temperature;
+  const DLTensor *top_k;
+  const DLTensor *top_p;
+  const DLTensor *min_p;
+  const DLTensor *seeds;
+  const DLTensor *steps;
+  uint64_t seed;
+  uint64_t step;
+} kite_sampling_params;
+
+/* Every tensor NULL (temperature 1, no filter), seed 0, step 0. */
+KITE_API kite_sampling_params kite_sampling_params_default(void);
+
+/* Draws tokens[b] from row b's filtered distribution (kite_sampling_params says which tokens are
+ * kept), by the exponential race (Gumbel-max trick):
+ *   token = argmax over kept i of ((l_i - max l) / t + g_i),  g_i = -log(-log(u_i)),
+ * the lowest such i on an exact tie. u_i = (((x >> 9) + 0.5) / 2^23 is built from the 32-bit word
+ * x = word (i % 4) of Philox-4x32-10 (include/kite/philox.h) with
+ *   key     = (low, high 32 bits of the row's seed),
+ *   counter = (i / 4, row id, low, high 32 bits of the row's step),
+ * row id = b, or 0xffffffff for every row when seeds is given. Each token gets its own draw, so
+ * the token depends on the scores of the kept tokens only through comparisons of two of them:
+ * backends whose logits, temperatures and logarithms differ by a few rounding errors return the
+ * same token unless two scores fall within those rounding errors of each other (about 1e-6 per
+ * row for a vocabulary of 128k), and no sum or sort order can make them drift apart. The only
+ * other near-tie is a filter's boundary (the top-p mass landing within rounding of top_p, or a
+ * probability within rounding of min_p times the largest).
+ * Rows with t = 0 (greedy) and sampled rows mix freely in one batch. */
+KITE_API kite_status kite_sample(kite_ctx *ctx, const DLTensor *logits,
+                                 const kite_sampling_params *params, DLTensor *tokens);
+
+/* vLLM's penalties, in place on logits[B, V]: prompt_ids[B, Lp] and output_ids[B, Lo] int32
+ * (either may be NULL; row-strided allowed; ids outside [0, V) are padding and ignored).
+ * repetition, presence, frequency: f32 [B] or NULL (off). For each token id v of row b:
+ *   seen in the prompt or the output, repetition r: l = l > 0 ? l / r : l * r;
+ *   then with c = its count in the output: l -= frequency * c + presence * (c > 0).
+ * Each logit is read and rounded to its dtype once, whatever the repeats of its id. */
+KITE_API kite_status kite_apply_penalties(kite_ctx *ctx, DLTensor *logits,
+                                          const DLTensor *prompt_ids, const DLTensor *output_ids,
+                                          const DLTensor *repetition, const DLTensor *presence,
+                                          const DLTensor *frequency);
+
+/* Log-softmax values of logits[B, V] for clients: token_logprobs[B] f32 = log softmax of row b
+ * at tokens[b] (int32 [B]; both NULL or both given; a token outside [0, V) gives NaN), and the
+ * n largest (0 <= n <= 20, n <= V): top_ids[B, n] int32 in descending logit order (the lower id
+ * first on ties) with top_logprobs[B, n] f32 (both NULL when n = 0). NaN logits count as -inf. */
+KITE_API kite_status kite_logprobs(kite_ctx *ctx, const DLTensor *logits, const DLTensor *tokens,
+                                   int64_t n, DLTensor *token_logprobs, DLTensor *top_ids,
+                                   DLTensor *top_logprobs);
+#define KITE_LOGPROBS_MAX_N 20
 
 /* 4-bit weights in blocks of 32 consecutive values of a row (GGUF's Q4_0 and Q4_1 blocks, so such
  * files load without re-quantizing). Byte layout of one block, little endian:

@@ -30,6 +30,10 @@ static const char *const g_op_names[KITE_OP_COUNT] = {
     [KITE_OP_QUANT] = "quant",
     [KITE_OP_DEQUANT] = "dequant",
     [KITE_OP_LINEAR_QUANT] = "linear_quant",
+    [KITE_OP_ARGMAX] = "argmax",
+    [KITE_OP_SAMPLE] = "sample",
+    [KITE_OP_APPLY_PENALTIES] = "apply_penalties",
+    [KITE_OP_LOGPROBS] = "logprobs",
     [KITE_OP_LINEAR_WQ4] = "linear_wq4",
 };
 
@@ -55,6 +59,7 @@ const char *kite_dtype_name(kite_dtype t) {
   case KITE_DTYPE_F64: return "f64";
   case KITE_DTYPE_U8: return "u8";
   case KITE_DTYPE_FP8_E4M3: return "fp8_e4m3";
+  case KITE_DTYPE_I64: return "i64";
   case KITE_DTYPE_COUNT: break;
   }
   return "?";
@@ -70,6 +75,7 @@ size_t kite_dtype_size(kite_dtype t) {
   case KITE_DTYPE_F64: return 8;
   case KITE_DTYPE_U8: return 1;
   case KITE_DTYPE_FP8_E4M3: return 1;
+  case KITE_DTYPE_I64: return 8;
   case KITE_DTYPE_COUNT: break;
   }
   return 0;

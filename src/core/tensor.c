@@ -27,6 +27,7 @@ static const struct {
     {KITE_DTYPE_U8, kDLUInt, 8},
     {KITE_DTYPE_U8, KITE_DL_BOOL, 8},
     {KITE_DTYPE_FP8_E4M3, KITE_DL_FLOAT8_E4M3FN, 8},
+    {KITE_DTYPE_I64, kDLInt, 64},
 };
 
 static bool dtype_from_dlpack(DLDataType d, kite_dtype *out) {

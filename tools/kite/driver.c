@@ -15,6 +15,7 @@ const kt_family_ops *kt_family(kite_op op) {
   if (kt_core_kind_of(op) != KT_NONE) return &kt_family_core;
   if (kt_attn_has(op)) return &kt_family_attn;
   if (kt_gemm_has(op)) return &kt_family_gemm;
+  if (kt_sampling_has(op)) return &kt_family_sampling;
   return NULL;
 }
 

@@ -74,6 +74,16 @@ typedef struct kt_gemm_case {
   kite_wq4_format wq4; /* linear_wq4: block format */
 } kt_gemm_case;
 
+/* Sampling-family cases (driver_sampling.c): logits[rows, cols = V]. */
+typedef struct kt_sample_case {
+  unsigned params; /* KT_SP_* bits: the per-row tensors passed (sample, apply_penalties) */
+  int logits;      /* KT_LOGITS_*: how the logits are drawn */
+  int64_t n;       /* logprobs: top n; apply_penalties: ids per row of the prompt and output */
+  int fixed;       /* every row gets the values below (bench); else a per-row mix */
+  float temperature, top_p, min_p;
+  int32_t top_k;
+} kt_sample_case;
+
 typedef struct kt_case {
   kite_op op;
   kite_dtype dtype;
@@ -103,6 +113,7 @@ typedef struct kt_case {
   int oob_ids; /* some ids negative or >= vocab (check) */
   kt_attn_case attn;
   kt_gemm_case gemm;
+  kt_sample_case sample;
 } kt_case;
 
 /* A growing list of cases. */
@@ -200,7 +211,7 @@ typedef struct kt_family_ops {
 /* The family of op, or NULL when this CLI has no driver for it (listed, not checked or
  * timed). */
 const kt_family_ops *kt_family(kite_op op);
-extern const kt_family_ops kt_family_core, kt_family_attn, kt_family_gemm;
+extern const kt_family_ops kt_family_core, kt_family_attn, kt_family_gemm, kt_family_sampling;
 /* Ops of driver_core.c that share a layout. */
 typedef enum kt_core_kind {
   KT_NONE,
@@ -215,6 +226,7 @@ kt_core_kind kt_core_kind_of(kite_op op);
 /* The family drivers of driver_attn.c and driver_gemm.c: 1 when op is theirs. */
 int kt_attn_has(kite_op op);
 int kt_gemm_has(kite_op op);
+int kt_sampling_has(kite_op op);
 
 /* ---- building a plan (for the families) -------------------------------------------------- */
 
