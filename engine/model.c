@@ -87,11 +87,12 @@ struct kr_model {
   int block_size, num_blocks, max_blocks, ctx_len, max_batch, max_tokens;
   /* step buffers on the device */
   void *d_ids, *d_pos, *d_slots, *d_table, *d_seq_lens, *d_cu, *d_gather, *d_next;
+  void *d_temp, *d_topk, *d_topp, *d_seeds, *d_steps; /* per-row sampling parameters */
+  int64_t *h_seeds, *h_steps;
   void *res, *y, *qkv, *attn, *delta, *gu, *ffn, *xq, *xs, *fin, *logits;
   /* the same index arrays on the host */
   int32_t *h_ids, *h_pos, *h_slots, *h_table, *h_seq_lens, *h_cu, *h_gather, *h_next;
   int *h_step_seq;
-  float *h_logits;
   /* block allocator */
   int32_t *free_blocks;
   int n_free;
@@ -505,6 +506,11 @@ static int build(kr_model *m, const kr_gguf *g, const kr_model_params *p, char *
       alloc_dev(m, (B + 1) * 4, &m->d_cu, err, err_len) ||
       alloc_dev(m, B * 4, &m->d_gather, err, err_len) ||
       alloc_dev(m, B * 4, &m->d_next, err, err_len) ||
+      alloc_dev(m, B * 4, &m->d_temp, err, err_len) ||
+      alloc_dev(m, B * 4, &m->d_topk, err, err_len) ||
+      alloc_dev(m, B * 4, &m->d_topp, err, err_len) ||
+      alloc_dev(m, B * 8, &m->d_seeds, err, err_len) ||
+      alloc_dev(m, B * 8, &m->d_steps, err, err_len) ||
       alloc_dev(m, T * (size_t)H * es, &m->res, err, err_len) ||
       alloc_dev(m, T * (size_t)H * es, &m->y, err, err_len) ||
       alloc_dev(m, T * (size_t)m->qkv_dim * es, &m->qkv, err, err_len) ||
@@ -525,10 +531,11 @@ static int build(kr_model *m, const kr_gguf *g, const kr_model_params *p, char *
   m->h_gather = calloc(B, 4);
   m->h_next = calloc(B, 4);
   m->h_step_seq = calloc(B, sizeof(int));
-  m->h_logits = malloc((size_t)V * 6); /* f32 row, then room for a 16-bit row */
+  m->h_seeds = calloc(B, 8);
+  m->h_steps = calloc(B, 8);
   m->free_blocks = malloc((size_t)m->num_blocks * 4);
   if (!m->h_ids || !m->h_pos || !m->h_slots || !m->h_table || !m->h_seq_lens || !m->h_cu ||
-      !m->h_gather || !m->h_next || !m->h_step_seq || !m->h_logits || !m->free_blocks)
+      !m->h_gather || !m->h_next || !m->h_step_seq || !m->h_seeds || !m->h_steps || !m->free_blocks)
     return errf(err, err_len, "model: out of memory");
   kr_reset(m);
   return 0;
@@ -559,7 +566,8 @@ void kr_model_free(kr_model *m) {
   void *bufs[] = {m->embd,    m->out_norm,   m->cos_sin, m->d_ids,    m->d_pos,  m->d_slots,
                   m->d_table, m->d_seq_lens, m->d_cu,    m->d_gather, m->d_next, m->res,
                   m->y,       m->qkv,        m->attn,    m->delta,    m->gu,     m->ffn,
-                  m->xq,      m->xs,         m->fin,     m->logits};
+                  m->xq,      m->xs,         m->fin,     m->logits,   m->d_temp, m->d_topk,
+                  m->d_topp,  m->d_seeds,    m->d_steps};
   for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
     if (bufs[i]) kite_free(ctx, bufs[i]);
   for (int l = 0; m->layers && l < m->c.n_layer; l++) {
@@ -593,7 +601,8 @@ void kr_model_free(kr_model *m) {
   free(m->h_gather);
   free(m->h_next);
   free(m->h_step_seq);
-  free(m->h_logits);
+  free(m->h_seeds);
+  free(m->h_steps);
   free(m->free_blocks);
   free(m);
 }
@@ -789,21 +798,29 @@ static void finish(kr_model *m, seq *s) {
   while (s->n_blocks > 0) m->free_blocks[m->n_free++] = s->blocks[--s->n_blocks];
 }
 
-/* Greedy pick over one row of logits. */
-static int32_t pick(kr_model *m, int row, const kr_sampling *sp) {
-  (void)sp;
-  const int V = m->c.n_vocab;
-  const float *l = m->h_logits;
-  (void)row;
-  int32_t best = 0;
-  for (int i = 1; i < V; i++)
-    if (l[i] > l[best]) best = i;
-  return best;
-}
-
 int kr_generate(kr_model *m, const kr_sampling *sp, kr_token_fn on_token, kr_stop_fn stop,
                 void *user, char *err, size_t err_len) {
-  size_t es = kite_dtype_size(m->act);
+  /* the sampling settings, the same for every row: uploaded once */
+  const int greedy = !sp || sp->temperature <= 0;
+  if (!greedy) {
+    size_t B = (size_t)m->max_tokens;
+    float *f = calloc(B, 4);
+    int32_t *k = calloc(B, 4);
+    if (!f || !k) {
+      free(f);
+      free(k);
+      return errf(err, err_len, "generate: out of memory");
+    }
+    kite_status st = KITE_OK;
+    for (size_t i = 0; i < B; i++) f[i] = sp->temperature, k[i] = sp->top_k;
+    st = kite_memcpy(m->ctx, m->d_temp, f, B * 4, KITE_COPY_HOST_TO_DEVICE);
+    if (st == KITE_OK) st = kite_memcpy(m->ctx, m->d_topk, k, B * 4, KITE_COPY_HOST_TO_DEVICE);
+    for (size_t i = 0; i < B; i++) f[i] = sp->top_p;
+    if (st == KITE_OK) st = kite_memcpy(m->ctx, m->d_topp, f, B * 4, KITE_COPY_HOST_TO_DEVICE);
+    free(f);
+    free(k);
+    if (st != KITE_OK) return errf(err, err_len, "%s", kite_last_error());
+  }
   for (;;) {
     int n_seq = 0, n_tok = 0, nd = 0, any = 0;
     /* decode: running sequences whose prompt is in the cache */
@@ -880,19 +897,34 @@ int kr_generate(kr_model *m, const kr_sampling *sp, kr_token_fn on_token, kr_sto
         kite_memcpy(ctx, m->d_cu, m->h_cu, (size_t)(n_seq - nd + 1) * 4, KITE_COPY_HOST_TO_DEVICE));
     KCALL(kite_memcpy(ctx, m->d_gather, m->h_gather, (size_t)n_seq * 4, KITE_COPY_HOST_TO_DEVICE));
     if (forward(m, n_tok, nd, n_seq, err, err_len)) return -1;
+    /* one sampling call for every row: greedy through argmax, else each sequence draws from
+     * its own seed (the run's seed + its index) at its own step, so a request gets the same
+     * tokens whatever else runs beside it */
+    tens tl, tt, tp[5];
+    DLTensor *L = v2(&tl, m->dev, m->logits, m->act, n_seq, m->c.n_vocab);
+    DLTensor *Tk = v1(&tt, m->dev, m->d_next, KITE_DTYPE_I32, n_seq);
+    if (greedy) {
+      KCALL(kite_argmax(ctx, L, Tk));
+    } else {
+      for (int j = 0; j < n_seq; j++) {
+        m->h_seeds[j] = (int64_t)(sp->seed + (uint64_t)m->h_step_seq[j]);
+        m->h_steps[j] = m->seqs[m->h_step_seq[j]].n_new;
+      }
+      KCALL(kite_memcpy(ctx, m->d_seeds, m->h_seeds, (size_t)n_seq * 8, KITE_COPY_HOST_TO_DEVICE));
+      KCALL(kite_memcpy(ctx, m->d_steps, m->h_steps, (size_t)n_seq * 8, KITE_COPY_HOST_TO_DEVICE));
+      kite_sampling_params p = kite_sampling_params_default();
+      p.temperature = v1(&tp[0], m->dev, m->d_temp, KITE_DTYPE_F32, n_seq);
+      p.top_k = sp->top_k > 0 ? v1(&tp[1], m->dev, m->d_topk, KITE_DTYPE_I32, n_seq) : NULL;
+      p.top_p = sp->top_p < 1 ? v1(&tp[2], m->dev, m->d_topp, KITE_DTYPE_F32, n_seq) : NULL;
+      p.seeds = v1(&tp[3], m->dev, m->d_seeds, KITE_DTYPE_I64, n_seq);
+      p.steps = v1(&tp[4], m->dev, m->d_steps, KITE_DTYPE_I64, n_seq);
+      KCALL(kite_sample(ctx, L, &p, Tk));
+    }
+    KCALL(kite_memcpy(ctx, m->h_next, m->d_next, (size_t)n_seq * 4, KITE_COPY_DEVICE_TO_HOST));
     for (int j = 0; j < n_seq; j++) {
       seq *s = &m->seqs[m->h_step_seq[j]];
       if (s->n_cached < s->n_tok) continue; /* a prompt chunk that is not the last */
-      const uint8_t *lrow = (const uint8_t *)m->logits + (size_t)j * (size_t)m->c.n_vocab * es;
-      if (m->act == KITE_DTYPE_F32) {
-        KCALL(kite_memcpy(ctx, m->h_logits, lrow, (size_t)m->c.n_vocab * 4,
-                          KITE_COPY_DEVICE_TO_HOST));
-      } else {
-        uint16_t *tmp = (uint16_t *)m->h_logits + m->c.n_vocab;
-        KCALL(kite_memcpy(ctx, tmp, lrow, (size_t)m->c.n_vocab * 2, KITE_COPY_DEVICE_TO_HOST));
-        for (int i = 0; i < m->c.n_vocab; i++) m->h_logits[i] = kite_bf16_to_f32(tmp[i]);
-      }
-      int32_t tok = pick(m, j, sp);
+      int32_t tok = m->h_next[j];
       s->tok[s->n_tok++] = tok;
       s->n_new++;
       if (on_token) on_token(user, m->h_step_seq[j], tok);

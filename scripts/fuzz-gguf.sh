@@ -12,4 +12,4 @@ FUZZ="$BUILD/bin/fuzz_gguf"
 CORPUS="$BUILD/fuzz-corpus"
 mkdir -p "$CORPUS"
 "$BUILD/bin/test_engine" --write-seed "$CORPUS/seed.gguf"
-"$FUZZ" -runs="$RUNS" -max_len=65536 -timeout=10 -print_final_stats=1 "$CORPUS" 2>&1 | tail -25
+"$FUZZ" -runs="$RUNS" -max_len=262144 -len_control=0 -timeout=30 -print_final_stats=1 "$CORPUS" 2>&1 | tail -25
