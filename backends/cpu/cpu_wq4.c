@@ -8,6 +8,8 @@
  */
 #include "cpu_gemm.h"
 
+#include <string.h>
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -84,8 +86,11 @@ __attribute__((target("avx2,fma,f16c"))) static void wq4_task_avx2(const void *j
       float extra[4] = {0, 0, 0, 0};
       for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = row + b * j->bb;
-        const float d = wq4_half(blk);
-        const float c = a->format == KITE_WQ4_SYM ? -8.0f * d : wq4_half(blk + 2);
+        uint16_t hd, hm;
+        memcpy(&hd, blk, 2);
+        memcpy(&hm, blk + 2, 2);
+        const float d = _cvtsh_ss(hd);
+        const float c = a->format == KITE_WQ4_SYM ? -8.0f * d : _cvtsh_ss(hm);
         const __m128i raw = _mm_loadu_si128((const __m128i *)(blk + j->qs_off));
         const __m128i lo = _mm_and_si128(raw, mask);
         const __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);

@@ -8,6 +8,8 @@
 #include "common.cuh"
 #include "cuda_backend.h"
 
+using namespace kite_cuda;
+
 namespace {
 
 constexpr int ROWS = 8;
