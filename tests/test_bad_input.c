@@ -113,6 +113,17 @@ static const op_desc g_ops[] = {
     {"dequant", {"q i8 4 8", "scales f32 4", "y f32 4 8"}},
     {"linear_quant",
      {"xq i8 4 8", "x_scales f32 4", "wq i8 6 8", "w_scales f32 6", "bias? f32 6", "y f32 4 6"}},
+    {"argmax", {"logits f32 3 6", "tokens i32 3"}},
+    {"sample",
+     {"logits f32 3 6", "temperature? f32 3", "top_k? i32 3", "top_p? f32 3", "min_p? f32 3",
+      "seeds? i64 3", "steps? i64 3", "tokens i32 3"}},
+    {"apply_penalties",
+     {"logits f32 3 6", "prompt_ids? i32 3 4", "output_ids? i32 3 2", "repetition? f32 3",
+      "presence? f32 3", "frequency? f32 3"}},
+    /* n = 2 */
+    {"logprobs",
+     {"logits f32 3 6", "tokens i32 3", "token_logprobs f32 3", "top_ids i32 3 2",
+      "top_logprobs f32 3 2"}},
 };
 
 /* One op call being prepared: its tensors and scalar parameters. */
@@ -131,6 +142,7 @@ typedef struct call {
   bool has_opts; /* pass &opts rather than NULL (the defaults) */
   int64_t topk;
   int renormalize, act;
+  int64_t top_n; /* logprobs */
 } call;
 
 /* Every tensor's memory: big enough for the strided views below, refilled before each call. */
@@ -139,6 +151,7 @@ static _Alignas(64) unsigned char g_buf[MAX_ARGS][BUF_BYTES];
 static DLDataType dl_type(const char *s) {
   if (!strcmp(s, "i32")) return (DLDataType){kDLInt, 32, 1};
   if (!strcmp(s, "i8")) return (DLDataType){kDLInt, 8, 1};
+  if (!strcmp(s, "i64")) return (DLDataType){kDLInt, 64, 1};
   if (!strcmp(s, "f16")) return (DLDataType){kDLFloat, 16, 1};
   if (!strcmp(s, "bf16")) return (DLDataType){kDLBfloat, 16, 1};
   return (DLDataType){kDLFloat, 32, 1};
@@ -155,6 +168,7 @@ static void setup(call *c, const op_desc *d, kite_ctx *ctx) {
   c->opts = kite_attn_opts_default();
   c->topk = 2;
   c->act = KITE_MOE_SILU;
+  c->top_n = 2;
   for (int i = 0; i < MAX_ARGS && d->tensors[i]; i++, c->n++) {
     char spec[64], *save = NULL;
     snprintf(spec, sizeof spec, "%s", d->tensors[i]);
@@ -228,6 +242,8 @@ static bool set_param(call *c, const char *name, double v) {
     c->renormalize = (int)v;
   else if (!strcmp(name, "act"))
     c->act = (int)v;
+  else if (!strcmp(name, "n"))
+    c->top_n = (int64_t)v;
   else
     return false;
   c->has_opts = !strncmp(name, "opts.", 5);
@@ -271,6 +287,16 @@ static kite_status invoke(const char *op, const call *c) {
   if (!strcmp(op, "quant")) return kite_quant(x, a[0], a[1], a[2]);
   if (!strcmp(op, "dequant")) return kite_dequant(x, a[0], a[1], a[2]);
   if (!strcmp(op, "linear_quant")) return kite_linear_quant(x, a[0], a[1], a[2], a[3], a[4], a[5]);
+  if (!strcmp(op, "argmax")) return kite_argmax(x, a[0], a[1]);
+  if (!strcmp(op, "sample")) {
+    kite_sampling_params p = kite_sampling_params_default();
+    p.temperature = a[1], p.top_k = a[2], p.top_p = a[3], p.min_p = a[4];
+    p.seeds = a[5], p.steps = a[6];
+    return kite_sample(x, a[0], &p, a[7]);
+  }
+  if (!strcmp(op, "apply_penalties"))
+    return kite_apply_penalties(x, a[0], a[1], a[2], a[3], a[4], a[5]);
+  if (!strcmp(op, "logprobs")) return kite_logprobs(x, a[0], a[1], c->top_n, a[2], a[3], a[4]);
   return KITE_ERR_INTERNAL;
 }
 
@@ -639,6 +665,42 @@ static const bad_case g_cases[] = {
     ALIAS("linear_quant", "y", "wq", INV),
     T("linear_quant", "xq,wq", SET_DTYPE, OK, KITE_DL_FLOAT8_E4M3FN, 8, 1),
     T("linear_quant", "y,bias", SET_DTYPE, OK, BF16),
+    /* Sampling: logits[B, V] float, V >= 1; tokens[B] int32; per-row parameters [B]. NaN logits
+     * and bad parameter values are found by the host kernels (bit patterns set as int32). */
+    T("argmax sample logprobs apply_penalties", "logits", SET_DTYPE, UNS, I32),
+    T("argmax sample logprobs apply_penalties", "logits", SET_DIM, INV, 1, 0),
+    T("argmax sample", "tokens", SET_DTYPE, INV, F32),
+    T("argmax sample", "tokens", SET_DIM, INV, 0, 4),
+    T("argmax sample", "tokens", SET_STRIDES, INV, 2),
+    ALIAS("argmax sample", "tokens", "logits", INV),
+    T("argmax sample", "logits", SET_INT, INV, 4, 0x7fc00000), /* NaN */
+    T("argmax sample", "logits", SET_STRIDES, OK, 8, 1),       /* row-strided */
+    T("argmax", "logits,tokens", SET_DIM, OK, 0, 0),           /* B = 0 */
+    T("sample", "temperature", SET_DTYPE, INV, F16), T("sample", "temperature", SET_DIM, INV, 0, 2),
+    T("sample", "temperature", SET_INT, INV, 1, (int32_t)0xbf800000), /* -1 */
+    T("sample", "temperature", SET_INT, INV, 1, 0x7f800000),          /* inf */
+    T("sample", "temperature", SET_INT, OK, 1, 0),                    /* 0: greedy */
+    T("sample", "top_p", SET_INT, INV, 0, 0x7fc00000),
+    T("sample", "min_p", SET_INT, INV, 2, 0x7fc00000),
+    T("sample", "top_k", SET_INT, OK, 0, -5), /* off */
+    T("sample", "top_k", SET_DTYPE, INV, kDLInt, 64, 1), T("sample", "seeds", SET_DTYPE, INV, I32),
+    T("sample", "steps", SET_STRIDES, INV, 2), T("sample", "top_p", SET_SHAPE, INV, 2, 3, 1),
+    T("apply_penalties", "prompt_ids", SET_DIM, INV, 0, 2),
+    T("apply_penalties", "output_ids", SET_DTYPE, INV, F32),
+    T("apply_penalties", "output_ids", SET_RANK, INV, 1),
+    T("apply_penalties", "output_ids", SET_INT, OK, 0, 99), /* outside [0, V): ignored */
+    T("apply_penalties", "prompt_ids", SET_INT, OK, 1, -1),
+    T("apply_penalties", "prompt_ids,output_ids", SET_DIM, OK, 1, 0), /* no ids */
+    T("apply_penalties", "repetition", SET_DIM, INV, 0, 4),
+    T("apply_penalties", "logits", SET_STRIDES, INV, 0, 1),
+    ALIAS("apply_penalties", "logits", "repetition", INV), P("logprobs", "n", 21, INV),
+    P("logprobs", "n", 7, INV), /* > V */
+    P("logprobs", "n", -1, INV), T("logprobs", "top_ids", SET_DIM, INV, 1, 3),
+    T("logprobs", "top_logprobs", SET_DTYPE, INV, F16),
+    T("logprobs", "token_logprobs", SET_DIM, INV, 0, 2),
+    ALIAS("logprobs", "top_logprobs", "logits", INV),
+    ALIAS("logprobs", "top_logprobs", "top_ids", INV),
+    T("logprobs", "tokens", SET_INT, OK, 0, 99), /* NaN logprob, not an error */
 };
 
 static bool has_word(const char *list, const char *word) {

@@ -1,29 +1,31 @@
-# The optimized CPU backend: one set of kernels (kernels*.h) compiled once per ISA, each file with
-# its own -m flags; which one runs is decided at run time from CPUID (cpu_features.c).
+# The optimized CPU backend: the templated kernels (kernels/*.inc) instantiated once per ISA by
+# cpu_isa_<isa>.c, the hand-written ones one file per family and ISA; which entry runs is decided
+# at run time from CPUID (cpu_features.c) and the table in cpu_backend.c.
 set(_cpu_dir ${CMAKE_CURRENT_LIST_DIR})
 list(APPEND KITE_BUILTIN_SOURCES
   ${_cpu_dir}/cpu_backend.c ${_cpu_dir}/cpu_features.c ${_cpu_dir}/cpu_threadpool.c
-  ${_cpu_dir}/cpu_scalar.c)
+  ${_cpu_dir}/cpu_isa_scalar.c ${_cpu_dir}/cpu_penalties.c ${_cpu_dir}/cpu_wq4.c)
+# Each file gets exactly the flags of the entries it serves (cpu_backend.c's table gives each
+# entry the same feature bits); cpu_gemm_avx512.c enables the extensions of its bf16, VNNI and
+# AMX micro-kernels per function.
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
-  list(APPEND KITE_BUILTIN_SOURCES
-    ${_cpu_dir}/cpu_avx2.c ${_cpu_dir}/cpu_avx512.c ${_cpu_dir}/cpu_avx512bf16.c)
-  set_source_files_properties(${_cpu_dir}/cpu_avx2.c PROPERTIES
-    COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
-  set_source_files_properties(${_cpu_dir}/cpu_avx512.c PROPERTIES
-    COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mfma;-mf16c")
-  set_source_files_properties(${_cpu_dir}/cpu_avx512bf16.c PROPERTIES
-    COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512bf16;-mfma;-mf16c")
+  set(_cpu_avx2 -mavx2 -mfma -mf16c)
+  set(_cpu_avx512 ${_cpu_avx2} -mavx512f -mavx512bw -mavx512vl -mavx512dq)
+  set(_cpu_avx2_files cpu_isa_avx2.c cpu_gemm_avx2.c cpu_gemv_avx2.c cpu_moe_avx2.c
+      cpu_quant_avx2.c cpu_topk_avx2.c)
+  foreach(f IN LISTS _cpu_avx2_files)
+    list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/${f})
+    set_source_files_properties(${_cpu_dir}/${f} PROPERTIES COMPILE_OPTIONS "${_cpu_avx2}")
+  endforeach()
+  list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/cpu_isa_avx512.c ${_cpu_dir}/cpu_gemm_avx512.c
+       ${_cpu_dir}/cpu_isa_avx512bf16.c)
+  set_source_files_properties(${_cpu_dir}/cpu_isa_avx512.c ${_cpu_dir}/cpu_gemm_avx512.c
+    PROPERTIES COMPILE_OPTIONS "${_cpu_avx512}")
+  set_source_files_properties(${_cpu_dir}/cpu_isa_avx512bf16.c PROPERTIES
+    COMPILE_OPTIONS "${_cpu_avx512};-mavx512bf16")
 endif()
 
-# ---- GEMM family: our kernels, plus library variants when the library is found -------------
-list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/cpu_gemm.c ${_cpu_dir}/cpu_wq4.c)
-if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
-  list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/cpu_gemm_avx2.c ${_cpu_dir}/cpu_gemm_avx512.c)
-  set_source_files_properties(${_cpu_dir}/cpu_gemm_avx2.c PROPERTIES
-    COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
-  set_source_files_properties(${_cpu_dir}/cpu_gemm_avx512.c PROPERTIES
-    COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512bf16;-mavx512vnni;-mamx-tile;-mamx-bf16;-mamx-int8;-mfma;-mf16c")
-endif()
+# ---- library variants of the GEMM family, when the library is found -------------------------
 # Libraries linked into libkite: appended here, linked by the top-level CMakeLists.
 set(_gemm_defs "")
 option(KITE_WITH_OPENBLAS "Build the cpu.openblas linear variant when OpenBLAS is found" ON)
@@ -71,23 +73,5 @@ if(KITE_WITH_ONEDNN)
   endif()
 endif()
 if(_gemm_defs)
-  set_property(SOURCE ${_cpu_dir}/cpu_gemm.c APPEND PROPERTY COMPILE_DEFINITIONS ${_gemm_defs})
-endif()
-
-# ---- attention: kernels_attention.h built once per ISA -------------------------------------
-list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/cpu_attention.c)
-if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
-  list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/cpu_attention_avx2.c)
-  set_source_files_properties(${_cpu_dir}/cpu_attention_avx2.c PROPERTIES
-    COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
-endif()
-
-# ---- sampling: kernels_sampling.h built once per ISA ----------------------------------------
-list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/cpu_sampling.c)
-if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
-  list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/cpu_sampling_avx2.c ${_cpu_dir}/cpu_sampling_avx512.c)
-  set_source_files_properties(${_cpu_dir}/cpu_sampling_avx2.c PROPERTIES
-    COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
-  set_source_files_properties(${_cpu_dir}/cpu_sampling_avx512.c PROPERTIES
-    COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mfma;-mf16c")
+  set_property(SOURCE ${_cpu_dir}/cpu_backend.c APPEND PROPERTY COMPILE_DEFINITIONS ${_gemm_defs})
 endif()

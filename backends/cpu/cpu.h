@@ -1,15 +1,18 @@
 /*
  * The optimized CPU backend, private declarations shared by its files.
  *
- * Layout: the kernels are written once (kernels*.h) over a small vector layer (vec_<isa>.h) and
- * compiled once per ISA (cpu_scalar.c, cpu_avx2.c, cpu_avx512.c, cpu_avx512bf16.c, each with its
- * own -m flags). cpu_backend.c registers every (op, ISA) pair as a kernel entry; the registry
- * keeps those whose feature bits cpu_features.c found, and the highest priority runs.
+ * Layout: the templated kernels are written once (kernels/<family>.inc) over a small vector layer
+ * (vec_<isa>.h) and instantiated once per ISA by cpu_isa_<isa>.c, each compiled with its own -m
+ * flags; the hand-written ones are one file per family and ISA (cpu_<family>_<isa>.c). Every run
+ * function is named cpu_<op>_<isa> (cpu_kernels.h), and cpu_backend.c lists every entry in one
+ * table; the registry keeps those whose feature bits cpu_features.c found, and the highest
+ * priority runs.
  */
 #ifndef KITE_CPU_H
 #define KITE_CPU_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kite/backend.h"
@@ -42,6 +45,11 @@ enum {
  * no cap. */
 uint64_t cpu_features_detect(void);
 
+/* The names of the features in `bits` ("avx2,fma,f16c"), into out[n]; "" for none. n =
+ * CPU_FEATURE_NAMES_MAX holds every name. */
+#define CPU_FEATURE_NAMES_MAX 128
+void cpu_features_render(uint64_t bits, char *out, size_t n);
+
 /* ---- threads (cpu_threadpool.c) ------------------------------------------------------------ *
  * A call runs fn over [0, items) on `parts` threads: the caller and parts - 1 pool workers claim
  * pieces of the range (a few per thread) until none is left. `slot` (< parts) is the thread
@@ -72,18 +80,6 @@ static inline void cpu_grid_item(const cpu_grid *g, int64_t item, int64_t *row, 
   *c0 = item % g->blocks * g->block_cols;
   *c1 = *c0 + g->block_cols < g->cols ? *c0 + g->block_cols : g->cols;
 }
-
-/* ---- per-ISA kernel sets (cpu_<isa>.c) ----------------------------------------------------- */
-typedef struct cpu_isa_kernels {
-  kite_run_fn act, gated, norm, rope, softmax, embedding;
-} cpu_isa_kernels;
-
-extern const cpu_isa_kernels cpu_kernels_scalar;
-#if defined(__x86_64__)
-extern const cpu_isa_kernels cpu_kernels_avx2;
-extern const cpu_isa_kernels cpu_kernels_avx512;
-extern const cpu_isa_kernels cpu_kernels_avx512bf16;
-#endif
 
 /* A call that moves at least this many bytes writes its output with streaming (non-temporal)
  * stores: its own traffic would push the output out of cache anyway, and skipping the

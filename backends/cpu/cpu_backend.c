@@ -1,121 +1,240 @@
 /*
- * The optimized CPU backend "cpu": registers every op once per ISA build of the kernels
- * (cpu.scalar, cpu.avx2, cpu.avx512, cpu.avx512bf16). Each entry names the feature bits it needs;
- * the registry keeps those present here (cpu_features_detect, capped by KITE_CPU_ISA) and runs the
- * highest priority. Host memory is served by the ref backend, so no memory operations here.
+ * The optimized CPU backend "cpu" and its one table of kernel entries.
+ *
+ * cpu_kernels[] below lists every entry of the backend, a row per entry, grouped by op and
+ * ordered best first within an op, the portable (scalar) row last; the registry keeps the rows
+ * whose feature bits are present here (cpu_features_detect, capped by KITE_CPU_ISA) and runs the
+ * highest priority one that supports() the call. A templated family (kernels/<family>.inc) gets
+ * one row macro that expands to its ISA builds. features_str is rendered from the bits at init.
+ * Host memory is the core's, which serves the host to every backend.
  */
 #include "cpu.h"
 #include "cpu_gemm.h"
+#include "cpu_kernels.h"
 
-/* The attention kernels of every ISA build (cpu_attention.c). */
-#define CPU_ATTN_MAX 16
-extern const kite_kernel cpu_attn_kernels[];
-extern const size_t cpu_attn_num_kernels;
-/* The sampling kernels of every ISA build (cpu_sampling.c). */
-#define CPU_SAMPLING_MAX 16
-extern const kite_kernel cpu_sampling_kernels[];
-extern const size_t cpu_sampling_num_kernels;
+/* ---- supports() predicates ------------------------------------------------------------------ */
 
-typedef struct cpu_isa {
-  const char *variant;
-  int priority;
-  uint64_t features;
-  const char *features_str;
-  const char *description;
-  const cpu_isa_kernels *kernels;
-  bool bf16_only;
-} cpu_isa;
-
-static const cpu_isa cpu_isas[] = {
-    {"scalar", 10, 0, "", "portable C, f32 math, multithreaded", &cpu_kernels_scalar, false},
-#if defined(__x86_64__)
-    {"avx2", 20, CPU_ISA_AVX2, "avx2,fma,f16c", "AVX2/FMA/F16C, 8 lanes, multithreaded",
-     &cpu_kernels_avx2, false},
-    {"avx512", 30, CPU_ISA_AVX512, "avx512f,avx512bw,avx512vl,avx512dq,fma,f16c",
-     "AVX-512, 16 lanes, multithreaded", &cpu_kernels_avx512, false},
-    {"avx512bf16", 40, CPU_ISA_AVX512BF16,
-     "avx512f,avx512bw,avx512vl,avx512dq,avx512_bf16,fma,f16c",
-     "AVX-512 with hardware bf16 conversion (bf16 only), multithreaded", &cpu_kernels_avx512bf16,
-     true},
-#endif
-};
-#define CPU_NUM_ISAS (sizeof cpu_isas / sizeof cpu_isas[0])
-
-static const kite_op cpu_ops[] = {
-    KITE_OP_SILU,     KITE_OP_GELU,         KITE_OP_GELU_TANH,    KITE_OP_GELU_QUICK,
-    KITE_OP_RELU,     KITE_OP_SILU_AND_MUL, KITE_OP_GELU_AND_MUL, KITE_OP_GELU_TANH_AND_MUL,
-    KITE_OP_RMS_NORM, KITE_OP_LAYER_NORM,   KITE_OP_ADD_RMS_NORM, KITE_OP_ADD_LAYER_NORM,
-    KITE_OP_ROPE,     KITE_OP_SOFTMAX,      KITE_OP_EMBEDDING,
-};
-#define CPU_NUM_OPS (sizeof cpu_ops / sizeof cpu_ops[0])
-
-static kite_kernel cpu_kernels[CPU_NUM_ISAS * CPU_NUM_OPS + CPU_GEMM_MAX + CPU_ATTN_MAX +
-                               CPU_SAMPLING_MAX];
-static uint64_t cpu_present;
-
-static kite_run_fn run_for(const cpu_isa_kernels *k, kite_op op) {
-  switch (op) {
-  case KITE_OP_SILU_AND_MUL:
-  case KITE_OP_GELU_AND_MUL:
-  case KITE_OP_GELU_TANH_AND_MUL:
-    return k->gated;
-  case KITE_OP_RMS_NORM:
-  case KITE_OP_LAYER_NORM:
-  case KITE_OP_ADD_RMS_NORM:
-  case KITE_OP_ADD_LAYER_NORM:
-    return k->norm;
-  case KITE_OP_ROPE:
-    return k->rope;
-  case KITE_OP_SOFTMAX:
-    return k->softmax;
-  case KITE_OP_EMBEDDING:
-    return k->embedding;
-  default:
-    return k->act;
-  }
-}
-
-/* The element type of a call; each args struct is read as its own type. */
-static kite_dtype args_dtype(kite_op op, const void *args) {
-  switch (op) {
-  case KITE_OP_SILU_AND_MUL:
-  case KITE_OP_GELU_AND_MUL:
-  case KITE_OP_GELU_TANH_AND_MUL:
-    return ((const kite_gated_args *)args)->dtype;
-  case KITE_OP_RMS_NORM:
-  case KITE_OP_LAYER_NORM:
-  case KITE_OP_ADD_RMS_NORM:
-  case KITE_OP_ADD_LAYER_NORM:
-    return ((const kite_norm_args *)args)->dtype;
-  case KITE_OP_ROPE:
-    return ((const kite_rope_args *)args)->dtype;
-  case KITE_OP_SOFTMAX:
-    return ((const kite_softmax_args *)args)->dtype;
-  case KITE_OP_EMBEDDING:
-    return ((const kite_embedding_args *)args)->dtype;
-  default:
-    return ((const kite_act_args *)args)->dtype;
-  }
+/* Every args struct starts with op, dtype. */
+static kite_dtype args_dtype(const void *args) {
+  return ((const kite_act_args *)args)->dtype;
 }
 
 /* Computing ops take f32/f16/bf16; embedding copies bytes, so any sized type. */
-static bool cpu_supports(const kite_kernel *k, const void *args, const char **why) {
-  const kite_dtype t = args_dtype(k->op, args);
+static bool supports_float(const kite_kernel *k, const void *args, const char **why) {
+  const kite_dtype t = args_dtype(args);
   if (k->op == KITE_OP_EMBEDDING ? (unsigned)t >= KITE_DTYPE_COUNT || kite_dtype_size(t) == 0
                                  : !cpu_is_float(t)) {
-    *why = "dtype not supported";
+    *why = "dtype not supported (f32, f16, bf16)";
     return false;
   }
   return true;
 }
 
-static bool cpu_supports_bf16(const kite_kernel *k, const void *args, const char **why) {
-  if (args_dtype(k->op, args) != KITE_DTYPE_BF16) {
-    *why = "bf16 only (f32 and f16 run on cpu.avx512)";
+static bool supports_bf16(const kite_kernel *k, const void *args, const char **why) {
+  if (args_dtype(args) != KITE_DTYPE_BF16) {
+    *why = "bf16 only";
     return false;
   }
   return true;
 }
+
+static bool supports_quant(const kite_kernel *k, const void *args, const char **why) {
+  const kite_quant_args *a = args;
+  if (!cpu_is_float(a->dtype) || (a->qdtype != KITE_DTYPE_I8 && a->qdtype != KITE_DTYPE_FP8_E4M3)) {
+    *why = "dtype not supported (f32/f16/bf16 with i8/fp8_e4m3)";
+    return false;
+  }
+  return true;
+}
+
+static bool supports_linear_quant(const kite_kernel *k, const void *args, const char **why) {
+  const kite_linear_quant_args *a = args;
+  if (!cpu_is_float(a->dtype) || (a->qdtype != KITE_DTYPE_I8 && a->qdtype != KITE_DTYPE_FP8_E4M3)) {
+    *why = "dtype not supported (i8/fp8_e4m3 into f32/f16/bf16)";
+    return false;
+  }
+  return true;
+}
+
+#if defined(__x86_64__)
+static bool supports_i8(const kite_kernel *k, const void *args, const char **why) {
+  const kite_linear_quant_args *a = args;
+  if (a->qdtype != KITE_DTYPE_I8 || !cpu_is_float(a->dtype)) {
+    *why = "int8 into f32/f16/bf16 only";
+    return false;
+  }
+  return true;
+}
+
+/* The OS hands the AMX tile state to a process that asks (cpu_amx_ready); where it refuses, the
+ * AMX entries decline. */
+static bool amx_granted(const char **why) {
+  if (cpu_amx_ready()) return true;
+  *why = "the OS did not grant the AMX tile state (arch_prctl)";
+  return false;
+}
+
+static bool supports_amx_bf16(const kite_kernel *k, const void *args, const char **why) {
+  return supports_bf16(k, args, why) && amx_granted(why);
+}
+
+static bool supports_amx_i8(const kite_kernel *k, const void *args, const char **why) {
+  return supports_i8(k, args, why) && amx_granted(why);
+}
+#endif
+
+/* ---- the table ------------------------------------------------------------------------------ */
+
+#define ROW(op_id, var, prio, feat, sup, fn, desc)                                                 \
+  {                                                                                                \
+    .op = (op_id), .variant = (var), .priority = (prio), .features = (feat), .supports = (sup),    \
+    .run = (fn), .description = (desc)                                                             \
+  }
+
+/* Rows that exist only on x86-64 (the ISA builds past scalar). */
+#if defined(__x86_64__)
+#define X86(...) __VA_ARGS__,
+#else
+#define X86(...)
+#endif
+
+/* A templated row family (cpu_<fn>_<isa>, kernels/<fn>.inc): every ISA build of it, best first.
+ * avx512bf16 differs from avx512 only in rounding to bf16, so it takes bf16 calls alone. */
+#define ROW_FAMILY(op_id, fn)                                                                      \
+  X86(ROW(op_id, "avx512bf16", 40, CPU_ISA_AVX512BF16, supports_bf16, cpu_##fn##_avx512bf16,       \
+          "AVX-512 with hardware bf16 conversion (bf16 only), multithreaded"),                     \
+      ROW(op_id, "avx512", 30, CPU_ISA_AVX512, supports_float, cpu_##fn##_avx512,                  \
+          "AVX-512, 16 lanes, multithreaded"),                                                     \
+      ROW(op_id, "avx2", 20, CPU_ISA_AVX2, supports_float, cpu_##fn##_avx2,                        \
+          "AVX2/FMA/F16C, 8 lanes, multithreaded"))                                                \
+  ROW(op_id, "scalar", 10, 0, supports_float, cpu_##fn##_scalar,                                   \
+      "portable C, f32 math, multithreaded")
+
+/* The attention template (kernels/attention.inc): its AVX2 and portable builds. */
+#define ATTN_FAMILY(op_id, fn, what)                                                               \
+  X86(ROW(op_id, "avx2", 20, CPU_ISA_AVX2, supports_float, cpu_##fn##_avx2, what ", AVX2 FMA"))    \
+  ROW(op_id, "scalar", 10, 0, supports_float, cpu_##fn##_scalar, what ", portable C")
+
+/* The sampling template (kernels/sampling.inc): its AVX-512, AVX2 and portable builds. */
+#define SAMPLING_FAMILY(op_id, fn, what)                                                           \
+  X86(ROW(op_id, "avx512", 30, CPU_ISA_AVX512, supports_float, cpu_##fn##_avx512,                 \
+          what ", AVX-512"),                                                                       \
+      ROW(op_id, "avx2", 20, CPU_ISA_AVX2, supports_float, cpu_##fn##_avx2, what ", AVX2"))     \
+  ROW(op_id, "scalar", 10, 0, supports_float, cpu_##fn##_scalar, what ", portable C")
+
+static kite_kernel cpu_kernels[] = {
+    /* activations, gated activations, norms, rope, softmax, embedding */
+    ROW_FAMILY(KITE_OP_SILU, act),
+    ROW_FAMILY(KITE_OP_GELU, act),
+    ROW_FAMILY(KITE_OP_GELU_TANH, act),
+    ROW_FAMILY(KITE_OP_GELU_QUICK, act),
+    ROW_FAMILY(KITE_OP_RELU, act),
+    ROW_FAMILY(KITE_OP_SILU_AND_MUL, gated),
+    ROW_FAMILY(KITE_OP_GELU_AND_MUL, gated),
+    ROW_FAMILY(KITE_OP_GELU_TANH_AND_MUL, gated),
+    ROW_FAMILY(KITE_OP_RMS_NORM, norm),
+    ROW_FAMILY(KITE_OP_LAYER_NORM, norm),
+    ROW_FAMILY(KITE_OP_ADD_RMS_NORM, norm),
+    ROW_FAMILY(KITE_OP_ADD_LAYER_NORM, norm),
+    ROW_FAMILY(KITE_OP_ROPE, rope),
+    ROW_FAMILY(KITE_OP_SOFTMAX, softmax),
+    ROW_FAMILY(KITE_OP_EMBEDDING, embedding),
+
+    /* attention */
+    ATTN_FAMILY(KITE_OP_STORE_KV, store_kv,
+                "row copy into the paged caches, kv heads over threads"),
+    ATTN_FAMILY(KITE_OP_PAGED_DECODE, paged,
+                "online softmax, GQA heads share each K/V row, keys split over threads when "
+                "sequences are few"),
+    ATTN_FAMILY(KITE_OP_PAGED_PREFILL, paged,
+                "online softmax over (query tile, kv head) items, unseen keys skipped"),
+    ATTN_FAMILY(KITE_OP_SDPA, sdpa,
+                "online softmax over (query tile, kv head) items, masks per tile"),
+
+    /* sampling: sample serves argmax too */
+    SAMPLING_FAMILY(KITE_OP_ARGMAX, sample, "one pass per row, rows or column ranges over threads"),
+    SAMPLING_FAMILY(KITE_OP_SAMPLE, sample,
+                    "top-k candidates gathered behind a rising k-th-largest bar, top-p by mass "
+                    "buckets, pruned exponential race over Philox draws"),
+    SAMPLING_FAMILY(KITE_OP_LOGPROBS, logprobs,
+                    "max and top-n pass, log-sum-exp pass, rows over threads"),
+    ROW(KITE_OP_APPLY_PENALTIES, "scalar", 10, 0, supports_float, cpu_apply_penalties_scalar,
+        "per row: the seen ids sorted, one float64 update per distinct id"),
+
+/* GEMM family: hand-written kernels and library variants. */
+#if defined(KITE_HAVE_ONEDNN)
+    /* oneDNN bf16 and int8 rank above ours where oneDNN has them natively (AVX-512-BF16 or AMX;
+     * VNNI, for exact int32 sums), which its supports() checks; bf16 decode rows stay with the
+     * GEMV. */
+    ROW(KITE_OP_LINEAR, "onednn_bf16", 24, CPU_ISA_AVX512BF16, cpu_onednn_supports_linear_bf16,
+        cpu_linear_onednn, "oneDNN matmul, bf16 on AVX-512-BF16 / AMX (M > 8), strided views"),
+#endif
+#if defined(__x86_64__)
+    /* amx bf16 ranks just below cpu.onednn_bf16, which is faster at M = 9-16 (ours pads x to 32
+     * rows) and declines M <= 8, where this entry takes over (with the GEMV). */
+    ROW(KITE_OP_LINEAR, "amx", 23, CPU_ISA_AMX, supports_amx_bf16, cpu_linear_amx,
+        "bf16: 32x32 blocks of four TDPBF16PS tiles; M <= 8: the GEMV"),
+    ROW(KITE_OP_LINEAR, "avx512", 22, CPU_ISA_AVX512, supports_float, cpu_linear_avx512,
+        "packed 12x32 AVX-512 FMA GEMM (bf16/f16 widened while packing); M <= 16: the GEMV"),
+    ROW(KITE_OP_LINEAR, "avx2", 20, CPU_ISA_AVX2, supports_float, cpu_linear_avx2,
+        "packed 6x16 FMA GEMM (bf16/f16 widened while packing); GEMV streaming w for M <= 16"),
+    /* avx512bf16 ranks below cpu.avx2 and cpu.avx512: on a Sapphire Rapids Xeon VDPBF16PS issues
+     * at a quarter of the f32 FMA's rate, so with twice the products per instruction it does half
+     * the work per cycle. A pin still reaches it; CPUs with a faster VDPBF16PS may rank it
+     * higher. */
+    ROW(KITE_OP_LINEAR, "avx512bf16", 18, CPU_ISA_AVX512BF16, supports_bf16, cpu_linear_avx512bf16,
+        "bf16 pairs packed, 12x32 VDPBF16PS GEMM (bf16 only); M <= 16: the GEMV"),
+#endif
+#if defined(KITE_HAVE_OPENBLAS)
+    /* OpenBLAS ranks below cpu.avx2: close to ours on large squares, several times slower than
+     * our GEMV for few rows (decode), and declining those shapes would break a pin to it. */
+    ROW(KITE_OP_LINEAR, "openblas", 15, 0, cpu_openblas_supports_linear, cpu_linear_openblas,
+        "OpenBLAS cblas_sgemm (f32), threads set to the ctx's per call"),
+#endif
+#if defined(KITE_HAVE_ONEDNN)
+    /* oneDNN f32 ranks below ours and OpenBLAS. */
+    ROW(KITE_OP_LINEAR, "onednn", 14, 0, cpu_onednn_supports_linear, cpu_linear_onednn,
+        "oneDNN matmul, f32 (jit sgemm), strided views, no copies"),
+#endif
+#if defined(__x86_64__)
+    ROW(KITE_OP_GROUP_GEMM, "avx2", 20, CPU_ISA_AVX2, supports_float, cpu_group_gemm_avx2,
+        "the linear kernels once per group"),
+    ROW(KITE_OP_FUSED_MOE, "avx2", 20, CPU_ISA_AVX2, supports_float, cpu_fused_moe_avx2,
+        "tokens bucketed by expert, two packed GEMMs per expert over gathered rows"),
+    ROW(KITE_OP_TOPK_GATING, "avx2", 20, CPU_ISA_AVX2, supports_float, cpu_topk_gating_avx2,
+        "insertion top-k on the logits, f32 softmax weights, rows over threads"),
+    ROW(KITE_OP_QUANT, "avx2", 20, CPU_ISA_AVX2, supports_quant, cpu_quant_avx2,
+        "per-token amax, divide, round/saturate 8 lanes at a time"),
+    ROW(KITE_OP_DEQUANT, "avx2", 20, CPU_ISA_AVX2, supports_quant, cpu_quant_avx2,
+        "codes widened 8 lanes at a time times the row scale"),
+    /* int8 on AMX ranks above oneDNN's. */
+    ROW(KITE_OP_LINEAR_QUANT, "amx", 26, CPU_ISA_AMX, supports_amx_i8, cpu_linear_quant_amx,
+        "int8: 32x32 blocks of four TDPBSSD tiles, int32 exact (int8 only)"),
+#endif
+#if defined(KITE_HAVE_ONEDNN)
+    ROW(KITE_OP_LINEAR_QUANT, "onednn", 25, CPU_ISA_AVX512VNNI, cpu_onednn_supports_linear_quant,
+        cpu_linear_quant_onednn, "oneDNN s8 x s8 -> s32 matmul (VNNI/AMX), then scales and bias"),
+#endif
+#if defined(__x86_64__)
+    ROW(KITE_OP_LINEAR_QUANT, "avx512vnni", 22, CPU_ISA_AVX512VNNI, supports_i8,
+        cpu_linear_quant_avx512vnni,
+        "int8: x + 128 and w in 4-byte groups, 12x32 VPDPBUSD, int32 exact (int8 only)"),
+    ROW(KITE_OP_LINEAR_QUANT, "avx2", 20, CPU_ISA_AVX2, supports_linear_quant,
+        cpu_linear_quant_avx2,
+        "int8: 6x16 VPMADDWD on int16 pairs, int32 exact; e4m3: f32 panels + FMA"),
+#endif
+    ROW(KITE_OP_LINEAR_WQ4, "scalar", 10, 0, supports_float, cpu_linear_wq4_scalar,
+        "4-bit blocks widened in plain C, 4 rows of x per decoded block"),
+#if defined(__x86_64__)
+    ROW(KITE_OP_LINEAR_WQ4, "avx2", 20, CPU_ISA_AVX2, supports_float, cpu_linear_wq4_avx2,
+        "4-bit blocks widened to 4 x 8 floats, FMA, 4 rows of x per block"),
+#endif
+};
+#define CPU_NUM_KERNELS (sizeof cpu_kernels / sizeof cpu_kernels[0])
+
+/* features_str of each row, rendered from its bits. */
+static char cpu_feature_names[CPU_NUM_KERNELS][CPU_FEATURE_NAMES_MAX];
+static uint64_t cpu_present;
 
 static int cpu_device_count(const kite_backend *b) {
   return 1;
@@ -132,32 +251,15 @@ static kite_backend cpu_backend = {
     .device_count = cpu_device_count,
     .features_present = cpu_features_present,
     .kernels = cpu_kernels,
+    .num_kernels = CPU_NUM_KERNELS,
 };
 
 kite_status kite_backend_init_cpu(void);
 kite_status kite_backend_init_cpu(void) {
   cpu_present = cpu_features_detect();
-  size_t n = 0;
-  for (size_t i = 0; i < CPU_NUM_ISAS; i++) {
-    const cpu_isa *isa = &cpu_isas[i];
-    for (size_t o = 0; o < CPU_NUM_OPS; o++) {
-      cpu_kernels[n++] = (kite_kernel){
-          .op = cpu_ops[o],
-          .variant = isa->variant,
-          .priority = isa->priority,
-          .features = isa->features,
-          .features_str = isa->features_str,
-          .supports = isa->bf16_only ? cpu_supports_bf16 : cpu_supports,
-          .run = run_for(isa->kernels, cpu_ops[o]),
-          .description = isa->description,
-      };
-    }
+  for (size_t i = 0; i < CPU_NUM_KERNELS; i++) {
+    cpu_features_render(cpu_kernels[i].features, cpu_feature_names[i], CPU_FEATURE_NAMES_MAX);
+    cpu_kernels[i].features_str = cpu_feature_names[i];
   }
-  for (size_t i = 0; i < cpu_gemm_num_kernels; i++) cpu_kernels[n++] = cpu_gemm_kernels[i];
-  for (size_t i = 0; i < cpu_attn_num_kernels && i < CPU_ATTN_MAX; i++)
-    cpu_kernels[n++] = cpu_attn_kernels[i];
-  for (size_t i = 0; i < cpu_sampling_num_kernels && i < CPU_SAMPLING_MAX; i++)
-    cpu_kernels[n++] = cpu_sampling_kernels[i];
-  cpu_backend.num_kernels = n;
   return kite_backend_register(&cpu_backend);
 }

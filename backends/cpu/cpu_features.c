@@ -3,6 +3,7 @@
  * saves the registers they need (XCR0 through XGETBV), capped by KITE_CPU_ISA so that users and
  * tests can force a lower ISA on a machine that has a higher one.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,6 +47,33 @@ static uint64_t detect_x86(void) {
   return f;
 }
 #endif
+
+static const struct {
+  uint64_t bit;
+  const char *name;
+} cpu_feature_names[] = {
+    {CPU_F_AVX2, "avx2"},
+    {CPU_F_FMA, "fma"},
+    {CPU_F_F16C, "f16c"},
+    {CPU_F_AVX512F, "avx512f"},
+    {CPU_F_AVX512BW, "avx512bw"},
+    {CPU_F_AVX512VL, "avx512vl"},
+    {CPU_F_AVX512DQ, "avx512dq"},
+    {CPU_F_AVX512_VNNI, "avx512_vnni"},
+    {CPU_F_AVX512_BF16, "avx512_bf16"},
+    {CPU_F_AMX, "amx_tile,amx_bf16,amx_int8"},
+};
+
+void cpu_features_render(uint64_t bits, char *out, size_t n) {
+  size_t len = 0;
+  out[0] = '\0';
+  for (size_t i = 0; i < sizeof cpu_feature_names / sizeof cpu_feature_names[0]; i++) {
+    if (!(bits & cpu_feature_names[i].bit)) continue;
+    const int w = snprintf(out + len, n - len, "%s%s", len ? "," : "", cpu_feature_names[i].name);
+    if (w < 0 || (size_t)w >= n - len) return; /* cut short: n below CPU_FEATURE_NAMES_MAX */
+    len += (size_t)w;
+  }
+}
 
 /* The mask KITE_CPU_ISA allows; every bit for no or an unknown value. */
 static uint64_t isa_cap(void) {

@@ -1,27 +1,16 @@
 /*
- * GEMM, grouped GEMM, MoE and quantization kernels of the cpu backend, private to backends/cpu.
+ * What the GEMM-family kernels of the cpu backend share (threads plan, the K = 0 product).
  *
- * cpu_gemm_avx2.c holds our own kernels (packing + register-blocked micro-kernels, a GEMV path for
- * few rows, the MoE and quantization loops); cpu_gemm_avx512.c linear (f32 FMA, bf16 VDPBF16PS)
- * and int8 linear_quant (VPDPBUSD) on one AVX-512 packed driver; cpu_gemm_onednn.c the oneDNN
- * variant (KITE_HAVE_ONEDNN);
- * cpu_gemm_blas.c the OpenBLAS variant, built only when the library is found (KITE_HAVE_OPENBLAS).
- * cpu_backend.c appends cpu_gemm_kernels to its table.
+ * cpu_gemm_avx2.c: packing + register-blocked micro-kernels (linear, group_gemm, linear_quant),
+ * cpu_gemv_avx2.c the GEMV for few rows, cpu_moe_avx2.c, cpu_topk_avx2.c, cpu_quant_avx2.c;
+ * cpu_gemm_avx512.c linear (f32 FMA, bf16 VDPBF16PS, AMX) and int8 linear_quant (VPDPBUSD, AMX)
+ * on one AVX-512 packed driver; cpu_gemm_onednn.c and cpu_gemm_blas.c the library variants.
  */
 #ifndef KITE_CPU_GEMM_H
 #define KITE_CPU_GEMM_H
 
 #include "cpu.h"
 #include "kite/dtype.h"
-
-/* Entries for the cpu backend's table; cpu_gemm_num_kernels of them (at most CPU_GEMM_MAX). */
-#define CPU_GEMM_MAX 32
-extern const kite_kernel cpu_gemm_kernels[];
-extern const size_t cpu_gemm_num_kernels;
-
-/* linear_wq4 (cpu_wq4.c): 4-bit block weights, x widened to f32 once. */
-kite_status cpu_linear_wq4_scalar(const kite_kernel *k, kite_ctx *ctx, const void *args);
-kite_status cpu_linear_wq4_avx2(const kite_kernel *k, kite_ctx *ctx, const void *args);
 
 /* linear with at most this many rows streams the weights (GEMV) instead of packing them. */
 #define CPU_GEMV_MAX_M 16
@@ -60,31 +49,5 @@ static inline void cpu_linear_bias_only(kite_dtype t, int64_t m, int64_t n, cons
     for (int64_t j = 0; j < n; j++)
       kite_store_f32(t, y, r * ldy + j, bias ? kite_load_f32(t, bias, j) : 0.0f);
 }
-
-#if defined(__x86_64__)
-kite_status cpu_linear_avx2(const kite_kernel *k, kite_ctx *ctx, const void *args);
-kite_status cpu_group_gemm_avx2(const kite_kernel *k, kite_ctx *ctx, const void *args);
-kite_status cpu_fused_moe_avx2(const kite_kernel *k, kite_ctx *ctx, const void *args);
-kite_status cpu_topk_gating_avx2(const kite_kernel *k, kite_ctx *ctx, const void *args);
-kite_status cpu_quant_avx2(const kite_kernel *k, kite_ctx *ctx, const void *args);
-kite_status cpu_linear_quant_avx2(const kite_kernel *k, kite_ctx *ctx, const void *args);
-kite_status cpu_linear_avx512(const kite_kernel *k, kite_ctx *ctx, const void *args);
-kite_status cpu_linear_avx512bf16(const kite_kernel *k, kite_ctx *ctx, const void *args);
-kite_status cpu_linear_quant_avx512vnni(const kite_kernel *k, kite_ctx *ctx, const void *args);
-kite_status cpu_linear_amx(const kite_kernel *k, kite_ctx *ctx, const void *args);
-kite_status cpu_linear_quant_amx(const kite_kernel *k, kite_ctx *ctx, const void *args);
-/* Whether this process may use the AMX tiles (asks Linux once); false where it may not. */
-bool cpu_amx_ready(void);
-#endif
-#if defined(KITE_HAVE_ONEDNN)
-kite_status cpu_linear_onednn(const kite_kernel *k, kite_ctx *ctx, const void *args);
-kite_status cpu_linear_quant_onednn(const kite_kernel *k, kite_ctx *ctx, const void *args);
-bool cpu_onednn_supports_linear(const kite_kernel *k, const void *args, const char **why);
-bool cpu_onednn_supports_linear_bf16(const kite_kernel *k, const void *args, const char **why);
-bool cpu_onednn_supports_linear_quant(const kite_kernel *k, const void *args, const char **why);
-#endif
-#if defined(KITE_HAVE_OPENBLAS)
-kite_status cpu_linear_openblas(const kite_kernel *k, kite_ctx *ctx, const void *args);
-#endif
 
 #endif /* KITE_CPU_GEMM_H */

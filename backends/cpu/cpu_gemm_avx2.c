@@ -15,17 +15,9 @@
  * Threads split N (or M when N is narrow) into contiguous ranges; each packs its own panels.
  * Partial sums live in y when y is f32, else in an f32/int32 workspace that the epilogue rounds
  * once into y (with bias and scales) while the block is still in cache.
- *
- * fused_moe groups the (token, expert) pairs by expert and runs each expert's two GEMMs over its
- * gathered rows (the packing reads rows through an index list), not one GEMV per token.
+ * The GEMV is in cpu_gemv_avx2.c; fused_moe, quant and topk_gating in their own files.
  */
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "vec_avx2.h"
-#include "cpu_gemm.h"
-#include "kite/dtype.h"
+#include "cpu_gemm_avx2.h"
 
 #define MR 6
 #define NR 16
@@ -33,83 +25,6 @@
 #define KC2 256 /* int8: int16 pairs per block (512 values) */
 #define MC 144  /* x rows per packed block (multiple of MR): 144 KB in L2 */
 #define NC 1024 /* w rows per packed block (multiple of NR) */
-#define GEMV_MAX_M CPU_GEMV_MAX_M
-#define GEMV_NB 6   /* weight rows per GEMV block */
-#define GEMV_MB 4   /* most x rows per GEMV tile */
-#define GEMV_PAD 16 /* floats added to xf's row stride: rows off 4 KB multiples (L1 sets) */
-#define ALIGN 64
-
-#define INLINE static inline __attribute__((always_inline))
-#define MIN(a, b) ((a) < (b) ? (a) : (b))
-
-/* ---- element access ------------------------------------------------------------------------ */
-static inline int64_t esize(kite_dtype t) {
-  switch (t) {
-  case KITE_DTYPE_F32:
-  case KITE_DTYPE_I32:
-    return 4;
-  case KITE_DTYPE_F16:
-  case KITE_DTYPE_BF16:
-    return 2;
-  default:
-    return 1;
-  }
-}
-
-/* A row-major source operand: row i is at p + idx[i] * ld elements (idx NULL: row i). */
-typedef struct src {
-  const void *p;
-  int64_t ld;
-  kite_dtype t;
-  const int32_t *idx;
-} src;
-
-static inline const char *src_row(const src *s, int64_t i) {
-  const int64_t r = s->idx ? s->idx[i] : i;
-  return (const char *)s->p + r * s->ld * esize(s->t);
-}
-
-/* e4m3 codes to f32: the 7 magnitude bits shifted into an f32 exponent/mantissa read as a float
- * 2^120 too small (subnormals included, exactly), then NaN and the sign put back. */
-INLINE vf fp8x8(const void *p) {
-  const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
-  const __m256i mag = _mm256_and_si256(v, _mm256_set1_epi32(0x7f));
-  vf f = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(mag, 20)), _mm256_set1_ps(0x1p120f));
-  const vf nan = _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7f)));
-  f = _mm256_blendv_ps(f, _mm256_set1_ps(NAN), nan);
-  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x80)), 24);
-  return _mm256_or_ps(f, _mm256_castsi256_ps(sign));
-}
-
-/* 8 elements of any input type as f32. */
-INLINE vf load8(kite_dtype t, const void *p) {
-  switch (t) {
-  case KITE_DTYPE_I8:
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
-  case KITE_DTYPE_FP8_E4M3:
-    return fp8x8(p);
-  default:
-    return avx2_load8(t, p);
-  }
-}
-
-static inline float load1(kite_dtype t, const void *p, int64_t i) {
-  switch (t) {
-  case KITE_DTYPE_I8:
-    return (float)((const int8_t *)p)[i];
-  case KITE_DTYPE_FP8_E4M3:
-    return kite_fp8_e4m3_to_f32(((const uint8_t *)p)[i]);
-  default:
-    return kite_load_f32(t, p, i);
-  }
-}
-
-/* The first n < 8 elements (the rest 0). */
-INLINE vf load_part(kite_dtype t, const void *p, int64_t n) {
-  char buf[32] = {0};
-  memcpy(buf, p, (size_t)(n * esize(t)));
-  return load8(t, buf);
-}
 
 /* In-register 8x8 transpose: r[i] becomes column i. */
 INLINE void transpose8(vf r[8]) {
@@ -470,167 +385,32 @@ static void gemm_run(gemm *g, int parts, char *scratch) {
   cpu_parallel_run(p.parts, p.items, gemm_task, g);
 }
 
-/* ---- GEMV: few rows against streamed weights -------------------------------------------------
- * xf holds the x rows as f32 (row stride ldx); w rows are read once, GEMV_NB at a time, and each
- * such block meets every x row while it sits in L1/L2.
- * psum[i * GEMV_NB + j]: x row i . w row j, 8 lanes, reduced across lanes once at the end. */
-typedef struct gemv {
-  int64_t m, n, k;
-  const float *xf;
-  int64_t ldx;
-  src w;
-  kite_dtype yt; /* y (and bias) dtype, or F32 with y an f32 result buffer */
-  void *y;
-  int64_t ldy;
-  const void *bias;
-} gemv;
-
-/* x rows [mb] . weight rows [nb] (compile-time constants at every call, mb * nb <= 12), into
- * psum rows of stride GEMV_NB. With mb <= 2 each weight vector is converted and used at once
- * (12 accumulators + 2 x + 1 w registers); with more rows the nb weight vectors are converted
- * first and each x row is loaded once (12 + 3 + 1). */
-INLINE void gemv_tile(kite_dtype t, int mb, int nb, const float *const *x, const char *const *w,
-                      int64_t k1, vf *psum) {
-  vf acc[GEMV_MB][GEMV_NB];
-  for (int i = 0; i < mb; i++)
-    for (int j = 0; j < nb; j++) acc[i][j] = _mm256_setzero_ps();
-  const int64_t es = esize(t);
-  int64_t k = 0;
-#pragma GCC unroll 2
-  for (; k + 8 <= k1; k += 8) {
-    if (mb <= 2) {
-      vf xv[2];
-      for (int i = 0; i < mb; i++) xv[i] = _mm256_loadu_ps(x[i] + k);
-      for (int j = 0; j < nb; j++) {
-        const vf wv = load8(t, w[j] + k * es);
-        for (int i = 0; i < mb; i++) acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);
-      }
-    } else {
-      vf wv[GEMV_NB];
-      for (int j = 0; j < nb; j++) wv[j] = load8(t, w[j] + k * es);
-      for (int i = 0; i < mb; i++) {
-        const vf xv = _mm256_loadu_ps(x[i] + k);
-        for (int j = 0; j < nb; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
-      }
-    }
-  }
-  if (k < k1) {
-    const int64_t r = k1 - k;
-    vf wv[GEMV_NB];
-    for (int j = 0; j < nb; j++) wv[j] = load_part(t, w[j] + k * es, r);
-    for (int i = 0; i < mb; i++) {
-      const vf xv = load_part(KITE_DTYPE_F32, x[i] + k, r);
-      for (int j = 0; j < nb; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
-    }
-  }
-  for (int i = 0; i < mb; i++)
-    for (int j = 0; j < nb; j++)
-      psum[i * GEMV_NB + j] = _mm256_add_ps(psum[i * GEMV_NB + j], acc[i][j]);
-}
-
-/* A block of GEMV_NB = 6 weight rows against all m x rows.
- * m <= 2: one tile of m x 6, each weight vector converted (bf16/f16 -> f32) once.
- * m > 2: tiles of 4 x rows x 3 weight rows, so each weight vector is converted once per 4 x rows
- * (it was once per 2 with 2 x 4 tiles) and, for m <= 4, the block is read in a single pass: with
- * two passes the second one runs from cache while nothing streams from DRAM. */
-INLINE void gemv_tiles(kite_dtype t, int64_t m, const float *xf, int64_t ldx, const char *const *w,
-                       int64_t k1, vf *psum) {
-  if (m <= 2) {
-    const float *x[2] = {xf, xf + (m - 1) * ldx};
-    if (m == 2)
-      gemv_tile(t, 2, GEMV_NB, x, w, k1, psum);
-    else
-      gemv_tile(t, 1, GEMV_NB, x, w, k1, psum);
-    return;
-  }
-  for (int64_t i0 = 0; i0 < m; i0 += GEMV_MB) {
-    const float *x[GEMV_MB];
-    for (int i = 0; i < GEMV_MB; i++) x[i] = xf + MIN(i0 + i, m - 1) * ldx;
-    for (int j0 = 0; j0 < GEMV_NB; j0 += 3) {
-      vf *ps = psum + i0 * GEMV_NB + j0;
-      switch (MIN(GEMV_MB, m - i0)) {
-      case 4:
-        gemv_tile(t, 4, 3, x, w + j0, k1, ps);
-        break;
-      case 3:
-        gemv_tile(t, 3, 3, x, w + j0, k1, ps);
-        break;
-      case 2:
-        gemv_tile(t, 2, 3, x, w + j0, k1, ps);
-        break;
-      default:
-        gemv_tile(t, 1, 3, x, w + j0, k1, ps);
-        break;
-      }
-    }
-  }
-}
-
-static void gemv_task(const void *job, int64_t begin, int64_t end, int part) {
-  const gemv *g = job;
-  vf psum[GEMV_MAX_M * GEMV_NB];
-  for (int64_t blk = begin; blk < end; blk++) {
-    const int64_t n0 = blk * GEMV_NB, nb = MIN(GEMV_NB, g->n - n0);
-    const char *w[GEMV_NB];
-    for (int j = 0; j < GEMV_NB; j++) w[j] = src_row(&g->w, n0 + (j < nb ? j : 0));
-    for (int64_t i = 0; i < g->m * GEMV_NB; i++) psum[i] = _mm256_setzero_ps();
-    switch (g->w.t) {
-    case KITE_DTYPE_BF16:
-      gemv_tiles(KITE_DTYPE_BF16, g->m, g->xf, g->ldx, w, g->k, psum);
-      break;
-    case KITE_DTYPE_F16:
-      gemv_tiles(KITE_DTYPE_F16, g->m, g->xf, g->ldx, w, g->k, psum);
-      break;
-    default:
-      gemv_tiles(KITE_DTYPE_F32, g->m, g->xf, g->ldx, w, g->k, psum);
-      break;
-    }
-    for (int64_t i = 0; i < g->m; i++)
-      for (int64_t j = 0; j < nb; j++) {
-        float v = vf_reduce_add(psum[i * GEMV_NB + j]);
-        if (g->bias) v += kite_load_f32(g->yt, g->bias, n0 + j);
-        kite_store_f32(g->yt, g->y, i * g->ldy + n0 + j, v);
-      }
-  }
-}
-
 /* ---- linear on floats: the entry shared by linear, group_gemm and fused_moe ------------------ */
-typedef struct lin {
-  int64_t m, n, k;
-  src x, w;      /* x may gather rows; both f32/f16/bf16 */
-  kite_dtype yt; /* y and bias dtype */
-  void *y;
-  int64_t ldy;
-  const void *bias;
-} lin;
 
 /* Workspace bytes lin_run needs for m rows, and for any row count up to m (the largest of the
  * GEMV and GEMM needs: each grows with m). */
-static size_t lin_bytes(const kite_ctx *ctx, int64_t m, int64_t n, int64_t k, kite_dtype yt);
-static size_t lin_bytes_upto(const kite_ctx *ctx, int64_t m, int64_t n, int64_t k, kite_dtype yt) {
-  const size_t a = lin_bytes(ctx, MIN(m, GEMV_MAX_M), n, k, yt), b = lin_bytes(ctx, m, n, k, yt);
+size_t cpu_avx2_lin_bytes_upto(const kite_ctx *ctx, int64_t m, int64_t n, int64_t k,
+                               kite_dtype yt) {
+  const size_t a = cpu_avx2_lin_bytes(ctx, MIN(m, GEMV_MAX_M), n, k, yt),
+               b = cpu_avx2_lin_bytes(ctx, m, n, k, yt);
   return a > b ? a : b;
 }
 
 /* Workspace bytes lin_run needs. */
-static size_t lin_bytes(const kite_ctx *ctx, int64_t m, int64_t n, int64_t k, kite_dtype yt) {
+size_t cpu_avx2_lin_bytes(const kite_ctx *ctx, int64_t m, int64_t n, int64_t k, kite_dtype yt) {
   if (k == 0) return 0;
   if (m <= GEMV_MAX_M) return (size_t)(m * (k + GEMV_PAD)) * 4 + ALIGN;
   size_t c = yt == KITE_DTYPE_F32 ? 0 : (size_t)(m * n) * 4;
   return c + ALIGN + gemm_scratch_bytes(cpu_gemm_parts(ctx, m, n, k)) + ALIGN;
 }
 
-static char *align_up(char *p) {
-  return (char *)(((uintptr_t)p + ALIGN - 1) & ~(uintptr_t)(ALIGN - 1));
-}
-
-static void lin_run(const kite_ctx *ctx, const lin *l, char *ws) {
+void cpu_avx2_lin_run(const kite_ctx *ctx, const lin *l, char *ws) {
   if (l->k == 0) {
     cpu_linear_bias_only(l->yt, l->m, l->n, l->bias, l->y, l->ldy);
     return;
   }
   if (l->m <= GEMV_MAX_M) {
-    float *xf = (float *)align_up(ws);
+    float *xf = (float *)cpu_avx2_align_up(ws);
     for (int64_t r = 0; r < l->m; r++) {
       const char *row = src_row(&l->x, r);
       for (int64_t i = 0; i < l->k; i++)
@@ -647,7 +427,7 @@ static void lin_run(const kite_ctx *ctx, const lin *l, char *ws) {
               .ldy = l->ldy,
               .bias = l->bias};
     const int64_t items = (l->n + GEMV_NB - 1) / GEMV_NB;
-    cpu_parallel_run(cpu_parallel_parts(ctx, items, l->n * l->k), items, gemv_task, &g);
+    cpu_parallel_run(cpu_parallel_parts(ctx, items, l->n * l->k), items, cpu_avx2_gemv_task, &g);
     return;
   }
   const int parts = cpu_gemm_parts(ctx, l->m, l->n, l->k);
@@ -660,7 +440,7 @@ static void lin_run(const kite_ctx *ctx, const lin *l, char *ws) {
             .y = l->y,
             .ldy = l->ldy,
             .bias = l->bias};
-  char *p = align_up(ws);
+  char *p = cpu_avx2_align_up(ws);
   if (l->yt == KITE_DTYPE_F32) {
     g.c = l->y;
     g.ldc = l->ldy;
@@ -669,12 +449,12 @@ static void lin_run(const kite_ctx *ctx, const lin *l, char *ws) {
     g.c = p;
     g.ldc = l->n;
     g.epi = EPI_STORE;
-    p = align_up(p + (size_t)(l->m * l->n) * 4);
+    p = cpu_avx2_align_up(p + (size_t)(l->m * l->n) * 4);
   }
   gemm_run(&g, parts, p);
 }
 
-static kite_status workspace(kite_ctx *ctx, const char *op, size_t bytes, char **out) {
+kite_status cpu_avx2_workspace(kite_ctx *ctx, const char *op, size_t bytes, char **out) {
   void *p = NULL;
   if (bytes == 0) bytes = ALIGN;
   kite_status s = kite_ctx_workspace(ctx, bytes, &p);
@@ -696,9 +476,10 @@ kite_status cpu_linear_avx2(const kite_kernel *kk, kite_ctx *ctx, const void *ar
            .ldy = a->y_stride,
            .bias = a->bias};
   char *ws = NULL;
-  kite_status s = workspace(ctx, "linear", lin_bytes(ctx, l.m, l.n, l.k, l.yt), &ws);
+  kite_status s =
+      cpu_avx2_workspace(ctx, "linear", cpu_avx2_lin_bytes(ctx, l.m, l.n, l.k, l.yt), &ws);
   if (s != KITE_OK) return s;
-  lin_run(ctx, &l, ws);
+  cpu_avx2_lin_run(ctx, &l, ws);
   return KITE_OK;
 }
 
@@ -713,8 +494,8 @@ kite_status cpu_group_gemm_avx2(const kite_kernel *kk, kite_ctx *ctx, const void
     row += rows;
   }
   char *ws = NULL;
-  kite_status s =
-      workspace(ctx, "group_gemm", lin_bytes_upto(ctx, most, a->n, a->k, a->dtype), &ws);
+  kite_status s = cpu_avx2_workspace(ctx, "group_gemm",
+                                     cpu_avx2_lin_bytes_upto(ctx, most, a->n, a->k, a->dtype), &ws);
   if (s != KITE_OK) return s;
   row = 0;
   for (int64_t g = 0; g < a->groups && row < a->m; g++) {
@@ -728,311 +509,10 @@ kite_status cpu_group_gemm_avx2(const kite_kernel *kk, kite_ctx *ctx, const void
              .yt = a->dtype,
              .y = (char *)a->y + row * a->y_stride * es,
              .ldy = a->y_stride};
-    lin_run(ctx, &l, ws);
+    cpu_avx2_lin_run(ctx, &l, ws);
     row += rows;
   }
   for (; row < a->m; row++) memset((char *)a->y + row * a->y_stride * es, 0, (size_t)(a->n * es));
-  return KITE_OK;
-}
-
-/* ---- fused MoE -------------------------------------------------------------------------------
- * Pairs (t, j) with a valid id are bucketed by expert (counting sort, token order kept). Per
- * expert with rows: h = x[rows] w13[e]^T ([n_e, 2I] f32), a = act(gate) * up rounded to the
- * dtype, o = a w2[e]^T ([n_e, H]), and yacc[t] += weight * o. y = yacc rounded once. */
-typedef struct act_job {
-  const float *h;
-  float *a;
-  int64_t inter;
-  kite_moe_act act;
-  kite_dtype t;
-} act_job;
-
-static void act_task(const void *job, int64_t begin, int64_t end, int part) {
-  const act_job *j = job;
-  for (int64_t r = begin; r < end; r++) {
-    const float *g = j->h + r * 2 * j->inter, *u = g + j->inter;
-    float *o = j->a + r * j->inter;
-    for (int64_t i = 0; i < j->inter; i += 8) {
-      const int64_t m = MIN(8, j->inter - i);
-      const vf x = vf_load(KITE_DTYPE_F32, g, i, m), up = vf_load(KITE_DTYPE_F32, u, i, m);
-      vf act;
-      if (j->act == KITE_MOE_GELU) /* x Phi(x) */
-        act = _mm256_mul_ps(x, vf_normal_cdf(x));
-      else /* x / (1 + e^-x) */
-        act = vf_div_pos(x, vf_sigmoid_den(x));
-      vf_store(KITE_DTYPE_F32, o, i, vf_round_to(j->t, _mm256_mul_ps(act, up)), m, false);
-    }
-  }
-}
-
-typedef struct scatter_job {
-  const float *o;
-  const int32_t *tok;
-  const float *wt;
-  int64_t rows, h;
-  float *yacc;
-} scatter_job;
-
-/* Columns [begin, end) of every row: rows sharing a token never race. */
-static void scatter_task(const void *job, int64_t begin, int64_t end, int part) {
-  const scatter_job *j = job;
-  for (int64_t r = 0; r < j->rows; r++) {
-    const float *o = j->o + r * j->h;
-    float *y = j->yacc + (int64_t)j->tok[r] * j->h;
-    const vf w = _mm256_set1_ps(j->wt[r]);
-    int64_t c = begin;
-    for (; c + 8 <= end; c += 8)
-      _mm256_storeu_ps(y + c, _mm256_fmadd_ps(w, _mm256_loadu_ps(o + c), _mm256_loadu_ps(y + c)));
-    for (; c < end; c++) y[c] += j->wt[r] * o[c];
-  }
-}
-
-typedef struct store_job {
-  const float *src;
-  int64_t cols;
-  kite_dtype t;
-  void *y;
-  int64_t ldy;
-} store_job;
-
-static void store_task(const void *job, int64_t begin, int64_t end, int part) {
-  const store_job *j = job;
-  for (int64_t r = begin; r < end; r++)
-    for (int64_t c = 0; c < j->cols; c += 8) {
-      const int64_t m = MIN(8, j->cols - c);
-      vf_store(j->t, j->y, r * j->ldy + c, vf_load(KITE_DTYPE_F32, j->src + r * j->cols, c, m), m,
-               false);
-    }
-}
-
-kite_status cpu_fused_moe_avx2(const kite_kernel *kk, kite_ctx *ctx, const void *args) {
-  const kite_moe_args *a = args;
-  const int64_t T = a->tokens, H = a->hidden, I = a->inter, E = a->experts, K = a->topk;
-  const int64_t es = esize(a->dtype);
-
-  /* count pairs per expert: the largest bucket sizes the buffers */
-  int64_t pairs = 0;
-  for (int64_t t = 0; t < T; t++)
-    for (int64_t j = 0; j < K; j++) {
-      const int32_t e = a->ids[t * a->ids_stride + j];
-      pairs += e >= 0 && e < E;
-    }
-  int64_t *count = calloc((size_t)(E + 1), sizeof *count);
-  if (!count) return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "fused_moe: cpu.avx2: no memory");
-  for (int64_t t = 0; t < T; t++)
-    for (int64_t j = 0; j < K; j++) {
-      const int32_t e = a->ids[t * a->ids_stride + j];
-      if (e >= 0 && e < E) count[e + 1]++;
-    }
-  int64_t most = 0;
-  for (int64_t e = 0; e < E; e++) {
-    most = count[e + 1] > most ? count[e + 1] : most;
-    count[e + 1] += count[e]; /* now bucket starts */
-  }
-
-  const size_t g1 = lin_bytes_upto(ctx, most, 2 * I, H, KITE_DTYPE_F32),
-               g2 = lin_bytes_upto(ctx, most, H, I, KITE_DTYPE_F32);
-  const size_t sz_yacc = (size_t)(T * H) * 4, sz_h = (size_t)(most * 2 * I) * 4,
-               sz_a = (size_t)(most * I) * 4, sz_o = (size_t)(most * H) * 4,
-               sz_list = (size_t)(pairs > 0 ? pairs : 1) * 4;
-  const size_t total = sz_yacc + sz_h + sz_a + sz_o + 2 * sz_list + (g1 > g2 ? g1 : g2) + 8 * ALIGN;
-  char *ws = NULL;
-  kite_status s = workspace(ctx, "fused_moe", total, &ws);
-  if (s != KITE_OK) {
-    free(count);
-    return s;
-  }
-  char *p = align_up(ws);
-  float *yacc = (float *)p;
-  p = align_up(p + sz_yacc);
-  float *h = (float *)p;
-  p = align_up(p + sz_h);
-  float *act = (float *)p;
-  p = align_up(p + sz_a);
-  float *o = (float *)p;
-  p = align_up(p + sz_o);
-  int32_t *tok = (int32_t *)p;
-  p = align_up(p + sz_list);
-  float *wt = (float *)p;
-  p = align_up(p + sz_list);
-  char *gws = p;
-
-  memset(yacc, 0, sz_yacc);
-  for (int64_t t = 0; t < T; t++) /* counting sort: token order within each bucket */
-    for (int64_t j = 0; j < K; j++) {
-      const int32_t e = a->ids[t * a->ids_stride + j];
-      if (e < 0 || e >= E) continue;
-      const int64_t at = count[e]++;
-      tok[at] = (int32_t)t;
-      wt[at] = a->weights[t * a->weights_stride + j];
-    }
-  /* count[e] is now the end of bucket e, which is where bucket e + 1 starts */
-  int64_t start = 0;
-  for (int64_t e = 0; e < E && I > 0; e++) {
-    const int64_t end = count[e], rows = end - start;
-    if (rows == 0) continue;
-    lin up = {.m = rows,
-              .n = 2 * I,
-              .k = H,
-              .x = {a->x, a->x_stride, a->dtype, tok + start},
-              .w = {(const char *)a->w13 + e * 2 * I * H * es, H, a->dtype, NULL},
-              .yt = KITE_DTYPE_F32,
-              .y = h,
-              .ldy = 2 * I};
-    lin_run(ctx, &up, gws);
-    act_job aj = {.h = h, .a = act, .inter = I, .act = a->act, .t = a->dtype};
-    cpu_parallel_run(cpu_parallel_parts(ctx, rows, rows * I), rows, act_task, &aj);
-    lin down = {.m = rows,
-                .n = H,
-                .k = I,
-                .x = {act, I, KITE_DTYPE_F32, NULL},
-                .w = {(const char *)a->w2 + e * H * I * es, I, a->dtype, NULL},
-                .yt = KITE_DTYPE_F32,
-                .y = o,
-                .ldy = H};
-    lin_run(ctx, &down, gws);
-    scatter_job sj = {
-        .o = o, .tok = tok + start, .wt = wt + start, .rows = rows, .h = H, .yacc = yacc};
-    const int64_t blocks = (H + 255) / 256;
-    cpu_parallel_run(cpu_parallel_parts(ctx, blocks, rows * H), H, scatter_task, &sj);
-    start = end;
-  }
-  free(count);
-  store_job st = {.src = yacc, .cols = H, .t = a->dtype, .y = a->y, .ldy = a->y_stride};
-  cpu_parallel_run(cpu_parallel_parts(ctx, T, T * H), T, store_task, &st);
-  return KITE_OK;
-}
-
-/* ---- topk_gating: choose on the logits (NaN below everything, ties to the lower id), weights
- * from an f32 softmax over the whole row ------------------------------------------------------ */
-typedef struct topk_job {
-  const kite_topk_args *a;
-} topk_job;
-
-static void topk_task(const void *job, int64_t begin, int64_t end, int part) {
-  const kite_topk_args *a = ((const topk_job *)job)->a;
-  const int64_t E = a->experts, K = a->k;
-  const int64_t es = esize(a->dtype);
-  for (int64_t r = begin; r < end; r++) {
-    const char *l = (const char *)a->logits + r * a->logits_stride * es;
-    float *w = a->weights + r * a->weights_stride;
-    int32_t *id = a->ids + r * a->ids_stride;
-    /* insertion into the sorted top-k held in w (keys) and id: strict > keeps earlier ids first */
-    int64_t have = 0;
-    float m = -INFINITY;
-    for (int64_t e = 0; e < E; e++) {
-      const float v = kite_load_f32(a->dtype, l, e);
-      if (v > m || isnan(v)) m = isnan(m) ? m : v;
-      const float key = isnan(v) ? -INFINITY : v;
-      if (have == K && !(key > w[K - 1])) continue;
-      int64_t at = have < K ? have++ : K - 1;
-      while (at > 0 && key > w[at - 1]) {
-        w[at] = w[at - 1];
-        id[at] = id[at - 1];
-        at--;
-      }
-      w[at] = key;
-      id[at] = (int32_t)e;
-    }
-    float sum = 0.0f;
-    for (int64_t e = 0; e < E; e++) sum += expf(kite_load_f32(a->dtype, l, e) - m);
-    float chosen = 0.0f;
-    for (int64_t j = 0; j < K; j++) {
-      w[j] = expf(kite_load_f32(a->dtype, l, id[j]) - m) / sum;
-      chosen += w[j];
-    }
-    if (a->renormalize)
-      for (int64_t j = 0; j < K; j++) w[j] /= chosen;
-  }
-}
-
-kite_status cpu_topk_gating_avx2(const kite_kernel *kk, kite_ctx *ctx, const void *args) {
-  const kite_topk_args *a = args;
-  topk_job j = {a};
-  cpu_parallel_run(cpu_parallel_parts(ctx, a->tokens, a->tokens * a->experts), a->tokens, topk_task,
-                   &j);
-  return KITE_OK;
-}
-
-/* ---- quant / dequant ------------------------------------------------------------------------- */
-/* f32 -> e4m3 codes in the low byte of each lane: the scalar kite_f32_to_fp8_e4m3, lane-wise. */
-INLINE __m256i fp8_codes(vf v) {
-  const __m256i u = _mm256_castps_si256(v);
-  const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80));
-  const __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
-  /* normal: keep 3 mantissa bits, ties to even, rebias the exponent */
-  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(a, 20), _mm256_set1_epi32(1));
-  __m256i code =
-      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(a, _mm256_set1_epi32(0x7ffff)), odd), 20);
-  code = _mm256_sub_epi32(code, _mm256_set1_epi32(120 << 3));
-  /* below 2^-6: value * 2^9 rounded to nearest even (exact product, MXCSR's default rounding) */
-  const __m256i sub =
-      _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_castsi256_ps(a), _mm256_set1_ps(512.0f)));
-  code = _mm256_blendv_epi8(code, sub, _mm256_cmpgt_epi32(_mm256_set1_epi32(0x3c800000), a));
-  code = _mm256_blendv_epi8(code, _mm256_set1_epi32(0x7e),
-                            _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x43dfffff)));
-  code = _mm256_blendv_epi8(code, _mm256_set1_epi32(0x7f),
-                            _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000)));
-  return _mm256_or_si256(code, sign);
-}
-
-/* The low bytes of 8 int32 lanes (each in [-128, 255]) stored to p. */
-INLINE void store_bytes(void *p, __m256i v, int64_t m) {
-  const __m256i sel = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-                                       0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
-  const __m256i b = _mm256_shuffle_epi8(v, sel);
-  const uint32_t lo = (uint32_t)_mm256_extract_epi32(b, 0),
-                 hi = (uint32_t)_mm256_extract_epi32(b, 4);
-  const uint64_t both = (uint64_t)lo | (uint64_t)hi << 32;
-  memcpy(p, &both, (size_t)m);
-}
-
-static void quant_task(const void *job, int64_t begin, int64_t end, int part) {
-  const kite_quant_args *a = job;
-  const int64_t es = esize(a->dtype);
-  const bool fp8 = a->qdtype == KITE_DTYPE_FP8_E4M3;
-  for (int64_t r = begin; r < end; r++) {
-    uint8_t *q = (uint8_t *)a->q + r * a->q_stride;
-    if (a->op == KITE_OP_DEQUANT) {
-      const vf s = _mm256_set1_ps(a->scales[r]);
-      for (int64_t i = 0; i < a->cols; i += 8) {
-        const int64_t m = MIN(8, a->cols - i);
-        const vf v = m == 8 ? load8(a->qdtype, q + i) : load_part(a->qdtype, q + i, m);
-        vf_store(a->dtype, a->y, r * a->y_stride + i, _mm256_mul_ps(v, s), m, false);
-      }
-      continue;
-    }
-    const char *x = (const char *)a->x + r * a->x_stride * es;
-    vf amax = _mm256_setzero_ps();
-    for (int64_t i = 0; i < a->cols; i += 8) /* max(v, amax) keeps amax when v is NaN */
-      amax = _mm256_max_ps(vf_abs(vf_load(a->dtype, x, i, MIN(8, a->cols - i))), amax);
-    const float scale = vf_reduce_max(amax) / (fp8 ? 448.0f : 127.0f);
-    a->scales[r] = scale;
-    const vf s = _mm256_set1_ps(scale), lim = _mm256_set1_ps(127.0f);
-    for (int64_t i = 0; i < a->cols; i += 8) {
-      const int64_t m = MIN(8, a->cols - i);
-      __m256i c;
-      if (scale == 0.0f) {
-        c = _mm256_setzero_si256();
-      } else {
-        const vf v = _mm256_div_ps(vf_load(a->dtype, x, i, m), s);
-        if (fp8) {
-          c = fp8_codes(v);
-        } else {
-          const vf n = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q)); /* NaN -> 0 */
-          const vf rn = _mm256_round_ps(n, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-          c = _mm256_cvtps_epi32(
-              _mm256_min_ps(_mm256_max_ps(rn, _mm256_sub_ps(_mm256_setzero_ps(), lim)), lim));
-        }
-      }
-      store_bytes(q + i, c, m);
-    }
-  }
-}
-
-kite_status cpu_quant_avx2(const kite_kernel *kk, kite_ctx *ctx, const void *args) {
-  const kite_quant_args *a = args;
-  cpu_parallel_run(cpu_parallel_parts(ctx, a->rows, a->rows * a->cols), a->rows, quant_task, a);
   return KITE_OK;
 }
 
@@ -1045,10 +525,10 @@ kite_status cpu_linear_quant_avx2(const kite_kernel *kk, kite_ctx *ctx, const vo
   }
   const int parts = cpu_gemm_parts(ctx, a->m, a->n, a->k);
   char *ws = NULL;
-  kite_status s = workspace(ctx, "linear_quant",
-                            (size_t)(a->m * a->n) * 4 + gemm_scratch_bytes(parts) + 2 * ALIGN, &ws);
+  kite_status s = cpu_avx2_workspace(
+      ctx, "linear_quant", (size_t)(a->m * a->n) * 4 + gemm_scratch_bytes(parts) + 2 * ALIGN, &ws);
   if (s != KITE_OK) return s;
-  char *c = align_up(ws);
+  char *c = cpu_avx2_align_up(ws);
   gemm g = {.m = a->m,
             .n = a->n,
             .k = a->k,
@@ -1064,6 +544,6 @@ kite_status cpu_linear_quant_avx2(const kite_kernel *kk, kite_ctx *ctx, const vo
             .bias = a->bias,
             .row_scale = a->x_scales,
             .col_scale = a->w_scales};
-  gemm_run(&g, parts, align_up(c + (size_t)(a->m * a->n) * 4));
+  gemm_run(&g, parts, cpu_avx2_align_up(c + (size_t)(a->m * a->n) * 4));
   return KITE_OK;
 }

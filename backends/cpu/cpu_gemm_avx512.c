@@ -1,8 +1,9 @@
 /*
  * linear and linear_quant on AVX-512: one packed-GEMM driver over 32-bit words and three
- * micro-kernels that consume them. The file is compiled with -mavx512f/bw/vl/dq, -mavx512bf16 and
- * -mavx512vnni; each entry is registered with the feature bits its own instructions need, so a
- * kernel runs only where they exist.
+ * micro-kernels that consume them. The file is compiled with -mavx512f/bw/vl/dq alone (what
+ * cpu.avx512 needs); the bf16, VNNI and AMX micro-kernels enable their extensions for themselves
+ * (target attributes), so the plain entry never runs an instruction it did not ask for. Each
+ * entry is registered with the feature bits its own instructions need.
  *
  *   kind  a word holds                    multiply-add            per instruction
  *   f32   one f32 (bf16, f16 widened)     VFMADD231PS             16, f32 sums
@@ -25,6 +26,7 @@
 #include <unistd.h>
 
 #include "cpu_gemm.h"
+#include "cpu_kernels.h"
 #include "kite/dtype.h"
 
 #define WMR 12
@@ -222,6 +224,15 @@ INLINE __mmask16 lanes(int64_t n) {
 #define LOADC_I(m, p) _mm512_maskz_loadu_epi32(m, p)
 #define STOREC_I(p, m, v) _mm512_mask_storeu_epi32(p, m, v)
 
+/* The extensions a micro-kernel needs beyond the file's flags, on that function alone. */
+#define TARGET(isa) __attribute__((target(isa)))
+TARGET("avx512bf16")
+static void kernel_bf16_12x32(int64_t kp, const uint32_t *a, const uint32_t *b, void *cv,
+                              int64_t ldc, int acc, int64_t mr, int64_t nr);
+TARGET("avx512vnni")
+static void kernel_i8_12x32(int64_t kp, const uint32_t *a, const uint32_t *b, void *cv, int64_t ldc,
+                            int acc, int64_t mr, int64_t nr);
+
 WKERNEL(kernel_f32_12x32, __m512, _mm512_setzero_ps(), MADD_F32, LOADC_F, _mm512_add_ps, STOREC_F)
 WKERNEL(kernel_bf16_12x32, __m512, _mm512_setzero_ps(), MADD_BF16, LOADC_F, _mm512_add_ps, STOREC_F)
 WKERNEL(kernel_i8_12x32, __m512i, _mm512_setzero_si512(), MADD_I8, LOADC_I, _mm512_add_epi32,
@@ -301,12 +312,16 @@ typedef struct amx_cfg {
   uint8_t rows[16];
 } amx_cfg;
 
-static void amx_configure(void) {
+TARGET("amx-tile") static void amx_configure(void) {
   amx_cfg cfg;
   memset(&cfg, 0, sizeof cfg);
   cfg.palette = 1;
   for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
   _tile_loadconfig(&cfg);
+}
+
+TARGET("amx-tile") static void amx_release(void) {
+  _tile_release();
 }
 
 /* C tile d += x tile xa . w tile wb (tile numbers are immediates). */
@@ -321,6 +336,7 @@ static void amx_configure(void) {
 /* c[mr x nr] (=|+=) the 32 x 32 block of a (row-major, astride bytes) . b-panel over kp16 words
  * (a multiple of 16). Edge blocks go through a local 32 x 32 buffer; a block of at most 16 rows
  * (decode-sized x) uses only the upper two C tiles and one x tile. */
+TARGET("amx-tile,amx-bf16,amx-int8")
 static void amx_kernel(wkind kind, int64_t kp16, const char *a, int64_t astride, const uint32_t *b,
                        void *cv, int64_t ldc, int acc, int64_t mr, int64_t nr) {
   float buf[32][32];
@@ -431,7 +447,7 @@ static void task(const void *job, int64_t begin, int64_t end, int part) {
     block(g, 0, g->m, lo, hi, ap, bp);
   else
     block(g, lo, hi, 0, g->n, ap, bp);
-  if (g->amx) _tile_release();
+  if (g->amx) amx_release();
 }
 
 /* colsum[j] = sum_k w[j, k] for int8 w: 64 bytes a step, biased to unsigned for VPSADBW. */

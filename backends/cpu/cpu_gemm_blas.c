@@ -7,8 +7,23 @@
 #include <cblas.h>
 
 #include "cpu_gemm.h"
+#include "cpu_kernels.h"
 
 void openblas_set_num_threads(int num_threads);
+
+/* OpenBLAS computes f32 only, on rows at least K apart. */
+bool cpu_openblas_supports_linear(const kite_kernel *k, const void *args, const char **why) {
+  const kite_linear_args *a = args;
+  if (a->dtype != KITE_DTYPE_F32) {
+    *why = "f32 only (cblas_sgemm)";
+    return false;
+  }
+  if ((a->m > 1 && a->x_stride < a->k) || (a->n > 1 && a->w_stride < a->k)) {
+    *why = "overlapping rows (stride < K): BLAS needs ld >= K";
+    return false;
+  }
+  return true;
+}
 
 kite_status cpu_linear_openblas(const kite_kernel *k, kite_ctx *ctx, const void *args) {
   const kite_linear_args *a = args;

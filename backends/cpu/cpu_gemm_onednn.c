@@ -20,6 +20,7 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "cpu_gemm.h"
+#include "cpu_kernels.h"
 #include "kite/dtype.h"
 
 #if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP

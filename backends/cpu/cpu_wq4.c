@@ -7,6 +7,7 @@
  * accumulators (d broadcast per block); the scalar variant does the same in plain C.
  */
 #include "cpu_gemm.h"
+#include "cpu_kernels.h"
 
 #include <string.h>
 

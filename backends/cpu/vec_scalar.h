@@ -25,6 +25,7 @@
  *   vf_stream_end()                orders streaming stores before a task reports completion
  *   CPU_VEC_STREAMS                1 when streaming stores exist
  *   CPU_VEC_UNROLL2                1 to walk full chunks by pairs (CPU_ROW)
+ *   CPU_VEC_REDUCE8                defined when vf_reduce_add8(a[8], out[8]) (8 sums) exists
  *
  * Here a vf is a struct of 8 floats and every operation a loop over lanes: plain C that the
  * compiler turns into whatever vectors the target has, and that runs anywhere. exp and erfc are

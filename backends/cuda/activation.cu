@@ -87,9 +87,6 @@ extern "C" CUDA_SUPPORTS(cuda_act_vec_supports) {
 
 extern "C" CUDA_RUN(cuda_act_vec_run) {
   const kite_act_args *a = (const kite_act_args *)args;
-  const char *why = "";
-  if (!cuda_act_vec_supports(k, args, &why))
-    return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.vec: %s", cuda_op_str(a->op), why);
   return run<true>(ctx, a, "vec");
 }
 

@@ -459,7 +459,7 @@ template <typename T> __global__ void store_kv_kernel(kite_store_kv_args a) {
 
 /* ---- entry points -------------------------------------------------------------------------- */
 extern "C" CUDA_SUPPORTS(cuda_store_kv_supports) {
-  if (!is_float_dtype(((const kite_store_kv_args *)args)->dtype)) {
+  if (!is_float_dtype(kite_args_head_of(args)->dtype)) {
     *why = "dtype must be f32, f16 or bf16";
     return false;
   }
@@ -514,18 +514,12 @@ extern "C" CUDA_SUPPORTS(cuda_paged_vec_supports) {
 extern "C" CUDA_RUN(cuda_paged_generic_run) {
   const kite_paged_attn_args *a = (const kite_paged_attn_args *)args;
   const char *op = cuda_op_str(a->op);
-  const char *why = "";
-  if (!cuda_paged_generic_supports(k, args, &why))
-    return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.generic: %s", op, why);
   return run_attend(ctx, attn_paged_params(a), false, op, "generic");
 }
 
 extern "C" CUDA_RUN(cuda_paged_vec_run) {
   const kite_paged_attn_args *a = (const kite_paged_attn_args *)args;
   const char *op = cuda_op_str(a->op);
-  const char *why = "";
-  if (!cuda_paged_vec_supports(k, args, &why))
-    return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.vec: %s", op, why);
   return run_attend(ctx, attn_paged_params(a), true, op, "vec");
 }
 
@@ -561,15 +555,9 @@ extern "C" CUDA_SUPPORTS(cuda_sdpa_vec_supports) {
 }
 
 extern "C" CUDA_RUN(cuda_sdpa_generic_run) {
-  const char *why = "";
-  if (!cuda_sdpa_generic_supports(k, args, &why))
-    return kite_set_error(KITE_ERR_UNSUPPORTED, "sdpa: cuda.generic: %s", why);
   return run_attend(ctx, attn_sdpa_params((const kite_sdpa_args *)args), false, "sdpa", "generic");
 }
 
 extern "C" CUDA_RUN(cuda_sdpa_vec_run) {
-  const char *why = "";
-  if (!cuda_sdpa_vec_supports(k, args, &why))
-    return kite_set_error(KITE_ERR_UNSUPPORTED, "sdpa: cuda.vec: %s", why);
   return run_attend(ctx, attn_sdpa_params((const kite_sdpa_args *)args), true, "sdpa", "vec");
 }

@@ -665,9 +665,6 @@ extern "C" CUDA_SUPPORTS(cuda_paged_mma_supports) {
 extern "C" CUDA_RUN(cuda_paged_mma_run) {
   const kite_paged_attn_args *a = (const kite_paged_attn_args *)args;
   const char *op = cuda_op_str(a->op);
-  const char *why = "";
-  if (!cuda_paged_mma_supports(k, args, &why))
-    return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.mma: %s", op, why);
   return run_mma(ctx, attn_paged_params(a), op);
 }
 
@@ -699,8 +696,5 @@ extern "C" CUDA_SUPPORTS(cuda_sdpa_mma_supports) {
 }
 
 extern "C" CUDA_RUN(cuda_sdpa_mma_run) {
-  const char *why = "";
-  if (!cuda_sdpa_mma_supports(k, args, &why))
-    return kite_set_error(KITE_ERR_UNSUPPORTED, "sdpa: cuda.mma: %s", why);
   return run_mma(ctx, attn_sdpa_params((const kite_sdpa_args *)args), "sdpa");
 }

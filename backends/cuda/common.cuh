@@ -146,7 +146,7 @@ struct OnlineSoftmax {
   }
 };
 
-/* ---- activations (DESIGN.md "Activations"), float in, float out ---------------------------- */
+/* ---- activations (kite.h "Activations"), float in, float out ------------------------------ */
 enum class Act { silu, gelu, gelu_tanh, gelu_quick, relu };
 
 template <Act A> __device__ __forceinline__ float activate(float x) {

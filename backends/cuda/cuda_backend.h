@@ -34,13 +34,13 @@ const char *cuda_dtype_str(kite_dtype t);
 #define CUDA_SUPPORTS(name) bool name(const kite_kernel *k, const void *args, const char **why)
 #define CUDA_RUN(name) kite_status name(const kite_kernel *k, kite_ctx *ctx, const void *args)
 
-/* activation.cu: silu, gelu, gelu_tanh, gelu_quick, relu */
+/* activation.cu: silu, gelu, gelu_tanh, gelu_quick, relu and the gated forms */
 CUDA_SUPPORTS(cuda_act_vec_supports);
 CUDA_SUPPORTS(cuda_act_generic_supports);
 CUDA_RUN(cuda_act_vec_run);
 CUDA_RUN(cuda_act_generic_run);
 
-/* gated.cu: silu_and_mul, gelu_and_mul, gelu_tanh_and_mul */
+/* activation.cu: silu_and_mul, gelu_and_mul, gelu_tanh_and_mul */
 CUDA_SUPPORTS(cuda_gated_vec_supports);
 CUDA_SUPPORTS(cuda_gated_generic_supports);
 CUDA_RUN(cuda_gated_vec_run);
@@ -72,6 +72,12 @@ CUDA_RUN(cuda_softmax_generic_run);
 CUDA_SUPPORTS(cuda_embedding_vec_supports);
 CUDA_RUN(cuda_embedding_vec_run);
 CUDA_RUN(cuda_embedding_generic_run);
+
+/* sampling.cu: argmax, sample (one run), logprobs, apply_penalties */
+CUDA_SUPPORTS(cuda_sampling_supports);
+CUDA_RUN(cuda_sample_run);
+CUDA_RUN(cuda_logprobs_run);
+CUDA_RUN(cuda_penalties_run);
 
 /* attention.cu: store_kv, paged_decode, paged_prefill, sdpa */
 CUDA_SUPPORTS(cuda_store_kv_supports);

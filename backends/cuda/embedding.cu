@@ -77,9 +77,6 @@ extern "C" CUDA_SUPPORTS(cuda_embedding_vec_supports) {
 }
 
 extern "C" CUDA_RUN(cuda_embedding_vec_run) {
-  const char *why = "";
-  if (!cuda_embedding_vec_supports(k, args, &why))
-    return kite_set_error(KITE_ERR_UNSUPPORTED, "embedding: cuda.vec: %s", why);
   return launch<uint4>(ctx, (const kite_embedding_args *)args, "vec");
 }
 

@@ -102,7 +102,7 @@ static void ref_attend(const void *q, int64_t q0, const ref_kv *kv, int64_t pos,
   if (lse) *lse = (float)(m + log(sum));
 }
 
-/* q head h reads kv head ref_kv_head(h) (DESIGN.md "Attention", GQA mapping). */
+/* q head h reads kv head ref_kv_head(h) (kite.h, kite_gqa_layout). */
 static int64_t ref_kv_head(const kite_attn_opts *opts, int64_t h, int64_t hq, int64_t hkv) {
   return opts->gqa == KITE_GQA_INTERLEAVED ? h % hkv : h / (hq / hkv);
 }

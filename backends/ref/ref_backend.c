@@ -1,50 +1,12 @@
 /*
- * The reference backend: host memory operations and one "generic" kernel per op, priority 0,
- * so that any faster kernel that can run wins, and ref remains the ground truth to test against.
+ * The reference backend: one "generic" kernel per op, priority 0, so that any faster kernel that
+ * can run wins, and ref remains the ground truth to test against. Host memory is the core's.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ref.h"
-
-/* Host memory, 64-byte aligned (a cache line; enough for any vector load). aligned_alloc wants a
- * size that is a multiple of the alignment, so round up; 0 bytes still gets a real block, so
- * every successful alloc returns a pointer that free accepts. */
-#define REF_ALIGN 64
-
-static kite_status ref_alloc(const kite_backend *b, int device_id, size_t bytes, void **out) {
-  if (!out) return kite_set_error(KITE_ERR_INVALID_ARG, "ref: alloc: out is NULL");
-  *out = NULL;
-  if (bytes > SIZE_MAX - (REF_ALIGN - 1))
-    return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "ref: alloc: %zu bytes is too large", bytes);
-  size_t rounded = bytes == 0 ? REF_ALIGN : (bytes + REF_ALIGN - 1) / REF_ALIGN * REF_ALIGN;
-  *out = aligned_alloc(REF_ALIGN, rounded);
-  if (!*out)
-    return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "ref: alloc: cannot allocate %zu bytes", bytes);
-  return KITE_OK;
-}
-
-static void ref_free(const kite_backend *b, int device_id, void *ptr) {
-  free(ptr);
-}
-
-/* Host to host whatever the kind says: on the CPU every kind is a memcpy. */
-static kite_status ref_copy(const kite_backend *b, int device_id, void *dst, const void *src,
-                            size_t bytes, kite_copy_kind kind, void *stream) {
-  if (bytes == 0) return KITE_OK;
-  if (!dst || !src) return kite_set_error(KITE_ERR_INVALID_ARG, "ref: copy: NULL pointer");
-  memcpy(dst, src, bytes);
-  return KITE_OK;
-}
-
-static kite_status ref_memset(const kite_backend *b, int device_id, void *dst, int value,
-                              size_t bytes, void *stream) {
-  if (bytes == 0) return KITE_OK;
-  if (!dst) return kite_set_error(KITE_ERR_INVALID_ARG, "ref: memset: NULL pointer");
-  memset(dst, value, bytes);
-  return KITE_OK;
-}
 
 /* Ref kernels finish before they return: there is nothing to wait for. */
 static kite_status ref_synchronize(const kite_backend *b, int device_id, void *stream) {
@@ -112,10 +74,6 @@ static const kite_backend ref_backend = {
     .description = "portable C reference kernels, float64 accumulation: the ground truth",
     .device_count = ref_device_count,
     .features_present = NULL,
-    .alloc = ref_alloc,
-    .free = ref_free,
-    .copy = ref_copy,
-    .memset = ref_memset,
     .synchronize = ref_synchronize,
     .kernels = ref_kernels,
     .num_kernels = sizeof ref_kernels / sizeof ref_kernels[0],

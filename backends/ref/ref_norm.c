@@ -1,6 +1,6 @@
 /*
  * Norms over rows of length cols: rms_norm, layer_norm and the fused residual-add forms
- * add_rms_norm, add_layer_norm (kite_norm_args states the PRE/POST rule; DESIGN.md "Norms").
+ * add_rms_norm, add_layer_norm (kite_norm_args states the PRE/POST rule; kite.h, kite_norm_pos).
  *   rms:   y = s / sqrt(mean(s^2) + eps) * (offset + w)       (w NULL: factor 1, offset unused)
  *   layer: y = (s - mean) / sqrt(var + eps) * w + b           (var biased, 1/N; w 1, b 0 if NULL)
  * s is the row the norm sees. It is gathered into a double buffer before y is written, so y may

@@ -4,6 +4,7 @@
  * logprobs. Logits and parameters are host memory here, so NaN logits and bad parameter values
  * are reported (after every token is written, as a device would write it).
  */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "kite/sampling.h"
@@ -111,10 +112,13 @@ kite_status ref_sample_run(const kite_kernel *k, kite_ctx *ctx, const void *args
     return kite_set_error(KITE_ERR_INVALID_ARG, "%s: logits: row %lld holds NaN", op,
                           (long long)nan_row);
   if (bad_row >= 0) {
-    const char *what = bad & KITE_SAMPLE_BAD_TEMPERATURE ? "temperature is negative or not finite"
-                       : bad & KITE_SAMPLE_BAD_TOP_P     ? "top_p is NaN"
-                                                         : "min_p is NaN";
-    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: row %lld: %s", op, (long long)bad_row, what);
+    const char *what = bad & KITE_SAMPLE_BAD_TEMPERATURE
+                           ? "temperature: row %lld is negative or not finite"
+                       : bad & KITE_SAMPLE_BAD_TOP_P ? "top_p: row %lld is NaN"
+                                                     : "min_p: row %lld is NaN";
+    char msg[96];
+    snprintf(msg, sizeof msg, what, (long long)bad_row);
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: %s", op, msg);
   }
   return KITE_OK;
 }

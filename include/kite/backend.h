@@ -46,10 +46,23 @@ KITE_API size_t kite_dtype_size(kite_dtype t);      /* bytes per element */
 KITE_API DLDataType kite_dtype_dlpack(kite_dtype t);
 
 /* ---------------------------------------------------------------------------------------------
- * Op arguments. Every struct starts with the op id and the element type of its main tensor so a
- * kernel serving several ops can switch on them. Sizes and strides are in elements; strides are
- * between consecutive rows (or tokens/heads). All pointers are on the ctx's device.
+ * Op arguments. Every struct starts with the head below, member for member (kite_op op;
+ * kite_dtype dtype;): the op id and the element type of its main tensor, so that a kernel or
+ * predicate serving several ops reads them through kite_args_head_of() whatever the struct. A new
+ * args struct must start the same way. Sizes and strides are in elements; strides are between
+ * consecutive rows (or tokens/heads). All pointers are on the ctx's device.
  * ------------------------------------------------------------------------------------------- */
+
+/* The common head of every args struct. */
+typedef struct kite_args_head {
+  kite_op op;
+  kite_dtype dtype;
+} kite_args_head;
+
+/* The head of any args struct (args points at one of the structs below). */
+static inline const kite_args_head *kite_args_head_of(const void *args) {
+  return (const kite_args_head *)args;
+}
 
 /* silu, gelu, gelu_tanh, gelu_quick, relu: x, y viewed as [rows, cols] (cols unit-stride). */
 typedef struct kite_act_args {
@@ -377,7 +390,10 @@ typedef struct kite_kernel kite_kernel;
  * static string ("dtype f16 not implemented", "head_dim must be 128"). NULL supports = all. */
 typedef bool (*kite_supports_fn)(const kite_kernel *k, const void *args, const char **why);
 /* Runs the kernel on ctx's device and stream. Returns KITE_OK or an error set through
- * kite_set_error(). Must not block on the device unless the op says so. */
+ * kite_set_error(). Must not block on the device unless the op says so.
+ * run may assume that the args were validated by the op's front-end and that supports()
+ * returned true for them: dispatch calls it only then, and so does kite_kernel_run() for callers
+ * that go around dispatch. It need not check either again. */
 typedef kite_status (*kite_run_fn)(const kite_kernel *k, kite_ctx *ctx, const void *args);
 
 struct kite_kernel {
@@ -404,7 +420,8 @@ struct kite_backend {
   uint64_t (*features_present)(const kite_backend *b);
 
   /* Memory operations. May be NULL when another registered backend drives the same device type
-   * (the first backend registered with memory operations for a type serves it). */
+   * (the first backend registered with memory operations for a type serves it); host memory
+   * (kDLCPU) is served by the core when no backend brings its own. */
   kite_status (*alloc)(const kite_backend *b, int device_id, size_t bytes, void **out);
   void (*free)(const kite_backend *b, int device_id, void *ptr);
   /* Asynchronous on `stream` where the device allows; the core synchronizes after it when a
@@ -444,6 +461,13 @@ KITE_API kite_status kite_ctx_workspace(kite_ctx *ctx, size_t bytes, void **out)
 
 /* The registered kernel entry behind kite_kernel_get(i) (for harnesses timing a direct call). */
 KITE_API const kite_kernel *kite_kernel_entry(size_t i);
+
+/* Runs kernel k directly, around dispatch (a harness timing one kernel): first k->supports(),
+ * then k->run. args must be a validated args struct of k's op (from the op's front-end, as
+ * dispatch gives it); ctx on k's device.
+ * Errors: INVALID_ARG (NULL k, ctx or args; args of another op), UNSUPPORTED (supports() said
+ * no: "<op>: <variant>: <why>"), or what run returns. */
+KITE_API kite_status kite_kernel_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 
 /* Plugin entry points (exported by the plugin, looked up by the core). */
 typedef kite_status (*kite_plugin_init_fn)(uint32_t host_abi_version);

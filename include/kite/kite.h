@@ -166,7 +166,7 @@ KITE_API kite_status kite_rms_norm(kite_ctx *ctx, const DLTensor *x, const DLTen
 KITE_API kite_status kite_layer_norm(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
                                      const DLTensor *b, float eps, DLTensor *y);
 
-/* Where the norm sits relative to the residual add (DESIGN.md "Norms"). */
+/* Where the norm sits relative to the residual add. */
 typedef enum kite_norm_pos {
   KITE_NORM_PRE = 0,  /* s = x + residual; residual <- s; y = norm(s) */
   KITE_NORM_POST = 1, /* y = norm(x + residual); residual <- y */

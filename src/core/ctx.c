@@ -22,7 +22,7 @@ kite_status kite_ctx_create(const kite_ctx_params *params, kite_ctx **out) {
   if (p.device.device_id < 0)
     return kite_set_error(KITE_ERR_INVALID_ARG, "kite_ctx_create: device_id %d is negative",
                           p.device.device_id);
-  const kite_backend *mem = kite_memory_backend(p.device.device_type);
+  const kite_backend *mem = kite_device_memory(p.device.device_type);
   if (!mem)
     return kite_set_error(KITE_ERR_UNSUPPORTED,
                           "kite_ctx_create: no backend drives device type %s (%d); is its plugin "

@@ -34,6 +34,8 @@ kite_status kite_dispatch(kite_ctx *ctx, kite_op op, kite_dtype dtype, const voi
 
 /* The backend serving memory for a device type (NULL when none). */
 const kite_backend *kite_memory_backend(DLDeviceType t);
+/* The same, falling back on the core's host memory for kDLCPU (host_memory.c). */
+const kite_backend *kite_device_memory(DLDeviceType t);
 
 /* ---- tensor validation (tensor.c) ---------------------------------------------------------- *
  * Every helper sets an error message "<op>: <arg>: <problem>" and returns INVALID_ARG (or

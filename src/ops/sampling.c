@@ -179,11 +179,12 @@ kite_status kite_logprobs(kite_ctx *ctx, const DLTensor *logits, const DLTensor 
     return kite_set_error(KITE_ERR_INVALID_ARG, "logprobs: n: %lld is outside [0, min(20, V=%lld)]",
                           (long long)n, (long long)v);
   if (!tokens != !token_logprobs)
-    return kite_set_error(KITE_ERR_INVALID_ARG,
-                          "logprobs: tokens and token_logprobs must be both given or both NULL");
+    return kite_set_error(KITE_ERR_INVALID_ARG, "logprobs: %s: NULL while %s is given",
+                          tokens ? "token_logprobs" : "tokens",
+                          tokens ? "tokens" : "token_logprobs");
   if (n > 0 && (!top_ids || !top_logprobs))
-    return kite_set_error(KITE_ERR_INVALID_ARG, "logprobs: n = %lld needs top_ids and top_logprobs",
-                          (long long)n);
+    return kite_set_error(KITE_ERR_INVALID_ARG, "logprobs: %s: NULL with n = %lld",
+                          top_ids ? "top_logprobs" : "top_ids", (long long)n);
   if (n == 0 && (top_ids || top_logprobs))
     return kite_set_error(KITE_ERR_INVALID_ARG,
                           "logprobs: n = 0: top_ids and top_logprobs must be NULL");

@@ -1,7 +1,7 @@
 /*
  * kite check: the conformance harness. Every registered kernel that runs here, on its device,
- * against `ref` over generated cases, through the public op functions (DESIGN.md "Tests and
- * benchmarks"). The unit of pass/fail is one (kernel, case).
+ * against `ref` over generated cases, through the public op functions. The unit of pass/fail is
+ * one (kernel, case).
  *
  * For each case: inputs are generated once from the seed; the case runs pinned to ref on a CPU
  * ctx (the reference result), then pinned to each kernel under test on its device. After each
@@ -17,7 +17,7 @@
 #include <time.h>
 
 #include "cli.h"
-#include "driver.h"
+#include "families.h"
 #include "kite/dtype.h"
 #include "util.h"
 

@@ -9,16 +9,6 @@
 #include "kite/dtype.h"
 #include "util.h"
 
-/* ---- families ---------------------------------------------------------------------------- */
-
-const kt_family_ops *kt_family(kite_op op) {
-  if (kt_core_kind_of(op) != KT_NONE) return &kt_family_core;
-  if (kt_attn_has(op)) return &kt_family_attn;
-  if (kt_gemm_has(op)) return &kt_family_gemm;
-  if (kt_sampling_has(op)) return &kt_family_sampling;
-  return NULL;
-}
-
 void kt_case_push(kt_case_list *l, kt_case c) {
   if (l->n == l->cap) {
     int cap = l->cap ? 2 * l->cap : 64;
@@ -52,35 +42,6 @@ kt_case kt_case_default(kite_op op, kite_dtype dtype, int64_t rows, int64_t cols
   c.vocab = 50;
   c.attn.opts = kite_attn_opts_default();
   return c;
-}
-
-const char *kt_case_str(const kt_case *c, char *buf, size_t n) {
-  const kt_family_ops *f = kt_family(c->op);
-  buf[0] = '\0';
-  if (f && n > 0) f->describe(c, buf, n);
-  return buf;
-}
-
-const char *kt_case_shape(const kt_case *c, char *buf, size_t n) {
-  const kt_family_ops *f = kt_family(c->op);
-  buf[0] = '\0';
-  if (f && n > 0) f->shape(c, buf, n);
-  return buf;
-}
-
-double kt_case_bytes(const kt_case *c) {
-  const kt_family_ops *f = kt_family(c->op);
-  return f ? f->bytes(c) : 0;
-}
-
-double kt_case_flops(const kt_case *c) {
-  const kt_family_ops *f = kt_family(c->op);
-  return f && f->flops ? f->flops(c) : 0;
-}
-
-double kt_case_bound(const kt_case *c) {
-  const kt_family_ops *f = kt_family(c->op);
-  return f ? f->bound(c->op, c->dtype) : 0;
 }
 
 /* ---- element access ---------------------------------------------------------------------- */
@@ -214,18 +175,6 @@ void kt_cat(char *buf, size_t n, size_t *len, const char *fmt, ...) {
 DLTensor *kt_arg(kt_run *r, int slot) {
   int v = slot >= 0 && slot < KT_MAX_ARGS ? r->arg[slot] : -1;
   return v >= 0 ? &r->view[v].t : NULL;
-}
-
-int kt_plan(kt_run *r, const kt_case *c) {
-  memset(r, 0, sizeof *r);
-  r->c = *c;
-  for (int i = 0; i < KT_MAX_ARGS; i++) r->arg[i] = -1;
-  const kt_family_ops *f = kt_family(c->op);
-  if (!f)
-    r->bad = 1;
-  else
-    f->plan(r, c);
-  return r->bad;
 }
 
 size_t kt_buf_bytes(const kt_run *r, int b) {
@@ -386,14 +335,4 @@ void kt_release(kt_run *r) {
     if (r->buf[b].dev) kite_free(r->ctx, r->buf[b].dev);
     r->buf[b].dev = NULL;
   }
-}
-
-/* ---- the call ---------------------------------------------------------------------------- */
-
-kite_status kt_call(kt_run *r) {
-  const kt_family_ops *f = kt_family(r->c.op);
-  if (!f || r->bad)
-    return kite_set_error(KITE_ERR_UNSUPPORTED, "kite: the CLI has no driver for op %d",
-                          (int)r->c.op);
-  return f->call(r);
 }

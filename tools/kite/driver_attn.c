@@ -38,7 +38,7 @@ enum {
 static const char *const g_mask_name[MASK_KINDS] = {
     "", "bool[Sq,Sk]", "u8[B,H,Sq,Sk]", "f32[Sq,Sk]", "qt[1,H,Sq,Sk]/s0", "f32[B,1,Sq,Sk]"};
 
-int kt_attn_has(kite_op op) {
+static int kt_attn_has(kite_op op) {
   return op == KITE_OP_STORE_KV || op == KITE_OP_PAGED_DECODE || op == KITE_OP_PAGED_PREFILL ||
          op == KITE_OP_SDPA;
 }
@@ -694,6 +694,7 @@ static void attn_bench_cases(kite_op op, kite_dtype t, int llm, kt_case_list *l)
 
 const kt_family_ops kt_family_attn = {
     .name = "attn",
+    .has = kt_attn_has,
     .plan = attn_plan,
     .call = attn_call,
     .describe = attn_describe,

@@ -16,7 +16,18 @@
 /* argument slots */
 enum { A_X, A_Y, A_W, A_B, A_RES, A_Q, A_K, A_POS, A_COS_SIN, A_IDS, A_TABLE };
 
-kt_core_kind kt_core_kind_of(kite_op op) {
+/* Ops of this family that share a layout. */
+typedef enum kt_core_kind {
+  KT_NONE,
+  KT_ACT,
+  KT_GATED,
+  KT_NORM,
+  KT_ROPE,
+  KT_SOFTMAX,
+  KT_EMBEDDING
+} kt_core_kind;
+
+static kt_core_kind kt_core_kind_of(kite_op op) {
   switch (op) {
   case KITE_OP_SILU_AND_MUL:
   case KITE_OP_GELU_AND_MUL:
@@ -506,8 +517,13 @@ static void core_bench_cases(kite_op op, kite_dtype t, int llm, kt_case_list *l)
   }
 }
 
+static int core_has(kite_op op) {
+  return kt_core_kind_of(op) != KT_NONE;
+}
+
 const kt_family_ops kt_family_core = {
     .name = "core",
+    .has = core_has,
     .plan = core_plan,
     .call = core_call,
     .describe = core_describe,

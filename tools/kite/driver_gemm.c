@@ -22,7 +22,7 @@ enum { A_X, A_W, A_B, A_Y, A_GS, A_WT, A_IDS, A_W2, A_Q, A_S, A_WS, A_EXTRA };
  * per-expert composition (alt_call) takes those slots */
 enum { M_ROWS = A_GS, M_XE = A_Q, M_H = A_S, M_ACT = A_WS, M_OT = A_B, M_COMB = A_EXTRA };
 
-int kt_gemm_has(kite_op op) {
+static int kt_gemm_has(kite_op op) {
   switch (op) {
   case KITE_OP_LINEAR:
   case KITE_OP_GROUP_GEMM:
@@ -916,6 +916,7 @@ static double gemm_flops(const kt_case *c) {
 
 const kt_family_ops kt_family_gemm = {
     .name = "gemm",
+    .has = kt_gemm_has,
     .plan = gemm_plan,
     .call = gemm_call,
     .describe = gemm_describe,

@@ -14,7 +14,7 @@
 #include "driver.h"
 #include "util.h"
 
-int kt_sampling_has(kite_op op) {
+static int kt_sampling_has(kite_op op) {
   return op == KITE_OP_ARGMAX || op == KITE_OP_SAMPLE || op == KITE_OP_APPLY_PENALTIES ||
          op == KITE_OP_LOGPROBS;
 }
@@ -407,6 +407,7 @@ static double sampling_bytes(const kt_case *c) {
 
 const kt_family_ops kt_family_sampling = {
     .name = "sampling",
+    .has = kt_sampling_has,
     .plan = sampling_plan,
     .call = sampling_call,
     .describe = sampling_describe,

@@ -1,0 +1,81 @@
+/*
+ * The run functions of the cpu backend's kernels, one naming rule for all: cpu_<op>_<isa>.
+ * Templated families (kernels/<family>.inc) are instantiated by cpu_isa_<isa>.c; hand-written
+ * ones live in cpu_<family>_<isa>.c. cpu_backend.c's table is their only user.
+ */
+#ifndef KITE_CPU_KERNELS_H
+#define KITE_CPU_KERNELS_H
+
+#include <stdbool.h>
+
+#include "kite/backend.h"
+
+#define CPU_RUN_DECL(name) kite_status name(const kite_kernel *k, kite_ctx *ctx, const void *args)
+
+/* Elementwise and row families (act also serves gated; norm every norm op). */
+#define CPU_ROW_KERNELS(isa)                                                                       \
+  CPU_RUN_DECL(cpu_act_##isa);                                                                     \
+  CPU_RUN_DECL(cpu_gated_##isa);                                                                   \
+  CPU_RUN_DECL(cpu_norm_##isa);                                                                    \
+  CPU_RUN_DECL(cpu_rope_##isa);                                                                    \
+  CPU_RUN_DECL(cpu_softmax_##isa);                                                                 \
+  CPU_RUN_DECL(cpu_embedding_##isa)
+
+/* Attention (paged serves paged_decode and paged_prefill). */
+#define CPU_ATTN_KERNELS(isa)                                                                      \
+  CPU_RUN_DECL(cpu_store_kv_##isa);                                                                \
+  CPU_RUN_DECL(cpu_paged_##isa);                                                                   \
+  CPU_RUN_DECL(cpu_sdpa_##isa)
+
+/* Sampling (sample also serves argmax; kernels/sampling.inc) and apply_penalties (one portable
+ * build, cpu_penalties.c). */
+#define CPU_SAMPLING_KERNELS(isa)                                                                  \
+  CPU_RUN_DECL(cpu_sample_##isa);                                                                  \
+  CPU_RUN_DECL(cpu_logprobs_##isa)
+CPU_RUN_DECL(cpu_apply_penalties_scalar);
+/* linear_wq4 (cpu_wq4.c; the AVX2 one through per-function targets, x86-64 only). */
+CPU_RUN_DECL(cpu_linear_wq4_scalar);
+CPU_RUN_DECL(cpu_linear_wq4_avx2);
+
+CPU_ROW_KERNELS(scalar);
+CPU_ATTN_KERNELS(scalar);
+CPU_SAMPLING_KERNELS(scalar);
+#if defined(__x86_64__)
+CPU_ROW_KERNELS(avx2);
+CPU_ATTN_KERNELS(avx2);
+CPU_SAMPLING_KERNELS(avx2);
+CPU_ROW_KERNELS(avx512);
+CPU_SAMPLING_KERNELS(avx512);
+CPU_ROW_KERNELS(avx512bf16);
+
+/* Hand-written GEMM-family kernels (cpu_gemm_avx2.c, cpu_moe_avx2.c, cpu_topk_avx2.c,
+ * cpu_quant_avx2.c, cpu_gemm_avx512.c). */
+CPU_RUN_DECL(cpu_linear_avx2);
+CPU_RUN_DECL(cpu_group_gemm_avx2);
+CPU_RUN_DECL(cpu_linear_quant_avx2);
+CPU_RUN_DECL(cpu_fused_moe_avx2);
+CPU_RUN_DECL(cpu_topk_gating_avx2);
+CPU_RUN_DECL(cpu_quant_avx2);
+CPU_RUN_DECL(cpu_linear_avx512);
+CPU_RUN_DECL(cpu_linear_avx512bf16);
+CPU_RUN_DECL(cpu_linear_quant_avx512vnni);
+CPU_RUN_DECL(cpu_linear_amx);
+CPU_RUN_DECL(cpu_linear_quant_amx);
+/* Whether this process may use the AMX tiles (asks Linux once); false where it may not. */
+bool cpu_amx_ready(void);
+#endif
+
+/* Library variants (cpu_gemm_onednn.c, cpu_gemm_blas.c) with their own predicates. */
+#if defined(KITE_HAVE_ONEDNN)
+CPU_RUN_DECL(cpu_linear_onednn);
+CPU_RUN_DECL(cpu_linear_quant_onednn);
+bool cpu_onednn_supports_linear(const kite_kernel *k, const void *args, const char **why);
+bool cpu_onednn_supports_linear_bf16(const kite_kernel *k, const void *args, const char **why);
+bool cpu_onednn_supports_linear_quant(const kite_kernel *k, const void *args, const char **why);
+#endif
+#if defined(KITE_HAVE_OPENBLAS)
+CPU_RUN_DECL(cpu_linear_openblas);
+bool cpu_openblas_supports_linear(const kite_kernel *k, const void *args, const char **why);
+#endif
+
+#endif /* KITE_CPU_KERNELS_H */

@@ -1,0 +1,42 @@
+/*
+ * kite_kernel_run: one kernel entry run around dispatch, with the precondition dispatch
+ * guarantees (supports() said yes) checked here, so that run functions never check it again.
+ */
+#include <stddef.h>
+
+#include "internal.h"
+
+/* Every args struct starts with kite_args_head, member for member. */
+#define HEAD_OK(T)                                                                                 \
+  _Static_assert(offsetof(T, op) == offsetof(kite_args_head, op) &&                                \
+                     offsetof(T, dtype) == offsetof(kite_args_head, dtype),                        \
+                 #T " must start with kite_args_head's members")
+HEAD_OK(kite_act_args);
+HEAD_OK(kite_gated_args);
+HEAD_OK(kite_norm_args);
+HEAD_OK(kite_rope_args);
+HEAD_OK(kite_softmax_args);
+HEAD_OK(kite_embedding_args);
+HEAD_OK(kite_store_kv_args);
+HEAD_OK(kite_paged_attn_args);
+HEAD_OK(kite_sdpa_args);
+HEAD_OK(kite_linear_args);
+HEAD_OK(kite_group_gemm_args);
+HEAD_OK(kite_topk_args);
+HEAD_OK(kite_moe_args);
+HEAD_OK(kite_quant_args);
+HEAD_OK(kite_linear_quant_args);
+
+kite_status kite_kernel_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  if (!k || !ctx || !args || !k->run)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "kite_kernel_run: kernel, ctx or args is NULL");
+  const kite_args_head *h = kite_args_head_of(args);
+  if (h->op != k->op)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "kite_kernel_run: args of %s given to a %s kernel",
+                          kite_op_name(h->op), kite_op_name(k->op));
+  const char *why = NULL;
+  if (k->supports && !k->supports(k, args, &why))
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: %s: %s", kite_op_name(k->op), k->variant,
+                          why ? why : "declined these arguments");
+  return k->run(k, ctx, args);
+}

@@ -1,0 +1,71 @@
+/*
+ * The family table: each family answers "is this op mine?" (has), and the case-level entry
+ * points run a case through its family.
+ */
+#include "families.h"
+
+#include <string.h>
+
+#include "kite/backend.h"
+
+extern const kt_family_ops kt_family_core, kt_family_attn, kt_family_gemm, kt_family_sampling;
+
+static const kt_family_ops *const g_families[] = {&kt_family_core, &kt_family_attn,
+                                                  &kt_family_gemm, &kt_family_sampling};
+
+const kt_family_ops *kt_family(kite_op op) {
+  for (size_t i = 0; i < sizeof g_families / sizeof g_families[0]; i++)
+    if (g_families[i]->has(op)) return g_families[i];
+  return NULL;
+}
+
+const char *kt_case_str(const kt_case *c, char *buf, size_t n) {
+  const kt_family_ops *f = kt_family(c->op);
+  buf[0] = '\0';
+  if (f && n > 0) f->describe(c, buf, n);
+  return buf;
+}
+
+const char *kt_case_shape(const kt_case *c, char *buf, size_t n) {
+  const kt_family_ops *f = kt_family(c->op);
+  buf[0] = '\0';
+  if (f && n > 0) f->shape(c, buf, n);
+  return buf;
+}
+
+double kt_case_bytes(const kt_case *c) {
+  const kt_family_ops *f = kt_family(c->op);
+  return f ? f->bytes(c) : 0;
+}
+
+double kt_case_flops(const kt_case *c) {
+  const kt_family_ops *f = kt_family(c->op);
+  return f && f->flops ? f->flops(c) : 0;
+}
+
+double kt_case_bound(const kt_case *c) {
+  const kt_family_ops *f = kt_family(c->op);
+  return f ? f->bound(c->op, c->dtype) : 0;
+}
+
+int kt_plan(kt_run *r, const kt_case *c) {
+  memset(r, 0, sizeof *r);
+  r->c = *c;
+  for (int i = 0; i < KT_MAX_ARGS; i++) r->arg[i] = -1;
+  const kt_family_ops *f = kt_family(c->op);
+  if (!f)
+    r->bad = 1;
+  else
+    f->plan(r, c);
+  return r->bad;
+}
+
+/* ---- the call ---------------------------------------------------------------------------- */
+
+kite_status kt_call(kt_run *r) {
+  const kt_family_ops *f = kt_family(r->c.op);
+  if (!f || r->bad)
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "kite: the CLI has no driver for op %d",
+                          (int)r->c.op);
+  return f->call(r);
+}

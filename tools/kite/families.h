@@ -1,0 +1,29 @@
+/*
+ * The families of the case drivers, and running a case through the family that owns its op.
+ * families.c sits above driver.c (the mechanism) and the driver_<family>.c files: nothing below
+ * calls back up into it.
+ */
+#ifndef KITE_TOOLS_FAMILIES_H
+#define KITE_TOOLS_FAMILIES_H
+
+#include "driver.h"
+
+/* The family of op, or NULL when this CLI has no driver for it (listed, not checked or
+ * timed). */
+const kt_family_ops *kt_family(kite_op op);
+
+/* For people: "3x17 x+5 w off=1 pre inplace". */
+const char *kt_case_str(const kt_case *c, char *buf, size_t n);
+/* The main shape, e.g. "8192x4096" (rope: "TxHqxHkvxD"; gated: rows x I). */
+const char *kt_case_shape(const kt_case *c, char *buf, size_t n);
+/* Lays out the buffers and views of case c (no memory yet). Returns 0, or 1 for a case the
+ * driver cannot build (a bug in the case list). */
+int kt_plan(kt_run *r, const kt_case *c);
+/* One call of the op's public function with the case's arguments. */
+kite_status kt_call(kt_run *r);
+/* The bytes, FLOPs and NMSE bound of c (its family's). */
+double kt_case_bytes(const kt_case *c);
+double kt_case_flops(const kt_case *c);
+double kt_case_bound(const kt_case *c);
+
+#endif /* KITE_TOOLS_FAMILIES_H */
