@@ -12,6 +12,11 @@
 #            (TFLOP/s vs torch.mm), paged_decode (GB/s of KV read) and paged_prefill (TFLOP/s
 #            vs torch SDPA flash), sample beside a sort-based torch sampler and FlashInfer;
 #            prints the tables last
+#   python   kite._C built with this machine's python3 (its PyTorch), the pytest suite
+#            (python/tests: every op, opcheck, torch.compile, patched transformers models) on
+#            CUDA and CPU into check.log; then scripts/py_overhead.py (host time per call at
+#            decode size) and scripts/py_peers.py (per-op table vs eager, torch.compile, Liger)
+#            into peers.log. Needs pytest (and transformers for the model tests) installed.
 # Stages run in that order; pass some of their names to run only those (default: all).
 # Results go to $OUT (default ./out): logs, kite_bench.jsonl, peers.json, peers.csv.
 # Environment: BUILD (build folder, default build), JOBS (default: all cores), KITE_CMAKE_ARGS
@@ -22,9 +27,10 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
 BUILD=${BUILD:-build}
 JOBS=${JOBS:-$(nproc)}
-STAGES=${*:-build check sanitize bench engine peers}
+STAGES=${*:-build check sanitize bench engine peers python}
 mkdir -p "$OUT"
 # at most 8 files come back from the GPU machine: these, and kite_bench.jsonl, peers.{json,csv}
+# (the python stage adds py_overhead.json and py_peers.json: run it alone to get them back)
 for f in gpu.txt build.log check.log sanitize.log peers.log; do : > "$OUT/$f"; done
 export PYTHONUNBUFFERED=1
 status=0
@@ -141,5 +147,25 @@ if want peers; then
     --out "$OUT" --kite-bench "$OUT/kite_bench.jsonl"
   grep -i "error\|fail\|edge" "$OUT/peers.log" | head -20
   sed -n '/^---- kite vs PyTorch/,$p' "$OUT/peers.log" # the tables, last
+fi
+if want python; then
+  stage "Python: kite._C, pytest (CUDA and CPU), overhead, per-op table"
+  PY=${PYTHON:-python3}
+  { cmake -S . -B "$BUILD" -DKITE_BUILD_PYTHON=ON -DPython3_EXECUTABLE="$(command -v "$PY")" &&
+    cmake --build "$BUILD" -j "$JOBS"; } >> "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; status=1; }
+  export PYTHONPATH=$PWD/$BUILD/python
+  if "$PY" -c "import pytest" 2> /dev/null; then
+    run_logged check.log 600 "$PY" -m pytest -q -p no:cacheprovider python/tests
+    rc=$?
+    [ $rc -eq 5 ] && echo "pytest collected no test" && status=1
+    tail -15 "$OUT/check.log"
+  else
+    echo "pytest is not installed for $PY: the Python suite did not run"
+    status=1
+  fi
+  run_logged peers.log 300 "$PY" scripts/py_overhead.py --device cuda --json "$OUT/py_overhead.json"
+  run_logged peers.log 420 "$PY" scripts/py_peers.py --device cuda --json "$OUT/py_peers.json"
+  sed -n '/^device cuda/,$p' "$OUT/peers.log" | head -12
+  sed -n '/^---- kite (torch.ops.kite)/,$p' "$OUT/peers.log"
 fi
 exit $status

@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
-for pkg in cmake make gcc libdlpack-dev libopenblas-dev libdnnl-dev; do
+# clang: the libFuzzer targets (scripts/fuzz.sh)
+for pkg in cmake make gcc clang libdlpack-dev libopenblas-dev libdnnl-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # The test command: builds Release (and the CUDA plugin when nvcc is present: compile and link
-# only), runs every test; then builds with AddressSanitizer + UBSan and runs the tests again.
+# only), runs every test; then builds with AddressSanitizer + UBSan and runs the tests again; then
+# the fuzz targets' smoke run (clang, libFuzzer) and the concurrency test under ThreadSanitizer;
+# then the Python suite (python/tests, pytest) over the Release build's kite._C, in the cached
+# venv of python/requirements-test.txt (scripts/py-env.sh). The C tests run even when that venv
+# cannot be installed; the run then fails at the end, loudly. pytest collecting no test fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 ctest --test-dir build --output-on-failure -j2
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKITE_SANITIZE=address,undefined \
-  -DKITE_BUILD_CUDA=OFF >/dev/null
+  -DKITE_BUILD_CUDA=OFF -DKITE_BUILD_PYTHON=OFF >/dev/null
 cmake --build build-asan -j"$(nproc)"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j2 -E 'bench'
+bash scripts/fuzz.sh
+bash scripts/tsan.sh
+bash scripts/py-test.sh

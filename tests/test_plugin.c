@@ -10,23 +10,10 @@
 
 #include "kite/kite.h"
 #include "check.h"
+#include "registry_util.h"
 
 static const char *g_dir;
 static long *g_calls; /* testvendor_calls inside the auto-loaded plugin */
-
-static int find_backend(const char *name, kite_backend_info *out) {
-  for (size_t i = 0; i < kite_backend_count(); i++)
-    if (kite_backend_get(i, out) == KITE_OK && strcmp(out->name, name) == 0) return 1;
-  return 0;
-}
-
-static int find_kernel(const char *backend, const char *variant, kite_kernel_info *out) {
-  for (size_t i = 0; i < kite_kernel_count(); i++)
-    if (kite_kernel_get(i, out) == KITE_OK && strcmp(out->backend, backend) == 0 &&
-        strcmp(out->variant, variant) == 0)
-      return 1;
-  return 0;
-}
 
 /* rms_norm over a [2, 8] tensor of dtype code/bits; returns the status. */
 static kite_status call_rms_norm(kite_ctx *ctx, uint8_t code, uint8_t bits) {
@@ -41,14 +28,6 @@ static kite_status call_rms_norm(kite_ctx *ctx, uint8_t code, uint8_t bits) {
   DLTensor w = {f32 ? (void *)wf : (void *)wh, {kDLCPU, 0}, 1, dt, ws, NULL, 0};
   DLTensor y = {f32 ? (void *)yf : (void *)yh, {kDLCPU, 0}, 2, dt, xs, NULL, 0};
   return kite_rms_norm(ctx, &x, &w, 1e-6f, 0.0f, &y);
-}
-
-static kite_status call_silu(kite_ctx *ctx) {
-  static float x[4] = {1, 2, 3, 4}, y[4];
-  int64_t s[1] = {4};
-  DLTensor tx = {x, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, s, NULL, 0};
-  DLTensor ty = {y, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, s, NULL, 0};
-  return kite_silu(ctx, &tx, &ty);
 }
 
 static void test_autoload(void) {

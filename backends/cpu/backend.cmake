@@ -26,21 +26,26 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
 endif()
 
 # ---- library variants of the GEMM family, when the library is found -------------------------
-# Libraries linked into libkite: appended here, linked by the top-level CMakeLists.
+# The libraries are not linked: the variants open them at run time (dlopen), so a build made
+# where they exist loads where they do not; configure only needs their headers. The file found
+# here is the fallback after the soname.
 set(_gemm_defs "")
 option(KITE_WITH_OPENBLAS "Build the cpu.openblas linear variant when OpenBLAS is found" ON)
 if(KITE_WITH_OPENBLAS)
   find_library(KITE_OPENBLAS_LIB NAMES openblas)
   find_path(KITE_CBLAS_INCLUDE cblas.h PATH_SUFFIXES openblas openblas-pthread)
-  if(KITE_OPENBLAS_LIB AND KITE_CBLAS_INCLUDE)
-    message(STATUS "kite: cpu.openblas enabled (${KITE_OPENBLAS_LIB})")
+  if(KITE_CBLAS_INCLUDE)
+    message(STATUS "kite: cpu.openblas enabled (opened at run time; ${KITE_OPENBLAS_LIB})")
     list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/cpu_gemm_blas.c)
     set_source_files_properties(${_cpu_dir}/cpu_gemm_blas.c PROPERTIES
       INCLUDE_DIRECTORIES ${KITE_CBLAS_INCLUDE})
-    list(APPEND KITE_BUILTIN_LIBS ${KITE_OPENBLAS_LIB})
+    if(KITE_OPENBLAS_LIB)
+      set_property(SOURCE ${_cpu_dir}/cpu_gemm_blas.c APPEND PROPERTY COMPILE_DEFINITIONS
+        KITE_OPENBLAS_PATH="${KITE_OPENBLAS_LIB}")
+    endif()
     list(APPEND _gemm_defs KITE_HAVE_OPENBLAS)
   else()
-    message(STATUS "kite: OpenBLAS not found (libopenblas-dev); cpu.openblas is not built")
+    message(STATUS "kite: OpenBLAS headers not found (libopenblas-dev); cpu.openblas is not built")
   endif()
 endif()
 option(KITE_WITH_ONEDNN "Build the cpu.onednn linear variants when oneDNN is found" ON)
@@ -54,21 +59,18 @@ if(KITE_WITH_ONEDNN)
   find_library(KITE_ONEDNN_LIB NAMES dnnl libdnnl.so.2 libdnnl.so.2.6 NAMES_PER_DIR
                ${_onednn_hints} PATH_SUFFIXES lib lib64)
   find_path(KITE_ONEDNN_INCLUDE oneapi/dnnl/dnnl.h ${_onednn_hints} PATH_SUFFIXES include)
-  if(KITE_ONEDNN_LIB AND KITE_ONEDNN_INCLUDE)
-    message(STATUS "kite: cpu.onednn enabled (${KITE_ONEDNN_LIB})")
+  if(KITE_ONEDNN_INCLUDE)
+    message(STATUS "kite: cpu.onednn enabled (opened at run time; ${KITE_ONEDNN_LIB})")
     list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/cpu_gemm_onednn.c)
     set_source_files_properties(${_cpu_dir}/cpu_gemm_onednn.c PROPERTIES
       INCLUDE_DIRECTORIES ${KITE_ONEDNN_INCLUDE})
-    list(APPEND KITE_BUILTIN_LIBS ${KITE_ONEDNN_LIB})
-    # an OpenMP build of oneDNN: the variant sets the OpenMP thread count per call, so it links
-    # the runtime itself (no -fopenmp needed: it has no OpenMP pragmas)
-    find_package(OpenMP COMPONENTS C QUIET)
-    if(OpenMP_C_FOUND)
-      list(APPEND KITE_BUILTIN_LIBS ${OpenMP_C_LIBRARIES})
+    if(KITE_ONEDNN_LIB)
+      set_property(SOURCE ${_cpu_dir}/cpu_gemm_onednn.c APPEND PROPERTY COMPILE_DEFINITIONS
+        KITE_ONEDNN_PATH="${KITE_ONEDNN_LIB}")
     endif()
     list(APPEND _gemm_defs KITE_HAVE_ONEDNN)
   else()
-    message(STATUS "kite: oneDNN not found (libdnnl-dev, or -DKITE_ONEDNN_ROOT=dir); "
+    message(STATUS "kite: oneDNN headers not found (libdnnl-dev, or -DKITE_ONEDNN_ROOT=dir); "
                    "cpu.onednn is not built")
   endif()
 endif()

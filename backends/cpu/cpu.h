@@ -29,6 +29,9 @@ enum {
   CPU_F_AVX512_BF16 = 1u << 7,
   CPU_F_AVX512_VNNI = 1u << 8,
   CPU_F_AMX = 1u << 9, /* AMX-TILE, AMX-BF16 and AMX-INT8, with the OS saving tile state */
+  /* Optional libraries, loaded at run time: present when they could be opened here. */
+  CPU_F_OPENBLAS = 1u << 16,
+  CPU_F_ONEDNN = 1u << 17,
 };
 
 /* What each ISA build of the kernels needs, cumulative. */

@@ -14,9 +14,8 @@
 
 /* ---- supports() predicates ------------------------------------------------------------------ */
 
-/* Every args struct starts with op, dtype. */
 static kite_dtype args_dtype(const void *args) {
-  return ((const kite_act_args *)args)->dtype;
+  return kite_args_head_of(args)->dtype;
 }
 
 /* Computing ops take f32/f16/bf16; embedding copies bytes, so any sized type. */
@@ -166,8 +165,9 @@ static kite_kernel cpu_kernels[] = {
     /* oneDNN bf16 and int8 rank above ours where oneDNN has them natively (AVX-512-BF16 or AMX;
      * VNNI, for exact int32 sums), which its supports() checks; bf16 decode rows stay with the
      * GEMV. */
-    ROW(KITE_OP_LINEAR, "onednn_bf16", 24, CPU_ISA_AVX512BF16, cpu_onednn_supports_linear_bf16,
-        cpu_linear_onednn, "oneDNN matmul, bf16 on AVX-512-BF16 / AMX (M > 8), strided views"),
+    ROW(KITE_OP_LINEAR, "onednn_bf16", 24, CPU_ISA_AVX512BF16 | CPU_F_ONEDNN,
+        cpu_onednn_supports_linear_bf16, cpu_linear_onednn,
+        "oneDNN matmul, bf16 on AVX-512-BF16 / AMX (M > 8), strided views"),
 #endif
 #if defined(__x86_64__)
     /* amx bf16 ranks just below cpu.onednn_bf16, which is faster at M = 9-16 (ours pads x to 32
@@ -188,12 +188,12 @@ static kite_kernel cpu_kernels[] = {
 #if defined(KITE_HAVE_OPENBLAS)
     /* OpenBLAS ranks below cpu.avx2: close to ours on large squares, several times slower than
      * our GEMV for few rows (decode), and declining those shapes would break a pin to it. */
-    ROW(KITE_OP_LINEAR, "openblas", 15, 0, cpu_openblas_supports_linear, cpu_linear_openblas,
-        "OpenBLAS cblas_sgemm (f32), threads set to the ctx's per call"),
+    ROW(KITE_OP_LINEAR, "openblas", 15, CPU_F_OPENBLAS, cpu_openblas_supports_linear,
+        cpu_linear_openblas, "OpenBLAS cblas_sgemm (f32), threads set to the ctx's per call"),
 #endif
 #if defined(KITE_HAVE_ONEDNN)
     /* oneDNN f32 ranks below ours and OpenBLAS. */
-    ROW(KITE_OP_LINEAR, "onednn", 14, 0, cpu_onednn_supports_linear, cpu_linear_onednn,
+    ROW(KITE_OP_LINEAR, "onednn", 14, CPU_F_ONEDNN, cpu_onednn_supports_linear, cpu_linear_onednn,
         "oneDNN matmul, f32 (jit sgemm), strided views, no copies"),
 #endif
 #if defined(__x86_64__)
@@ -212,8 +212,9 @@ static kite_kernel cpu_kernels[] = {
         "int8: 32x32 blocks of four TDPBSSD tiles, int32 exact (int8 only)"),
 #endif
 #if defined(KITE_HAVE_ONEDNN)
-    ROW(KITE_OP_LINEAR_QUANT, "onednn", 25, CPU_ISA_AVX512VNNI, cpu_onednn_supports_linear_quant,
-        cpu_linear_quant_onednn, "oneDNN s8 x s8 -> s32 matmul (VNNI/AMX), then scales and bias"),
+    ROW(KITE_OP_LINEAR_QUANT, "onednn", 25, CPU_ISA_AVX512VNNI | CPU_F_ONEDNN,
+        cpu_onednn_supports_linear_quant, cpu_linear_quant_onednn,
+        "oneDNN s8 x s8 -> s32 matmul (VNNI/AMX), then scales and bias"),
 #endif
 #if defined(__x86_64__)
     ROW(KITE_OP_LINEAR_QUANT, "avx512vnni", 22, CPU_ISA_AVX512VNNI, supports_i8,
@@ -257,6 +258,12 @@ static kite_backend cpu_backend = {
 kite_status kite_backend_init_cpu(void);
 kite_status kite_backend_init_cpu(void) {
   cpu_present = cpu_features_detect();
+#if defined(KITE_HAVE_OPENBLAS)
+  if (cpu_openblas_load()) cpu_present |= CPU_F_OPENBLAS;
+#endif
+#if defined(KITE_HAVE_ONEDNN)
+  if (cpu_onednn_load()) cpu_present |= CPU_F_ONEDNN;
+#endif
   for (size_t i = 0; i < CPU_NUM_KERNELS; i++) {
     cpu_features_render(cpu_kernels[i].features, cpu_feature_names[i], CPU_FEATURE_NAMES_MAX);
     cpu_kernels[i].features_str = cpu_feature_names[i];

@@ -62,6 +62,8 @@ static const struct {
     {CPU_F_AVX512_VNNI, "avx512_vnni"},
     {CPU_F_AVX512_BF16, "avx512_bf16"},
     {CPU_F_AMX, "amx_tile,amx_bf16,amx_int8"},
+    {CPU_F_OPENBLAS, "libopenblas.so.0"},
+    {CPU_F_ONEDNN, "libdnnl.so.2"},
 };
 
 void cpu_features_render(uint64_t bits, char *out, size_t n) {

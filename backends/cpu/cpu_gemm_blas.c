@@ -1,9 +1,12 @@
 /*
  * cpu.openblas: linear on OpenBLAS's cblas_sgemm, f32 only (supports() says so). Built when
- * CMake finds OpenBLAS (Debian: libopenblas-dev). y = x w^T is sgemm(RowMajor, NoTrans, Trans)
- * straight on the caller's strided rows; the bias goes in first as y's initial value (beta = 1).
- * OpenBLAS keeps one global thread count, so each call sets it to the ctx's.
+ * CMake finds OpenBLAS's cblas.h (Debian: libopenblas-dev); the library is loaded at run time. y =
+ * x w^T is sgemm(RowMajor, NoTrans, Trans) straight on the caller's strided rows; the bias goes in
+ * first as y's initial value (beta = 1). OpenBLAS keeps one global thread count, so each call sets
+ * it to the ctx's.
  */
+#include <dlfcn.h>
+
 #include <cblas.h>
 
 #include "cpu_gemm.h"
@@ -11,9 +14,39 @@
 
 void openblas_set_num_threads(int num_threads);
 
+/* libkite does not link OpenBLAS: a build made where it exists must load where it does not.
+ * cpu_openblas_load() opens it once (the soname, then the file found at configure time); without
+ * it the entry lacks its feature bit and `kite list` says why. */
+static struct {
+  __typeof__(&cblas_sgemm) cblas_sgemm;
+  __typeof__(&openblas_set_num_threads) openblas_set_num_threads;
+} g_blas;
+static bool g_blas_loaded;
+
+bool cpu_openblas_load(void) {
+  void *h = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+#if defined(KITE_OPENBLAS_PATH)
+  if (!h) h = dlopen(KITE_OPENBLAS_PATH, RTLD_NOW | RTLD_LOCAL);
+#endif
+  if (!h) return false;
+  *(void **)&g_blas.cblas_sgemm = dlsym(h, "cblas_sgemm");
+  *(void **)&g_blas.openblas_set_num_threads = dlsym(h, "openblas_set_num_threads");
+  if (!g_blas.cblas_sgemm || !g_blas.openblas_set_num_threads) {
+    dlclose(h);
+    return false;
+  }
+  return g_blas_loaded = true;
+}
+#define cblas_sgemm g_blas.cblas_sgemm
+#define openblas_set_num_threads g_blas.openblas_set_num_threads
+
 /* OpenBLAS computes f32 only, on rows at least K apart. */
 bool cpu_openblas_supports_linear(const kite_kernel *k, const void *args, const char **why) {
   const kite_linear_args *a = args;
+  if (!g_blas_loaded) {
+    *why = "not available here: libopenblas.so.0 not found";
+    return false;
+  }
   if (a->dtype != KITE_DTYPE_F32) {
     *why = "f32 only (cblas_sgemm)";
     return false;

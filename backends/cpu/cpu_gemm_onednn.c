@@ -1,7 +1,8 @@
 /*
  * cpu.onednn: linear (f32, bf16) and int8 linear_quant on oneDNN's matmul primitive (C API, built
- * when CMake finds oneDNN: KITE_HAVE_ONEDNN). It is there for the Xeons where oneDNN has native
- * bf16 (AVX-512-BF16, AMX) and int8 (VNNI, AMX) paths that our AVX2 kernels lack.
+ * when CMake finds oneDNN's headers: KITE_HAVE_ONEDNN; the library is loaded at run time). It is
+ * there for the Xeons where oneDNN has native bf16 (AVX-512-BF16, AMX) and int8 (VNNI, AMX) paths
+ * that our AVX2 kernels lack.
  *
  * The caller's strided rows are described to oneDNN as they are, no copies:
  *   x [m, k] -> src     dims {m, k}, strides {x_stride, 1}
@@ -13,6 +14,7 @@
  * them; a warm call creates a stream and memory handles and executes. The primitives use a user
  * scratchpad, taken from the ctx workspace, so the library holds no per-primitive buffers.
  */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,89 @@
  * symbols come from the OpenMP runtime that oneDNN itself links. */
 int omp_get_max_threads(void);
 void omp_set_num_threads(int num_threads);
+#define DNNL_OMP_FNS(X) X(omp_get_max_threads) X(omp_set_num_threads)
+#else
+#define DNNL_OMP_FNS(X)
+#endif
+
+/* ---- oneDNN, loaded at run time -------------------------------------------------------------
+ * libkite does not link oneDNN: a build made where it exists must load where it does not. The
+ * library (the soname of the headers' major version, then the file found at configure time) is
+ * opened once by cpu_onednn_load() and every function below is called through g_dnnl, with the
+ * types of the headers' declarations. Without it the entries lack their feature bit and
+ * `kite list` says why. */
+#define DNNL_FNS(X)                                                                                \
+  X(dnnl_memory_create)                                                                            \
+  X(dnnl_memory_desc_init_by_strides)                                                              \
+  X(dnnl_stream_wait)                                                                              \
+  X(dnnl_stream_destroy)                                                                           \
+  X(dnnl_stream_create)                                                                            \
+  X(dnnl_set_max_cpu_isa)                                                                          \
+  X(dnnl_primitive_execute)                                                                        \
+  X(dnnl_primitive_destroy)                                                                        \
+  X(dnnl_primitive_desc_query_md)                                                                  \
+  X(dnnl_primitive_desc_destroy)                                                                   \
+  X(dnnl_primitive_desc_create)                                                                    \
+  X(dnnl_primitive_create)                                                                         \
+  X(dnnl_primitive_attr_set_scratchpad_mode)                                                       \
+  X(dnnl_primitive_attr_destroy)                                                                   \
+  X(dnnl_primitive_attr_create)                                                                    \
+  X(dnnl_memory_destroy)                                                                           \
+  X(dnnl_memory_desc_get_size)                                                                     \
+  X(dnnl_matmul_desc_init)                                                                         \
+  X(dnnl_get_effective_cpu_isa)                                                                    \
+  X(dnnl_engine_create)                                                                            \
+  DNNL_OMP_FNS(X)
+
+static struct {
+#define DNNL_FIELD(f) __typeof__(&f) f;
+  DNNL_FNS(DNNL_FIELD)
+#undef DNNL_FIELD
+} g_dnnl;
+static bool g_dnnl_loaded;
+
+#define DNNL_STR2(x) #x
+#define DNNL_STR(x) DNNL_STR2(x)
+
+bool cpu_onednn_load(void) {
+  void *h = dlopen("libdnnl.so." DNNL_STR(DNNL_VERSION_MAJOR), RTLD_NOW | RTLD_LOCAL);
+#if defined(KITE_ONEDNN_PATH)
+  if (!h) h = dlopen(KITE_ONEDNN_PATH, RTLD_NOW | RTLD_LOCAL);
+#endif
+  if (!h) return false;
+#define DNNL_SYM(f)                                                                                \
+  if (!(*(void **)&g_dnnl.f = dlsym(h, #f))) {                                                     \
+    dlclose(h);                                                                                    \
+    return false;                                                                                  \
+  }
+  DNNL_FNS(DNNL_SYM)
+#undef DNNL_SYM
+  return g_dnnl_loaded = true;
+}
+
+#define dnnl_memory_create g_dnnl.dnnl_memory_create
+#define dnnl_memory_desc_init_by_strides g_dnnl.dnnl_memory_desc_init_by_strides
+#define dnnl_stream_wait g_dnnl.dnnl_stream_wait
+#define dnnl_stream_destroy g_dnnl.dnnl_stream_destroy
+#define dnnl_stream_create g_dnnl.dnnl_stream_create
+#define dnnl_set_max_cpu_isa g_dnnl.dnnl_set_max_cpu_isa
+#define dnnl_primitive_execute g_dnnl.dnnl_primitive_execute
+#define dnnl_primitive_destroy g_dnnl.dnnl_primitive_destroy
+#define dnnl_primitive_desc_query_md g_dnnl.dnnl_primitive_desc_query_md
+#define dnnl_primitive_desc_destroy g_dnnl.dnnl_primitive_desc_destroy
+#define dnnl_primitive_desc_create g_dnnl.dnnl_primitive_desc_create
+#define dnnl_primitive_create g_dnnl.dnnl_primitive_create
+#define dnnl_primitive_attr_set_scratchpad_mode g_dnnl.dnnl_primitive_attr_set_scratchpad_mode
+#define dnnl_primitive_attr_destroy g_dnnl.dnnl_primitive_attr_destroy
+#define dnnl_primitive_attr_create g_dnnl.dnnl_primitive_attr_create
+#define dnnl_memory_destroy g_dnnl.dnnl_memory_destroy
+#define dnnl_memory_desc_get_size g_dnnl.dnnl_memory_desc_get_size
+#define dnnl_matmul_desc_init g_dnnl.dnnl_matmul_desc_init
+#define dnnl_get_effective_cpu_isa g_dnnl.dnnl_get_effective_cpu_isa
+#define dnnl_engine_create g_dnnl.dnnl_engine_create
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
+#define omp_get_max_threads g_dnnl.omp_get_max_threads
+#define omp_set_num_threads g_dnnl.omp_set_num_threads
 #endif
 
 #define ALIGN 64
@@ -331,7 +416,16 @@ static bool rows_apart(int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_
   return true;
 }
 
+/* Every entry declines when the library could not be opened (the registry already keeps them
+ * from running then; this covers kite_kernel_run). */
+static bool loaded(const char **why) {
+  if (g_dnnl_loaded) return true;
+  *why = "not available here: libdnnl.so." DNNL_STR(DNNL_VERSION_MAJOR) " not found";
+  return false;
+}
+
 bool cpu_onednn_supports_linear(const kite_kernel *k, const void *args, const char **why) {
+  if (!loaded(why)) return false;
   const kite_linear_args *a = args;
   if (a->dtype != KITE_DTYPE_F32) {
     *why = "f32 only (cpu.onednn_bf16 takes bf16)";
@@ -341,6 +435,7 @@ bool cpu_onednn_supports_linear(const kite_kernel *k, const void *args, const ch
 }
 
 bool cpu_onednn_supports_linear_bf16(const kite_kernel *k, const void *args, const char **why) {
+  if (!loaded(why)) return false;
   const kite_linear_args *a = args;
   if (a->dtype != KITE_DTYPE_BF16) {
     *why = "bf16 only";
@@ -351,8 +446,8 @@ bool cpu_onednn_supports_linear_bf16(const kite_kernel *k, const void *args, con
     return false;
   }
   /* Decode rows stay with the weight-streaming GEMV: oneDNN repacks the plain weights on every
-   * call (Xeon, AMX, 2 threads, N = K = 4096: M = 1 1569 us vs 728, M = 4 1552 vs 1127; at
-   * M = 16 it is 2.9x faster). */
+   * call, which costs more than the GEMV for a few rows and less from M = 16 (figures in
+   * docs/performance.md). */
   if (a->m <= DECODE_M_BF16) {
     *why = "M <= 8: decode rows go to the GEMV (cpu.avx2)";
     return false;
@@ -361,6 +456,7 @@ bool cpu_onednn_supports_linear_bf16(const kite_kernel *k, const void *args, con
 }
 
 bool cpu_onednn_supports_linear_quant(const kite_kernel *k, const void *args, const char **why) {
+  if (!loaded(why)) return false;
   const kite_linear_quant_args *a = args;
   if (a->qdtype != KITE_DTYPE_I8 || !cpu_is_float(a->dtype)) {
     *why = "int8 only";

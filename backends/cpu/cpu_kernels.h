@@ -72,10 +72,14 @@ CPU_RUN_DECL(cpu_linear_quant_onednn);
 bool cpu_onednn_supports_linear(const kite_kernel *k, const void *args, const char **why);
 bool cpu_onednn_supports_linear_bf16(const kite_kernel *k, const void *args, const char **why);
 bool cpu_onednn_supports_linear_quant(const kite_kernel *k, const void *args, const char **why);
+/* Opens oneDNN (once, at backend init); false when it is not installed here. */
+bool cpu_onednn_load(void);
 #endif
 #if defined(KITE_HAVE_OPENBLAS)
 CPU_RUN_DECL(cpu_linear_openblas);
 bool cpu_openblas_supports_linear(const kite_kernel *k, const void *args, const char **why);
+/* Opens OpenBLAS (once, at backend init); false when it is not installed here. */
+bool cpu_openblas_load(void);
 #endif
 
 #endif /* KITE_CPU_KERNELS_H */

@@ -11,6 +11,18 @@
  *   kite_status kite_plugin_init(uint32_t host_abi_version);
  * The core reads kite_plugin_abi_version first and refuses a mismatch; kite_plugin_init checks the
  * host's version again and calls kite_backend_register().
+ *
+ * What a plugin's init may do:
+ * - Call back into kite: every function works (kite_kernel_count, kite_config_set,
+ *   kite_ctx_create, ops, ...). During library init (built-in backends, auto-loaded plugins) such a
+ *   call sees the registry as registered so far, without waiting for init to finish; calls from
+ *   other threads wait until init is done, so an init must not wait on another thread that calls
+ *   kite.
+ * - Not load plugins: kite_backend_load from inside a plugin's init returns KITE_ERR_PLUGIN naming
+ *   both files (never a hang).
+ * - Fail: when kite_plugin_init returns anything but KITE_OK, every backend it registered is
+ *   removed again (its kernels are never selected or listed) and the failure is reported with the
+ *   plugin's message. The library stays mapped, as a thread may still be inside one of its kernels.
  */
 #ifndef KITE_BACKEND_H
 #define KITE_BACKEND_H
@@ -393,7 +405,9 @@ typedef bool (*kite_supports_fn)(const kite_kernel *k, const void *args, const c
  * kite_set_error(). Must not block on the device unless the op says so.
  * run may assume that the args were validated by the op's front-end and that supports()
  * returned true for them: dispatch calls it only then, and so does kite_kernel_run() for callers
- * that go around dispatch. It need not check either again. */
+ * that go around dispatch. It need not check either again. Both callers normalize a failure: a
+ * value outside kite_status becomes KITE_ERR_INTERNAL, an error without a message gets one naming
+ * the op and the kernel. */
 typedef kite_status (*kite_run_fn)(const kite_kernel *k, kite_ctx *ctx, const void *args);
 
 struct kite_kernel {
@@ -439,7 +453,8 @@ struct kite_backend {
 
 /* Registers a backend and its kernels (copied by reference: both must outlive the library).
  * Called by built-in backends at library init and by plugins from kite_plugin_init.
- * Errors: INVALID_ARG (NULL, empty name, bad kernel entry), PLUGIN (duplicate name). */
+ * Errors: INVALID_ARG (NULL, empty name, bad kernel entry, two entries with the same op and
+ * variant), PLUGIN (duplicate backend name, registry full); nothing is registered then. */
 KITE_API kite_status kite_backend_register(const kite_backend *b);
 
 /* Sets the thread-local error message (printf format) and returns s, for kernels and plugins:
@@ -466,7 +481,7 @@ KITE_API const kite_kernel *kite_kernel_entry(size_t i);
  * then k->run. args must be a validated args struct of k's op (from the op's front-end, as
  * dispatch gives it); ctx on k's device.
  * Errors: INVALID_ARG (NULL k, ctx or args; args of another op), UNSUPPORTED (supports() said
- * no: "<op>: <variant>: <why>"), or what run returns. */
+ * no: "<op>: <variant>: <why>"), or what run returns, normalized as dispatch does (above). */
 KITE_API kite_status kite_kernel_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 
 /* Plugin entry points (exported by the plugin, looked up by the core). */

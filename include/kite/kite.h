@@ -36,6 +36,10 @@ extern "C" {
 #define KITE_VERSION_MINOR 1
 #define KITE_VERSION_PATCH 0
 
+/* The version of the loaded library, "MAJOR.MINOR.PATCH" (may differ from the header's macros
+ * when a program runs against another build). */
+KITE_API const char *kite_version(void);
+
 /* ---------------------------------------------------------------------------------------------
  * Status and errors
  * ------------------------------------------------------------------------------------------- */
@@ -76,7 +80,9 @@ KITE_API kite_ctx_params kite_ctx_params_default(void);
 /* Creates a ctx. params NULL = defaults. Errors: INVALID_ARG (NULL out, negative threads),
  * UNSUPPORTED (no backend drives that device type, or device_id out of range). */
 KITE_API kite_status kite_ctx_create(const kite_ctx_params *params, kite_ctx **out);
-/* Frees the ctx and its workspace. NULL is a no-op. */
+/* Frees the ctx and its workspace. NULL is a no-op. Destroying a ctx twice, or using it after
+ * destroying it, is the caller's error (undefined behaviour; a build with AddressSanitizer reports
+ * it as a heap-use-after-free in kite_ctx_destroy). */
 KITE_API void kite_ctx_destroy(kite_ctx *ctx);
 /* Waits until all work queued on the ctx's stream has finished. */
 KITE_API kite_status kite_ctx_synchronize(kite_ctx *ctx);
@@ -461,11 +467,18 @@ KITE_API kite_status kite_linear_wq4(kite_ctx *ctx, const DLTensor *x, const DLT
  * ------------------------------------------------------------------------------------------- */
 
 /* Replaces the config (NULL or "" = defaults). Errors: CONFIG with a message naming the bad
- * item (unknown op, empty name, bad syntax). Unknown backend/variant names are accepted: a
- * plugin may provide them later; a pin to a kernel that does not exist fails at call time. */
+ * item (unknown op, empty name, bad syntax); the config in force then stays as it was. Unknown
+ * backend/variant names are accepted: a plugin may provide them later; a pin to a kernel that
+ * does not exist fails at call time. A successful call also clears a KITE_KERNELS error (below). */
 KITE_API kite_status kite_config_set(const char *config);
-/* The config in force, as last set ("" when none). The pointer stays valid until the next set. */
+/* The config in force, as last set ("" when none); when KITE_KERNELS did not parse, its text.
+ * The pointer stays valid until the next set. */
 KITE_API const char *kite_config_get(void);
+/* A KITE_KERNELS that does not parse is never ignored: no rule of it applies and every op call
+ * fails with KITE_ERR_CONFIG, its message naming the variable and the bad item, until a
+ * kite_config_set succeeds. This returns that message ("" when the config is fine); the string
+ * stays valid for the life of the process. */
+KITE_API const char *kite_config_error(void);
 
 /* ---------------------------------------------------------------------------------------------
  * Registry introspection
@@ -480,12 +493,16 @@ typedef struct kite_kernel_info {
   const char *features;    /* required features, e.g. "avx2,fma" ("" when none) */
   const char *description; /* one line */
   int runs_here;           /* 1 when the device is present, features are present, not disabled */
-  const char *why_not;     /* when runs_here == 0: the reason ("" otherwise) */
+  char why_not[192];       /* when runs_here == 0: the reason ("" otherwise); a copy per call */
+  const char *plugin;      /* the plugin file the kernel came from, "" when built into libkite */
 } kite_kernel_info;
 
 /* Number of registered kernels (loads built-in backends and auto-loaded plugins first). */
 KITE_API size_t kite_kernel_count(void);
-/* Info on kernel i < kite_kernel_count(). Strings stay valid until the next config change. */
+/* Info on kernel i < kite_kernel_count(), a snapshot taken under the registry lock (safe while
+ * other threads call ops, set the config or load plugins). The strings other than why_not belong
+ * to the backend or the registry and live as long as the process. A plugin kernel may outrank a
+ * built-in one by priority (a vendor's override): `plugin` says where each kernel came from. */
 KITE_API kite_status kite_kernel_get(size_t i, kite_kernel_info *out);
 
 typedef struct kite_backend_info {
@@ -498,6 +515,11 @@ typedef struct kite_backend_info {
 KITE_API size_t kite_backend_count(void);
 KITE_API kite_status kite_backend_get(size_t i, kite_backend_info *out);
 
+/* The kernel that the last op call on this thread was dispatched to, as "backend.variant"
+ * ("cpu.avx2"); "" before the first dispatch. The same choice KITE_LOG=dispatch prints, without
+ * printing. Valid until the next call to this function on this thread. */
+KITE_API const char *kite_last_dispatch(void);
+
 /* Device-type name ("cpu", "cuda", ...) for display; never NULL. */
 KITE_API const char *kite_device_name(DLDeviceType t);
 
@@ -508,7 +530,8 @@ KITE_API const char *kite_device_name(DLDeviceType t);
  * never fatal to the others.
  * ------------------------------------------------------------------------------------------- */
 /* Loads one plugin by path. Errors: PLUGIN (cannot open, no kite_plugin_init, ABI mismatch,
- * init failed, a backend of the same name is already registered) with the reason. */
+ * init failed, a backend of the same name is already registered, called from a plugin's init)
+ * with the reason. A plugin whose init fails leaves nothing registered. */
 KITE_API kite_status kite_backend_load(const char *path);
 
 /* Plugins that failed to load automatically, with their reasons. */

@@ -32,6 +32,14 @@ extern const kite_builtin_backend kite_builtin_backends[];
  * when the op is pinned. */
 kite_status kite_dispatch(kite_ctx *ctx, kite_op op, kite_dtype dtype, const void *args);
 
+/* Makes a failed kernel's status a kite_status with a message: a value outside kite_status becomes
+ * INTERNAL (keeping the kernel's message after it), and a status without a message gets one naming
+ * the op and the kernel. s != KITE_OK; the error message was cleared before the kernel ran. For
+ * every caller that runs a kernel (dispatch, direct runs). */
+kite_status kite_kernel_failed(const char *backend, const kite_kernel *k, kite_status s);
+/* The name of the registered backend kernel k belongs to ("?" when k is not registered). */
+const char *kite_kernel_backend_name(const kite_kernel *k);
+
 /* The backend serving memory for a device type (NULL when none). */
 const kite_backend *kite_memory_backend(DLDeviceType t);
 /* The same, falling back on the core's host memory for kDLCPU (host_memory.c). */

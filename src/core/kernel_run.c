@@ -38,5 +38,7 @@ kite_status kite_kernel_run(const kite_kernel *k, kite_ctx *ctx, const void *arg
   if (k->supports && !k->supports(k, args, &why))
     return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: %s: %s", kite_op_name(k->op), k->variant,
                           why ? why : "declined these arguments");
-  return k->run(k, ctx, args);
+  kite_clear_error();
+  kite_status s = k->run(k, ctx, args);
+  return s == KITE_OK ? s : kite_kernel_failed(kite_kernel_backend_name(k), k, s);
 }

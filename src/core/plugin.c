@@ -70,8 +70,9 @@ static kite_status load_locked(const char *path) {
   void *init_sym = dlsym(h, KITE_PLUGIN_INIT_SYMBOL);
   if (!abi || !init_sym) {
     dlclose(h);
-    return kite_set_error(KITE_ERR_PLUGIN, "plugin %s: does not export %s and %s: not a kite plugin",
-                          path, KITE_PLUGIN_ABI_SYMBOL, KITE_PLUGIN_INIT_SYMBOL);
+    return kite_set_error(KITE_ERR_PLUGIN,
+                          "plugin %s: does not export %s and %s: not a kite plugin", path,
+                          KITE_PLUGIN_ABI_SYMBOL, KITE_PLUGIN_INIT_SYMBOL);
   }
   if (*abi != KITE_BACKEND_ABI_VERSION) {
     uint32_t got = *abi;
@@ -83,18 +84,21 @@ static kite_status load_locked(const char *path) {
   }
   kite_plugin_init_fn init;
   memcpy(&init, &init_sym, sizeof init); /* object pointer to function pointer, as dlsym needs */
-  size_t before = kite_backend_count_unlocked();
-  kite_registry_set_loading_path(real);
+  kite_registry_begin_load(real);
   kite_clear_error();
   kite_status s = init(KITE_BACKEND_ABI_VERSION);
-  kite_registry_set_loading_path(NULL);
   if (s != KITE_OK) {
     char why[600];
     snprintf(why, sizeof why, "%s", kite_last_error()[0] ? kite_last_error() : kite_status_name(s));
-    /* a backend it already registered stays referenced: keep the library mapped then */
-    if (kite_backend_count_unlocked() == before) dlclose(h);
-    return kite_set_error(KITE_ERR_PLUGIN, "plugin %s: init failed: %s", path, why);
+    /* a backend it registered goes again; the library stays mapped, as a thread may already run
+     * one of its kernels */
+    size_t removed = kite_registry_rollback_load();
+    kite_registry_end_load();
+    if (!removed) dlclose(h);
+    return kite_set_error(KITE_ERR_PLUGIN, "plugin %s: init failed: %s%s", path, why,
+                          removed ? " (its registration was withdrawn)" : "");
   }
+  kite_registry_end_load();
   snprintf(g_loaded[g_num_loaded++], PATH_MAX, "%s", real);
   return KITE_OK;
 }
@@ -104,6 +108,13 @@ kite_status kite_backend_load(const char *path) {
   kite_init();
   if (!path || !*path)
     return kite_set_error(KITE_ERR_INVALID_ARG, "kite_backend_load: path is NULL or empty");
+  /* the plugin lock is held by the load in progress on this thread */
+  const char *loading = kite_registry_loading_path();
+  if (loading)
+    return kite_set_error(KITE_ERR_PLUGIN,
+                          "kite_backend_load(%s): called from the init of plugin %s; a plugin's "
+                          "init may not load plugins",
+                          path, loading);
   pthread_mutex_lock(&g_plugin_lock);
   kite_status s = load_locked(path);
   pthread_mutex_unlock(&g_plugin_lock);

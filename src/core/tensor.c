@@ -4,6 +4,7 @@
  * so that the sizes kernels later multiply can never overflow and no kernel reads outside what
  * the caller described. Messages read "<op>: <arg>: <problem>".
  */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -113,6 +114,9 @@ kite_status kite_tensor_check(const kite_ctx *ctx, const char *op, const char *a
         return kite_set_error(KITE_ERR_INVALID_ARG, "%s: %s: dim %d has negative stride %lld", op,
                               arg, i, (long long)st);
     }
+    /* a dim of size 1, or any dim of an empty tensor, addresses nothing through its stride:
+     * kernels get the compact value, never a huge one that overflows their offset arithmetic */
+    if (n <= 1 || numel == 0) st = compact;
     r->shape[i] = n;
     r->strides[i] = st;
     compact *= n; /* bounded by the product checked above */
@@ -144,7 +148,9 @@ kite_status kite_tensor_check(const kite_ctx *ctx, const char *op, const char *a
                             (void *)addr, dtype_str(dt), (long long)esize);
     r->data = (char *)t->data + t->byte_offset;
   } else {
-    r->data = NULL;
+    /* an empty tensor may come without data; kernels still form (empty) ranges from it */
+    static max_align_t nothing;
+    r->data = &nothing;
   }
   return KITE_OK;
 }

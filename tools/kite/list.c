@@ -15,6 +15,8 @@ static void usage(void) {
          "features, whether it runs here (or why not) and a description; then, per op, the\n"
          "kernel default dispatch picks on each device present (the highest-priority kernel\n"
          "that runs here; a kernel's supports() may still decline particular arguments).\n"
+         "A built-in kernel that a plugin's kernel outranks says \"overridden by plugin kernel\"\n"
+         "with the plugin's file. A KITE_KERNELS that does not parse is shown first (exit 1).\n"
          "\n"
          "  --op NAME        only this op\n"
          "  --backend NAME   only this backend (\"cpu\") or kernel (\"cpu.avx2\")\n");
@@ -23,6 +25,19 @@ static void usage(void) {
 static int width(int w, const char *s) {
   int n = (int)strlen(s);
   return n > w ? n : w;
+}
+
+/* The best plugin kernel of k's op and device that runs here and outranks the built-in kernel k
+ * (a vendor override), or NULL. */
+static const kt_kernel *plugin_above(const kt_registry *reg, const kt_kernel *k) {
+  const kt_kernel *best = NULL;
+  for (size_t i = 0; i < reg->n; i++) {
+    const kt_kernel *p = &reg->k[i];
+    if (p->plugin[0] && p->runs_here && p->op == k->op && p->device == k->device &&
+        p->priority > k->priority && (!best || p->priority > best->priority))
+      best = p;
+  }
+  return best;
 }
 
 int kt_cmd_list(int argc, char **argv) {
@@ -38,8 +53,13 @@ int kt_cmd_list(int argc, char **argv) {
     fprintf(stderr, "kite list: cannot read the registry: %s\n", kite_last_error());
     return 2;
   }
-  if (o.backend && !kt_backend_known(&reg, o.backend))
+  if (o.backend && !kt_backend_known(&reg, o.backend)) {
     fprintf(stderr, "kite list: no kernel of backend '%s' is registered\n", o.backend);
+    kt_registry_free(&reg);
+    return 2;
+  }
+  const char *cfg_error = kite_config_error();
+  if (cfg_error[0]) printf("config: ERROR: %s\n\n", cfg_error);
 
   /* column widths from the data */
   int wop = 2, wname = 6, wfeat = 8, wdesc = 11;
@@ -62,8 +82,12 @@ int kt_cmd_list(int argc, char **argv) {
     for (size_t i = 0; i < reg.n; i++) {
       const kt_kernel *k = &reg.k[i];
       if ((int)k->op != op || !kt_kernel_selected(k, &o)) continue;
-      char run[256];
-      if (k->runs_here)
+      char run[512];
+      const kt_kernel *over = k->runs_here && !k->plugin[0] ? plugin_above(&reg, k) : NULL;
+      if (over)
+        snprintf(run, sizeof run, "yes, overridden by plugin kernel %s (%s)", over->name,
+                 over->plugin);
+      else if (k->runs_here)
         snprintf(run, sizeof run, "yes");
       else
         snprintf(run, sizeof run, "no: %s", k->why_not[0] ? k->why_not : "?");
@@ -95,5 +119,9 @@ int kt_cmd_list(int argc, char **argv) {
   }
   printf("\n%d kernel%s shown, %zu registered.\n", shown, shown == 1 ? "" : "s", reg.n);
   kt_registry_free(&reg);
+  if (cfg_error[0]) {
+    fprintf(stderr, "kite list: %s\n", cfg_error);
+    return 1;
+  }
   return 0;
 }

@@ -77,6 +77,12 @@ static int summary(void) {
   if (ops_none) printf(" (%d without a kernel here: see kite list)", ops_none);
   printf("\n");
   const char *cfg = kite_config_get();
+  if (kite_config_error()[0]) {
+    printf("config: ERROR: %s\n", kite_config_error());
+    kt_registry_free(&reg);
+    fprintf(stderr, "kite: no op runs with this config: fix KITE_KERNELS first\n");
+    return 2;
+  }
   if (cfg[0]) printf("config: %s\n", cfg);
   kt_registry_free(&reg);
 
@@ -102,8 +108,15 @@ int main(int argc, char **argv) {
   if (argc < 2) return summary();
   const char *cmd = argv[1];
   if (strcmp(cmd, "list") == 0) return kt_cmd_list(argc - 2, argv + 2);
-  if (strcmp(cmd, "check") == 0) return kt_cmd_check(argc - 2, argv + 2);
-  if (strcmp(cmd, "bench") == 0) return kt_cmd_bench(argc - 2, argv + 2);
+  if (strcmp(cmd, "check") == 0 || strcmp(cmd, "bench") == 0) {
+    /* they pin kernels through kite_config_set, which would replace a KITE_KERNELS that does not
+     * parse and so hide it */
+    if (kite_config_error()[0]) {
+      fprintf(stderr, "kite %s: %s\n", cmd, kite_config_error());
+      return 2;
+    }
+    return cmd[0] == 'c' ? kt_cmd_check(argc - 2, argv + 2) : kt_cmd_bench(argc - 2, argv + 2);
+  }
   if (strcmp(cmd, "run") == 0) return kr_cmd_run(argc - 2, argv + 2);
   if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
     usage();

@@ -1,5 +1,6 @@
 #include "util.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -23,11 +24,18 @@ uint64_t kt_hash(uint64_t key, uint64_t i) {
 
 /* ---- command line ------------------------------------------------------------------------ */
 
+/* Decimal digits, or 0x and hex digits; nothing else (strtoull alone would take leading blanks,
+ * a sign, and read "010" as octal). */
 static int parse_u64(const char *s, uint64_t *out) {
+  if (!s) return 0;
+  int hex = s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+  const char *digits = s + (hex ? 2 : 0);
+  if (!*digits) return 0;
+  for (const char *p = digits; *p; p++)
+    if (!(hex ? isxdigit((unsigned char)*p) : isdigit((unsigned char)*p))) return 0;
   char *end;
   errno = 0;
-  if (!s || !*s || *s == '-') return 0;
-  unsigned long long v = strtoull(s, &end, 0);
+  unsigned long long v = strtoull(digits, &end, hex ? 16 : 10);
   if (errno || *end) return 0;
   *out = v;
   return 1;
@@ -179,9 +187,11 @@ int kt_registry_load(kt_registry *r) {
     k->features = dup_str(info.features);
     k->description = dup_str(info.description);
     k->why_not = dup_str(info.why_not);
+    k->plugin = dup_str(info.plugin);
     k->name =
         malloc(strlen(k->backend ? k->backend : "") + strlen(k->variant ? k->variant : "") + 2);
-    if (!k->backend || !k->variant || !k->features || !k->description || !k->why_not || !k->name)
+    if (!k->backend || !k->variant || !k->features || !k->description || !k->why_not ||
+        !k->plugin || !k->name)
       return 1;
     sprintf(k->name, "%s.%s", k->backend, k->variant);
     k->device = info.device_type;
@@ -195,7 +205,7 @@ void kt_registry_free(kt_registry *r) {
   for (size_t i = 0; r->k && i < r->n; i++) {
     kt_kernel *k = &r->k[i];
     free(k->backend), free(k->variant), free(k->name);
-    free(k->features), free(k->description), free(k->why_not);
+    free(k->features), free(k->description), free(k->why_not), free(k->plugin);
   }
   free(r->k);
   r->k = NULL;

@@ -52,6 +52,7 @@ typedef struct kt_kernel {
   const char *op_name;
   char *backend, *variant, *name; /* name = "backend.variant" */
   char *features, *description, *why_not;
+  char *plugin; /* the plugin file, "" when built in */
   DLDeviceType device;
   int priority, runs_here;
 } kt_kernel;

@@ -1,0 +1,125 @@
+"""kite: LLM operators behind one kernel registry.
+
+    import kite
+    y = kite.ops.rms_norm(x, w, eps=1e-6)          # torch tensors, numpy arrays, any DLPack producer
+    kite.config("rms_norm=cpu.avx2")                # pin kernels, as KITE_KERNELS does
+    with kite.kernels("softmax=ref"): ...           # a config for a block only
+    kite.list()                                     # every kernel, whether it runs here, which is chosen
+
+torch.ops.kite.<op> (registered by ``import kite.torch``) and kite.torch.nn / kite.torch.patch
+bring the ops to PyTorch models. Errors are kite.Error subclasses carrying kite's message.
+"""
+import contextlib as _contextlib
+from dataclasses import dataclass as _dataclass
+
+from . import _C
+from ._C import (ConfigError, DeviceError, Error, InternalError, InvalidArgument, OutOfMemory,
+                 PluginError, Unsupported)
+
+__version__ = _C.version
+
+__all__ = ["ops", "config", "kernels", "list", "last_dispatch", "backends", "plugin_failures",
+           "load_backend", "rope_cache", "Error", "InvalidArgument", "Unsupported", "OutOfMemory",
+           "DeviceError", "PluginError", "ConfigError", "InternalError", "KernelRecord"]
+
+
+def config(spec=None):
+    """Replaces the kernel-selection config (KITE_KERNELS grammar); None or "" restores the
+    defaults. Returns the config that was in force before. Raises ConfigError on a bad item."""
+    before = _C.config_get()
+    _C.config_set(spec or None)
+    return before
+
+
+@_contextlib.contextmanager
+def kernels(spec):
+    """with kite.kernels("rms_norm=ref"): ... — the config in force inside the block only.
+    Items are applied after the config in force (use "reset,..." to start from defaults)."""
+    before = _C.config_get()
+    _C.config_set(f"{before},{spec}" if before else spec)
+    try:
+        yield
+    finally:
+        _C.config_set(before or None)
+
+
+@_dataclass(frozen=True)
+class KernelRecord:
+    op: str
+    backend: str
+    variant: str
+    device: str
+    priority: int
+    features: str
+    description: str
+    runs_here: bool
+    why_not: str
+    chosen: bool  # the one kite would pick for this op on its device (before supports() checks)
+
+    @property
+    def name(self):
+        return f"{self.backend}.{self.variant}"
+
+
+def list(op=None):  # noqa: A001 - mirrors `kite list`
+    """Every registered kernel (of one op when op is given) as KernelRecord, best first per op
+    and device. `chosen` marks, per (op, device), the highest-priority kernel that runs here:
+    the one a call takes unless its arguments are refused by that kernel's supports()."""
+    recs = [r for r in _C.kernels() if op is None or r["op"] == op]
+    best = {}
+    for r in recs:
+        if r["runs_here"]:
+            key = (r["op"], r["device"])
+            if key not in best or r["priority"] > best[key]["priority"]:
+                best[key] = r
+    chosen = {id(r) for r in best.values()}
+    out = [KernelRecord(chosen=id(r) in chosen, **r) for r in recs]
+    out.sort(key=lambda r: (r.op, r.device, -r.priority))
+    return out
+
+
+def last_dispatch():
+    """The kernel ("backend.variant") this thread's last op ran on: what KITE_LOG=dispatch
+    prints, without printing."""
+    return _C.last_dispatch()
+
+
+def backends():
+    """Registered backends: name, device, device_count, num_kernels, path."""
+    return _C.backends()
+
+
+def plugin_failures():
+    """[(path, reason)] for plugins that failed to load."""
+    return _C.plugin_failures()
+
+
+def load_backend(path):
+    """Loads a plugin (libkite-<name>.so) by path; raises PluginError with the reason."""
+    _C.backend_load(str(path))
+
+
+def rope_cache(max_pos, rot_dim, theta=10000.0, scaling=None, like=None):
+    """The cos/sin cache kite.ops.rope reads: [max_pos, rot_dim] float32 (cosines then sines per
+    row). scaling: None, ("linear", factor) or ("llama3", factor, low_freq_factor,
+    high_freq_factor, original_max_pos). A torch tensor on like's device when like is a torch
+    tensor (or like is "torch"), else a numpy array."""
+    kind, args = 0, (1.0, 1.0, 4.0, 8192)
+    if scaling:
+        if scaling[0] == "linear":
+            kind, args = 1, (float(scaling[1]), 1.0, 4.0, 8192)
+        elif scaling[0] == "llama3":
+            kind, args = 2, tuple(scaling[1:5])
+        else:
+            raise InvalidArgument(f"rope_cache: unknown scaling {scaling[0]!r}")
+    raw = _C.rope_cache_build(int(max_pos), int(rot_dim), float(theta), kind, float(args[0]),
+                              float(args[1]), float(args[2]), int(args[3]))
+    if like is not None and (like == "torch" or type(like).__module__.startswith("torch")):
+        import torch
+        t = torch.frombuffer(bytearray(raw), dtype=torch.float32).reshape(max_pos, rot_dim)
+        return t if like == "torch" else t.to(like.device)
+    import numpy
+    return numpy.frombuffer(raw, dtype=numpy.float32).reshape(max_pos, rot_dim).copy()
+
+
+from . import ops  # noqa: E402

@@ -1,0 +1,647 @@
+/*
+ * kite._C: the CPython extension over kite's public C API.
+ *
+ * One entry point runs every op: call(op_index, stream, *args), with the op's arguments in the
+ * order of its row in ops_table.h. Tensors come as torch tensors (read through their attributes:
+ * no DLPack capsule per call, the cheapest way in from C) or as any DLPack producer
+ * (__dlpack__: numpy, cupy, jax). A kite_ctx per (device, stream) is created on first use and
+ * kept, per thread (a ctx is used by one thread at a time; a thread's ctxs live until the
+ * process ends); a device ctx reserves its workspace when made. The GIL is released around the
+ * op.
+ * Every kite_status other than KITE_OK raises the matching kite exception with kite's message.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <string.h>
+
+#include <kite/backend.h>
+#include <kite/kite.h>
+
+#define MAX_ARGS 16
+#define MAX_DIMS 8
+#define MAX_CTX 16
+/* Workspace a device ctx reserves when made, so that ops under CUDA-graph capture find it
+ * allocated (kite grows a workspace with cudaMalloc, which capture forbids). */
+#define DEVICE_WORKSPACE_BYTES ((size_t)64 << 20)
+
+/* ---- exceptions ---------------------------------------------------------------------------- */
+/* Indexed by kite_status; [0] is kite.Error, the base of the others. */
+static PyObject *g_errors[KITE_ERR_INTERNAL + 1];
+
+static PyObject *error_type(kite_status s) {
+  if (s > KITE_OK && s <= KITE_ERR_INTERNAL) return g_errors[s];
+  return g_errors[0];
+}
+
+/* Raises the exception of status s with kite's message; returns NULL. */
+static PyObject *raise_status(kite_status s) {
+  const char *msg = kite_last_error();
+  PyErr_SetString(error_type(s), msg && *msg ? msg : kite_status_name(s));
+  return NULL;
+}
+
+static PyObject *raise_invalid(const char *fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  PyErr_SetString(g_errors[KITE_ERR_INVALID_ARG], buf);
+  return NULL;
+}
+
+/* ---- the op table -------------------------------------------------------------------------- */
+typedef struct slot {
+  DLTensor *t; /* NULL for None */
+  double f;
+  int64_t i;
+} slot;
+
+#define T(n) (a[n].t)
+#define F(n) ((float)a[n].f)
+#define I(n) (a[n].i)
+#define OPTS(n)                                                                                    \
+  (&(kite_attn_opts){.scale = (float)a[n].f,                                                       \
+                     .softcap = (float)a[(n) + 1].f,                                               \
+                     .window_left = (int32_t)a[(n) + 2].i,                                         \
+                     .gqa = (kite_gqa_layout)a[(n) + 3].i,                                         \
+                     .causal = (int32_t)a[(n) + 4].i})
+
+#define KITE_PY_OP(name, args, call)                                                               \
+  static kite_status call_##name(kite_ctx *c, const slot *a) {                                     \
+    return call;                                                                                   \
+  }
+#include "ops_table.h"
+#undef KITE_PY_OP
+
+typedef struct op_desc {
+  const char *name;
+  const char *args; /* "T:x t:w f:eps ..." */
+  kite_status (*call)(kite_ctx *, const slot *);
+  int nargs;
+  char kinds[MAX_ARGS];
+  char names[MAX_ARGS][24];
+} op_desc;
+
+static op_desc g_ops[] = {
+#define KITE_PY_OP(name, args, call) {#name, args, call_##name, 0, {0}, {{0}}},
+#include "ops_table.h"
+#undef KITE_PY_OP
+};
+#define NUM_OPS ((int)(sizeof g_ops / sizeof g_ops[0]))
+
+/* Parses each row's argument string once, at import. */
+static int parse_table(void) {
+  for (int k = 0; k < NUM_OPS; k++) {
+    op_desc *d = &g_ops[k];
+    const char *p = d->args;
+    while (*p) {
+      while (*p == ' ') p++;
+      if (!*p) break;
+      if (d->nargs == MAX_ARGS || p[1] != ':' || !strchr("TtWwfi", p[0])) {
+        PyErr_Format(PyExc_SystemError, "kite._C: bad op table row %s: \"%s\"", d->name, d->args);
+        return -1;
+      }
+      d->kinds[d->nargs] = p[0];
+      p += 2;
+      size_t n = strcspn(p, " ");
+      if (n == 0 || n >= sizeof d->names[0]) {
+        PyErr_Format(PyExc_SystemError, "kite._C: bad op table row %s", d->name);
+        return -1;
+      }
+      memcpy(d->names[d->nargs], p, n);
+      d->names[d->nargs][n] = '\0';
+      d->nargs++;
+      p += n;
+    }
+  }
+  return 0;
+}
+
+/* ---- tensors in ---------------------------------------------------------------------------- */
+/* torch objects, looked up once torch is imported by the caller. */
+static PyTypeObject *g_torch_tensor;
+static PyObject *g_torch_dtypes[12];
+static DLDataType g_torch_dl[12];
+static int g_torch_ndtypes;
+static PyObject *s_data_ptr, *s_shape, *s_stride, *s_dtype, *s_is_cuda, *s_is_cpu, *s_get_device,
+    *s_contiguous, *s_dlpack;
+
+static int torch_lookup(void) {
+  PyObject *mods = PyImport_GetModuleDict();
+  PyObject *torch = PyDict_GetItemString(mods, "torch"); /* borrowed */
+  if (!torch) return 0;
+  PyObject *t = PyObject_GetAttrString(torch, "Tensor");
+  if (!t || !PyType_Check(t)) {
+    Py_XDECREF(t);
+    PyErr_Clear();
+    return 0;
+  }
+  static const struct {
+    const char *name;
+    DLDataType dl;
+  } map[] = {
+      {"float32", {kDLFloat, 32, 1}},
+      {"float16", {kDLFloat, 16, 1}},
+      {"bfloat16", {kDLBfloat, 16, 1}},
+      {"float64", {kDLFloat, 64, 1}},
+      {"int32", {kDLInt, 32, 1}},
+      {"int64", {kDLInt, 64, 1}},
+      {"int8", {kDLInt, 8, 1}},
+      {"uint8", {kDLUInt, 8, 1}},
+      {"int16", {kDLInt, 16, 1}},
+      {"bool", {KITE_DL_BOOL, 8, 1}},
+      {"float8_e4m3fn", {KITE_DL_FLOAT8_E4M3FN, 8, 1}},
+  };
+  int n = 0;
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+    PyObject *d = PyObject_GetAttrString(torch, map[i].name);
+    if (!d) {
+      PyErr_Clear();
+      continue;
+    }
+    g_torch_dtypes[n] = d; /* kept for the life of the process */
+    g_torch_dl[n] = map[i].dl;
+    n++;
+  }
+  g_torch_ndtypes = n;
+  g_torch_tensor = (PyTypeObject *)t;
+  return 1;
+}
+
+static int is_torch_tensor(PyObject *o) {
+  if (!g_torch_tensor && !torch_lookup()) return 0;
+  return PyObject_TypeCheck(o, g_torch_tensor);
+}
+
+static int tuple_to_i64(PyObject *tup, int64_t *out, int max, int *n) {
+  if (!PyTuple_Check(tup)) return -1;
+  Py_ssize_t len = PyTuple_GET_SIZE(tup);
+  if (len > max) return -1;
+  for (Py_ssize_t i = 0; i < len; i++) {
+    long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(tup, i));
+    if (v == -1 && PyErr_Occurred()) return -1;
+    out[i] = (int64_t)v;
+  }
+  *n = (int)len;
+  return 0;
+}
+
+/* The storage of one call: DLTensors and the references that keep their memory alive. */
+typedef struct frame {
+  DLTensor dl[MAX_ARGS];
+  int64_t shape[MAX_ARGS][MAX_DIMS];
+  int64_t strides[MAX_ARGS][MAX_DIMS];
+  PyObject *keep[2 * MAX_ARGS];
+  int nkeep;
+} frame;
+
+static void frame_release(frame *f) {
+  for (int i = 0; i < f->nkeep; i++) Py_DECREF(f->keep[i]);
+  f->nkeep = 0;
+}
+
+/* Fills dl from a torch tensor. A read-only argument whose last dim is not unit-stride is first
+ * made contiguous (the copy is kept alive in the frame). */
+static int from_torch(const op_desc *d, int n, PyObject *o, frame *f, DLTensor *dl, int input) {
+  int64_t *shape = f->shape[n], *strides = f->strides[n];
+  int ndim = 0, nstr = 0;
+  PyObject *v = PyObject_GetAttr(o, s_shape);
+  if (!v) return -1;
+  int bad = tuple_to_i64(v, shape, MAX_DIMS, &ndim);
+  Py_DECREF(v);
+  if (bad) {
+    if (!PyErr_Occurred())
+      raise_invalid("%s: %s: more than %d dimensions", d->name, d->names[n], MAX_DIMS);
+    return -1;
+  }
+  v = PyObject_CallMethodNoArgs(o, s_stride);
+  if (!v) return -1;
+  bad = tuple_to_i64(v, strides, MAX_DIMS, &nstr);
+  Py_DECREF(v);
+  if (bad) return -1;
+  if (input && ndim > 0 && strides[ndim - 1] != 1 && shape[ndim - 1] > 1) {
+    PyObject *c = PyObject_CallMethodNoArgs(o, s_contiguous);
+    if (!c) return -1;
+    f->keep[f->nkeep++] = c;
+    return from_torch(d, n, c, f, dl, 0);
+  }
+  v = PyObject_GetAttr(o, s_dtype);
+  if (!v) return -1;
+  int found = 0;
+  for (int i = 0; i < g_torch_ndtypes; i++)
+    if (v == g_torch_dtypes[i]) {
+      dl->dtype = g_torch_dl[i];
+      found = 1;
+      break;
+    }
+  if (!found) {
+    PyObject *r = PyObject_Str(v);
+    raise_invalid("%s: %s: dtype %s has no kite equivalent", d->name, d->names[n],
+                  r ? PyUnicode_AsUTF8(r) : "?");
+    Py_XDECREF(r);
+    Py_DECREF(v);
+    return -1;
+  }
+  Py_DECREF(v);
+  v = PyObject_GetAttr(o, s_is_cuda);
+  if (!v) return -1;
+  int cuda = v == Py_True;
+  Py_DECREF(v);
+  if (cuda) {
+    v = PyObject_CallMethodNoArgs(o, s_get_device);
+    if (!v) return -1;
+    dl->device = (DLDevice){kDLCUDA, (int32_t)PyLong_AsLong(v)};
+    Py_DECREF(v);
+  } else {
+    v = PyObject_GetAttr(o, s_is_cpu);
+    if (!v) return -1;
+    int cpu = v == Py_True;
+    Py_DECREF(v);
+    if (!cpu) {
+      raise_invalid("%s: %s: a torch tensor on a device kite does not drive (neither cpu nor "
+                    "cuda)",
+                    d->name, d->names[n]);
+      return -1;
+    }
+    dl->device = (DLDevice){kDLCPU, 0};
+  }
+  v = PyObject_CallMethodNoArgs(o, s_data_ptr);
+  if (!v) return -1;
+  dl->data = PyLong_AsVoidPtr(v);
+  Py_DECREF(v);
+  if (PyErr_Occurred()) return -1;
+  dl->ndim = ndim;
+  dl->shape = shape;
+  dl->strides = strides;
+  dl->byte_offset = 0;
+  return 0;
+}
+
+/* Fills dl from any DLPack producer; the capsule stays in the frame until the call is over (its
+ * destructor returns the tensor to its producer: kite does not take ownership). */
+static int from_dlpack(const op_desc *d, int n, PyObject *o, frame *f, DLTensor *dl) {
+  PyObject *cap = PyObject_CallMethodNoArgs(o, s_dlpack);
+  if (!cap) return -1;
+  f->keep[f->nkeep++] = cap;
+  DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
+  if (!m) return -1;
+  *dl = m->dl_tensor;
+  if (dl->ndim > MAX_DIMS) {
+    raise_invalid("%s: %s: more than %d dimensions", d->name, d->names[n], MAX_DIMS);
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- ctx cache ----------------------------------------------------------------------------- */
+typedef struct ctx_entry {
+  DLDevice dev;
+  void *stream;
+  kite_ctx *ctx;
+} ctx_entry;
+static _Thread_local ctx_entry g_ctx[MAX_CTX];
+static _Thread_local int g_nctx;
+
+static kite_ctx *ctx_for(DLDevice dev, void *stream, kite_status *st) {
+  if (dev.device_type == kDLCPU) stream = NULL;
+  for (int i = 0; i < g_nctx; i++)
+    if (g_ctx[i].dev.device_type == dev.device_type && g_ctx[i].dev.device_id == dev.device_id &&
+        g_ctx[i].stream == stream)
+      return g_ctx[i].ctx;
+  kite_ctx_params p = kite_ctx_params_default();
+  p.device = dev;
+  p.stream = stream;
+  kite_ctx *c = NULL;
+  *st = kite_ctx_create(&p, &c);
+  if (*st != KITE_OK) return NULL;
+  if (dev.device_type != kDLCPU) {
+    void *ws;
+    *st = kite_ctx_workspace(c, DEVICE_WORKSPACE_BYTES, &ws);
+    if (*st != KITE_OK) {
+      kite_ctx_destroy(c);
+      return NULL;
+    }
+  }
+  int slot_i = g_nctx < MAX_CTX ? g_nctx++ : (int)(((uintptr_t)stream >> 4) % MAX_CTX);
+  if (g_ctx[slot_i].ctx) kite_ctx_destroy(g_ctx[slot_i].ctx); /* only when the table is full */
+  g_ctx[slot_i] = (ctx_entry){dev, stream, c};
+  return c;
+}
+
+/* ---- call ---------------------------------------------------------------------------------- */
+static const char *type_name(PyObject *o) {
+  return Py_TYPE(o)->tp_name;
+}
+
+/* call(op_index, stream, *args) */
+static PyObject *py_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs < 2) return raise_invalid("kite._C.call: needs (op_index, stream, *args)");
+  long k = PyLong_AsLong(args[0]);
+  if (k < 0 || k >= NUM_OPS) {
+    if (!PyErr_Occurred()) raise_invalid("kite._C.call: op index %ld out of range", k);
+    return NULL;
+  }
+  const op_desc *d = &g_ops[k];
+  void *stream = PyLong_AsVoidPtr(args[1]);
+  if (PyErr_Occurred()) return NULL;
+  args += 2;
+  nargs -= 2;
+  if (nargs != d->nargs)
+    return raise_invalid("%s: takes %d arguments, got %zd", d->name, d->nargs, nargs);
+
+  frame f;
+  f.nkeep = 0;
+  slot a[MAX_ARGS];
+  DLDevice dev = {kDLCPU, 0};
+  int have_dev = 0;
+  for (int n = 0; n < d->nargs; n++) {
+    PyObject *o = args[n];
+    char kind = d->kinds[n];
+    a[n] = (slot){NULL, 0.0, 0};
+    if (kind == 'f') {
+      double v = PyFloat_AsDouble(o);
+      if (v == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        raise_invalid("%s: %s: expected a number, got %s", d->name, d->names[n], type_name(o));
+        goto fail;
+      }
+      a[n].f = v;
+      continue;
+    }
+    if (kind == 'i') {
+      long long v = PyLong_AsLongLong(o);
+      if (v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        raise_invalid("%s: %s: expected an integer, got %s", d->name, d->names[n], type_name(o));
+        goto fail;
+      }
+      a[n].i = v;
+      continue;
+    }
+    if (o == Py_None) {
+      if (kind == 't' || kind == 'w') continue;
+      raise_invalid("%s: %s: a tensor is required, got None", d->name, d->names[n]);
+      goto fail;
+    }
+    DLTensor *dl = &f.dl[n];
+    int rc;
+    if (is_torch_tensor(o))
+      rc = from_torch(d, n, o, &f, dl, kind == 'T' || kind == 't');
+    else if (PyObject_HasAttr(o, s_dlpack))
+      rc = from_dlpack(d, n, o, &f, dl);
+    else {
+      raise_invalid("%s: %s: expected a tensor (torch or a DLPack producer)%s, got %s", d->name,
+                    d->names[n], kind == 't' || kind == 'w' ? " or None" : "", type_name(o));
+      goto fail;
+    }
+    if (rc) goto fail;
+    a[n].t = dl;
+    if (!have_dev) {
+      dev = dl->device;
+      have_dev = 1;
+    }
+  }
+  kite_status st = KITE_OK;
+  kite_ctx *c = ctx_for(dev, stream, &st);
+  if (!c) {
+    frame_release(&f);
+    return raise_status(st);
+  }
+  Py_BEGIN_ALLOW_THREADS st = d->call(c, a);
+  Py_END_ALLOW_THREADS frame_release(&f);
+  if (st != KITE_OK) return raise_status(st);
+  Py_RETURN_NONE;
+fail:
+  frame_release(&f);
+  return NULL;
+}
+
+/* ---- registry, config ------------------------------------------------------------------------ */
+static PyObject *py_ops(PyObject *self, PyObject *unused) {
+  PyObject *list = PyList_New(NUM_OPS);
+  if (!list) return NULL;
+  for (int k = 0; k < NUM_OPS; k++) {
+    const op_desc *d = &g_ops[k];
+    PyObject *args = PyList_New(d->nargs);
+    if (!args) goto fail;
+    for (int n = 0; n < d->nargs; n++)
+      PyList_SET_ITEM(args, n, Py_BuildValue("(s#s)", &d->kinds[n], (Py_ssize_t)1, d->names[n]));
+    PyList_SET_ITEM(list, k, Py_BuildValue("(sN)", d->name, args));
+  }
+  return list;
+fail:
+  Py_DECREF(list);
+  return NULL;
+}
+
+/* Every op of the library (kite_op_name over the ids), bound here or not. */
+static PyObject *py_op_names(PyObject *self, PyObject *unused) {
+  PyObject *list = PyList_New(0);
+  if (!list) return NULL;
+  for (int i = 0;; i++) {
+    const char *name = kite_op_name((kite_op)i);
+    if (!name) break;
+    PyObject *s = PyUnicode_FromString(name);
+    if (!s || PyList_Append(list, s)) {
+      Py_XDECREF(s);
+      Py_DECREF(list);
+      return NULL;
+    }
+    Py_DECREF(s);
+  }
+  return list;
+}
+
+static PyObject *py_kernels(PyObject *self, PyObject *unused) {
+  size_t n = kite_kernel_count();
+  PyObject *list = PyList_New(0);
+  if (!list) return NULL;
+  for (size_t i = 0; i < n; i++) {
+    kite_kernel_info k;
+    kite_status st = kite_kernel_get(i, &k);
+    if (st != KITE_OK) {
+      Py_DECREF(list);
+      return raise_status(st);
+    }
+    PyObject *rec =
+        Py_BuildValue("{s:s,s:s,s:s,s:s,s:i,s:s,s:s,s:O,s:s}", "op", k.op_name, "backend",
+                      k.backend, "variant", k.variant, "device", kite_device_name(k.device_type),
+                      "priority", k.priority, "features", k.features, "description", k.description,
+                      "runs_here", k.runs_here ? Py_True : Py_False, "why_not", k.why_not);
+    if (!rec || PyList_Append(list, rec)) {
+      Py_XDECREF(rec);
+      Py_DECREF(list);
+      return NULL;
+    }
+    Py_DECREF(rec);
+  }
+  return list;
+}
+
+static PyObject *py_backends(PyObject *self, PyObject *unused) {
+  size_t n = kite_backend_count();
+  PyObject *list = PyList_New(0);
+  if (!list) return NULL;
+  for (size_t i = 0; i < n; i++) {
+    kite_backend_info b;
+    if (kite_backend_get(i, &b) != KITE_OK) continue;
+    PyObject *rec = Py_BuildValue("{s:s,s:s,s:i,s:n,s:s}", "name", b.name, "device",
+                                  kite_device_name(b.device_type), "device_count", b.device_count,
+                                  "num_kernels", (Py_ssize_t)b.num_kernels, "path", b.path);
+    if (!rec || PyList_Append(list, rec)) {
+      Py_XDECREF(rec);
+      Py_DECREF(list);
+      return NULL;
+    }
+    Py_DECREF(rec);
+  }
+  return list;
+}
+
+static PyObject *py_plugin_failures(PyObject *self, PyObject *unused) {
+  size_t n = kite_plugin_failure_count();
+  PyObject *list = PyList_New(0);
+  if (!list) return NULL;
+  for (size_t i = 0; i < n; i++) {
+    const char *path = "", *reason = "";
+    if (kite_plugin_failure_get(i, &path, &reason) != KITE_OK) continue;
+    PyObject *rec = Py_BuildValue("(ss)", path, reason);
+    if (!rec || PyList_Append(list, rec)) {
+      Py_XDECREF(rec);
+      Py_DECREF(list);
+      return NULL;
+    }
+    Py_DECREF(rec);
+  }
+  return list;
+}
+
+static PyObject *py_config_set(PyObject *self, PyObject *arg) {
+  const char *s = arg == Py_None ? NULL : PyUnicode_AsUTF8(arg);
+  if (!s && arg != Py_None) return NULL;
+  kite_status st = kite_config_set(s);
+  if (st != KITE_OK) return raise_status(st);
+  Py_RETURN_NONE;
+}
+
+static PyObject *py_config_get(PyObject *self, PyObject *unused) {
+  return PyUnicode_FromString(kite_config_get());
+}
+
+static PyObject *py_last_dispatch(PyObject *self, PyObject *unused) {
+  return PyUnicode_FromString(kite_last_dispatch());
+}
+
+static PyObject *py_backend_load(PyObject *self, PyObject *arg) {
+  const char *s = PyUnicode_AsUTF8(arg);
+  if (!s) return NULL;
+  kite_status st = kite_backend_load(s);
+  if (st != KITE_OK) return raise_status(st);
+  Py_RETURN_NONE;
+}
+
+/* rope_cache_build(max_pos, rot_dim, theta, scaling_type, factor, low, high, original) -> bytes
+ * of max_pos * rot_dim f32 */
+static PyObject *py_rope_cache_build(PyObject *self, PyObject *args) {
+  long long max_pos, rot_dim, orig;
+  double theta, factor, low, high;
+  int type;
+  if (!PyArg_ParseTuple(args, "LLdidddL", &max_pos, &rot_dim, &theta, &type, &factor, &low, &high,
+                        &orig))
+    return NULL;
+  kite_rope_scaling sc = {(kite_rope_scaling_type)type, factor, low, high, (int64_t)orig};
+  if (max_pos < 1 || rot_dim < 2 || max_pos > (1LL << 40) / rot_dim) {
+    kite_status st = kite_rope_cache_build(NULL, max_pos, rot_dim, theta, &sc);
+    return raise_status(st == KITE_OK ? KITE_ERR_INVALID_ARG : st);
+  }
+  PyObject *b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(max_pos * rot_dim * 4));
+  if (!b) return NULL;
+  kite_status st = kite_rope_cache_build((float *)PyBytes_AS_STRING(b), max_pos, rot_dim, theta,
+                                         type == KITE_ROPE_SCALING_NONE ? NULL : &sc);
+  if (st != KITE_OK) {
+    Py_DECREF(b);
+    return raise_status(st);
+  }
+  return b;
+}
+
+static PyObject *py_synchronize_all(PyObject *self, PyObject *unused) {
+  for (int i = 0; i < g_nctx; i++) {
+    kite_status st = kite_ctx_synchronize(g_ctx[i].ctx);
+    if (st != KITE_OK) return raise_status(st);
+  }
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"call", (PyCFunction)(void (*)(void))py_call, METH_FASTCALL,
+     "call(op_index, stream, *args): runs op op_index of ops() on the args' device"},
+    {"ops", py_ops, METH_NOARGS, "[(name, [(kind, arg name), ...]), ...] in op-index order"},
+    {"op_names", py_op_names, METH_NOARGS, "every op of the library, bound or not"},
+    {"kernels", py_kernels, METH_NOARGS, "every registered kernel, as dicts"},
+    {"backends", py_backends, METH_NOARGS, "every registered backend, as dicts"},
+    {"plugin_failures", py_plugin_failures, METH_NOARGS, "[(path, reason), ...]"},
+    {"config_set", py_config_set, METH_O, "replaces the kernel-selection config"},
+    {"config_get", py_config_get, METH_NOARGS, "the config in force"},
+    {"last_dispatch", py_last_dispatch, METH_NOARGS, "backend.variant of this thread's last op"},
+    {"backend_load", py_backend_load, METH_O, "loads a plugin by path"},
+    {"rope_cache_build", py_rope_cache_build, METH_VARARGS, "cos/sin cache as f32 bytes"},
+    {"synchronize", py_synchronize_all, METH_NOARGS, "synchronizes this thread's ctxs"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "kite._C", NULL, -1, methods, NULL, NULL, NULL, NULL};
+
+static int add_error(PyObject *m, kite_status s, const char *name, PyObject *also,
+                     const char *doc) {
+  PyObject *bases = also ? PyTuple_Pack(2, g_errors[0], also) : PyTuple_Pack(1, g_errors[0]);
+  if (!bases) return -1;
+  char full[64];
+  snprintf(full, sizeof full, "kite.%s", name);
+  g_errors[s] = PyErr_NewExceptionWithDoc(full, doc, bases, NULL);
+  Py_DECREF(bases);
+  if (!g_errors[s]) return -1;
+  Py_INCREF(g_errors[s]);
+  return PyModule_AddObject(m, name, g_errors[s]);
+}
+
+PyMODINIT_FUNC PyInit__C(void) {
+  if (parse_table()) return NULL;
+  PyObject *m = PyModule_Create(&module);
+  if (!m) return NULL;
+#define INTERN(var, s)                                                                             \
+  if (!(var = PyUnicode_InternFromString(s))) return NULL;
+  INTERN(s_data_ptr, "data_ptr")
+  INTERN(s_shape, "shape")
+  INTERN(s_stride, "stride")
+  INTERN(s_dtype, "dtype")
+  INTERN(s_is_cuda, "is_cuda")
+  INTERN(s_is_cpu, "is_cpu")
+  INTERN(s_get_device, "get_device")
+  INTERN(s_contiguous, "contiguous")
+  INTERN(s_dlpack, "__dlpack__")
+#undef INTERN
+  g_errors[0] = PyErr_NewExceptionWithDoc("kite.Error",
+                                          "A kite call failed; the message is kite's.", NULL, NULL);
+  if (!g_errors[0]) return NULL;
+  Py_INCREF(g_errors[0]);
+  if (PyModule_AddObject(m, "Error", g_errors[0])) return NULL;
+  if (add_error(m, KITE_ERR_INVALID_ARG, "InvalidArgument", PyExc_ValueError,
+                "Bad argument (shape, dtype, device, value).") ||
+      add_error(m, KITE_ERR_UNSUPPORTED, "Unsupported", PyExc_NotImplementedError,
+                "No kernel can run these arguments, or a pinned one cannot.") ||
+      add_error(m, KITE_ERR_OUT_OF_MEMORY, "OutOfMemory", PyExc_MemoryError, "Out of memory.") ||
+      add_error(m, KITE_ERR_DEVICE, "DeviceError", PyExc_RuntimeError,
+                "A device runtime reported an error.") ||
+      add_error(m, KITE_ERR_PLUGIN, "PluginError", PyExc_RuntimeError,
+                "A plugin failed to load.") ||
+      add_error(m, KITE_ERR_CONFIG, "ConfigError", PyExc_ValueError,
+                "A kernel-selection string could not be parsed.") ||
+      add_error(m, KITE_ERR_INTERNAL, "InternalError", PyExc_RuntimeError, "A bug in kite."))
+    return NULL;
+  PyModule_AddStringConstant(m, "version", kite_version());
+  return m;
+}

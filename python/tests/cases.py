@@ -1,0 +1,350 @@
+"""Sample arguments and plain-torch references for every op (small LLM-like shapes).
+
+CASES[op](dtype, device) -> Case: args for torch.ops.kite.<op> (functional form), a reference
+computed with plain torch in float32 or better, and what to compare (the results, and the
+arguments an op updates in place).
+"""
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+import kite
+
+FLOATS = [torch.float32, torch.float16, torch.bfloat16]
+
+
+@dataclass
+class Case:
+    args: list
+    ref: object  # callable(args) -> list of expected tensors
+    observe: object = None  # callable(result, args) -> list of tensors (default: the results)
+    mutated: list = field(default_factory=list)  # indices of args updated in place
+
+    def outputs(self, result, args):
+        if self.observe:
+            return self.observe(result, args)
+        if isinstance(result, (tuple, list)):
+            return list(result)
+        return [result]
+
+
+def _r(*shape, dtype=torch.float32, device="cpu", scale=1.0):
+    return (torch.randn(*shape, device=device) * scale).to(dtype)
+
+
+def _act(fn):
+    def make(dt, dev):
+        x = _r(3, 5, 40, dtype=dt, device=dev, scale=2.0)
+        return Case([x], lambda a: [fn(a[0].double())])
+    return make
+
+
+def _gated(fn):
+    def make(dt, dev):
+        x = _r(4, 2 * 48, dtype=dt, device=dev, scale=2.0)
+        return Case([x, 0.0], lambda a: [fn(a[0].double()[..., :48]) * a[0].double()[..., 48:]])
+    return make
+
+
+def _rms(x, w, eps, offset):
+    x = x.double()
+    y = x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps)
+    return y * (offset + w.double()) if w is not None else y
+
+
+def _ln(x, w, b, eps):
+    return F.layer_norm(x.double(), x.shape[-1:], None if w is None else w.double(),
+                        None if b is None else b.double(), eps)
+
+
+def rms_norm(dt, dev):
+    x, w = _r(6, 256, dtype=dt, device=dev), _r(256, dtype=dt, device=dev)
+    return Case([x, w, 1e-6, 0.0], lambda a: [_rms(a[0], a[1], a[2], a[3])])
+
+
+def layer_norm(dt, dev):
+    x, w, b = _r(6, 256, dtype=dt, device=dev), _r(256, dtype=dt, device=dev), _r(256, dtype=dt, device=dev)
+    return Case([x, w, b, 1e-5], lambda a: [_ln(a[0], a[1], a[2], a[3])])
+
+
+def add_rms_norm(dt, dev):
+    x, r, w = _r(6, 256, dtype=dt, device=dev), _r(6, 256, dtype=dt, device=dev), _r(256, dtype=dt, device=dev)
+
+    def ref(a):
+        s = (a[0].double() + a[1].double()).to(dt)  # kite norms the rounded residual
+        return [_rms(s, a[2], a[3], a[4]), s.double()]
+    return Case([x, r, w, 1e-6, 1.0, 0], ref, lambda out, a: [out, a[1]], mutated=[1])
+
+
+def add_layer_norm(dt, dev):
+    x, r = _r(6, 256, dtype=dt, device=dev), _r(6, 256, dtype=dt, device=dev)
+    w, b = _r(256, dtype=dt, device=dev), _r(256, dtype=dt, device=dev)
+
+    def ref(a):
+        s = (a[0].double() + a[1].double()).to(dt)
+        return [_ln(s, a[2], a[3], a[4]), s.double()]
+    return Case([x, r, w, b, 1e-5, 0], ref, lambda out, a: [out, a[1]], mutated=[1])
+
+
+def _rope_ref(x, pos, cs, rot, style):
+    x = x.double().clone()
+    c, s = cs.double()[pos.long()].chunk(2, dim=-1)  # [T, rot/2]
+    c, s = c[:, None, :], s[:, None, :]
+    if style == 0:
+        a, b = x[..., : rot // 2].clone(), x[..., rot // 2: rot].clone()
+        x[..., : rot // 2], x[..., rot // 2: rot] = a * c - b * s, b * c + a * s
+    else:
+        a, b = x[..., 0:rot:2].clone(), x[..., 1:rot:2].clone()
+        x[..., 0:rot:2], x[..., 1:rot:2] = a * c - b * s, b * c + a * s
+    return x
+
+
+def rope(dt, dev, style=0):
+    T, D, rot = 5, 64, 48
+    q, k = _r(T, 4, D, dtype=dt, device=dev), _r(T, 2, D, dtype=dt, device=dev)
+    pos = torch.tensor([0, 3, 7, 1, 30], dtype=torch.int32, device=dev)
+    cs = kite.rope_cache(32, rot, 10000.0, like="torch").to(dev)
+
+    def ref(a):
+        return [_rope_ref(a[0], a[2].cpu(), a[3].cpu(), rot, style),
+                _rope_ref(a[1], a[2].cpu(), a[3].cpu(), rot, style)]
+    return Case([q, k, pos, cs, rot, style], ref, lambda out, a: [a[0], a[1]], mutated=[0, 1])
+
+
+def softmax(dt, dev):
+    x = _r(4, 3, 100, dtype=dt, device=dev, scale=3.0)
+    return Case([x, 0.5], lambda a: [torch.softmax(a[0].double() * a[1], -1)])
+
+
+def embedding(dt, dev):
+    table = _r(50, 32, dtype=dt, device=dev)
+    ids = torch.tensor([0, 49, 7, 7, 3], dtype=torch.int32, device=dev)
+    return Case([ids, table], lambda a: [a[1].double()[a[0].long()]])
+
+
+def _paged(dt, dev, lens, bs=4, Hkv=2, D=32):
+    """A shuffled paged cache holding random keys/values for sequences of the given lengths."""
+    maxb = max(math.ceil(n / bs) for n in lens) or 1
+    nblocks = len(lens) * maxb + 3
+    perm = torch.randperm(nblocks)[: len(lens) * maxb].reshape(len(lens), maxb)
+    kc = _r(nblocks, Hkv, bs, D, dtype=dt, device=dev)
+    vc = _r(nblocks, Hkv, bs, D, dtype=dt, device=dev)
+    table = perm.to(torch.int32).to(dev)
+    seq_lens = torch.tensor(lens, dtype=torch.int32, device=dev)
+    return kc, vc, table, seq_lens
+
+
+def _gather(cache, table, b, n, bs):
+    """[Hkv, n, D] keys of sequence b, in position order."""
+    idx = torch.arange(n)
+    blocks = table[b].long().cpu()[idx // bs]
+    return cache.double().cpu()[blocks, :, idx % bs].transpose(0, 1)
+
+
+def _attn_ref(q, k, v, scale, causal_offset=None, mask=None):
+    """q[Hq, Sq, D], k/v[Hkv, Sk, D]; grouped GQA; causal_offset: query i sees j <= i + off."""
+    Hq, Hkv = q.shape[0], k.shape[0]
+    k = k.repeat_interleave(Hq // Hkv, 0)
+    v = v.repeat_interleave(Hq // Hkv, 0)
+    s = q.double() @ k.double().transpose(-1, -2) * scale
+    if causal_offset is not None:
+        i = torch.arange(s.shape[-2])[:, None]
+        j = torch.arange(s.shape[-1])[None, :]
+        s = s.masked_fill(j > i + causal_offset, float("-inf"))
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    return torch.softmax(s, -1) @ v.double()
+
+
+def paged_decode(dt, dev):
+    lens, bs, D = [5, 9, 1], 4, 32
+    kc, vc, table, seq = _paged(dt, dev, lens, bs)
+    q = _r(3, 4, D, dtype=dt, device=dev)
+
+    def ref(a):
+        out = []
+        for b, n in enumerate(lens):
+            k, v = _gather(a[1], a[3], b, n, bs), _gather(a[2], a[3], b, n, bs)
+            out.append(_attn_ref(a[0][b].cpu()[:, None, :], k, v, D ** -0.5)[:, 0])
+        return [torch.stack(out)]
+    return Case([q, kc, vc, table, seq], ref)
+
+
+def paged_prefill(dt, dev):
+    lens, qlens, bs, D = [6, 9], [6, 3], 4, 32
+    kc, vc, table, seq = _paged(dt, dev, lens, bs)
+    q = _r(sum(qlens), 4, D, dtype=dt, device=dev)
+    cu = torch.tensor([0, qlens[0], sum(qlens)], dtype=torch.int32, device=dev)
+
+    def ref(a):
+        out = []
+        for b, n in enumerate(lens):
+            k, v = _gather(a[1], a[3], b, n, bs), _gather(a[2], a[3], b, n, bs)
+            qb = a[0].cpu()[int(cu[b]):int(cu[b + 1])].transpose(0, 1)  # [Hq, qlen, D]
+            out.append(_attn_ref(qb, k, v, D ** -0.5, causal_offset=n - qlens[b]).transpose(0, 1))
+        return [torch.cat(out)]
+    return Case([q, kc, vc, table, cu, seq], ref)
+
+
+def sdpa(dt, dev):
+    q = _r(2, 4, 5, 32, dtype=dt, device=dev)
+    k, v = _r(2, 2, 7, 32, dtype=dt, device=dev), _r(2, 2, 7, 32, dtype=dt, device=dev)
+
+    def ref(a):
+        return [torch.stack([_attn_ref(a[0][b].cpu(), a[1][b].cpu(), a[2][b].cpu(), 32 ** -0.5,
+                                       causal_offset=7 - 5) for b in range(2)])]
+    return Case([q, k, v], ref)
+
+
+def sdpa_mask(dt, dev):
+    q = _r(1, 2, 4, 16, dtype=dt, device=dev)
+    k, v = _r(1, 2, 6, 16, dtype=dt, device=dev), _r(1, 2, 6, 16, dtype=dt, device=dev)
+    mask = torch.rand(4, 6, device=dev) > 0.3
+    mask[:, 0] = True
+
+    def ref(a):
+        return [_attn_ref(a[0][0].cpu(), a[1][0].cpu(), a[2][0].cpu(), 16 ** -0.5,
+                          mask=a[3].cpu())[None]]
+    return Case([q, k, v, mask, 0.0, 0.0, -1, 0, 0], ref)
+
+
+def store_kv(dt, dev):
+    kc, vc, _, _ = _paged(dt, dev, [8], bs=4)
+    kc.zero_(), vc.zero_()
+    k, v = _r(3, 2, 32, dtype=dt, device=dev), _r(3, 2, 32, dtype=dt, device=dev)
+    slots = torch.tensor([5, -1, 12], dtype=torch.int32, device=dev)
+
+    def ref(a):
+        ek, ev = a[2].double().cpu().clone(), a[3].double().cpu().clone()
+        for t, s in enumerate(slots.tolist()):
+            if s >= 0:
+                ek[s // 4, :, s % 4] = a[0][t].double().cpu()
+                ev[s // 4, :, s % 4] = a[1][t].double().cpu()
+        return [ek, ev]
+    return Case([k, v, kc, vc, slots], ref, lambda out, a: [a[2], a[3]], mutated=[2, 3])
+
+
+def linear(dt, dev):
+    x, w, b = _r(5, 64, dtype=dt, device=dev), _r(24, 64, dtype=dt, device=dev), _r(24, dtype=dt, device=dev)
+    return Case([x, w, b], lambda a: [F.linear(a[0].double(), a[1].double(), a[2].double())])
+
+
+def group_gemm(dt, dev):
+    x, w = _r(7, 32, dtype=dt, device=dev), _r(3, 16, 32, dtype=dt, device=dev)
+    sizes = torch.tensor([2, 0, 5], dtype=torch.int32, device=dev)
+
+    def ref(a):
+        outs, r = [], 0
+        for g, n in enumerate(sizes.tolist()):
+            outs.append(a[0].double()[r:r + n] @ a[1].double()[g].T)
+            r += n
+        return [torch.cat(outs)]
+    return Case([x, w, sizes], ref)
+
+
+def topk_gating(dt, dev):
+    logits = _r(6, 8, dtype=dt, device=dev, scale=2.0)
+
+    def ref(a):
+        p = torch.softmax(a[0].double(), -1)
+        wv, ids = torch.topk(p, 2, -1)
+        return [wv / wv.sum(-1, keepdim=True), ids]
+    return Case([logits, 2, 1], ref)
+
+
+def fused_moe(dt, dev):
+    T, H, I, E, k = 5, 32, 24, 4, 2
+    x = _r(T, H, dtype=dt, device=dev)
+    w13 = _r(E, 2 * I, H, dtype=dt, device=dev, scale=H ** -0.5)
+    w2 = _r(E, H, I, dtype=dt, device=dev, scale=I ** -0.5)
+    wts = torch.rand(T, k, device=dev)
+    ids = torch.randint(0, E, (T, k), dtype=torch.int32, device=dev)
+
+    def ref(a):
+        x, w13, w2, wts, ids = (t.double().cpu() for t in a[:5])
+        y = torch.zeros(T, H, dtype=torch.float64)
+        for t in range(T):
+            for j in range(k):
+                e = int(ids[t, j])
+                gu = w13[e] @ x[t]
+                h = (F.silu(gu[:I]) * gu[I:]).to(dt).double()
+                y[t] += wts[t, j] * (w2[e] @ h)
+        return [y]
+    return Case([x, w13, w2, wts, ids, 0], ref)
+
+
+def quant(dt, dev):
+    x = _r(4, 64, dtype=dt, device=dev)
+
+    def ref(a):
+        xd = a[0].double()
+        sc = xd.abs().amax(-1) / 127
+        return [torch.round(xd / sc[:, None]).clamp(-127, 127), sc]
+    return Case([x], ref)
+
+
+def dequant(dt, dev):
+    q = torch.randint(-127, 128, (4, 64), dtype=torch.int8, device=dev)
+    sc = torch.rand(4, device=dev)
+    return Case([q, sc, {torch.float32: "float32", torch.float16: "float16",
+                         torch.bfloat16: "bfloat16"}[dt]],
+                lambda a: [a[0].double() * a[1].double()[:, None]])
+
+
+def linear_quant(dt, dev):
+    xq = torch.randint(-127, 128, (5, 64), dtype=torch.int8, device=dev)
+    wq = torch.randint(-127, 128, (12, 64), dtype=torch.int8, device=dev)
+    xs, ws = torch.rand(5, device=dev) / 100, torch.rand(12, device=dev) / 100
+    b = _r(12, dtype=dt, device=dev)
+    name = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}[dt]
+
+    def ref(a):
+        return [(a[0].double() @ a[2].double().T) * a[1].double()[:, None] * a[3].double()[None]
+                + a[4].double()]
+    return Case([xq, xs, wq, ws, b, name], ref)
+
+
+CASES = {
+    "silu": _act(F.silu),
+    "gelu": _act(F.gelu),
+    "gelu_tanh": _act(lambda x: F.gelu(x, approximate="tanh")),
+    "gelu_quick": _act(lambda x: x * torch.sigmoid(1.702 * x)),
+    "relu": _act(F.relu),
+    "silu_and_mul": _gated(F.silu),
+    "gelu_and_mul": _gated(F.gelu),
+    "gelu_tanh_and_mul": _gated(lambda x: F.gelu(x, approximate="tanh")),
+    "rms_norm": rms_norm,
+    "layer_norm": layer_norm,
+    "add_rms_norm": add_rms_norm,
+    "add_layer_norm": add_layer_norm,
+    "rope": rope,
+    "softmax": softmax,
+    "embedding": embedding,
+    "store_kv": store_kv,
+    "paged_decode": paged_decode,
+    "paged_prefill": paged_prefill,
+    "sdpa": sdpa,
+    "linear": linear,
+    "group_gemm": group_gemm,
+    "topk_gating": topk_gating,
+    "fused_moe": fused_moe,
+    "quant": quant,
+    "dequant": dequant,
+    "linear_quant": linear_quant,
+}
+# more than one case for some ops
+EXTRA = {"rope_gptj": ("rope", lambda dt, dev: rope(dt, dev, style=1)),
+         "sdpa_mask": ("sdpa", sdpa_mask)}
+
+TOL = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+
+
+def close(got, exp, dtype, what=""):
+    """Max error relative to the largest expected magnitude, within the dtype's bound."""
+    g, e = got.double().cpu(), exp.double().cpu()
+    assert g.shape == e.shape, f"{what}: shape {tuple(g.shape)} != {tuple(e.shape)}"
+    assert torch.isfinite(g).all(), f"{what}: non-finite values"
+    err = (g - e).abs().max().item() / max(e.abs().max().item(), 1e-6)
+    assert err <= TOL[dtype], f"{what}: relative error {err:.3g} > {TOL[dtype]}"

@@ -1,0 +1,149 @@
+"""Every op, every float dtype, every device here: torch.ops.kite and kite.ops against plain
+torch, against kite's float64 reference backend (the C library's own oracle, pinned through
+kite.kernels), and opcheck."""
+import pytest
+import torch
+from cases import CASES, EXTRA, FLOATS, close
+from conftest import DEVICES
+
+import kite
+
+ALL = {**{op: (op, make) for op, make in CASES.items()}, **EXTRA}
+
+
+def test_every_op_of_the_library_is_bound():
+    bound = {n for n, _ in kite._C.ops()}
+    missing = [n for n in kite._C.op_names() if n not in bound]
+    assert not missing, (f"ops of kite.h without Python bindings: {missing}; add a row to "
+                         "python/src/ops_table.h and python/kite/_table.py, and a case to "
+                         "python/tests/cases.py")
+
+
+def test_every_op_has_a_case():
+    names = {n for n, _ in kite._C.ops()}
+    assert names == set(CASES), f"ops without a test case: {names - set(CASES)}"
+    assert all(hasattr(torch.ops.kite, n) for n in names)
+    assert all(hasattr(kite.ops, n) for n in names)
+
+
+def _clone(args):
+    return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def _run(op, case, args):
+    return case.outputs(getattr(torch.ops.kite, op)(*args), args)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("name", list(ALL))
+def test_against_torch_and_ref(name, dtype, device):
+    op, make = ALL[name]
+    case = make(dtype, device)
+    expected = case.ref(_clone(case.args))
+    args = _clone(case.args)
+    got = _run(op, case, args)
+    assert len(got) == len(expected)
+    chosen = kite.last_dispatch()
+    assert chosen, "no dispatch recorded"
+    for i, (g, e) in enumerate(zip(got, expected)):
+        close(g, e, dtype, f"{name} result {i} ({chosen}) vs torch")
+    # the same call pinned to kite's float64 reference
+    with kite.kernels(f"{op}=ref"):
+        if device == "cpu":
+            ref_args = _clone(case.args)
+            ref_got = _run(op, case, ref_args)
+            assert kite.last_dispatch().startswith("ref.")
+            for i, (g, r) in enumerate(zip(got, ref_got)):
+                close(g, r, dtype, f"{name} result {i} ({chosen}) vs kite ref")
+    # kite.ops gives the same bits as torch.ops.kite
+    args2 = _clone(case.args)
+    fn = getattr(kite.ops, op)
+    res = fn(*[a for a in args2])
+    got2 = case.outputs(res, args2)
+    for g, g2 in zip(got, got2):
+        assert torch.equal(g, g2), f"{name}: kite.ops and torch.ops.kite differ"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", list(ALL))
+def test_opcheck(name, device):
+    op, make = ALL[name]
+    case = make(torch.float32, device)
+    torch.library.opcheck(getattr(torch.ops.kite, op).default, tuple(case.args))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", [n for n, (op, _) in ALL.items()
+                                  if hasattr(getattr(torch.ops.kite, op), "out")])
+def test_out_variant(name, device):
+    """The .out form writes the caller's tensors, equal to the functional form's results."""
+    op, make = ALL[name]
+    case = make(torch.float32, device)
+    args = _clone(case.args)
+    res = getattr(torch.ops.kite, op)(*args)
+    res = list(res) if isinstance(res, (tuple, list)) else [res]
+    outs = [torch.full_like(r, float("nan")) if r.is_floating_point() else torch.full_like(r, -7)
+            for r in res]
+    spec = next(s for s in kite._spec.specs() if s.name == op)
+    full, it = [], iter(outs)
+    args2 = _clone(case.args)
+    given = dict(zip([n for _, n in spec.params], args2))
+    for kind, n in spec.args:
+        if n in spec.results:
+            full.append(next(it))
+        elif n in spec.optional_results:
+            full.append(None)
+        else:
+            full.append(given[n] if n in given else spec.defaults[n])
+    getattr(torch.ops.kite, op).out(*full)
+    for r, o in zip(res, outs):
+        assert torch.equal(r, o)
+    torch.library.opcheck(getattr(torch.ops.kite, op).out, tuple(full))
+
+
+def test_sdpa_lse_through_kite_ops():
+    q, k, v = torch.randn(1, 2, 3, 16), torch.randn(1, 2, 5, 16), torch.randn(1, 2, 5, 16)
+    o, lse = kite.ops.sdpa(q, k, v, lse=True)
+    s = (q.double() @ k.double().transpose(-1, -2)) / 4.0
+    s = s.masked_fill(torch.arange(5)[None] > torch.arange(3)[:, None] + 2, float("-inf"))
+    torch.testing.assert_close(lse.double(), torch.logsumexp(s, -1), atol=1e-5, rtol=1e-5)
+    assert torch.equal(o, kite.ops.sdpa(q, k, v))
+
+
+def test_numpy_arrays():
+    np = pytest.importorskip("numpy")
+    x = np.random.randn(3, 40).astype(np.float32)
+    y = kite.ops.silu(x)
+    assert isinstance(y, np.ndarray)
+    np.testing.assert_allclose(y, x / (1 + np.exp(-x)), rtol=1e-5, atol=1e-6)
+    out = np.empty_like(x)
+    assert kite.ops.softmax(x, 1.0, out=out) is out
+    np.testing.assert_allclose(out.sum(-1), 1.0, rtol=1e-5)
+
+
+def test_strided_input_is_made_contiguous():
+    """A last dim that is not unit-stride is copied by the wrapper, never read wrongly."""
+    x = torch.randn(64, 6).t()  # [6, 64], last-dim stride 6
+    w = torch.randn(64)
+    y = torch.ops.kite.rms_norm(x, w, 1e-6, 0.0)
+    close(y, torch.nn.functional.rms_norm(x.double(), (64,), w.double(), 1e-6), torch.float32)
+    # row-strided views go through as views
+    big = torch.randn(4, 3 * 64)
+    q = big[:, 64:128]
+    close(kite.ops.silu(q), torch.nn.functional.silu(q.double()), torch.float32)
+
+
+def test_rope_module_matches_reference():
+    from cases import _rope_ref
+    import kite.torch.nn as knn
+    for style in ("neox", "gptj"):
+        m = knn.RotaryEmbedding(64, max_pos=128, theta=10000.0, rot_dim=32, style=style,
+                                scaling=("llama3", 8.0, 1.0, 4.0, 64))
+        q, k = torch.randn(5, 4, 64), torch.randn(5, 2, 64)
+        pos = torch.tensor([0, 1, 2, 100, 127])
+        eq = _rope_ref(q, pos, m.cos_sin, 32, 0 if style == "neox" else 1)
+        ek = _rope_ref(k, pos, m.cos_sin, 32, 0 if style == "neox" else 1)
+        m(pos, q, k)
+        close(q, eq, torch.float32, f"rope {style} q")
+        close(k, ek, torch.float32, f"rope {style} k")

@@ -1,0 +1,209 @@
+/*
+ * Kernel-selection config: the grammar of kite_config_set / KITE_KERNELS (kite.h) parsed into
+ * rules, and the one function that applies a config from either source.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "core/registry.h"
+
+#define MAX_RULES 64
+#define MAX_CONFIG 1024
+
+/* Under kite_registry_mutex. */
+static kite_rule g_rules[MAX_RULES];
+static int g_num_rules;
+static char g_config[MAX_CONFIG];
+/* The latched KITE_KERNELS error: written once at init, then only the pointer changes (to ""
+ * when a later config replaces it), so a caller may keep what kite_config_error returned. */
+static char g_env_error[1400];
+static const char *_Atomic g_config_error = "";
+
+bool kite_name_ok(const char *s, size_t n) {
+  if (n == 0 || n >= 32) return false;
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  }
+  return true;
+}
+
+/* "backend" or "backend.variant" into r. */
+static bool parse_target(const char *s, size_t n, kite_rule *r) {
+  const char *dot = memchr(s, '.', n);
+  size_t bn = dot ? (size_t)(dot - s) : n;
+  if (!kite_name_ok(s, bn)) return false;
+  memcpy(r->backend, s, bn);
+  r->backend[bn] = '\0';
+  r->variant[0] = '\0';
+  if (dot) {
+    size_t vn = n - bn - 1;
+    if (!kite_name_ok(dot + 1, vn)) return false;
+    memcpy(r->variant, dot + 1, vn);
+    r->variant[vn] = '\0';
+  }
+  return true;
+}
+
+static int parse_op(const char *s, size_t n) {
+  char name[64];
+  if (n == 0 || n >= sizeof name) return -1;
+  memcpy(name, s, n);
+  name[n] = '\0';
+  return kite_op_from_name(name);
+}
+
+/* Parses one item into r; 1 = rule, 0 = "reset", -1 = error (message set). */
+static int parse_item(const char *s, size_t n, kite_rule *r) {
+  if (n == 5 && memcmp(s, "reset", 5) == 0) return 0;
+  memset(r, 0, sizeof *r);
+  r->op = -1;
+  if (s[0] == '-' || s[0] == '+') {
+    r->kind = s[0] == '-' ? KITE_RULE_DISABLE : KITE_RULE_ENABLE;
+    s++, n--;
+    const char *colon = memchr(s, ':', n);
+    if (colon) {
+      r->op = parse_op(s, (size_t)(colon - s));
+      if (r->op < 0) {
+        kite_set_error(KITE_ERR_CONFIG, "unknown op '%.*s'", (int)(colon - s), s);
+        return -1;
+      }
+      n -= (size_t)(colon - s) + 1;
+      s = colon + 1;
+    }
+  } else {
+    const char *eq = memchr(s, '=', n);
+    if (!eq) {
+      kite_set_error(KITE_ERR_CONFIG, "not op=backend[.variant], -[op:]backend[.variant], "
+                                      "+[op:]backend[.variant] or reset");
+      return -1;
+    }
+    r->kind = KITE_RULE_PIN;
+    r->op = parse_op(s, (size_t)(eq - s));
+    if (r->op < 0) {
+      kite_set_error(KITE_ERR_CONFIG, "unknown op '%.*s'", (int)(eq - s), s);
+      return -1;
+    }
+    n -= (size_t)(eq - s) + 1;
+    s = eq + 1;
+  }
+  if (!parse_target(s, n, r)) {
+    kite_set_error(KITE_ERR_CONFIG,
+                   "'%.*s' is not backend or backend.variant ([a-z0-9_], < 32 chars)", (int)n, s);
+    return -1;
+  }
+  return 1;
+}
+
+/* Parses cfg into rules; on error the message (without a prefix) is set and CONFIG returned. */
+static kite_status config_parse(const char *cfg, kite_rule *rules, int *num) {
+  *num = 0;
+  if (!cfg) return KITE_OK;
+  size_t len = strlen(cfg);
+  if (len >= MAX_CONFIG)
+    return kite_set_error(KITE_ERR_CONFIG, "longer than %d characters", MAX_CONFIG - 1);
+  const char *p = cfg;
+  while (*p) {
+    const char *end = strchr(p, ',');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    while (n && (*p == ' ' || *p == '\t')) p++, n--;
+    while (n && (p[n - 1] == ' ' || p[n - 1] == '\t')) n--;
+    if (n) {
+      kite_rule r;
+      int got = parse_item(p, n, &r);
+      if (got < 0) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", kite_last_error());
+        return kite_set_error(KITE_ERR_CONFIG, "item '%.*s': %s", (int)(n < 200 ? n : 200), p,
+                              why);
+      }
+      if (got == 0) {
+        *num = 0;
+      } else {
+        if (*num == MAX_RULES)
+          return kite_set_error(KITE_ERR_CONFIG, "more than %d items", MAX_RULES);
+        rules[(*num)++] = r;
+      }
+    }
+    if (!end) break;
+    p = end + 1;
+  }
+  return KITE_OK;
+}
+
+kite_status kite_config_apply(const char *cfg, const char *origin) {
+  kite_rule rules[MAX_RULES];
+  int n;
+  kite_status s = config_parse(cfg, rules, &n);
+  if (s != KITE_OK) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s", kite_last_error());
+    if (!origin) return kite_set_error(s, "config: %s", why);
+    pthread_mutex_lock(&kite_registry_mutex);
+    g_num_rules = 0;
+    snprintf(g_config, sizeof g_config, "%s", cfg);
+    snprintf(g_env_error, sizeof g_env_error,
+             "%s='%.200s' does not parse (%.900s); no op runs until it is fixed or kite_config_set "
+             "replaces it",
+             origin, cfg, why);
+    atomic_store(&g_config_error, g_env_error);
+    atomic_fetch_add(&kite_registry_generation, 1);
+    pthread_mutex_unlock(&kite_registry_mutex);
+    return kite_set_error(s, "%s", g_env_error);
+  }
+  pthread_mutex_lock(&kite_registry_mutex);
+  memcpy(g_rules, rules, sizeof(kite_rule) * (size_t)n);
+  g_num_rules = n;
+  snprintf(g_config, sizeof g_config, "%s", cfg ? cfg : "");
+  atomic_store(&g_config_error, "");
+  atomic_fetch_add(&kite_registry_generation, 1);
+  pthread_mutex_unlock(&kite_registry_mutex);
+  return KITE_OK;
+}
+
+bool kite_rule_matches(const kite_rule *r, kite_op op, const kernel_rec *rec) {
+  if (r->op >= 0 && r->op != (int)op) return false;
+  if (strcmp(r->backend, rec->b->name) != 0) return false;
+  return r->variant[0] == '\0' || strcmp(r->variant, rec->k->variant) == 0;
+}
+
+bool kite_config_pin_locked(kite_op op, kite_rule *out) {
+  const kite_rule *pin = NULL;
+  for (int i = 0; i < g_num_rules; i++)
+    if (g_rules[i].kind == KITE_RULE_PIN && g_rules[i].op == (int)op) pin = &g_rules[i];
+  if (pin) *out = *pin;
+  return pin != NULL;
+}
+
+bool kite_config_disables_locked(const kernel_rec *rec) {
+  bool off = false;
+  for (int i = 0; i < g_num_rules; i++)
+    if (g_rules[i].kind != KITE_RULE_PIN && kite_rule_matches(&g_rules[i], rec->k->op, rec))
+      off = g_rules[i].kind == KITE_RULE_DISABLE;
+  return off;
+}
+
+const char *kite_config_text_locked(void) {
+  return g_config;
+}
+
+const char *kite_config_error_locked(void) {
+  return atomic_load(&g_config_error);
+}
+
+kite_status kite_config_set(const char *config) {
+  kite_clear_error();
+  kite_init();
+  return kite_config_apply(config, NULL);
+}
+
+const char *kite_config_get(void) {
+  kite_init();
+  return g_config;
+}
+
+const char *kite_config_error(void) {
+  kite_init();
+  return atomic_load(&g_config_error);
+}
