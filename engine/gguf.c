@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,6 +155,26 @@ static int rd_value(reader *r, uint32_t type, kr_gguf_value *v, const char *key)
   return 0;
 }
 
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A name held twice among n records (the char * at `off` of each), or NULL; sorted copies of the
+ * pointers, so a file with a million entries costs n log n, not n^2. */
+static const char *first_duplicate(const void *recs, uint64_t n, size_t size, size_t off) {
+  if (n < 2) return NULL;
+  const char **names = malloc(n * sizeof *names);
+  if (!names) return NULL;
+  for (uint64_t i = 0; i < n; i++)
+    memcpy(&names[i], (const char *)recs + i * size + off, sizeof *names);
+  qsort(names, n, sizeof *names, cmp_str);
+  const char *dup = NULL;
+  for (uint64_t i = 1; i < n && !dup; i++)
+    if (strcmp(names[i - 1], names[i]) == 0) dup = names[i];
+  free(names);
+  return dup;
+}
+
 void kr_gguf_next_string(const uint8_t **p, const char **s, uint64_t *len) {
   memcpy(len, *p, 8);
   *s = (const char *)*p + 8;
@@ -204,9 +225,6 @@ int kr_gguf_parse(const void *buf, size_t size, kr_gguf *g, char *err, size_t er
     if (!(g->kv[i].key = dup_str(k, klen))) return fail(&r, "out of memory");
     if (strlen(g->kv[i].key) != klen)
       return fail(&r, "metadata key %llu holds a NUL byte", (unsigned long long)i);
-    for (uint64_t j = 0; j < i; j++)
-      if (strcmp(g->kv[j].key, g->kv[i].key) == 0)
-        return fail(&r, "duplicate metadata key %s", g->kv[i].key);
     if (rd(&r, &type, 4, g->kv[i].key)) goto bad;
     if (rd_value(&r, type, &g->kv[i].value, g->kv[i].key)) goto bad;
     if (strcmp(g->kv[i].key, "general.alignment") == 0) {
@@ -246,10 +264,12 @@ int kr_gguf_parse(const void *buf, size_t size, kr_gguf *g, char *err, size_t er
       return fail(&r, "tensor %s: row of %lld values is not a whole number of %s blocks (%llu)",
                   t->name, (long long)t->ne[0], kr_ggml_type_name(t->type), (unsigned long long)bv);
     t->nbytes = count / bv * bb;
-    for (uint64_t j = 0; j < i; j++)
-      if (strcmp(g->tensors[j].name, t->name) == 0)
-        return fail(&r, "duplicate tensor name %s", t->name);
   }
+  const char *dup = first_duplicate(g->kv, g->n_kv, sizeof *g->kv, offsetof(kr_gguf_kv, key));
+  if (dup) return fail(&r, "duplicate metadata key %s", dup);
+  dup =
+      first_duplicate(g->tensors, g->n_tensors, sizeof *g->tensors, offsetof(kr_gguf_tensor, name));
+  if (dup) return fail(&r, "duplicate tensor name %s", dup);
 
   uint64_t pos = (uint64_t)(r.p - r.base);
   g->data_offset = (pos + g->alignment - 1) / g->alignment * g->alignment;
