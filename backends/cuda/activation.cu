@@ -1,8 +1,12 @@
 /*
- * Elementwise activations x[rows, cols] -> y[rows, cols]: silu, gelu, gelu_tanh, gelu_quick, relu.
- * A thread maps N consecutive elements of a row: N = one 16-byte access in "vec" (rows aligned,
- * cols a multiple of N), N = 1 in "generic" (any layout). y may be x: each element is read by the
- * thread that writes it, before it writes it.
+ * Activations x[rows, cols] -> y[rows, cols] (silu, gelu, gelu_tanh, gelu_quick, relu) and gated
+ * activations x[rows, 2*cols] -> y[rows, cols] (silu_and_mul, gelu_and_mul, gelu_tanh_and_mul):
+ * y[r, i] = act(g) * u with the gate g = x[r, i] and the up projection u = x[r, cols + i]; limit
+ * > 0 first clamps g <= limit and u to [-limit, limit]; NaN stays NaN. One kernel body serves
+ * both (GATED) and one launch helper every op, as on the CPU.
+ * A thread maps N consecutive outputs of a row: N = one 16-byte access in "vec" (rows aligned,
+ * cols a multiple of N), N = 1 in "generic" (any layout). y may be x (plain activations): each
+ * element is read by the thread that writes it, before it writes it.
  */
 #include "common.cuh"
 
@@ -10,86 +14,145 @@ using namespace kite_cuda;
 
 namespace {
 
-template <typename T, int N, Act A> __global__ void act_kernel(kite_act_args a) {
+/* What both arg structs give the kernel (limit 0 for the plain activations). */
+struct ActParams {
+  int64_t rows, cols;
+  const void *x;
+  int64_t x_stride;
+  void *y;
+  int64_t y_stride;
+  float limit;
+};
+
+template <typename T, int N, Act A, bool GATED> __global__ void act_kernel(ActParams a) {
   const int64_t packs = a.cols / N;
+  const bool clamp = GATED && a.limit > 0.0f; /* false for NaN too */
   for (int64_t r = blockIdx.y * (int64_t)blockDim.y + threadIdx.y; r < a.rows;
        r += (int64_t)gridDim.y * blockDim.y) {
     const T *x = (const T *)a.x + r * a.x_stride;
+    const T *up = GATED ? x + a.cols : x;
     T *y = (T *)a.y + r * a.y_stride;
     for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < packs;
          c += (int64_t)gridDim.x * blockDim.x) {
       float v[N];
       load_floats<N>(x + c * N, v);
+      if (GATED) {
+        float u[N];
+        load_floats<N>(up + c * N, u);
 #pragma unroll
-      for (int i = 0; i < N; i++) v[i] = activate<A>(v[i]);
+        for (int i = 0; i < N; i++) {
+          if (clamp) {
+            v[i] = v[i] > a.limit ? a.limit : v[i];
+            u[i] = u[i] > a.limit ? a.limit : u[i] < -a.limit ? -a.limit : u[i];
+          }
+          v[i] = activate<A>(v[i]) * u[i];
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < N; i++) v[i] = activate<A>(v[i]);
+      }
       store_floats<N>(y + c * N, v);
     }
   }
 }
 
-template <bool VEC> kite_status run(kite_ctx *ctx, const kite_act_args *a, const char *variant) {
-  const char *name = cuda_op_str(a->op);
-  if (a->rows <= 0 || a->cols <= 0) return KITE_OK;
+template <bool VEC>
+kite_status launch(kite_ctx *ctx, kite_op op, kite_dtype dtype, const ActParams &p,
+                   const char *variant) {
+  const char *name = cuda_op_str(op);
+  if (p.rows <= 0 || p.cols <= 0) return KITE_OK;
   void *stream;
   kite_status st = cuda_begin(ctx, name, &stream);
   if (st != KITE_OK) return st;
   cudaStream_t s = (cudaStream_t)stream;
-  return with_float_type(a->dtype, name, [&](auto tag) {
+  return with_float_type(dtype, name, [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr int N = VEC ? vec_elems<T>() : 1;
-    const RowGrid g = row_grid(a->rows, a->cols / N);
-    switch (a->op) {
-    case KITE_OP_SILU:
-      act_kernel<T, N, Act::silu><<<g.grid, g.block, 0, s>>>(*a);
-      break;
-    case KITE_OP_GELU:
-      act_kernel<T, N, Act::gelu><<<g.grid, g.block, 0, s>>>(*a);
-      break;
-    case KITE_OP_GELU_TANH:
-      act_kernel<T, N, Act::gelu_tanh><<<g.grid, g.block, 0, s>>>(*a);
-      break;
-    case KITE_OP_GELU_QUICK:
-      act_kernel<T, N, Act::gelu_quick><<<g.grid, g.block, 0, s>>>(*a);
-      break;
-    case KITE_OP_RELU:
-      act_kernel<T, N, Act::relu><<<g.grid, g.block, 0, s>>>(*a);
-      break;
+    const RowGrid g = row_grid(p.rows, p.cols / N);
+#define ACT_CASE(op_id, A, GATED)                                                                  \
+  case op_id:                                                                                      \
+    act_kernel<T, N, A, GATED><<<g.grid, g.block, 0, s>>>(p);                                      \
+    break
+    switch (op) {
+      ACT_CASE(KITE_OP_SILU, Act::silu, false);
+      ACT_CASE(KITE_OP_GELU, Act::gelu, false);
+      ACT_CASE(KITE_OP_GELU_TANH, Act::gelu_tanh, false);
+      ACT_CASE(KITE_OP_GELU_QUICK, Act::gelu_quick, false);
+      ACT_CASE(KITE_OP_RELU, Act::relu, false);
+      ACT_CASE(KITE_OP_SILU_AND_MUL, Act::silu, true);
+      ACT_CASE(KITE_OP_GELU_AND_MUL, Act::gelu, true);
+      ACT_CASE(KITE_OP_GELU_TANH_AND_MUL, Act::gelu_tanh, true);
     default:
       return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda: not an activation", name);
     }
+#undef ACT_CASE
     return cuda_check_launch(name, variant);
   });
 }
 
-} // namespace
-
-extern "C" CUDA_SUPPORTS(cuda_act_generic_supports) {
-  const kite_act_args *a = (const kite_act_args *)args;
-  if (!is_float_dtype(a->dtype)) {
-    *why = "dtype must be f32, f16 or bf16";
-    return false;
-  }
-  return true;
+ActParams params(const kite_act_args *a) {
+  return ActParams{a->rows, a->cols, a->x, a->x_stride, a->y, a->y_stride, 0.0f};
 }
 
-extern "C" CUDA_SUPPORTS(cuda_act_vec_supports) {
-  const kite_act_args *a = (const kite_act_args *)args;
-  if (!cuda_act_generic_supports(k, args, why)) return false;
-  const int n = vec_elems_of(a->dtype);
-  const size_t es = kite_dtype_size(a->dtype);
-  if (a->cols % n != 0 || !rows_aligned16(a->x, a->rows, a->x_stride, es) ||
-      !rows_aligned16(a->y, a->rows, a->y_stride, es)) {
+ActParams params(const kite_gated_args *a) {
+  return ActParams{a->rows, a->cols, a->x, a->x_stride, a->y, a->y_stride, a->limit};
+}
+
+bool float_dtype(kite_dtype t, const char **why) {
+  if (is_float_dtype(t)) return true;
+  *why = "dtype must be f32, f16 or bf16";
+  return false;
+}
+
+/* vec: rows 16-byte aligned and cols a multiple of a 16-byte pack (for gated, that keeps the up
+ * half, cols elements into the row, aligned too). */
+bool vec_fits(kite_dtype t, const ActParams &p, const char **why) {
+  if (!float_dtype(t, why)) return false;
+  const size_t es = kite_dtype_size(t);
+  if (p.cols % vec_elems_of(t) != 0 || !rows_aligned16(p.x, p.rows, p.x_stride, es) ||
+      !rows_aligned16(p.y, p.rows, p.y_stride, es)) {
     *why = "needs 16-byte aligned rows and cols a multiple of 16 bytes";
     return false;
   }
   return true;
 }
 
+} // namespace
+
+extern "C" CUDA_SUPPORTS(cuda_act_generic_supports) {
+  return float_dtype(((const kite_act_args *)args)->dtype, why);
+}
+
+extern "C" CUDA_SUPPORTS(cuda_act_vec_supports) {
+  const kite_act_args *a = (const kite_act_args *)args;
+  return vec_fits(a->dtype, params(a), why);
+}
+
 extern "C" CUDA_RUN(cuda_act_vec_run) {
   const kite_act_args *a = (const kite_act_args *)args;
-  return run<true>(ctx, a, "vec");
+  return launch<true>(ctx, a->op, a->dtype, params(a), "vec");
 }
 
 extern "C" CUDA_RUN(cuda_act_generic_run) {
-  return run<false>(ctx, (const kite_act_args *)args, "generic");
+  const kite_act_args *a = (const kite_act_args *)args;
+  return launch<false>(ctx, a->op, a->dtype, params(a), "generic");
+}
+
+extern "C" CUDA_SUPPORTS(cuda_gated_generic_supports) {
+  return float_dtype(((const kite_gated_args *)args)->dtype, why);
+}
+
+extern "C" CUDA_SUPPORTS(cuda_gated_vec_supports) {
+  const kite_gated_args *a = (const kite_gated_args *)args;
+  return vec_fits(a->dtype, params(a), why);
+}
+
+extern "C" CUDA_RUN(cuda_gated_vec_run) {
+  const kite_gated_args *a = (const kite_gated_args *)args;
+  return launch<true>(ctx, a->op, a->dtype, params(a), "vec");
+}
+
+extern "C" CUDA_RUN(cuda_gated_generic_run) {
+  const kite_gated_args *a = (const kite_gated_args *)args;
+  return launch<false>(ctx, a->op, a->dtype, params(a), "generic");
 }

@@ -7,6 +7,8 @@
  * Loading never fails for want of a GPU: without a driver or device, device_count is 0 and the
  * kernels are listed as not running here. CUDA errors become KITE_ERR_DEVICE, never an abort.
  */
+#include <stdlib.h>
+
 #include <cuda_runtime_api.h>
 
 #include "cuda_backend.h"
@@ -147,6 +149,55 @@ static kite_status cuda_synchronize(const kite_backend *b, int device_id, void *
   return e == cudaSuccess ? KITE_OK : device_error("cuda: synchronize", "cudaStreamSynchronize", e);
 }
 
+/* Device time between two events on the stream (kite bench's copy ceiling). */
+static kite_status cuda_timer_start(const kite_backend *b, int device_id, void *stream,
+                                    void **timer) {
+  (void)b;
+  kite_status s = use_device("cuda: timer", device_id);
+  if (s != KITE_OK) return s;
+  cudaEvent_t *ev = calloc(2, sizeof *ev);
+  if (!ev) return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "cuda: timer: out of memory");
+  cudaError_t e = cudaEventCreate(&ev[0]);
+  if (e == cudaSuccess) {
+    e = cudaEventCreate(&ev[1]);
+    if (e != cudaSuccess) cudaEventDestroy(ev[0]);
+  }
+  if (e != cudaSuccess) {
+    free(ev);
+    return device_error("cuda: timer", "cudaEventCreate", e);
+  }
+  e = cudaEventRecord(ev[0], (cudaStream_t)stream);
+  if (e != cudaSuccess) {
+    cudaEventDestroy(ev[0]);
+    cudaEventDestroy(ev[1]);
+    free(ev);
+    return device_error("cuda: timer", "cudaEventRecord", e);
+  }
+  *timer = ev;
+  return KITE_OK;
+}
+
+static kite_status cuda_timer_stop(const kite_backend *b, int device_id, void *stream, void *timer,
+                                   double *seconds) {
+  (void)b;
+  cudaEvent_t *ev = timer;
+  kite_status s = use_device("cuda: timer", device_id);
+  cudaError_t e = cudaSuccess;
+  float ms = 0.0f;
+  if (s == KITE_OK) {
+    e = cudaEventRecord(ev[1], (cudaStream_t)stream);
+    if (e == cudaSuccess) e = cudaEventSynchronize(ev[1]);
+    if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, ev[0], ev[1]);
+  }
+  cudaEventDestroy(ev[0]);
+  cudaEventDestroy(ev[1]);
+  free(ev);
+  if (s != KITE_OK) return s;
+  if (e != cudaSuccess) return device_error("cuda: timer", "cudaEventElapsedTime", e);
+  *seconds = ms * 1e-3;
+  return KITE_OK;
+}
+
 /* ---- kernel table -------------------------------------------------------------------------- */
 /* Faster variants outrank generic ones; a variant for a narrower case outranks the broad one. */
 enum {
@@ -273,6 +324,8 @@ static const kite_backend cuda_backend = {
     .copy = cuda_copy,
     .memset = cuda_memset,
     .synchronize = cuda_synchronize,
+    .timer_start = cuda_timer_start,
+    .timer_stop = cuda_timer_stop,
     .kernels = cuda_kernels,
     .num_kernels = sizeof cuda_kernels / sizeof cuda_kernels[0],
     .userdata = NULL,

@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below or the op argument layout changes incompatibly. */
-#define KITE_BACKEND_ABI_VERSION 1u
+#define KITE_BACKEND_ABI_VERSION 2u /* 2: kite_backend gained timer_start / timer_stop */
 
 /* Element types as kernels see them (the front-end maps DLDataType to these). */
 typedef enum kite_dtype {
@@ -449,6 +449,14 @@ struct kite_backend {
   const kite_kernel *kernels; /* array, lives as long as the backend */
   size_t num_kernels;
   void *userdata;
+
+  /* Optional device timer, for harnesses (kite bench times the device's copy ceiling with it):
+   * timer_start marks the current point of `stream` and returns a handle in *timer; timer_stop
+   * marks the end, waits for it, returns the device time between the marks in *seconds and frees
+   * the handle. NULL on a backend whose device has none (the host clock is used then). */
+  kite_status (*timer_start)(const kite_backend *b, int device_id, void *stream, void **timer);
+  kite_status (*timer_stop)(const kite_backend *b, int device_id, void *stream, void *timer,
+                            double *seconds);
 };
 
 /* Registers a backend and its kernels (copied by reference: both must outlive the library).
@@ -476,6 +484,12 @@ KITE_API kite_status kite_ctx_workspace(kite_ctx *ctx, size_t bytes, void **out)
 
 /* The registered kernel entry behind kite_kernel_get(i) (for harnesses timing a direct call). */
 KITE_API const kite_kernel *kite_kernel_entry(size_t i);
+
+/* The device timer of ctx's device (kite_backend.timer_start / timer_stop): start marks the
+ * current point of ctx's stream, stop marks the end, waits and gives the device seconds between.
+ * Errors: INVALID_ARG (NULL), UNSUPPORTED (the device has no timer: time on the host). */
+KITE_API kite_status kite_ctx_timer_start(kite_ctx *ctx, void **timer);
+KITE_API kite_status kite_ctx_timer_stop(kite_ctx *ctx, void *timer, double *seconds);
 
 /* Runs kernel k directly, around dispatch (a harness timing one kernel): first k->supports(),
  * then k->run. args must be a validated args struct of k's op (from the op's front-end, as

@@ -1,6 +1,7 @@
 /*
- * kite_kernel_run: one kernel entry run around dispatch, with the precondition dispatch
- * guarantees (supports() said yes) checked here, so that run functions never check it again.
+ * What harnesses use around dispatch: kite_kernel_run, one kernel entry run with the
+ * precondition dispatch guarantees (supports() said yes) checked here, so that run functions
+ * never check it again; and the device timer of a ctx.
  */
 #include <stddef.h>
 
@@ -41,4 +42,23 @@ kite_status kite_kernel_run(const kite_kernel *k, kite_ctx *ctx, const void *arg
   kite_clear_error();
   kite_status s = k->run(k, ctx, args);
   return s == KITE_OK ? s : kite_kernel_failed(kite_kernel_backend_name(k), k, s);
+}
+
+kite_status kite_ctx_timer_start(kite_ctx *ctx, void **timer) {
+  if (!ctx || !timer) return kite_set_error(KITE_ERR_INVALID_ARG, "kite_ctx_timer_start: NULL");
+  const kite_backend *b = ctx->mem;
+  if (!b->timer_start || !b->timer_stop)
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "kite_ctx_timer_start: %s has no device timer",
+                          b->name);
+  return b->timer_start(b, ctx->p.device.device_id, ctx->p.stream, timer);
+}
+
+kite_status kite_ctx_timer_stop(kite_ctx *ctx, void *timer, double *seconds) {
+  if (!ctx || !timer || !seconds)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "kite_ctx_timer_stop: NULL");
+  const kite_backend *b = ctx->mem;
+  if (!b->timer_stop)
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "kite_ctx_timer_stop: %s has no device timer",
+                          b->name);
+  return b->timer_stop(b, ctx->p.device.device_id, ctx->p.stream, timer, seconds);
 }
