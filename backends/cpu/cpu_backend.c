@@ -237,6 +237,12 @@ static kite_kernel cpu_kernels[] = {
         cpu_linear_quant_avx2,
         "int8: 6x16 VPMADDWD on int16 pairs, int32 exact; e4m3: f32 panels + FMA"),
 #endif
+    ROW(KITE_OP_LINEAR_WQ4, "scalar", 10, 0, supports_float, cpu_linear_wq4_scalar,
+        "4-bit blocks widened in plain C, 4 rows of x per decoded block"),
+#if defined(__x86_64__)
+    ROW(KITE_OP_LINEAR_WQ4, "avx2", 20, CPU_ISA_AVX2, supports_float, cpu_linear_wq4_avx2,
+        "4-bit blocks widened to 4 x 8 floats, FMA, 4 rows of x per block"),
+#endif
 };
 #define CPU_NUM_KERNELS (sizeof cpu_kernels / sizeof cpu_kernels[0])
 

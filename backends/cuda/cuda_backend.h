@@ -121,6 +121,9 @@ CUDA_SUPPORTS(cuda_quant_supports);
 CUDA_SUPPORTS(cuda_linear_quant_supports);
 CUDA_RUN(cuda_quant_run);
 CUDA_RUN(cuda_linear_quant_run);
+/* wq4.cu: linear_wq4 */
+CUDA_SUPPORTS(cuda_linear_wq4_supports);
+CUDA_RUN(cuda_linear_wq4_run);
 
 #ifdef __cplusplus
 }

@@ -39,6 +39,7 @@ kite_status ref_flce_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_sample_run(const kite_kernel *k, kite_ctx *ctx, const void *args); /* + argmax */
 kite_status ref_penalties_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_logprobs_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_linear_wq4_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 
 /* The float types that kite_load_f32 / kite_store_f32 handle. */
 static inline bool ref_is_float(kite_dtype t) {

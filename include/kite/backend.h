@@ -488,6 +488,22 @@ typedef struct kite_logprobs_args {
   int64_t top_logprobs_stride;
 } kite_logprobs_args;
 
+/* linear_wq4: y[m, n] (dtype) = x[m, k] w^T + bias[n]; w rows of k / 32 blocks of `format`
+ * (kite.h), w_stride in bytes between rows. */
+typedef struct kite_linear_wq4_args {
+  kite_op op;
+  kite_dtype dtype;
+  kite_wq4_format format;
+  int64_t m, n, k;
+  const void *x;
+  int64_t x_stride;
+  const uint8_t *w;
+  int64_t w_stride;
+  const void *bias;
+  void *y;
+  int64_t y_stride;
+} kite_linear_wq4_args;
+
 /* ---------------------------------------------------------------------------------------------
  * Kernel entries
  * ------------------------------------------------------------------------------------------- */

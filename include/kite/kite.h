@@ -177,6 +177,7 @@ typedef enum kite_op {
   KITE_OP_SAMPLE,
   KITE_OP_APPLY_PENALTIES,
   KITE_OP_LOGPROBS,
+  KITE_OP_LINEAR_WQ4,
   KITE_OP_COUNT /* new ops are appended before this */
 } kite_op;
 
@@ -656,6 +657,24 @@ KITE_API kite_status kite_logprobs(kite_ctx *ctx, const DLTensor *logits, const 
                                    int64_t n, DLTensor *token_logprobs, DLTensor *top_ids,
                                    DLTensor *top_logprobs);
 #define KITE_LOGPROBS_MAX_N 20
+
+/* 4-bit weights in blocks of 32 consecutive values of a row (GGUF's Q4_0 and Q4_1 blocks, so such
+ * files load without re-quantizing). Byte layout of one block, little endian:
+ *   KITE_WQ4_SYM (18 bytes): f16 d, then 16 bytes qs;            value = (q - 8) * d
+ *   KITE_WQ4_MIN (20 bytes): f16 d, f16 m, then 16 bytes qs;     value = q * d + m
+ * where value j < 16 of the block has q = qs[j] & 15 and value j + 16 has q = qs[j] >> 4. */
+typedef enum kite_wq4_format { KITE_WQ4_SYM = 0, KITE_WQ4_MIN = 1 } kite_wq4_format;
+/* Bytes of one 32-value block of the format (18 or 20; 0 for an unknown format). */
+KITE_API int64_t kite_wq4_block_bytes(kite_wq4_format format);
+
+/* y[M, N] = x[M, K] w^T + bias[N] with w held in 4 bits: w is uint8 [N, K / 32 * block bytes],
+ * row n the K / 32 blocks of output n in order (row-strided allowed). K must be a multiple of
+ * 32. x, y and bias (NULL or [N]) f32/f16/bf16, all the same dtype; x and y may be row-strided.
+ * The weights are decoded exactly (d and m to f32), the dot products accumulate in f32 or better
+ * and y is rounded once. Errors: K not a multiple of 32, w's width not K / 32 blocks, unknown
+ * format. */
+KITE_API kite_status kite_linear_wq4(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
+                                     kite_wq4_format format, const DLTensor *bias, DLTensor *y);
 
 /* ---------------------------------------------------------------------------------------------
  * Kernel selection.

@@ -51,6 +51,7 @@ static const char *const g_op_names[KITE_OP_COUNT] = {
     [KITE_OP_SAMPLE] = "sample",
     [KITE_OP_APPLY_PENALTIES] = "apply_penalties",
     [KITE_OP_LOGPROBS] = "logprobs",
+    [KITE_OP_LINEAR_WQ4] = "linear_wq4",
 };
 
 const char *kite_op_name(kite_op op) {

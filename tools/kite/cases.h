@@ -54,6 +54,7 @@ typedef struct kt_gemm_case {
   int alt_scratch;  /* fused_moe (bench): buffers for the per-expert composition */
   kite_dtype qtype; /* quant, dequant, linear_quant: KITE_DTYPE_I8 or KITE_DTYPE_FP8_E4M3 */
   int specials;     /* quant: NaN, inf, zero rows, ties, saturation; dequant: NaN codes */
+  kite_wq4_format wq4; /* linear_wq4: block format */
 } kt_gemm_case;
 
 /* Training cases (driver_train.c): rows = N (tokens), cols = the row width (activation: C;

@@ -1,6 +1,7 @@
 /*
  * Drivers of the GEMM, MoE and quantization ops: linear, group_gemm, topk_gating, fused_moe,
- * quant, dequant, linear_quant. Matrices are row-major with optional row padding; weight stacks
+ * quant, dequant, linear_quant, linear_wq4. Matrices are row-major with optional row padding;
+ * weight stacks
  * ([G, N, K], [E, 2I, H], [E, H, I]) are compact. Cases cover 0, 1 and many rows, odd sizes,
  * one large dimension at a time, strided views, bias on and off, empty groups, ties in the
  * gating logits, expert ids out of range, and the special values of quantization.
@@ -30,6 +31,7 @@ static int kt_gemm_has(kite_op op) {
   case KITE_OP_QUANT:
   case KITE_OP_DEQUANT:
   case KITE_OP_LINEAR_QUANT:
+  case KITE_OP_LINEAR_WQ4:
     return 1;
   default:
     return 0;
@@ -40,6 +42,10 @@ static int kt_gemm_has(kite_op op) {
 
 static const char *act_name(kite_moe_act a) {
   return a == KITE_MOE_GELU ? "gelu" : "silu";
+}
+
+static const char *wq4_name(kite_wq4_format f) {
+  return f == KITE_WQ4_MIN ? "q4_1" : "q4_0";
 }
 
 static void gemm_shape(const kt_case *c, char *buf, size_t n) {
@@ -63,6 +69,9 @@ static void gemm_shape(const kt_case *c, char *buf, size_t n) {
   case KITE_OP_LINEAR_QUANT:
     snprintf(buf, n, "%lldx%lldx%lld %s", m, nn, k, kite_dtype_name(g->qtype));
     break;
+  case KITE_OP_LINEAR_WQ4:
+    snprintf(buf, n, "%lldx%lldx%lld %s", m, nn, k, wq4_name(g->wq4));
+    break;
   default:
     snprintf(buf, n, "%lldx%lldx%lld", m, nn, k);
     break;
@@ -76,7 +85,9 @@ static void gemm_describe(const kt_case *c, char *buf, size_t n) {
   switch (c->op) {
   case KITE_OP_LINEAR:
   case KITE_OP_LINEAR_QUANT:
+  case KITE_OP_LINEAR_WQ4:
     if (c->op == KITE_OP_LINEAR_QUANT) kt_cat(buf, n, &len, "%s ", kite_dtype_name(g->qtype));
+    if (c->op == KITE_OP_LINEAR_WQ4) kt_cat(buf, n, &len, "%s ", wq4_name(g->wq4));
     kt_cat(buf, n, &len, "M=%lld N=%lld K=%lld%s", (long long)g->m, (long long)g->n,
            (long long)g->k, g->with_bias ? " bias" : "");
     break;
@@ -220,6 +231,25 @@ static void fill_e4m3_codes(const kt_run *r, int v, uint64_t seed, unsigned char
     }
 }
 
+/* linear_wq4's blocks: random nibbles, d (and m) f16 of magnitude 2^-4 .. 2^-3 with either sign,
+ * so each weight is of order 1 / 8 and y of order sqrt(K) / 8 for x in [-1, 1]. */
+static void fill_wq4(const kt_run *r, int v, uint64_t seed, unsigned char *body) {
+  const kt_view *vw = &r->view[v];
+  const int min = r->c.gemm.wq4 == KITE_WQ4_MIN;
+  const int64_t cols = kt_view_cols(vw), bb = kite_wq4_block_bytes(r->c.gemm.wq4), nb = cols / bb;
+  for (int64_t i = 0; i < view_rows(vw); i++)
+    for (int64_t b = 0; b < nb; b++) {
+      uint64_t n = (uint64_t)(i * nb + b), h = kt_hash(seed, n);
+      float d = (1.0f + kt_unit(seed ^ 0x5bd1e995u, n)) / 16.0f * ((h >> 63) ? -1.0f : 1.0f);
+      uint16_t hd = kite_f32_to_f16(d), hm = kite_f32_to_f16(-4.0f * d);
+      unsigned char *blk = body + at(vw, i, b * bb);
+      blk[0] = (unsigned char)(hd & 0xff), blk[1] = (unsigned char)(hd >> 8);
+      if (min) blk[2] = (unsigned char)(hm & 0xff), blk[3] = (unsigned char)(hm >> 8);
+      for (int64_t j = min ? 4 : 2; j < bb; j++)
+        blk[j] = (unsigned char)kt_hash(seed + 1, n * 32 + (uint64_t)j);
+    }
+}
+
 /* ---- layout ------------------------------------------------------------------------------ */
 
 static int add_vector(kt_run *r, const char *name, kite_dtype t, kt_role role, int64_t n, float lo,
@@ -329,6 +359,14 @@ static void gemm_plan(kt_run *r, const kt_case *c) {
     r->arg[A_Y] = kt_add_matrix(r, "y", t, KT_OUT, M, N, g->pad_y, 0, 0);
     break;
   }
+  case KITE_OP_LINEAR_WQ4:
+    r->arg[A_X] = kt_add_matrix(r, "x", t, KT_IN, M, K, g->pad_x, -1, 1);
+    r->arg[A_W] = kt_add_matrix(r, "w", KITE_DTYPE_U8, KT_IN, N,
+                                K / 32 * kite_wq4_block_bytes(g->wq4), g->pad_w, 0, 0);
+    set_custom(r, r->arg[A_W], fill_wq4);
+    if (g->with_bias) r->arg[A_B] = add_vector(r, "bias", t, KT_IN, N, -1, 1);
+    r->arg[A_Y] = kt_add_matrix(r, "y", t, KT_OUT, M, N, g->pad_y, 0, 0);
+    break;
   default:
     r->bad = 1;
     break;
@@ -356,6 +394,8 @@ static kite_status gemm_call(kt_run *r) {
     return kite_dequant(ctx, kt_arg(r, A_Q), kt_arg(r, A_S), y);
   case KITE_OP_LINEAR_QUANT:
     return kite_linear_quant(ctx, kt_arg(r, A_Q), kt_arg(r, A_S), w, kt_arg(r, A_WS), b, y);
+  case KITE_OP_LINEAR_WQ4:
+    return kite_linear_wq4(ctx, x, w, g->wq4, b, y);
   default:
     break;
   }
@@ -484,6 +524,10 @@ static const char *gemm_alt_name(const kt_case *c) {
  *     reduced-precision tf32 products (~2^-22 = 2e-7); f16 / bf16 outputs rounded once (relative
  *     2^-11 / 2^-8): NMSE ~1e-7 / ~5e-6, bounds 1e-6 / 1e-4.
  *   linear_quant int8: exact integer dot products, then two f32 scale products: ~1e-14.
+ *   linear_wq4: weights decoded exactly; f32 sums of x q per block, then d times that plus the
+ *     block's offset (m or -8 d) times the f32 sum of x: each block rounds a few times relative
+ *     to its own magnitude, which is of the output's order, so ~K/32 2^-48 per output at worst:
+ *     1e-9 for f32 (a dropped block moves NMSE by ~32/K >= 8e-3), the linear bounds for f16/bf16.
  *   fused_moe: the intermediate act(gate) * up is rounded to the dtype, and a kernel's f32
  *     gate may round it the other way than ref's float64 one: a few intermediate elements off
  *     by one ulp of the dtype on top of the output rounding: f32 1e-10, f16 1e-5, bf16 1e-4.
@@ -505,6 +549,8 @@ static double gemm_bound(kite_op op, kite_dtype t) {
     return f16 ? 1e-6 : bf16 ? 1e-4 : 5e-11;
   case KITE_OP_FUSED_MOE:
     return f16 ? 1e-5 : bf16 ? 1e-4 : 1e-10;
+  case KITE_OP_LINEAR_WQ4:
+    return f16 ? 1e-6 : bf16 ? 1e-4 : 1e-9;
   case KITE_OP_TOPK_GATING:
     return 1e-11;
   default:
@@ -669,6 +715,27 @@ static void linear_quant_cases(kite_dtype t, int quick, kt_case_list *l) {
     }
 }
 
+/* K a multiple of 32: one block, odd block counts, SmolLM2's 576 and 1536, a long row; 0 and 1
+ * rows, the GEMV's few rows and many; N odd. Both formats, bias on and off, padded rows. */
+static const mnk g_wq4[] = {{1, 1, 32},    {1, 7, 96},    {3, 17, 576},  {4, 64, 1536},
+                            {5, 3, 4096},  {17, 127, 64}, {64, 13, 576}, {127, 5, 160},
+                            {8, 576, 576}, {0, 17, 64},   {2, 1, 32}};
+static const mnk g_quick_wq4[] = {{1, 7, 96}, {17, 127, 64}, {3, 17, 576}};
+
+static void wq4_cases(kite_dtype t, int quick, kt_case_list *l) {
+  const mnk *s = quick ? g_quick_wq4 : g_wq4;
+  int n = quick ? (int)(sizeof g_quick_wq4 / sizeof *s) : (int)(sizeof g_wq4 / sizeof *s);
+  for (int f = 0; f < 2; f++)
+    for (int i = 0; i < n; i++) {
+      kt_case c = gemm_case(KITE_OP_LINEAR_WQ4, t, s[i].m, s[i].n, s[i].k);
+      c.gemm.wq4 = f ? KITE_WQ4_MIN : KITE_WQ4_SYM;
+      c.gemm.with_bias = (i + f) % 2 == 0;
+      if (i % 3 == 1) c.gemm.pad_x = 5, c.gemm.pad_y = 3;
+      if (i % 3 == 2) c.gemm.pad_w = 7, c.gemm.pad_y = 1;
+      kt_case_push(l, c);
+    }
+}
+
 /* kite check's cases of op at dtype t (the float dtype: x, logits, y of linear_quant). */
 static void gemm_check_cases(kite_op op, kite_dtype t, int quick, kt_case_list *l) {
   switch (op) {
@@ -690,6 +757,9 @@ static void gemm_check_cases(kite_op op, kite_dtype t, int quick, kt_case_list *
     break;
   case KITE_OP_LINEAR_QUANT:
     linear_quant_cases(t, quick, l);
+    break;
+  case KITE_OP_LINEAR_WQ4:
+    wq4_cases(t, quick, l);
     break;
   default:
     break;
@@ -759,6 +829,17 @@ static void gemm_bench_cases(kite_op op, kite_dtype t, int llm, kt_case_list *l)
     kt_case_push(l, qtype_case(op, t, llm ? 8192 : 512, 0, 4096, KITE_DTYPE_I8));
     kt_case_push(l, qtype_case(op, t, llm ? 8192 : 512, 0, 4096, KITE_DTYPE_FP8_E4M3));
     break;
+  case KITE_OP_LINEAR_WQ4: {
+    /* decode and a 512-token prompt on SmolLM2's MLP (576 -> 1536) and an 8B-class projection */
+    static const mnk sh[] = {{1, 1536, 576}, {512, 1536, 576}, {1, 4096, 4096}, {16, 4096, 4096}};
+    for (int i = 0; i < (llm ? 4 : 2); i++)
+      for (int f = 0; f < 2; f++) {
+        kt_case c = gemm_case(op, t, sh[i].m, sh[i].n, sh[i].k);
+        c.gemm.wq4 = f ? KITE_WQ4_MIN : KITE_WQ4_SYM;
+        kt_case_push(l, c);
+      }
+    break;
+  }
   case KITE_OP_LINEAR_QUANT:
     if (!bf16) break;
     if (llm)
@@ -787,7 +868,8 @@ static double moe_experts_touched(const kt_gemm_case *g) {
  *   fused_moe     x + y + the experts touched           2 T H e + touched 3 I H e + 8 T k
  *   quant         x + q + scales                        M K (e + 1) + 4 M
  *   dequant       q + scales + y                        M K (1 + e) + 4 M
- *   linear_quant  xq + wq + scales + y (+ bias)         M K + N K + 4 (M + N) + M N e (+ N e) */
+ *   linear_quant  xq + wq + scales + y (+ bias)         M K + N K + 4 (M + N) + M N e (+ N e)
+ *   linear_wq4    x + 4-bit blocks + y (+ bias)         (M K + M N) e + N K / 32 (18 | 20) */
 static double gemm_bytes(const kt_case *c) {
   const kt_gemm_case *g = &c->gemm;
   double e = (double)kite_dtype_size(c->dtype), M = (double)g->m, N = (double)g->n,
@@ -806,6 +888,8 @@ static double gemm_bytes(const kt_case *c) {
     return M * K * (e + 1) + 4 * M;
   case KITE_OP_LINEAR_QUANT:
     return M * K + N * K + 4 * (M + N) + M * N * e + b;
+  case KITE_OP_LINEAR_WQ4:
+    return (M * K + M * N) * e + N * K / 32 * (double)kite_wq4_block_bytes(g->wq4) + b;
   default:
     return 0;
   }
@@ -819,6 +903,7 @@ static double gemm_flops(const kt_case *c) {
   case KITE_OP_LINEAR:
   case KITE_OP_GROUP_GEMM:
   case KITE_OP_LINEAR_QUANT:
+  case KITE_OP_LINEAR_WQ4:
     return 2 * M * N * K;
   case KITE_OP_FUSED_MOE:
     return 2 * M * (double)g->topk * 3 * N * K;

@@ -4,27 +4,31 @@
  *   kite list       every registered kernel and whether it runs here
  *   kite check      the conformance harness: every kernel against ref
  *   kite bench      GB/s of every kernel beside a memcpy ceiling and ref
+ *   kite run        text generation with a GGUF model (engine/)
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
+#include "run.h"
 #include "util.h"
 
 static void usage(void) {
-  printf("kite %d.%d.%d: LLM operators behind one kernel registry\n"
-         "\n"
-         "usage: kite [COMMAND] [OPTIONS]\n"
-         "\n"
-         "  (none)   summary: backends, plugins, kernels that run here, a quick check and bench\n"
-         "  list     every registered kernel: device, priority, features, runs here or why not\n"
-         "  check    conformance harness: every kernel that runs here against ref\n"
-         "  bench    benchmark harness: time, GB/s vs memcpy, speedup over ref; --dispatch\n"
-         "  help     this text (kite COMMAND --help for a command's options)\n"
-         "\n"
-         "Environment: KITE_KERNELS (kernel selection, e.g. \"rms_norm=cpu.avx2,-cuda\"),\n"
-         "KITE_BACKEND_PATH (plugin folders), KITE_LOG=dispatch (which kernel ran and why).\n",
-         KITE_VERSION_MAJOR, KITE_VERSION_MINOR, KITE_VERSION_PATCH);
+  printf(
+      "kite %d.%d.%d: LLM operators behind one kernel registry\n"
+      "\n"
+      "usage: kite [COMMAND] [OPTIONS]\n"
+      "\n"
+      "  (none)   summary: backends, plugins, kernels that run here, a quick check and bench\n"
+      "  list     every registered kernel: device, priority, features, runs here or why not\n"
+      "  check    conformance harness: every kernel that runs here against ref\n"
+      "  bench    benchmark harness: time, GB/s vs memcpy, speedup over ref; --dispatch\n"
+      "  run      generate text with a GGUF model (SmolLM2, llama, Mistral, Qwen2) on kite's ops\n"
+      "  help     this text (kite COMMAND --help for a command's options)\n"
+      "\n"
+      "Environment: KITE_KERNELS (kernel selection, e.g. \"rms_norm=cpu.avx2,-cuda\"),\n"
+      "KITE_BACKEND_PATH (plugin folders), KITE_LOG=dispatch (which kernel ran and why).\n",
+      KITE_VERSION_MAJOR, KITE_VERSION_MINOR, KITE_VERSION_PATCH);
 }
 
 /* Plain `kite`: what a newcomer needs to know about this machine. */
@@ -113,6 +117,7 @@ int main(int argc, char **argv) {
     }
     return cmd[0] == 'c' ? kt_cmd_check(argc - 2, argv + 2) : kt_cmd_bench(argc - 2, argv + 2);
   }
+  if (strcmp(cmd, "run") == 0) return kr_cmd_run(argc - 2, argv + 2);
   if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
     usage();
     return 0;

@@ -1,0 +1,87 @@
+/*
+ * A llama-family model (llama, SmolLM, Mistral, Qwen2) loaded from GGUF onto a kite ctx's device,
+ * and a serving core over it: a paged KV cache with block allocation and continuous batching.
+ * Every tensor operation of the forward pass is a kite public-API call; the host only builds
+ * index arrays (positions, slots, block tables) and moves them with kite_memcpy.
+ */
+#ifndef KITE_ENGINE_MODEL_H
+#define KITE_ENGINE_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <kite/kite.h>
+
+#include "gguf.h"
+
+/* How weights are held on the device. */
+typedef enum kr_weights {
+  KR_WEIGHTS_AUTO = 0, /* q4 when the file's matrices are 4-bit, else bf16 on CUDA, f32 on CPU */
+  KR_WEIGHTS_F32,
+  KR_WEIGHTS_BF16, /* bf16 weights and activations (dequantized at load) */
+  KR_WEIGHTS_INT8, /* int8 per-row weights, activations quantized per token (linear_quant) */
+  KR_WEIGHTS_Q4,   /* Q4_0 / Q4_1 blocks as stored (linear_wq4); other matrices as int8 */
+} kr_weights;
+
+typedef struct kr_config {
+  char arch[32];
+  int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx, rot_dim;
+  double rope_theta, rms_eps;
+  kite_rope_style rope_style;
+  int has_qkv_bias, tied_embeddings;
+} kr_config;
+
+typedef struct kr_model kr_model;
+
+typedef struct kr_model_params {
+  kr_weights weights;
+  int max_batch;  /* sequences decoded together (>= 1) */
+  int max_tokens; /* tokens per step: the prefill chunk (>= max_batch) */
+  int block_size; /* KV cache block size */
+  int num_blocks; /* KV cache blocks per layer (0: enough for max_batch full contexts, capped) */
+  int ctx_len;    /* positions per sequence (0: the model's, capped at 4096) */
+} kr_model_params;
+
+/* Loads the model from g onto ctx's device (g must stay open while the model lives: nothing is
+ * kept from it after load). Returns NULL with a message in err. */
+kr_model *kr_model_load(kite_ctx *ctx, const kr_gguf *g, const kr_model_params *p, char *err,
+                        size_t err_len);
+void kr_model_free(kr_model *m);
+const kr_config *kr_model_config(const kr_model *m);
+const char *kr_weights_name(kr_weights w);
+kr_weights kr_model_weights(const kr_model *m);
+size_t kr_model_weight_bytes(const kr_model *m);
+
+/* ---- serving ------------------------------------------------------------------------------ */
+typedef struct kr_sampling {
+  float temperature; /* 0: greedy */
+  int top_k;
+  float top_p;
+  uint64_t seed;
+} kr_sampling;
+
+/* Called for each generated token of sequence `seq`. */
+typedef void (*kr_token_fn)(void *user, int seq, int32_t token);
+/* Whether a token ends a sequence. */
+typedef int (*kr_stop_fn)(void *user, int32_t token);
+
+/* Adds a sequence (its prompt tokens are copied). Returns its index, or -1 with a message. */
+int kr_submit(kr_model *m, const int32_t *prompt, size_t n, int max_new, char *err, size_t err_len);
+/* Runs steps until every submitted sequence is done. Each step is one forward pass over the
+ * running sequences' next tokens (one paged_decode call) and prefill chunks (one paged_prefill
+ * call), then one sampling call. Returns 0, or -1 with a message. */
+int kr_generate(kr_model *m, const kr_sampling *s, kr_token_fn on_token, kr_stop_fn stop,
+                void *user, char *err, size_t err_len);
+
+typedef struct kr_stats {
+  double prefill_s, decode_s;
+  int64_t prefill_tokens, decode_tokens, steps;
+} kr_stats;
+void kr_model_stats(const kr_model *m, kr_stats *out);
+/* KV cache blocks per layer, and how many are free now. */
+int kr_model_num_blocks(const kr_model *m);
+int kr_model_free_blocks(const kr_model *m);
+/* Forgets all sequences (their blocks are free again) and the stats. */
+void kr_reset(kr_model *m);
+
+#endif /* KITE_ENGINE_MODEL_H */

@@ -1,0 +1,605 @@
+#include "tokenizer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "unicode_tables.h"
+
+enum { KIND_BPE, KIND_SPM };
+enum { PRE_GPT2, PRE_SMOLLM, PRE_LLAMA3 };
+/* tokenizer.ggml.token_type values */
+enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
+
+/* Open-addressing map from a byte string (not owned) to an int32. */
+typedef struct strmap {
+  const char **key;
+  uint32_t *len;
+  int32_t *val;
+  size_t cap; /* power of two */
+} strmap;
+
+static uint64_t hash_bytes(const char *s, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
+  return h;
+}
+
+static int map_init(strmap *m, size_t n) {
+  m->cap = 16;
+  while (m->cap < 2 * n + 2) m->cap *= 2;
+  m->key = calloc(m->cap, sizeof *m->key);
+  m->len = calloc(m->cap, sizeof *m->len);
+  m->val = calloc(m->cap, sizeof *m->val);
+  return m->key && m->len && m->val ? 0 : -1;
+}
+
+static void map_free(strmap *m) {
+  free(m->key);
+  free(m->len);
+  free(m->val);
+}
+
+/* Keeps the first value stored for a key (the lowest id / rank). */
+static void map_put(strmap *m, const char *k, size_t n, int32_t v) {
+  size_t i = hash_bytes(k, n) & (m->cap - 1);
+  while (m->key[i]) {
+    if (m->len[i] == n && memcmp(m->key[i], k, n) == 0) return;
+    i = (i + 1) & (m->cap - 1);
+  }
+  m->key[i] = k;
+  m->len[i] = (uint32_t)n;
+  m->val[i] = v;
+}
+
+static int32_t map_get(const strmap *m, const char *k, size_t n) {
+  size_t i = hash_bytes(k, n) & (m->cap - 1);
+  while (m->key[i]) {
+    if (m->len[i] == n && memcmp(m->key[i], k, n) == 0) return m->val[i];
+    i = (i + 1) & (m->cap - 1);
+  }
+  return -1;
+}
+
+struct kr_tokenizer {
+  int kind, pre;
+  int32_t n_vocab;
+  const char **text;
+  uint32_t *len;
+  int32_t *type;
+  float *score;
+  strmap vocab, merges;
+  char *merge_keys; /* the merges as stored ("a b"), one buffer */
+  int32_t *special; /* ids of control / user-defined tokens, longest text first */
+  int32_t n_special;
+  int32_t bos, eos, eot, im_end, eot_text;
+  int add_bos, add_space_prefix;
+  int32_t byte_token[256]; /* SPM: <0xXX>; BPE: the token of each byte's mapped character */
+  uint32_t byte_to_cp[256];
+  int16_t cp_to_byte[324]; /* inverse of byte_to_cp; -1 where none */
+};
+
+int32_t kr_tok_vocab(const kr_tokenizer *t) {
+  return t->n_vocab;
+}
+int32_t kr_tok_bos(const kr_tokenizer *t) {
+  return t->bos;
+}
+int32_t kr_tok_eos(const kr_tokenizer *t) {
+  return t->eos;
+}
+int kr_tok_add_bos(const kr_tokenizer *t) {
+  return t->add_bos;
+}
+
+int32_t kr_tok_find(const kr_tokenizer *t, const char *text) {
+  return map_get(&t->vocab, text, strlen(text));
+}
+
+int kr_tok_is_eog(const kr_tokenizer *t, int32_t id) {
+  return id >= 0 && (id == t->eos || id == t->eot || id == t->im_end || id == t->eot_text);
+}
+
+/* ---- UTF-8 and character classes ------------------------------------------------------------ */
+static int in_ranges(uint32_t cp, const uint32_t (*r)[2], size_t n) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (cp < r[mid][0])
+      hi = mid;
+    else if (cp > r[mid][1])
+      lo = mid + 1;
+    else
+      return 1;
+  }
+  return 0;
+}
+#define NRANGES(a) (sizeof(a) / sizeof((a)[0]))
+static int is_letter(uint32_t cp) {
+  return in_ranges(cp, kr_unicode_letters, NRANGES(kr_unicode_letters));
+}
+static int is_number(uint32_t cp) {
+  return in_ranges(cp, kr_unicode_numbers, NRANGES(kr_unicode_numbers));
+}
+static int is_space(uint32_t cp) {
+  return (cp >= 9 && cp <= 13) || cp == 32 || cp == 0x85 || cp == 0xa0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 || cp == 0x202f ||
+         cp == 0x205f || cp == 0x3000;
+}
+
+/* Decodes one code point at s[0, n); an invalid sequence counts as one byte (U+FFFD). */
+static size_t utf8_next(const char *s, size_t n, uint32_t *cp) {
+  const uint8_t *u = (const uint8_t *)s;
+  if (u[0] < 0x80) {
+    *cp = u[0];
+    return 1;
+  }
+  size_t len = (u[0] & 0xe0) == 0xc0   ? 2
+               : (u[0] & 0xf0) == 0xe0 ? 3
+               : (u[0] & 0xf8) == 0xf0 ? 4
+                                       : 0;
+  if (!len || len > n) {
+    *cp = 0xfffd;
+    return 1;
+  }
+  uint32_t c = u[0] & (0x7f >> len);
+  for (size_t i = 1; i < len; i++) {
+    if ((u[i] & 0xc0) != 0x80) {
+      *cp = 0xfffd;
+      return 1;
+    }
+    c = (c << 6) | (u[i] & 0x3f);
+  }
+  *cp = c;
+  return len;
+}
+
+static size_t utf8_put(uint32_t cp, char *o) {
+  if (cp < 0x80) {
+    o[0] = (char)cp;
+    return 1;
+  }
+  if (cp < 0x800) {
+    o[0] = (char)(0xc0 | (cp >> 6));
+    o[1] = (char)(0x80 | (cp & 0x3f));
+    return 2;
+  }
+  if (cp < 0x10000) {
+    o[0] = (char)(0xe0 | (cp >> 12));
+    o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+    o[2] = (char)(0x80 | (cp & 0x3f));
+    return 3;
+  }
+  o[0] = (char)(0xf0 | (cp >> 18));
+  o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+  o[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
+  o[3] = (char)(0x80 | (cp & 0x3f));
+  return 4;
+}
+
+/* ---- growable buffers ----------------------------------------------------------------------- */
+static int push_id(int32_t **ids, size_t *n, size_t *cap, int32_t id) {
+  if (*n == *cap) {
+    size_t c = *cap ? *cap * 2 : 64;
+    int32_t *p = realloc(*ids, c * sizeof *p);
+    if (!p) return -1;
+    *ids = p;
+    *cap = c;
+  }
+  (*ids)[(*n)++] = id;
+  return 0;
+}
+
+/* A symbol of a word being merged: bytes [off, off + len) of the word buffer. */
+typedef struct sym {
+  uint32_t off, len;
+} sym;
+
+/* BPE over one pre-tokenized word (already byte-mapped): merge the lowest-ranked adjacent pair,
+ * leftmost first, until none is in the merge table; then look each symbol up. */
+static int bpe_word(const kr_tokenizer *t, const char *w, size_t n, int32_t **ids, size_t *cnt,
+                    size_t *cap) {
+  if (n == 0) return 0;
+  sym *s = malloc(n * sizeof *s);
+  char *key = malloc(2 * n + 2);
+  if (!s || !key) {
+    free(s);
+    free(key);
+    return -1;
+  }
+  size_t ns = 0;
+  for (size_t i = 0; i < n;) {
+    uint32_t cp;
+    size_t l = utf8_next(w + i, n - i, &cp);
+    s[ns++] = (sym){(uint32_t)i, (uint32_t)l};
+    i += l;
+  }
+  for (;;) {
+    int32_t best = -1;
+    size_t at = 0;
+    for (size_t i = 0; i + 1 < ns; i++) {
+      int32_t r;
+      if (t->kind == KIND_BPE) {
+        memcpy(key, w + s[i].off, s[i].len);
+        key[s[i].len] = ' ';
+        memcpy(key + s[i].len + 1, w + s[i + 1].off, s[i + 1].len);
+        r = map_get(&t->merges, key, s[i].len + 1 + s[i + 1].len);
+        if (r >= 0 && (best < 0 || r < best)) best = r, at = i;
+      } else {
+        /* SPM: the merged text must be a token; the highest score wins */
+        r = map_get(&t->vocab, w + s[i].off, s[i].len + s[i + 1].len);
+        if (r >= 0 && (best < 0 || t->score[r] > t->score[best])) best = r, at = i;
+      }
+    }
+    if (best < 0) break;
+    s[at].len += s[at + 1].len;
+    memmove(&s[at + 1], &s[at + 2], (ns - at - 2) * sizeof *s);
+    ns--;
+  }
+  int rc = 0;
+  for (size_t i = 0; i < ns && !rc; i++) {
+    int32_t id = map_get(&t->vocab, w + s[i].off, s[i].len);
+    if (id >= 0) {
+      rc = push_id(ids, cnt, cap, id);
+      continue;
+    }
+    if (t->kind == KIND_BPE) {
+      /* an unmerged character missing from the vocabulary: its bytes' tokens */
+      for (uint32_t j = 0; j < s[i].len && !rc;) {
+        uint32_t cp;
+        size_t l = utf8_next(w + s[i].off + j, s[i].len - j, &cp);
+        int32_t b = map_get(&t->vocab, w + s[i].off + j, l);
+        if (b >= 0) rc = push_id(ids, cnt, cap, b);
+        j += (uint32_t)l;
+      }
+    } else {
+      for (uint32_t j = 0; j < s[i].len && !rc; j++) {
+        int32_t b = t->byte_token[(uint8_t)w[s[i].off + j]];
+        if (b >= 0) rc = push_id(ids, cnt, cap, b);
+      }
+    }
+  }
+  free(s);
+  free(key);
+  return rc;
+}
+
+/* Byte-maps text[0, n) and runs BPE on it. */
+static int bpe_piece(const kr_tokenizer *t, const char *p, size_t n, int32_t **ids, size_t *cnt,
+                     size_t *cap) {
+  char *w = malloc(2 * n + 1);
+  if (!w) return -1;
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++) m += utf8_put(t->byte_to_cp[(uint8_t)p[i]], w + m);
+  int rc = bpe_word(t, w, m, ids, cnt, cap);
+  free(w);
+  return rc;
+}
+
+/* GPT-2 / Llama 3 pre-tokenizer over cps[0, n) (code points; offs their byte offsets in text,
+ * offs[n] the end): each word found goes through bpe_piece. */
+static int split_words(const kr_tokenizer *t, const char *text, const uint32_t *cps,
+                       const size_t *offs, size_t n, int32_t **ids, size_t *cnt, size_t *cap) {
+#define CP(i) ((i) < n ? cps[i] : 0xffffffffu)
+#define LET(i) ((i) < n && is_letter(cps[i]))
+#define NUM(i) ((i) < n && is_number(cps[i]))
+#define SPC(i) ((i) < n && is_space(cps[i]))
+#define OTHER(i) ((i) < n && !is_space(cps[i]) && !is_letter(cps[i]) && !is_number(cps[i]))
+  size_t pos = 0;
+  while (pos < n) {
+    size_t start = pos;
+    uint32_t c = cps[pos];
+    int llama3 = t->pre == PRE_LLAMA3;
+    if (c == '\'' && pos + 1 < n) {
+      uint32_t a = CP(pos + 1), b = CP(pos + 2);
+      if (llama3) {
+        a = a < 128 ? (uint32_t)(a | 0x20) : a;
+        b = b < 128 ? (uint32_t)(b | 0x20) : b;
+      }
+      if (a == 's' || a == 't' || a == 'm' || a == 'd')
+        pos += 2;
+      else if (pos + 2 < n &&
+               ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')))
+        pos += 3;
+    }
+    if (pos == start && llama3) {
+      if (c != '\r' && c != '\n' && !NUM(pos) && (LET(pos) || LET(pos + 1))) {
+        pos++;
+        while (LET(pos)) pos++;
+      } else if (NUM(pos)) {
+        while (NUM(pos) && pos - start < 3) pos++;
+      } else {
+        size_t q = pos + (c == ' ');
+        if (OTHER(q)) {
+          pos = q;
+          while (OTHER(pos)) pos++;
+          while (CP(pos) == '\r' || CP(pos) == '\n') pos++;
+        }
+      }
+    } else if (pos == start) {
+      size_t q = pos + (c == ' ');
+      if (LET(q)) {
+        pos = q;
+        while (LET(pos)) pos++;
+      } else if (NUM(q)) {
+        pos = q;
+        while (NUM(pos)) pos++;
+      } else if (OTHER(q)) {
+        pos = q;
+        while (OTHER(pos)) pos++;
+      }
+    }
+    if (pos == start) {
+      size_t ws = 0, last_nl = 0;
+      while (SPC(pos + ws)) {
+        if (llama3 && (cps[pos + ws] == '\r' || cps[pos + ws] == '\n')) last_nl = pos + ws + 1;
+        ws++;
+      }
+      if (last_nl)
+        pos = last_nl; /* \s*[\r\n]+ */
+      else if (ws > 1 && pos + ws < n)
+        pos += ws - 1; /* \s+(?!\S) leaves one space to the next word */
+      else if (ws > 0)
+        pos += ws;
+      else
+        pos++;
+    }
+    if (bpe_piece(t, text + offs[start], offs[pos] - offs[start], ids, cnt, cap)) return -1;
+  }
+  return 0;
+#undef CP
+#undef LET
+#undef NUM
+#undef SPC
+#undef OTHER
+}
+
+/* Encodes text without special tokens. */
+static int encode_plain(const kr_tokenizer *t, const char *text, size_t len, int32_t **ids,
+                        size_t *cnt, size_t *cap) {
+  if (len == 0) return 0;
+  if (t->kind == KIND_SPM) {
+    /* spaces become U+2581 (3 bytes), one prepended when the model asks for it */
+    char *w = malloc(3 * len + 4);
+    if (!w) return -1;
+    size_t m = 0;
+    if (t->add_space_prefix) m += utf8_put(0x2581, w);
+    for (size_t i = 0; i < len; i++) {
+      if (text[i] == ' ')
+        m += utf8_put(0x2581, w + m);
+      else
+        w[m++] = text[i];
+    }
+    int rc = bpe_word(t, w, m, ids, cnt, cap);
+    free(w);
+    return rc;
+  }
+  uint32_t *cps = malloc((len + 1) * sizeof *cps);
+  size_t *offs = malloc((len + 1) * sizeof *offs);
+  if (!cps || !offs) {
+    free(cps);
+    free(offs);
+    return -1;
+  }
+  size_t n = 0;
+  for (size_t i = 0; i < len;) {
+    offs[n] = i;
+    i += utf8_next(text + i, len - i, &cps[n]);
+    n++;
+  }
+  offs[n] = len;
+  int rc = 0;
+  if (t->pre == PRE_SMOLLM) {
+    /* every digit is a word of its own; GPT-2's split runs between them */
+    size_t a = 0;
+    for (size_t i = 0; i <= n && !rc; i++) {
+      if (i < n && !is_number(cps[i])) continue;
+      rc = split_words(t, text, cps + a, offs + a, i - a, ids, cnt, cap);
+      if (!rc && i < n) rc = bpe_piece(t, text + offs[i], offs[i + 1] - offs[i], ids, cnt, cap);
+      a = i + 1;
+    }
+  } else {
+    rc = split_words(t, text, cps, offs, n, ids, cnt, cap);
+  }
+  free(cps);
+  free(offs);
+  return rc;
+}
+
+int kr_tok_encode(const kr_tokenizer *t, const char *text, size_t len, int parse_special,
+                  int32_t **ids, size_t *n, size_t *cap) {
+  size_t a = 0, i = 0;
+  while (parse_special && i < len) {
+    int32_t hit = -1;
+    for (int32_t s = 0; s < t->n_special; s++) {
+      int32_t id = t->special[s];
+      if (t->len[id] && t->len[id] <= len - i && memcmp(text + i, t->text[id], t->len[id]) == 0) {
+        hit = id;
+        break;
+      }
+    }
+    if (hit < 0) {
+      i++;
+      continue;
+    }
+    if (encode_plain(t, text + a, i - a, ids, n, cap) || push_id(ids, n, cap, hit)) return -1;
+    i += t->len[hit];
+    a = i;
+  }
+  return encode_plain(t, text + a, len - a, ids, n, cap);
+}
+
+size_t kr_tok_piece(const kr_tokenizer *t, int32_t id, int special, char *buf, size_t cap) {
+  if (id < 0 || id >= t->n_vocab) return 0;
+  const char *s = t->text[id];
+  size_t n = t->len[id], m = 0;
+  char tmp[4];
+  if (t->type[id] == TT_CONTROL || t->type[id] == TT_UNKNOWN) {
+    if (!special) return 0;
+    for (size_t i = 0; i < n; i++, m++)
+      if (m < cap) buf[m] = s[i];
+    return m;
+  }
+  if (t->kind == KIND_SPM && t->type[id] == TT_BYTE && n == 6) {
+    unsigned v;
+    if (sscanf(s, "<0x%02X>", &v) == 1) {
+      if (cap) buf[0] = (char)v;
+      return 1;
+    }
+  }
+  for (size_t i = 0; i < n;) {
+    uint32_t cp;
+    size_t l = utf8_next(s + i, n - i, &cp);
+    size_t k;
+    if (t->kind == KIND_BPE && cp < 324 && t->cp_to_byte[cp] >= 0) {
+      tmp[0] = (char)t->cp_to_byte[cp];
+      k = 1;
+    } else if (t->kind == KIND_SPM && cp == 0x2581) {
+      tmp[0] = ' ';
+      k = 1;
+    } else {
+      memcpy(tmp, s + i, l);
+      k = l;
+    }
+    for (size_t j = 0; j < k; j++, m++)
+      if (m < cap) buf[m] = tmp[j];
+    i += l;
+  }
+  return m;
+}
+
+void kr_tok_free(kr_tokenizer *t) {
+  if (!t) return;
+  free(t->text);
+  free(t->len);
+  free(t->type);
+  free(t->score);
+  map_free(&t->vocab);
+  map_free(&t->merges);
+  free(t->merge_keys);
+  free(t->special);
+  free(t);
+}
+
+static const kr_tokenizer *sort_ctx;
+static int by_len_desc(const void *a, const void *b) {
+  int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+  if (sort_ctx->len[x] != sort_ctx->len[y]) return sort_ctx->len[x] > sort_ctx->len[y] ? -1 : 1;
+  return x < y ? -1 : x > y;
+}
+
+kr_tokenizer *kr_tok_load(const kr_gguf *g, char *err, size_t err_len) {
+  const char *model;
+  uint64_t model_len;
+  if (kr_gguf_get_str(g, "tokenizer.ggml.model", &model, &model_len)) {
+    snprintf(err, err_len, "tokenizer: no tokenizer.ggml.model in the file");
+    return NULL;
+  }
+  kr_tokenizer *t = calloc(1, sizeof *t);
+  if (!t) return NULL;
+  if (model_len == 4 && memcmp(model, "gpt2", 4) == 0)
+    t->kind = KIND_BPE;
+  else if (model_len == 5 && memcmp(model, "llama", 5) == 0)
+    t->kind = KIND_SPM;
+  else {
+    snprintf(err, err_len, "tokenizer: model '%.*s' not supported (gpt2 and llama are)",
+             (int)(model_len > 40 ? 40 : model_len), model);
+    free(t);
+    return NULL;
+  }
+  const char *pre;
+  uint64_t pre_len;
+  t->pre = PRE_GPT2;
+  if (!kr_gguf_get_str(g, "tokenizer.ggml.pre", &pre, &pre_len)) {
+    static const char *digit_split[] = {"smollm", "starcoder", "refact", "codeshell", "command-r"};
+    for (size_t i = 0; i < sizeof digit_split / sizeof *digit_split; i++)
+      if (pre_len == strlen(digit_split[i]) && memcmp(pre, digit_split[i], pre_len) == 0)
+        t->pre = PRE_SMOLLM;
+    if ((pre_len == 9 && memcmp(pre, "llama-bpe", 9) == 0) ||
+        (pre_len == 6 && memcmp(pre, "llama3", 6) == 0))
+      t->pre = PRE_LLAMA3;
+  }
+
+  const kr_gguf_kv *tok = kr_gguf_find(g, "tokenizer.ggml.tokens");
+  if (!tok || tok->value.type != KR_GGUF_ARRAY || tok->value.elem_type != KR_GGUF_STRING ||
+      tok->value.n == 0 || tok->value.n > (1u << 24)) {
+    snprintf(err, err_len, "tokenizer: tokenizer.ggml.tokens missing or not a string array");
+    kr_tok_free(t);
+    return NULL;
+  }
+  int32_t nv = t->n_vocab = (int32_t)tok->value.n;
+  t->text = calloc((size_t)nv, sizeof *t->text);
+  t->len = calloc((size_t)nv, sizeof *t->len);
+  t->type = calloc((size_t)nv, sizeof *t->type);
+  t->score = calloc((size_t)nv, sizeof *t->score);
+  if (!t->text || !t->len || !t->type || !t->score || map_init(&t->vocab, (size_t)nv)) goto oom;
+  const uint8_t *p = tok->value.data;
+  for (int32_t i = 0; i < nv; i++) {
+    uint64_t l;
+    kr_gguf_next_string(&p, &t->text[i], &l);
+    t->len[i] = (uint32_t)l;
+    t->type[i] = TT_NORMAL;
+    map_put(&t->vocab, t->text[i], l, i);
+  }
+  const kr_gguf_kv *ty = kr_gguf_find(g, "tokenizer.ggml.token_type");
+  if (ty && ty->value.type == KR_GGUF_ARRAY && ty->value.elem_type == KR_GGUF_I32 &&
+      ty->value.n == (uint64_t)nv)
+    memcpy(t->type, ty->value.data, (size_t)nv * 4);
+  const kr_gguf_kv *sc = kr_gguf_find(g, "tokenizer.ggml.scores");
+  if (sc && sc->value.type == KR_GGUF_ARRAY && sc->value.elem_type == KR_GGUF_F32 &&
+      sc->value.n == (uint64_t)nv)
+    memcpy(t->score, sc->value.data, (size_t)nv * 4);
+
+  if (t->kind == KIND_BPE) {
+    const kr_gguf_kv *mg = kr_gguf_find(g, "tokenizer.ggml.merges");
+    if (!mg || mg->value.type != KR_GGUF_ARRAY || mg->value.elem_type != KR_GGUF_STRING) {
+      snprintf(err, err_len, "tokenizer: gpt2 model without tokenizer.ggml.merges");
+      kr_tok_free(t);
+      return NULL;
+    }
+    if (map_init(&t->merges, (size_t)mg->value.n)) goto oom;
+    p = mg->value.data;
+    for (uint64_t i = 0; i < mg->value.n && i < INT32_MAX; i++) {
+      const char *s;
+      uint64_t l;
+      kr_gguf_next_string(&p, &s, &l);
+      map_put(&t->merges, s, l, (int32_t)i);
+    }
+    /* bytes_to_unicode: printable bytes map to themselves, the rest to 256, 257, ... */
+    uint32_t next = 256;
+    for (int b = 0; b < 256; b++) {
+      int keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+      t->byte_to_cp[b] = keep ? (uint32_t)b : next++;
+    }
+    for (int i = 0; i < 324; i++) t->cp_to_byte[i] = -1;
+    for (int b = 0; b < 256; b++) t->cp_to_byte[t->byte_to_cp[b]] = (int16_t)b;
+  }
+  for (int b = 0; b < 256; b++) {
+    char name[8];
+    snprintf(name, sizeof name, "<0x%02X>", b);
+    t->byte_token[b] = map_get(&t->vocab, name, 6);
+  }
+
+  t->special = malloc((size_t)nv * sizeof *t->special);
+  if (!t->special) goto oom;
+  for (int32_t i = 0; i < nv; i++)
+    if (t->type[i] == TT_CONTROL || t->type[i] == TT_USER) t->special[t->n_special++] = i;
+  sort_ctx = t;
+  qsort(t->special, (size_t)t->n_special, sizeof *t->special, by_len_desc);
+
+  int64_t v;
+  t->bos = !kr_gguf_get_int(g, "tokenizer.ggml.bos_token_id", &v) && v < nv ? (int32_t)v : -1;
+  t->eos = !kr_gguf_get_int(g, "tokenizer.ggml.eos_token_id", &v) && v < nv ? (int32_t)v : -1;
+  t->eot = !kr_gguf_get_int(g, "tokenizer.ggml.eot_token_id", &v) && v < nv ? (int32_t)v : -1;
+  t->add_bos =
+      !kr_gguf_get_int(g, "tokenizer.ggml.add_bos_token", &v) ? (int)v : t->kind == KIND_SPM;
+  t->add_space_prefix =
+      !kr_gguf_get_int(g, "tokenizer.ggml.add_space_prefix", &v) ? (int)v : t->kind == KIND_SPM;
+  t->im_end = kr_tok_find(t, "<|im_end|>");
+  t->eot_text = kr_tok_find(t, "<|endoftext|>");
+  return t;
+oom:
+  snprintf(err, err_len, "tokenizer: out of memory");
+  kr_tok_free(t);
+  return NULL;
+}

@@ -1,0 +1,45 @@
+/*
+ * Tokenizers read from GGUF metadata (tokenizer.ggml.*):
+ *   gpt2  byte-level BPE (tokens + merges), pre-tokenized as tokenizer.ggml.pre says: "smollm"
+ *         (and the StarCoder family) splits every digit alone, then applies GPT-2's split
+ *         ('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+);
+ *         "llama-bpe" applies Llama 3's split; anything else GPT-2's;
+ *   llama SentencePiece-style: spaces become U+2581, pieces merge by score, unknown bytes fall back
+ *         to <0xXX> tokens.
+ * Special tokens (control and user-defined types) are matched in the text first, longest first,
+ * when encoding with parse_special.
+ */
+#ifndef KITE_ENGINE_TOKENIZER_H
+#define KITE_ENGINE_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf.h"
+
+typedef struct kr_tokenizer kr_tokenizer;
+
+/* Reads the tokenizer from g (which must outlive it). Returns NULL with a message in err. */
+kr_tokenizer *kr_tok_load(const kr_gguf *g, char *err, size_t err_len);
+void kr_tok_free(kr_tokenizer *t);
+
+int32_t kr_tok_vocab(const kr_tokenizer *t);
+int32_t kr_tok_bos(const kr_tokenizer *t); /* -1 when none */
+int32_t kr_tok_eos(const kr_tokenizer *t);
+int kr_tok_add_bos(const kr_tokenizer *t); /* tokenizer.ggml.add_bos_token */
+/* The id of a token's exact text ("<|im_end|>"), or -1. */
+int32_t kr_tok_find(const kr_tokenizer *t, const char *text);
+/* Whether a token ends generation (eos, eot, <|im_end|>, <|endoftext|>). */
+int kr_tok_is_eog(const kr_tokenizer *t, int32_t id);
+
+/* Appends the ids of text[0, len) to *ids (realloc'ed; *n and *cap updated). Returns 0, or -1 when
+ * out of memory. */
+int kr_tok_encode(const kr_tokenizer *t, const char *text, size_t len, int parse_special,
+                  int32_t **ids, size_t *n, size_t *cap);
+
+/* The bytes a token stands for (byte-level mapping undone, U+2581 back to space, <0xXX> to its
+ * byte); control tokens give their text only when `special`. Returns the length (which may
+ * exceed cap: then only cap bytes were written). */
+size_t kr_tok_piece(const kr_tokenizer *t, int32_t id, int special, char *buf, size_t cap);
+
+#endif /* KITE_ENGINE_TOKENIZER_H */

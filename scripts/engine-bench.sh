@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# kite run --bench beside llama.cpp (llama-cpp-python) on the same GGUF file, same threads, runs
+# alternated: decode tok/s at batch 1 (32 tokens after a short prompt) and prompt tok/s (a
+# 512-token prompt), kite in each --weights mode.
+#   scripts/engine-bench.sh MODEL.gguf [PYTHON_WITH_llama_cpp] [ROUNDS] [THREADS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODEL=$1
+PY=${2:-python3}
+ROUNDS=${3:-2}
+THREADS=${4:-2}
+KITE=${KITE:-build/bin/kite}
+PROMPT=$(python3 -c "print(' '.join(['The quick brown fox jumps over the lazy dog.'] * 51))")
+for r in $(seq "$ROUNDS"); do
+  for w in q4 int8 bf16 f32; do
+    d=$("$KITE" run --model "$MODEL" --weights $w --threads "$THREADS" -n 33 --bench --tokens \
+      --prompt "Once upon a time" 2>&1 > /dev/null | tail -1 | sed 's/.*decode/decode/')
+    p=$("$KITE" run --model "$MODEL" --weights $w --threads "$THREADS" -n 1 --bench --tokens \
+      --prompt "$PROMPT" 2>&1 > /dev/null | tail -1 | sed 's/; decode.*//; s/kite run: //')
+    echo "round $r kite $w: $p; $d"
+  done
+  "$PY" - "$MODEL" "$THREADS" "$PROMPT" << 'PYEOF'
+import sys, time
+from llama_cpp import Llama
+model, threads, prompt = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+llm = Llama(model_path=model, n_ctx=1024, n_threads=threads, n_threads_batch=threads, n_batch=512,
+            verbose=False)
+ids = llm.tokenize(prompt.encode(), add_bos=False)[:512]
+t = time.perf_counter(); llm.eval(ids); tp = time.perf_counter() - t
+llm.reset()
+llm.eval(llm.tokenize(b"Once upon a time", add_bos=False))
+t = time.perf_counter()
+for _ in range(32):
+    tok = llm.sample(temp=0.0, top_k=1)
+    llm.eval([tok])
+td = time.perf_counter() - t
+print("round llama.cpp: prompt %d tokens in %.3f s = %.1f tok/s; decode 32 tokens in %.3f s = %.1f tok/s"
+      % (len(ids), tp, len(ids) / tp, td, 32 / td))
+PYEOF
+done

@@ -1,0 +1,57 @@
+/* Front-end of the linear layer on 4-bit block weights (GGUF Q4_0 / Q4_1 layouts). */
+#include "ops/matrix.h"
+
+int64_t kite_wq4_block_bytes(kite_wq4_format format) {
+  return format == KITE_WQ4_SYM ? 18 : format == KITE_WQ4_MIN ? 20 : 0;
+}
+
+kite_status kite_linear_wq4(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
+                            kite_wq4_format format, const DLTensor *bias, DLTensor *y) {
+  kite_clear_error();
+  kite_init();
+  const char *op = "linear_wq4";
+  kite_mat xm, wm, ym;
+  kite_tensor bt;
+  kite_status s;
+  if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
+  const int64_t bb = kite_wq4_block_bytes(format);
+  if (!bb)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "linear_wq4: format %d unknown (0 sym, 1 min)",
+                          (int)format);
+  if ((s = kite_mat_check(ctx, op, "x", x, false, &xm)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_float(op, "x", &xm.t)) != KITE_OK) return s;
+  if ((s = kite_mat_check(ctx, op, "w", w, false, &wm)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_dtype(op, "w", &wm.t, KITE_DTYPE_U8)) != KITE_OK) return s;
+  const int64_t m = xm.rows, n = wm.rows, k = xm.cols;
+  if (k % 32)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "linear_wq4: x: K=%lld is not a multiple of 32",
+                          (long long)k);
+  if (wm.cols != k / 32 * bb)
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "linear_wq4: w: %lld bytes per row, expected K/32 blocks of %lld = %lld",
+                          (long long)wm.cols, (long long)bb, (long long)(k / 32 * bb));
+  if ((s = kite_mat_check(ctx, op, "y", y, true, &ym)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_dtype(op, "y", &ym.t, xm.t.dtype)) != KITE_OK) return s;
+  if ((s = kite_mat_require_shape(op, "y", &ym, m, n, "M", "N")) != KITE_OK) return s;
+  if ((s = kite_vec_check(ctx, op, "bias", bias, true, xm.t.dtype, n, "N", &bt)) != KITE_OK)
+    return s;
+  const kite_tensor *in[] = {&xm.t, &wm.t, &bt};
+  const char *names[] = {"x", "w", "bias"};
+  if ((s = kite_require_apart(op, "y", &ym.t, in, names, 3)) != KITE_OK) return s;
+
+  kite_linear_wq4_args a = {.op = KITE_OP_LINEAR_WQ4,
+                            .dtype = xm.t.dtype,
+                            .format = format,
+                            .m = m,
+                            .n = n,
+                            .k = k,
+                            .x = xm.t.data,
+                            .x_stride = xm.stride,
+                            .w = wm.t.data,
+                            .w_stride = wm.stride,
+                            .bias = bias ? bt.data : NULL,
+                            .y = ym.t.data,
+                            .y_stride = ym.stride};
+  if (m == 0 || n == 0) return KITE_OK;
+  return kite_dispatch(ctx, KITE_OP_LINEAR_WQ4, a.dtype, &a);
+}
