@@ -18,6 +18,8 @@ Adding an op: a row in ops_table.h (the C call) and a row here.
 """
 
 ATTN = dict(scale=0.0, softcap=0.0, window_left=-1, gqa=0, causal=1)
+# kite_ce_opts_default(); reduction 0 none, 1 sum, 2 mean
+CE = dict(ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=0.0, reduction=2)
 
 OPS = {
     "silu": dict(out=dict(y="like(x)")),
@@ -60,4 +62,38 @@ OPS = {
                     out=dict(y="new(q, tuple(q.shape), dtype)")),
     "linear_quant": dict(defaults=dict(bias=None), extra=dict(dtype=("str", "bfloat16")),
                          out=dict(y="new(xq, (xq.shape[0], wq.shape[0]), dtype)")),
+    # training: act / the gated act are kite_op ids (kite.OP_SILU ...); the norms' gradients of
+    # w and b are always computed (they do not depend on w or b)
+    "activation_backward": dict(out=dict(dx="like(x)")),
+    "gated_backward": dict(defaults=dict(limit=0.0), out=dict(dx="like(x)")),
+    "rms_norm_backward": dict(defaults=dict(eps=1e-6, offset=0.0),
+                              out=dict(dx="like(x)", dw="new(x, (x.shape[-1],))")),
+    "layer_norm_backward": dict(defaults=dict(eps=1e-5),
+                                out=dict(dx="like(x)", dw="new(x, (x.shape[-1],))",
+                                         db="new(x, (x.shape[-1],))")),
+    "rope_backward": dict(defaults=dict(style=0)),
+    "softmax_backward": dict(defaults=dict(scale=1.0), out=dict(dx="like(y)")),
+    "embedding_backward": dict(out=dict(dtable="new(dy, (num_rows, dy.shape[-1]))")),
+    "cross_entropy": dict(defaults=CE,
+                          out=dict(loss="new(logits, (logits.shape[0] if reduction == 0 else 1,),"
+                                        " 'float32')",
+                                   lse="new(logits, (logits.shape[0],), 'float32')")),
+    "cross_entropy_backward": dict(defaults=CE, out=dict(dlogits="like(logits)")),
+    "fused_linear_cross_entropy": dict(
+        defaults=dict(CE, chunk_bytes=0),
+        out=dict(loss="new(h, (h.shape[0] if reduction == 0 else 1,), 'float32')",
+                 dh="like(h)", dw="like(w)", db="new(h, (w.shape[0],))")),
+    # sampling: argmax / sample give int32 tokens [B]
+    "argmax": dict(out=dict(tokens="new(logits, (logits.shape[0],), 'int32')")),
+    "sample": dict(defaults=dict(temperature=None, top_k=None, top_p=None, min_p=None,
+                                 seeds=None, steps=None, seed=0, step=0),
+                   out=dict(tokens="new(logits, (logits.shape[0],), 'int32')")),
+    "apply_penalties": dict(defaults=dict(prompt_ids=None, output_ids=None, repetition=None,
+                                          presence=None, frequency=None)),
+    "logprobs": dict(defaults=dict(n=0),
+                     out=dict(token_logprobs="new(logits, (logits.shape[0],), 'float32')",
+                              top_ids="new(logits, (logits.shape[0], n), 'int32')",
+                              top_logprobs="new(logits, (logits.shape[0], n), 'float32')")),
+    "linear_wq4": dict(defaults=dict(format=0, bias=None),
+                       out=dict(y="new(x, (x.shape[0], w.shape[0]))")),
 }

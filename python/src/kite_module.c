@@ -67,6 +67,23 @@ typedef struct slot {
                      .window_left = (int32_t)a[(n) + 2].i,                                         \
                      .gqa = (kite_gqa_layout)a[(n) + 3].i,                                         \
                      .causal = (int32_t)a[(n) + 4].i})
+#define CE_OPTS(n)                                                                                 \
+  ((kite_ce_opts){.ignore_index = (int32_t)a[n].i,                                                 \
+                  .label_smoothing = (float)a[(n) + 1].f,                                          \
+                  .z_loss = (float)a[(n) + 2].f,                                                   \
+                  .softcap = (float)a[(n) + 3].f,                                                  \
+                  .reduction = (kite_reduction)a[(n) + 4].i})
+#define CE(n) (&CE_OPTS(n))
+#define FLCE(n) (&(kite_flce_opts){.ce = CE_OPTS(n), .chunk_bytes = (size_t)a[(n) + 5].i})
+#define SAMPLING(n)                                                                                \
+  (&(kite_sampling_params){.temperature = a[n].t,                                                  \
+                           .top_k = a[(n) + 1].t,                                                  \
+                           .top_p = a[(n) + 2].t,                                                  \
+                           .min_p = a[(n) + 3].t,                                                  \
+                           .seeds = a[(n) + 4].t,                                                  \
+                           .steps = a[(n) + 5].t,                                                  \
+                           .seed = (uint64_t)a[(n) + 6].i,                                         \
+                           .step = (uint64_t)a[(n) + 7].i})
 
 #define KITE_PY_OP(name, args, call)                                                               \
   static kite_status call_##name(kite_ctx *c, const slot *a) {                                     \

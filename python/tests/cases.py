@@ -306,6 +306,231 @@ def linear_quant(dt, dev):
     return Case([xq, xs, wq, ws, b, name], ref)
 
 
+
+# ---- training ops -----------------------------------------------------------------------------
+def _op_id(name):
+    return kite._C.op_names().index(name)
+
+
+def _grad(fn, inputs, dy):
+    """Gradients of sum(fn(*inputs) * dy) w.r.t. inputs, in float64."""
+    xs = [t.detach().double().cpu().requires_grad_(True) for t in inputs]
+    y = fn(*xs)
+    return list(torch.autograd.grad(y, xs, dy.double().cpu()))
+
+
+def activation_backward(dt, dev):
+    x, dy = _r(3, 40, dtype=dt, device=dev, scale=2.0), _r(3, 40, dtype=dt, device=dev)
+    return Case([x, dy, _op_id("gelu")], lambda a: _grad(F.gelu, [a[0]], a[1]))
+
+
+def activation_backward_silu(dt, dev):
+    x, dy = _r(3, 40, dtype=dt, device=dev, scale=2.0), _r(3, 40, dtype=dt, device=dev)
+    return Case([x, dy, _op_id("silu")], lambda a: _grad(F.silu, [a[0]], a[1]))
+
+
+def gated_backward(dt, dev):
+    x, dy = _r(4, 2 * 48, dtype=dt, device=dev, scale=2.0), _r(4, 48, dtype=dt, device=dev)
+    return Case([x, dy, _op_id("silu_and_mul"), 0.0],
+                lambda a: _grad(lambda x: F.silu(x[..., :48]) * x[..., 48:], [a[0]], a[1]))
+
+
+def rms_norm_backward(dt, dev):
+    x, w = _r(6, 64, dtype=dt, device=dev), _r(64, dtype=dt, device=dev)
+    dy = _r(6, 64, dtype=dt, device=dev)
+    return Case([x, w, dy, 1e-6, 1.0],
+                lambda a: _grad(lambda x, w: _rms(x, w, a[3], a[4]), [a[0], a[1]], a[2]))
+
+
+def layer_norm_backward(dt, dev):
+    x, w = _r(6, 64, dtype=dt, device=dev), _r(64, dtype=dt, device=dev)
+    dy = _r(6, 64, dtype=dt, device=dev)
+    b = torch.zeros(64, dtype=dt, device=dev)
+    return Case([x, w, dy, 1e-5],
+                lambda a: _grad(lambda x, w, b: _ln(x, w, b, a[3]), [a[0], a[1], b], a[2]))
+
+
+def rope_backward(dt, dev):
+    T, D, rot = 5, 64, 48
+    dq, dk = _r(T, 4, D, dtype=dt, device=dev), _r(T, 2, D, dtype=dt, device=dev)
+    pos = torch.tensor([0, 3, 7, 1, 30], dtype=torch.int32, device=dev)
+    cs = kite.rope_cache(32, rot, 10000.0, like="torch").to(dev)
+
+    def ref(a):  # dq, dk are the gradients of the rotated q, k; the result those of q, k
+        p, c = a[2].cpu(), a[3].cpu()
+        return (_grad(lambda q: _rope_ref(q, p, c, rot, 0), [a[0]], a[0])
+                + _grad(lambda k: _rope_ref(k, p, c, rot, 0), [a[1]], a[1]))
+    return Case([dq, dk, pos, cs, rot, 0], ref, lambda out, a: [a[0], a[1]], mutated=[0, 1])
+
+
+def softmax_backward(dt, dev):
+    x, dy = _r(4, 100, dtype=dt, device=dev, scale=3.0), _r(4, 100, dtype=dt, device=dev)
+    y = torch.softmax(x.double() * 0.5, -1).to(dt)
+    return Case([y, dy, 0.5], lambda a: [0.5 * a[0].double() * (a[1].double() - (
+        a[1].double() * a[0].double()).sum(-1, keepdim=True))])
+
+
+def embedding_backward(dt, dev):
+    ids = torch.tensor([0, 9, 3, 3, 5, 3], dtype=torch.int32, device=dev)
+    dy = _r(6, 32, dtype=dt, device=dev)
+
+    def ref(a):
+        out = torch.zeros(10, 32, dtype=torch.float64)
+        out.index_add_(0, a[0].long().cpu(), a[1].double().cpu())
+        return [out]
+    return Case([ids, dy, 10], ref)
+
+
+def _ce_ref(logits, t, ignore_index=-100, ls=0.0, z_loss=0.0, softcap=0.0, reduction=2):
+    z = logits.double()
+    if softcap > 0:
+        z = softcap * torch.tanh(z / softcap)
+    lse = torch.logsumexp(z, -1)
+    keep = t != ignore_index
+    zt = z.gather(-1, t.long().clamp(0, z.shape[-1] - 1)[:, None])[:, 0]
+    loss = lse - (1 - ls) * zt - ls / z.shape[-1] * z.sum(-1) + z_loss * lse * lse
+    loss = torch.where(keep, loss, torch.zeros_like(loss))
+    if reduction == 0:
+        return loss, lse
+    s = loss.sum()[None]
+    return (s / max(int(keep.sum()), 1) if reduction == 2 else s), lse
+
+
+_CE_TARGETS = [3, -100, 0, 99, 42, 7]
+
+
+def cross_entropy(dt, dev):
+    logits = _r(6, 100, dtype=dt, device=dev, scale=3.0)
+    t = torch.tensor(_CE_TARGETS, dtype=torch.int32, device=dev)
+    opts = [-100, 0.1, 1e-3, 20.0, 2]
+    return Case([logits, t] + opts,
+                lambda a: list(_ce_ref(a[0].cpu(), a[1].cpu(), *a[2:])))
+
+
+def cross_entropy_none(dt, dev):
+    logits = _r(6, 100, dtype=dt, device=dev, scale=3.0)
+    t = torch.tensor(_CE_TARGETS, dtype=torch.int32, device=dev)
+    return Case([logits, t, -100, 0.0, 0.0, 0.0, 0],
+                lambda a: list(_ce_ref(a[0].cpu(), a[1].cpu(), *a[2:])))
+
+
+def cross_entropy_backward(dt, dev):
+    logits = _r(6, 100, dtype=dt, device=dev, scale=3.0)
+    t = torch.tensor(_CE_TARGETS, dtype=torch.int32, device=dev)
+    opts = [-100, 0.1, 1e-3, 20.0, 2]
+    _, lse = _ce_ref(logits.cpu(), t.cpu(), *opts)
+    lse = lse.float().to(dev)
+    dloss = torch.tensor([1.5], device=dev)
+    return Case([logits, t, lse, dloss] + opts,
+                lambda a: _grad(lambda x: _ce_ref(x, a[1].cpu(), *opts)[0], [a[0]], a[3]))
+
+
+def fused_linear_cross_entropy(dt, dev):
+    h, w = _r(6, 32, dtype=dt, device=dev), _r(100, 32, dtype=dt, device=dev)
+    b = _r(100, dtype=dt, device=dev)
+    t = torch.tensor(_CE_TARGETS, dtype=torch.int32, device=dev)
+    opts = [-100, 0.1, 0.0, 0.0, 2, 4096]  # a small chunk budget: several pieces
+
+    def loss(h, w, b):
+        return _ce_ref(h @ w.T + b, t.cpu(), *opts[:5])[0]
+
+    def ref(a):
+        return [loss(a[0].double().cpu(), a[1].double().cpu(), a[2].double().cpu())] + _grad(
+            loss, [a[0], a[1], a[2]], torch.ones(1))
+    return Case([h, w, b, t] + opts, ref)
+
+
+# ---- sampling ---------------------------------------------------------------------------------
+def _distinct_logits(B, V, dt, dev):
+    """Rows of distinct values exactly representable in every float dtype (no ties)."""
+    return torch.stack([(torch.randperm(V) - V // 2) * 0.125 for _ in range(B)]).to(dt).to(dev)
+
+
+def argmax(dt, dev):
+    logits = _distinct_logits(5, 64, dt, dev)
+    return Case([logits], lambda a: [a[0].double().argmax(-1)])
+
+
+def sample(dt, dev):
+    """Greedy rows (t = 0, top_k = 1) against argmax; sampled rows against kite's ref."""
+    logits = _distinct_logits(4, 64, dt, dev)
+    temp = torch.tensor([0.0, 1.0, 0.7, 1.0], device=dev)
+    top_k = torch.tensor([0, 0, 5, 1], dtype=torch.int32, device=dev)
+    top_p = torch.tensor([1.0, 0.9, 1.0, 1.0], device=dev)
+    min_p = torch.tensor([0.0, 0.0, 0.05, 0.0], device=dev)
+
+    def ref(a):
+        with kite.kernels("sample=ref"):
+            tok = torch.ops.kite.sample(*a).cpu()
+        best = a[0].double().argmax(-1).cpu()
+        assert tok[0] == best[0] and tok[3] == best[3], "greedy rows differ from argmax"
+        kept = a[0].double().cpu().topk(5, -1).indices[2]
+        assert tok[2] in kept, "a top-k = 5 row drew a token outside its top 5"
+        return [tok]
+    return Case([logits, temp, top_k, top_p, min_p, None, None, 1234, 7], ref)
+
+
+def apply_penalties(dt, dev):
+    logits = _r(3, 50, dtype=dt, device=dev, scale=2.0)
+    prompt = torch.tensor([[1, 2, 2, -1], [0, 49, 3, 3], [-1, -1, -1, -1]], dtype=torch.int32,
+                          device=dev)
+    output = torch.tensor([[2, 5, 5, 60, 1], [3, 3, 3, 7, -1], [10, 11, 10, 12, 0]],
+                          dtype=torch.int32, device=dev)
+    rep = torch.tensor([1.2, 1.0, 1.5], device=dev)
+    pres = torch.tensor([0.5, 0.0, 0.1], device=dev)
+    freq = torch.tensor([0.1, 0.2, 0.0], device=dev)
+
+    def ref(a):
+        l = a[0].double().cpu().clone()
+        V = l.shape[1]
+        for b in range(l.shape[0]):
+            seen = {int(i) for i in a[1][b].tolist() + a[2][b].tolist() if 0 <= i < V}
+            counts = {}
+            for i in a[2][b].tolist():
+                if 0 <= i < V:
+                    counts[i] = counts.get(i, 0) + 1
+            r, p, f = float(a[3][b]), float(a[4][b]), float(a[5][b])
+            for v in seen:
+                l[b, v] = l[b, v] / r if l[b, v] > 0 else l[b, v] * r
+                c = counts.get(v, 0)
+                l[b, v] -= f * c + p * (c > 0)
+        return [l]
+    return Case([logits, prompt, output, rep, pres, freq], ref, lambda out, a: [a[0]],
+                mutated=[0])
+
+
+def logprobs(dt, dev):
+    logits = _distinct_logits(3, 64, dt, dev)
+    tokens = torch.tensor([5, 0, 63], dtype=torch.int32, device=dev)
+
+    def ref(a):
+        lp = torch.log_softmax(a[0].double().cpu(), -1)
+        top = lp.topk(4, -1)
+        return [lp.gather(-1, a[1].long().cpu()[:, None])[:, 0], top.indices, top.values]
+    return Case([logits, tokens, 4], ref)
+
+
+def _wq4(N, K, fmt, dev):
+    """Random 4-bit weights: (packed uint8 [N, K / 32 * bytes], decoded float64 [N, K])."""
+    nb = K // 32
+    d = (torch.rand(N, nb, 1) * 0.1 + 0.01).half()
+    m = (torch.randn(N, nb, 1) * 0.1).half()
+    qs = torch.randint(0, 256, (N, nb, 16), dtype=torch.uint8)
+    q = torch.cat([qs & 15, qs >> 4], -1).double()
+    if fmt == 0:
+        packed = torch.cat([d.view(torch.uint8), qs], -1)
+        val = (q - 8) * d.double()
+    else:
+        packed = torch.cat([d.view(torch.uint8), m.view(torch.uint8), qs], -1)
+        val = q * d.double() + m.double()
+    return packed.reshape(N, -1).to(dev), val.reshape(N, K)
+
+
+def linear_wq4(dt, dev, fmt=0):
+    x, b = _r(5, 64, dtype=dt, device=dev), _r(12, dtype=dt, device=dev)
+    w, wd = _wq4(12, 64, fmt, dev)
+    return Case([x, w, fmt, b], lambda a: [a[0].double().cpu() @ wd.T + a[3].double().cpu()])
+
 CASES = {
     "silu": _act(F.silu),
     "gelu": _act(F.gelu),
@@ -333,10 +558,28 @@ CASES = {
     "quant": quant,
     "dequant": dequant,
     "linear_quant": linear_quant,
+    "activation_backward": activation_backward,
+    "gated_backward": gated_backward,
+    "rms_norm_backward": rms_norm_backward,
+    "layer_norm_backward": layer_norm_backward,
+    "rope_backward": rope_backward,
+    "softmax_backward": softmax_backward,
+    "embedding_backward": embedding_backward,
+    "cross_entropy": cross_entropy,
+    "cross_entropy_backward": cross_entropy_backward,
+    "fused_linear_cross_entropy": fused_linear_cross_entropy,
+    "argmax": argmax,
+    "sample": sample,
+    "apply_penalties": apply_penalties,
+    "logprobs": logprobs,
+    "linear_wq4": linear_wq4,
 }
 # more than one case for some ops
 EXTRA = {"rope_gptj": ("rope", lambda dt, dev: rope(dt, dev, style=1)),
-         "sdpa_mask": ("sdpa", sdpa_mask)}
+         "sdpa_mask": ("sdpa", sdpa_mask),
+         "activation_backward_silu": ("activation_backward", activation_backward_silu),
+         "cross_entropy_none": ("cross_entropy", cross_entropy_none),
+         "linear_wq4_min": ("linear_wq4", lambda dt, dev: linear_wq4(dt, dev, fmt=1))}
 
 TOL = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 
