@@ -8,6 +8,10 @@ on the call path):
   (``Tensor(a!)``): rope's q and k, add_*_norm's residual, store_kv's caches.
 - ``kite::<op>.out(args..., results...) -> ()`` for ops with results: writes them.
 
+The forward ops that have a kite backward (activations, gated activations, rms_norm,
+layer_norm, softmax, embedding, cross_entropy) get autograd formulas (kite.torch.autograd, which
+also holds differentiable forms of rope and the add-and-norm ops).
+
 Both have CPU and CUDA implementations (CUDA on torch's current stream, one kite ctx per device
 and stream, created on first use and kept) and a fake implementation, so they pass
 torch.library.opcheck and trace under torch.compile(fullgraph=True) without graph breaks.
@@ -25,7 +29,7 @@ from .. import _C
 from .._spec import (compile_source, schema_functional, schema_out, source_torch,
                      source_torch_out, specs)
 
-__all__ = ["lib", "patch", "nn"]
+__all__ = ["lib", "patch", "nn", "autograd"]
 
 _DTYPES = {n: getattr(torch, n) for n in ("float32", "float16", "bfloat16", "int32", "int8",
                                             "float8_e4m3fn") if hasattr(torch, n)}
@@ -66,6 +70,10 @@ for _s in specs():
             lib.impl(f"{_s.name}.out", _ns[_s.name + "_out"], _key)
         torch.library.register_fake(f"kite::{_s.name}.out", lambda *a, **k: None, lib=lib)
 del _s, _key
+
+from . import autograd  # noqa: E402
+
+autograd._register(lib)
 
 from . import nn  # noqa: E402
 from . import patch as patch_module  # noqa: E402

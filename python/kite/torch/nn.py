@@ -1,4 +1,8 @@
-"""torch.nn modules over torch.ops.kite (inference: no autograd through kite's ops yet).
+"""torch.nn modules over torch.ops.kite.
+
+Gradients flow through the norms, the gated activations and the losses (kite.torch.autograd);
+RotaryEmbedding differentiates through copies; Attention and MoE are for inference (no kite
+backward for sdpa or fused_moe).
 
 Weights are stored in the module's dtype; each op needs its tensors in one dtype, so cast the
 module with .to(dtype) together with its inputs.
@@ -10,7 +14,23 @@ from torch import nn
 
 import kite
 
+from . import autograd as _autograd
+
 _ops = torch.ops.kite
+
+
+def _needs_grad(*ts):
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
+
+
+def _keep_residual(residual, y, s):
+    """The differentiable add-and-norm made s a new tensor: write it back into residual (the
+    in-place contract), tracked by autograd; a leaf that requires grad cannot be written, and
+    gets the new tensor returned instead."""
+    if residual.requires_grad and residual.is_leaf:
+        return y, s
+    residual.copy_(s)
+    return y, residual
 
 
 class RMSNorm(nn.Module):
@@ -27,6 +47,9 @@ class RMSNorm(nn.Module):
     def forward(self, x, residual=None):
         if residual is None:
             return _ops.rms_norm(x, self.weight, self.eps, self.offset)
+        if _needs_grad(x, residual, self.weight):
+            return _keep_residual(residual, *_autograd.add_rms_norm(x, residual, self.weight,
+                                                                    self.eps, self.offset))
         y = _ops.add_rms_norm(x, residual, self.weight, self.eps, self.offset, 0)
         return y, residual
 
@@ -46,6 +69,9 @@ class LayerNorm(nn.Module):
     def forward(self, x, residual=None):
         if residual is None:
             return _ops.layer_norm(x, self.weight, self.bias, self.eps)
+        if _needs_grad(x, residual, self.weight, self.bias):
+            return _keep_residual(residual, *_autograd.add_layer_norm(x, residual, self.weight,
+                                                                      self.bias, self.eps))
         return _ops.add_layer_norm(x, residual, self.weight, self.bias, self.eps, 0), residual
 
 
@@ -81,7 +107,8 @@ class RotaryEmbedding(nn.Module):
     (pairs i, i + rot_dim/2) or "gptj" (pairs 2i, 2i + 1); scaling None, ("linear", factor) or
     ("llama3", factor, low_freq_factor, high_freq_factor, original_max_pos).
     forward(positions[T] int32, q[T, Hq, D], k[T, Hkv, D] or None) rotates q and k in place and
-    returns them; q/k may also be [T, H * D] (viewed as heads).
+    returns them (when a gradient is wanted: returns rotated copies, differentiable); q/k may
+    also be [T, H * D] (viewed as heads).
     """
 
     def __init__(self, head_dim, max_pos=4096, theta=10000.0, rot_dim=None, style="neox",
@@ -99,6 +126,9 @@ class RotaryEmbedding(nn.Module):
         kv = k.view(k.shape[0], -1, self.head_dim) if k is not None and k.dim() == 2 else k
         if positions.dtype != torch.int32:
             positions = positions.to(torch.int32)
+        if _needs_grad(q, k):  # rotated copies, differentiable
+            qr, kr = _autograd.rope(qv, kv, positions, self.cos_sin, self.rot_dim, self.style)
+            return qr.view(q.shape), None if k is None else kr.view(k.shape)
         _ops.rope(qv, kv, positions, self.cos_sin, self.rot_dim, self.style)
         return q, k
 
@@ -169,3 +199,80 @@ class GatedMLP(nn.Module):
 
     def extra_repr(self):
         return f"act={self.act_name}, gate_up={tuple(self.gate_up.shape)}"
+
+
+_REDUCTIONS = {"none": 0, "sum": 1, "mean": 2}
+
+
+def _ce_opts(ignore_index, lse_square_scale, label_smoothing, reduction, softcap):
+    if reduction not in _REDUCTIONS:
+        raise kite.InvalidArgument(f"cross-entropy: reduction must be 'none', 'sum' or 'mean', "
+                                   f"got {reduction!r}")
+    return (int(ignore_index), float(label_smoothing), float(lse_square_scale),
+            float(softcap or 0.0), _REDUCTIONS[reduction])
+
+
+def _loss_result(loss, reduction):
+    return loss if reduction == "none" else loss.reshape(())
+
+
+class CrossEntropyLoss(nn.Module):
+    """Cross-entropy over logits[..., V] and integer targets[...] on kite's cross_entropy, with
+    Liger's arguments: ignore_index, lse_square_scale (the z-loss coefficient on lse^2),
+    label_smoothing, reduction ("mean" over the rows not ignored, "sum", "none"), softcap
+    (Gemma 2's logit cap; None off). forward(input, target) -> loss (f32: a scalar, or [N] for
+    "none"); the gradient runs through kite's cross_entropy_backward."""
+
+    def __init__(self, ignore_index=-100, lse_square_scale=0.0, label_smoothing=0.0,
+                 reduction="mean", softcap=None):
+        super().__init__()
+        self.reduction = reduction
+        self.opts = _ce_opts(ignore_index, lse_square_scale, label_smoothing, reduction, softcap)
+
+    def forward(self, input, target):
+        logits = input.reshape(-1, input.shape[-1])
+        t = target.reshape(-1).to(torch.int32)
+        loss, _ = _ops.cross_entropy(logits, t, *self.opts)
+        return _loss_result(loss, self.reduction)
+
+
+class _FusedLinearCE(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, h, w, bias, targets, opts):
+        loss, dh, dw, db = _ops.fused_linear_cross_entropy(h, w, bias, targets, *opts)
+        ctx.save_for_backward(dh, dw, db)
+        ctx.has_bias = bias is not None
+        return loss
+
+    @staticmethod
+    def backward(ctx, g):
+        dh, dw, db = ctx.saved_tensors
+        if g.numel() > 1:  # reduction none: the gradients held are those of sum(loss)
+            if not bool((g == g.reshape(-1)[0]).all()):
+                raise kite.Unsupported("FusedLinearCrossEntropyLoss(reduction='none'): the "
+                                       "backward takes a uniform upstream gradient (loss.sum())")
+            g = g.reshape(-1)[0]
+        g = g.reshape(()).to(dh.dtype)
+        return (dh * g, dw * g, db * g if ctx.has_bias else None, None, None)
+
+
+class FusedLinearCrossEntropyLoss(nn.Module):
+    """The lm head and cross-entropy in one (kite's fused_linear_cross_entropy: the [N, V] logits
+    never exist whole), with Liger's arguments (as CrossEntropyLoss's) and its call
+    forward(lin_weight[V, H], input[..., H], target[...], bias=None) -> loss. The gradients of
+    input, lin_weight and bias are computed in the forward and scaled by the upstream gradient;
+    with reduction "none" that gradient must be uniform (loss.sum()). chunk_bytes bounds the
+    scratch of the logits pieces (0: kite's default)."""
+
+    def __init__(self, ignore_index=-100, lse_square_scale=0.0, label_smoothing=0.0,
+                 reduction="mean", softcap=None, chunk_bytes=0):
+        super().__init__()
+        self.reduction = reduction
+        self.opts = _ce_opts(ignore_index, lse_square_scale, label_smoothing, reduction,
+                             softcap) + (int(chunk_bytes),)
+
+    def forward(self, lin_weight, input, target, bias=None):
+        h = input.reshape(-1, input.shape[-1])
+        t = target.reshape(-1).to(torch.int32)
+        loss = _FusedLinearCE.apply(h, lin_weight, bias, t, self.opts)
+        return _loss_result(loss, self.reduction)

@@ -59,7 +59,11 @@ def _kite_apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1, **kwargs):
         pos = pos.repeat(B)
     qq = q.transpose(1, 2).reshape(B * S, Hq, D)
     kk = k.transpose(1, 2).reshape(B * S, k.shape[1], D)
-    _ops.rope(qq, kk, pos, cos_sin, D, 0)
+    if torch.is_grad_enabled() and (qq.requires_grad or kk.requires_grad):
+        from .autograd import rope as rope_fn  # rotated copies, differentiable
+        qq, kk = rope_fn(qq, kk, pos, cos_sin, D, 0)
+    else:
+        _ops.rope(qq, kk, pos, cos_sin, D, 0)
     return qq.view(B, S, Hq, D).transpose(1, 2), kk.view(B, S, k.shape[1], D).transpose(1, 2)
 
 

@@ -1,0 +1,173 @@
+"""Gradients through kite's ops (kite.torch.autograd, kite.torch.nn's losses) against torch
+autograd of the plain formula.
+
+torch.autograd.gradcheck wants float64 inputs, which kite's ops do not take (f32/f16/bf16), so
+each test runs kite in f32 and compares with torch autograd of the same formula in float64 on
+the same inputs, with f32-tight tolerances."""
+import pytest
+import torch
+import torch.nn.functional as F
+from cases import _ce_ref, _rope_ref, close
+
+import kite
+import kite.torch  # noqa: F401
+import kite.torch.nn as knn
+from kite.torch import autograd as kag
+
+ops = torch.ops.kite
+
+
+def _both(fn_kite, fn_ref, *shapes_or_tensors, dy=None):
+    """(kite grads f32, float64 reference grads) of sum(fn(*xs) * dy)."""
+    xs = [t if isinstance(t, torch.Tensor) else torch.randn(*t) for t in shapes_or_tensors]
+    xk = [x.clone().requires_grad_(True) for x in xs]
+    xr = [x.double().requires_grad_(True) for x in xs]
+    yk, yr = fn_kite(*xk), fn_ref(*xr)
+    dy = torch.randn(yk.shape) if dy is None else dy
+    gk = torch.autograd.grad(yk, xk, dy)
+    gr = torch.autograd.grad(yr, xr, dy.double())
+    close(yk, yr, torch.float32, "forward")
+    return gk, gr
+
+
+def _check(gk, gr, what):
+    for i, (a, b) in enumerate(zip(gk, gr)):
+        close(a, b, torch.float32, f"{what} grad {i}")
+
+
+@pytest.mark.parametrize("name,ref", [
+    ("silu", F.silu), ("gelu", F.gelu), ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh")),
+    ("gelu_quick", lambda x: x * torch.sigmoid(1.702 * x)), ("relu", F.relu)])
+def test_activations(name, ref):
+    _check(*_both(getattr(ops, name), ref, (4, 64)), name)
+
+
+@pytest.mark.parametrize("name,ref", [
+    ("silu_and_mul", F.silu), ("gelu_and_mul", F.gelu),
+    ("gelu_tanh_and_mul", lambda x: F.gelu(x, approximate="tanh"))])
+def test_gated(name, ref):
+    _check(*_both(lambda x: getattr(ops, name)(x, 0.0),
+                  lambda x: ref(x[..., :32]) * x[..., 32:], (5, 64)), name)
+
+
+@pytest.mark.parametrize("offset", [0.0, 1.0])
+def test_rms_norm(offset):
+    def ref(x, w):
+        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-6) * (offset + w)
+    _check(*_both(lambda x, w: ops.rms_norm(x, w, 1e-6, offset), ref, (6, 96), (96,)), "rms_norm")
+
+
+def test_layer_norm():
+    _check(*_both(lambda x, w, b: ops.layer_norm(x, w, b, 1e-5),
+                  lambda x, w, b: F.layer_norm(x, (96,), w, b, 1e-5), (6, 96), (96,), (96,)),
+           "layer_norm")
+
+
+def test_add_norms_pre_rule():
+    """(y, s) = add_norm(x, r): gradients through both outputs reach x, r and w."""
+    def ref(x, r, w):
+        s = x + r
+        return F.rms_norm(s, (64,), w, 1e-6) * 2 + s
+
+    def kt(x, r, w):
+        y, s = kag.add_rms_norm(x, r, w, 1e-6)
+        return y * 2 + s
+    _check(*_both(kt, ref, (5, 64), (5, 64), (64,)), "add_rms_norm")
+
+    def ref_ln(x, r, w, b):
+        s = x + r
+        return F.layer_norm(s, (64,), w, b, 1e-5) - 3 * s
+
+    def kt_ln(x, r, w, b):
+        y, s = kag.add_layer_norm(x, r, w, b, 1e-5)
+        return y - 3 * s
+    _check(*_both(kt_ln, ref_ln, (5, 64), (5, 64), (64,), (64,)), "add_layer_norm")
+    m = knn.RMSNorm(64)
+    x, r = torch.randn(3, 64, requires_grad=True), torch.randn(3, 64)
+    y, s = m(x, r)
+    (y.sum() + s.sum()).backward()
+    assert x.grad is not None and m.weight.grad is not None
+
+
+def test_softmax():
+    _check(*_both(lambda x: ops.softmax(x, 0.7), lambda x: torch.softmax(x * 0.7, -1),
+                  (4, 3, 50)), "softmax")
+
+
+def test_embedding():
+    ids = torch.tensor([1, 4, 4, 0, 9], dtype=torch.int32)
+    _check(*_both(lambda t: ops.embedding(ids, t), lambda t: t[ids.long()], (10, 16)),
+           "embedding")
+
+
+@pytest.mark.parametrize("style", [0, 1])
+def test_rope(style):
+    pos = torch.tensor([0, 5, 2, 9], dtype=torch.int32)
+    cs = kite.rope_cache(16, 24, 10000.0, like="torch")
+
+    def kt(q, k):
+        qr, kr = kag.rope(q, k, pos, cs, 24, style)
+        return torch.cat([qr.flatten(), 2 * kr.flatten()])
+
+    def ref(q, k):
+        return torch.cat([_rope_ref(q, pos, cs, 24, style).flatten(),
+                          2 * _rope_ref(k, pos, cs, 24, style).flatten()])
+    _check(*_both(kt, ref, (4, 3, 32), (4, 1, 32)), "rope")
+
+
+TARGETS = torch.tensor([3, -100, 0, 99, 42, 7, 5, 5])
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("opts", [dict(), dict(label_smoothing=0.1, lse_square_scale=1e-3,
+                                               softcap=30.0)])
+def test_cross_entropy_loss(reduction, opts):
+    ls, z, cap = opts.get("label_smoothing", 0.0), opts.get("lse_square_scale", 0.0), \
+        opts.get("softcap", 0.0)
+    red = {"none": 0, "sum": 1, "mean": 2}[reduction]
+    loss_fn = knn.CrossEntropyLoss(reduction=reduction, **opts)
+
+    def ref(x):
+        out = _ce_ref(x, TARGETS, -100, ls, z, cap, red)[0]
+        return out if reduction == "none" else out.reshape(())
+    dy = torch.randn(8) if reduction == "none" else torch.tensor(1.7)
+    _check(*_both(lambda x: loss_fn(x, TARGETS), ref, torch.randn(8, 100) * 3, dy=dy), "ce")
+    if not ls and not z and not cap:  # plain CE equals torch's own
+        x = torch.randn(8, 100)
+        torch.testing.assert_close(loss_fn(x, TARGETS),
+                                   F.cross_entropy(x, TARGETS, reduction=reduction),
+                                   rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_fused_linear_cross_entropy_loss(bias, reduction):
+    loss_fn = knn.FusedLinearCrossEntropyLoss(reduction=reduction, label_smoothing=0.05,
+                                              lse_square_scale=1e-4, chunk_bytes=2048)
+    red = {"none": 0, "sum": 1, "mean": 2}[reduction]
+    h, w, b = torch.randn(8, 32), torch.randn(100, 32) / 4, torch.randn(100)
+
+    def kt(h, w, b=None):
+        return loss_fn(w, h, TARGETS, b)
+
+    def ref(h, w, b=None):
+        return _ce_ref(h @ w.T + (0 if b is None else b), TARGETS, -100, 0.05, 1e-4, 0.0,
+                       red)[0].reshape(())
+    _check(*_both(kt, ref, *((h, w, b) if bias else (h, w)), dy=torch.tensor(0.6)), "flce")
+
+
+def test_fused_linear_cross_entropy_none_takes_sum_only():
+    loss_fn = knn.FusedLinearCrossEntropyLoss(reduction="none")
+    h = torch.randn(4, 16, requires_grad=True)
+    w = torch.randn(50, 16, requires_grad=True)
+    t = torch.tensor([1, 2, 3, 4])
+    loss = loss_fn(w, h, t)
+    assert loss.shape == (4,)
+    (loss.sum() * 2).backward()
+    ref = F.cross_entropy(h.detach().double() @ w.detach().double().T, t, reduction="sum") * 2
+    hd = h.detach().double().requires_grad_(True)
+    (F.cross_entropy(hd @ w.detach().double().T, t, reduction="sum") * 2).backward()
+    close(h.grad, hd.grad, torch.float32, "flce none dh")
+    assert torch.isfinite(ref)
+    with pytest.raises(kite.Unsupported, match="uniform"):
+        loss_fn(w, h, t).backward(torch.tensor([1.0, 2.0, 3.0, 4.0]))
