@@ -1,5 +1,7 @@
 """kite.torch.patch(model): swaps the parts of a Hugging Face transformers model that kite has ops
-for, in place, for inference (no autograd through kite's ops).
+for, in place. For training, patch(model, mlp=False, attention=False): the norms and the rotary
+embedding then differentiate through kite's backward ops, while kite's sdpa and the GatedMLP's
+fused (frozen) gate_up copy have no backward.
 
 Known families (config.model_type): llama, mistral, qwen2, qwen3, gemma, gemma2, mixtral,
 qwen2_moe. What is swapped:
