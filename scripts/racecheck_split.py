@@ -1,8 +1,8 @@
 import re, sys
 # A hazard record: the line "... Race reported between ..." and its continuation lines. Hazards
-# inside third-party kernels (cuBLASLt's GEMM and split-K reduction kernels, which linear and
+# inside third-party kernels (cuBLASLt's GEMM kernels (nvjet_*, cutlass) and split-K reductions, which linear and
 # group_gemm call) are reported apart; any other hazard is kite's and fails.
-third_party = re.compile(r"cublas|cutlass|xmma|splitKreduce|sm\d+_\w*gemm|gemv2?[NT]_kernel", re.I)
+third_party = re.compile(r"cublas|cutlass|xmma|nvjet_|splitKreduce|sm\d+_\w*gemm|gemv2?[NT]_kernel", re.I)
 records, cur = [], None
 for line in open(sys.argv[1], errors="replace"):
     body = line.strip().lstrip("=").strip()
