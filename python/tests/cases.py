@@ -90,7 +90,7 @@ def add_layer_norm(dt, dev):
 
 def _rope_ref(x, pos, cs, rot, style):
     x = x.double().clone()
-    c, s = cs.double()[pos.long()].chunk(2, dim=-1)  # [T, rot/2]
+    c, s = cs.to(x.device).double()[pos.to(x.device).long()].chunk(2, dim=-1)  # [T, rot/2]
     c, s = c[:, None, :], s[:, None, :]
     if style == 0:
         a, b = x[..., : rot // 2].clone(), x[..., rot // 2: rot].clone()
