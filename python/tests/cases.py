@@ -460,13 +460,14 @@ def sample(dt, dev):
     min_p = torch.tensor([0.0, 0.0, 0.05, 0.0], device=dev)
 
     def ref(a):
-        with kite.kernels("sample=ref"):
-            tok = torch.ops.kite.sample(*a).cpu()
+        on_cpu = [x.cpu() if isinstance(x, torch.Tensor) else x for x in a]
+        with kite.kernels("sample=ref"):  # ref runs on the host: the same draws on every device
+            tok = torch.ops.kite.sample(*on_cpu)
         best = a[0].double().argmax(-1).cpu()
         assert tok[0] == best[0] and tok[3] == best[3], "greedy rows differ from argmax"
         kept = a[0].double().cpu().topk(5, -1).indices[2]
         assert tok[2] in kept, "a top-k = 5 row drew a token outside its top 5"
-        return [tok]
+        return [tok.to(a[0].device)]
     return Case([logits, temp, top_k, top_p, min_p, None, None, 1234, 7], ref)
 
 

@@ -26,6 +26,22 @@ def test_every_op_has_a_case():
     assert all(hasattr(kite.ops, n) for n in names)
 
 
+# Ops with no CUDA kernel yet (the training family runs on ref and cpu): on a CUDA tensor they must
+# refuse with kite's message, never fall back to another device.
+NO_CUDA_KERNEL = {"activation_backward", "gated_backward", "rms_norm_backward",
+                  "layer_norm_backward", "rope_backward", "softmax_backward", "embedding_backward",
+                  "cross_entropy", "cross_entropy_backward", "fused_linear_cross_entropy"}
+
+
+def _refused_here(op, case, device):
+    """True when op has no kernel on device; then checks that the call is refused."""
+    if device != "cuda" or op not in NO_CUDA_KERNEL:
+        return False
+    with pytest.raises(kite.Unsupported, match=f"{op}: .*no kernel runs"):
+        getattr(torch.ops.kite, op)(*_clone(case.args))
+    return True
+
+
 def _clone(args):
     return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
 
@@ -40,6 +56,8 @@ def _run(op, case, args):
 def test_against_torch_and_ref(name, dtype, device):
     op, make = ALL[name]
     case = make(dtype, device)
+    if _refused_here(op, case, device):
+        return
     expected = case.ref(_clone(case.args))
     args = _clone(case.args)
     got = _run(op, case, args)
@@ -70,6 +88,8 @@ def test_against_torch_and_ref(name, dtype, device):
 def test_opcheck(name, device):
     op, make = ALL[name]
     case = make(torch.float32, device)
+    if _refused_here(op, case, device):
+        return
     torch.library.opcheck(getattr(torch.ops.kite, op).default, tuple(case.args))
 
 
@@ -80,6 +100,8 @@ def test_out_variant(name, device):
     """The .out form writes the caller's tensors, equal to the functional form's results."""
     op, make = ALL[name]
     case = make(torch.float32, device)
+    if _refused_here(op, case, device):
+        return
     args = _clone(case.args)
     res = getattr(torch.ops.kite, op)(*args)
     res = list(res) if isinstance(res, (tuple, list)) else [res]
