@@ -537,9 +537,10 @@ int main(int argc, char **argv) {
   buf img = write_gguf();
   if (argc == 3 && strcmp(argv[1], "--write-seed") == 0) {
     FILE *f = fopen(argv[2], "wb");
-    if (!f || fwrite(img.p, 1, img.n, f) != img.n) return 1;
-    fclose(f);
-    return 0;
+    const int bad = !f || fwrite(img.p, 1, img.n, f) != img.n;
+    if (f) fclose(f);
+    free(img.p);
+    return bad;
   }
   test_malformed(&img);
   const char *path = "test_engine_model.gguf";

@@ -263,7 +263,7 @@ kite_status cpu_flce_chunked(const kite_kernel *k, kite_ctx *ctx, const void *ar
     goto done;
   }
   if (a->dw && H > 0) transpose(ctx, a->h, N, H, a->h_stride, es, f.ht);
-  if (a->dh) memset(f.dh_acc, 0, n * h * sizeof(float));
+  if (a->dh && f.dh_acc) memset(f.dh_acc, 0, n * h * sizeof(float));
   for (f.v0 = 0; f.v0 < V; f.v0 += vc) {
     f.vc = V - f.v0 < vc ? V - f.v0 : vc;
     const char *wc = (const char *)a->w + f.v0 * a->w_stride * es;
