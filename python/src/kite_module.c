@@ -453,6 +453,15 @@ fail:
   return NULL;
 }
 
+/* Appends a new reference (NULL: a failed constructor) to list, giving it up; on failure drops
+ * the list too and returns -1 with the Python error set. */
+static int append_new(PyObject *list, PyObject *item) {
+  int bad = !item || PyList_Append(list, item);
+  Py_XDECREF(item);
+  if (bad) Py_DECREF(list);
+  return bad ? -1 : 0;
+}
+
 /* Every op of the library (kite_op_name over the ids), bound here or not. */
 static PyObject *py_op_names(PyObject *self, PyObject *unused) {
   PyObject *list = PyList_New(0);
@@ -461,12 +470,7 @@ static PyObject *py_op_names(PyObject *self, PyObject *unused) {
     const char *name = kite_op_name((kite_op)i);
     if (!name) break;
     PyObject *s = PyUnicode_FromString(name);
-    if (!s || PyList_Append(list, s)) {
-      Py_XDECREF(s);
-      Py_DECREF(list);
-      return NULL;
-    }
-    Py_DECREF(s);
+    if (append_new(list, s)) return NULL;
   }
   return list;
 }
@@ -487,12 +491,7 @@ static PyObject *py_kernels(PyObject *self, PyObject *unused) {
                       k.backend, "variant", k.variant, "device", kite_device_name(k.device_type),
                       "priority", k.priority, "features", k.features, "description", k.description,
                       "runs_here", k.runs_here ? Py_True : Py_False, "why_not", k.why_not);
-    if (!rec || PyList_Append(list, rec)) {
-      Py_XDECREF(rec);
-      Py_DECREF(list);
-      return NULL;
-    }
-    Py_DECREF(rec);
+    if (append_new(list, rec)) return NULL;
   }
   return list;
 }
@@ -507,12 +506,7 @@ static PyObject *py_backends(PyObject *self, PyObject *unused) {
     PyObject *rec = Py_BuildValue("{s:s,s:s,s:i,s:n,s:s}", "name", b.name, "device",
                                   kite_device_name(b.device_type), "device_count", b.device_count,
                                   "num_kernels", (Py_ssize_t)b.num_kernels, "path", b.path);
-    if (!rec || PyList_Append(list, rec)) {
-      Py_XDECREF(rec);
-      Py_DECREF(list);
-      return NULL;
-    }
-    Py_DECREF(rec);
+    if (append_new(list, rec)) return NULL;
   }
   return list;
 }
@@ -525,12 +519,7 @@ static PyObject *py_plugin_failures(PyObject *self, PyObject *unused) {
     const char *path = "", *reason = "";
     if (kite_plugin_failure_get(i, &path, &reason) != KITE_OK) continue;
     PyObject *rec = Py_BuildValue("(ss)", path, reason);
-    if (!rec || PyList_Append(list, rec)) {
-      Py_XDECREF(rec);
-      Py_DECREF(list);
-      return NULL;
-    }
-    Py_DECREF(rec);
+    if (append_new(list, rec)) return NULL;
   }
   return list;
 }

@@ -162,7 +162,8 @@ kite_status kite_dispatch(kite_ctx *ctx, kite_op op, kite_dtype dtype, const voi
               kite_op_name(op), kite_dtype_name(dtype), kite_device_name(ctx->p.device.device_type),
               ctx->p.device.device_id, e->cand[i].b->name, k->variant,
               e->pinned ? "pinned" : "best eligible", k->priority, e->n, e->n == 1 ? "" : "s");
-    kite_clear_error();
+    /* no clear of the error message here: every front-end cleared it on entry, so a message after
+     * the run is the kernel's (kite_kernel_failed relies on that) */
     g_last = e->cand[i];
     kite_status s = k->run(k, ctx, args);
     return s == KITE_OK ? s : kite_kernel_failed(e->cand[i].b->name, k, s);

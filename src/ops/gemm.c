@@ -20,14 +20,7 @@ kite_status kite_linear(kite_ctx *ctx, const DLTensor *x, const DLTensor *w, con
                           "linear: w: shape [%lld, %lld], expected [N, K=%lld]", (long long)wm.rows,
                           (long long)wm.cols, (long long)xm.cols);
   const int64_t m = xm.rows, n = wm.rows, k = xm.cols;
-  if ((s = kite_vec_check(ctx, op, "bias", bias, true, xm.t.dtype, n, "N", &bt)) != KITE_OK)
-    return s;
-  if ((s = kite_mat_check(ctx, op, "y", y, true, &ym)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_dtype(op, "y", &ym.t, xm.t.dtype)) != KITE_OK) return s;
-  if ((s = kite_mat_require_shape(op, "y", &ym, m, n, "M", "N")) != KITE_OK) return s;
-  const kite_tensor *in[] = {&xm.t, &wm.t, &bt};
-  const char *names[] = {"x", "w", "bias"};
-  if ((s = kite_require_apart(op, "y", &ym.t, in, names, 3)) != KITE_OK) return s;
+  if ((s = kite_linear_out_check(ctx, op, &xm, &wm, bias, y, n, &bt, &ym)) != KITE_OK) return s;
 
   kite_linear_args a = {.op = KITE_OP_LINEAR,
                         .dtype = xm.t.dtype,

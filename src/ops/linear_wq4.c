@@ -30,14 +30,7 @@ kite_status kite_linear_wq4(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
     return kite_set_error(KITE_ERR_INVALID_ARG,
                           "linear_wq4: w: %lld bytes per row, expected K/32 blocks of %lld = %lld",
                           (long long)wm.cols, (long long)bb, (long long)(k / 32 * bb));
-  if ((s = kite_mat_check(ctx, op, "y", y, true, &ym)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_dtype(op, "y", &ym.t, xm.t.dtype)) != KITE_OK) return s;
-  if ((s = kite_mat_require_shape(op, "y", &ym, m, n, "M", "N")) != KITE_OK) return s;
-  if ((s = kite_vec_check(ctx, op, "bias", bias, true, xm.t.dtype, n, "N", &bt)) != KITE_OK)
-    return s;
-  const kite_tensor *in[] = {&xm.t, &wm.t, &bt};
-  const char *names[] = {"x", "w", "bias"};
-  if ((s = kite_require_apart(op, "y", &ym.t, in, names, 3)) != KITE_OK) return s;
+  if ((s = kite_linear_out_check(ctx, op, &xm, &wm, bias, y, n, &bt, &ym)) != KITE_OK) return s;
 
   kite_linear_wq4_args a = {.op = KITE_OP_LINEAR_WQ4,
                             .dtype = xm.t.dtype,

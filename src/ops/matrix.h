@@ -64,4 +64,21 @@ static inline kite_status kite_require_apart(const char *op, const char *arg,
   return KITE_OK;
 }
 
+/* The output side of a linear layer over x[M, K] and its weights w: y[M, N] of x's dtype, an
+ * optional compact bias[N] of that dtype, and y apart from x, w and bias. */
+static inline kite_status kite_linear_out_check(const kite_ctx *ctx, const char *op,
+                                                const kite_mat *xm, const kite_mat *wm,
+                                                const DLTensor *bias, DLTensor *y, int64_t n,
+                                                kite_tensor *bt, kite_mat *ym) {
+  kite_status s;
+  if ((s = kite_vec_check(ctx, op, "bias", bias, true, xm->t.dtype, n, "N", bt)) != KITE_OK)
+    return s;
+  if ((s = kite_mat_check(ctx, op, "y", y, true, ym)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_dtype(op, "y", &ym->t, xm->t.dtype)) != KITE_OK) return s;
+  if ((s = kite_mat_require_shape(op, "y", ym, xm->rows, n, "M", "N")) != KITE_OK) return s;
+  const kite_tensor *in[] = {&xm->t, &wm->t, bt};
+  const char *names[] = {"x", "w", "bias"};
+  return kite_require_apart(op, "y", &ym->t, in, names, 3);
+}
+
 #endif /* KITE_OPS_MATRIX_H */
