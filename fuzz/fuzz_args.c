@@ -101,7 +101,8 @@ typedef struct slot {
 } slot;
 
 /* Bytes addressed by t from data + byte_offset: -1 when this file cannot size it (bad rank,
- * negative shape or stride), -2 when too large to allocate. */
+ * negative shape, negative stride on a dimension of more than one element), -2 when too large to
+ * allocate. */
 static int64_t extent(const DLTensor *t) {
   if (t->ndim < 0 || t->ndim > 8 || t->dtype.lanes != 1 || t->dtype.bits % 8) return -1;
   __int128 last = 0, compact = 1;
@@ -111,7 +112,8 @@ static int64_t extent(const DLTensor *t) {
     if (n < 0) return -1;
     if (n == 0) empty = 1;
     __int128 st = t->strides ? t->strides[d] : compact;
-    if (t->strides && st < 0) return -1;
+    /* a dimension of one element never moves by its stride, whatever its sign (DLPack) */
+    if (t->strides && st < 0 && n > 1) return -1;
     if (n > 0) last += (__int128)(n - 1) * st;
     if (n > MAX_EXTENT) return -2;
     compact *= n ? n : 1;

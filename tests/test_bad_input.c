@@ -514,21 +514,14 @@ static const bad_case g_cases[] = {
     T("embedding", "ids", SET_DTYPE, INV, F32),
     T("embedding", "ids", SET_DTYPE, UNS, kDLUInt, 16, 1), /* a dtype kite does not know */
     T("embedding", "ids", SET_DTYPE, INV, kDLInt, 64, 1),
-    T("embedding", "ids", SET_SHAPE, INV, 2, 3, 1),
-    T("embedding", "ids", SET_STRIDES, INV, 2),
-    T("embedding", "table", SET_SHAPE, INV, 1, 80),
-    T("embedding", "table", SET_DTYPE, UNS, I32),
-    T("embedding", "table", SET_STRIDES, INV, 8, 2),
-    T("embedding", "y", SET_DIM, INV, 0, 4),
-    T("embedding", "y", SET_DIM, INV, 1, 6),
-    T("embedding", "y", SET_DTYPE, INV, F16),
-    T("embedding", "y", SET_SHAPE, INV, 3, 3, 8, 1),
-    T("embedding", "y", SET_STRIDES, INV, 0, 1),
+    T("embedding", "ids", SET_SHAPE, INV, 2, 3, 1), T("embedding", "ids", SET_STRIDES, INV, 2),
+    T("embedding", "table", SET_SHAPE, INV, 1, 80), T("embedding", "table", SET_DTYPE, UNS, I32),
+    T("embedding", "table", SET_STRIDES, INV, 8, 2), T("embedding", "y", SET_DIM, INV, 0, 4),
+    T("embedding", "y", SET_DIM, INV, 1, 6), T("embedding", "y", SET_DTYPE, INV, F16),
+    T("embedding", "y", SET_SHAPE, INV, 3, 3, 8, 1), T("embedding", "y", SET_STRIDES, INV, 0, 1),
     T("embedding", "ids", SET_INT, OK, 0, 10), /* out of range: a zero row, not an error */
-    T("embedding", "ids", SET_INT, OK, 1, -5),
-    ALIAS("embedding", "y", "table", INV),
-    ALIAS("embedding", "y", "ids", INV),
-    T("embedding", "table", SET_STRIDES, OK, 16, 1),
+    T("embedding", "ids", SET_INT, OK, 1, -5), ALIAS("embedding", "y", "table", INV),
+    ALIAS("embedding", "y", "ids", INV), T("embedding", "table", SET_STRIDES, OK, 16, 1),
     T("embedding", "table", SET_DIM, OK, 0, 0), /* empty vocabulary: zeros */
     T("embedding", "ids,y", SET_DIM, OK, 0, 0),
 
@@ -565,18 +558,12 @@ static const bad_case g_cases[] = {
     T("paged_prefill", "cu_q_lens", SET_DTYPE, INV, F32),
     T("paged_prefill", "cu_q_lens", SET_INT, INV, 2, 2), /* does not end at T */
     T("paged_prefill", "cu_q_lens", SET_INT, INV, 0, 1), /* does not start at 0 */
-    P(ATTN, "opts.scale", NAN, INV),
-    P(ATTN, "opts.scale", -1.0, INV),
-    P(ATTN, "opts.softcap", INFINITY, INV),
-    P(ATTN, "opts.softcap", -1.0, INV),
-    P(ATTN, "opts.window_left", -2, INV),
-    P(ATTN, "opts.gqa", 2, INV),
-    P(ATTN, "opts.scale", 0.5, OK),
-    P(ATTN, "opts.softcap", 30.0, OK),
-    P(ATTN, "opts.window_left", 1, OK),
-    P(ATTN, "opts.gqa", KITE_GQA_INTERLEAVED, OK),
-    P(ATTN, "opts.causal", 0, OK),
-    T(PAGED, "q", SET_STRIDES, OK, 64, 8, 1),
+    P(ATTN, "opts.scale", NAN, INV), P(ATTN, "opts.scale", -1.0, INV),
+    P(ATTN, "opts.softcap", INFINITY, INV), P(ATTN, "opts.softcap", -1.0, INV),
+    P(ATTN, "opts.window_left", -2, INV), P(ATTN, "opts.gqa", 2, INV),
+    P(ATTN, "opts.scale", 0.5, OK), P(ATTN, "opts.softcap", 30.0, OK),
+    P(ATTN, "opts.window_left", 1, OK), P(ATTN, "opts.gqa", KITE_GQA_INTERLEAVED, OK),
+    P(ATTN, "opts.causal", 0, OK), T(PAGED, "q", SET_STRIDES, OK, 64, 8, 1),
     T("paged_decode", "seq_lens", SET_INT, OK, 0, 0),  /* zeros */
     T("paged_prefill", "seq_lens", SET_INT, OK, 0, 1), /* as long as its one query */
     /* index values in host memory (a CPU ctx) are checked before any kernel runs */

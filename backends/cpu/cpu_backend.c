@@ -116,9 +116,9 @@ static bool supports_amx_i8(const kite_kernel *k, const void *args, const char *
 
 /* The sampling template (kernels/sampling.inc): its AVX-512, AVX2 and portable builds. */
 #define SAMPLING_FAMILY(op_id, fn, what)                                                           \
-  X86(ROW(op_id, "avx512", 30, CPU_ISA_AVX512, supports_float, cpu_##fn##_avx512,                 \
+  X86(ROW(op_id, "avx512", 30, CPU_ISA_AVX512, supports_float, cpu_##fn##_avx512,                  \
           what ", AVX-512"),                                                                       \
-      ROW(op_id, "avx2", 20, CPU_ISA_AVX2, supports_float, cpu_##fn##_avx2, what ", AVX2"))     \
+      ROW(op_id, "avx2", 20, CPU_ISA_AVX2, supports_float, cpu_##fn##_avx2, what ", AVX2"))        \
   ROW(op_id, "scalar", 10, 0, supports_float, cpu_##fn##_scalar, what ", portable C")
 
 static kite_kernel cpu_kernels[] = {

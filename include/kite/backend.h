@@ -36,7 +36,8 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below or the op argument layout changes incompatibly. */
-#define KITE_BACKEND_ABI_VERSION 2u /* 2: kite_backend gained timer_start / timer_stop */
+/* 2: kite_backend gained timer_start / timer_stop and host_memory. */
+#define KITE_BACKEND_ABI_VERSION 2u
 
 /* Element types as kernels see them (the front-end maps DLDataType to these). */
 typedef enum kite_dtype {
@@ -568,6 +569,12 @@ struct kite_backend {
   kite_status (*timer_start)(const kite_backend *b, int device_id, void *stream, void **timer);
   kite_status (*timer_stop)(const kite_backend *b, int device_id, void *stream, void *timer,
                             double *seconds);
+
+  /* True when this backend's memory is host memory that the host may read at any time (the
+   * core's own host memory is): the op front-ends then check index values (block tables,
+   * lengths, slots, group sizes) before dispatch, and kite_memcpy refuses overlapping ranges.
+   * False (the default) leaves index values to the kernels, which never read out of bounds. */
+  bool host_memory;
 };
 
 /* Registers a backend and its kernels (copied by reference: both must outlive the library).

@@ -22,7 +22,9 @@ static inline float kite_bits_f32(uint32_t u) {
   return f;
 }
 
-static inline float kite_bf16_to_f32(uint16_t h) { return kite_bits_f32((uint32_t)h << 16); }
+static inline float kite_bf16_to_f32(uint16_t h) {
+  return kite_bits_f32((uint32_t)h << 16);
+}
 
 static inline uint16_t kite_f32_to_bf16(float f) {
   uint32_t u = kite_f32_bits(f);
@@ -66,18 +68,27 @@ static inline uint16_t kite_f32_to_f16(float f) {
 /* Element i of a buffer of type t as float (f32/f16/bf16 only). */
 static inline float kite_load_f32(kite_dtype t, const void *p, int64_t i) {
   switch (t) {
-  case KITE_DTYPE_F16: return kite_f16_to_f32(((const uint16_t *)p)[i]);
-  case KITE_DTYPE_BF16: return kite_bf16_to_f32(((const uint16_t *)p)[i]);
-  default: return ((const float *)p)[i];
+  case KITE_DTYPE_F16:
+    return kite_f16_to_f32(((const uint16_t *)p)[i]);
+  case KITE_DTYPE_BF16:
+    return kite_bf16_to_f32(((const uint16_t *)p)[i]);
+  default:
+    return ((const float *)p)[i];
   }
 }
 
 /* Stores v, rounded once, as element i of a buffer of type t (f32/f16/bf16 only). */
 static inline void kite_store_f32(kite_dtype t, void *p, int64_t i, float v) {
   switch (t) {
-  case KITE_DTYPE_F16: ((uint16_t *)p)[i] = kite_f32_to_f16(v); break;
-  case KITE_DTYPE_BF16: ((uint16_t *)p)[i] = kite_f32_to_bf16(v); break;
-  default: ((float *)p)[i] = v; break;
+  case KITE_DTYPE_F16:
+    ((uint16_t *)p)[i] = kite_f32_to_f16(v);
+    break;
+  case KITE_DTYPE_BF16:
+    ((uint16_t *)p)[i] = kite_f32_to_bf16(v);
+    break;
+  default:
+    ((float *)p)[i] = v;
+    break;
   }
 }
 

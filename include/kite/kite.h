@@ -95,11 +95,11 @@ typedef enum kite_check_flags {
 } kite_check_flags;
 
 typedef struct kite_ctx_params {
-  DLDevice device;  /* where the tensors live; {kDLCPU, 0} by default */
-  void *stream;     /* backend stream (a cudaStream_t for CUDA); NULL = default stream */
-  int num_threads;  /* CPU threads a kernel may use; 0 = all online cores */
-  uint64_t seed;    /* default seed for ops that draw random numbers */
-  uint32_t checks;  /* kite_check_flags; KITE_CHECK=indices in the environment adds them */
+  DLDevice device; /* where the tensors live; {kDLCPU, 0} by default */
+  void *stream;    /* backend stream (a cudaStream_t for CUDA); NULL = default stream */
+  int num_threads; /* CPU threads a kernel may use; 0 = all online cores */
+  uint64_t seed;   /* default seed for ops that draw random numbers */
+  uint32_t checks; /* kite_check_flags; KITE_CHECK=indices in the environment adds them */
 } kite_ctx_params;
 
 /* Defaults: CPU device 0, NULL stream, all cores, seed 0, no checks (but KITE_CHECK's). */
@@ -341,11 +341,10 @@ KITE_API kite_status kite_paged_decode(kite_ctx *ctx, const DLTensor *q, const D
  * Index values as for paged_decode, and q_len_b <= seq_len_b: on a CPU ctx a longer query chunk,
  * or cu_q_lens not starting at 0, decreasing or not ending at T, is INVALID_ARG; on a device the
  * queries at negative positions see no key (zeros, lse -inf). */
-KITE_API kite_status kite_paged_prefill(kite_ctx *ctx, const DLTensor *q,
-                                        const DLTensor *key_cache, const DLTensor *value_cache,
-                                        const DLTensor *block_table, const DLTensor *cu_q_lens,
-                                        const DLTensor *seq_lens, const kite_attn_opts *opts,
-                                        DLTensor *o, DLTensor *lse);
+KITE_API kite_status kite_paged_prefill(kite_ctx *ctx, const DLTensor *q, const DLTensor *key_cache,
+                                        const DLTensor *value_cache, const DLTensor *block_table,
+                                        const DLTensor *cu_q_lens, const DLTensor *seq_lens,
+                                        const kite_attn_opts *opts, DLTensor *o, DLTensor *lse);
 
 /* Dense attention. q[B, Hq, Sq, D], k/v[B, Hkv, Sk, D] (any strides with unit-stride D) ->
  * o[B, Hq, Sq, D]. mask: NULL, or [Sq, Sk] or [B|1, Hq|1, Sq, Sk] (stride 0 broadcasts):

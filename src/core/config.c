@@ -115,8 +115,7 @@ static kite_status config_parse(const char *cfg, kite_rule *rules, int *num) {
       if (got < 0) {
         char why[512];
         snprintf(why, sizeof why, "%s", kite_last_error());
-        return kite_set_error(KITE_ERR_CONFIG, "item '%.*s': %s", (int)(n < 200 ? n : 200), p,
-                              why);
+        return kite_set_error(KITE_ERR_CONFIG, "item '%.*s': %s", (int)(n < 200 ? n : 200), p, why);
       }
       if (got == 0) {
         *num = 0;

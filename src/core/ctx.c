@@ -105,7 +105,7 @@ kite_status kite_memcpy(kite_ctx *ctx, void *dst, const void *src, size_t bytes,
                           (int)kind);
   /* Host ranges (a CPU ctx) and two device ranges share one address space; a copy between
    * overlapping ranges has no single meaning (memcpy and cudaMemcpy leave it undefined). */
-  const bool one_space = ctx->p.device.device_type == kDLCPU || kind == KITE_COPY_DEVICE_TO_DEVICE;
+  const bool one_space = ctx->mem->host_memory || kind == KITE_COPY_DEVICE_TO_DEVICE;
   const uintptr_t d0 = (uintptr_t)dst, s0 = (uintptr_t)src;
   if (s0 + bytes < s0 || d0 + bytes < d0)
     return kite_set_error(KITE_ERR_INVALID_ARG,

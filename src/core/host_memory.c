@@ -62,6 +62,7 @@ static const kite_backend host_memory = {
     .free = host_free,
     .copy = host_copy,
     .memset = host_memset,
+    .host_memory = true,
 };
 
 const kite_backend *kite_device_memory(DLDeviceType t) {

@@ -117,9 +117,9 @@ kite_status kite_check_rowwise(const kite_ctx *ctx, const char *op, const DLTens
                                const DLTensor *y, int x_per_y, kite_rowwise *out);
 /* -- end of front-end validation helpers -- */
 
-/* True when the tensors of ctx's calls live in host memory that the front-end may read now
- * (a CPU ctx): index values (block tables, lengths, slots, group sizes) are then checked before
- * any kernel runs. */
+/* True when the tensors of ctx's calls live in host memory that the front-end may read now (the
+ * memory backend of ctx's device says so: kite_backend.host_memory): index values (block tables,
+ * lengths, slots, group sizes) are then checked before any kernel runs. */
 static inline bool kite_indices_on_host(const kite_ctx *ctx);
 
 /* ---- ctx (ctx.c) --------------------------------------------------------------------------- */
@@ -134,7 +134,7 @@ struct kite_ctx {
 void kite_dispatch_cache_free(struct kite_dispatch_cache *c);
 
 static inline bool kite_indices_on_host(const kite_ctx *ctx) {
-  return ctx->p.device.device_type == kDLCPU;
+  return ctx->mem->host_memory;
 }
 
 #endif /* KITE_CORE_INTERNAL_H */

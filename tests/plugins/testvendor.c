@@ -63,8 +63,12 @@ static const kite_kernel g_kernels[] = {
      "needs a feature no machine has", 0},
 };
 
-static int device_count(const kite_backend *b) { return 1; }
-static uint64_t features_present(const kite_backend *b) { return 0; }
+static int device_count(const kite_backend *b) {
+  return 1;
+}
+static uint64_t features_present(const kite_backend *b) {
+  return 0;
+}
 
 static const kite_backend g_backend = {
     .name = TESTVENDOR_NAME,

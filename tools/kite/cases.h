@@ -49,11 +49,11 @@ typedef struct kt_gemm_case {
   int64_t topk; /* topk_gating / fused_moe */
   int renormalize, ties;
   kite_moe_act act;
-  int oob_ids;      /* fused_moe: some ids outside [0, E) */
-  int distinct_ids; /* fused_moe: each token's ids distinct and in range, as top-k gives */
-  int alt_scratch;  /* fused_moe (bench): buffers for the per-expert composition */
-  kite_dtype qtype; /* quant, dequant, linear_quant: KITE_DTYPE_I8 or KITE_DTYPE_FP8_E4M3 */
-  int specials;     /* quant: NaN, inf, zero rows, ties, saturation; dequant: NaN codes */
+  int oob_ids;         /* fused_moe: some ids outside [0, E) */
+  int distinct_ids;    /* fused_moe: each token's ids distinct and in range, as top-k gives */
+  int alt_scratch;     /* fused_moe (bench): buffers for the per-expert composition */
+  kite_dtype qtype;    /* quant, dequant, linear_quant: KITE_DTYPE_I8 or KITE_DTYPE_FP8_E4M3 */
+  int specials;        /* quant: NaN, inf, zero rows, ties, saturation; dequant: NaN codes */
   kite_wq4_format wq4; /* linear_wq4: block format */
 } kt_gemm_case;
 
