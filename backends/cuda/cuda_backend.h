@@ -85,6 +85,11 @@ CUDA_SUPPORTS(cuda_sampling_supports);
 CUDA_RUN(cuda_sample_run);
 CUDA_RUN(cuda_logprobs_run);
 CUDA_RUN(cuda_penalties_run);
+/* sampling_cluster.cu: argmax, sample, logprobs of long rows, a cluster of blocks per row */
+CUDA_SUPPORTS(cuda_sample_cluster_supports);
+CUDA_SUPPORTS(cuda_logprobs_cluster_supports);
+CUDA_RUN(cuda_sample_cluster_run);
+CUDA_RUN(cuda_logprobs_cluster_run);
 
 /* attention.cu: store_kv, paged_decode, paged_prefill, sdpa */
 CUDA_SUPPORTS(cuda_store_kv_supports);

@@ -19,87 +19,13 @@
  * The mass histograms add floats with shared-memory atomics in whatever order the threads come:
  * the top-p boundary may move by a rounding error from run to run, as between backends.
  */
-#include "common.cuh"
-#include "kite/sampling.h"
+#include "sampling.cuh"
 
 using namespace kite_cuda;
 
 namespace {
 
 constexpr int kThreads = 1024;
-constexpr int kBuckets = 2048;
-constexpr int kCap = 2048; /* candidates gathered in shared memory */
-constexpr float kGumbelMax = 17.0f;
-
-__device__ __forceinline__ uint32_t order_key(float f) {
-  const uint32_t u = __float_as_uint(f);
-  return u & 0x80000000u ? ~u : u | 0x80000000u;
-}
-__device__ __forceinline__ float key_value(uint32_t k) {
-  return __uint_as_float(k & 0x80000000u ? k & 0x7fffffffu : ~k);
-}
-
-template <typename T> __device__ __forceinline__ float logit(const T *x, int64_t i) {
-  const float v = to_float(x[i]);
-  return v != v ? -INFINITY : v;
-}
-
-/* (value, index) pairs: the larger value wins, the lower index on equal values. */
-__device__ __forceinline__ bool beats(float v, int64_t i, float bv, int64_t bi) {
-  return v > bv || (v == bv && i < bi);
-}
-
-/* Block-wide best pair; every thread gets it. */
-__device__ void block_best(float &v, int64_t &i) {
-  __shared__ float sv[32];
-  __shared__ int64_t si[32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int64_t oi = __shfl_xor_sync(0xffffffffu, i, o);
-    if (beats(ov, oi, v, i)) v = ov, i = oi;
-  }
-  __syncthreads();
-  if (lane == 0) sv[warp] = v, si[warp] = i;
-  __syncthreads();
-  v = lane < (int)(blockDim.x >> 5) ? sv[lane] : -INFINITY;
-  i = lane < (int)(blockDim.x >> 5) ? si[lane] : INT64_MAX;
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int64_t oi = __shfl_xor_sync(0xffffffffu, i, o);
-    if (beats(ov, oi, v, i)) v = ov, i = oi;
-  }
-}
-
-/* The score of token i: z - log(-log(u_i)). */
-__device__ __forceinline__ float race_score(float z, uint32_t word) {
-  return z - logf(-logf(kite_philox_uniform(word)));
-}
-
-/* Bitonic sort of cv/ci[0, n) in shared memory by value descending, index ascending; n <= kCap. */
-__device__ void sort_candidates(float *cv, int32_t *ci, int n) {
-  int size = 1;
-  while (size < n) size <<= 1;
-  for (int j = n + (int)threadIdx.x; j < size; j += blockDim.x)
-    cv[j] = -INFINITY, ci[j] = INT32_MAX;
-  __syncthreads();
-  for (int k = 2; k <= size; k <<= 1)
-    for (int j = k >> 1; j > 0; j >>= 1) {
-      for (int t = threadIdx.x; t < size; t += blockDim.x) {
-        const int o = t ^ j;
-        if (o > t) {
-          const bool first = (t & k) == 0; /* this half sorts descending */
-          const bool o_before = beats(cv[o], ci[o], cv[t], ci[t]);
-          if (o_before == first) {
-            const float fv = cv[t];
-            const int32_t fi = ci[t];
-            cv[t] = cv[o], ci[t] = ci[o], cv[o] = fv, ci[o] = fi;
-          }
-        }
-      }
-      __syncthreads();
-    }
-}
 
 struct RowState {
   uint32_t bucket[3];

@@ -266,8 +266,33 @@ static kt_case sample_case(kite_op op, kite_dtype t, int64_t b, int64_t v, unsig
 
 static const int64_t g_vocabs[] = {1, 2, 7, 100, 1000, 32000, 128256, 128259};
 
+/* One row of a fixed sampler: temperature 1, top-k 50 and top-p 0.9 (FlashInfer's benchmark),
+ * or the plain distribution. */
+static kt_case fixed_case(kite_op op, kite_dtype t, int64_t b, int64_t v, int filtered) {
+  const unsigned all = KT_SP_TEMPERATURE | KT_SP_TOP_K | KT_SP_TOP_P | KT_SP_MIN_P;
+  kt_case c = sample_case(op, t, b, v, op == KITE_OP_SAMPLE ? all : 0, KT_LOGITS_UNIFORM, 8.0f);
+  c.sample.fixed = 1;
+  c.sample.temperature = 1.0f;
+  c.sample.top_k = filtered ? 50 : 0;
+  c.sample.top_p = filtered ? 0.9f : 1.0f;
+  c.sample.min_p = 0.0f;
+  return c;
+}
+
+/* The quick set keeps one vocabulary long enough for the long-row kernels (clusters of blocks). */
 static void sampling_check_cases(kite_op op, kite_dtype t, int quick, kt_case_list *l) {
-  const int nv = quick ? 5 : (int)(sizeof g_vocabs / sizeof *g_vocabs);
+  const int nv = quick ? 6 : (int)(sizeof g_vocabs / sizeof *g_vocabs);
+  /* a few long rows (1 to 4), as in decoding one or a few sequences */
+  if (!quick && (op == KITE_OP_ARGMAX || op == KITE_OP_SAMPLE || op == KITE_OP_LOGPROBS))
+    for (int64_t b = 1; b <= 4; b += 3)
+      for (int filtered = 0; filtered < 2; filtered++) {
+        kt_case c = fixed_case(op, t, b, 128256, filtered);
+        if (op == KITE_OP_LOGPROBS) {
+          c.sample.params = KT_SP_TOKENS;
+          c.sample.n = filtered ? 20 : 1;
+        }
+        kt_case_push(l, c);
+      }
   switch (op) {
   case KITE_OP_ARGMAX:
     for (int i = 0; i < nv; i++) {
@@ -337,19 +362,6 @@ static void sampling_check_cases(kite_op op, kite_dtype t, int quick, kt_case_li
   default:
     break;
   }
-}
-
-/* One row of a fixed sampler: temperature 1, top-k 50 and top-p 0.9 (FlashInfer's benchmark),
- * or the plain distribution. */
-static kt_case fixed_case(kite_op op, kite_dtype t, int64_t b, int64_t v, int filtered) {
-  const unsigned all = KT_SP_TEMPERATURE | KT_SP_TOP_K | KT_SP_TOP_P | KT_SP_MIN_P;
-  kt_case c = sample_case(op, t, b, v, op == KITE_OP_SAMPLE ? all : 0, KT_LOGITS_UNIFORM, 8.0f);
-  c.sample.fixed = 1;
-  c.sample.temperature = 1.0f;
-  c.sample.top_k = filtered ? 50 : 0;
-  c.sample.top_p = filtered ? 0.9f : 1.0f;
-  c.sample.min_p = 0.0f;
-  return c;
 }
 
 /* llm: B in {1, 64, 256} at V = 128256 (Llama 3), f32 logits as engines hand them over. */
