@@ -10,8 +10,9 @@
  * order and scans them in parallel, so all blocks take the same decisions without exchanging them.
  * The candidate set of a top-k row is collected in block 0, which finishes the row alone.
  *
- * logprobs: cluster max and log-sum-exp, then the top n by n rounds of "the best pair below the
- * last", each a pass over shared memory.
+ * logprobs: cluster max and log-sum-exp, then the top n as sample's top-k candidates: the radix
+ * select of the n-th largest, the gather into block 0 and its sort. When more than 2048 logits tie
+ * at the n-th largest, n rounds of "the best pair below the last" over shared memory instead.
  *
  * Shared memory written by one block and read by its peers is double-buffered (histograms and
  * published pairs alternate between two slots): between two writes of one slot lies a cluster
@@ -226,6 +227,74 @@ __device__ __forceinline__ int level_above(int level) { /* bits of the prefix be
   return level == 1 ? 11 : 10;
 }
 
+/* Radix select of the k-th largest logit over the cluster, as sampling.cu's: level 0 counts the
+ * top 11 key bits (already in hist[0]), levels 1 and 2 the next 11 and 10 within the selected
+ * bucket. Once the logits at or above the selected bucket fit in kCap, every block gathers its own
+ * into cv / ci (n of them) and it returns true; else false, with *lo the k-th largest when the last
+ * level was reached. hb is the histogram buffer of the next pass. */
+__device__ bool select_gather(Cluster &c, const float *sl, int len, int64_t begin, int64_t k,
+                              int &hb, float *lo) {
+  Shared *sh = c.sh;
+  const int tid = threadIdx.x;
+  uint32_t prefix = 0;
+  double above = 0.0;
+  for (int level = 0; level < 3; level++) {
+    const int shift = level_shift(level);
+    const uint32_t mask = level_mask(level);
+    const int buf = hb++ & 1;
+    if (level > 0) {
+      uint32_t *hc = sh->hist[buf].count;
+      for (int b = tid; b < kBuckets; b += kThreads) hc[b] = 0;
+      __syncthreads();
+      for (int i = tid; i < len; i += kThreads) {
+        const uint32_t key = order_key(sl[i]);
+        if (key >> (shift + level_above(level)) == prefix)
+          atomicAdd(&hc[(key >> shift) & mask], 1u);
+      }
+      c.g.sync();
+    }
+    double h[kPerThread], ab, cnt;
+    c.merged<false>(buf, h);
+    const uint32_t b = c.select(h, (int)mask + 1, (double)k, above, &ab, &cnt);
+    prefix = level == 0 ? b : (prefix << level_above(level)) | b;
+    above = ab;
+    if (ab + cnt > kCap) {
+      if (level == 2) *lo = key_value(prefix);
+      continue;
+    }
+    /* gather every logit with a key at or above the bucket's smallest */
+    const uint32_t lo_key = prefix << shift;
+    if (tid == 0) sh->n = 0;
+    __syncthreads();
+    for (int i = tid; i < len; i += kThreads) {
+      const float v = sl[i];
+      if (order_key(v) >= lo_key) {
+        const int at = atomicAdd(&sh->n, 1);
+        if (at < kCap) sh->cv[at] = v, sh->ci[at] = (int32_t)(begin + i);
+      }
+    }
+    c.g.sync();
+    return true;
+  }
+  return false;
+}
+
+/* Block 0, after select_gather: appends its peers' candidates to its own; returns their count. */
+__device__ int collect_candidates(Cluster &c) {
+  Shared *sh = c.sh;
+  int n = sh->n < kCap ? sh->n : kCap;
+  for (int k = 1; k < kBlocks; k++) {
+    const Shared *q = c.g.map_shared_rank(sh, k);
+    int nk = q->n < kCap ? q->n : kCap;
+    if (nk > kCap - n) nk = kCap - n; /* the merged count fits; never more than kCap */
+    for (int j = threadIdx.x; j < nk; j += kThreads)
+      sh->cv[n + j] = q->cv[j], sh->ci[n + j] = q->ci[j];
+    n += nk;
+  }
+  __syncthreads();
+  return n;
+}
+
 template <typename T>
 __device__ void sample_row(Cluster &c, const kite_sample_args &a, int64_t r, float *sl) {
   Shared *sh = c.sh;
@@ -253,59 +322,10 @@ __device__ void sample_row(Cluster &c, const kite_sample_args &a, int64_t r, flo
   const float t = p.temperature;
   float lo = -INFINITY;
   bool gathered = false;
-  if (topk) {
-    uint32_t prefix = 0;
-    double above = 0.0;
-    for (int level = 0; level < 3; level++) {
-      const int shift = level_shift(level);
-      const uint32_t mask = level_mask(level);
-      const int buf = hb++ & 1;
-      if (level > 0) {
-        uint32_t *hc = sh->hist[buf].count;
-        for (int b = tid; b < kBuckets; b += kThreads) hc[b] = 0;
-        __syncthreads();
-        for (int i = tid; i < len; i += kThreads) {
-          const uint32_t k = order_key(sl[i]);
-          if (k >> (shift + level_above(level)) == prefix) atomicAdd(&hc[(k >> shift) & mask], 1u);
-        }
-        c.g.sync();
-      }
-      double h[kPerThread], ab, cnt;
-      c.merged<false>(buf, h);
-      const uint32_t b = c.select(h, (int)mask + 1, (double)p.top_k, above, &ab, &cnt);
-      prefix = level == 0 ? b : (prefix << level_above(level)) | b;
-      above = ab;
-      const bool fits = ab + cnt <= kCap;
-      if (level == 2 && !fits) lo = key_value(prefix);
-      if (!fits) continue;
-      /* gather every logit with a key at or above the bucket's smallest */
-      const uint32_t lo_key = prefix << shift;
-      if (tid == 0) sh->n = 0;
-      __syncthreads();
-      for (int i = tid; i < len; i += kThreads) {
-        const float v = sl[i];
-        if (order_key(v) >= lo_key) {
-          const int at = atomicAdd(&sh->n, 1);
-          if (at < kCap) sh->cv[at] = v, sh->ci[at] = (int32_t)(begin + i);
-        }
-      }
-      c.g.sync();
-      gathered = true;
-      break;
-    }
-  }
+  if (topk) gathered = select_gather(c, sl, len, begin, p.top_k, hb, &lo);
   if (gathered) {
     if (rank != 0) return;
-    /* block 0 appends its peers' candidates to its own */
-    int n = sh->n < kCap ? sh->n : kCap;
-    for (int k = 1; k < kBlocks; k++) {
-      const Shared *q = c.g.map_shared_rank(sh, k);
-      int nk = q->n < kCap ? q->n : kCap;
-      if (nk > kCap - n) nk = kCap - n; /* the merged count fits; never more than kCap */
-      for (int j = tid; j < nk; j += kThreads) sh->cv[n + j] = q->cv[j], sh->ci[n + j] = q->ci[j];
-      n += nk;
-    }
-    __syncthreads();
+    const int n = collect_candidates(c);
     float *cv = sh->cv;
     int32_t *ci = sh->ci;
     sort_candidates(cv, ci, n);
@@ -434,16 +454,22 @@ __global__ __launch_bounds__(kThreads, 2) void logprobs_cluster_kernel(kite_logp
   extern __shared__ float4 smem[];
   float *sl = (float *)smem;
   Cluster c{cg::this_cluster(), (Shared *)(sl + slice_len(a.vocab)), 0};
+  Shared *sh = c.sh;
   const int tid = threadIdx.x;
   const int rank = (int)c.g.block_rank();
   const int64_t V = a.vocab, S = slice_len(V), begin = rank * S;
   const int len = (int)(begin >= V ? 0 : V - begin < S ? V - begin : S);
   for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
     const T *x = (const T *)a.logits + r * a.logits_stride;
+    const bool top = a.n > 0;
+    if (top) {
+      for (int b = tid; b < kBuckets; b += kThreads) sh->hist[0].count[b] = 0;
+      __syncthreads();
+    }
     float m;
     int64_t mi;
-    load_slice(x, begin, len, sl, nullptr, m, mi);
-    c.best(m, mi);
+    load_slice(x, begin, len, sl, top ? sh->hist[0].count : nullptr, m, mi);
+    c.best(m, mi); /* also the barrier after the level-0 histogram */
     float lse = m;
     if (isfinite(m)) {
       float s = 0.0f;
@@ -454,24 +480,39 @@ __global__ __launch_bounds__(kThreads, 2) void logprobs_cluster_kernel(kite_logp
       const int32_t tok = a.tokens[r];
       a.token_logprobs[r] = tok >= 0 && tok < V ? logit(x, tok) - lse : NAN;
     }
-    float pv = INFINITY;
-    int64_t pi = -1;
-    for (int64_t j = 0; j < a.n; j++) {
-      float bv = -INFINITY;
-      int64_t bi = INT64_MAX;
-      for (int i = tid; i < len; i += kThreads) {
-        const float v = sl[i];
-        const int64_t gi = begin + i;
-        const bool below = v < pv || (v == pv && gi > pi);
-        if (below && beats(v, gi, bv, bi)) bv = v, bi = gi;
+    int hb = 0;
+    float kth;
+    if (top && select_gather(c, sl, len, begin, a.n, hb, &kth)) {
+      /* the n largest are the first n of the sorted candidates */
+      if (rank == 0) {
+        const int n = collect_candidates(c);
+        sort_candidates(sh->cv, sh->ci, n);
+        for (int j = tid; j < a.n; j += kThreads) {
+          a.top_ids[r * a.top_ids_stride + j] = sh->ci[j];
+          a.top_logprobs[r * a.top_logprobs_stride + j] = sh->cv[j] - lse;
+        }
       }
-      c.best(bv, bi);
-      if (bi == INT64_MAX) bi = 0; /* n <= V: never, but no id outside [0, V) */
-      if (rank == 0 && tid == 0) {
-        a.top_ids[r * a.top_ids_stride + j] = (int32_t)bi;
-        a.top_logprobs[r * a.top_logprobs_stride + j] = bv - lse;
+    } else if (top) {
+      /* more than kCap logits tie at the n-th largest: n rounds of the best pair below the last */
+      float pv = INFINITY;
+      int64_t pi = -1;
+      for (int64_t j = 0; j < a.n; j++) {
+        float bv = -INFINITY;
+        int64_t bi = INT64_MAX;
+        for (int i = tid; i < len; i += kThreads) {
+          const float v = sl[i];
+          const int64_t gi = begin + i;
+          const bool below = v < pv || (v == pv && gi > pi);
+          if (below && beats(v, gi, bv, bi)) bv = v, bi = gi;
+        }
+        c.best(bv, bi);
+        if (bi == INT64_MAX) bi = 0; /* n <= V: never, but no id outside [0, V) */
+        if (rank == 0 && tid == 0) {
+          a.top_ids[r * a.top_ids_stride + j] = (int32_t)bi;
+          a.top_logprobs[r * a.top_logprobs_stride + j] = bv - lse;
+        }
+        pv = bv, pi = bi;
       }
-      pv = bv, pi = bi;
     }
     c.g.sync(); /* the row's shared memory is no longer read by any peer */
   }
