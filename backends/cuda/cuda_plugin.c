@@ -327,9 +327,10 @@ static const kite_kernel cuda_kernels[] = {
                 "a row per 8-block cluster in shared memory: radix selects over merged histograms"),
     KERNEL(KITE_OP_SAMPLE, "block", PRIORITY_GENERIC, cuda_sampling_supports, cuda_sample_run,
            "a block per row: radix-select top-k / top-p thresholds, exponential race, no sort"),
-    KERNEL_SM90(KITE_OP_LOGPROBS, "cluster", PRIORITY_CLUSTER, cuda_logprobs_cluster_supports,
-                cuda_logprobs_cluster_run,
-                "a row per 8-block cluster in shared memory: log-sum-exp, n cluster-wide picks"),
+    KERNEL_SM90(
+        KITE_OP_LOGPROBS, "cluster", PRIORITY_CLUSTER, cuda_logprobs_cluster_supports,
+        cuda_logprobs_cluster_run,
+        "a row per 8-block cluster in shared memory: log-sum-exp, top n as top-k candidates"),
     KERNEL(KITE_OP_LOGPROBS, "block", PRIORITY_GENERIC, cuda_sampling_supports, cuda_logprobs_run,
            "a block per row: log-sum-exp, then n block-wide picks"),
     KERNEL(KITE_OP_APPLY_PENALTIES, "owner", PRIORITY_GENERIC, cuda_sampling_supports,
