@@ -9,6 +9,9 @@
  * race), with the histograms merged over the cluster: every block reads the 8 histograms in rank
  * order and scans them in parallel, so all blocks take the same decisions without exchanging them.
  * The candidate set of a top-k row is collected in block 0, which finishes the row alone.
+ * Probability masses are added in another order than sampling.cu's (shared-memory atomics, then
+ * parallel scans in double): the top-p boundary may move by a rounding error, the near-tie that
+ * kite.h allows between backends.
  *
  * logprobs: cluster max and log-sum-exp, then the top n as sample's top-k candidates: the radix
  * select of the n-th largest, the gather into block 0 and its sort. When more than 2048 logits tie
