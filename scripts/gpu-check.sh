@@ -21,6 +21,11 @@
 #            CUDA and CPU into check.log; then scripts/py_overhead.py (host time per call at
 #            decode size) and scripts/py_peers.py (per-op table vs eager, torch.compile, Liger)
 #            into peers.log. Needs pytest (and transformers for the model tests) installed.
+#   comm     test_comm --device cuda: the collectives (cuda.nccl) against float64 sums at 1 rank,
+#            and at one rank per GPU when more than one is visible (threads in one process);
+#            then the bus bandwidth of all_reduce, 1 KB - 256 MB, beside ncclAllReduce called
+#            directly (with one GPU only the local copy path). Output in check.log and peers.log.
+#            Without NCCL (libnccl.so.2, KITE_NCCL_PATH) it says so and counts as skipped.
 # Stages run in that order; pass some of their names to run only those (default: all).
 # Results go to $OUT (default ./out): logs, kite_bench.jsonl, peers.json, peers.csv.
 # Environment: BUILD (build folder, default build), JOBS (default: all cores), KITE_CMAKE_ARGS
@@ -31,7 +36,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
 BUILD=${BUILD:-build}
 JOBS=${JOBS:-$(nproc)}
-STAGES=${*:-build check seeds sanitize bench engine peers python}
+STAGES=${*:-build check seeds sanitize bench engine peers python comm}
 mkdir -p "$OUT"
 # at most 8 files come back from the GPU machine: these, and kite_bench.jsonl, peers.{json,csv}
 # (the python stage adds py_overhead.json and py_peers.json: run it alone to get them back)
@@ -197,5 +202,25 @@ if want python; then
   run_logged peers.log 420 "$PY" scripts/py_peers.py --device cuda --json "$OUT/py_peers.json"
   sed -n '/^device cuda/,$p' "$OUT/peers.log" | head -12
   sed -n '/^---- kite (torch.ops.kite)/,$p' "$OUT/peers.log"
+fi
+if want comm; then
+  stage "collectives: test_comm --device cuda (cuda.nccl), all_reduce bus bandwidth"
+  ngpu=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU')
+  for n in 1 $([ "${ngpu:-0}" -gt 1 ] && echo "$ngpu"); do
+    timeout 300 "$BUILD/bin/test_comm" --device cuda --ranks "$n" >> "$OUT/check.log" 2>&1
+    rc=$?
+    # 77: no NCCL (or no GPU) here, reported in the log: skipped, not failed
+    [ $rc -ne 0 ] && [ $rc -ne 77 ] && status=1
+    echo "test_comm --device cuda --ranks $n: exit $rc"
+    tail -2 "$OUT/check.log"
+    [ $rc -eq 77 ] && break
+  done
+  if [ "${rc:-0}" -ne 77 ]; then
+    echo "==== all_reduce bus bandwidth ($ngpu GPU(s))" >> "$OUT/peers.log"
+    timeout 300 "$BUILD/bin/test_comm" --device cuda --bench >> "$OUT/peers.log" 2>&1
+    rc=$?
+    [ $rc -ne 0 ] && [ $rc -ne 77 ] && status=1
+    sed -n '/^==== all_reduce bus bandwidth/,$p' "$OUT/peers.log"
+  fi
 fi
 exit $status

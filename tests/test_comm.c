@@ -477,6 +477,7 @@ typedef struct pair {
   kite_status got[2][3];
   char msg[2][3][256];
   double waited[2];
+  atomic_int rank0_done; /* rank 0's first call returned */
 } pair;
 
 enum { DISAGREE_COUNT, DISAGREE_OP, LOCAL_FAILURE, DESTROYED };
@@ -524,6 +525,11 @@ static void *pair_rank(void *p) {
     if (step == 0) pr->waited[r] = now() - t0;
     pr->got[r][step] = s;
     snprintf(pr->msg[r][step], sizeof pr->msg[r][step], "%s", kite_last_error());
+    if (step == 0 && r == 0) atomic_store(&pr->rank0_done, 1);
+    /* a rank that failed its own checks and calls again would pair with the others' pending
+     * collective (the caller's error, as with NCCL): here it stays away until they gave up */
+    if (step == 0 && r == 1 && pr->mode == LOCAL_FAILURE)
+      while (!atomic_load(&pr->rank0_done)) nanosleep(&(struct timespec){0, 1000000}, NULL);
   }
   return NULL;
 }

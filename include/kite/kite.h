@@ -695,13 +695,15 @@ KITE_API kite_status kite_linear_wq4(kite_ctx *ctx, const DLTensor *x, const DLT
  *   counts; each rank from its own host thread (a rank's call may wait for the others on the
  *   host, so one thread cannot drive two ranks of one group).
  * - Arguments are validated before any communication, on the calling rank only: a call that
- *   fails validation returns its error at once and takes no part in the collective. The other
- *   ranks' calls of that collective then wait: on a backend whose ranks wait on the host (ref)
- *   for at most KITE_COMM_TIMEOUT seconds (environment, read when the group is created; default
- *   300), after which they fail with KITE_ERR_DEVICE and the group is broken (every later
- *   collective of every rank fails: destroy and recreate it); on NCCL the device work waits, as
- *   it does in NCCL itself. Destroying a rank's comm breaks its group the same way, so that no
- *   rank waits for a rank that is gone.
+ *   fails validation returns its error at once and takes no part in the collective (nothing
+ *   tells the other ranks). Their calls of that collective then wait for that rank's next
+ *   collective, which completes theirs, as in NCCL (ranks out of step: the caller's error, to be
+ *   avoided by failing every rank, e.g. by destroying the group). With no such next call, on a
+ *   backend whose ranks wait on the host (ref) they wait at most KITE_COMM_TIMEOUT seconds
+ *   (environment, read when the group is created; default 300), then fail with KITE_ERR_DEVICE
+ *   and the group is broken: every later collective of every rank fails at once (destroy and
+ *   recreate it). On NCCL the device work waits, as it does in NCCL itself. Destroying a rank's
+ *   comm breaks its group the same way at once, so that no rank waits for a rank that is gone.
  * - Disagreements that only the collective can see (ranks calling different ops, dtypes or
  *   counts) are reported where the backend can detect them: ref fails the collective on every
  *   rank with KITE_ERR_INVALID_ARG naming both ranks' calls, and the group stays usable. NCCL
