@@ -35,7 +35,10 @@ enum {
 };
 #if defined(__has_include) && !defined(KITE_CUDA_NO_NCCL_H) /* the latter: build as without it */
 #if __has_include(<nccl.h>)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes" /* its f() declarations */
 #include <nccl.h>
+#pragma GCC diagnostic pop
 _Static_assert((int)ncclSuccess == NCCL_SUCCESS && (int)ncclSum == NCCL_SUM &&
                    (int)ncclFloat16 == NCCL_FLOAT16 && (int)ncclFloat32 == NCCL_FLOAT32 &&
                    (int)ncclBfloat16 == NCCL_BFLOAT16,
