@@ -750,9 +750,11 @@ KITE_API void kite_comm_destroy(kite_comm *comm);
 KITE_API kite_status kite_comm_info(const kite_comm *comm, int *nranks, int *rank);
 
 /* Collectives: x and y f32, f16 or bf16 (the same dtype), compact (row-major, strides NULL or
- * compact), on ctx's device, which must be comm's. Sums are over the ranks of comm's group; the
- * exact sum is rounded once to the dtype on ref, while NCCL adds in the dtype rank by rank (up to
- * nranks - 1 roundings for f16 / bf16; with 2 ranks a single rounding, as ref).
+ * compact), on ctx's device, which must be comm's. Sums are over the ranks of comm's group, in
+ * no fixed order: ref rounds the exact sum once to the dtype; NCCL rounds each partial sum it
+ * passes between ranks to the dtype (up to nranks - 1 roundings; with 2 ranks one, as ref), so
+ * device results of f16 / bf16 may differ from ref by a few units in the last place. An empty
+ * tensor still makes a collective: every rank calls, as for any other size.
  *
  * all_reduce: x[...] -> y[...] of x's shape, y = sum over ranks of x. y may be x (in place);
  *   any other overlap is INVALID_ARG. */
