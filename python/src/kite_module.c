@@ -146,6 +146,54 @@ static int g_torch_ndtypes;
 static PyObject *s_data_ptr, *s_shape, *s_stride, *s_dtype, *s_is_cuda, *s_is_cpu, *s_get_device,
     *s_contiguous, *s_dlpack;
 
+/* The DLPack C exchange API (DLPack 1.3, `type(tensor).__dlpack_c_exchange_api__`, a capsule
+ * named "dlpack_exchange_api"): a producer's C functions that fill a DLTensor from a Python tensor
+ * and give the current work stream of a device, without a Python call. Declared here with the
+ * layout the DLPack standard fixes, as the dlpack.h kite builds against may predate it. */
+typedef struct xapi_version {
+  uint32_t major, minor;
+} xapi_version;
+typedef struct xapi_header {
+  xapi_version version;
+  struct xapi_header *prev_api;
+} xapi_header;
+typedef struct dlpack_xapi {
+  xapi_header header;
+  /* a new tensor of prototype's dtype, shape and device (contiguous): 0, or -1 after set_error */
+  int (*managed_tensor_allocator)(DLTensor *prototype, void **out, void *error_ctx,
+                                  void (*set_error)(void *error_ctx, const char *kind,
+                                                    const char *message));
+  void *managed_tensor_from_py_object_no_sync;
+  /* the producer's Python tensor over a managed tensor (whose ownership it takes) */
+  int (*managed_tensor_to_py_object_no_sync)(void *managed, void **out_py_object);
+  /* fills out (shape and strides owned by the tensor, valid while it lives); 0 or -1 with a
+   * Python exception set */
+  int (*dltensor_from_py_object_no_sync)(void *py_object, DLTensor *out);
+  int (*current_work_stream)(DLDeviceType device_type, int32_t device_id, void **out_stream);
+} dlpack_xapi;
+
+/* torch.Tensor's exchange API, or NULL (an older torch: attributes are read instead). */
+static const dlpack_xapi *g_xapi;
+
+static void xapi_lookup(void) {
+  PyObject *cap = PyObject_GetAttrString((PyObject *)g_torch_tensor, "__dlpack_c_exchange_api__");
+  const dlpack_xapi *x = cap ? PyCapsule_GetPointer(cap, "dlpack_exchange_api") : NULL;
+  Py_XDECREF(cap);
+  PyErr_Clear();
+  /* major version 1 is the layout above; the capsule lives as long as torch (the process) */
+  if (x && x->header.version.major == 1 && x->dltensor_from_py_object_no_sync &&
+      x->current_work_stream && x->managed_tensor_allocator &&
+      x->managed_tensor_to_py_object_no_sync)
+    g_xapi = x;
+}
+
+/* The kite dtype code of a torch export, when kite takes it. */
+static int known_dl_dtype(DLDataType t) {
+  for (int i = 0; i < g_torch_ndtypes; i++)
+    if (g_torch_dl[i].code == t.code && g_torch_dl[i].bits == t.bits && t.lanes == 1) return 1;
+  return 0;
+}
+
 static int torch_lookup(void) {
   PyObject *mods = PyImport_GetModuleDict();
   PyObject *torch = PyDict_GetItemString(mods, "torch"); /* borrowed */
@@ -185,6 +233,7 @@ static int torch_lookup(void) {
   }
   g_torch_ndtypes = n;
   g_torch_tensor = (PyTypeObject *)t;
+  xapi_lookup();
   return 1;
 }
 
@@ -223,6 +272,18 @@ static void frame_release(frame *f) {
 /* Fills dl from a torch tensor. A read-only argument whose last dim is not unit-stride is first
  * made contiguous (the copy is kept alive in the frame). */
 static int from_torch(const op_desc *d, int n, PyObject *o, frame *f, DLTensor *dl, int input) {
+  if (g_xapi) {
+    /* one C call; anything unusual (another device, dtype, a view to copy) takes the attribute
+     * path below, which copies or words the error */
+    if (g_xapi->dltensor_from_py_object_no_sync(o, dl) == 0) {
+      int nd = dl->ndim;
+      if (nd <= MAX_DIMS && dl->strides && known_dl_dtype(dl->dtype) &&
+          (dl->device.device_type == kDLCPU || dl->device.device_type == kDLCUDA) &&
+          !(input && nd > 0 && dl->strides[nd - 1] != 1 && dl->shape[nd - 1] > 1))
+        return 0;
+    } else
+      PyErr_Clear();
+  }
   int64_t *shape = f->shape[n], *strides = f->strides[n];
   int ndim = 0, nstr = 0;
   PyObject *v = PyObject_GetAttr(o, s_shape);
@@ -353,11 +414,13 @@ static const char *type_name(PyObject *o) {
   return Py_TYPE(o)->tp_name;
 }
 
-/* torch._C._cuda_getCurrentRawStream, looked up on the first CUDA tensor */
+/* torch._C._cuda_getCurrentRawStream, looked up on the first CUDA tensor (without the exchange
+ * API) */
 static PyObject *g_raw_stream;
 
 /* torch's current stream on CUDA device id, as kite takes it. */
 static int torch_stream(int32_t id, void **stream) {
+  if (g_xapi) return g_xapi->current_work_stream(kDLCUDA, id, stream);
   if (!g_raw_stream) {
     PyObject *mods = PyImport_GetModuleDict();
     PyObject *torch = PyDict_GetItemString(mods, "torch"); /* borrowed */
@@ -524,6 +587,26 @@ static int fast_keyset(kernel_obj *k, PyObject *keyset) {
   return 0;
 }
 
+static void xapi_set_error(void *unused, const char *kind, const char *message) {
+  (void)unused;
+  PyErr_Format(PyExc_RuntimeError, "%s: %s", kind, message);
+}
+
+/* A new contiguous torch tensor of like's shape, dtype and device (torch.empty_like). */
+static PyObject *empty_like(PyObject *like) {
+  if (g_xapi) {
+    DLTensor proto;
+    void *m = NULL, *t = NULL;
+    if (g_xapi->dltensor_from_py_object_no_sync(like, &proto) ||
+        g_xapi->managed_tensor_allocator(&proto, &m, NULL, xapi_set_error) ||
+        g_xapi->managed_tensor_to_py_object_no_sync(m, &t))
+      return NULL;
+    return (PyObject *)t;
+  }
+  PyObject *la[2] = {like, g_contiguous_format};
+  return PyObject_Vectorcall(g_empty_like, la, 1, g_like_kwnames);
+}
+
 static PyObject *kernel_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
                                    PyObject *kwnames) {
   kernel_obj *k = (kernel_obj *)self;
@@ -556,8 +639,7 @@ static PyObject *kernel_vectorcall(PyObject *self, PyObject *const *args, size_t
   }
   PyObject *res = NULL, *r[MAX_ARGS];
   if (k->like >= 0) {
-    PyObject *la[2] = {args[k->like], g_contiguous_format};
-    res = PyObject_Vectorcall(g_empty_like, la, 1, g_like_kwnames);
+    res = empty_like(args[k->like]);
     if (!res) return NULL;
     r[0] = res;
   } else if (k->nresults) {
