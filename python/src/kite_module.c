@@ -383,12 +383,43 @@ typedef struct ctx_entry {
 static _Thread_local ctx_entry g_ctx[MAX_CTX];
 static _Thread_local int g_nctx;
 
+/* 1 when torch says its current CUDA stream is capturing a graph. Making a device ctx allocates
+ * its workspace (cudaMalloc), which a capture forbids and which would end that capture broken. */
+static int torch_capturing(void) {
+  static PyObject *fn;
+  if (!g_torch_tensor) return 0;
+  if (!fn) {
+    PyObject *torch = PyDict_GetItemString(PyImport_GetModuleDict(), "torch"); /* borrowed */
+    PyObject *tc = torch ? PyObject_GetAttrString(torch, "_C") : NULL;
+    fn = tc ? PyObject_GetAttrString(tc, "_cuda_isCurrentStreamCapturing") : NULL;
+    Py_XDECREF(tc);
+    if (!fn) {
+      PyErr_Clear();
+      return 0;
+    }
+  }
+  PyObject *r = PyObject_CallNoArgs(fn);
+  if (!r) PyErr_Clear();
+  int capturing = r == Py_True;
+  Py_XDECREF(r);
+  return capturing;
+}
+
+/* The ctx of (dev, stream), made on first use; NULL with *st set, or with a Python error set. */
 static kite_ctx *ctx_for(DLDevice dev, void *stream, kite_status *st) {
   if (dev.device_type == kDLCPU) stream = NULL;
   for (int i = 0; i < g_nctx; i++)
     if (g_ctx[i].dev.device_type == dev.device_type && g_ctx[i].dev.device_id == dev.device_id &&
         g_ctx[i].stream == stream)
       return g_ctx[i].ctx;
+  if (dev.device_type != kDLCPU && torch_capturing()) {
+    PyErr_Format(g_errors[KITE_ERR_DEVICE],
+                 "kite: first call on stream %p of device %d during CUDA-graph capture: kite "
+                 "makes a ctx per (device, stream) on the first call, which allocates device "
+                 "memory; run the op once on the capture stream before capturing",
+                 stream, (int)dev.device_id);
+    return NULL;
+  }
   kite_ctx_params p = kite_ctx_params_default();
   p.device = dev;
   p.stream = stream;
@@ -503,7 +534,7 @@ static PyObject *run_op(const op_desc *d, PyObject *const *args, void *stream,
   kite_ctx *c = ctx_for(dev, stream, &st);
   if (!c) {
     frame_release(&f);
-    return raise_status(st);
+    return PyErr_Occurred() ? NULL : raise_status(st);
   }
   Py_BEGIN_ALLOW_THREADS st = d->call(c, a);
   Py_END_ALLOW_THREADS frame_release(&f);

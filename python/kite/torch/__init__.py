@@ -23,10 +23,13 @@ otherwise (and under tracing modes or tensor subclasses).
 A tensor argument whose last dim is not unit-stride is made contiguous before the call (a copy);
 a result given to .out must have a unit-stride last dim (kite refuses it otherwise).
 
-CUDA graphs: the calls allocate their results with torch (its graph pool under capture) and do
-not synchronize; kite's ctx for a (device, stream) pair is made on the first call on that stream,
-with 64 MiB of workspace reserved. Run each op once on the capture stream before capturing
-(torch's usual warm-up), so that ctx, its workspace and cuBLASLt's handle exist beforehand.
+CUDA graphs: the calls allocate their results with torch (its graph pool under capture) and
+neither synchronize nor allocate device memory themselves; kite's ctx for a (device, stream)
+pair is made on the first call on that stream, with 64 MiB of workspace reserved. Run each op
+once on the capture stream before capturing (torch's usual warm-up, which torch.compile's
+mode="reduce-overhead" does on its capture stream too), so that the ctx, its workspace and
+cuBLASLt's handle (made at a device's first linear) exist beforehand: a first call on a stream
+that is capturing raises kite.DeviceError and leaves the capture intact.
 """
 import torch
 
