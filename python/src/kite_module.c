@@ -2,11 +2,12 @@
  * kite._C: the CPython extension over kite's public C API.
  *
  * One entry point runs every op: call(op_index, stream, *args), with the op's arguments in the
- * order of its row in ops_table.h. Tensors come as torch tensors (read through their attributes:
- * no DLPack capsule per call, the cheapest way in from C) or as any DLPack producer
- * (__dlpack__: numpy, cupy, jax). A kite_ctx per (device, stream) is created on first use and
- * kept, per thread (a ctx is used by one thread at a time; a thread's ctxs live until the
- * process ends); a device ctx reserves its workspace when made. The GIL is released around the
+ * order of its row in ops_table.h. Tensors come as torch tensors (read through torch's DLPack C
+ * exchange API where it has one, else through their attributes: no DLPack capsule per call) or
+ * as any DLPack producer (__dlpack__: numpy, cupy, jax). torch_kernel makes the kernels that
+ * torch.ops.kite registers with the torch dispatcher. A kite_ctx per (device, stream) is created on
+ * first use and kept, per thread (a ctx is used by one thread at a time; a thread's ctxs live until
+ * the process ends); a device ctx reserves its workspace when made. The GIL is released around the
  * op.
  * Every kite_status other than KITE_OK raises the matching kite exception with kite's message.
  */
@@ -146,7 +147,7 @@ static int g_torch_ndtypes;
 static PyObject *s_data_ptr, *s_shape, *s_stride, *s_dtype, *s_is_cuda, *s_is_cpu, *s_get_device,
     *s_contiguous, *s_dlpack;
 
-/* The DLPack C exchange API (DLPack 1.3, `type(tensor).__dlpack_c_exchange_api__`, a capsule
+/* The DLPack C exchange API (DLPack 1.x, `type(tensor).__dlpack_c_exchange_api__`, a capsule
  * named "dlpack_exchange_api"): a producer's C functions that fill a DLTensor from a Python tensor
  * and give the current work stream of a device, without a Python call. Declared here with the
  * layout the DLPack standard fixes, as the dlpack.h kite builds against may predate it. */
