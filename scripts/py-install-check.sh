@@ -4,13 +4,16 @@
 # file, `pip install --no-build-isolation -e .`, then from outside the repository with neither
 # PYTHONPATH nor LD_LIBRARY_PATH set:
 #   - `import kite` takes the package's Python files from the source tree (editable) and kite._C
-#     finds libkite.so (and libkite-cuda.so where it was built) in the installed package;
+#     finds libkite (and libkite-cuda.so where it was built) in the installed package;
 #   - an edit to a Python file of the tree shows without reinstalling;
 #   - KITE_KERNELS pins a kernel (kite.last_dispatch() names it) and KITE_BACKEND_PATH loads a
-#     plugin (the test plugin of the C build: ${BUILD:-build}/tests/plugins-auto);
+#     plugin (the test plugin of the C build: ${BUILD:-build}/tests/plugins-auto, linked against
+#     the C build's libkite.so.0: it must bind to the package's library, not load that one);
 #   - torch.ops.kite.rms_norm runs.
-# The build is a full Release build of libkite: about 10-15 minutes on a loaded 2-core host, a
-# few on a quiet 16-core one (not part of scripts/test.sh for that reason).
+# The build is a Release build of libkite in build/python-<wheel tag> (pyproject.toml's build-dir,
+# kept between runs): with CUDA=OFF about 4 minutes on the loaded 2-core host (217 s, partly
+# reusing objects), 12 s when the build folder is current; the CUDA plugin's build adds well over
+# 10 minutes there. Not part of scripts/test.sh for that reason.
 # Environment: BUILD (the C build holding the test plugin, default build), KEEP=1 keeps the venv,
 # CUDA=OFF leaves the CUDA plugin out where nvcc is on PATH (its build is the longest part).
 set -euo pipefail
@@ -72,6 +75,8 @@ KITE_BACKEND_PATH=$plugins "$py" -c "
 import kite
 names = [b['name'] for b in kite.backends()]
 assert 'testvendor' in names, (names, kite.plugin_failures())
+libs = sorted({l.split()[-1] for l in open('/proc/self/maps') if 'libkite' in l})
+assert not any('/build/lib/' in l for l in libs), f'a second libkite came with the plugin: {libs}'
 print('KITE_BACKEND_PATH: backends', names)"
 
 "$py" -c "
