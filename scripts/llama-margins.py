@@ -13,7 +13,8 @@ import numpy as np
 from llama_cpp import Llama
 
 model, ref = sys.argv[1], sys.argv[2]
-llm = Llama(model_path=model, n_ctx=512, n_threads=2, verbose=False, seed=0, logits_all=True)
+# one thread: on a shared host, spinning worker threads slow every step down many times
+llm = Llama(model_path=model, n_ctx=512, n_threads=1, verbose=False, seed=0, logits_all=True)
 print("# produced by: python scripts/llama-margins.py %s %s (top-1 minus top-2 logit per step)"
       % (model.split("/")[-1], ref.split("/")[-1]))
 for line in open(ref, encoding="utf-8"):
