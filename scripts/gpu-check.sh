@@ -15,7 +15,10 @@
 #            PyPI is reachable): bf16, q4 and f32 weights, batch 1 and 64, a 510-token prompt;
 #            tests/engine/check_llama_ref.py --strict --device cuda (greedy ids against llama.cpp);
 #            then scripts/hf_peer.py (transformers generate, static cache, eager and compiled) on
-#            the same weights; a table of prompt / decode tok/s last; output in peers.log
+#            the same weights; a table of prompt / decode tok/s last; output in peers.log.
+#            A machine without network gets the model as two ignored files: `bash
+#            scripts/model-parts.sh split` where the model is, then .model-parts/smollm2.gguf.part-a
+#            carried with one call and .model-parts/smollm2.gguf.part-b with the next.
 #   peers    scripts/torch_peers.py: kite beside PyTorch eager and torch.compile, then linear
 #            (TFLOP/s vs torch.mm), paged_decode (GB/s of KV read) and paged_prefill (TFLOP/s
 #            vs torch SDPA flash), sample beside a sort-based torch sampler and FlashInfer;
