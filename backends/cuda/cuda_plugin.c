@@ -328,6 +328,15 @@ static const kite_kernel cuda_kernels[] = {
            cuda_penalties_run, "a block per row, the first position of each id updates it"),
     KERNEL(KITE_OP_LINEAR_WQ4, "warp", PRIORITY_GENERIC, cuda_linear_wq4_supports,
            cuda_linear_wq4_run, "a warp per output column and 8 rows, blocks over lanes"),
+    VEC(KITE_OP_CROSS_ENTROPY, ce, "block per row, one pass, 16-byte loads, fixed-order sum"),
+    GENERIC(KITE_OP_CROSS_ENTROPY, ce, "block per row, one pass, any layout, fixed-order sum"),
+    VEC(KITE_OP_CROSS_ENTROPY_BACKWARD, ce, "block per row, 16-byte loads, in place allowed"),
+    GENERIC(KITE_OP_CROSS_ENTROPY_BACKWARD, ce, "block per row, any layout, in place allowed"),
+    KERNEL(KITE_OP_FUSED_LINEAR_CROSS_ENTROPY, "cublaslt", PRIORITY_LIBRARY, cuda_flce_supports,
+           cuda_flce_cublaslt_run,
+           "chunks of rows: cuBLASLt GEMMs, cross-entropy forward+backward in place per piece"),
+    KERNEL(KITE_OP_FUSED_LINEAR_CROSS_ENTROPY, "generic", PRIORITY_GENERIC, cuda_flce_supports,
+           cuda_flce_generic_run, "chunks of rows: tiled GEMMs on CUDA cores, any layout"),
 };
 
 static const kite_backend cuda_backend = {
