@@ -328,6 +328,26 @@ static const kite_kernel cuda_kernels[] = {
            cuda_penalties_run, "a block per row, the first position of each id updates it"),
     KERNEL(KITE_OP_LINEAR_WQ4, "warp", PRIORITY_GENERIC, cuda_linear_wq4_supports,
            cuda_linear_wq4_run, "a warp per output column and 8 rows, blocks over lanes"),
+    /* training: backward ops */
+    VEC(KITE_OP_ACTIVATION_BACKWARD, act_bwd, "dy * act'(x), 16-byte loads"),
+    GENERIC(KITE_OP_ACTIVATION_BACKWARD, act_bwd, "dy * act'(x), any layout"),
+    VEC(KITE_OP_GATED_BACKWARD, act_bwd, "d gate and d up, 16-byte loads"),
+    GENERIC(KITE_OP_GATED_BACKWARD, act_bwd, "d gate and d up, any layout"),
+    VEC(KITE_OP_RMS_NORM_BACKWARD, norm_bwd,
+        "runs of rows per block, row in registers, dw by fixed-order partials"),
+    GENERIC(KITE_OP_RMS_NORM_BACKWARD, norm_bwd,
+            "runs of rows per block, any layout, dw by fixed-order partials"),
+    VEC(KITE_OP_LAYER_NORM_BACKWARD, norm_bwd,
+        "runs of rows per block, row in registers, dw/db by fixed-order partials"),
+    GENERIC(KITE_OP_LAYER_NORM_BACKWARD, norm_bwd,
+            "runs of rows per block, any layout, dw/db by fixed-order partials"),
+    VEC(KITE_OP_ROPE_BACKWARD, rope, "rotation by -theta, 16-byte packs of pairs"),
+    GENERIC(KITE_OP_ROPE_BACKWARD, rope, "rotation by -theta, a pair per thread, any layout"),
+    VEC(KITE_OP_SOFTMAX_BACKWARD, softmax_bwd, "block per row, two passes, 16-byte loads"),
+    GENERIC(KITE_OP_SOFTMAX_BACKWARD, softmax_bwd, "block per row, two passes, any layout"),
+    KERNEL(KITE_OP_EMBEDDING_BACKWARD, "sorted", PRIORITY_GENERIC, cuda_embedding_bwd_supports,
+           cuda_embedding_bwd_run,
+           "stable radix sort of ids, then each table row summed in token order"),
 };
 
 static const kite_backend cuda_backend = {
