@@ -4,9 +4,11 @@
  * w (layer) or 1, g = dy * wf and xhat = (x - mean) * rstd (mean 0 for rms):
  *   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) + dres      (mean(g) dropped for rms)
  *   dw = sum over rows of dy * xhat,   db = sum over rows of dy.
- * Statistics are recomputed from x as the forward does: layer norm's variance around the mean in
- * a second pass (one pass of sum x^2 - mean^2 loses everything to cancellation when the mean is
- * large), and mean(g * xhat) from (x - mean), never from sum(g x) - mean sum(g).
+ * Statistics are recomputed from x as the forward does. Layer norm works on d = x - x0, x0 the
+ * row's first element: d is exact for x within a factor 2 of x0 (a row far from 0), and
+ * xhat = (d - mean(d)) * rstd then never carries the rounding of a large mean (x0's ulp, 7.6e-6
+ * at 100) into every element; the variance is taken around mean(d) in a second pass, and
+ * mean(g * xhat) from xhat, never from sum(g x) - mean sum(g).
  *
  * dw and db are deterministic: a block takes a fixed run of rows (the split depends on rows and
  * cols only, never on the device), sums its rows' terms per column in row order into f32
@@ -102,6 +104,14 @@ __global__ __launch_bounds__(kVecThreads) void norm_bwd_vec_kernel(kite_norm_bwd
       load_floats<N>(x + i, xs[p]);
       load_floats<N>(dy + i, d[p]);
     }
+    if (!RMS) {
+      const float x0 = to_float(x[0]);
+#pragma unroll
+      for (int p = 0; p < VPT; p++)
+#pragma unroll
+        for (int j = 0; j < N; j++)
+          if (p < np) xs[p][j] -= x0;
+    }
     float mean, rstd;
     row_stats<RMS>(xs, np, inv_cols, a.eps, mean, rstd);
     /* xs becomes xhat, d becomes g (dy kept in the partials first) */
@@ -169,9 +179,10 @@ __global__ void norm_bwd_generic_kernel(kite_norm_bwd_args a, Plan plan, float *
   for (int64_t r = r0; r < r1; r++) {
     const T *x = (const T *)a.x + r * a.x_stride;
     const T *dy = (const T *)a.dy + r * a.dy_stride;
+    const float x0 = RMS ? 0.0f : to_float(x[0]); /* the shift of the header comment */
     float acc = 0.0f;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-      const float v = to_float(x[i]);
+      const float v = to_float(x[i]) - x0;
       acc += RMS ? v * v : v;
     }
     float mean = 0.0f, rstd;
@@ -181,14 +192,14 @@ __global__ void norm_bwd_generic_kernel(kite_norm_bwd_args a, Plan plan, float *
       mean = block_sum(acc) * inv_cols;
       float dev = 0.0f;
       for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const float v = to_float(x[i]) - mean;
+        const float v = to_float(x[i]) - x0 - mean;
         dev += v * v;
       }
       rstd = rsqrtf(block_sum(dev) * inv_cols + a.eps);
     }
     float sg = 0.0f, sgx = 0.0f;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-      const float xhat = (to_float(x[i]) - mean) * rstd;
+      const float xhat = (to_float(x[i]) - x0 - mean) * rstd;
       const float wf = w ? (RMS ? a.offset : 0.0f) + to_float(w[i]) : 1.0f;
       const float g = to_float(dy[i]) * wf;
       sg += g;
@@ -198,7 +209,7 @@ __global__ void norm_bwd_generic_kernel(kite_norm_bwd_args a, Plan plan, float *
     const float mg = RMS ? 0.0f : sg * inv_cols, mgx = sgx * inv_cols;
     T *dx = (T *)a.dx + r * a.dx_stride;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-      const float xhat = (to_float(x[i]) - mean) * rstd;
+      const float xhat = (to_float(x[i]) - x0 - mean) * rstd;
       const float wf = w ? (RMS ? a.offset : 0.0f) + to_float(w[i]) : 1.0f;
       const float d = to_float(dy[i]);
       float v = rstd * (d * wf - mg - xhat * mgx);
