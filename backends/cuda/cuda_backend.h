@@ -146,6 +146,16 @@ CUDA_RUN(cuda_linear_quant_run);
 CUDA_SUPPORTS(cuda_linear_wq4_supports);
 CUDA_RUN(cuda_linear_wq4_run);
 
+/* cross_entropy.cu: cross_entropy, cross_entropy_backward */
+CUDA_SUPPORTS(cuda_ce_vec_supports);
+CUDA_SUPPORTS(cuda_ce_generic_supports);
+CUDA_RUN(cuda_ce_vec_run);
+CUDA_RUN(cuda_ce_generic_run);
+/* flce.cu: fused_linear_cross_entropy */
+CUDA_SUPPORTS(cuda_flce_supports);
+CUDA_RUN(cuda_flce_cublaslt_run);
+CUDA_RUN(cuda_flce_generic_run);
+
 #ifdef __cplusplus
 }
 #endif

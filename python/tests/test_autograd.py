@@ -133,42 +133,49 @@ def test_rope(style, device):
 TARGETS = torch.tensor([3, -100, 0, 99, 42, 7, 5, 5])
 
 
+# The losses run on every device here: on CUDA tensors through the CUDA kernels.
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("opts", [dict(), dict(label_smoothing=0.1, lse_square_scale=1e-3,
                                                softcap=30.0)])
-def test_cross_entropy_loss(reduction, opts):
+def test_cross_entropy_loss(reduction, opts, device):
     ls, z, cap = opts.get("label_smoothing", 0.0), opts.get("lse_square_scale", 0.0), \
         opts.get("softcap", 0.0)
     red = {"none": 0, "sum": 1, "mean": 2}[reduction]
     loss_fn = knn.CrossEntropyLoss(reduction=reduction, **opts)
+    t = TARGETS.to(device)
 
     def ref(x):
-        out = _ce_ref(x, TARGETS, -100, ls, z, cap, red)[0]
+        out = _ce_ref(x, t, -100, ls, z, cap, red)[0]
         return out if reduction == "none" else out.reshape(())
     dy = torch.randn(8) if reduction == "none" else torch.tensor(1.7)
-    _check(*_both(lambda x: loss_fn(x, TARGETS), ref, torch.randn(8, 100) * 3, dy=dy), "ce")
+    _check(*_both(lambda x: loss_fn(x, t), ref, (torch.randn(8, 100) * 3).to(device),
+                  dy=dy.to(device)), "ce")
     if not ls and not z and not cap:  # plain CE equals torch's own
-        x = torch.randn(8, 100)
-        torch.testing.assert_close(loss_fn(x, TARGETS),
-                                   F.cross_entropy(x, TARGETS, reduction=reduction),
+        x = torch.randn(8, 100, device=device)
+        torch.testing.assert_close(loss_fn(x, t), F.cross_entropy(x, t.long(), reduction=reduction),
                                    rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
-def test_fused_linear_cross_entropy_loss(bias, reduction):
+def test_fused_linear_cross_entropy_loss(bias, reduction, device):
     loss_fn = knn.FusedLinearCrossEntropyLoss(reduction=reduction, label_smoothing=0.05,
                                               lse_square_scale=1e-4, chunk_bytes=2048)
     red = {"none": 0, "sum": 1, "mean": 2}[reduction]
-    h, w, b = torch.randn(8, 32), torch.randn(100, 32) / 4, torch.randn(100)
+    h, w, b = (x.to(device) for x in (torch.randn(8, 32), torch.randn(100, 32) / 4,
+                                      torch.randn(100)))
+    t = TARGETS.to(device)
 
     def kt(h, w, b=None):
-        return loss_fn(w, h, TARGETS, b)
+        return loss_fn(w, h, t, b)
 
     def ref(h, w, b=None):
-        return _ce_ref(h @ w.T + (0 if b is None else b), TARGETS, -100, 0.05, 1e-4, 0.0,
+        return _ce_ref(h @ w.T + (0 if b is None else b), t, -100, 0.05, 1e-4, 0.0,
                        red)[0].reshape(())
-    _check(*_both(kt, ref, *((h, w, b) if bias else (h, w)), dy=torch.tensor(0.6)), "flce")
+    _check(*_both(kt, ref, *((h, w, b) if bias else (h, w)),
+                  dy=torch.tensor(0.6, device=device)), "flce")
 
 
 def test_fused_linear_cross_entropy_none_takes_sum_only():
