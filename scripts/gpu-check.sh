@@ -130,7 +130,9 @@ fi
 if want bench; then
   stage kite bench --backend cuda
   : > "$OUT/kite_bench.jsonl"
-  for op in rms_norm add_rms_norm silu_and_mul rope softmax embedding paged_decode paged_prefill \
+  for op in rms_norm add_rms_norm silu_and_mul rope softmax embedding rms_norm_backward \
+    layer_norm_backward activation_backward gated_backward rope_backward softmax_backward \
+    embedding_backward paged_decode paged_prefill \
     sdpa linear linear_wq4 group_gemm fused_moe argmax sample logprobs apply_penalties \
     cross_entropy cross_entropy_backward fused_linear_cross_entropy; do
     # the sampling family as engines hand it over: f32 logits

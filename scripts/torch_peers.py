@@ -79,6 +79,7 @@ class Kite:
         self.lib.kite_ctx_create.argtypes = [C.POINTER(CtxParams), C.POINTER(C.c_void_p)]
         T, f = C.c_void_p, C.c_float
         sig = {"kite_rms_norm": [T, T, T, f, f, T],
+               "kite_rms_norm_backward": [T, T, T, T, f, f, T, T],
                "kite_add_rms_norm": [T, T, T, T, f, f, C.c_int, T],
                "kite_silu_and_mul": [T, T, f, T],
                "kite_rope": [T, T, T, T, T, C.c_int64, C.c_int],
@@ -235,6 +236,36 @@ def softmax_ref(x):
     return torch.softmax(x, dim=-1)
 
 
+def rms_bwd_ref(x, w, dy):
+    """dx, dw of F.rms_norm in f32 (x, w and dy as given, results in their dtype)."""
+    xf, wf = x.float().requires_grad_(), w.float().requires_grad_()
+    dx, dw = torch.autograd.grad(F.rms_norm(xf, (x.shape[-1],), wf, EPS), (xf, wf), dy.float())
+    return torch.cat([dx.to(x.dtype).flatten(), dw.to(w.dtype).flatten()])
+
+
+def rms_bwd_compiled(x, w, dy):
+    """A closure running the backward graph alone of a torch.compile'd F.rms_norm."""
+    comp = torch.compile(lambda a, b: F.rms_norm(a, (a.shape[-1],), b, EPS), dynamic=False)
+    xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
+    y = comp(xg, wg)
+    run = lambda: torch.autograd.grad(y, (xg, wg), dy, retain_graph=True)
+    run()
+    return run
+
+
+rms_bwd_compiled.builds_compiled = True
+
+
+def compiled(ref_fn, ref_args):
+    """A closure timing torch.compile's version of ref_fn (the backward cases build their own:
+    their backward graph alone)."""
+    if getattr(ref_fn, "builds_compiled", False):
+        return ref_fn(*ref_args)
+    comp = torch.compile(ref_fn, dynamic=False)
+    comp(*ref_args)
+    return lambda: comp(*ref_args)
+
+
 def after(kfn, out, ref_fn):
     """A check: runs kite, then returns (kite's output, the reference)."""
     def check():
@@ -267,6 +298,23 @@ def make_case(kite, op, T, dt=torch.bfloat16):
 
         eager = lambda: F.rms_norm(x + r0, (H,), w, EPS)
         return (f"{T}x{H}", (4 * T * H + H) * e, k, eager, add_rms_ref, (x, r0, w), check)
+    if op == "rms_norm_backward":
+        # bytes as the issue counts them: x, w, dy read, dx written (dw, H elements, aside);
+        # every contestant computes dx and dw; eager and compile time their backward graph alone
+        H = 4096
+        x, w, dy = rnd(T, H), rnd(H), rnd(T, H)
+        dx, dw = torch.empty_like(x), torch.empty_like(w)
+        X, W, DY, DX, DW = dl(x), dl(w), dl(dy), dl(dx), dl(dw)
+        k = lambda: kite.call("kite_rms_norm_backward", X, W, DY, EPS, 0.0, DX, DW)
+        xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
+        y = F.rms_norm(xg, (H,), wg, EPS)
+        eager = lambda: torch.autograd.grad(y, (xg, wg), dy, retain_graph=True)
+
+        def check():
+            k()
+            return torch.cat([dx.flatten(), dw.flatten()]), rms_bwd_ref(x, w, dy)
+
+        return (f"{T}x{H}", (3 * T * H + H) * e, k, eager, rms_bwd_compiled, (x, w, dy), check)
     if op == "silu_and_mul":
         I = 14336
         x, y = rnd(T, 2 * I), torch.empty(T, I, device="cuda", dtype=dt)
@@ -670,9 +718,11 @@ def main():
 
     rows, failures = [], 0 if ok else 1
     bench_gbs = kite_bench_gbs(args.kite_bench)
-    ops = ["rms_norm", "add_rms_norm", "silu_and_mul", "rope", "softmax", "embedding"]
+    ops = ["rms_norm", "add_rms_norm", "silu_and_mul", "rope", "softmax", "embedding",
+           "rms_norm_backward"]
     for op in ops:
-        for T in (8192, 16, 1):
+        # backward graphs are not replayed as CUDA graphs: the training size only
+        for T in (8192,) if op.endswith("_backward") else (8192, 16, 1):
             shape, nbytes, kfn, eager, ref_fn, ref_args, check = make_case(kite, op, T)
             got, want = check()
             torch.cuda.synchronize()
@@ -684,9 +734,7 @@ def main():
                 fns, names = [kfn, eager], ["kite_us", "eager_us"]
                 if not args.no_compile:
                     try:
-                        comp = torch.compile(ref_fn, dynamic=False)
-                        comp(*ref_args)
-                        fns.append(lambda: comp(*ref_args))
+                        fns.append(compiled(ref_fn, ref_args))
                         names.append("compile_us")
                     except Exception as ex:  # a peer that fails to compile is reported, not fatal
                         print(f"{op}: torch.compile failed: {ex}", file=sys.stderr)
