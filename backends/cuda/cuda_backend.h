@@ -80,6 +80,27 @@ CUDA_SUPPORTS(cuda_embedding_vec_supports);
 CUDA_RUN(cuda_embedding_vec_run);
 CUDA_RUN(cuda_embedding_generic_run);
 
+/* ---- training: backward ops (kite.h "Training") ---- */
+/* activation.cu: activation_backward, gated_backward */
+CUDA_SUPPORTS(cuda_act_bwd_vec_supports);
+CUDA_SUPPORTS(cuda_act_bwd_generic_supports);
+CUDA_RUN(cuda_act_bwd_vec_run);
+CUDA_RUN(cuda_act_bwd_generic_run);
+/* norm_backward.cu: rms_norm_backward, layer_norm_backward (and their fused pre-rule forms) */
+CUDA_SUPPORTS(cuda_norm_bwd_vec_supports);
+CUDA_SUPPORTS(cuda_norm_bwd_generic_supports);
+CUDA_RUN(cuda_norm_bwd_vec_run);
+CUDA_RUN(cuda_norm_bwd_generic_run);
+/* rope_backward: rope.cu's kernels (cuda_rope_*), turning by -theta */
+/* softmax.cu: softmax_backward */
+CUDA_SUPPORTS(cuda_softmax_bwd_vec_supports);
+CUDA_SUPPORTS(cuda_softmax_bwd_generic_supports);
+CUDA_RUN(cuda_softmax_bwd_vec_run);
+CUDA_RUN(cuda_softmax_bwd_generic_run);
+/* embedding.cu: embedding_backward */
+CUDA_SUPPORTS(cuda_embedding_bwd_supports);
+CUDA_RUN(cuda_embedding_bwd_run);
+
 /* sampling.cu: argmax, sample (one run), logprobs, apply_penalties */
 CUDA_SUPPORTS(cuda_sampling_supports);
 CUDA_RUN(cuda_sample_run);
@@ -139,6 +160,16 @@ CUDA_RUN(cuda_nccl_run);
 /* wq4.cu: linear_wq4 */
 CUDA_SUPPORTS(cuda_linear_wq4_supports);
 CUDA_RUN(cuda_linear_wq4_run);
+
+/* cross_entropy.cu: cross_entropy, cross_entropy_backward */
+CUDA_SUPPORTS(cuda_ce_vec_supports);
+CUDA_SUPPORTS(cuda_ce_generic_supports);
+CUDA_RUN(cuda_ce_vec_run);
+CUDA_RUN(cuda_ce_generic_run);
+/* flce.cu: fused_linear_cross_entropy */
+CUDA_SUPPORTS(cuda_flce_supports);
+CUDA_RUN(cuda_flce_cublaslt_run);
+CUDA_RUN(cuda_flce_generic_run);
 
 #ifdef __cplusplus
 }

@@ -85,9 +85,10 @@ typedef struct kite_ctx kite_ctx;
 typedef enum kite_check_flags {
   /* Device kernels record the first index value outside its range (a block id outside the cache
    * inside a sequence, a seq_len past the block table, a negative length, a query chunk longer
-   * than its sequence, a slot past the cache, negative group sizes or sizes not summing to M)
-   * in a device word; the next kite_ctx_synchronize() (or kite_memcpy) on that device returns
-   * INVALID_ARG naming the op and the value, and clears the word. The kernels still never go
+   * than its sequence, a slot past the cache, negative group sizes or sizes not summing to M,
+   * a cross-entropy target outside [0, V) that is not ignore_index) in a device word; the next
+   * kite_ctx_synchronize() (or kite_memcpy) on that device returns INVALID_ARG naming the op and
+   * the value, and clears the word. The kernels still never go
    * out of bounds. The word is allocated at the first checked call, so make one before
    * capturing a CUDA graph. On a CPU ctx such values are always errors, so the flag changes
    * nothing there. */
@@ -511,7 +512,7 @@ KITE_API kite_status kite_embedding_backward(kite_ctx *ctx, const DLTensor *ids,
  * are: never NaN). A target outside [0, V) that is not ignore_index is an error where the
  * backend can read targets (host memory), checked before anything is written; a device kernel
  * that cannot report it gives that row a NaN loss and a zero gradient and never reads outside the
- * row. */
+ * row (KITE_CHECK_INDICES reports it at the next synchronization). */
 typedef enum kite_reduction {
   KITE_REDUCTION_NONE = 0,
   KITE_REDUCTION_SUM = 1,
