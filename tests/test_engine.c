@@ -9,7 +9,9 @@
  *   - continuous batching: three prompts of different lengths run together with a small prefill
  *     chunk give exactly the tokens each gives alone, and every KV block is free afterwards;
  *   - the byte-level BPE tokenizer on the file's small vocabulary and merges.
- * `test_engine --write-seed FILE` writes the model file (the GGUF fuzzer's seed) and exits.
+ * `test_engine --write-seed FILE` writes the model file (the GGUF fuzzer's seed) and exits;
+ * `test_engine --device cuda` runs the model tests on a CUDA ctx (the same bounds: f32 there runs
+ * in f32, never TF32; the batched and the alone runs must still give the same tokens).
  */
 #include <math.h>
 #include <stdio.h>
@@ -533,6 +535,15 @@ static void test_malformed(const buf *img) {
 }
 
 int main(int argc, char **argv) {
+  DLDeviceType dev = kDLCPU;
+  if (argc == 3 && strcmp(argv[1], "--device") == 0) {
+    if (strcmp(argv[2], "cuda") == 0) {
+      dev = kDLCUDA;
+    } else if (strcmp(argv[2], "cpu") != 0) {
+      fprintf(stderr, "test_engine: --device %s unknown (cpu, cuda)\n", argv[2]);
+      return 2;
+    }
+  }
   make_tensors();
   buf img = write_gguf();
   if (argc == 3 && strcmp(argv[1], "--write-seed") == 0) {
@@ -553,6 +564,7 @@ int main(int argc, char **argv) {
   kite_ctx *ctx = NULL;
   kite_ctx_params cp = kite_ctx_params_default();
   cp.num_threads = 2;
+  cp.device.device_type = dev;
   CHECK(kite_ctx_create(&cp, &ctx) == KITE_OK, "ctx: %s", kite_last_error());
   if (ctx && !failures) {
     test_tokenizer(&g);

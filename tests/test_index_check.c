@@ -25,7 +25,7 @@ static void expect(const char *what, kite_status got, kite_status want, const ch
 
 typedef struct dev {
   kite_ctx *ctx;
-  void *q, *kc, *vc, *bt, *sl, *o, *x, *w, *gs, *y;
+  void *q, *kc, *vc, *bt, *sl, *o, *x, *w, *gs, *y, *tg;
 } dev;
 
 static DLTensor t(void *data, DLDevice d, DLDataType dt, int ndim, int64_t *shape) {
@@ -64,6 +64,31 @@ static kite_status group_gemm(dev *d, DLDevice dv, const int32_t *sizes) {
   return kite_group_gemm(d->ctx, &x, &w, &g, &y);
 }
 
+/* cross_entropy (reduction none) over x[5, 8] of zeros -> loss[5] in y: log 8 a row, 0 for an
+ * ignored one. */
+static kite_status cross_entropy(dev *d, DLDevice dv, const int32_t *targets) {
+  const DLDataType f32 = {kDLFloat, 32, 1}, i32 = {kDLInt, 32, 1};
+  if (kite_memcpy(d->ctx, d->tg, targets, 5 * sizeof *targets, KITE_COPY_HOST_TO_DEVICE) != KITE_OK)
+    return KITE_ERR_INTERNAL;
+  int64_t xs[2] = {5, 8}, ns[1] = {5};
+  DLTensor x = t(d->x, dv, f32, 2, xs), tg = t(d->tg, dv, i32, 1, ns),
+           loss = t(d->y, dv, f32, 1, ns);
+  kite_ce_opts o = kite_ce_opts_default();
+  o.reduction = KITE_REDUCTION_NONE;
+  return kite_cross_entropy(d->ctx, &x, &tg, &o, &loss, NULL);
+}
+
+/* fused_linear_cross_entropy: h = x[5, 8], w[6, 8] (V = 6), mean loss in y, no gradients. */
+static kite_status flce(dev *d, DLDevice dv, const int32_t *targets) {
+  const DLDataType f32 = {kDLFloat, 32, 1}, i32 = {kDLInt, 32, 1};
+  if (kite_memcpy(d->ctx, d->tg, targets, 5 * sizeof *targets, KITE_COPY_HOST_TO_DEVICE) != KITE_OK)
+    return KITE_ERR_INTERNAL;
+  int64_t hs[2] = {5, 8}, ws[2] = {6, 8}, ns[1] = {5}, ls[1] = {1};
+  DLTensor h = t(d->x, dv, f32, 2, hs), w = t(d->w, dv, f32, 2, ws), tg = t(d->tg, dv, i32, 1, ns),
+           loss = t(d->y, dv, f32, 1, ls);
+  return kite_fused_linear_cross_entropy(d->ctx, &h, &w, NULL, &tg, NULL, &loss, NULL, NULL, NULL);
+}
+
 static int make(dev *d, DLDevice dv, uint32_t checks) {
   memset(d, 0, sizeof *d);
   kite_ctx_params p = kite_ctx_params_default();
@@ -76,11 +101,12 @@ static int make(dev *d, DLDevice dv, uint32_t checks) {
   d->sl = upload(d->ctx, NULL, 2 * 4), d->o = upload(d->ctx, NULL, 64 * 4);
   d->x = upload(d->ctx, zeros, 40 * 4), d->w = upload(d->ctx, zeros, 96 * 4);
   d->gs = upload(d->ctx, NULL, 2 * 4), d->y = upload(d->ctx, NULL, 30 * 4);
-  return d->q && d->kc && d->vc && d->bt && d->sl && d->o && d->x && d->w && d->gs && d->y;
+  d->tg = upload(d->ctx, NULL, 5 * 4);
+  return d->q && d->kc && d->vc && d->bt && d->sl && d->o && d->x && d->w && d->gs && d->y && d->tg;
 }
 
 static void release(dev *d) {
-  void *all[] = {d->q, d->kc, d->vc, d->bt, d->sl, d->o, d->x, d->w, d->gs, d->y};
+  void *all[] = {d->q, d->kc, d->vc, d->bt, d->sl, d->o, d->x, d->w, d->gs, d->y, d->tg};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) kite_free(d->ctx, all[i]);
   kite_ctx_destroy(d->ctx);
 }
@@ -125,7 +151,26 @@ int main(void) {
   expect("negative group size: synchronize", kite_ctx_synchronize(on.ctx), KITE_ERR_INVALID_ARG,
          "group_sizes[0] = -1");
 
+  const int32_t targets[5] = {0, 1, 7, 3, -100}, bad_targets[5] = {0, 8, 2, 3, -100};
+  expect("valid cross_entropy", cross_entropy(&on, dv, targets), KITE_OK, NULL);
+  expect("valid cross_entropy: synchronize", kite_ctx_synchronize(on.ctx), KITE_OK, NULL);
+  expect("target past V: call", cross_entropy(&on, dv, bad_targets), KITE_OK, NULL);
+  expect("target past V: synchronize", kite_ctx_synchronize(on.ctx), KITE_ERR_INVALID_ARG,
+         "cross_entropy: targets: targets[1] = 8");
+  expect("flce target past V: call", flce(&on, dv, bad_targets), KITE_OK, NULL);
+  expect("flce target past V: synchronize", kite_ctx_synchronize(on.ctx), KITE_ERR_INVALID_ARG,
+         "fused_linear_cross_entropy: targets: targets[1] = 8");
+
   /* without the flag: the documented device behaviour, no error */
+  float loss[5] = {0};
+  expect("unchecked: target past V", cross_entropy(&off, dv, bad_targets), KITE_OK, NULL);
+  expect("unchecked: read the losses",
+         kite_memcpy(off.ctx, loss, off.y, sizeof loss, KITE_COPY_DEVICE_TO_HOST), KITE_OK, NULL);
+  /* zero logits: log 8 a row; the bad row NaN; the ignored one 0 */
+  const int loss_ok = loss[0] > 2.0794f && loss[0] < 2.0795f && loss[1] != loss[1] &&
+                      loss[2] == loss[0] && loss[3] == loss[0] && loss[4] == 0.0f;
+  expect("unchecked: a NaN loss for the bad row only", loss_ok ? KITE_OK : KITE_ERR_INTERNAL,
+         KITE_OK, NULL);
   expect("unchecked: seq_len past the table", decode(&off, dv, bt, long_sl), KITE_OK, NULL);
   expect("unchecked: block id past the cache", decode(&off, dv, bad_bt, sl), KITE_OK, NULL);
   expect("unchecked: group sizes summing to 6", group_gemm(&off, dv, bad_sum), KITE_OK, NULL);

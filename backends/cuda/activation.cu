@@ -156,3 +156,117 @@ extern "C" CUDA_RUN(cuda_gated_generic_run) {
   const kite_gated_args *a = (const kite_gated_args *)args;
   return launch<false>(ctx, a->op, a->dtype, params(a), "generic");
 }
+
+/* ---- backward (kite.h "Training") ------------------------------------------------------------
+ * activation_backward: dx = dy * act'(x), [rows, cols] each; dx may be dy (each element is read
+ * by the thread that writes it, before it writes it).
+ * gated_backward: x[rows, 2 cols] = (gate | up), dy[rows, cols] -> dx[rows, 2 cols] = (d gate |
+ * d up) with d gate = dy * up * act'(gate), d up = dy * act(gate); limit > 0 clamps as the
+ * forward did and zeroes the gradient of each clamped value. Same thread mapping as the forward:
+ * N consecutive columns per work item. */
+namespace {
+
+template <typename T, int N, Act A, bool GATED>
+__global__ void act_bwd_kernel(kite_act_bwd_args a) {
+  const int64_t packs = a.cols / N;
+  const bool clamp = GATED && a.limit > 0.0f;
+  for (int64_t r = blockIdx.y * (int64_t)blockDim.y + threadIdx.y; r < a.rows;
+       r += (int64_t)gridDim.y * blockDim.y) {
+    const T *x = (const T *)a.x + r * a.x_stride;
+    const T *dy = (const T *)a.dy + r * a.dy_stride;
+    T *dx = (T *)a.dx + r * a.dx_stride;
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < packs;
+         c += (int64_t)gridDim.x * blockDim.x) {
+      float g[N], d[N];
+      load_floats<N>(x + c * N, g);
+      load_floats<N>(dy + c * N, d);
+      if (!GATED) {
+#pragma unroll
+        for (int i = 0; i < N; i++) g[i] = d[i] * activate_grad<A>(g[i]);
+        store_floats<N>(dx + c * N, g);
+        continue;
+      }
+      float u[N];
+      load_floats<N>(x + a.cols + c * N, u);
+#pragma unroll
+      for (int i = 0; i < N; i++) {
+        bool g_live = true, u_live = true;
+        if (clamp) {
+          if (g[i] > a.limit) g[i] = a.limit, g_live = false;
+          if (u[i] > a.limit) u[i] = a.limit, u_live = false;
+          if (u[i] < -a.limit) u[i] = -a.limit, u_live = false;
+        }
+        const float dg = g_live ? d[i] * u[i] * activate_grad<A>(g[i]) : 0.0f;
+        u[i] = u_live ? d[i] * activate<A>(g[i]) : 0.0f;
+        g[i] = dg;
+      }
+      store_floats<N>(dx + c * N, g);
+      store_floats<N>(dx + a.cols + c * N, u);
+    }
+  }
+}
+
+template <bool VEC>
+kite_status launch_bwd(kite_ctx *ctx, const kite_act_bwd_args *a, const char *variant) {
+  const char *name = cuda_op_str(a->op);
+  if (a->rows <= 0 || a->cols <= 0) return KITE_OK;
+  const bool gated = a->op == KITE_OP_GATED_BACKWARD;
+  if (!gated && a->op != KITE_OP_ACTIVATION_BACKWARD)
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.%s: not an activation backward", name,
+                          variant);
+  void *stream;
+  kite_status st = cuda_begin(ctx, name, &stream);
+  if (st != KITE_OK) return st;
+  cudaStream_t s = (cudaStream_t)stream;
+  return with_float_type(a->dtype, name, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr int N = VEC ? vec_elems<T>() : 1;
+    const RowGrid g = row_grid(a->rows, a->cols / N);
+#define ACT_BWD_CASE(op_id, A, GATED)                                                              \
+  case op_id:                                                                                      \
+    if (gated != GATED) break;                                                                     \
+    act_bwd_kernel<T, N, A, GATED><<<g.grid, g.block, 0, s>>>(*a);                                 \
+    return cuda_check_launch(name, variant)
+    switch (a->act) {
+      ACT_BWD_CASE(KITE_OP_SILU, Act::silu, false);
+      ACT_BWD_CASE(KITE_OP_GELU, Act::gelu, false);
+      ACT_BWD_CASE(KITE_OP_GELU_TANH, Act::gelu_tanh, false);
+      ACT_BWD_CASE(KITE_OP_GELU_QUICK, Act::gelu_quick, false);
+      ACT_BWD_CASE(KITE_OP_RELU, Act::relu, false);
+      ACT_BWD_CASE(KITE_OP_SILU_AND_MUL, Act::silu, true);
+      ACT_BWD_CASE(KITE_OP_GELU_AND_MUL, Act::gelu, true);
+      ACT_BWD_CASE(KITE_OP_GELU_TANH_AND_MUL, Act::gelu_tanh, true);
+    default:
+      break;
+    }
+#undef ACT_BWD_CASE
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: cuda.%s: act %d is not a%s activation", name,
+                          variant, (int)a->act, gated ? " gated" : "n");
+  });
+}
+
+} // namespace
+
+extern "C" CUDA_SUPPORTS(cuda_act_bwd_generic_supports) {
+  return float_dtype(((const kite_act_bwd_args *)args)->dtype, why);
+}
+
+/* vec: as the forward's, with dy's rows aligned too */
+extern "C" CUDA_SUPPORTS(cuda_act_bwd_vec_supports) {
+  const kite_act_bwd_args *a = (const kite_act_bwd_args *)args;
+  const ActParams p{a->rows, a->cols, a->x, a->x_stride, a->dx, a->dx_stride, 0.0f};
+  if (!vec_fits(a->dtype, p, why)) return false;
+  if (!rows_aligned16(a->dy, a->rows, a->dy_stride, kite_dtype_size(a->dtype))) {
+    *why = "needs 16-byte aligned rows and cols a multiple of 16 bytes";
+    return false;
+  }
+  return true;
+}
+
+extern "C" CUDA_RUN(cuda_act_bwd_vec_run) {
+  return launch_bwd<true>(ctx, (const kite_act_bwd_args *)args, "vec");
+}
+
+extern "C" CUDA_RUN(cuda_act_bwd_generic_run) {
+  return launch_bwd<false>(ctx, (const kite_act_bwd_args *)args, "generic");
+}

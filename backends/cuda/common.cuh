@@ -119,6 +119,21 @@ __device__ __forceinline__ float block_max(float v) {
   return block_reduce(v, Max(), -INFINITY);
 }
 
+/* Two sums over the block in one round of barriers; as block_reduce, every thread must call it
+ * and gets both results. */
+__device__ __forceinline__ void block_sum2(float &a, float &b) {
+  __shared__ float2 partial2[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  a = warp_reduce(a, Sum());
+  b = warp_reduce(b, Sum());
+  __syncthreads();
+  if (lane == 0) partial2[warp] = make_float2(a, b);
+  __syncthreads();
+  const float2 p = lane < (int)(blockDim.x >> 5) ? partial2[lane] : make_float2(0.0f, 0.0f);
+  a = warp_reduce(p.x, Sum());
+  b = warp_reduce(p.y, Sum());
+}
+
 /* ---- softmax ------------------------------------------------------------------------------- */
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -161,6 +176,29 @@ template <Act A> __device__ __forceinline__ float activate(float x) {
   }
   if (A == Act::gelu_quick) return x / (1.0f + expf(-1.702f * x));
   return x > 0.0f || x != x ? x : 0.0f; /* relu; NaN stays NaN */
+}
+
+/* d activate<A> / dx (kite.h "Training"; relu' is 1 for x > 0, else 0). The clamp at -128 is
+ * the forward's: there every smooth derivative is 0 to f32's precision, and -inf gives 0 where
+ * the formulas give -inf * 0 = NaN. */
+template <Act A> __device__ __forceinline__ float activate_grad(float x) {
+  if (A == Act::relu) return x > 0.0f ? 1.0f : 0.0f;
+  if (x < -128.0f) x = -128.0f;
+  if (A == Act::silu || A == Act::gelu_quick) { /* d/dx of x sigmoid(a x) */
+    const float k = A == Act::silu ? 1.0f : 1.702f;
+    const float s = 1.0f / (1.0f + expf(-k * x));
+    return s + k * x * s * (1.0f - s);
+  }
+  if (A == Act::gelu) {
+    const float phi = expf(-0.5f * x * x) * 0.39894228040143268f; /* 1 / sqrt(2 pi) */
+    return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * phi;
+  }
+  /* gelu_tanh: past |x| = 10, tanh is +-1 in f32 and 1 - t^2 is 0, but x^3 may overflow to
+   * inf (inf * 0 = NaN): the derivative there is the step it tends to */
+  if (fabsf(x) > 10.0f) return x > 0.0f ? 1.0f : 0.0f;
+  const float k = 0.79788456080286536f, c = 0.044715f;
+  const float t = tanhf(k * (x + c * x * x * x));
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * c * x * x);
 }
 
 /* ---- host side ----------------------------------------------------------------------------- */

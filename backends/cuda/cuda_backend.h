@@ -80,6 +80,27 @@ CUDA_SUPPORTS(cuda_embedding_vec_supports);
 CUDA_RUN(cuda_embedding_vec_run);
 CUDA_RUN(cuda_embedding_generic_run);
 
+/* ---- training: backward ops (kite.h "Training") ---- */
+/* activation.cu: activation_backward, gated_backward */
+CUDA_SUPPORTS(cuda_act_bwd_vec_supports);
+CUDA_SUPPORTS(cuda_act_bwd_generic_supports);
+CUDA_RUN(cuda_act_bwd_vec_run);
+CUDA_RUN(cuda_act_bwd_generic_run);
+/* norm_backward.cu: rms_norm_backward, layer_norm_backward (and their fused pre-rule forms) */
+CUDA_SUPPORTS(cuda_norm_bwd_vec_supports);
+CUDA_SUPPORTS(cuda_norm_bwd_generic_supports);
+CUDA_RUN(cuda_norm_bwd_vec_run);
+CUDA_RUN(cuda_norm_bwd_generic_run);
+/* rope_backward: rope.cu's kernels (cuda_rope_*), turning by -theta */
+/* softmax.cu: softmax_backward */
+CUDA_SUPPORTS(cuda_softmax_bwd_vec_supports);
+CUDA_SUPPORTS(cuda_softmax_bwd_generic_supports);
+CUDA_RUN(cuda_softmax_bwd_vec_run);
+CUDA_RUN(cuda_softmax_bwd_generic_run);
+/* embedding.cu: embedding_backward */
+CUDA_SUPPORTS(cuda_embedding_bwd_supports);
+CUDA_RUN(cuda_embedding_bwd_run);
+
 /* sampling.cu: argmax, sample (one run), logprobs, apply_penalties */
 CUDA_SUPPORTS(cuda_sampling_supports);
 CUDA_RUN(cuda_sample_run);
@@ -126,9 +147,34 @@ CUDA_SUPPORTS(cuda_quant_supports);
 CUDA_SUPPORTS(cuda_linear_quant_supports);
 CUDA_RUN(cuda_quant_run);
 CUDA_RUN(cuda_linear_quant_run);
+/* norm.cu: add_rms_norm through its best kernel for a (the collectives' fused norm) */
+kite_status cuda_add_rms_norm(kite_ctx *ctx, const kite_norm_args *a);
+
+/* nccl.c: communicators through NCCL (dlopen'ed), and cuda.nccl's collectives */
+const kite_backend *cuda_backend_self(void);
+const char *cuda_nccl_unavailable(const kite_backend *b, const kite_kernel *k);
+kite_status cuda_comm_unique_id(const kite_backend *b, kite_ctx *ctx, kite_comm_id *id);
+kite_status cuda_comm_create(const kite_backend *b, kite_ctx *ctx, const kite_comm_id *id,
+                             int nranks, int rank, void **comm);
+kite_status cuda_comm_create_all(const kite_backend *b, kite_ctx *const *ctxs, int nranks,
+                                 void **comms);
+void cuda_comm_destroy(const kite_backend *b, void *comm);
+CUDA_SUPPORTS(cuda_nccl_supports);
+CUDA_RUN(cuda_nccl_run);
+
 /* wq4.cu: linear_wq4 */
 CUDA_SUPPORTS(cuda_linear_wq4_supports);
 CUDA_RUN(cuda_linear_wq4_run);
+
+/* cross_entropy.cu: cross_entropy, cross_entropy_backward */
+CUDA_SUPPORTS(cuda_ce_vec_supports);
+CUDA_SUPPORTS(cuda_ce_generic_supports);
+CUDA_RUN(cuda_ce_vec_run);
+CUDA_RUN(cuda_ce_generic_run);
+/* flce.cu: fused_linear_cross_entropy */
+CUDA_SUPPORTS(cuda_flce_supports);
+CUDA_RUN(cuda_flce_cublaslt_run);
+CUDA_RUN(cuda_flce_generic_run);
 
 #ifdef __cplusplus
 }

@@ -162,6 +162,10 @@ CHECKED(cuda_paged_vec_run)
 CHECKED(cuda_paged_generic_run)
 CHECKED(cuda_group_gemm_cublaslt_run)
 CHECKED(cuda_group_gemm_tiles_run)
+CHECKED(cuda_ce_vec_run)
+CHECKED(cuda_ce_generic_run)
+CHECKED(cuda_flce_cublaslt_run)
+CHECKED(cuda_flce_generic_run)
 
 /* Device time between two events on the stream (kite bench's copy ceiling). */
 static kite_status cuda_timer_start(const kite_backend *b, int device_id, void *stream,
@@ -337,6 +341,48 @@ static const kite_kernel cuda_kernels[] = {
            cuda_penalties_run, "a block per row, the first position of each id updates it"),
     KERNEL(KITE_OP_LINEAR_WQ4, "warp", PRIORITY_GENERIC, cuda_linear_wq4_supports,
            cuda_linear_wq4_run, "a warp per output column and 8 rows, blocks over lanes"),
+    KERNEL(KITE_OP_ALL_REDUCE, "nccl", PRIORITY_LIBRARY, cuda_nccl_supports, cuda_nccl_run,
+           "ncclAllReduce (sum) on the ctx's stream"),
+    KERNEL(KITE_OP_ALL_GATHER, "nccl", PRIORITY_LIBRARY, cuda_nccl_supports, cuda_nccl_run,
+           "ncclAllGather on the ctx's stream"),
+    KERNEL(KITE_OP_REDUCE_SCATTER, "nccl", PRIORITY_LIBRARY, cuda_nccl_supports, cuda_nccl_run,
+           "ncclReduceScatter (sum) on the ctx's stream"),
+    KERNEL(KITE_OP_ALL_REDUCE_ADD_RMS_NORM, "nccl", PRIORITY_LIBRARY, cuda_nccl_supports,
+           cuda_nccl_run, "ncclAllReduce into the workspace, then kite's add_rms_norm kernel"),
+    /* training: backward ops */
+    VEC(KITE_OP_ACTIVATION_BACKWARD, act_bwd, "dy * act'(x), 16-byte loads"),
+    GENERIC(KITE_OP_ACTIVATION_BACKWARD, act_bwd, "dy * act'(x), any layout"),
+    VEC(KITE_OP_GATED_BACKWARD, act_bwd, "d gate and d up, 16-byte loads"),
+    GENERIC(KITE_OP_GATED_BACKWARD, act_bwd, "d gate and d up, any layout"),
+    VEC(KITE_OP_RMS_NORM_BACKWARD, norm_bwd,
+        "runs of rows per block, row in registers, dw by fixed-order partials"),
+    GENERIC(KITE_OP_RMS_NORM_BACKWARD, norm_bwd,
+            "runs of rows per block, any layout, dw by fixed-order partials"),
+    VEC(KITE_OP_LAYER_NORM_BACKWARD, norm_bwd,
+        "runs of rows per block, row in registers, dw/db by fixed-order partials"),
+    GENERIC(KITE_OP_LAYER_NORM_BACKWARD, norm_bwd,
+            "runs of rows per block, any layout, dw/db by fixed-order partials"),
+    VEC(KITE_OP_ROPE_BACKWARD, rope, "rotation by -theta, 16-byte packs of pairs"),
+    GENERIC(KITE_OP_ROPE_BACKWARD, rope, "rotation by -theta, a pair per thread, any layout"),
+    VEC(KITE_OP_SOFTMAX_BACKWARD, softmax_bwd, "block per row, two passes, 16-byte loads"),
+    GENERIC(KITE_OP_SOFTMAX_BACKWARD, softmax_bwd, "block per row, two passes, any layout"),
+    KERNEL(KITE_OP_EMBEDDING_BACKWARD, "sorted", PRIORITY_GENERIC, cuda_embedding_bwd_supports,
+           cuda_embedding_bwd_run,
+           "stable radix sort of ids, then each table row summed in token order"),
+    /* training: losses */
+    KERNEL(KITE_OP_CROSS_ENTROPY, "vec", PRIORITY_VEC, cuda_ce_vec_supports,
+           checked_cuda_ce_vec_run, "block per row, one pass, 16-byte loads, fixed-order sum"),
+    KERNEL(KITE_OP_CROSS_ENTROPY, "generic", PRIORITY_GENERIC, cuda_ce_generic_supports,
+           checked_cuda_ce_generic_run, "block per row, one pass, any layout, fixed-order sum"),
+    KERNEL(KITE_OP_CROSS_ENTROPY_BACKWARD, "vec", PRIORITY_VEC, cuda_ce_vec_supports,
+           checked_cuda_ce_vec_run, "block per row, 16-byte loads, in place allowed"),
+    KERNEL(KITE_OP_CROSS_ENTROPY_BACKWARD, "generic", PRIORITY_GENERIC, cuda_ce_generic_supports,
+           checked_cuda_ce_generic_run, "block per row, any layout, in place allowed"),
+    KERNEL(KITE_OP_FUSED_LINEAR_CROSS_ENTROPY, "cublaslt", PRIORITY_LIBRARY, cuda_flce_supports,
+           checked_cuda_flce_cublaslt_run,
+           "chunks of rows: cuBLASLt GEMMs, cross-entropy forward+backward in place per piece"),
+    KERNEL(KITE_OP_FUSED_LINEAR_CROSS_ENTROPY, "generic", PRIORITY_GENERIC, cuda_flce_supports,
+           checked_cuda_flce_generic_run, "chunks of rows: tiled GEMMs on CUDA cores, any layout"),
 };
 
 static const kite_backend cuda_backend = {
@@ -355,7 +401,16 @@ static const kite_backend cuda_backend = {
     .kernels = cuda_kernels,
     .num_kernels = sizeof cuda_kernels / sizeof cuda_kernels[0],
     .userdata = NULL,
+    .comm_unique_id = cuda_comm_unique_id,
+    .comm_create = cuda_comm_create,
+    .comm_create_all = cuda_comm_create_all,
+    .comm_destroy = cuda_comm_destroy,
+    .kernel_unavailable = cuda_nccl_unavailable,
 };
+
+const kite_backend *cuda_backend_self(void) {
+  return &cuda_backend;
+}
 
 EXPORT const uint32_t kite_plugin_abi_version = KITE_BACKEND_ABI_VERSION;
 

@@ -197,40 +197,59 @@ struct LtCall {
   }
 };
 
-/* Runs y = x w^T + bias through cuBLASLt. Returns 1 when it ran, 0 when no algorithm fits (the
- * caller falls back), or -1 with the error set. */
-int lt_linear(const kite_linear_args *a, cudaStream_t s) {
+/* A cuBLASLt layout of a column-major rows x cols matrix; a single column may come with any
+ * stride (cuBLAS wants ld >= rows). False when the stride cannot describe the matrix. */
+bool lt_layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t rows, int64_t cols,
+               int64_t ld) {
+  if (cols == 1 && ld < rows) ld = rows;
+  if (ld < rows || ld < 1) return false;
+  return cublasLtMatrixLayoutCreate(l, t, (uint64_t)rows, (uint64_t)cols, ld) ==
+         CUBLAS_STATUS_SUCCESS;
+}
+
+} // namespace
+
+namespace kite_cuda {
+
+/* Row-major C = A' B' (+ bias) + beta C is the column-major C^T[n, m] = B'^T A'^T: B' is cuBLAS's
+ * A and A' its B. A row-major [r, c] matrix with row stride ld is a column-major [c, r] one with
+ * leading dimension ld, so a stored operand that already has the shape cuBLAS wants goes in
+ * untransposed and the other one transposed. */
+int lt_gemm(const LtGemm &g, const char *op, const char *variant, cudaStream_t s) {
+  if (g.m <= 0 || g.n <= 0 || g.k <= 0 || g.m > INT32_MAX || g.n > INT32_MAX || g.k > INT32_MAX)
+    return 0;
   LtDevice *d = lt_device();
   if (!d) return 0;
-  const cudaDataType_t t = lt_type(a->dtype);
-  /* one row (column, for cuBLAS) may come with any stride; cuBLAS wants ld >= rows */
-  const int64_t ldw = a->n == 1 && a->w_stride < a->k ? a->k : a->w_stride;
-  const int64_t ldx = a->m == 1 && a->x_stride < a->k ? a->k : a->x_stride;
-  const int64_t ldy = a->m == 1 && a->y_stride < a->n ? a->n : a->y_stride;
+  const cudaDataType_t t = lt_type(g.dtype);
   LtCall c;
   bool ok =
       cublasLtMatmulDescCreate(&c.op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  /* cuBLAS A = B'^T [n, k]: b stored [n, k] is column-major [k, n] (transposed); b stored [k, n]
+   * is column-major [n, k] as it is. cuBLAS B = A'^T [k, m] likewise from a. */
+  const cublasOperation_t ta = g.b_trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t tb = g.a_trans ? CUBLAS_OP_T : CUBLAS_OP_N;
   ok = ok && cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) ==
                  CUBLAS_STATUS_SUCCESS;
   ok = ok && cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) ==
                  CUBLAS_STATUS_SUCCESS;
-  if (ok && a->bias) {
+  if (ok && g.bias) {
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
     const int32_t bias_type = (int32_t)t;
     ok = cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) ==
              CUBLAS_STATUS_SUCCESS &&
-         cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &a->bias,
-                                        sizeof a->bias) == CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias,
+                                        sizeof g.bias) == CUBLAS_STATUS_SUCCESS &&
          cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                         sizeof bias_type) == CUBLAS_STATUS_SUCCESS;
   }
-  ok = ok && cublasLtMatrixLayoutCreate(&c.a, t, a->k, a->n, ldw) == CUBLAS_STATUS_SUCCESS;
-  ok = ok && cublasLtMatrixLayoutCreate(&c.b, t, a->k, a->m, ldx) == CUBLAS_STATUS_SUCCESS;
-  ok = ok && cublasLtMatrixLayoutCreate(&c.c, t, a->n, a->m, ldy) == CUBLAS_STATUS_SUCCESS;
+  ok =
+      ok && (g.b_trans ? lt_layout(&c.a, t, g.k, g.n, g.ldb) : lt_layout(&c.a, t, g.n, g.k, g.ldb));
+  ok =
+      ok && (g.a_trans ? lt_layout(&c.b, t, g.m, g.k, g.lda) : lt_layout(&c.b, t, g.k, g.m, g.lda));
+  ok = ok && lt_layout(&c.c, t, g.n, g.m, g.ldc);
   ok = ok && cublasLtMatmulPreferenceCreate(&c.pref) == CUBLAS_STATUS_SUCCESS;
   const size_t ws = d->workspace ? kLtWorkspace : 0;
-  const uint32_t al_a = alignment_of(a->w), al_b = alignment_of(a->x), al_c = alignment_of(a->y);
+  const uint32_t al_a = alignment_of(g.b), al_b = alignment_of(g.a), al_c = alignment_of(g.c);
   ok = ok &&
        cublasLtMatmulPreferenceSetAttribute(c.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                             sizeof ws) == CUBLAS_STATUS_SUCCESS &&
@@ -249,16 +268,32 @@ int lt_linear(const kite_linear_args *a, cudaStream_t s) {
           CUBLAS_STATUS_SUCCESS ||
       found == 0)
     return 0;
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f, beta = g.beta;
   const cublasStatus_t st =
-      cublasLtMatmul(d->handle, c.op, &alpha, a->w, c.a, a->x, c.b, &beta, a->y, c.c, a->y, c.c,
+      cublasLtMatmul(d->handle, c.op, &alpha, g.b, c.a, g.a, c.b, &beta, g.c, c.c, g.c, c.c,
                      &h.algo, d->workspace, h.workspaceSize, s);
   if (st != CUBLAS_STATUS_SUCCESS) {
-    kite_set_error(KITE_ERR_DEVICE, "linear: cuda.cublaslt: cublasLtMatmul failed: %s",
+    kite_set_error(KITE_ERR_DEVICE, "%s: cuda.%s: cublasLtMatmul failed: %s", op, variant,
                    cublasLtGetStatusString(st));
     return -1;
   }
   return 1;
+}
+
+} // namespace kite_cuda
+
+namespace {
+
+/* y = x w^T + bias through cuBLASLt: 1 when it ran, 0 when no algorithm fits (the caller falls
+ * back), or -1 with the error set. */
+int lt_linear(const kite_linear_args *a, cudaStream_t s) {
+  LtGemm g = {};
+  g.dtype = a->dtype, g.m = a->m, g.n = a->n, g.k = a->k;
+  g.a = a->x, g.lda = a->x_stride;
+  g.b = a->w, g.ldb = a->w_stride, g.b_trans = true;
+  g.bias = a->bias;
+  g.c = a->y, g.ldc = a->y_stride;
+  return lt_gemm(g, "linear", "cublaslt", s);
 }
 
 template <typename T> __global__ void fill_bias_kernel(kite_linear_args a) {

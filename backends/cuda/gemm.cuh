@@ -1,7 +1,8 @@
 /*
  * The tiled GEMM of gemm.cu, shared with moe.cu: c[row, :] = a[a_rows[row], :] . b[g]^T (+ bias)
  * for the rows of each tile, where a tile is 64 consecutive rows of one group g. Without a
- * schedule (tiles NULL) every row belongs to group 0. Sums in f32; c is T or f32.
+ * schedule (tiles NULL) every row belongs to group 0. Sums in f32; c is T or f32. And the cuBLASLt
+ * call that linear and fused_linear_cross_entropy share.
  */
 #ifndef KITE_CUDA_GEMM_CUH
 #define KITE_CUDA_GEMM_CUH
@@ -37,6 +38,29 @@ int64_t tile_gemm_max_tiles(int64_t m, int64_t groups);
 kite_status tile_gemm_schedule(const int32_t *sizes, int64_t groups, int64_t m, GemmTile *tiles,
                                int32_t *tile_count, int64_t *rows_used, cudaStream_t s);
 template <typename T, typename OutT> void tile_gemm_launch(const TileGemm &p, cudaStream_t s);
+
+/* Row-major C[m, n] = A' B' (+ bias[n]) + beta C through cuBLASLt, f32 accumulation (never TF32),
+ * all operands of one float dtype. A' [m, k] is a[m, k] (row stride lda) or, with a_trans, the
+ * transpose of a[k, m]; B' [k, n] is b[k, n] (row stride ldb) or, with b_trans, the transpose of
+ * b[n, k] (linear's w). For a fixed shape and layout the result is the same bits run after run. */
+struct LtGemm {
+  kite_dtype dtype;
+  int64_t m, n, k;
+  const void *a;
+  int64_t lda;
+  bool a_trans;
+  const void *b;
+  int64_t ldb;
+  bool b_trans;
+  const void *bias;
+  float beta;
+  void *c;
+  int64_t ldc;
+};
+/* 1 when it ran, 0 when cuBLASLt takes no such call (k = 0, a dimension past INT32_MAX, odd
+ * strides, no algorithm: the caller computes it another way), -1 with the error set, naming op
+ * and variant. */
+int lt_gemm(const LtGemm &g, const char *op, const char *variant, cudaStream_t s);
 
 } // namespace kite_cuda
 

@@ -1,10 +1,11 @@
 /*
  * KITE_CHECK_INDICES on the device (kite.h): before an op that reads index values from device
  * memory (store_kv's slots; paged_decode / paged_prefill's seq_lens, cu_q_lens and block ids;
- * group_gemm's sizes), a small kernel looks at every value and records the first bad one in a
- * 64-bit word of the device; the op's own kernels then run unchanged, never out of bounds. The
- * next synchronization of that device (kite_ctx_synchronize, or a kite_memcpy, which
- * synchronizes) reads the word, clears it and returns INVALID_ARG naming the op and the value.
+ * group_gemm's sizes; the cross-entropy ops' targets), a small kernel looks at every value and
+ * records the first bad one in a 64-bit word of the device; the op's own kernels then run
+ * unchanged, never out of bounds. The next synchronization of that device (kite_ctx_synchronize, or
+ * a kite_memcpy, which synchronizes) reads the word, clears it and returns INVALID_ARG naming the
+ * op and the value.
  *
  * The word: bits 56..63 the op + 1 (0 = nothing recorded), 48..55 what was wrong, 32..47 the
  * sequence (or element, group) saturated at 65535, 0..31 the value. The first atomicCAS wins.
@@ -26,6 +27,7 @@ enum Bad : unsigned {
   BAD_SLOT,
   BAD_GROUP_SIZE,
   BAD_GROUP_SUM,
+  BAD_TARGET,
 };
 
 __device__ __forceinline__ void record(unsigned long long *word, kite_op op, Bad what, int64_t at,
@@ -76,6 +78,16 @@ __global__ void groups_check_kernel(kite_group_gemm_args a, unsigned long long *
   if (sum != a.m) record(word, a.op, BAD_GROUP_SUM, a.groups, sum);
 }
 
+/* targets of the cross-entropy ops: ignore_index or in [0, vocab) */
+__global__ void targets_check_kernel(kite_op op, const int32_t *targets, int64_t rows,
+                                     int64_t vocab, int32_t ignore, unsigned long long *word) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int32_t t = targets[i];
+    if (t != ignore && (t < 0 || t >= vocab)) record(word, op, BAD_TARGET, i, t);
+  }
+}
+
 constexpr int MAX_DEVICES = 64;
 pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 unsigned long long *g_word[MAX_DEVICES]; /* device words, allocated on first use */
@@ -124,6 +136,10 @@ void describe(char *buf, size_t n, unsigned what, unsigned long long at, int v) 
   case BAD_GROUP_SUM:
     snprintf(buf, n, "group_sizes: the %llu sizes sum to %d, not M", at, v);
     break;
+  case BAD_TARGET:
+    snprintf(buf, n, "targets: targets[%llu] = %d is outside [0, V) and is not ignore_index", at,
+             v);
+    break;
   default:
     snprintf(buf, n, "index %llu: value %d is out of range", at, v);
     break;
@@ -154,6 +170,17 @@ extern "C" kite_status cuda_index_check(kite_ctx *ctx, const void *args) {
           *a, word);
   } else if (op == KITE_OP_GROUP_GEMM) {
     groups_check_kernel<<<1, 1, 0, s>>>(*(const kite_group_gemm_args *)args, word);
+  } else if (op == KITE_OP_CROSS_ENTROPY || op == KITE_OP_CROSS_ENTROPY_BACKWARD ||
+             op == KITE_OP_FUSED_LINEAR_CROSS_ENTROPY) {
+    const bool flce = op == KITE_OP_FUSED_LINEAR_CROSS_ENTROPY;
+    const kite_ce_args *c = (const kite_ce_args *)args;
+    const kite_flce_args *f = (const kite_flce_args *)args;
+    const int64_t rows = flce ? f->rows : c->rows;
+    if (rows > 0)
+      targets_check_kernel<<<(unsigned)((rows + 255) / 256 < 1024 ? (rows + 255) / 256 : 1024), 256,
+                             0, s>>>(op, flce ? f->targets : c->targets, rows,
+                                     flce ? f->vocab : c->vocab,
+                                     flce ? f->opts.ignore_index : c->opts.ignore_index, word);
   }
   return cuda_check_launch(name, "index check");
 }

@@ -290,3 +290,9 @@ extern "C" CUDA_RUN(cuda_norm_generic_run) {
     return cuda_check_launch(name, "generic");
   });
 }
+
+extern "C" kite_status cuda_add_rms_norm(kite_ctx *ctx, const kite_norm_args *a) {
+  const char *why = NULL;
+  if (cuda_norm_vec_supports(NULL, a, &why)) return cuda_norm_vec_run(NULL, ctx, a);
+  return cuda_norm_generic_run(NULL, ctx, a);
+}

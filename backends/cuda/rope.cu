@@ -3,9 +3,10 @@
  * Row p of cos_sin[max_pos, rot_dim] holds cos[0..half) then sin[0..half), half = rot_dim / 2;
  * pair i (neox: dims i and i + half; gptj: dims 2i and 2i + 1) turns by angle i:
  *   (x0, x1) -> (x0 cos - x1 sin, x1 cos + x0 sin).
- * Dims from rot_dim on are not touched. A token whose position lies outside [0, max_pos) is left
- * as it is: the positions live on the device, so the kernel cannot report them, and it never reads
- * outside the cache.
+ * rope_backward turns the gradients dq, dk back by the same angles (sin negated: the transpose
+ * of the rotation). Dims from rot_dim on are not touched. A token whose position lies outside [0,
+ * max_pos) is left as it is: the positions live on the device, so the kernel cannot report them,
+ * and it never reads outside the cache.
  *
  * A work item rotates N pairs of one head of one token; q's and k's heads are items of one launch.
  * "vec": N = one 16-byte access (neox reads the two halves as packs, gptj two packs of adjacent
@@ -24,6 +25,7 @@ constexpr int kItemsPerBlock = 4 * kThreads;
 template <typename T, int N, bool NEOX>
 __global__ void rope_kernel(kite_rope_args a, int chunks, int tokens_per_block) {
   const int64_t half = a.rot_dim / 2;
+  const float sign = a.op == KITE_OP_ROPE_BACKWARD ? -1.0f : 1.0f;
   const int items_per_token = (int)(a.hq + a.hkv) * chunks;
   const int64_t t0 = blockIdx.x * (int64_t)tokens_per_block;
   const int64_t left = a.tokens - t0;
@@ -41,6 +43,8 @@ __global__ void rope_kernel(kite_rope_args a, int chunks, int tokens_per_block) 
     float cs[N], sn[N], x0[N], x1[N];
     load_floats<N>(cos, cs);
     load_floats<N>(cos + half, sn);
+#pragma unroll
+    for (int j = 0; j < N; j++) sn[j] *= sign;
     if constexpr (NEOX) {
       T *p0 = head + (int64_t)c * N, *p1 = p0 + half;
       load_floats<N>(p0, x0);
@@ -72,42 +76,43 @@ __global__ void rope_kernel(kite_rope_args a, int chunks, int tokens_per_block) 
 }
 
 template <bool VEC> kite_status run(kite_ctx *ctx, const kite_rope_args *a, const char *variant) {
+  const char *name = cuda_op_str(a->op);
   if (a->style != KITE_ROPE_NEOX && a->style != KITE_ROPE_GPTJ)
-    return kite_set_error(KITE_ERR_INVALID_ARG, "rope: cuda.%s: unknown style %d", variant,
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: cuda.%s: unknown style %d", name, variant,
                           (int)a->style);
   if (a->rot_dim < 0 || a->rot_dim % 2 != 0 || a->rot_dim > a->head_dim)
     return kite_set_error(KITE_ERR_INVALID_ARG,
-                          "rope: cuda.%s: rot_dim %lld must be even and in [0, head_dim %lld]",
+                          "%s: cuda.%s: rot_dim %lld must be even and in [0, head_dim %lld]", name,
                           variant, (long long)a->rot_dim, (long long)a->head_dim);
   if (a->tokens <= 0 || a->rot_dim == 0 || a->hq + a->hkv <= 0) return KITE_OK;
   if (!a->positions || !a->cos_sin || (a->hq > 0 && !a->q) || (a->hkv > 0 && !a->k))
-    return kite_set_error(KITE_ERR_INVALID_ARG, "rope: cuda.%s: NULL q, k, positions or cos_sin",
-                          variant);
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: cuda.%s: NULL q, k, positions or cos_sin",
+                          name, variant);
   void *stream;
-  kite_status st = cuda_begin(ctx, "rope", &stream);
+  kite_status st = cuda_begin(ctx, name, &stream);
   if (st != KITE_OK) return st;
   cudaStream_t s = (cudaStream_t)stream;
-  return with_float_type(a->dtype, "rope", [&](auto tag) {
+  return with_float_type(a->dtype, name, [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr int N = VEC ? vec_elems<T>() : 1;
     const int64_t chunks = a->rot_dim / 2 / N;
     const int64_t items_per_token = (a->hq + a->hkv) * chunks;
     /* items of a block are counted in int */
     if (items_per_token > 0x7fffffff / kItemsPerBlock)
-      return kite_set_error(KITE_ERR_UNSUPPORTED, "rope: cuda.%s: %lld heads of %lld pairs",
+      return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.%s: %lld heads of %lld pairs", name,
                             variant, (long long)(a->hq + a->hkv), (long long)(a->rot_dim / 2));
     const int64_t per_block =
         items_per_token >= kItemsPerBlock ? 1 : kItemsPerBlock / items_per_token;
     const int64_t blocks = (a->tokens + per_block - 1) / per_block;
     if (blocks > 0x7fffffff)
-      return kite_set_error(KITE_ERR_UNSUPPORTED, "rope: cuda.%s: too many tokens", variant);
+      return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.%s: too many tokens", name, variant);
     if (a->style == KITE_ROPE_NEOX)
       rope_kernel<T, N, true>
           <<<(unsigned)blocks, kThreads, 0, s>>>(*a, (int)chunks, (int)per_block);
     else
       rope_kernel<T, N, false>
           <<<(unsigned)blocks, kThreads, 0, s>>>(*a, (int)chunks, (int)per_block);
-    return cuda_check_launch("rope", variant);
+    return cuda_check_launch(name, variant);
   });
 }
 

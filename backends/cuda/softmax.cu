@@ -290,3 +290,86 @@ extern "C" CUDA_RUN(cuda_softmax_generic_run) {
     return cuda_check_launch("softmax", "generic");
   });
 }
+
+/* ---- softmax_backward (kite.h "Training") ----------------------------------------------------
+ * dx = scale * y * (dy - sum_j dy_j y_j) per row of y, dy, dx [rows, cols]. One block per row:
+ * a pass for the dot product, a block reduction, a pass that reads y and dy again (from L2) and
+ * writes dx. dx may be dy: each element of dx is written by the thread that read it, after every
+ * read of the first pass (the reduction's barriers lie between). "vec" moves N = one 16-byte
+ * pack per access (aligned rows, cols a multiple of N); "generic" one element (any layout). */
+namespace {
+
+constexpr int kBwdThreads = 256;
+
+template <typename T, int N> __global__ void softmax_bwd_kernel(kite_softmax_bwd_args a) {
+  const int64_t packs = a.cols / N;
+  for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+    const T *y = (const T *)a.y + r * a.y_stride;
+    const T *dy = (const T *)a.dy + r * a.dy_stride;
+    T *dx = (T *)a.dx + r * a.dx_stride;
+    float dot = 0.0f;
+    for (int64_t c = threadIdx.x; c < packs; c += blockDim.x) {
+      float yv[N], dv[N];
+      load_floats<N>(y + c * N, yv);
+      load_floats<N>(dy + c * N, dv);
+#pragma unroll
+      for (int j = 0; j < N; j++) dot += yv[j] * dv[j];
+    }
+    dot = block_sum(dot);
+    for (int64_t c = threadIdx.x; c < packs; c += blockDim.x) {
+      float yv[N], dv[N];
+      load_floats<N>(y + c * N, yv);
+      load_floats<N>(dy + c * N, dv);
+#pragma unroll
+      for (int j = 0; j < N; j++) dv[j] = a.scale * yv[j] * (dv[j] - dot);
+      store_floats<N>(dx + c * N, dv);
+    }
+  }
+}
+
+template <bool VEC>
+kite_status softmax_bwd_launch(kite_ctx *ctx, const kite_softmax_bwd_args *a, const char *variant) {
+  const char *name = cuda_op_str(a->op);
+  if (a->rows <= 0 || a->cols <= 0) return KITE_OK;
+  void *stream;
+  kite_status st = cuda_begin(ctx, name, &stream);
+  if (st != KITE_OK) return st;
+  return with_float_type(a->dtype, name, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr int N = VEC ? vec_elems<T>() : 1;
+    const int64_t packs = a->cols / N;
+    const unsigned threads =
+        packs >= kBwdThreads ? kBwdThreads : (unsigned)((packs + 31) / 32 * 32);
+    softmax_bwd_kernel<T, N><<<grid_for_rows(a->rows), threads, 0, (cudaStream_t)stream>>>(*a);
+    return cuda_check_launch(name, variant);
+  });
+}
+
+} // namespace
+
+extern "C" CUDA_SUPPORTS(cuda_softmax_bwd_generic_supports) {
+  if (is_float_dtype(((const kite_softmax_bwd_args *)args)->dtype)) return true;
+  *why = "dtype must be f32, f16 or bf16";
+  return false;
+}
+
+extern "C" CUDA_SUPPORTS(cuda_softmax_bwd_vec_supports) {
+  const kite_softmax_bwd_args *a = (const kite_softmax_bwd_args *)args;
+  if (!cuda_softmax_bwd_generic_supports(k, args, why)) return false;
+  const size_t es = kite_dtype_size(a->dtype);
+  if (a->cols % vec_elems_of(a->dtype) != 0 || !rows_aligned16(a->y, a->rows, a->y_stride, es) ||
+      !rows_aligned16(a->dy, a->rows, a->dy_stride, es) ||
+      !rows_aligned16(a->dx, a->rows, a->dx_stride, es)) {
+    *why = "needs 16-byte aligned rows and cols a multiple of 16 bytes";
+    return false;
+  }
+  return true;
+}
+
+extern "C" CUDA_RUN(cuda_softmax_bwd_vec_run) {
+  return softmax_bwd_launch<true>(ctx, (const kite_softmax_bwd_args *)args, "vec");
+}
+
+extern "C" CUDA_RUN(cuda_softmax_bwd_generic_run) {
+  return softmax_bwd_launch<false>(ctx, (const kite_softmax_bwd_args *)args, "generic");
+}

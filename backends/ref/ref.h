@@ -40,6 +40,16 @@ kite_status ref_sample_run(const kite_kernel *k, kite_ctx *ctx, const void *args
 kite_status ref_penalties_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_logprobs_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_linear_wq4_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+/* ref_comm.c: all_reduce, all_gather, reduce_scatter, all_reduce_add_rms_norm over the ranks of
+ * a ref comm (threads of this process), and the comm operations of kite_backend */
+bool ref_comm_supports(const kite_kernel *k, const void *args, const char **why);
+kite_status ref_comm_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_comm_unique_id(const kite_backend *b, kite_ctx *ctx, kite_comm_id *id);
+kite_status ref_comm_create(const kite_backend *b, kite_ctx *ctx, const kite_comm_id *id,
+                            int nranks, int rank, void **comm);
+void ref_comm_destroy(const kite_backend *b, void *comm);
+/* The ref backend's own struct (a comm kernel runs only on comms it made). */
+const kite_backend *ref_backend(void);
 
 /* The float types that kite_load_f32 / kite_store_f32 handle. */
 static inline bool ref_is_float(kite_dtype t) {

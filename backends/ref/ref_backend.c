@@ -23,6 +23,13 @@ static int ref_device_count(const kite_backend *b) {
     .supports = NULL, .run = (run_fn), .description = (desc), .userdata = NULL                     \
   }
 
+/* The collectives: ranks are threads meeting in a rendezvous (ref_comm.c). */
+#define REF_COMM_KERNEL(op_id, desc)                                                               \
+  {                                                                                                \
+    .op = (op_id), .variant = "generic", .priority = 0, .features = 0, .features_str = "",         \
+    .supports = ref_comm_supports, .run = ref_comm_run, .description = (desc), .userdata = NULL    \
+  }
+
 static const kite_kernel ref_kernels[] = {
     REF_KERNEL(KITE_OP_SILU, ref_act_run, "x * sigmoid(x), float64 scalar loop"),
     REF_KERNEL(KITE_OP_GELU, ref_act_run, "x * Phi(x) with erf, float64 scalar loop"),
@@ -81,9 +88,14 @@ static const kite_kernel ref_kernels[] = {
                "float64 log-sum-exp, top n by repeated selection"),
     REF_KERNEL(KITE_OP_LINEAR_WQ4, ref_linear_wq4_run,
                "4-bit blocks decoded exactly, float64 dots, bias"),
+    REF_COMM_KERNEL(KITE_OP_ALL_REDUCE, "sum over ranks (threads) in float64, rounded once"),
+    REF_COMM_KERNEL(KITE_OP_ALL_GATHER, "each rank's x copied into every rank's y"),
+    REF_COMM_KERNEL(KITE_OP_REDUCE_SCATTER, "float64 sums of each rank's slice, rounded once"),
+    REF_COMM_KERNEL(KITE_OP_ALL_REDUCE_ADD_RMS_NORM,
+                    "float64 sum rounded once, then the ref add_rms_norm per rank"),
 };
 
-static const kite_backend ref_backend = {
+static const kite_backend ref_backend_def = {
     .name = "ref",
     .device_type = kDLCPU,
     .description = "portable C reference kernels, float64 accumulation: the ground truth",
@@ -93,9 +105,16 @@ static const kite_backend ref_backend = {
     .kernels = ref_kernels,
     .num_kernels = sizeof ref_kernels / sizeof ref_kernels[0],
     .userdata = NULL,
+    .comm_unique_id = ref_comm_unique_id,
+    .comm_create = ref_comm_create,
+    .comm_destroy = ref_comm_destroy,
 };
+
+const kite_backend *ref_backend(void) {
+  return &ref_backend_def;
+}
 
 kite_status kite_backend_init_ref(void);
 kite_status kite_backend_init_ref(void) {
-  return kite_backend_register(&ref_backend);
+  return kite_backend_register(&ref_backend_def);
 }

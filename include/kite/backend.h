@@ -36,8 +36,12 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below or the op argument layout changes incompatibly. */
-/* 2: kite_backend gained timer_start / timer_stop and host_memory. */
-#define KITE_BACKEND_ABI_VERSION 2u
+/* 2: kite_backend gained timer_start / timer_stop and host_memory.
+ * 3: kite_backend gained the communicator operations (comm_unique_id, comm_create,
+ *    comm_create_all, comm_destroy) and kernel_unavailable; kite_comm_args, kite_comm_norm_args. */
+#define KITE_BACKEND_ABI_VERSION 3u
+
+typedef struct kite_backend kite_backend;
 
 /* Element types as kernels see them (the front-end maps DLDataType to these). */
 typedef enum kite_dtype {
@@ -505,6 +509,40 @@ typedef struct kite_linear_wq4_args {
   int64_t y_stride;
 } kite_linear_wq4_args;
 
+/* ---- communication (kite.h "Communication between ranks") ----------------------------------- */
+
+/* The comm a collective runs on: the backend that created it (kite_backend.comm_create) and that
+ * backend's handle. A kernel runs only on its own backend's comms: its supports() compares
+ * comm_backend with its backend and declines any other. */
+typedef struct kite_comm_ref {
+  const kite_backend *backend;
+  void *handle;
+  int nranks, rank;
+} kite_comm_ref;
+
+/* all_reduce (x, y: count elements), all_gather (x: count, y: nranks * count) and
+ * reduce_scatter (x: nranks * count, y: count), compact. In place: all_reduce y == x;
+ * all_gather x == y + rank * count; reduce_scatter y == x + rank * count (elements). */
+typedef struct kite_comm_args {
+  kite_op op;
+  kite_dtype dtype;
+  kite_comm_ref comm;
+  int64_t count;
+  const void *x;
+  void *y;
+} kite_comm_args;
+
+/* all_reduce_add_rms_norm: norm is this rank's add_rms_norm after the all-reduce (norm.op
+ * KITE_OP_ADD_RMS_NORM, norm.dtype the dtype) with norm.x this rank's partial sums, compact
+ * [rows, cols] (x_stride == cols). A kernel all-reduces norm.x into a buffer of its own (x is
+ * never written) and runs add_rms_norm with that buffer as x. */
+typedef struct kite_comm_norm_args {
+  kite_op op;
+  kite_dtype dtype;
+  kite_comm_ref comm;
+  kite_norm_args norm;
+} kite_comm_norm_args;
+
 /* ---------------------------------------------------------------------------------------------
  * Kernel entries
  * ------------------------------------------------------------------------------------------- */
@@ -534,7 +572,6 @@ struct kite_kernel {
   const void *userdata;    /* free for the backend */
 };
 
-typedef struct kite_backend kite_backend;
 struct kite_backend {
   const char *name; /* "ref", "cpu", "cuda", "acme": [a-z0-9_], unique */
   DLDeviceType device_type;
@@ -575,6 +612,26 @@ struct kite_backend {
    * lengths, slots, group sizes) before dispatch, and kite_memcpy refuses overlapping ranges.
    * False (the default) leaves index values to the kernels, which never read out of bounds. */
   bool host_memory;
+  /* Optional communicators (kite.h "Communication between ranks"), all NULL on a backend
+   * without them. The core uses the first registered backend of a device type whose comm_create
+   * is set. comm_unique_id fills a new group id; comm_create makes rank `rank` of nranks of
+   * group id on ctx's device and returns the backend's handle (it may wait for the other ranks);
+   * comm_create_all makes the nranks ranks of one new group on ctxs[i]'s devices at once, or is
+   * NULL, and the core then takes a new id and calls comm_create for rank 0, 1, ... in turn on
+   * one thread (so comm_create must not wait for the other ranks then); comm_destroy frees a
+   * handle. Arguments are validated by the core (non-NULL, 0 <= rank < nranks). */
+  kite_status (*comm_unique_id)(const kite_backend *b, kite_ctx *ctx, kite_comm_id *id);
+  kite_status (*comm_create)(const kite_backend *b, kite_ctx *ctx, const kite_comm_id *id,
+                             int nranks, int rank, void **comm);
+  kite_status (*comm_create_all)(const kite_backend *b, kite_ctx *const *ctxs, int nranks,
+                                 void **comms);
+  void (*comm_destroy)(const kite_backend *b, void *comm);
+
+  /* Optional: why kernel k of this backend cannot run on this machine although the device is
+   * present (a library it loads at run time is missing: "NCCL not found: ..."), or NULL when it
+   * can. kite list shows the reason; dispatch skips the kernel. Called under the registry lock:
+   * it must not call back into kite. */
+  const char *(*kernel_unavailable)(const kite_backend *b, const kite_kernel *k);
 };
 
 /* Registers a backend and its kernels (copied by reference: both must outlive the library).

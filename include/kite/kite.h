@@ -85,9 +85,10 @@ typedef struct kite_ctx kite_ctx;
 typedef enum kite_check_flags {
   /* Device kernels record the first index value outside its range (a block id outside the cache
    * inside a sequence, a seq_len past the block table, a negative length, a query chunk longer
-   * than its sequence, a slot past the cache, negative group sizes or sizes not summing to M)
-   * in a device word; the next kite_ctx_synchronize() (or kite_memcpy) on that device returns
-   * INVALID_ARG naming the op and the value, and clears the word. The kernels still never go
+   * than its sequence, a slot past the cache, negative group sizes or sizes not summing to M,
+   * a cross-entropy target outside [0, V) that is not ignore_index) in a device word; the next
+   * kite_ctx_synchronize() (or kite_memcpy) on that device returns INVALID_ARG naming the op and
+   * the value, and clears the word. The kernels still never go
    * out of bounds. The word is allocated at the first checked call, so make one before
    * capturing a CUDA graph. On a CPU ctx such values are always errors, so the flag changes
    * nothing there. */
@@ -178,6 +179,10 @@ typedef enum kite_op {
   KITE_OP_APPLY_PENALTIES,
   KITE_OP_LOGPROBS,
   KITE_OP_LINEAR_WQ4,
+  KITE_OP_ALL_REDUCE,
+  KITE_OP_ALL_GATHER,
+  KITE_OP_REDUCE_SCATTER,
+  KITE_OP_ALL_REDUCE_ADD_RMS_NORM,
   KITE_OP_COUNT /* new ops are appended before this */
 } kite_op;
 
@@ -507,7 +512,7 @@ KITE_API kite_status kite_embedding_backward(kite_ctx *ctx, const DLTensor *ids,
  * are: never NaN). A target outside [0, V) that is not ignore_index is an error where the
  * backend can read targets (host memory), checked before anything is written; a device kernel
  * that cannot report it gives that row a NaN loss and a zero gradient and never reads outside the
- * row. */
+ * row (KITE_CHECK_INDICES reports it at the next synchronization). */
 typedef enum kite_reduction {
   KITE_REDUCTION_NONE = 0,
   KITE_REDUCTION_SUM = 1,
@@ -674,6 +679,109 @@ KITE_API int64_t kite_wq4_block_bytes(kite_wq4_format format);
  * format. */
 KITE_API kite_status kite_linear_wq4(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
                                      kite_wq4_format format, const DLTensor *bias, DLTensor *y);
+
+/* ---------------------------------------------------------------------------------------------
+ * Communication between ranks (tensor parallelism): a communicator and collectives over it.
+ *
+ * A kite_comm is one rank of a group of nranks ranks, bound to the device of the ctx it was
+ * created with; collectives run on the stream of the ctx each call is given, which must be on
+ * that device. The backend that drives the ctx's device type provides the communicator (the
+ * first registered one that has communicators for that type) and the kernels that run the
+ * collectives on it: on CUDA NCCL, loaded at run time; on the CPU the ref backend, whose ranks
+ * are threads of one process (a rendezvous in memory: each rank's call waits until every rank
+ * of the group has made its call, then the sum is computed in float64 and rounded once).
+ *
+ * Rules every rank of a group follows (as with NCCL):
+ * - Every rank makes the same collectives in the same order, with the same op, dtype and element
+ *   counts; each rank from its own host thread (a rank's call may wait for the others on the
+ *   host, so one thread cannot drive two ranks of one group).
+ * - Arguments are validated before any communication, on the calling rank only: a call that
+ *   fails validation returns its error at once and takes no part in the collective (nothing
+ *   tells the other ranks). Their calls of that collective then wait for that rank's next
+ *   collective, which completes theirs, as in NCCL (ranks out of step: the caller's error, to be
+ *   avoided by failing every rank, e.g. by destroying the group). With no such next call, on a
+ *   backend whose ranks wait on the host (ref) they wait at most KITE_COMM_TIMEOUT seconds
+ *   (environment, read when the group is created; default 300), then fail with KITE_ERR_DEVICE
+ *   and the group is broken: every later collective of every rank fails at once (destroy and
+ *   recreate it). On NCCL the device work waits, as it does in NCCL itself. Destroying a rank's
+ *   comm breaks its group the same way at once, so that no rank waits for a rank that is gone.
+ * - Disagreements that only the collective can see (ranks calling different ops, dtypes or
+ *   counts) are reported where the backend can detect them: ref fails the collective on every
+ *   rank with KITE_ERR_INVALID_ARG naming both ranks' calls, and the group stays usable. NCCL
+ *   does not detect them: such calls are the caller's error there.
+ * - The buffers of different ranks do not overlap.
+ * Device errors, NCCL's included, become KITE_ERR_DEVICE with the library's own message
+ * (ncclGetErrorString and ncclGetLastError) in kite_last_error().
+ * ------------------------------------------------------------------------------------------- */
+typedef struct kite_comm kite_comm;
+
+/* The group's identifier, created once by one rank and handed to every rank by the caller (over
+ * whatever channel the processes share), as NCCL's ncclUniqueId; 128 opaque bytes. */
+#define KITE_COMM_ID_BYTES 128
+typedef struct kite_comm_id {
+  unsigned char bytes[KITE_COMM_ID_BYTES];
+} kite_comm_id;
+
+/* A new group identifier from the backend that provides communicators for ctx's device type.
+ * Errors: INVALID_ARG (NULL ctx or id), UNSUPPORTED (no backend provides communicators for that
+ * device type, or its communication library could not be loaded: the message says why),
+ * DEVICE (the library failed). */
+KITE_API kite_status kite_comm_get_unique_id(kite_ctx *ctx, kite_comm_id *id);
+
+/* Creates rank `rank` of the group `id` of nranks ranks on ctx's device. A backend may wait here
+ * until every rank has joined (NCCL does; ref does not).
+ * Errors: INVALID_ARG (NULL ctx, id or out; nranks < 1; rank outside [0, nranks); with ref, an id
+ * already joined with another nranks, or a rank of the id that exists already), UNSUPPORTED (as
+ * kite_comm_get_unique_id), DEVICE (the library failed, with its message). *out is NULL on error.
+ */
+KITE_API kite_status kite_comm_create(kite_ctx *ctx, const kite_comm_id *id, int nranks, int rank,
+                                      kite_comm **out);
+
+/* One process, several ranks: creates the nranks comms of one new group, rank i on ctxs[i]'s
+ * device, into comms[i] (NCCL's ncclCommInitAll). The ctxs share one device type; on a GPU each
+ * names its own device. Each rank's collectives are then called from a thread of its own.
+ * Errors: as kite_comm_create, plus ctxs of different device types; nothing is created then. */
+KITE_API kite_status kite_comm_create_all(kite_ctx *const *ctxs, int nranks, kite_comm **comms);
+
+/* Frees a comm (NULL is a no-op); its group is broken for the other ranks (see above). Call it
+ * when no collective of this rank is in flight (after kite_ctx_synchronize on a device). */
+KITE_API void kite_comm_destroy(kite_comm *comm);
+
+/* The size of comm's group and comm's rank in it. Errors: INVALID_ARG (a NULL argument). */
+KITE_API kite_status kite_comm_info(const kite_comm *comm, int *nranks, int *rank);
+
+/* Collectives: x and y f32, f16 or bf16 (the same dtype), compact (row-major, strides NULL or
+ * compact), on ctx's device, which must be comm's. Sums are over the ranks of comm's group, in
+ * no fixed order: ref rounds the exact sum once to the dtype; NCCL rounds each partial sum it
+ * passes between ranks to the dtype (up to nranks - 1 roundings; with 2 ranks one, as ref), so
+ * device results of f16 / bf16 may differ from ref by a few units in the last place. An empty
+ * tensor still makes a collective: every rank calls, as for any other size.
+ *
+ * all_reduce: x[...] -> y[...] of x's shape, y = sum over ranks of x. y may be x (in place);
+ *   any other overlap is INVALID_ARG. */
+KITE_API kite_status kite_all_reduce(kite_ctx *ctx, kite_comm *comm, const DLTensor *x,
+                                     DLTensor *y);
+/* all_gather: x[d0, ...] -> y[nranks * d0, ...]: rank r's x lands at rows [r d0, (r + 1) d0) of
+ *   every rank's y. In place when x is exactly that slice of y (x's data = y's data + rank * size
+ *   of x); any other overlap is INVALID_ARG. */
+KITE_API kite_status kite_all_gather(kite_ctx *ctx, kite_comm *comm, const DLTensor *x,
+                                     DLTensor *y);
+/* reduce_scatter: x[nranks * d0, ...] -> y[d0, ...]: rank r's y = the sum over ranks of rows
+ *   [r d0, (r + 1) d0) of x. In place when y is exactly that slice of x; any other overlap is
+ *   INVALID_ARG. */
+KITE_API kite_status kite_reduce_scatter(kite_ctx *ctx, kite_comm *comm, const DLTensor *x,
+                                         DLTensor *y);
+/* all_reduce followed by add_rms_norm, the step after a row-parallel linear:
+ *   a = all_reduce(x), rounded to the dtype (what kite_all_reduce would return);
+ *   then kite_add_rms_norm(a, residual, w, eps, offset, pos, y) on each rank, with its rules:
+ *   PRE: residual <- round(a + residual), y = rms_norm(that residual) * (offset + w);
+ *   POST: y = rms_norm(a + residual) * (offset + w), residual <- y.
+ * x[..., H] compact and left unchanged; residual[..., H] (row-strided allowed) updated in place;
+ * w[H] or NULL; y[..., H] (row-strided allowed), may be x; all one float dtype; eps, offset, pos
+ * as kite_add_rms_norm. Errors: as kite_all_reduce and kite_add_rms_norm. */
+KITE_API kite_status kite_all_reduce_add_rms_norm(kite_ctx *ctx, kite_comm *comm, const DLTensor *x,
+                                                  DLTensor *residual, const DLTensor *w, float eps,
+                                                  float offset, kite_norm_pos pos, DLTensor *y);
 
 /* ---------------------------------------------------------------------------------------------
  * Kernel selection.

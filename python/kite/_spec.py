@@ -1,9 +1,11 @@
 """Op specs: the C table's arguments joined with _table.OPS, and the code generated from them.
 
-Every Python entry point of an op (kite.ops.<op>, torch.ops.kite.<op> and its fake) is a small
-function generated here as source text, so a call does no per-call table lookups: it allocates
-the results, then makes one call into kite._C.
+kite.ops.<op> and the fakes of torch.ops.kite.<op> are small functions generated here as source
+text, so a call does no per-call table lookups: kite.ops allocates the results, then makes one
+call into kite._C. The torch kernels themselves are C (kite._C.torch_kernel) over the layout
+kernel_layout gives: no Python frame between the dispatcher and kite.
 """
+import re
 from dataclasses import dataclass, field
 
 from . import _C
@@ -107,27 +109,51 @@ def source_ops(spec):
     return src
 
 
-def source_torch(spec, fake=False):
-    """The functional torch op (and its fake): allocates the required results, never the
-    optional ones."""
+def source_fake(spec):
+    """The functional torch op's fake: allocates the required results, runs nothing."""
     params = spec.params
     head = ", ".join(_signature(spec, params))
-    name = spec.name + ("_fake" if fake else "")
-    src = f"def {name}({head}):\n"
+    src = f"def {spec.name}_fake({head}):\n"
     for n in spec.results:
         src += f"    {n} = {spec.out[n]}\n"
-    for n in spec.optional_results:
-        src += f"    {n} = None\n"
-    if not fake:
-        src += _call_line(spec, "    ")
     res = spec.results
     src += f"    return {'(' + ', '.join(res) + ')' if len(res) > 1 else (res[0] if res else 'None')}\n"
     return src
 
 
-def source_torch_out(spec):
-    names = ", ".join(n for _, n in spec.args)
-    return f"def {spec.name}_out({names}):\n" + _call_line(spec, "    ")
+SRC_NONE = -100  # kite_module.c: an argument the functional form passes as None
+
+
+def kernel_layout(spec):
+    """What kite._C.torch_kernel takes for the functional torch op: (defaults, src, like,
+    alloc source). The schema's arguments are spec.params then spec.extra; defaults gives each
+    one's default (None where required: the dispatcher leaves out only trailing defaults); src
+    maps each C argument to a schema argument (>= 0), a result (-1 - k) or None; like is the
+    schema argument whose empty_like is the one result, or -1, and then the alloc source (None
+    without results) defines <op>_alloc(schema arguments) -> the result(s)."""
+    params = [n for _, n in spec.params] + list(spec.extra)
+    defaults = []
+    for i in range(len(spec.params)):
+        d = spec.param_default(i, spec.params)
+        defaults.append(None if d is _REQUIRED else d)
+    defaults += [d for _, d in spec.extra.values()]
+    res = spec.results
+    src = tuple(-1 - res.index(n) if n in res else
+                SRC_NONE if n in spec.optional_results else params.index(n)
+                for _, n in spec.args)
+    m = re.fullmatch(r"like\((\w+)\)", spec.out[res[0]]) if len(res) == 1 else None
+    like = params.index(m.group(1)) if m and m.group(1) in params else -1
+    alloc = None
+    if res and like < 0:
+        exprs = ", ".join(spec.out[n] for n in res)
+        alloc = (f"def {spec.name}_alloc({', '.join(params)}):\n"
+                 f"    return {exprs if len(res) == 1 else '(' + exprs + ')'}\n")
+    return tuple(defaults), src, like, alloc
+
+
+def out_layout(spec):
+    """kernel_layout's (defaults, src) for the .out form: every C argument, in order."""
+    return (None,) * len(spec.args), tuple(range(len(spec.args)))
 
 
 _SCHEMA_TYPE = {"T": "Tensor", "t": "Tensor?", "f": "float", "i": "int"}

@@ -2,17 +2,19 @@
  * kite._C: the CPython extension over kite's public C API.
  *
  * One entry point runs every op: call(op_index, stream, *args), with the op's arguments in the
- * order of its row in ops_table.h. Tensors come as torch tensors (read through their attributes:
- * no DLPack capsule per call, the cheapest way in from C) or as any DLPack producer
- * (__dlpack__: numpy, cupy, jax). A kite_ctx per (device, stream) is created on first use and
- * kept, per thread (a ctx is used by one thread at a time; a thread's ctxs live until the
- * process ends); a device ctx reserves its workspace when made. The GIL is released around the
+ * order of its row in ops_table.h. Tensors come as torch tensors (read through torch's DLPack C
+ * exchange API where it has one, else through their attributes: no DLPack capsule per call) or
+ * as any DLPack producer (__dlpack__: numpy, cupy, jax). torch_kernel makes the kernels that
+ * torch.ops.kite registers with the torch dispatcher. A kite_ctx per (device, stream) is created on
+ * first use and kept, per thread (a ctx is used by one thread at a time; a thread's ctxs live until
+ * the process ends); a device ctx reserves its workspace when made. The GIL is released around the
  * op.
  * Every kite_status other than KITE_OK raises the matching kite exception with kite's message.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <stddef.h>
 #include <string.h>
 
 #include <kite/backend.h>
@@ -145,6 +147,54 @@ static int g_torch_ndtypes;
 static PyObject *s_data_ptr, *s_shape, *s_stride, *s_dtype, *s_is_cuda, *s_is_cpu, *s_get_device,
     *s_contiguous, *s_dlpack;
 
+/* The DLPack C exchange API (DLPack 1.x, `type(tensor).__dlpack_c_exchange_api__`, a capsule
+ * named "dlpack_exchange_api"): a producer's C functions that fill a DLTensor from a Python tensor
+ * and give the current work stream of a device, without a Python call. Declared here with the
+ * layout the DLPack standard fixes, as the dlpack.h kite builds against may predate it. */
+typedef struct xapi_version {
+  uint32_t major, minor;
+} xapi_version;
+typedef struct xapi_header {
+  xapi_version version;
+  struct xapi_header *prev_api;
+} xapi_header;
+typedef struct dlpack_xapi {
+  xapi_header header;
+  /* a new tensor of prototype's dtype, shape and device (contiguous): 0, or -1 after set_error */
+  int (*managed_tensor_allocator)(DLTensor *prototype, void **out, void *error_ctx,
+                                  void (*set_error)(void *error_ctx, const char *kind,
+                                                    const char *message));
+  void *managed_tensor_from_py_object_no_sync;
+  /* the producer's Python tensor over a managed tensor (whose ownership it takes) */
+  int (*managed_tensor_to_py_object_no_sync)(void *managed, void **out_py_object);
+  /* fills out (shape and strides owned by the tensor, valid while it lives); 0 or -1 with a
+   * Python exception set */
+  int (*dltensor_from_py_object_no_sync)(void *py_object, DLTensor *out);
+  int (*current_work_stream)(DLDeviceType device_type, int32_t device_id, void **out_stream);
+} dlpack_xapi;
+
+/* torch.Tensor's exchange API, or NULL (an older torch: attributes are read instead). */
+static const dlpack_xapi *g_xapi;
+
+static void xapi_lookup(void) {
+  PyObject *cap = PyObject_GetAttrString((PyObject *)g_torch_tensor, "__dlpack_c_exchange_api__");
+  const dlpack_xapi *x = cap ? PyCapsule_GetPointer(cap, "dlpack_exchange_api") : NULL;
+  Py_XDECREF(cap);
+  PyErr_Clear();
+  /* major version 1 is the layout above; the capsule lives as long as torch (the process) */
+  if (x && x->header.version.major == 1 && x->dltensor_from_py_object_no_sync &&
+      x->current_work_stream && x->managed_tensor_allocator &&
+      x->managed_tensor_to_py_object_no_sync)
+    g_xapi = x;
+}
+
+/* The kite dtype code of a torch export, when kite takes it. */
+static int known_dl_dtype(DLDataType t) {
+  for (int i = 0; i < g_torch_ndtypes; i++)
+    if (g_torch_dl[i].code == t.code && g_torch_dl[i].bits == t.bits && t.lanes == 1) return 1;
+  return 0;
+}
+
 static int torch_lookup(void) {
   PyObject *mods = PyImport_GetModuleDict();
   PyObject *torch = PyDict_GetItemString(mods, "torch"); /* borrowed */
@@ -184,6 +234,7 @@ static int torch_lookup(void) {
   }
   g_torch_ndtypes = n;
   g_torch_tensor = (PyTypeObject *)t;
+  xapi_lookup();
   return 1;
 }
 
@@ -222,6 +273,18 @@ static void frame_release(frame *f) {
 /* Fills dl from a torch tensor. A read-only argument whose last dim is not unit-stride is first
  * made contiguous (the copy is kept alive in the frame). */
 static int from_torch(const op_desc *d, int n, PyObject *o, frame *f, DLTensor *dl, int input) {
+  if (g_xapi) {
+    /* one C call; anything unusual (another device, dtype, a view to copy) takes the attribute
+     * path below, which copies or words the error */
+    if (g_xapi->dltensor_from_py_object_no_sync(o, dl) == 0) {
+      int nd = dl->ndim;
+      if (nd <= MAX_DIMS && dl->strides && known_dl_dtype(dl->dtype) &&
+          (dl->device.device_type == kDLCPU || dl->device.device_type == kDLCUDA) &&
+          !(input && nd > 0 && dl->strides[nd - 1] != 1 && dl->shape[nd - 1] > 1))
+        return 0;
+    } else
+      PyErr_Clear();
+  }
   int64_t *shape = f->shape[n], *strides = f->strides[n];
   int ndim = 0, nstr = 0;
   PyObject *v = PyObject_GetAttr(o, s_shape);
@@ -321,12 +384,43 @@ typedef struct ctx_entry {
 static _Thread_local ctx_entry g_ctx[MAX_CTX];
 static _Thread_local int g_nctx;
 
+/* 1 when torch says its current CUDA stream is capturing a graph. Making a device ctx allocates
+ * its workspace (cudaMalloc), which a capture forbids and which would end that capture broken. */
+static int torch_capturing(void) {
+  static PyObject *fn;
+  if (!g_torch_tensor) return 0;
+  if (!fn) {
+    PyObject *torch = PyDict_GetItemString(PyImport_GetModuleDict(), "torch"); /* borrowed */
+    PyObject *tc = torch ? PyObject_GetAttrString(torch, "_C") : NULL;
+    fn = tc ? PyObject_GetAttrString(tc, "_cuda_isCurrentStreamCapturing") : NULL;
+    Py_XDECREF(tc);
+    if (!fn) {
+      PyErr_Clear();
+      return 0;
+    }
+  }
+  PyObject *r = PyObject_CallNoArgs(fn);
+  if (!r) PyErr_Clear();
+  int capturing = r == Py_True;
+  Py_XDECREF(r);
+  return capturing;
+}
+
+/* The ctx of (dev, stream), made on first use; NULL with *st set, or with a Python error set. */
 static kite_ctx *ctx_for(DLDevice dev, void *stream, kite_status *st) {
   if (dev.device_type == kDLCPU) stream = NULL;
   for (int i = 0; i < g_nctx; i++)
     if (g_ctx[i].dev.device_type == dev.device_type && g_ctx[i].dev.device_id == dev.device_id &&
         g_ctx[i].stream == stream)
       return g_ctx[i].ctx;
+  if (dev.device_type != kDLCPU && torch_capturing()) {
+    PyErr_Format(g_errors[KITE_ERR_DEVICE],
+                 "kite: first call on stream %p of device %d during CUDA-graph capture: kite "
+                 "makes a ctx per (device, stream) on the first call, which allocates device "
+                 "memory; run the op once on the capture stream before capturing",
+                 stream, (int)dev.device_id);
+    return NULL;
+  }
   kite_ctx_params p = kite_ctx_params_default();
   p.device = dev;
   p.stream = stream;
@@ -352,22 +446,35 @@ static const char *type_name(PyObject *o) {
   return Py_TYPE(o)->tp_name;
 }
 
-/* call(op_index, stream, *args) */
-static PyObject *py_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  if (nargs < 2) return raise_invalid("kite._C.call: needs (op_index, stream, *args)");
-  long k = PyLong_AsLong(args[0]);
-  if (k < 0 || k >= NUM_OPS) {
-    if (!PyErr_Occurred()) raise_invalid("kite._C.call: op index %ld out of range", k);
-    return NULL;
-  }
-  const op_desc *d = &g_ops[k];
-  void *stream = PyLong_AsVoidPtr(args[1]);
-  if (PyErr_Occurred()) return NULL;
-  args += 2;
-  nargs -= 2;
-  if (nargs != d->nargs)
-    return raise_invalid("%s: takes %d arguments, got %zd", d->name, d->nargs, nargs);
+/* torch._C._cuda_getCurrentRawStream, looked up on the first CUDA tensor (without the exchange
+ * API) */
+static PyObject *g_raw_stream;
 
+/* torch's current stream on CUDA device id, as kite takes it. */
+static int torch_stream(int32_t id, void **stream) {
+  if (g_xapi) return g_xapi->current_work_stream(kDLCUDA, id, stream);
+  if (!g_raw_stream) {
+    PyObject *mods = PyImport_GetModuleDict();
+    PyObject *torch = PyDict_GetItemString(mods, "torch"); /* borrowed */
+    PyObject *tc = torch ? PyObject_GetAttrString(torch, "_C") : NULL;
+    g_raw_stream = tc ? PyObject_GetAttrString(tc, "_cuda_getCurrentRawStream") : NULL;
+    Py_XDECREF(tc);
+    if (!g_raw_stream) return -1;
+  }
+  PyObject *i = PyLong_FromLong(id);
+  if (!i) return -1;
+  PyObject *v = PyObject_CallOneArg(g_raw_stream, i);
+  Py_DECREF(i);
+  if (!v) return -1;
+  *stream = PyLong_AsVoidPtr(v);
+  Py_DECREF(v);
+  return PyErr_Occurred() ? -1 : 0;
+}
+
+/* Runs op d over args[0 .. d->nargs). With from_torch set, stream is ignored and a CUDA op runs
+ * on torch's current stream of the first tensor's device. */
+static PyObject *run_op(const op_desc *d, PyObject *const *args, void *stream,
+                        int from_torch_stream) {
   frame f;
   f.nkeep = 0;
   slot a[MAX_ARGS];
@@ -420,11 +527,15 @@ static PyObject *py_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
       have_dev = 1;
     }
   }
+  if (from_torch_stream) {
+    stream = NULL;
+    if (dev.device_type == kDLCUDA && torch_stream(dev.device_id, &stream)) goto fail;
+  }
   kite_status st = KITE_OK;
   kite_ctx *c = ctx_for(dev, stream, &st);
   if (!c) {
     frame_release(&f);
-    return raise_status(st);
+    return PyErr_Occurred() ? NULL : raise_status(st);
   }
   Py_BEGIN_ALLOW_THREADS st = d->call(c, a);
   Py_END_ALLOW_THREADS frame_release(&f);
@@ -433,6 +544,248 @@ static PyObject *py_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 fail:
   frame_release(&f);
   return NULL;
+}
+
+/* call(op_index, stream, *args) */
+static PyObject *py_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs < 2) return raise_invalid("kite._C.call: needs (op_index, stream, *args)");
+  long k = PyLong_AsLong(args[0]);
+  if (k < 0 || k >= NUM_OPS) {
+    if (!PyErr_Occurred()) raise_invalid("kite._C.call: op index %ld out of range", k);
+    return NULL;
+  }
+  const op_desc *d = &g_ops[k];
+  void *stream = PyLong_AsVoidPtr(args[1]);
+  if (PyErr_Occurred()) return NULL;
+  if (nargs - 2 != d->nargs)
+    return raise_invalid("%s: takes %d arguments, got %zd", d->name, d->nargs, nargs - 2);
+  return run_op(d, args + 2, stream, 0);
+}
+
+/* ---- torch.library kernels ------------------------------------------------------------------- */
+/* A kernel of one op that the torch dispatcher calls directly: the op's schema arguments in,
+ * its results allocated here (torch.empty_like, or the Python alloc function of the op's row),
+ * one kite call on torch's current stream, the results out; no Python frame on the way.
+ *
+ * As an Autograd-key kernel (autograd set; called with the dispatch keyset first) it runs the
+ * op itself when no gradient is wanted (grad mode off or no tensor argument requires grad) and
+ * the keys below autograd are only the dense backend's (one of fast[]: plain CPU or CUDA
+ * tensors, no tracing mode or tensor subclass); otherwise it hands the call to autograd, the
+ * Python autograd kernel (which redispatches to the backend kernel). */
+#define SRC_NONE (-100)
+typedef struct kernel_obj {
+  PyObject_HEAD vectorcallfunc vectorcall;
+  const op_desc *d;
+  int nparams;
+  signed char src[MAX_ARGS]; /* per C argument: param index; -1 - k: result k; SRC_NONE */
+  int nresults;
+  int like;           /* >= 0: the single result is an empty_like of that param */
+  PyObject *alloc;    /* otherwise, with results: alloc(*params) -> tensor or tuple of them */
+  PyObject *defaults; /* tuple of nparams: what a trailing argument the dispatcher left out is */
+  PyObject *autograd;
+  unsigned long long fast[4];
+  int nfast;
+} kernel_obj;
+
+static PyObject *g_empty_like, *g_like_kwnames, *g_contiguous_format, *g_is_grad_enabled;
+static PyObject *s_raw_repr, *s_requires_grad;
+
+static int wants_grad(kernel_obj *k, PyObject *const *args, Py_ssize_t n) {
+  PyObject *on = PyObject_CallNoArgs(g_is_grad_enabled);
+  if (!on) return -1;
+  int enabled = on == Py_True;
+  Py_DECREF(on);
+  if (!enabled) return 0;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    if (!PyObject_TypeCheck(args[i], g_torch_tensor)) continue;
+    PyObject *r = PyObject_GetAttr(args[i], s_requires_grad);
+    if (!r) return -1;
+    int req = r == Py_True;
+    Py_DECREF(r);
+    if (req) return 1;
+  }
+  return 0;
+}
+
+/* 1 when keyset is one of k's fast keysets, 0 if not, -1 on error. */
+static int fast_keyset(kernel_obj *k, PyObject *keyset) {
+  PyObject *r = PyObject_CallMethodNoArgs(keyset, s_raw_repr);
+  if (!r) return -1;
+  unsigned long long raw = PyLong_AsUnsignedLongLong(r);
+  Py_DECREF(r);
+  if (PyErr_Occurred()) return -1;
+  for (int i = 0; i < k->nfast; i++)
+    if (k->fast[i] == raw) return 1;
+  return 0;
+}
+
+static void xapi_set_error(void *unused, const char *kind, const char *message) {
+  (void)unused;
+  PyErr_Format(PyExc_RuntimeError, "%s: %s", kind, message);
+}
+
+/* A new contiguous torch tensor of like's shape, dtype and device (torch.empty_like). */
+static PyObject *empty_like(PyObject *like) {
+  if (g_xapi) {
+    DLTensor proto;
+    void *m = NULL, *t = NULL;
+    if (g_xapi->dltensor_from_py_object_no_sync(like, &proto) ||
+        g_xapi->managed_tensor_allocator(&proto, &m, NULL, xapi_set_error) ||
+        g_xapi->managed_tensor_to_py_object_no_sync(m, &t))
+      return NULL;
+    return (PyObject *)t;
+  }
+  PyObject *la[2] = {like, g_contiguous_format};
+  return PyObject_Vectorcall(g_empty_like, la, 1, g_like_kwnames);
+}
+
+static PyObject *kernel_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                   PyObject *kwnames) {
+  kernel_obj *k = (kernel_obj *)self;
+  Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+  if (kwnames && PyTuple_GET_SIZE(kwnames))
+    return raise_invalid("%s: the torch kernel takes positional arguments only", k->d->name);
+  if (k->autograd) {
+    if (n < 1)
+      return raise_invalid("%s: the autograd kernel needs the dispatch keyset", k->d->name);
+    int fast = fast_keyset(k, args[0]);
+    if (fast == 1) {
+      int g = wants_grad(k, args + 1, n - 1);
+      if (g < 0) return NULL;
+      fast = !g;
+    }
+    if (fast < 0) return NULL;
+    if (!fast) return PyObject_Vectorcall(k->autograd, args, (size_t)n, NULL);
+    args++;
+    n--;
+  }
+  /* the dispatcher leaves out trailing arguments equal to their defaults */
+  PyObject *filled[MAX_ARGS];
+  if (n > k->nparams)
+    return raise_invalid("%s: takes %d arguments, got %zd", k->d->name, k->nparams, n);
+  if (n < k->nparams) {
+    for (Py_ssize_t i = 0; i < k->nparams; i++)
+      filled[i] = i < n ? args[i] : PyTuple_GET_ITEM(k->defaults, i);
+    args = filled;
+    n = k->nparams;
+  }
+  PyObject *res = NULL, *r[MAX_ARGS];
+  if (k->like >= 0) {
+    res = empty_like(args[k->like]);
+    if (!res) return NULL;
+    r[0] = res;
+  } else if (k->nresults) {
+    res = PyObject_Vectorcall(k->alloc, args, (size_t)n, NULL);
+    if (!res) return NULL;
+    if (k->nresults == 1)
+      r[0] = res;
+    else if (!PyTuple_Check(res) || PyTuple_GET_SIZE(res) != k->nresults) {
+      Py_DECREF(res);
+      return raise_invalid("%s: the result allocation returned no %d-tuple", k->d->name,
+                           k->nresults);
+    } else
+      for (int i = 0; i < k->nresults; i++) r[i] = PyTuple_GET_ITEM(res, i);
+  }
+  PyObject *full[MAX_ARGS];
+  for (int i = 0; i < k->d->nargs; i++) {
+    int s = k->src[i];
+    full[i] = s == SRC_NONE ? Py_None : s >= 0 ? args[s] : r[-1 - s];
+  }
+  PyObject *st = run_op(k->d, full, NULL, 1);
+  if (!st) {
+    Py_XDECREF(res);
+    return NULL;
+  }
+  Py_DECREF(st);
+  if (res) return res;
+  Py_RETURN_NONE;
+}
+
+static void kernel_dealloc(PyObject *self) {
+  kernel_obj *k = (kernel_obj *)self;
+  Py_XDECREF(k->alloc);
+  Py_XDECREF(k->autograd);
+  Py_XDECREF(k->defaults);
+  Py_TYPE(self)->tp_free(self);
+}
+
+static PyTypeObject kernel_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kite._C.TorchKernel",
+    .tp_basicsize = sizeof(kernel_obj),
+    .tp_dealloc = kernel_dealloc,
+    .tp_vectorcall_offset = offsetof(kernel_obj, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "A torch.library kernel of one kite op (made by kite._C.torch_kernel).",
+};
+
+/* Looks up what the kernels call in torch (imported by the caller). */
+static int torch_kernel_lookup(void) {
+  if (g_empty_like) return 0;
+  if (!g_torch_tensor && !torch_lookup()) {
+    PyErr_SetString(PyExc_ImportError, "kite._C.torch_kernel: import torch first");
+    return -1;
+  }
+  PyObject *torch = PyDict_GetItemString(PyImport_GetModuleDict(), "torch"); /* borrowed */
+  PyObject *tc = PyObject_GetAttrString(torch, "_C");
+  g_is_grad_enabled = tc ? PyObject_GetAttrString(tc, "is_grad_enabled") : NULL;
+  Py_XDECREF(tc);
+  g_contiguous_format = PyObject_GetAttrString(torch, "contiguous_format");
+  g_like_kwnames = Py_BuildValue("(s)", "memory_format");
+  g_empty_like = PyObject_GetAttrString(torch, "empty_like");
+  if (!g_is_grad_enabled || !g_contiguous_format || !g_like_kwnames || !g_empty_like) {
+    Py_CLEAR(g_empty_like);
+    return -1;
+  }
+  return 0;
+}
+
+/* torch_kernel(op_index, defaults, src, like, alloc, autograd, fast_keysets) */
+static PyObject *py_torch_kernel(PyObject *self, PyObject *args) {
+  int op, nparams, like;
+  PyObject *defaults, *src, *alloc, *autograd, *fast;
+  if (!PyArg_ParseTuple(args, "iO!O!iOOO!", &op, &PyTuple_Type, &defaults, &PyTuple_Type, &src,
+                        &like, &alloc, &autograd, &PyTuple_Type, &fast))
+    return NULL;
+  nparams = (int)PyTuple_GET_SIZE(defaults);
+  if (torch_kernel_lookup()) return NULL;
+  if (op < 0 || op >= NUM_OPS) return raise_invalid("torch_kernel: op index %d out of range", op);
+  const op_desc *d = &g_ops[op];
+  if (PyTuple_GET_SIZE(src) != d->nargs || nparams < 0 || nparams > MAX_ARGS ||
+      PyTuple_GET_SIZE(fast) > 4 || like >= nparams)
+    return raise_invalid("torch_kernel: %s: bad layout", d->name);
+  kernel_obj *k = PyObject_New(kernel_obj, &kernel_type);
+  if (!k) return NULL;
+  k->vectorcall = kernel_vectorcall;
+  k->d = d;
+  k->nparams = nparams;
+  k->like = like;
+  k->nresults = 0;
+  k->alloc = alloc == Py_None ? NULL : alloc;
+  k->autograd = autograd == Py_None ? NULL : autograd;
+  Py_XINCREF(k->alloc);
+  Py_XINCREF(k->autograd);
+  k->defaults = defaults;
+  Py_INCREF(defaults);
+  k->nfast = (int)PyTuple_GET_SIZE(fast);
+  for (int i = 0; i < k->nfast; i++)
+    k->fast[i] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(fast, i));
+  for (int i = 0; i < d->nargs; i++) {
+    long s = PyLong_AsLong(PyTuple_GET_ITEM(src, i));
+    if (s != SRC_NONE && (s >= nparams || s < -MAX_ARGS))
+      PyErr_Format(PyExc_ValueError, "bad src %ld", s);
+    k->src[i] = (signed char)s;
+    if (s < 0 && s != SRC_NONE && -s > k->nresults) k->nresults = (int)-s;
+  }
+  if (!PyErr_Occurred() && k->nresults && like < 0 && !k->alloc)
+    PyErr_SetString(PyExc_ValueError, "torch_kernel: results and no allocation");
+  if (!PyErr_Occurred() && like >= 0 && k->nresults != 1)
+    PyErr_SetString(PyExc_ValueError, "torch_kernel: like takes one result");
+  if (PyErr_Occurred()) {
+    Py_DECREF(k);
+    return NULL;
+  }
+  return (PyObject *)k;
 }
 
 /* ---- registry, config ------------------------------------------------------------------------ */
@@ -584,6 +937,9 @@ static PyObject *py_synchronize_all(PyObject *self, PyObject *unused) {
 static PyMethodDef methods[] = {
     {"call", (PyCFunction)(void (*)(void))py_call, METH_FASTCALL,
      "call(op_index, stream, *args): runs op op_index of ops() on the args' device"},
+    {"torch_kernel", py_torch_kernel, METH_VARARGS,
+     "torch_kernel(op_index, defaults, src, like, alloc, autograd, fast_keysets): a torch.library "
+     "kernel of one op (see kite/torch/__init__.py)"},
     {"ops", py_ops, METH_NOARGS, "[(name, [(kind, arg name), ...]), ...] in op-index order"},
     {"op_names", py_op_names, METH_NOARGS, "every op of the library, bound or not"},
     {"kernels", py_kernels, METH_NOARGS, "every registered kernel, as dicts"},
@@ -616,6 +972,7 @@ static int add_error(PyObject *m, kite_status s, const char *name, PyObject *als
 
 PyMODINIT_FUNC PyInit__C(void) {
   if (parse_table()) return NULL;
+  if (PyType_Ready(&kernel_type)) return NULL;
   PyObject *m = PyModule_Create(&module);
   if (!m) return NULL;
 #define INTERN(var, s)                                                                             \
@@ -629,6 +986,8 @@ PyMODINIT_FUNC PyInit__C(void) {
   INTERN(s_get_device, "get_device")
   INTERN(s_contiguous, "contiguous")
   INTERN(s_dlpack, "__dlpack__")
+  INTERN(s_raw_repr, "raw_repr")
+  INTERN(s_requires_grad, "requires_grad")
 #undef INTERN
   g_errors[0] = PyErr_NewExceptionWithDoc("kite.Error",
                                           "A kite call failed; the message is kite's.", NULL, NULL);

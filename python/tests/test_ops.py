@@ -11,9 +11,14 @@ import kite
 ALL = {**{op: (op, make) for op, make in CASES.items()}, **EXTRA}
 
 
+# The collectives take a kite_comm, which Python has no handle for yet (issue 22, step 5: a
+# binding over a process group's NCCL communicator): they are the only ops left unbound.
+UNBOUND = {"all_reduce", "all_gather", "reduce_scatter", "all_reduce_add_rms_norm"}
+
+
 def test_every_op_of_the_library_is_bound():
     bound = {n for n, _ in kite._C.ops()}
-    missing = [n for n in kite._C.op_names() if n not in bound]
+    missing = [n for n in kite._C.op_names() if n not in bound and n not in UNBOUND]
     assert not missing, (f"ops of kite.h without Python bindings: {missing}; add a row to "
                          "python/src/ops_table.h and python/kite/_table.py, and a case to "
                          "python/tests/cases.py")
@@ -26,11 +31,9 @@ def test_every_op_has_a_case():
     assert all(hasattr(kite.ops, n) for n in names)
 
 
-# Ops with no CUDA kernel yet (the training family runs on ref and cpu): on a CUDA tensor they must
-# refuse with kite's message, never fall back to another device.
-NO_CUDA_KERNEL = {"activation_backward", "gated_backward", "rms_norm_backward",
-                  "layer_norm_backward", "rope_backward", "softmax_backward", "embedding_backward",
-                  "cross_entropy", "cross_entropy_backward", "fused_linear_cross_entropy"}
+# Ops with no CUDA kernel: on a CUDA tensor they must refuse with kite's message, never fall back
+# to another device. Every op has one now; the mechanism stays for the next op that has none.
+NO_CUDA_KERNEL = set()
 
 
 def _refused_here(op, case, device):

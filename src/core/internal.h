@@ -42,6 +42,9 @@ const char *kite_kernel_backend_name(const kite_kernel *k);
 
 /* The backend serving memory for a device type (NULL when none). */
 const kite_backend *kite_memory_backend(DLDeviceType t);
+/* The backend providing communicators for a device type (kite_backend.comm_create; NULL when
+ * none). */
+const kite_backend *kite_comm_backend(DLDeviceType t);
 /* The same, falling back on the core's host memory for kDLCPU (host_memory.c). */
 const kite_backend *kite_device_memory(DLDeviceType t);
 
@@ -115,6 +118,11 @@ typedef struct kite_rowwise {
 } kite_rowwise;
 kite_status kite_check_rowwise(const kite_ctx *ctx, const char *op, const DLTensor *x,
                                const DLTensor *y, int x_per_y, kite_rowwise *out);
+/* The checks of kite_add_rms_norm (and add_layer_norm with b) under the name `op` for messages,
+ * into *out with out->op KITE_OP_ADD_RMS_NORM (norm.c; the fused collective shares them). */
+kite_status kite_add_norm_check(kite_ctx *ctx, const char *op, const DLTensor *x,
+                                DLTensor *residual, const DLTensor *w, const DLTensor *b, float eps,
+                                float offset, kite_norm_pos pos, DLTensor *y, kite_norm_args *out);
 /* -- end of front-end validation helpers -- */
 
 /* True when the tensors of ctx's calls live in host memory that the front-end may read now (the
@@ -132,6 +140,12 @@ struct kite_ctx {
   struct kite_dispatch_cache *cache;
 };
 void kite_dispatch_cache_free(struct kite_dispatch_cache *c);
+
+/* ---- comm (comm.c) ------------------------------------------------------------------------- */
+struct kite_comm {
+  kite_comm_ref ref; /* backend, handle, nranks, rank */
+  DLDevice device;   /* the device of the ctx it was created with */
+};
 
 static inline bool kite_indices_on_host(const kite_ctx *ctx) {
   return ctx->mem->host_memory;

@@ -15,6 +15,8 @@
 HEAD_OK(kite_act_args);
 HEAD_OK(kite_gated_args);
 HEAD_OK(kite_norm_args);
+HEAD_OK(kite_comm_args);
+HEAD_OK(kite_comm_norm_args);
 HEAD_OK(kite_rope_args);
 HEAD_OK(kite_softmax_args);
 HEAD_OK(kite_embedding_args);

@@ -52,6 +52,10 @@ static const char *const g_op_names[KITE_OP_COUNT] = {
     [KITE_OP_APPLY_PENALTIES] = "apply_penalties",
     [KITE_OP_LOGPROBS] = "logprobs",
     [KITE_OP_LINEAR_WQ4] = "linear_wq4",
+    [KITE_OP_ALL_REDUCE] = "all_reduce",
+    [KITE_OP_ALL_GATHER] = "all_gather",
+    [KITE_OP_REDUCE_SCATTER] = "reduce_scatter",
+    [KITE_OP_ALL_REDUCE_ADD_RMS_NORM] = "all_reduce_add_rms_norm",
 };
 
 const char *kite_op_name(kite_op op) {

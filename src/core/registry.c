@@ -164,6 +164,15 @@ const kite_backend *kite_memory_backend(DLDeviceType t) {
   return found;
 }
 
+const kite_backend *kite_comm_backend(DLDeviceType t) {
+  const kite_backend *found = NULL;
+  pthread_mutex_lock(&kite_registry_mutex);
+  for (size_t i = 0; i < g_num_backends && !found; i++)
+    if (g_backends[i].b->device_type == t && g_backends[i].b->comm_create) found = g_backends[i].b;
+  pthread_mutex_unlock(&kite_registry_mutex);
+  return found;
+}
+
 const char *kite_why_not_here_locked(const kernel_rec *r, char *buf, size_t n, bool ignore_config) {
   const kite_backend *b = r->b;
   if (b->device_count && b->device_count(b) <= 0) {
@@ -174,6 +183,11 @@ const char *kite_why_not_here_locked(const kernel_rec *r, char *buf, size_t n, b
   if (r->k->features & ~have) {
     snprintf(buf, n, "needs CPU/device features %s not present here",
              r->k->features_str ? r->k->features_str : "(unnamed)");
+    return buf;
+  }
+  const char *missing = b->kernel_unavailable ? b->kernel_unavailable(b, r->k) : NULL;
+  if (missing) {
+    snprintf(buf, n, "%s", missing);
     return buf;
   }
   if (!ignore_config && kite_config_disables_locked(r)) {

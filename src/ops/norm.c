@@ -22,14 +22,12 @@ static kite_status check_channel(const kite_ctx *ctx, const char *op, const char
   return KITE_OK;
 }
 
-/* Everything the four norms share: ctx, x, y, residual (when fused), w, b, eps, pos. */
-static kite_status norm(kite_ctx *ctx, kite_op op, const DLTensor *x, DLTensor *residual,
-                        const DLTensor *w, const DLTensor *b, float eps, float offset,
-                        kite_norm_pos pos, DLTensor *y) {
-  const char *name = kite_op_name(op);
-  const bool fused = op == KITE_OP_ADD_RMS_NORM || op == KITE_OP_ADD_LAYER_NORM;
-  kite_clear_error();
-  kite_init();
+/* Everything the four norms share: ctx, x, y, residual (when fused, residual non-NULL for
+ * the check), w, b, eps, pos, into *a (a->op is `op`). No dispatch. */
+static kite_status norm_check(kite_ctx *ctx, kite_op op, const char *name, bool fused,
+                              const DLTensor *x, DLTensor *residual, const DLTensor *w,
+                              const DLTensor *b, float eps, float offset, kite_norm_pos pos,
+                              DLTensor *y, kite_norm_args *out) {
   kite_rowwise v;
   kite_status s;
   if ((s = kite_check_ctx(ctx, name)) != KITE_OK) return s;
@@ -71,7 +69,27 @@ static kite_status norm(kite_ctx *ctx, kite_op op, const DLTensor *x, DLTensor *
   if (!isfinite(offset))
     return kite_set_error(KITE_ERR_INVALID_ARG, "%s: offset: %g is not finite", name,
                           (double)offset);
+  *out = a;
+  return KITE_OK;
+}
 
+kite_status kite_add_norm_check(kite_ctx *ctx, const char *name, const DLTensor *x,
+                                DLTensor *residual, const DLTensor *w, const DLTensor *b, float eps,
+                                float offset, kite_norm_pos pos, DLTensor *y, kite_norm_args *out) {
+  return norm_check(ctx, KITE_OP_ADD_RMS_NORM, name, true, x, residual, w, b, eps, offset, pos, y,
+                    out);
+}
+
+static kite_status norm(kite_ctx *ctx, kite_op op, const DLTensor *x, DLTensor *residual,
+                        const DLTensor *w, const DLTensor *b, float eps, float offset,
+                        kite_norm_pos pos, DLTensor *y) {
+  const char *name = kite_op_name(op);
+  const bool fused = op == KITE_OP_ADD_RMS_NORM || op == KITE_OP_ADD_LAYER_NORM;
+  kite_clear_error();
+  kite_init();
+  kite_norm_args a;
+  kite_status s = norm_check(ctx, op, name, fused, x, residual, w, b, eps, offset, pos, y, &a);
+  if (s != KITE_OK) return s;
   if (a.rows == 0 || a.cols == 0) return KITE_OK;
   return kite_dispatch(ctx, op, a.dtype, &a);
 }

@@ -1,23 +1,35 @@
 #!/usr/bin/env python3
-"""kite run against llama.cpp's token ids (tests/engine/llama_ref.txt, made by
-scripts/llama-ref.py with llama-cpp-python on the same GGUF file):
+"""kite run against llama.cpp's token ids (tests/engine/llama_ref*.txt, made by
+scripts/llama-ref.py with llama-cpp-python):
   tok lines: `kite run --tokenize TEXT` must give the same ids;
   gen lines: greedy `kite run --tokens` in f32, bf16 and q4 weights; how many leading ids agree
-  with llama.cpp's is printed. With --strict (the reference made by llama.cpp on the file's
-X
-  quantization) f32 and bf16 must agree on all 32; otherwise (llama.cpp on the Q4_1 file itself,
-  whose CPU dot products quantize activations to 8 bits) the agreement is reported only.
-Usage: check_llama_ref.py [--strict] KITE_BINARY REF_FILE [MODEL]; the model comes from the
-argument, $KITE_MODEL or scripts/fetch-model.sh; without one the test is skipped (exit 77)."""
+  with llama.cpp's is printed.
+With --strict (the reference made by llama.cpp on an F32 copy of the file, the weights kite's f32
+mode loads): f32 must agree on all of them; bf16 (bf16 weights, activations, residual stream and
+KV cache) must agree up to the first step where llama.cpp's top-1 and top-2 logits are closer
+than BF16_GAP (the file's `margin` lines, scripts/llama-margins.py): there bf16's rounding of
+the logits can pick either token, and does on some prompts; q4 is reported only. Without
+--strict (llama.cpp on the Q4_1 file itself, whose CPU dot products quantize activations to
+8 bits) the agreement is reported only.
+Usage: check_llama_ref.py [--strict] [--device cpu|cuda] KITE_BINARY REF_FILE [MODEL]; the model
+comes from the argument, $KITE_MODEL or scripts/fetch-model.sh; without one the test is skipped
+(exit 77). On CUDA f32 runs cuBLASLt in f32 (never TF32), so the same bounds hold."""
 import json
 import os
 import subprocess
 import sys
 
+# Three times the largest top-1 / top-2 logit gap of llama.cpp's f32 run at which kite's bf16
+# mode was seen to pick the other token (0.051; docs/performance.md)
+BF16_GAP = 0.15
+
 args = sys.argv[1:]
-strict = args[0] == "--strict"
-if strict:
-    args = args[1:]
+strict = "--strict" in args
+device = "cpu"
+if "--device" in args:
+    device = args[args.index("--device") + 1]
+    del args[args.index("--device"):args.index("--device") + 2]
+args = [a for a in args if a != "--strict"]
 kite, ref = args[0], args[1]
 model = args[2] if len(args) > 2 else os.environ.get("KITE_MODEL", "")
 if not model:
@@ -30,6 +42,11 @@ if not model or not os.path.exists(model):
     sys.exit(77)
 
 fails = 0
+margins = {}
+for line in open(ref, encoding="utf-8"):
+    if line.startswith("margin "):
+        text, end = json.JSONDecoder().raw_decode(line.split(" ", 1)[1])
+        margins[text] = [float(x) for x in line.split(" ", 1)[1][end:].split()]
 for line in open(ref, encoding="utf-8"):
     if line.startswith("#") or not line.strip():
         continue
@@ -50,14 +67,18 @@ for line in open(ref, encoding="utf-8"):
         n = int(n)
         prompt, end = json.JSONDecoder().raw_decode(rest)
         want = [int(x) for x in rest[end:].split()][:32]
+        gaps = margins.get(prompt, [])
+        close = next((i for i, g in enumerate(gaps) if g < BF16_GAP), len(gaps))
         for w in ("f32", "bf16", "q4"):
             out = subprocess.run([kite, "run", "--model", model, "--weights", w, "--threads", "2",
-                                  "--prompt", prompt, "-n", str(len(want)), "--tokens"],
-                                 capture_output=True, text=True, check=True).stdout.split()
+                                  "--device", device, "--prompt", prompt, "-n", str(len(want)),
+                                  "--tokens"], capture_output=True, text=True, check=True).stdout.split()
             got = [int(x) for x in out][:len(want)]
             agree = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), len(want))
-            ok = agree == len(want) or w != "f32" or not strict
+            need = len(want) if w == "f32" else close if w == "bf16" and gaps else 0
+            ok = not strict or agree >= need
             fails += not ok
-            print("%s %-4s %2d/%d leading tokens agree: %s" %
-                  ("ok  " if ok else "FAIL", w, agree, len(want), json.dumps(prompt)[:50]))
+            print("%s %-4s %2d/%d leading tokens agree (%d required): %s" %
+                  ("ok  " if ok else "FAIL", w, agree, len(want), need if strict else 0,
+                   json.dumps(prompt)[:50]))
 sys.exit(1 if fails else 0)

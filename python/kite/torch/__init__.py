@@ -15,19 +15,27 @@ also holds differentiable forms of rope and the add-and-norm ops).
 Both have CPU and CUDA implementations (CUDA on torch's current stream, one kite ctx per device
 and stream, created on first use and kept) and a fake implementation, so they pass
 torch.library.opcheck and trace under torch.compile(fullgraph=True) without graph breaks.
+The implementations are C (kite._C.torch_kernel): the dispatcher calls into kite._C directly,
+which allocates the results with torch.empty_like (or the op's Python allocation where the
+shapes need it) and runs kite; an op with a registered backward has a C Autograd-key kernel too,
+which runs kite at once when no gradient is wanted and hands over to torch's autograd kernel
+otherwise (and under tracing modes or tensor subclasses).
 A tensor argument whose last dim is not unit-stride is made contiguous before the call (a copy);
 a result given to .out must have a unit-stride last dim (kite refuses it otherwise).
 
-CUDA graphs: the calls allocate their results with torch (its graph pool under capture) and do
-not synchronize; kite's ctx for a (device, stream) pair is made on the first call on that stream,
-with 64 MiB of workspace reserved. Run each op once on the capture stream before capturing
-(torch's usual warm-up), so that ctx, its workspace and cuBLASLt's handle exist beforehand.
+CUDA graphs: the calls allocate their results with torch (its graph pool under capture) and
+neither synchronize nor allocate device memory themselves; kite's ctx for a (device, stream)
+pair is made on the first call on that stream, with 64 MiB of workspace reserved. Run each op
+once on the capture stream before capturing (torch's usual warm-up, which torch.compile's
+mode="reduce-overhead" does on its capture stream too), so that the ctx, its workspace and
+cuBLASLt's handle (made at a device's first linear) exist beforehand: a first call on a stream
+that is capturing raises kite.DeviceError and leaves the capture intact.
 """
 import torch
 
 from .. import _C
-from .._spec import (compile_source, schema_functional, schema_out, source_torch,
-                     source_torch_out, specs)
+from .._spec import (compile_source, kernel_layout, out_layout, schema_functional, schema_out,
+                     source_fake, specs)
 
 __all__ = ["lib", "patch", "nn", "autograd"]
 
@@ -46,34 +54,63 @@ def _like(x):
     return torch.empty_like(x, memory_format=_CONTIGUOUS)
 
 
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-
-
-def _stream(x):
-    return _raw_stream(x.get_device()) if x.is_cuda else 0
-
-
 lib = torch.library.Library("kite", "DEF")
-_ns = {"_call": _C.call, "_stream": _stream, "new": _new, "like": _like}
+_ns = {"new": _new, "like": _like}
+_SPECS = {}
+
+_K, _KS = torch._C.DispatchKey, torch._C.DispatchKeySet
+# The dispatch keysets an Autograd kernel sees for plain CPU / CUDA tensors: below autograd only
+# the dense backend, so it may run kite itself when no gradient is wanted.
+_FAST_KEYSETS = tuple((_KS(getattr(_K, d)) | _KS(getattr(_K, "Autograd" + d))).raw_repr()
+                      for d in ("CPU", "CUDA"))
+
+
+def _kernel(name, autograd=None):
+    """The functional op's kernel: a kite._C.TorchKernel (C: allocates the results, runs kite on
+    torch's current stream). With autograd (the Python autograd kernel of the op) it is the
+    op's Autograd-key kernel, which skips autograd when no gradient is wanted."""
+    s = _SPECS[name]
+    defaults, src, like, alloc = kernel_layout(s)
+    if alloc:
+        compile_source(alloc, _ns)
+        alloc = _ns[name + "_alloc"]
+    return _C.torch_kernel(s.index, defaults, src, like, alloc, autograd,
+                           _FAST_KEYSETS if autograd else ())
+
+
+def register_autograd(name, backward, setup_context):
+    """torch.library.register_autograd for kite::<name>, with the Autograd-key kernel of
+    _kernel in front of torch's: a call that wants no gradient costs no Python frame."""
+    try:
+        from torch._library.autograd import Info, make_autograd_impl
+    except ImportError:  # another torch: its own registration, slower
+        torch.library.register_autograd(f"kite::{name}", backward, setup_context=setup_context,
+                                        lib=lib)
+        return
+    slow = make_autograd_impl(getattr(torch.ops.kite, name).default, Info(backward, setup_context))
+    lib.impl(name, _kernel(name, autograd=slow), "Autograd", with_keyset=True)
+
 
 for _s in specs():
+    _SPECS[_s.name] = _s
     lib.define(schema_functional(_s))
-    compile_source(source_torch(_s), _ns)
-    compile_source(source_torch(_s, fake=True), _ns)
+    compile_source(source_fake(_s), _ns)
+    _k = _kernel(_s.name)
     for _key in ("CPU", "CUDA"):
-        lib.impl(_s.name, _ns[_s.name], _key)
+        lib.impl(_s.name, _k, _key)
     torch.library.register_fake(f"kite::{_s.name}", _ns[_s.name + "_fake"], lib=lib)
     if _s.results or _s.optional_results:
         lib.define(schema_out(_s))
-        compile_source(source_torch_out(_s), _ns)
+        _defaults, _src = out_layout(_s)
+        _k = _C.torch_kernel(_s.index, _defaults, _src, -1, None, None, ())
         for _key in ("CPU", "CUDA"):
-            lib.impl(f"{_s.name}.out", _ns[_s.name + "_out"], _key)
+            lib.impl(f"{_s.name}.out", _k, _key)
         torch.library.register_fake(f"kite::{_s.name}.out", lambda *a, **k: None, lib=lib)
-del _s, _key
+del _s, _key, _k
 
 from . import autograd  # noqa: E402
 
-autograd._register(lib)
+autograd._register(register_autograd)
 
 from . import nn  # noqa: E402
 from . import patch as patch_module  # noqa: E402

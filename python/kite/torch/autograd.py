@@ -117,19 +117,18 @@ def _ce_backward(ctx, dloss, dlse):
     return (dl,) + (None,) * 6
 
 
-def _register(lib):
+def _register(register_autograd):
+    """register_autograd(name, backward, setup_context): kite.torch's, over its library."""
     for name in ("silu", "gelu", "gelu_tanh", "gelu_quick", "relu"):
-        torch.library.register_autograd(f"kite::{name}", _act_backward(name),
-                                        setup_context=_save_x, lib=lib)
+        register_autograd(name, _act_backward(name), _save_x)
     for name in ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul"):
-        torch.library.register_autograd(f"kite::{name}", _gated_backward(name),
-                                        setup_context=_gated_setup, lib=lib)
+        register_autograd(name, _gated_backward(name), _gated_setup)
     for name, bw, setup in (("rms_norm", _rms_backward, _rms_setup),
                             ("layer_norm", _ln_backward, _ln_setup),
                             ("softmax", _softmax_backward, _softmax_setup),
                             ("embedding", _embedding_backward, _embedding_setup),
                             ("cross_entropy", _ce_backward, _ce_setup)):
-        torch.library.register_autograd(f"kite::{name}", bw, setup_context=setup, lib=lib)
+        register_autograd(name, bw, setup)
 
 
 # ---- in-place forms ----------------------------------------------------------------------------
