@@ -150,7 +150,7 @@ def test_cross_entropy_loss(reduction, opts, device):
         return out if reduction == "none" else out.reshape(())
     dy = torch.randn(8) if reduction == "none" else torch.tensor(1.7)
     _check(*_both(lambda x: loss_fn(x, t), ref, (torch.randn(8, 100) * 3).to(device),
-                  dy=dy.to(device)), "ce")
+                  dy=dy.to(device), device=device), "ce")
     if not ls and not z and not cap:  # plain CE equals torch's own
         x = torch.randn(8, 100, device=device)
         torch.testing.assert_close(loss_fn(x, t), F.cross_entropy(x, t.long(), reduction=reduction),
@@ -175,7 +175,7 @@ def test_fused_linear_cross_entropy_loss(bias, reduction, device):
         return _ce_ref(h @ w.T + (0 if b is None else b), t, -100, 0.05, 1e-4, 0.0,
                        red)[0].reshape(())
     _check(*_both(kt, ref, *((h, w, b) if bias else (h, w)),
-                  dy=torch.tensor(0.6, device=device)), "flce")
+                  dy=torch.tensor(0.6, device=device), device=device), "flce")
 
 
 def test_fused_linear_cross_entropy_none_takes_sum_only():
