@@ -89,7 +89,9 @@ __global__ __launch_bounds__(kCeThreads) void ce_rows_kernel(CeRows p) {
       if (threadIdx.x == 0) {
         /* lse - z taken as differences from the row max first (as ref does), in log2 units
          * where st.m was formed: no cancellation of large terms when the loss is small */
-        const float dt = st.m - zt * kLog2e, dm = st.m - sz / (float)V * kLog2e;
+        /* __fmul_rn: rounded like ce_add's products (an fma would leave 2^-24 of z behind) */
+        const float dt = st.m - __fmul_rn(zt, kLog2e);
+        const float dm = st.m - __fmul_rn(sz / (float)V, kLog2e);
         float loss = (log2f(st.sum) + (1.0f - ls) * dt + ls * dm) * kLn2 + p.o.z_loss * lse * lse;
         if (ignored) loss = 0.0f;
         if (bad) loss = __int_as_float(0x7fc00000); /* NaN */
