@@ -569,8 +569,19 @@ kite_status launched(const char *op, cudaError_t e) {
 
 } // namespace
 
+/* Rows whose filters gather a top-k / top-p candidate set finish it in one CTA of the cluster
+ * while the other seven wait: with many such rows the one-block kernel, which keeps every SM
+ * busy on whole rows, is faster (H100: B = 64 and 256 with top-k + top-p, docs/performance.md).
+ * argmax and unfiltered sampling take the cluster at any B. */
+constexpr int64_t kClusterFilteredRows = 32;
+
 extern "C" CUDA_SUPPORTS(cuda_sample_cluster_supports) {
   const kite_sample_args *a = (const kite_sample_args *)args;
+  const bool filtered = a->op == KITE_OP_SAMPLE && (a->top_k || a->top_p || a->min_p);
+  if (filtered && a->rows > kClusterFilteredRows) {
+    *why = "more than 32 rows with top-k / top-p / min-p: the one-block kernel is faster there";
+    return false;
+  }
   return vocab_fits(a->dtype, a->vocab, why);
 }
 
