@@ -185,11 +185,11 @@ if want engine; then
       prompt=$(python3 -c "print(' '.join(['The quick brown fox jumps over the lazy dog.'] * 51))")
       for i in $(seq 64); do echo "Write a short story about a robot number $i."; done > "$OUT/prompts64.tmp"
       for w in bf16 q4 f32; do
-        for p in "batch 1|--prompt The capital of France is" "batch 64|--prompts $OUT/prompts64.tmp"; do
-          # shellcheck disable=SC2086
-          timeout 120 "$KITE" run --model "$MODEL" --device cuda --weights $w ${p#*|} -n 128 --bench \
-            --tokens > /dev/null 2> "$OUT/run.tmp" || status=1
-          echo "kite $w, ${p%%|*}: $(tail -1 "$OUT/run.tmp" | sed 's/^kite run: //')"
+        for b in 1 64; do
+          if [ "$b" = 1 ]; then args=(--prompt "The capital of France is"); else args=(--prompts "$OUT/prompts64.tmp"); fi
+          timeout 120 "$KITE" run --model "$MODEL" --device cuda --weights $w "${args[@]}" -n 128 \
+            --bench --tokens > /dev/null 2> "$OUT/run.tmp" || status=1
+          echo "kite $w, batch $b: $(tail -1 "$OUT/run.tmp" | sed 's/^kite run: //')"
         done
         timeout 120 "$KITE" run --model "$MODEL" --device cuda --weights $w --prompt "$prompt" -n 2 \
           --bench > /dev/null 2> "$OUT/run.tmp" || status=1
