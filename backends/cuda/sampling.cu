@@ -146,17 +146,8 @@ __global__ __launch_bounds__(kThreads) void sample_kernel(kite_sample_args a) {
       __syncthreads();
       lo = st.lo;
       const int kept = s_n;
-      const float zcut = p.min_p > 0.0f ? logf(p.min_p) : -INFINITY;
-      float bs = -INFINITY;
-      int64_t bi = amax;
-      for (int j = tid; j < kept; j += nt) {
-        const float v = cv[j], z = (v - m) / t;
-        if (!(v >= lo && z >= zcut)) continue;
-        const float sc = race_score(z, kite_sample_words(&p, ci[j] >> 2).v[ci[j] & 3]);
-        if (beats(sc, ci[j], bs, bi)) bs = sc, bi = ci[j];
-      }
-      block_best(bs, bi);
-      if (tid == 0) a.tokens[r] = (int32_t)(bs == -INFINITY ? amax : bi);
+      const int64_t tok = race_candidates(p, cv, ci, kept, lo, m, t, amax, tid, nt);
+      if (tid == 0) a.tokens[r] = (int32_t)tok;
       continue;
     }
     /* top-p by mass over the tokens >= lo (top-k's threshold, or all) */

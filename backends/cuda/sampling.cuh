@@ -85,6 +85,25 @@ __device__ inline void sort_candidates(float *cv, int32_t *ci, int n) {
     }
 }
 
+/* The exponential race among the gathered candidates cv/ci[0, kept) that top-p's threshold lo
+ * and min-p keep (m: the row max, t: the temperature). The block's threads stride by nt; every
+ * thread gets the winner, or amax when no candidate scores above -inf. */
+__device__ inline int64_t race_candidates(const kite_sample_row &p, const float *cv,
+                                          const int32_t *ci, int kept, float lo, float m, float t,
+                                          int64_t amax, int tid, int nt) {
+  const float zcut = p.min_p > 0.0f ? logf(p.min_p) : -INFINITY;
+  float bs = -INFINITY;
+  int64_t bi = amax;
+  for (int j = tid; j < kept; j += nt) {
+    const float v = cv[j], z = (v - m) / t;
+    if (!(v >= lo && z >= zcut)) continue;
+    const float sc = race_score(z, kite_sample_words(&p, ci[j] >> 2).v[ci[j] & 3]);
+    if (beats(sc, ci[j], bs, bi)) bs = sc, bi = ci[j];
+  }
+  block_best(bs, bi);
+  return bs == -INFINITY ? amax : bi;
+}
+
 } // namespace kite_cuda
 
 #endif /* KITE_CUDA_SAMPLING_CUH */

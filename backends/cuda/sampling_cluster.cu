@@ -356,17 +356,8 @@ __device__ void sample_row(Cluster &c, const kite_sample_args &a, int64_t r, flo
       const int j = kBuckets - 1 - b < kept ? kBuckets - 1 - b : kept - 1;
       lo_s = cv[j];
     }
-    const float zcut = p.min_p > 0.0f ? logf(p.min_p) : -INFINITY;
-    float bs = -INFINITY;
-    int64_t bi = amax;
-    for (int j = tid; j < kept; j += kThreads) {
-      const float v = cv[j], z = (v - m) / t;
-      if (!(v >= lo_s && z >= zcut)) continue;
-      const float sc = race_score(z, kite_sample_words(&p, ci[j] >> 2).v[ci[j] & 3]);
-      if (beats(sc, ci[j], bs, bi)) bs = sc, bi = ci[j];
-    }
-    block_best(bs, bi);
-    if (tid == 0) a.tokens[r] = (int32_t)(bs == -INFINITY ? amax : bi);
+    const int64_t tok = race_candidates(p, cv, ci, kept, lo_s, m, t, amax, tid, kThreads);
+    if (tid == 0) a.tokens[r] = (int32_t)tok;
     return;
   }
   /* top-p by mass over the tokens >= lo (top-k's threshold, or all) */
