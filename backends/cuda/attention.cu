@@ -279,16 +279,6 @@ template <typename T> __global__ void merge_splits_kernel(AttnParams p, int spli
 } // namespace
 
 /* ---- host side ----------------------------------------------------------------------------- */
-int kite_cuda::attn_sm_count() {
-  int dev = 0, n = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 132;
-  }
-  return n > 0 ? n : 132;
-}
-
 void kite_cuda::attn_merge_splits(const AttnParams &p, int splits, cudaStream_t s) {
   const int64_t warps = p.rows * p.hq;
   const unsigned blocks = (unsigned)((warps + 7) / 8);
@@ -347,7 +337,7 @@ kite_status run_attend(kite_ctx *ctx, AttnParams p, bool vec, const char *op, co
     return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.%s: %lld query rows x heads is too many",
                           op, variant, (long long)units);
   /* Split the keys when the CTAs would not fill the GPU, keeping >= 256 keys per split. */
-  const int64_t target = 8LL * attn_sm_count();
+  const int64_t target = 8LL * sm_count();
   int64_t splits = units >= target ? 1 : (target + units - 1) / units;
   const int64_t by_keys = p.max_keys / 256;
   if (splits > by_keys) splits = by_keys;

@@ -40,11 +40,10 @@ struct AttnParams {
   float *part_o, *part_lse; /* split-KV partials: [splits, rows, hq, (D)] */
 };
 
-/* attention.cu: the parameters of an op's arguments, the SM count (132 when unknown), and the
- * merge of split-KV partials (part_o/part_lse of `splits` splits) into o and lse. */
+/* attention.cu: the parameters of an op's arguments and the merge of split-KV partials
+ * (part_o/part_lse of `splits` splits) into o and lse. */
 AttnParams attn_paged_params(const kite_paged_attn_args *a);
 AttnParams attn_sdpa_params(const kite_sdpa_args *a);
-int attn_sm_count();
 void attn_merge_splits(const AttnParams &p, int splits, cudaStream_t s);
 
 } // namespace kite_cuda

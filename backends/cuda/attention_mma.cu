@@ -586,7 +586,7 @@ kite_status run_mma(kite_ctx *ctx, AttnParams p, const char *op) {
                           op);
   int64_t splits = 1;
   if (keys) { /* fill the GPU: >= 8 CTAs per SM, >= 256 keys per split */
-    const int64_t units = tiles * p.hkv, target = 8LL * attn_sm_count();
+    const int64_t units = tiles * p.hkv, target = 8LL * sm_count();
     splits = units >= target ? 1 : (target + units - 1) / units;
     if (splits > p.max_keys / 256) splits = p.max_keys / 256;
     if (splits > 64) splits = 64;

@@ -283,6 +283,17 @@ inline unsigned row_threads(int64_t packs, int vpt) {
   return (unsigned)(((packs + vpt - 1) / vpt + 31) / 32 * 32);
 }
 
+/* Multiprocessors of the current device (132, an H100's, when the runtime cannot say). */
+inline int sm_count() {
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 132;
+  }
+  return n > 0 ? n : 132;
+}
+
 /* One block per row, the kernels looping when rows exceed the grid limit. */
 inline unsigned grid_for_rows(int64_t rows) {
   return (unsigned)(rows < 0x7fffffff ? rows : 0x7fffffff);

@@ -87,8 +87,10 @@ CUDA_SUPPORTS(cuda_act_bwd_generic_supports);
 CUDA_RUN(cuda_act_bwd_vec_run);
 CUDA_RUN(cuda_act_bwd_generic_run);
 /* norm_backward.cu: rms_norm_backward, layer_norm_backward (and their fused pre-rule forms) */
+CUDA_SUPPORTS(cuda_norm_bwd_rows_supports);
 CUDA_SUPPORTS(cuda_norm_bwd_vec_supports);
 CUDA_SUPPORTS(cuda_norm_bwd_generic_supports);
+CUDA_RUN(cuda_norm_bwd_rows_run);
 CUDA_RUN(cuda_norm_bwd_vec_run);
 CUDA_RUN(cuda_norm_bwd_generic_run);
 /* rope_backward: rope.cu's kernels (cuda_rope_*), turning by -theta */

@@ -14,10 +14,19 @@
  * cols only, never on the device), sums its rows' terms per column in row order into f32
  * partials in the ctx workspace, and a second kernel adds each column's partials in block order.
  *
+ * "rows" is a persistent grid (as many blocks as fit on the device at once, read from the SM count
+ * and the kernel's occupancy) whose blocks take bands of consecutive rows; within a block a group
+ * of 32 * wpr threads (a warp or a few) takes every gpc-th row of the band, holding the row's x and
+ * dy as raw 16-byte packs (up to 8 per thread each, so that many loads are in flight), with the
+ * row statistics reduced by warp shuffles and, across the group's warps, one named barrier (no
+ * block-wide barrier in the row loop). A thread owns the same columns in every row: its dw / db
+ * terms stay in registers over the band, and the block's groups add them into the block's partial
+ * row in group order once at the end. The grid depends on the device and the shape only, so the
+ * bits of dw / db are the same run after run on one device.
  * "vec" keeps a row of x and dy in registers (16-byte accesses, VPT packs per thread, at most 256
- * threads); "generic" takes any layout and length and reads the row once per pass, accumulating
- * its partials in the workspace row the block owns. dx may be dy or dres: each element of dx is
- * written by the thread that read those inputs, after it read them.
+ * threads, one row per block at a time); "generic" takes any layout and length and reads the row
+ * once per pass, accumulating its partials in the workspace row the block owns. dx may be dy or
+ * dres: each element of dx is written by the thread that read those inputs, after it read them.
  */
 #include "common.cuh"
 
@@ -37,7 +46,7 @@ struct Plan {
 
 Plan plan_for(int64_t rows, int64_t cols, bool partials) {
   Plan p{0, 1};
-  if (rows <= 0) return p;
+  if (rows <= 0 || cols <= 0) return p;
   int64_t g = partials ? kMaxBlocks : 0x7fffffff;
   if (partials) {
     const int64_t cap = kMaxPartials / cols;
@@ -221,19 +230,233 @@ __global__ void norm_bwd_generic_kernel(kite_norm_bwd_args a, Plan plan, float *
   }
 }
 
-/* dw[c] (db[c]) = the column's partials of blocks 0, 1, ... in that order. */
-template <typename T>
-__global__ void norm_bwd_reduce_kernel(const float *part_w, const float *part_b, int64_t blocks,
-                                       int64_t cols, T *dw, T *db) {
-  for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < cols;
-       c += (int64_t)gridDim.x * blockDim.x) {
-    float sw = 0.0f, sb = 0.0f;
-    for (int64_t b = 0; b < blocks; b++) {
-      if (dw) sw += part_w[b * cols + c];
-      if (db) sb += part_b[b * cols + c];
+/* ---- rows: a persistent grid, a group of 32 * wpr threads per row ---- */
+constexpr int kRowsMaxPacks = 4;  /* packs of x and of dy per thread (8: 176-255 registers) */
+constexpr int kRowsMaxWarps = 8;  /* warps per row: rows of up to 8 * 32 * 4 packs */
+constexpr int kRowsThreads = 256; /* block size: 256 / (32 * wpr) groups */
+constexpr int kRowsMaxGroups = kRowsThreads / 32;
+
+/* Sums v[0..K) over the thread's group; every thread of the group gets the sums, the same bits
+ * in each (the xor butterfly adds the same pairs in every lane, then each thread adds the warps'
+ * sums in warp order). slots: the group's [2][kRowsMaxWarps][K] floats; consecutive calls use
+ * alternate halves, so that a warp writing the next sums cannot overwrite ones a slower warp of
+ * the group has still to read (it passed the barrier in between, which that warp must reach). */
+template <int K>
+__device__ __forceinline__ void group_sum(float (&v)[K], int wpr, float *slots, int &half,
+                                          int bar) {
+#pragma unroll
+  for (int k = 0; k < K; k++) v[k] = warp_reduce(v[k], Sum());
+  if (wpr == 1) return;
+  float *s = slots + half * kRowsMaxWarps * K;
+  const int warp = (threadIdx.x >> 5) % wpr;
+  if ((threadIdx.x & 31) == 0)
+#pragma unroll
+    for (int k = 0; k < K; k++) s[warp * K + k] = v[k];
+  asm volatile("bar.sync %0, %1;" ::"r"(bar), "r"(wpr * 32) : "memory");
+#pragma unroll
+  for (int k = 0; k < K; k++) {
+    float t = 0.0f;
+    for (int i = 0; i < wpr; i++) t += s[i * K + k];
+    v[k] = t;
+  }
+  half ^= 1;
+}
+
+/* Hides the pack's value from the compiler, so that each pass over a row converts its packs again
+ * instead of keeping all their floats live from the first pass (twice the registers for 16-bit
+ * types, which then spill or cut the rows in flight). */
+template <typename V> __device__ __forceinline__ void opaque(V &v) {
+  static_assert(sizeof(V) == 16, "16-byte packs");
+  uint32_t *u = reinterpret_cast<uint32_t *>(&v);
+  asm volatile("" : "+r"(u[0]), "+r"(u[1]), "+r"(u[2]), "+r"(u[3]));
+}
+
+/* dst[0..4) = v[0..4) (+ dst[0..4) when add), 16-byte accesses where dst allows (a workspace
+ * from cudaMalloc always does). */
+__device__ __forceinline__ void add_partial4(float *dst, const float *v, bool add) {
+  if (((uintptr_t)dst & 15) == 0) {
+    float4 o = make_float4(v[0], v[1], v[2], v[3]);
+    if (add) {
+      const float4 d = *reinterpret_cast<const float4 *>(dst);
+      o = make_float4(d.x + o.x, d.y + o.y, d.z + o.z, d.w + o.w);
     }
-    if (dw) dw[c] = from_float<T>(sw);
-    if (db) db[c] = from_float<T>(sb);
+    *reinterpret_cast<float4 *>(dst) = o;
+    return;
+  }
+  for (int j = 0; j < 4; j++) dst[j] = add ? dst[j] + v[j] : v[j];
+}
+
+/* The group's thread t holds packs t + p * 32 wpr (p < P) of its rows: a warp's 16-byte loads
+ * of one p cover 512 contiguous bytes. DRES: dres is read (and added to dx). */
+template <typename T, int P, bool RMS, bool DRES>
+__global__ __launch_bounds__(kRowsThreads) void norm_bwd_rows_kernel(kite_norm_bwd_args a,
+                                                                     Plan plan, int wpr,
+                                                                     float *part_w, float *part_b) {
+  constexpr int N = vec_elems<T>();
+  using V = Pack<T, N>;
+  __shared__ float slots[kRowsMaxGroups][2][kRowsMaxWarps][2];
+  const int gsize = 32 * wpr, gpc = (int)blockDim.x / gsize;
+  const int group = (int)threadIdx.x / gsize, t = (int)threadIdx.x % gsize;
+  const int cols = (int)a.cols; /* <= kRowsMaxWarps * 32 * kRowsMaxPacks packs: supports() */
+  const int packs = cols / N;
+  const float inv_cols = 1.0f / (float)cols;
+  int np = 0;
+#pragma unroll
+  for (int p = 0; p < P; p++)
+    if (t + p * gsize < packs) np = p + 1;
+  float sw[P][N], sb[P][N];
+#pragma unroll
+  for (int p = 0; p < P; p++)
+#pragma unroll
+    for (int j = 0; j < N; j++) sw[p][j] = sb[p][j] = 0.0f;
+  float *my_slots = &slots[group][0][0][0];
+  int half = 0;
+  const int bar = 1 + group; /* barrier 0 is __syncthreads' */
+  const V *wv = (const V *)a.w;
+
+  const int64_t r0 = blockIdx.x * plan.rows_per_block;
+  const int64_t r1 = r0 + plan.rows_per_block < a.rows ? r0 + plan.rows_per_block : a.rows;
+  for (int64_t r = r0 + group; r < r1; r += gpc) {
+    const T *x = (const T *)a.x + r * a.x_stride;
+    const V *xv = (const V *)x;
+    const V *dyv = (const V *)((const T *)a.dy + r * a.dy_stride);
+    V xr[P], dr[P], rr[DRES ? P : 1];
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+      if (p >= np) continue;
+      xr[p] = xv[t + p * gsize];
+      dr[p] = dyv[t + p * gsize];
+      if (DRES) rr[p] = ((const V *)((const T *)a.dres + r * a.dres_stride))[t + p * gsize];
+    }
+    const float x0 = RMS ? 0.0f : to_float(x[0]); /* the shift of the header comment */
+    float mean = 0.0f, rstd;
+    {
+      float acc[1] = {0.0f};
+#pragma unroll
+      for (int p = 0; p < P; p++) {
+        if (p >= np) continue;
+#pragma unroll
+        for (int j = 0; j < N; j++) {
+          const float v = to_float(xr[p].v[j]) - x0;
+          acc[0] += RMS ? v * v : v;
+        }
+      }
+      group_sum(acc, wpr, my_slots, half, bar);
+      if (RMS) {
+        rstd = rsqrtf(acc[0] * inv_cols + a.eps);
+      } else {
+        mean = acc[0] * inv_cols;
+        float dev[1] = {0.0f};
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+          if (p >= np) continue;
+#pragma unroll
+          for (int j = 0; j < N; j++) {
+            const float v = to_float(xr[p].v[j]) - x0 - mean;
+            dev[0] += v * v;
+          }
+        }
+        group_sum(dev, wpr, my_slots, half, bar);
+        rstd = rsqrtf(dev[0] * inv_cols + a.eps);
+      }
+    }
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+      opaque(xr[p]);
+      opaque(dr[p]);
+    }
+    float s2[2] = {0.0f, 0.0f}; /* sum(g), sum(g xhat) */
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+      if (p >= np) continue;
+      V w;
+      if (wv) w = wv[t + p * gsize];
+#pragma unroll
+      for (int j = 0; j < N; j++) {
+        const float xhat = (to_float(xr[p].v[j]) - x0 - mean) * rstd, d = to_float(dr[p].v[j]);
+        const float g = wv ? d * ((RMS ? a.offset : 0.0f) + to_float(w.v[j])) : d;
+        sw[p][j] += d * xhat;
+        if (!RMS) sb[p][j] += d;
+        s2[0] += g;
+        s2[1] += g * xhat;
+      }
+    }
+    group_sum(s2, wpr, my_slots, half, bar);
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+      opaque(xr[p]);
+      opaque(dr[p]);
+    }
+    const float mg = RMS ? 0.0f : s2[0] * inv_cols, mgx = s2[1] * inv_cols;
+    V *dxv = (V *)((T *)a.dx + r * a.dx_stride);
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+      if (p >= np) continue;
+      V w, o;
+      if (wv) w = wv[t + p * gsize];
+#pragma unroll
+      for (int j = 0; j < N; j++) {
+        const float xhat = (to_float(xr[p].v[j]) - x0 - mean) * rstd, d = to_float(dr[p].v[j]);
+        const float g = wv ? d * ((RMS ? a.offset : 0.0f) + to_float(w.v[j])) : d;
+        float v = rstd * (g - mg - xhat * mgx);
+        if (DRES) v += to_float(rr[p].v[j]);
+        o.v[j] = from_float<T>(v);
+      }
+      dxv[t + p * gsize] = o;
+    }
+  }
+  /* the block's partial row: group 0's terms, then each next group's added in order */
+  const int64_t base = (int64_t)blockIdx.x * cols;
+  for (int k = 0; k < gpc; k++) {
+    if (group == k) {
+#pragma unroll
+      for (int p = 0; p < P; p++) {
+        if (p >= np) continue;
+        const int64_t i = base + (int64_t)(t + p * gsize) * N;
+#pragma unroll
+        for (int j = 0; j < N; j += 4) {
+          if (part_w) add_partial4(part_w + i + j, &sw[p][j], k > 0);
+          if (part_b) add_partial4(part_b + i + j, &sb[p][j], k > 0);
+        }
+      }
+    }
+    __syncthreads();
+  }
+}
+
+/* dw[c] (db[c]) = the column's partials of blocks 0, 1, ... : a block takes 32 columns, its
+ * warp s adds blocks s, s + 8, ... in order, then the 8 sums are added in s order. The order
+ * depends on the number of blocks only. */
+constexpr int kReduceCols = 32, kReduceSlices = kReduceThreads / kReduceCols;
+
+template <typename T>
+__global__ __launch_bounds__(kReduceThreads) void norm_bwd_reduce_kernel(
+    const float *part_w, const float *part_b, int64_t blocks, int64_t cols, T *dw, T *db) {
+  __shared__ float2 sums[kReduceSlices][kReduceCols];
+  const int lane = threadIdx.x % kReduceCols, slice = threadIdx.x / kReduceCols;
+  for (int64_t c0 = blockIdx.x * (int64_t)kReduceCols; c0 < cols;
+       c0 += (int64_t)gridDim.x * kReduceCols) {
+    const int64_t c = c0 + lane;
+    float sw = 0.0f, sb = 0.0f;
+    if (c < cols) {
+#pragma unroll 4
+      for (int64_t b = slice; b < blocks; b += kReduceSlices) {
+        if (dw) sw += part_w[b * cols + c];
+        if (db) sb += part_b[b * cols + c];
+      }
+    }
+    sums[slice][lane] = make_float2(sw, sb);
+    __syncthreads();
+    if (slice == 0 && c < cols) {
+      sw = sb = 0.0f;
+      for (int s = 0; s < kReduceSlices; s++) {
+        sw += sums[s][lane].x;
+        sb += sums[s][lane].y;
+      }
+      if (dw) dw[c] = from_float<T>(sw);
+      if (db) db[c] = from_float<T>(sb);
+    }
+    __syncthreads();
   }
 }
 
@@ -247,24 +470,28 @@ int vec_vpt(int64_t packs) {
   return vpt && row_threads(packs, vpt) <= (unsigned)kVecThreads ? vpt : 0;
 }
 
-/* The shared frame of both variants: checks, the workspace of the partials, the main launch
- * (main(type tag, plan, part_w, part_b, stream) -> status, skipped for 0 rows), then the
- * reduction into dw and db. */
-template <typename Main>
+bool partials_wanted(const kite_norm_bwd_args *a) {
+  return a->dw || (a->db && a->op == KITE_OP_LAYER_NORM_BACKWARD);
+}
+
+/* The shared frame of the variants: checks, the launch plan (plan_of() on the ctx's device), the
+ * workspace of the partials (a row per block), the main launch (main(type tag, plan, part_w,
+ * part_b, stream) -> status, skipped for 0 rows), then the reduction into dw and db. */
+template <typename PlanOf, typename Main>
 kite_status run_norm_bwd(kite_ctx *ctx, const kite_norm_bwd_args *a, const char *variant,
-                         Main main) {
+                         PlanOf plan_of, Main main) {
   const char *name = cuda_op_str(a->op);
   if (!is_norm_bwd(a->op))
     return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.%s: not a norm backward", name, variant);
   if (a->cols <= 0 || a->rows < 0) return KITE_OK;
   const bool db_wanted = a->db && a->op == KITE_OP_LAYER_NORM_BACKWARD;
-  const bool partials = a->dw || db_wanted;
+  const bool partials = partials_wanted(a);
   if (a->rows == 0 && !partials) return KITE_OK;
-  const Plan plan = plan_for(a->rows, a->cols, partials);
   void *stream;
   kite_status st = cuda_begin(ctx, name, &stream);
   if (st != KITE_OK) return st;
   cudaStream_t s = (cudaStream_t)stream;
+  const Plan plan = plan_of();
   float *part_w = nullptr, *part_b = nullptr;
   if (partials && plan.blocks > 0) {
     const size_t per = (size_t)plan.blocks * (size_t)a->cols;
@@ -282,7 +509,7 @@ kite_status run_norm_bwd(kite_ctx *ctx, const kite_norm_bwd_args *a, const char 
       if ((st = cuda_check_launch(name, variant)) != KITE_OK) return st;
     }
     if (!partials) return KITE_OK;
-    const int64_t gb = (a->cols + kReduceThreads - 1) / kReduceThreads;
+    const int64_t gb = (a->cols + kReduceCols - 1) / kReduceCols;
     norm_bwd_reduce_kernel<T><<<(unsigned)(gb < 65535 ? gb : 65535), kReduceThreads, 0, s>>>(
         part_w, part_b, plan.blocks, a->cols, (T *)a->dw, db_wanted ? (T *)a->db : nullptr);
     return cuda_check_launch(name, variant);
@@ -300,6 +527,56 @@ void launch_vec(const kite_norm_bwd_args *a, Plan plan, unsigned threads, float 
         <<<(unsigned)plan.blocks, threads, 0, s>>>(*a, plan, pw, pb);
 }
 
+/* The rows variant's shape: warps per row and packs per thread (2 or 4; 0 when the row is longer
+ * than kRowsMaxWarps warps of kRowsMaxPacks packs). */
+struct RowsShape {
+  int wpr, packs;
+};
+
+RowsShape rows_shape(int64_t packs) {
+  for (int wpr = 1; wpr <= kRowsMaxWarps; wpr *= 2) {
+    const int64_t per = (packs + 32 * wpr - 1) / (32 * wpr);
+    if (per <= kRowsMaxPacks) return {wpr, per <= 2 ? 2 : 4};
+  }
+  return {0, 0};
+}
+
+using RowsKernel = void (*)(kite_norm_bwd_args, Plan, int, float *, float *);
+
+template <typename T, int P> RowsKernel rows_kernel_of(bool rms, bool dres) {
+  if (rms)
+    return dres ? norm_bwd_rows_kernel<T, P, true, true> : norm_bwd_rows_kernel<T, P, true, false>;
+  return dres ? norm_bwd_rows_kernel<T, P, false, true> : norm_bwd_rows_kernel<T, P, false, false>;
+}
+
+template <typename T> RowsKernel rows_kernel(int packs, bool rms, bool dres) {
+  return packs == 2 ? rows_kernel_of<T, 2>(rms, dres) : rows_kernel_of<T, 4>(rms, dres);
+}
+
+/* As many blocks as are resident at once on the device (at least one per multiprocessor), fewer
+ * when the rows give each group less than one row or the partials would pass kMaxPartials; each
+ * block a band of consecutive rows. */
+Plan rows_plan(const kite_norm_bwd_args *a, RowsKernel kernel, unsigned threads, int gpc) {
+  Plan p{0, 1};
+  if (a->rows <= 0 || a->cols <= 0) return p;
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (int)threads, 0) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    per_sm = 1;
+  }
+  int64_t g = (int64_t)sm_count() * (per_sm > 1 ? per_sm : 1);
+  const int64_t need = (a->rows + gpc - 1) / gpc;
+  if (g > need) g = need;
+  if (partials_wanted(a)) {
+    const int64_t cap = kMaxPartials / a->cols;
+    g = cap < 1 ? 1 : cap < g ? cap : g;
+  }
+  p.rows_per_block = (a->rows + g - 1) / g;
+  p.blocks = (a->rows + p.rows_per_block - 1) / p.rows_per_block;
+  return p;
+}
+
 } // namespace
 
 extern "C" CUDA_SUPPORTS(cuda_norm_bwd_generic_supports) {
@@ -311,7 +588,8 @@ extern "C" CUDA_SUPPORTS(cuda_norm_bwd_generic_supports) {
   return true;
 }
 
-extern "C" CUDA_SUPPORTS(cuda_norm_bwd_vec_supports) {
+/* The 16-byte layout vec and rows need. */
+static bool packed_layout(const kite_kernel *k, const void *args, const char **why) {
   const kite_norm_bwd_args *a = (const kite_norm_bwd_args *)args;
   if (!cuda_norm_bwd_generic_supports(k, args, why)) return false;
   const int n = vec_elems_of(a->dtype);
@@ -324,6 +602,13 @@ extern "C" CUDA_SUPPORTS(cuda_norm_bwd_vec_supports) {
     *why = "needs 16-byte aligned rows and w, cols a multiple of 16 bytes";
     return false;
   }
+  return true;
+}
+
+extern "C" CUDA_SUPPORTS(cuda_norm_bwd_vec_supports) {
+  const kite_norm_bwd_args *a = (const kite_norm_bwd_args *)args;
+  if (!packed_layout(k, args, why)) return false;
+  const int n = vec_elems_of(a->dtype);
   if (vec_vpt(a->cols / n) == 0) {
     *why = "row longer than 1024 16-byte packs does not fit in registers";
     return false;
@@ -334,7 +619,8 @@ extern "C" CUDA_SUPPORTS(cuda_norm_bwd_vec_supports) {
 extern "C" CUDA_RUN(cuda_norm_bwd_vec_run) {
   const kite_norm_bwd_args *a = (const kite_norm_bwd_args *)args;
   return run_norm_bwd(
-      ctx, a, "vec", [&](auto tag, Plan plan, float *pw, float *pb, cudaStream_t s) {
+      ctx, a, "vec", [&] { return plan_for(a->rows, a->cols, partials_wanted(a)); },
+      [&](auto tag, Plan plan, float *pw, float *pb, cudaStream_t s) {
         using T = typename decltype(tag)::type;
         constexpr int N = vec_elems<T>();
         const int64_t packs = a->cols / N;
@@ -356,15 +642,51 @@ extern "C" CUDA_RUN(cuda_norm_bwd_vec_run) {
 extern "C" CUDA_RUN(cuda_norm_bwd_generic_run) {
   const kite_norm_bwd_args *a = (const kite_norm_bwd_args *)args;
   const unsigned threads = a->cols >= 512 ? 512 : (unsigned)(a->cols + 31) / 32 * 32;
-  return run_norm_bwd(ctx, a, "generic",
-                      [&](auto tag, Plan plan, float *pw, float *pb, cudaStream_t s) {
-                        using T = typename decltype(tag)::type;
-                        if (a->op == KITE_OP_RMS_NORM_BACKWARD)
-                          norm_bwd_generic_kernel<T, true>
-                              <<<(unsigned)plan.blocks, threads, 0, s>>>(*a, plan, pw, pb);
-                        else
-                          norm_bwd_generic_kernel<T, false>
-                              <<<(unsigned)plan.blocks, threads, 0, s>>>(*a, plan, pw, pb);
-                        return KITE_OK;
-                      });
+  return run_norm_bwd(
+      ctx, a, "generic", [&] { return plan_for(a->rows, a->cols, partials_wanted(a)); },
+      [&](auto tag, Plan plan, float *pw, float *pb, cudaStream_t s) {
+        using T = typename decltype(tag)::type;
+        if (a->op == KITE_OP_RMS_NORM_BACKWARD)
+          norm_bwd_generic_kernel<T, true>
+              <<<(unsigned)plan.blocks, threads, 0, s>>>(*a, plan, pw, pb);
+        else
+          norm_bwd_generic_kernel<T, false>
+              <<<(unsigned)plan.blocks, threads, 0, s>>>(*a, plan, pw, pb);
+        return KITE_OK;
+      });
+}
+
+extern "C" CUDA_SUPPORTS(cuda_norm_bwd_rows_supports) {
+  const kite_norm_bwd_args *a = (const kite_norm_bwd_args *)args;
+  if (!packed_layout(k, args, why)) return false;
+  if (rows_shape(a->cols / vec_elems_of(a->dtype)).wpr == 0) {
+    *why = "row longer than 8 warps of 4 16-byte packs per thread";
+    return false;
+  }
+  return true;
+}
+
+extern "C" CUDA_RUN(cuda_norm_bwd_rows_run) {
+  const kite_norm_bwd_args *a = (const kite_norm_bwd_args *)args;
+  const char *name = cuda_op_str(a->op);
+  if (!is_norm_bwd(a->op))
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.rows: not a norm backward", name);
+  return with_float_type(a->dtype, name, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int64_t cols = a->cols > 0 ? a->cols : 0;
+    const RowsShape sh = rows_shape(cols / vec_elems<T>());
+    if (sh.wpr == 0)
+      return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.rows: rows of %lld do not fit", name,
+                            (long long)a->cols);
+    const int gpc = kRowsThreads / (32 * sh.wpr);
+    const unsigned threads = (unsigned)(gpc * 32 * sh.wpr);
+    const RowsKernel kernel =
+        rows_kernel<T>(sh.packs, a->op == KITE_OP_RMS_NORM_BACKWARD, a->dres != nullptr);
+    return run_norm_bwd(
+        ctx, a, "rows", [&] { return rows_plan(a, kernel, threads, gpc); },
+        [&](auto, Plan plan, float *pw, float *pb, cudaStream_t s) {
+          kernel<<<(unsigned)plan.blocks, threads, 0, s>>>(*a, plan, sh.wpr, pw, pb);
+          return KITE_OK;
+        });
+  });
 }
