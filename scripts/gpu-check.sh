@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One pass over the CUDA backend on a GPU machine, from the repository root:
-#   build    configure + build (Release) with the CUDA plugin
+#   build    configure + build (Release) with the CUDA plugin; the registers, spills and load
+#            widths of the backward norms' rows kernels (scripts/cuda_kernel_usage.py)
 #   check    kite check --backend cuda (every CUDA kernel against ref), then test_index_check
 #            (bad device-side indices reported at synchronization under KITE_CHECK_INDICES)
 #   seeds    scripts/seed-sweep.sh cuda: kite check --backend cuda --quick over seeds 1..100, then
@@ -81,6 +82,9 @@ if want build; then
   cmake --build "$BUILD" -j "$JOBS" >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
   grep -i "warning" "$OUT/build.log" | head -20
   "$BUILD/bin/kite" | head -8
+  # the backward norms' rows kernels as built: registers, spills (LOCAL), load widths
+  command -v cuobjdump > /dev/null &&
+    python3 scripts/cuda_kernel_usage.py "$BUILD/lib/libkite-cuda.so" norm_bwd_rows_kernel
 fi
 
 KITE="$BUILD/bin/kite"
