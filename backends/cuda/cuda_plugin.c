@@ -239,9 +239,9 @@ enum {
   }
 #define VEC(op_id, family, desc)                                                                   \
   KERNEL(op_id, "vec", PRIORITY_VEC, cuda_##family##_vec_supports, cuda_##family##_vec_run, desc)
-/* the norm backward's persistent variant, first among the vec kernels of its op */
-#define ROWS(op_id, desc)                                                                          \
-  KERNEL(op_id, "rows", PRIORITY_VEC, cuda_norm_bwd_rows_supports, cuda_norm_bwd_rows_run, desc)
+/* the norm backward's persistent variants, first among the vec kernels of their op */
+#define ROWS(op_id, name, run_fn, desc)                                                            \
+  KERNEL(op_id, name, PRIORITY_VEC, cuda_norm_bwd_rows_supports, run_fn, desc)
 #define GENERIC(op_id, family, desc)                                                               \
   KERNEL(op_id, "generic", PRIORITY_GENERIC, cuda_##family##_generic_supports,                     \
          cuda_##family##_generic_run, desc)
@@ -357,14 +357,18 @@ static const kite_kernel cuda_kernels[] = {
     GENERIC(KITE_OP_ACTIVATION_BACKWARD, act_bwd, "dy * act'(x), any layout"),
     VEC(KITE_OP_GATED_BACKWARD, act_bwd, "d gate and d up, 16-byte loads"),
     GENERIC(KITE_OP_GATED_BACKWARD, act_bwd, "d gate and d up, any layout"),
-    ROWS(KITE_OP_RMS_NORM_BACKWARD,
+    ROWS(KITE_OP_RMS_NORM_BACKWARD, "rows", cuda_norm_bwd_rows_run,
          "persistent bands of rows, a warp or a few per row, dw in registers"),
+    ROWS(KITE_OP_RMS_NORM_BACKWARD, "rows_prefetch", cuda_norm_bwd_rows_prefetch_run,
+         "rows, each group's next row prefetched into L2"),
     VEC(KITE_OP_RMS_NORM_BACKWARD, norm_bwd,
         "runs of rows per block, row in registers, dw by fixed-order partials"),
     GENERIC(KITE_OP_RMS_NORM_BACKWARD, norm_bwd,
             "runs of rows per block, any layout, dw by fixed-order partials"),
-    ROWS(KITE_OP_LAYER_NORM_BACKWARD,
+    ROWS(KITE_OP_LAYER_NORM_BACKWARD, "rows", cuda_norm_bwd_rows_run,
          "persistent bands of rows, a warp or a few per row, dw/db in registers"),
+    ROWS(KITE_OP_LAYER_NORM_BACKWARD, "rows_prefetch", cuda_norm_bwd_rows_prefetch_run,
+         "rows, each group's next row prefetched into L2"),
     VEC(KITE_OP_LAYER_NORM_BACKWARD, norm_bwd,
         "runs of rows per block, row in registers, dw/db by fixed-order partials"),
     GENERIC(KITE_OP_LAYER_NORM_BACKWARD, norm_bwd,

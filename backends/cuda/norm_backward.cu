@@ -42,10 +42,11 @@ constexpr int kReduceThreads = 256;
 /* Launch plan: blocks of rows_per_block consecutive rows (the last one shorter). */
 struct Plan {
   int64_t blocks, rows_per_block;
+  bool prefetch; /* rows: the group's next row is prefetched into L2 while this one is worked on */
 };
 
 Plan plan_for(int64_t rows, int64_t cols, bool partials) {
-  Plan p{0, 1};
+  Plan p{0, 1, false};
   if (rows <= 0 || cols <= 0) return p;
   int64_t g = partials ? kMaxBlocks : 0x7fffffff;
   if (partials) {
@@ -271,6 +272,11 @@ template <typename V> __device__ __forceinline__ void opaque(V &v) {
   asm volatile("" : "+r"(u[0]), "+r"(u[1]), "+r"(u[2]), "+r"(u[3]));
 }
 
+/* A hint: the line of p into L2, no register waiting for it. */
+__device__ __forceinline__ void prefetch_l2(const void *p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 /* dst[0..4) = v[0..4) (+ dst[0..4) when add), 16-byte accesses where dst allows (a workspace
  * from cudaMalloc always does). */
 __device__ __forceinline__ void add_partial4(float *dst, const float *v, bool add) {
@@ -327,6 +333,17 @@ __global__ __launch_bounds__(kRowsThreads) void norm_bwd_rows_kernel(kite_norm_b
       xr[p] = xv[t + p * gsize];
       dr[p] = dyv[t + p * gsize];
       if (DRES) rr[p] = ((const V *)((const T *)a.dres + r * a.dres_stride))[t + p * gsize];
+    }
+    if (plan.prefetch && r + gpc < r1) {
+      const int64_t q = r + gpc;
+#pragma unroll
+      for (int p = 0; p < P; p++) {
+        if (p >= np) continue;
+        const int64_t i = (int64_t)(t + p * gsize) * N;
+        prefetch_l2((const T *)a.x + q * a.x_stride + i);
+        prefetch_l2((const T *)a.dy + q * a.dy_stride + i);
+        if (DRES) prefetch_l2((const T *)a.dres + q * a.dres_stride + i);
+      }
     }
     const float x0 = RMS ? 0.0f : to_float(x[0]); /* the shift of the header comment */
     float mean = 0.0f, rstd;
@@ -556,8 +573,9 @@ template <typename T> RowsKernel rows_kernel(int packs, bool rms, bool dres) {
 /* As many blocks as are resident at once on the device (at least one per multiprocessor), fewer
  * when the rows give each group less than one row or the partials would pass kMaxPartials; each
  * block a band of consecutive rows. */
-Plan rows_plan(const kite_norm_bwd_args *a, RowsKernel kernel, unsigned threads, int gpc) {
-  Plan p{0, 1};
+Plan rows_plan(const kite_norm_bwd_args *a, RowsKernel kernel, unsigned threads, int gpc,
+               bool prefetch) {
+  Plan p{0, 1, prefetch};
   if (a->rows <= 0 || a->cols <= 0) return p;
   int per_sm = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (int)threads, 0) !=
@@ -666,27 +684,36 @@ extern "C" CUDA_SUPPORTS(cuda_norm_bwd_rows_supports) {
   return true;
 }
 
-extern "C" CUDA_RUN(cuda_norm_bwd_rows_run) {
-  const kite_norm_bwd_args *a = (const kite_norm_bwd_args *)args;
+/* rows and rows_prefetch: one kernel, the L2 prefetch of each group's next row on or off. */
+static kite_status run_rows(kite_ctx *ctx, const kite_norm_bwd_args *a, const char *variant,
+                            bool prefetch) {
   const char *name = cuda_op_str(a->op);
   if (!is_norm_bwd(a->op))
-    return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.rows: not a norm backward", name);
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.%s: not a norm backward", name, variant);
   return with_float_type(a->dtype, name, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const int64_t cols = a->cols > 0 ? a->cols : 0;
     const RowsShape sh = rows_shape(cols / vec_elems<T>());
     if (sh.wpr == 0)
-      return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.rows: rows of %lld do not fit", name,
-                            (long long)a->cols);
+      return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.%s: rows of %lld do not fit", name,
+                            variant, (long long)a->cols);
     const int gpc = kRowsThreads / (32 * sh.wpr);
     const unsigned threads = (unsigned)(gpc * 32 * sh.wpr);
     const RowsKernel kernel =
         rows_kernel<T>(sh.packs, a->op == KITE_OP_RMS_NORM_BACKWARD, a->dres != nullptr);
     return run_norm_bwd(
-        ctx, a, "rows", [&] { return rows_plan(a, kernel, threads, gpc); },
+        ctx, a, variant, [&] { return rows_plan(a, kernel, threads, gpc, prefetch); },
         [&](auto, Plan plan, float *pw, float *pb, cudaStream_t s) {
           kernel<<<(unsigned)plan.blocks, threads, 0, s>>>(*a, plan, sh.wpr, pw, pb);
           return KITE_OK;
         });
   });
+}
+
+extern "C" CUDA_RUN(cuda_norm_bwd_rows_run) {
+  return run_rows(ctx, (const kite_norm_bwd_args *)args, "rows", false);
+}
+
+extern "C" CUDA_RUN(cuda_norm_bwd_rows_prefetch_run) {
+  return run_rows(ctx, (const kite_norm_bwd_args *)args, "rows_prefetch", true);
 }
