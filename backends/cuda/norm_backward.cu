@@ -42,11 +42,10 @@ constexpr int kReduceThreads = 256;
 /* Launch plan: blocks of rows_per_block consecutive rows (the last one shorter). */
 struct Plan {
   int64_t blocks, rows_per_block;
-  bool prefetch; /* rows: the group's next row is prefetched into L2 while this one is worked on */
 };
 
 Plan plan_for(int64_t rows, int64_t cols, bool partials) {
-  Plan p{0, 1, false};
+  Plan p{0, 1};
   if (rows <= 0 || cols <= 0) return p;
   int64_t g = partials ? kMaxBlocks : 0x7fffffff;
   if (partials) {
@@ -293,11 +292,11 @@ __device__ __forceinline__ void add_partial4(float *dst, const float *v, bool ad
 }
 
 /* The group's thread t holds packs t + p * 32 wpr (p < P) of its rows: a warp's 16-byte loads
- * of one p cover 512 contiguous bytes. DRES: dres is read (and added to dx). */
-template <typename T, int P, bool RMS, bool DRES>
-__global__ __launch_bounds__(kRowsThreads) void norm_bwd_rows_kernel(kite_norm_bwd_args a,
-                                                                     Plan plan, int wpr,
-                                                                     float *part_w, float *part_b) {
+ * of one p cover 512 contiguous bytes. DRES: dres is read (and added to dx). PF: the group's
+ * next row is prefetched into L2 while this one is worked on. */
+template <typename T, int P, bool RMS, bool DRES, bool PF>
+__global__ __launch_bounds__(kRowsThreads, DRES && !RMS ? 1 : 2) void norm_bwd_rows_kernel(
+    kite_norm_bwd_args a, Plan plan, int wpr, float *part_w, float *part_b) {
   constexpr int N = vec_elems<T>();
   using V = Pack<T, N>;
   __shared__ float slots[kRowsMaxGroups][2][kRowsMaxWarps][2];
@@ -334,7 +333,7 @@ __global__ __launch_bounds__(kRowsThreads) void norm_bwd_rows_kernel(kite_norm_b
       dr[p] = dyv[t + p * gsize];
       if (DRES) rr[p] = ((const V *)((const T *)a.dres + r * a.dres_stride))[t + p * gsize];
     }
-    if (plan.prefetch && r + gpc < r1) {
+    if (PF && r + gpc < r1) {
       const int64_t q = r + gpc;
 #pragma unroll
       for (int p = 0; p < P; p++) {
@@ -560,22 +559,27 @@ RowsShape rows_shape(int64_t packs) {
 
 using RowsKernel = void (*)(kite_norm_bwd_args, Plan, int, float *, float *);
 
-template <typename T, int P> RowsKernel rows_kernel_of(bool rms, bool dres) {
+template <typename T, int P, bool PF> RowsKernel rows_kernel_of(bool rms, bool dres) {
   if (rms)
-    return dres ? norm_bwd_rows_kernel<T, P, true, true> : norm_bwd_rows_kernel<T, P, true, false>;
-  return dres ? norm_bwd_rows_kernel<T, P, false, true> : norm_bwd_rows_kernel<T, P, false, false>;
+    return dres ? norm_bwd_rows_kernel<T, P, true, true, PF>
+                : norm_bwd_rows_kernel<T, P, true, false, PF>;
+  return dres ? norm_bwd_rows_kernel<T, P, false, true, PF>
+              : norm_bwd_rows_kernel<T, P, false, false, PF>;
 }
 
-template <typename T> RowsKernel rows_kernel(int packs, bool rms, bool dres) {
-  return packs == 2 ? rows_kernel_of<T, 2>(rms, dres) : rows_kernel_of<T, 4>(rms, dres);
+template <typename T> RowsKernel rows_kernel(int packs, bool rms, bool dres, bool prefetch) {
+  if (prefetch)
+    return packs == 2 ? rows_kernel_of<T, 2, true>(rms, dres)
+                      : rows_kernel_of<T, 4, true>(rms, dres);
+  return packs == 2 ? rows_kernel_of<T, 2, false>(rms, dres)
+                    : rows_kernel_of<T, 4, false>(rms, dres);
 }
 
 /* As many blocks as are resident at once on the device (at least one per multiprocessor), fewer
  * when the rows give each group less than one row or the partials would pass kMaxPartials; each
  * block a band of consecutive rows. */
-Plan rows_plan(const kite_norm_bwd_args *a, RowsKernel kernel, unsigned threads, int gpc,
-               bool prefetch) {
-  Plan p{0, 1, prefetch};
+Plan rows_plan(const kite_norm_bwd_args *a, RowsKernel kernel, unsigned threads, int gpc) {
+  Plan p{0, 1};
   if (a->rows <= 0 || a->cols <= 0) return p;
   int per_sm = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (int)threads, 0) !=
@@ -700,9 +704,9 @@ static kite_status run_rows(kite_ctx *ctx, const kite_norm_bwd_args *a, const ch
     const int gpc = kRowsThreads / (32 * sh.wpr);
     const unsigned threads = (unsigned)(gpc * 32 * sh.wpr);
     const RowsKernel kernel =
-        rows_kernel<T>(sh.packs, a->op == KITE_OP_RMS_NORM_BACKWARD, a->dres != nullptr);
+        rows_kernel<T>(sh.packs, a->op == KITE_OP_RMS_NORM_BACKWARD, a->dres != nullptr, prefetch);
     return run_norm_bwd(
-        ctx, a, variant, [&] { return rows_plan(a, kernel, threads, gpc, prefetch); },
+        ctx, a, variant, [&] { return rows_plan(a, kernel, threads, gpc); },
         [&](auto, Plan plan, float *pw, float *pb, cudaStream_t s) {
           kernel<<<(unsigned)plan.blocks, threads, 0, s>>>(*a, plan, sh.wpr, pw, pb);
           return KITE_OK;
