@@ -22,7 +22,8 @@
  * block-wide barrier in the row loop). A thread owns the same columns in every row: its dw / db
  * terms stay in registers over the band, and the block's groups add them into the block's partial
  * row in group order once at the end. The grid depends on the device and the shape only, so the
- * bits of dw / db are the same run after run on one device.
+ * bits of dw / db are the same run after run on one device. "rows_prefetch" is the same kernel
+ * with a prefetch into L2 of the group's next row while it works on the current one.
  * "vec" keeps a row of x and dy in registers (16-byte accesses, VPT packs per thread, at most 256
  * threads, one row per block at a time); "generic" takes any layout and length and reads the row
  * once per pass, accumulating its partials in the workspace row the block owns. dx may be dy or
