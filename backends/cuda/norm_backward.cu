@@ -292,6 +292,22 @@ __device__ __forceinline__ void add_partial4(float *dst, const float *v, bool ad
   for (int j = 0; j < 4; j++) dst[j] = add ? dst[j] + v[j] : v[j];
 }
 
+/* The sum over the thread's packs p < np of (x - x0) - m, or of its square (SQUARE). */
+template <bool SQUARE, int P, typename V>
+__device__ __forceinline__ float pack_sum(const V (&xr)[P], int np, float x0, float m) {
+  float acc = 0.0f;
+#pragma unroll
+  for (int p = 0; p < P; p++) {
+    if (p >= np) continue;
+#pragma unroll
+    for (int j = 0; j < (int)(sizeof(V) / sizeof(xr[p].v[0])); j++) {
+      const float v = to_float(xr[p].v[j]) - x0 - m;
+      acc += SQUARE ? v * v : v;
+    }
+  }
+  return acc;
+}
+
 /* The group's thread t holds packs t + p * 32 wpr (p < P) of its rows: a warp's 16-byte loads
  * of one p cover 512 contiguous bytes. DRES: dres is read (and added to dx). PF: the group's
  * next row is prefetched into L2 while this one is worked on. */
@@ -347,35 +363,15 @@ __global__ __launch_bounds__(kRowsThreads, DRES && !RMS ? 1 : 2) void norm_bwd_r
     }
     const float x0 = RMS ? 0.0f : to_float(x[0]); /* the shift of the header comment */
     float mean = 0.0f, rstd;
-    {
-      float acc[1] = {0.0f};
-#pragma unroll
-      for (int p = 0; p < P; p++) {
-        if (p >= np) continue;
-#pragma unroll
-        for (int j = 0; j < N; j++) {
-          const float v = to_float(xr[p].v[j]) - x0;
-          acc[0] += RMS ? v * v : v;
-        }
-      }
-      group_sum(acc, wpr, my_slots, half, bar);
-      if (RMS) {
-        rstd = rsqrtf(acc[0] * inv_cols + a.eps);
-      } else {
-        mean = acc[0] * inv_cols;
-        float dev[1] = {0.0f};
-#pragma unroll
-        for (int p = 0; p < P; p++) {
-          if (p >= np) continue;
-#pragma unroll
-          for (int j = 0; j < N; j++) {
-            const float v = to_float(xr[p].v[j]) - x0 - mean;
-            dev[0] += v * v;
-          }
-        }
-        group_sum(dev, wpr, my_slots, half, bar);
-        rstd = rsqrtf(dev[0] * inv_cols + a.eps);
-      }
+    float acc[1] = {pack_sum<RMS>(xr, np, x0, 0.0f)};
+    group_sum(acc, wpr, my_slots, half, bar);
+    if (RMS) {
+      rstd = rsqrtf(acc[0] * inv_cols + a.eps);
+    } else {
+      mean = acc[0] * inv_cols;
+      float dev[1] = {pack_sum<true>(xr, np, x0, mean)};
+      group_sum(dev, wpr, my_slots, half, bar);
+      rstd = rsqrtf(dev[0] * inv_cols + a.eps);
     }
 #pragma unroll
     for (int p = 0; p < P; p++) {
