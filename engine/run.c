@@ -3,7 +3,8 @@
  *
  *   kite run --model FILE.gguf [--prompt TEXT | --chat TEXT | --prompts FILE] [-n N]
  *            [--temperature T --top-k K --top-p P --seed S] [--device cpu|cuda] [--threads N]
- *            [--weights auto|f32|bf16|int8|q4] [--bench] [--tokens] [--tokenize TEXT]
+ *            [--weights auto|f32|bf16|int8|q4] [--bench] [--ignore-eos] [--tokens]
+ *            [--tokenize TEXT]
  */
 #include "run.h"
 
@@ -30,6 +31,7 @@ static void usage(void) {
       "  --batch B         sequences decoded together (default: the number of prompts, <= 64)\n"
       "  --chunk T         prefill tokens per step (default 512)\n"
       "  --bench           print prompt and decode tokens per second (stderr)\n"
+      "  --ignore-eos      generate exactly N tokens per prompt, past end-of-text (for timing)\n"
       "  --tokens          print the generated token ids instead of text\n"
       "  --tokenize TEXT   print TEXT's token ids (special tokens parsed) and exit\n");
 }
@@ -39,6 +41,7 @@ typedef struct run_state {
   int print_ids, streaming;
   int32_t **out;
   size_t *out_n;
+  int ignore_eos;
 } run_state;
 
 static void on_token(void *user, int seq, int32_t token) {
@@ -59,7 +62,8 @@ static void on_token(void *user, int seq, int32_t token) {
 }
 
 static int on_stop(void *user, int32_t token) {
-  return kr_tok_is_eog(((run_state *)user)->tok, token);
+  const run_state *st = user;
+  return !st->ignore_eos && kr_tok_is_eog(st->tok, token);
 }
 
 static char *read_file(const char *path, size_t *len) {
@@ -116,7 +120,7 @@ static char *chatml(const kr_gguf *g, const char *user) {
 int kr_cmd_run(int argc, char **argv) {
   const char *model_path = NULL, *prompt = NULL, *chat = NULL, *prompts_path = NULL;
   const char *tokenize = NULL, *device = "cpu", *weights = "auto";
-  int n_gen = 64, threads = 0, bench = 0, print_ids = 0, batch = 0, chunk = 512;
+  int n_gen = 64, threads = 0, bench = 0, print_ids = 0, batch = 0, chunk = 512, ignore_eos = 0;
   kr_sampling sp = {0.0f, 0, 1.0f, 0};
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
@@ -157,6 +161,8 @@ int kr_cmd_run(int argc, char **argv) {
       chunk = atoi(v);
     } else if (strcmp(a, "--bench") == 0) {
       bench = 1;
+    } else if (strcmp(a, "--ignore-eos") == 0) {
+      ignore_eos = 1;
     } else if (strcmp(a, "--tokens") == 0) {
       print_ids = 1;
     } else {
@@ -304,7 +310,7 @@ int kr_cmd_run(int argc, char **argv) {
     outs[i] = malloc(((size_t)n_gen + 1) * 4);
     if (!outs[i]) goto done;
   }
-  run_state st = {tok, print_ids, n_prompts == 1, outs, out_n};
+  run_state st = {tok, print_ids, n_prompts == 1, outs, out_n, ignore_eos};
   if (n_prompts == 1 && !print_ids && !chat) printf("%s", texts[0]);
   fflush(stdout);
   if (kr_generate(m, &sp, on_token, on_stop, &st, err, sizeof err)) {
