@@ -4,7 +4,9 @@
  *   d * sum_j x_j q_j + c * sx[m, b],   c = m_block (min format) or -8 d (sym format),
  * so the nibbles are only widened, never offset or scaled per value. Up to 4 rows of x share
  * one decoded block. The AVX2 variant widens 16 bytes into 4 x 8 floats and keeps per-row vector
- * accumulators (d broadcast per block); the scalar variant does the same in plain C.
+ * accumulators (d broadcast per block); the scalar variant does the same in plain C. The AVX-512
+ * variant decodes a block to w = d q + c once for up to 8 rows (the decode, not memory, bounds a
+ * 4-bit GEMV on few cores).
  */
 #include "cpu_gemm.h"
 #include "cpu_kernels.h"
@@ -116,6 +118,51 @@ __attribute__((target("avx2,fma,f16c"))) static void wq4_task_avx2(const void *j
     }
   }
 }
+
+/* AVX-512: the block's 32 weights decoded once to w = d q + c as two 16-float vectors (shared by
+ * up to 8 rows of x), then two FMAs per row; the c * sx term is folded into w. */
+__attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) static void
+wq4_task_avx512(const void *job, int64_t begin, int64_t end, int slot) {
+  const wq4_job *j = job;
+  const kite_linear_wq4_args *a = j->a;
+  const int64_t nb = a->k / 32;
+  const __m128i mask = _mm_set1_epi8(15);
+  const bool sym = a->format == KITE_WQ4_SYM;
+  for (int64_t n = begin; n < end; n++) {
+    const uint8_t *row = a->w + n * a->w_stride;
+    for (int64_t r0 = 0; r0 < a->m; r0 += 8) {
+      const int nr = a->m - r0 < 8 ? (int)(a->m - r0) : 8;
+      const float *x = j->x + r0 * a->k;
+      __m512 acc[8];
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; r++) acc[r] = _mm512_setzero_ps();
+      for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = row + b * j->bb;
+        uint16_t hd, hm;
+        memcpy(&hd, blk, 2);
+        memcpy(&hm, blk + 2, 2);
+        const float d = _cvtsh_ss(hd);
+        const __m512 dv = _mm512_set1_ps(d), cv = _mm512_set1_ps(sym ? -8.0f * d : _cvtsh_ss(hm));
+        const __m128i raw = _mm_loadu_si128((const __m128i *)(blk + j->qs_off));
+        const __m128i lo = _mm_and_si128(raw, mask),
+                      hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
+        const __m512 w0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo)), dv, cv);
+        const __m512 w1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)), dv, cv);
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) {
+          if (r < nr) {
+            const float *xr = x + r * a->k + b * 32;
+            acc[r] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xr), acc[r]);
+            acc[r] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xr + 16), acc[r]);
+          }
+        }
+      }
+      float out[8];
+      for (int r = 0; r < nr; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
+      wq4_store(j, n, r0, nr, out);
+    }
+  }
+}
 #endif
 
 static kite_status wq4_run(kite_ctx *ctx, const kite_linear_wq4_args *a, cpu_task_fn task) {
@@ -147,5 +194,9 @@ kite_status cpu_linear_wq4_scalar(const kite_kernel *k, kite_ctx *ctx, const voi
 #if defined(__x86_64__)
 kite_status cpu_linear_wq4_avx2(const kite_kernel *k, kite_ctx *ctx, const void *args) {
   return wq4_run(ctx, args, wq4_task_avx2);
+}
+
+kite_status cpu_linear_wq4_avx512(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  return wq4_run(ctx, args, wq4_task_avx512);
 }
 #endif
