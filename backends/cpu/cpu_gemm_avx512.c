@@ -473,6 +473,42 @@ static void colsum_task(const void *job, int64_t begin, int64_t end, int part) {
   }
 }
 
+/* int8 with few rows (decode): bound by reading w, so w is streamed as stored instead of packed
+ * (packing would add a pass over it and a write of it). Columns [begin, end) of y: for each w row,
+ * 64 bytes a step, VPDPBUSD of (x + 128) for up to 4 x rows at a time and of ones for
+ * sum_k w[n, k], which is taken off as 128 * sum; then the epilogue (colsum NULL). Bytes past K are
+ * loaded as zeros in w, so they add nothing whatever x holds there. */
+TARGET("avx512vnni")
+static void gemv_i8_task(const void *job, int64_t begin, int64_t end, int part) {
+  (void)part;
+  const wgemm *g = job;
+  const __m512i flip = _mm512_set1_epi8((char)0x80), ones = _mm512_set1_epi8(1);
+  for (int64_t j = begin; j < end; j++) {
+    const int8_t *w = (const int8_t *)g->w + j * g->ldw;
+    int32_t wsum = 0;
+    for (int64_t r0 = 0; r0 < g->m; r0 += 4) {
+      const int rows = (int)WMIN(4, g->m - r0);
+      __m512i acc[4], cs = _mm512_setzero_si512();
+      for (int i = 0; i < 4; i++) acc[i] = _mm512_setzero_si512();
+      for (int64_t k = 0; k < g->k; k += 64) {
+        const __mmask64 mk = g->k - k >= 64 ? ~0ull : ~0ull >> (64 - (g->k - k));
+        const __m512i wv = _mm512_maskz_loadu_epi8(mk, w + k);
+        if (r0 == 0) cs = _mm512_dpbusd_epi32(cs, ones, wv);
+        for (int i = 0; i < 4; i++) {
+          if (i >= rows) break;
+          const int8_t *x = (const int8_t *)g->x + (r0 + i) * g->ldx + k;
+          acc[i] = _mm512_dpbusd_epi32(acc[i],
+                                       _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, x), flip), wv);
+        }
+      }
+      if (r0 == 0) wsum = _mm512_reduce_add_epi32(cs);
+      for (int i = 0; i < rows; i++)
+        ((int32_t *)g->c)[(r0 + i) * g->ldc + j] = _mm512_reduce_add_epi32(acc[i]) - 128 * wsum;
+    }
+  }
+  epilogue(g, 0, g->m, begin, end);
+}
+
 /* Runs g (k >= 1) on the ctx's threads; c, colsum and yt/y/bias/scales already set. */
 static kite_status run(kite_ctx *ctx, wgemm *g) {
   if (g->m == 0 || g->n == 0) return KITE_OK;
@@ -497,6 +533,11 @@ static kite_status run(kite_ctx *ctx, wgemm *g) {
   } else {
     g->c = g->y;
     g->ldc = g->ldy;
+  }
+  if (shifted && g->m <= CPU_GEMV_MAX_M) {
+    g->colsum = NULL; /* taken off by the GEMV itself */
+    cpu_parallel_run(cpu_parallel_parts(ctx, g->n, g->n * g->k * g->m), g->n, gemv_i8_task, g);
+    return KITE_OK;
   }
   if (shifted) {
     g->colsum = (const int32_t *)(p + cbytes);
