@@ -13,6 +13,8 @@
 
 #include <string.h>
 
+#define WQ4_GEMM_MIN_M 32
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -197,6 +199,10 @@ kite_status cpu_linear_wq4_avx2(const kite_kernel *k, kite_ctx *ctx, const void 
 }
 
 kite_status cpu_linear_wq4_avx512(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_linear_wq4_args *a = args;
+  /* Many rows (a prompt): the packed GEMM, blocks decoded once per panel; few rows (decode):
+   * every weight is used by a handful of rows, so decoding in registers wins. */
+  if (a->m >= WQ4_GEMM_MIN_M) return cpu_wq4_gemm_avx512(ctx, a);
   return wq4_run(ctx, args, wq4_task_avx512);
 }
 #endif
