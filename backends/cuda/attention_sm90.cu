@@ -25,21 +25,33 @@
  * n_b - q_len_b + i and sees keys [pos - window_left, pos] of [0, n_b) (causal, window); keys
  * whose block id is out of range are absent; a row that sees no key gets o = 0, lse = -inf.
  */
+#include <cuda.h> /* CUtensorMap and its enums (no libcuda: the entry point comes through the runtime) */
+#include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled */
+
 #include "attention.cuh"
 
 using namespace kite_cuda;
 
 namespace {
 
-constexpr int kThreads = 384, kBM = 128, kStages = 2;
+constexpr int kThreads = 384, kBM = 128;
+
+/* How the producer fills a K/V stage: cp.async row by row from dense strides or through the block
+ * table, or TMA (two tensor maps, dense K/V with 16-byte aligned strides). */
+enum Load { LOAD_DENSE, LOAD_PAGED, LOAD_TMA };
 
 /* Keys per K/V tile: 128, or 64 for head_dim 256 (the shared memory of 2 stages). */
 template <int D> constexpr int tile_keys() {
   return D == 256 ? 64 : 128;
 }
 
+/* K/V stages in the ring: as many as shared memory holds beside the Q tile. */
+template <int D> constexpr int tile_stages() {
+  return D == 64 ? 4 : 2;
+}
+
 template <int D> struct Smem {
-  static constexpr int BN = tile_keys<D>();
+  static constexpr int BN = tile_keys<D>(), kStages = tile_stages<D>();
   static constexpr size_t q_bytes = (size_t)kBM * D * 2;
   static constexpr size_t kv_bytes = (size_t)BN * D * 2; /* one K or V tile */
   static constexpr size_t off_bytes = 2 * 2 * BN * 8;    /* [buf][k/v][key] */
@@ -75,6 +87,20 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
                  : "r"(bar), "r"(parity)
                  : "memory");
   } while (!done);
+}
+/* The next phase of `bar` also waits for `bytes` of asynchronous copies (this thread arrives). */
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+/* TMA: the box of `map` at coordinates (c0, c1, c2, c3) (innermost first) into shared memory at
+ * dst, completing its bytes on bar. */
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map, int c0, int c1,
+                                            int c2, int c3, uint32_t bar) {
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes "
+               "[%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+               "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+               : "memory");
 }
 /* Generic-proxy writes to shared memory (st.shared, landed cp.async) made visible to wgmma. */
 __device__ __forceinline__ void fence_async_shared() {
@@ -271,11 +297,14 @@ __device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], const uint32_t (&a
 #endif /* KITE_SM90_DEVICE */
 
 /* Grid: x = query tile of 128 packed rows (see find_tile), y = kv head. See the file comment. */
-template <typename T, int D, bool PAGED>
-__global__ void __launch_bounds__(kThreads, 1) attend_sm90_kernel(AttnParams p) {
+template <typename T, int D, int LOAD>
+__global__ void __launch_bounds__(kThreads, 1)
+    attend_sm90_kernel(AttnParams p, const __grid_constant__ CUtensorMap tmap_k,
+                       const __grid_constant__ CUtensorMap tmap_v) {
 #ifdef KITE_SM90_DEVICE
   using SM = Smem<D>;
-  constexpr int BN = SM::BN, CH = D / 8, KV = (int)SM::kv_bytes;
+  constexpr int BN = SM::BN, CH = D / 8, KV = (int)SM::kv_bytes, kStages = SM::kStages;
+  constexpr bool PAGED = LOAD == LOAD_PAGED;
   static_assert((BN * CH) % 128 == 0 && BN % 32 == 0, "whole copies per producer thread");
 
   extern __shared__ unsigned char smem_raw[];
@@ -307,7 +336,9 @@ __global__ void __launch_bounds__(kThreads, 1) attend_sm90_kernel(AttnParams p) 
   if (tid == 0) {
 #pragma unroll
     for (int st = 0; st < kStages; st++) {
-      mbar_init(bar0 + st * 8, 128);           /* every producer thread, once its copies landed */
+      /* TMA: one arrival with the expected bytes; cp.async: every producer thread, once its
+       * copies landed */
+      mbar_init(bar0 + st * 8, LOAD == LOAD_TMA ? 1 : 128);
       mbar_init(bar0 + (kStages + st) * 8, 8); /* every consumer warp, once its P V completed */
     }
   }
@@ -315,6 +346,22 @@ __global__ void __launch_bounds__(kThreads, 1) attend_sm90_kernel(AttnParams p) 
 
   if (wg == 0) { /* ---- producer ---- */
     reg_dealloc<40>();
+    if constexpr (LOAD == LOAD_TMA) {
+      if (tid != 0) return;
+      for (int t = 0; t < ntiles; t++) {
+        const int st = t % kStages, j = klo + t * BN;
+        const uint32_t full = bar0 + st * 8;
+        mbar_wait(bar0 + (kStages + st) * 8, ((t / kStages) & 1) ^ 1);
+        mbar_expect_tx(full, 2 * KV);
+        const uint32_t dk = smem_addr(sKV + (size_t)(2 * st) * KV), dv = dk + KV;
+#pragma unroll
+        for (int cb = 0; cb < D / 64; cb++) {
+          tma_load_4d(dk + cb * BN * 128, &tmap_k, cb * 64, j, g, s.b, full);
+          tma_load_4d(dv + cb * BN * 128, &tmap_v, cb * 64, j, g, s.b, full);
+        }
+      }
+      return;
+    }
     const T *kc = (const T *)p.k, *vc = (const T *)p.v;
     for (int t = 0; t < ntiles; t++) {
       const int st = t % kStages, buf = t & 1;
@@ -445,7 +492,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_sm90_kernel(AttnParams p) 
 #pragma unroll
             for (int e = 0; e < 2; e++) {
               const int jl = nb * 8 + 2 * qt + e, j = j0 + jl;
-              if (j < rlo[h] || j >= rhi[h] || !sOk[st * BN + jl])
+              if (j < rlo[h] || j >= rhi[h] || (PAGED && !sOk[st * BN + jl]))
                 sc[4 * nb + 2 * h + e] = -INFINITY;
             }
       }
@@ -531,18 +578,70 @@ __global__ void __launch_bounds__(kThreads, 1) attend_sm90_kernel(AttnParams p) 
 }
 
 /* ---- host side ----------------------------------------------------------------------------- */
+/* cuTensorMapEncodeTiled of the driver, reached through the runtime (the plugin does not link
+ * libcuda); NULL where the driver has none. */
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void *f = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return (PFN_cuTensorMapEncodeTiled_v12000) nullptr;
+    }
+    return (PFN_cuTensorMapEncodeTiled_v12000)f;
+  }();
+  return fn;
+}
+
+/* The tensor map of dense K or V (element strides [b, h, j], rows of head_dim elements) as a 4-d
+ * tensor [b][h][j][d] read in boxes of 64 elements x bn keys, 128-byte swizzled: one column block
+ * of a tile. False where TMA cannot address it (strides not positive multiples of 16 bytes). */
+bool dense_tensor_map(CUtensorMap *map, const AttnParams &p, const void *base,
+                      const int64_t stride[3], int bn) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (!encode || (uintptr_t)base % 16 != 0) return false;
+  const cuuint64_t dims[4] = {(cuuint64_t)p.head_dim, (cuuint64_t)p.sk, (cuuint64_t)p.hkv,
+                              (cuuint64_t)p.batch};
+  cuuint64_t strides[3];
+  for (int i = 0; i < 3; i++) {
+    const int64_t b = stride[2 - i] * 2;
+    if (b <= 0 || b % 16 != 0 || b >= (1LL << 40)) return false;
+    strides[i] = (cuuint64_t)b;
+  }
+  for (int i = 1; i < 4; i++)
+    if (dims[i] == 0 || dims[i] > 0x7fffffffu) return false;
+  const cuuint32_t box[4] = {64, (cuuint32_t)bn, 1, 1}, unit[4] = {1, 1, 1, 1};
+  const CUtensorMapDataType type = p.dtype == KITE_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                              : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return encode(map, type, 4, const_cast<void *>(base), dims, strides, box, unit,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 template <typename T, int D>
 kite_status launch_sm90(const AttnParams &p, dim3 grid, cudaStream_t s) {
   const size_t smem = Smem<D>::total;
+  CUtensorMap tk, tv;
+  memset(&tk, 0, sizeof tk);
+  memset(&tv, 0, sizeof tv);
   auto run = [&](auto kernel) {
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
         cudaSuccess)
       return false;
-    kernel<<<grid, kThreads, smem, s>>>(p);
+    kernel<<<grid, kThreads, smem, s>>>(p, tk, tv);
     return true;
   };
-  const bool ok = p.kind == ATTN_SDPA ? run(attend_sm90_kernel<T, D, false>)
-                                      : run(attend_sm90_kernel<T, D, true>);
+  bool ok;
+  if (p.kind != ATTN_SDPA)
+    ok = run(attend_sm90_kernel<T, D, LOAD_PAGED>);
+  else if (dense_tensor_map(&tk, p, p.k, p.k_stride, Smem<D>::BN) &&
+           dense_tensor_map(&tv, p, p.v, p.v_stride, Smem<D>::BN))
+    ok = run(attend_sm90_kernel<T, D, LOAD_TMA>);
+  else
+    ok = run(attend_sm90_kernel<T, D, LOAD_DENSE>);
   if (!ok) {
     const cudaError_t e = cudaGetLastError();
     return kite_set_error(KITE_ERR_DEVICE, "cuda.sm90: %zu bytes of shared memory: %s", smem,
