@@ -37,8 +37,10 @@ namespace {
 constexpr int kThreads = 384, kBM = 128;
 
 /* How the producer fills a K/V stage: cp.async row by row from dense strides or through the block
- * table, or TMA (two tensor maps, dense K/V with 16-byte aligned strides). */
-enum Load { LOAD_DENSE, LOAD_PAGED, LOAD_TMA };
+ * table (any block_size), or TMA: dense K/V with 16-byte aligned strides, or the caches seen as
+ * [block][kv head][slot][d] when block_size is a multiple of 16 that divides the tile or that the
+ * tile divides (a box per block, or per tile within a block). */
+enum Load { LOAD_DENSE, LOAD_PAGED, LOAD_TMA, LOAD_PAGED_TMA };
 
 /* Keys per K/V tile: 128, or 64 for head_dim 256 (the shared memory of 2 stages). */
 template <int D> constexpr int tile_keys() {
@@ -304,7 +306,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #ifdef KITE_SM90_DEVICE
   using SM = Smem<D>;
   constexpr int BN = SM::BN, CH = D / 8, KV = (int)SM::kv_bytes, kStages = SM::kStages;
-  constexpr bool PAGED = LOAD == LOAD_PAGED;
+  constexpr bool PAGED = LOAD == LOAD_PAGED || LOAD == LOAD_PAGED_TMA;
   static_assert((BN * CH) % 128 == 0 && BN % 32 == 0, "whole copies per producer thread");
 
   extern __shared__ unsigned char smem_raw[];
@@ -330,7 +332,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   int lo_first, hi_first, lo_last, hi_last;
   key_range(p, s, m0 / group, &lo_first, &hi_first);
   key_range(p, s, (m0 + rows_here - 1) / group, &lo_last, &hi_last);
-  const int klo = lo_first, khi = hi_last > lo_first ? hi_last : lo_first;
+  /* tiles start at multiples of BN (the keys below lo_first are masked): a TMA box never straddles
+   * a cache block */
+  const int klo = lo_first / BN * BN, khi = hi_last > lo_first ? hi_last : lo_first;
   const int ntiles = (khi - klo + BN - 1) / BN;
 
   if (tid == 0) {
@@ -338,7 +342,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int st = 0; st < kStages; st++) {
       /* TMA: one arrival with the expected bytes; cp.async: every producer thread, once its
        * copies landed */
-      mbar_init(bar0 + st * 8, LOAD == LOAD_TMA ? 1 : 128);
+      mbar_init(bar0 + st * 8, LOAD == LOAD_TMA || LOAD == LOAD_PAGED_TMA ? 1 : 128);
       mbar_init(bar0 + (kStages + st) * 8, 8); /* every consumer warp, once its P V completed */
     }
   }
@@ -359,6 +363,51 @@ __global__ void __launch_bounds__(kThreads, 1)
           tma_load_4d(dk + cb * BN * 128, &tmap_k, cb * 64, j, g, s.b, full);
           tma_load_4d(dv + cb * BN * 128, &tmap_v, cb * 64, j, g, s.b, full);
         }
+      }
+      return;
+    }
+    if constexpr (LOAD == LOAD_PAGED_TMA) {
+      if (tid >= 32) return;
+      /* a box of `rows` keys: lane i < nbox resolves the cache block of box i of the tile */
+      const int bs = (int)p.block_size, rows = bs < BN ? bs : BN, nbox = BN / rows;
+      for (int t = 0; t < ntiles; t++) {
+        const int st = t % kStages, j0 = klo + t * BN;
+        const uint32_t full = bar0 + st * 8;
+        mbar_wait(bar0 + (kStages + st) * 8, ((t / kStages) & 1) ^ 1);
+        int blk = -1;
+        if (tid < nbox && j0 + tid * rows < khi) {
+          const int j = j0 + tid * rows;
+          const int64_t b = p.block_table[(int64_t)s.b * p.block_table_stride + j / bs];
+          if (b >= 0 && b < p.num_blocks) blk = (int)b;
+        }
+        /* a key is present when its box's block is and it is below khi (an absent box's
+         * coordinates are out of bounds: TMA fills zeros and still counts the bytes) */
+#pragma unroll
+        for (int e = 0; e < BN / 32; e++) {
+          const int jl = tid * (BN / 32) + e;
+          const int bb = __shfl_sync(0xffffffffu, blk, jl / rows);
+          sOk[st * BN + jl] = bb >= 0 && j0 + jl < khi;
+        }
+        int boxes[BN / 16];
+#pragma unroll
+        for (int i = 0; i < BN / 16; i++) boxes[i] = __shfl_sync(0xffffffffu, blk, i);
+        __syncwarp();
+        if (tid == 0) {
+          mbar_expect_tx(full, 2 * KV);
+          const uint32_t dk = smem_addr(sKV + (size_t)(2 * st) * KV), dv = dk + KV;
+          const int row0 = j0 % bs;
+#pragma unroll
+          for (int i = 0; i < BN / 16; i++) {
+            if (i >= nbox) break;
+            const int b = boxes[i] >= 0 ? boxes[i] : -1;
+#pragma unroll
+            for (int cb = 0; cb < D / 64; cb++) {
+              tma_load_4d(dk + cb * BN * 128 + i * rows * 128, &tmap_k, cb * 64, row0, g, b, full);
+              tma_load_4d(dv + cb * BN * 128 + i * rows * 128, &tmap_v, cb * 64, row0, g, b, full);
+            }
+          }
+        }
+        __syncwarp();
       }
       return;
     }
@@ -621,6 +670,28 @@ bool dense_tensor_map(CUtensorMap *map, const AttnParams &p, const void *base,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+/* The tensor map of a paged cache [num_blocks][hkv][block_size][head_dim] in boxes of 64 elements x
+ * min(block_size, bn) slots; false where TMA cannot take it (see enum Load). */
+bool paged_tensor_map(CUtensorMap *map, const AttnParams &p, const void *base, int bn) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  const int64_t bs = p.block_size;
+  if (!encode || (uintptr_t)base % 16 != 0 || bs % 16 != 0 || (bn % bs != 0 && bs % bn != 0) ||
+      p.num_blocks <= 0 || p.num_blocks > 0x7fffffff)
+    return false;
+  const cuuint64_t dims[4] = {(cuuint64_t)p.head_dim, (cuuint64_t)bs, (cuuint64_t)p.hkv,
+                              (cuuint64_t)p.num_blocks};
+  const cuuint64_t row = (cuuint64_t)p.head_dim * 2;
+  const cuuint64_t strides[3] = {row, row * bs, row * bs * p.hkv};
+  if (strides[2] >= (1ull << 40)) return false;
+  const cuuint32_t box[4] = {64, (cuuint32_t)(bs < bn ? bs : bn), 1, 1}, unit[4] = {1, 1, 1, 1};
+  const CUtensorMapDataType type = p.dtype == KITE_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                              : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return encode(map, type, 4, const_cast<void *>(base), dims, strides, box, unit,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 template <typename T, int D>
 kite_status launch_sm90(const AttnParams &p, dim3 grid, cudaStream_t s) {
   const size_t smem = Smem<D>::total;
@@ -635,10 +706,13 @@ kite_status launch_sm90(const AttnParams &p, dim3 grid, cudaStream_t s) {
     return true;
   };
   bool ok;
+  constexpr int BN = Smem<D>::BN;
   if (p.kind != ATTN_SDPA)
-    ok = run(attend_sm90_kernel<T, D, LOAD_PAGED>);
-  else if (dense_tensor_map(&tk, p, p.k, p.k_stride, Smem<D>::BN) &&
-           dense_tensor_map(&tv, p, p.v, p.v_stride, Smem<D>::BN))
+    ok = paged_tensor_map(&tk, p, p.k, BN) && paged_tensor_map(&tv, p, p.v, BN)
+             ? run(attend_sm90_kernel<T, D, LOAD_PAGED_TMA>)
+             : run(attend_sm90_kernel<T, D, LOAD_PAGED>);
+  else if (dense_tensor_map(&tk, p, p.k, p.k_stride, BN) &&
+           dense_tensor_map(&tv, p, p.v, p.v_stride, BN))
     ok = run(attend_sm90_kernel<T, D, LOAD_TMA>);
   else
     ok = run(attend_sm90_kernel<T, D, LOAD_DENSE>);
