@@ -146,6 +146,8 @@ if want bench; then
     # the losses' 2 GB of logits (and ref's one timed call on them) take longer to set up
     lim=120
     case $op in cross_entropy*) lim=300 ;; esac
+    # attention's prefill shapes (B 4 x S 4096, D 64/128/256; a ragged batch) on every variant
+    case $op in sdpa | paged_prefill) lim=240 ;; esac
     timeout $lim "$KITE" bench --backend cuda --json --dtype $dt --op "$op" >> "$OUT/kite_bench.jsonl" 2>&1 ||
       status=1
   done

@@ -67,12 +67,12 @@ static void attn_shape(const kt_case *c, char *buf, size_t n) {
     snprintf(buf, n, "B%lld L%d %lld/%lldx%lld", (long long)a->batch, (int)max_len(a), hq, hkv, D);
     break;
   case KITE_OP_PAGED_PREFILL:
-    snprintf(buf, n, "B%lld T%lld L%d %lld/%lldx%lld", (long long)a->batch, (long long)a->tokens,
-             (int)max_len(a), hq, hkv, D);
+    snprintf(buf, n, "B%lld T%lld L%d %lld/%lldx%lld%s", (long long)a->batch, (long long)a->tokens,
+             (int)max_len(a), hq, hkv, D, a->opts.causal ? "" : " nc");
     break;
-  default:
-    snprintf(buf, n, "B%lld %lld/%lld %lldx%lldx%lld", (long long)a->batch, hq, hkv,
-             (long long)a->sq, (long long)a->sk, D);
+  default: /* "nc": not causal */
+    snprintf(buf, n, "B%lld %lld/%lld %lldx%lldx%lld%s", (long long)a->batch, hq, hkv,
+             (long long)a->sq, (long long)a->sk, D, a->opts.causal ? "" : " nc");
     break;
   }
 }
