@@ -380,19 +380,27 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int64_t b = p.block_table[(int64_t)s.b * p.block_table_stride + j / bs];
           if (b >= 0 && b < p.num_blocks) blk = (int)b;
         }
-        /* a key is present when its box's block is and it is below khi (an absent box's
-         * coordinates are out of bounds: TMA fills zeros and still counts the bytes) */
-#pragma unroll
-        for (int e = 0; e < BN / 32; e++) {
-          const int jl = tid * (BN / 32) + e;
-          const int bb = __shfl_sync(0xffffffffu, blk, jl / rows);
-          sOk[st * BN + jl] = bb >= 0 && j0 + jl < khi;
-        }
         int boxes[BN / 16];
 #pragma unroll
         for (int i = 0; i < BN / 16; i++) boxes[i] = __shfl_sync(0xffffffffu, blk, i);
-        __syncwarp();
         if (tid == 0) {
+          /* a key is present when its box's block is and it is below khi (an absent box's
+           * coordinates are out of bounds: TMA fills zeros and still counts the bytes); the
+           * thread that arrives writes the flags (4 per word: a box holds >= 16 keys), so its
+           * arrival publishes them */
+          uint32_t *okw = (uint32_t *)(sOk + st * BN);
+#pragma unroll
+          for (int i = 0; i < BN / 16; i++) {
+            if (i >= nbox) break;
+            for (int w = 0; w < rows / 4; w++) {
+              const int jl = i * rows + 4 * w;
+              uint32_t v = 0;
+              if (boxes[i] >= 0)
+#pragma unroll
+                for (int e = 0; e < 4; e++) v |= (uint32_t)(j0 + jl + e < khi) << (8 * e);
+              okw[jl / 4] = v;
+            }
+          }
           mbar_expect_tx(full, 2 * KV);
           const uint32_t dk = smem_addr(sKV + (size_t)(2 * st) * KV), dv = dk + KV;
           const int row0 = j0 % bs;
