@@ -145,6 +145,24 @@ __device__ __forceinline__ void key_range(const AttnParams &p, const Seq &s, int
   *lo = (int)l, *hi = (int)h;
 }
 
+/* The query tile of CTA x with its keys: false when x has no rows. rows: the tile's packed rows
+ * (at most BM); [lo_first, hi_first) and [lo_last, hi_last): the keys of its first and last rows
+ * (positions grow with the token, so the others lie between). */
+struct CtaTile {
+  Seq s;
+  int m0, rows, lo_first, hi_first, lo_last, hi_last;
+};
+template <int BM>
+__device__ __forceinline__ bool cta_tile(const AttnParams &p, int64_t x, CtaTile *c) {
+  if (!find_tile<BM>(p, x, &c->s, &c->m0)) return false;
+  const int group = (int)p.group, rows_total = c->s.q_len * group;
+  if (c->m0 >= rows_total) return false;
+  c->rows = rows_total - c->m0 < BM ? rows_total - c->m0 : BM;
+  key_range(p, c->s, c->m0 / group, &c->lo_first, &c->hi_first);
+  key_range(p, c->s, (c->m0 + c->rows - 1) / group, &c->lo_last, &c->hi_last);
+  return true;
+}
+
 /* Element offsets of key j's K and V rows for kv head g; -1 when the key is absent. */
 template <bool PAGED>
 __device__ __forceinline__ void key_offsets(const AttnParams &p, const Seq &s, int g, int j,

@@ -120,17 +120,13 @@ __global__ void __launch_bounds__(kThreads, 2) attend_mma_kernel(AttnParams p) {
   const int g = blockIdx.y, group = (int)p.group;
   const int64_t x = p.kind == ATTN_PREFILL ? (int64_t)gridDim.x - 1 - blockIdx.x : blockIdx.x;
 
-  Seq s;
-  int m0;
-  if (!find_tile<BM>(p, x, &s, &m0)) return;
-  const int rows_total = s.q_len * group;
-  if (m0 >= rows_total) return;
-  const int rows_here = rows_total - m0 < BM ? rows_total - m0 : BM;
-
-  /* The CTA's keys: from the first row's lo to the last row's hi (positions grow with t). */
-  int lo_first, hi_first, lo_last, hi_last;
-  key_range(p, s, m0 / group, &lo_first, &hi_first);
-  key_range(p, s, (m0 + rows_here - 1) / group, &lo_last, &hi_last);
+  CtaTile ct;
+  if (!cta_tile<BM>(p, x, &ct)) return;
+  const Seq s = ct.s;
+  const int m0 = ct.m0, rows_here = ct.rows;
+  /* The CTA's keys: from the first row's lo to the last row's hi. */
+  const int lo_first = ct.lo_first, hi_first = ct.hi_first, lo_last = ct.lo_last,
+            hi_last = ct.hi_last;
   int klo = lo_first, khi = hi_last > lo_first ? hi_last : lo_first;
   if (gridDim.z > 1) { /* this split's share, whole tiles */
     const int per = ((khi - klo + (int)gridDim.z - 1) / (int)gridDim.z + kBN - 1) / kBN * kBN;
