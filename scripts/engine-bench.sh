@@ -13,7 +13,7 @@ KITE=${KITE:-build/bin/kite}
 PROMPT=$(python3 -c "print(' '.join(['The quick brown fox jumps over the lazy dog.'] * 51))")
 for r in $(seq "$ROUNDS"); do
   for w in q4 int8 bf16 f32; do
-    d=$("$KITE" run --model "$MODEL" --weights $w --threads "$THREADS" -n 33 --bench --tokens \
+    d=$("$KITE" run --model "$MODEL" --weights $w --threads "$THREADS" -n 33 --bench --ignore-eos --tokens \
       --prompt "Once upon a time" 2>&1 > /dev/null | tail -1 | sed 's/.*decode/decode/')
     p=$("$KITE" run --model "$MODEL" --weights $w --threads "$THREADS" -n 1 --bench --tokens \
       --prompt "$PROMPT" 2>&1 > /dev/null | tail -1 | sed 's/; decode.*//; s/kite run: //')

@@ -189,7 +189,7 @@ if want engine; then
       for w in bf16 q4 f32; do
         for b in 1 64; do
           if [ "$b" = 1 ]; then args=(--prompt "The capital of France is"); else args=(--prompts "$OUT/prompts64.tmp"); fi
-          timeout 120 "$KITE" run --model "$MODEL" --device cuda --weights $w "${args[@]}" -n 128 \
+          timeout 120 "$KITE" run --model "$MODEL" --device cuda --weights $w "${args[@]}" -n 128 --ignore-eos \
             --bench --tokens > /dev/null 2> "$OUT/run.tmp" || status=1
           echo "kite $w, batch $b: $(tail -1 "$OUT/run.tmp" | sed 's/^kite run: //')"
         done

@@ -751,7 +751,10 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
     ap.add_argument("--kite-bench", default=None, help="kite bench --json output to cross-check")
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--only", default="core,compute,sampling,loss",
+                    help="sections to run, comma-separated: core,compute,sampling,loss")
     args = ap.parse_args()
+    want = set(args.only.split(","))
     os.makedirs(args.out, exist_ok=True)
     torch.manual_seed(0)
     kite = Kite(args.lib)
@@ -765,7 +768,7 @@ def main():
     bench_gbs = kite_bench_gbs(args.kite_bench)
     ops = ["rms_norm", "add_rms_norm", "silu_and_mul", "rope", "softmax", "embedding",
            "rms_norm_backward"]
-    for op in ops:
+    for op in ops if "core" in want else []:
         # backward graphs are not replayed as CUDA graphs: the training size only
         for T in (8192,) if op.endswith("_backward") else (8192, 16, 1):
             shape, nbytes, kfn, eager, ref_fn, ref_args, check = make_case(kite, op, T)
@@ -801,7 +804,7 @@ def main():
             torch.cuda.empty_cache()
 
     try:
-        crows = compute_rows(kite)
+        crows = compute_rows(kite) if "compute" in want else []
     except Exception as ex:  # reported in the table's place, not fatal to the rows above
         print(f"compute rows failed: {ex}", flush=True)
         crows, failures = [], failures + 1
@@ -809,13 +812,13 @@ def main():
         print(json.dumps(r), flush=True)
         failures += not (r["rel_err"] < 2e-2)
     try:
-        srows = sampling_rows(kite)
+        srows = sampling_rows(kite) if "sampling" in want else []
     except Exception as ex:  # reported, not fatal to the rows above
         print(f"sampling rows failed: {ex}", flush=True)
         srows, failures = [], failures + 1
     failures += sum(not r["in_kept_set"] for r in srows)
     try:
-        lrows = loss_rows(kite, not args.no_compile)
+        lrows = loss_rows(kite, not args.no_compile) if "loss" in want else []
     except Exception as ex:  # reported, not fatal to the rows above
         print(f"loss rows failed: {ex}", flush=True)
         lrows, failures = [], failures + 1

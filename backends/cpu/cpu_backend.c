@@ -225,7 +225,10 @@ static kite_kernel cpu_kernels[] = {
         "int8: 32x32 blocks of four TDPBSSD tiles, int32 exact (int8 only)"),
 #endif
 #if defined(KITE_HAVE_ONEDNN)
-    ROW(KITE_OP_LINEAR_QUANT, "onednn", 25, CPU_ISA_AVX512VNNI | CPU_F_ONEDNN,
+    /* oneDNN int8 ranks below cpu.avx512vnni: slower alone (2048^3: 294 against 362 GOP/s on a
+     * 2-core EPYC) and far slower inside a model, where its OpenMP threads spin beside kite's
+     * pool (SmolLM2 int8 decode 9 against 35 tok/s, docs/performance.md). */
+    ROW(KITE_OP_LINEAR_QUANT, "onednn", 21, CPU_ISA_AVX512VNNI | CPU_F_ONEDNN,
         cpu_onednn_supports_linear_quant, cpu_linear_quant_onednn,
         "oneDNN s8 x s8 -> s32 matmul (VNNI/AMX), then scales and bias"),
 #endif
@@ -240,6 +243,8 @@ static kite_kernel cpu_kernels[] = {
     ROW(KITE_OP_LINEAR_WQ4, "scalar", 10, 0, supports_float, cpu_linear_wq4_scalar,
         "4-bit blocks widened in plain C, 4 rows of x per decoded block"),
 #if defined(__x86_64__)
+    ROW(KITE_OP_LINEAR_WQ4, "avx512", 22, CPU_ISA_AVX512, supports_float, cpu_linear_wq4_avx512,
+        "a block decoded to d q + c in two zmm once per 8 x rows, 2 FMAs per row"),
     ROW(KITE_OP_LINEAR_WQ4, "avx2", 20, CPU_ISA_AVX2, supports_float, cpu_linear_wq4_avx2,
         "4-bit blocks widened to 4 x 8 floats, FMA, 4 rows of x per block"),
 #endif

@@ -50,4 +50,10 @@ static inline void cpu_linear_bias_only(kite_dtype t, int64_t m, int64_t n, cons
       kite_store_f32(t, y, r * ldy + j, bias ? kite_load_f32(t, bias, j) : 0.0f);
 }
 
+#if defined(__x86_64__)
+/* linear_wq4 [m, k] x [n, k/32 blocks] through the AVX-512 packed f32 GEMM, the 4-bit blocks
+ * decoded into the packed w panels (cpu_gemm_avx512.c); for many rows of x. */
+kite_status cpu_wq4_gemm_avx512(kite_ctx *ctx, const kite_linear_wq4_args *a);
+#endif
+
 #endif /* KITE_CPU_GEMM_H */

@@ -20,6 +20,7 @@
  * Threads split N (or M when N is narrow) into contiguous ranges, each packing its own panels.
  */
 #include <immintrin.h>
+#include <math.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -56,7 +57,8 @@ typedef struct wgemm {
   const void *bias;
   const float *xs, *ws;  /* WK_I8: scales [m] and [n] */
   const int32_t *colsum; /* WK_I8 on VPDPBUSD: sum_k w[n, k]; NULL on AMX (signed x signed) */
-  bool amx;              /* AMX tiles (WK_BF16, WK_I8) instead of the zmm micro-kernels */
+  const kite_linear_wq4_args *q4; /* WK_F32: w is this linear_wq4 matrix, decoded while packed */
+  bool amx;                       /* AMX tiles (WK_BF16, WK_I8) instead of the zmm micro-kernels */
   bool split_n;
   int64_t span;
   char *scratch;
@@ -159,6 +161,33 @@ static void pack_widen(kite_dtype t, const char *base, int64_t ld, int64_t r0, i
       for (int64_t p = 0; p < kc; p++) {
         const float f = kite_f16_to_f32(v[p]);
         memcpy(o + p * width, &f, 4);
+      }
+    }
+  }
+}
+
+/* w rows [r0, r0 + rows) of g->q4's 4-bit matrix, depth [k0, k0 + kc) (whole blocks of 32), into
+ * f32 words w = d q + c, as pack_words lays them out (zero rows past the matrix). */
+static void pack_q4(const wgemm *g, int64_t r0, int64_t rows, int64_t k0, int64_t kc,
+                    uint32_t *out) {
+  const kite_linear_wq4_args *a = g->q4;
+  const bool sym = a->format == KITE_WQ4_SYM;
+  const int64_t bb = sym ? 18 : 20, qoff = sym ? 2 : 4;
+  float *o = (float *)out;
+  for (int i = 0; i < WNR; i++) {
+    if (i >= rows) {
+      for (int64_t p = 0; p < kc; p++) o[p * WNR + i] = 0.0f;
+      continue;
+    }
+    const uint8_t *row = a->w + (r0 + i) * a->w_stride;
+    for (int64_t b = k0 / 32; b < (k0 + kc) / 32; b++) {
+      const uint8_t *blk = row + b * bb, *qs = blk + qoff;
+      const float d = kite_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8));
+      const float c = sym ? -8.0f * d : kite_f16_to_f32((uint16_t)(blk[2] | blk[3] << 8));
+      float *ob = o + (b * 32 - k0) * WNR + i;
+      for (int t = 0; t < 16; t++) {
+        ob[t * WNR] = fmaf((float)(qs[t] & 15), d, c);
+        ob[(t + 16) * WNR] = fmaf((float)(qs[t] >> 4), d, c);
       }
     }
   }
@@ -409,7 +438,10 @@ static void block(const wgemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1
       const int64_t steps = g->amx ? (kp + 15) / 16 * 16 : kp; /* AMX: whole 16-word tiles */
       for (int64_t jr = 0; jr < nc; jr += WNR) {
         uint32_t *panel = bp + jr * steps;
-        pack_panel(g, g->w, g->ldw, jc + jr, WMIN(WNR, nc - jr), WNR, pc, kc, 0, panel);
+        if (g->q4)
+          pack_q4(g, jc + jr, WMIN(WNR, nc - jr), pc, kc, panel);
+        else
+          pack_panel(g, g->w, g->ldw, jc + jr, WMIN(WNR, nc - jr), WNR, pc, kc, 0, panel);
         memset(panel + kp * WNR, 0, (size_t)((steps - kp) * WNR) * 4);
       }
       for (int64_t ic = m0; ic < m1; ic += mcb) {
@@ -473,6 +505,42 @@ static void colsum_task(const void *job, int64_t begin, int64_t end, int part) {
   }
 }
 
+/* int8 with few rows (decode): bound by reading w, so w is streamed as stored instead of packed
+ * (packing would add a pass over it and a write of it). Columns [begin, end) of y: for each w row,
+ * 64 bytes a step, VPDPBUSD of (x + 128) for up to 4 x rows at a time and of ones for
+ * sum_k w[n, k], which is taken off as 128 * sum; then the epilogue (colsum NULL). Bytes past K are
+ * loaded as zeros in w, so they add nothing whatever x holds there. */
+TARGET("avx512vnni")
+static void gemv_i8_task(const void *job, int64_t begin, int64_t end, int part) {
+  (void)part;
+  const wgemm *g = job;
+  const __m512i flip = _mm512_set1_epi8((char)0x80), ones = _mm512_set1_epi8(1);
+  for (int64_t j = begin; j < end; j++) {
+    const int8_t *w = (const int8_t *)g->w + j * g->ldw;
+    int32_t wsum = 0;
+    for (int64_t r0 = 0; r0 < g->m; r0 += 4) {
+      const int rows = (int)WMIN(4, g->m - r0);
+      __m512i acc[4], cs = _mm512_setzero_si512();
+      for (int i = 0; i < 4; i++) acc[i] = _mm512_setzero_si512();
+      for (int64_t k = 0; k < g->k; k += 64) {
+        const __mmask64 mk = g->k - k >= 64 ? ~0ull : ~0ull >> (64 - (g->k - k));
+        const __m512i wv = _mm512_maskz_loadu_epi8(mk, w + k);
+        if (r0 == 0) cs = _mm512_dpbusd_epi32(cs, ones, wv);
+        for (int i = 0; i < 4; i++) {
+          if (i >= rows) break;
+          const int8_t *x = (const int8_t *)g->x + (r0 + i) * g->ldx + k;
+          acc[i] = _mm512_dpbusd_epi32(acc[i],
+                                       _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, x), flip), wv);
+        }
+      }
+      if (r0 == 0) wsum = _mm512_reduce_add_epi32(cs);
+      for (int i = 0; i < rows; i++)
+        ((int32_t *)g->c)[(r0 + i) * g->ldc + j] = _mm512_reduce_add_epi32(acc[i]) - 128 * wsum;
+    }
+  }
+  epilogue(g, 0, g->m, begin, end);
+}
+
 /* Runs g (k >= 1) on the ctx's threads; c, colsum and yt/y/bias/scales already set. */
 static kite_status run(kite_ctx *ctx, wgemm *g) {
   if (g->m == 0 || g->n == 0) return KITE_OK;
@@ -497,6 +565,11 @@ static kite_status run(kite_ctx *ctx, wgemm *g) {
   } else {
     g->c = g->y;
     g->ldc = g->ldy;
+  }
+  if (shifted && g->m <= CPU_GEMV_MAX_M) {
+    g->colsum = NULL; /* taken off by the GEMV itself */
+    cpu_parallel_run(cpu_parallel_parts(ctx, g->n, g->n * g->k * g->m), g->n, gemv_i8_task, g);
+    return KITE_OK;
   }
   if (shifted) {
     g->colsum = (const int32_t *)(p + cbytes);
@@ -556,6 +629,28 @@ kite_status cpu_linear_amx(const kite_kernel *k, kite_ctx *ctx, const void *args
   if (a->dtype != KITE_DTYPE_BF16 || !cpu_amx_ready())
     return kite_set_error(KITE_ERR_UNSUPPORTED, "linear: cpu.amx: bf16 with AMX only");
   return linear(k, ctx, a, WK_BF16, true);
+}
+
+/* linear_wq4 with many rows of x: the f32 GEMM with w's blocks decoded while its panels are
+ * packed (once per panel and K block, shared by every row of x), x widened as linear's. */
+kite_status cpu_wq4_gemm_avx512(kite_ctx *ctx, const kite_linear_wq4_args *a) {
+  wgemm g = {.kind = WK_F32,
+             .t = a->dtype,
+             .m = a->m,
+             .n = a->n,
+             .k = a->k,
+             .x = a->x,
+             .ldx = a->x_stride,
+             .yt = a->dtype,
+             .y = a->y,
+             .ldy = a->y_stride,
+             .bias = a->bias,
+             .q4 = a};
+  if (a->k == 0) {
+    cpu_linear_bias_only(a->dtype, a->m, a->n, a->bias, a->y, a->y_stride);
+    return KITE_OK;
+  }
+  return run(ctx, &g);
 }
 
 /* int8 linear_quant on VPDPBUSD (x shifted, colsum) or AMX TDPBSSD. */

@@ -44,6 +44,7 @@ CPU_RUN_DECL(cpu_apply_penalties_scalar);
 /* linear_wq4 (cpu_wq4.c; the AVX2 one through per-function targets, x86-64 only). */
 CPU_RUN_DECL(cpu_linear_wq4_scalar);
 CPU_RUN_DECL(cpu_linear_wq4_avx2);
+CPU_RUN_DECL(cpu_linear_wq4_avx512);
 
 CPU_ROW_KERNELS(scalar);
 CPU_ATTN_KERNELS(scalar);

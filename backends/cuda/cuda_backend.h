@@ -154,6 +154,8 @@ CUDA_SUPPORTS(cuda_quant_supports);
 CUDA_SUPPORTS(cuda_linear_quant_supports);
 CUDA_RUN(cuda_quant_run);
 CUDA_RUN(cuda_linear_quant_run);
+CUDA_SUPPORTS(cuda_linear_quant_lt_supports);
+CUDA_RUN(cuda_linear_quant_lt_run);
 /* norm.cu: add_rms_norm through its best kernel for a (the collectives' fused norm) */
 kite_status cuda_add_rms_norm(kite_ctx *ctx, const kite_norm_args *a);
 

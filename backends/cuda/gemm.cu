@@ -220,10 +220,13 @@ int lt_gemm(const LtGemm &g, const char *op, const char *variant, cudaStream_t s
     return 0;
   LtDevice *d = lt_device();
   if (!d) return 0;
-  const cudaDataType_t t = lt_type(g.dtype);
+  /* int8: IMMA, exact int32 sums into an int32 c, no bias (the caller scales) */
+  const bool i8 = g.dtype == KITE_DTYPE_I8;
+  if (i8 && g.bias) return 0;
+  const cudaDataType_t t = i8 ? CUDA_R_8I : lt_type(g.dtype), tc = i8 ? CUDA_R_32I : t;
   LtCall c;
-  bool ok =
-      cublasLtMatmulDescCreate(&c.op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
+  bool ok = cublasLtMatmulDescCreate(&c.op, i8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F,
+                                     i8 ? CUDA_R_32I : CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
   /* cuBLAS A = B'^T [n, k]: b stored [n, k] is column-major [k, n] (transposed); b stored [k, n]
    * is column-major [n, k] as it is. cuBLAS B = A'^T [k, m] likewise from a. */
   const cublasOperation_t ta = g.b_trans ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -246,7 +249,7 @@ int lt_gemm(const LtGemm &g, const char *op, const char *variant, cudaStream_t s
       ok && (g.b_trans ? lt_layout(&c.a, t, g.k, g.n, g.ldb) : lt_layout(&c.a, t, g.n, g.k, g.ldb));
   ok =
       ok && (g.a_trans ? lt_layout(&c.b, t, g.m, g.k, g.lda) : lt_layout(&c.b, t, g.k, g.m, g.lda));
-  ok = ok && lt_layout(&c.c, t, g.n, g.m, g.ldc);
+  ok = ok && lt_layout(&c.c, tc, g.n, g.m, g.ldc);
   ok = ok && cublasLtMatmulPreferenceCreate(&c.pref) == CUBLAS_STATUS_SUCCESS;
   const size_t ws = d->workspace ? kLtWorkspace : 0;
   const uint32_t al_a = alignment_of(g.b), al_b = alignment_of(g.a), al_c = alignment_of(g.c);
@@ -269,8 +272,10 @@ int lt_gemm(const LtGemm &g, const char *op, const char *variant, cudaStream_t s
       found == 0)
     return 0;
   const float alpha = 1.0f, beta = g.beta;
+  const int32_t alpha_i = 1, beta_i = (int32_t)g.beta;
   const cublasStatus_t st =
-      cublasLtMatmul(d->handle, c.op, &alpha, g.b, c.a, g.a, c.b, &beta, g.c, c.c, g.c, c.c,
+      cublasLtMatmul(d->handle, c.op, i8 ? (const void *)&alpha_i : (const void *)&alpha, g.b, c.a,
+                     g.a, c.b, i8 ? (const void *)&beta_i : (const void *)&beta, g.c, c.c, g.c, c.c,
                      &h.algo, d->workspace, h.workspaceSize, s);
   if (st != CUBLAS_STATUS_SUCCESS) {
     kite_set_error(KITE_ERR_DEVICE, "%s: cuda.%s: cublasLtMatmul failed: %s", op, variant,

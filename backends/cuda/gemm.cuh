@@ -40,9 +40,12 @@ kite_status tile_gemm_schedule(const int32_t *sizes, int64_t groups, int64_t m, 
 template <typename T, typename OutT> void tile_gemm_launch(const TileGemm &p, cudaStream_t s);
 
 /* Row-major C[m, n] = A' B' (+ bias[n]) + beta C through cuBLASLt, f32 accumulation (never TF32),
- * all operands of one float dtype. A' [m, k] is a[m, k] (row stride lda) or, with a_trans, the
- * transpose of a[k, m]; B' [k, n] is b[k, n] (row stride ldb) or, with b_trans, the transpose of
- * b[n, k] (linear's w). For a fixed shape and layout the result is the same bits run after run. */
+ * all operands of one float dtype; or, with dtype KITE_DTYPE_I8, int8 A' and B' into an int32 C
+ * (exact int32 sums on the integer tensor cores; no bias; cuBLASLt takes only a_trans false and
+ * b_trans true there, strides multiples of 4). A' [m, k] is a[m, k] (row stride lda) or, with
+ * a_trans, the transpose of a[k, m]; B' [k, n] is b[k, n] (row stride ldb) or, with b_trans, the
+ * transpose of b[n, k] (linear's w). For a fixed shape and layout the result is the same bits run
+ * after run. */
 struct LtGemm {
   kite_dtype dtype;
   int64_t m, n, k;

@@ -4,6 +4,8 @@
  *   rms:   y = s * rsqrt(mean(s^2) + eps) * (offset + w)
  *   layer: y = (s - mean) * rsqrt(var + eps) * w + b      (var around the mean, 1/cols)
  * s is the row the norm sees: x, or x + residual (PRE: rounded to the dtype and stored back).
+ * layer_norm works on s - s[0] (exact for the close values of a row far from 0: a mean of ~100
+ * rounded to f32 is off by ~4e-6, which would shift every (s - mean) by that much).
  *
  * "vec" keeps the row in registers (16-byte accesses, VPT packs per thread): x and residual are
  * read once and y written once, the fewest bytes possible. "generic" takes any layout and length
@@ -43,10 +45,19 @@ __device__ __forceinline__ float reread(const kite_norm_args &a, int64_t r, int6
   return s;
 }
 
+/* Thread 0's v, to every thread of the block (thread 0 holds column 0 of the row). */
+__device__ __forceinline__ float row_first(float v) {
+  __shared__ float first;
+  __syncthreads(); /* the last row's readers are done with it */
+  if (threadIdx.x == 0) first = v;
+  __syncthreads();
+  return first;
+}
+
 /* Writes y[r, i..i+N) from the norm's input s; POST also leaves those values in the residual. */
 template <typename T, int N, bool RMS, bool ADD>
 __device__ __forceinline__ void emit(const kite_norm_args &a, int64_t r, int64_t i, float *s,
-                                     float mean, float rstd) {
+                                     float shift, float mean, float rstd) {
   float w[N], b[N];
   if (a.w) load_floats<N>((const T *)a.w + i, w);
   if (!RMS && a.b) load_floats<N>((const T *)a.b + i, b);
@@ -55,7 +66,7 @@ __device__ __forceinline__ void emit(const kite_norm_args &a, int64_t r, int64_t
     if (RMS)
       s[j] = s[j] * rstd * (a.w ? a.offset + w[j] : 1.0f);
     else
-      s[j] = (s[j] - mean) * rstd * (a.w ? w[j] : 1.0f) + (a.b ? b[j] : 0.0f);
+      s[j] = ((s[j] - shift) - mean) * rstd * (a.w ? w[j] : 1.0f) + (a.b ? b[j] : 0.0f);
   }
   store_floats<N>((T *)a.y + r * a.y_stride + i, s);
   if (ADD && a.pos == KITE_NORM_POST)
@@ -108,15 +119,17 @@ __global__ __launch_bounds__(MAX_THREADS,
         }
       }
     }
+    float shift = 0.0f;
+    if (!RMS) shift = row_first(s[0][0]);
     float acc = 0.0f;
 #pragma unroll
     for (int p = 0; p < VPT; p++) {
       const int i = (threadIdx.x + p * blockDim.x) * N;
       if (i >= cols) continue;
 #pragma unroll
-      for (int j = 0; j < N; j++) acc += RMS ? s[p][j] * s[p][j] : s[p][j];
+      for (int j = 0; j < N; j++) acc += RMS ? s[p][j] * s[p][j] : s[p][j] - shift;
     }
-    float mean = 0.0f, rstd;
+    float mean = 0.0f, rstd; /* layer: the mean of s - shift */
     if (RMS) {
       rstd = rsqrtf(block_sum(acc) * inv_cols + a.eps);
     } else {
@@ -127,14 +140,17 @@ __global__ __launch_bounds__(MAX_THREADS,
         const int i = (threadIdx.x + p * blockDim.x) * N;
         if (i >= cols) continue;
 #pragma unroll
-        for (int j = 0; j < N; j++) dev += (s[p][j] - mean) * (s[p][j] - mean);
+        for (int j = 0; j < N; j++) {
+          const float d = (s[p][j] - shift) - mean;
+          dev += d * d;
+        }
       }
       rstd = rsqrtf(block_sum(dev) * inv_cols + a.eps);
     }
 #pragma unroll
     for (int p = 0; p < VPT; p++) {
       const int i = (threadIdx.x + p * blockDim.x) * N;
-      if (i < cols) emit<T, N, RMS, ADD>(a, r, i, s[p], mean, rstd);
+      if (i < cols) emit<T, N, RMS, ADD>(a, r, i, s[p], shift, mean, rstd);
     }
   }
 }
@@ -143,27 +159,33 @@ __global__ __launch_bounds__(MAX_THREADS,
 template <typename T, bool RMS, bool ADD> __global__ void norm_generic_kernel(kite_norm_args a) {
   const float inv_cols = 1.0f / (float)a.cols;
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
-    float acc = 0.0f;
+    float acc = 0.0f, shift = 0.0f;
     for (int64_t i = threadIdx.x; i < a.cols; i += blockDim.x) {
       float s;
       gather<T, 1, ADD>(a, r, i, &s);
-      acc += RMS ? s * s : s;
+      if (RMS)
+        acc += s * s;
+      else if (i == 0)
+        shift = s;
     }
     float mean = 0.0f, rstd;
     if (RMS) {
       rstd = rsqrtf(block_sum(acc) * inv_cols + a.eps);
     } else {
+      shift = row_first(shift);
+      for (int64_t i = threadIdx.x; i < a.cols; i += blockDim.x)
+        acc += reread<T, ADD>(a, r, i) - shift;
       mean = block_sum(acc) * inv_cols;
       float dev = 0.0f;
       for (int64_t i = threadIdx.x; i < a.cols; i += blockDim.x) {
-        const float d = reread<T, ADD>(a, r, i) - mean;
+        const float d = (reread<T, ADD>(a, r, i) - shift) - mean;
         dev += d * d;
       }
       rstd = rsqrtf(block_sum(dev) * inv_cols + a.eps);
     }
     for (int64_t i = threadIdx.x; i < a.cols; i += blockDim.x) {
       float s = reread<T, ADD>(a, r, i);
-      emit<T, 1, RMS, ADD>(a, r, i, &s, mean, rstd);
+      emit<T, 1, RMS, ADD>(a, r, i, &s, shift, mean, rstd);
     }
   }
 }

@@ -11,6 +11,7 @@
 #include <cuda_fp8.h>
 
 #include "common.cuh"
+#include "gemm.cuh"
 
 using namespace kite_cuda;
 
@@ -91,6 +92,19 @@ template <typename T, bool FP8> __global__ void linear_quant_kernel(kite_linear_
   }
 }
 
+/* y[r, j] = c[r, j] x_scale[r] w_scale[j] + bias[j] from the int32 sums c [m, n]: the same
+ * double arithmetic as linear_quant_kernel, so both give the same bits. */
+template <typename T>
+__global__ void linear_quant_scale_kernel(kite_linear_quant_args a, const int32_t *c) {
+  const int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (j >= a.n) return;
+  for (int64_t r = blockIdx.y; r < a.m; r += gridDim.y) {
+    double v = (double)c[r * a.n + j] * a.x_scales[r] * a.w_scales[j];
+    if (a.bias) v += to_float(((const T *)a.bias)[j]);
+    ((T *)a.y)[r * a.y_stride + j] = from_double<T>(v);
+  }
+}
+
 bool types_ok(kite_dtype t, kite_dtype q, const char **why) {
   if (!is_float_dtype(t) || (q != KITE_DTYPE_I8 && q != KITE_DTYPE_FP8_E4M3)) {
     *why = "dtype must be f32, f16 or bf16 and the code i8 or fp8_e4m3";
@@ -150,13 +164,69 @@ extern "C" CUDA_RUN(cuda_quant_run) {
   return st != KITE_OK ? st : cuda_check_launch(op, "generic");
 }
 
-extern "C" CUDA_RUN(cuda_linear_quant_run) {
+namespace {
+kite_status linear_quant_generic(const kite_linear_quant_args *a, cudaStream_t s,
+                                 const char *variant);
+}
+
+extern "C" CUDA_SUPPORTS(cuda_linear_quant_lt_supports) {
+  const kite_linear_quant_args *a = (const kite_linear_quant_args *)args;
+  if (!types_ok(a->dtype, a->qdtype, why)) return false;
+  if (a->qdtype != KITE_DTYPE_I8) {
+    *why = "int8 only (e4m3 stays with cuda.generic)";
+    return false;
+  }
+  return true;
+}
+
+/* int8 x int8 -> int32 on cuBLASLt (IMMA) into the workspace, then the scales and bias; where
+ * cuBLASLt takes no such call (k = 0, strides not multiples of 4, no algorithm) the generic
+ * kernel runs instead. */
+extern "C" CUDA_RUN(cuda_linear_quant_lt_run) {
   const kite_linear_quant_args *a = (const kite_linear_quant_args *)args;
   if (a->m <= 0 || a->n <= 0) return KITE_OK;
   void *stream;
   kite_status st = cuda_begin(ctx, "linear_quant", &stream);
   if (st != KITE_OK) return st;
   cudaStream_t s = (cudaStream_t)stream;
+  if (a->k > 0 && a->qdtype == KITE_DTYPE_I8 && a->m <= INT32_MAX && a->n <= INT32_MAX &&
+      a->k <= INT32_MAX) {
+    void *ws;
+    st = kite_ctx_workspace(ctx, (size_t)(a->m * a->n) * sizeof(int32_t), &ws);
+    if (st != KITE_OK) return st;
+    LtGemm g = {};
+    g.dtype = KITE_DTYPE_I8, g.m = a->m, g.n = a->n, g.k = a->k;
+    g.a = a->xq, g.lda = a->x_stride;
+    g.b = a->wq, g.ldb = a->w_stride, g.b_trans = true;
+    g.c = ws, g.ldc = a->n;
+    const int r = lt_gemm(g, "linear_quant", "cublaslt", s);
+    if (r < 0) return KITE_ERR_DEVICE;
+    if (r > 0) {
+      st = with_float_type(a->dtype, "linear_quant", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const dim3 grid((unsigned)((a->n + 127) / 128), (unsigned)(a->m < 65535 ? a->m : 65535));
+        linear_quant_scale_kernel<T><<<grid, 128, 0, s>>>(*a, (const int32_t *)ws);
+        return KITE_OK;
+      });
+      return st != KITE_OK ? st : cuda_check_launch("linear_quant", "cublaslt");
+    }
+  }
+  return linear_quant_generic(a, s, "cublaslt");
+}
+
+extern "C" CUDA_RUN(cuda_linear_quant_run) {
+  const kite_linear_quant_args *a = (const kite_linear_quant_args *)args;
+  if (a->m <= 0 || a->n <= 0) return KITE_OK;
+  void *stream;
+  kite_status st = cuda_begin(ctx, "linear_quant", &stream);
+  if (st != KITE_OK) return st;
+  return linear_quant_generic(a, (cudaStream_t)stream, "generic");
+}
+
+namespace {
+kite_status linear_quant_generic(const kite_linear_quant_args *a, cudaStream_t s,
+                                 const char *variant) {
+  kite_status st;
   const bool fp8 = a->qdtype == KITE_DTYPE_FP8_E4M3;
   st = with_float_type(a->dtype, "linear_quant", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -167,5 +237,6 @@ extern "C" CUDA_RUN(cuda_linear_quant_run) {
       linear_quant_kernel<T, false><<<grid, 128, 0, s>>>(*a);
     return KITE_OK;
   });
-  return st != KITE_OK ? st : cuda_check_launch("linear_quant", "generic");
+  return st != KITE_OK ? st : cuda_check_launch("linear_quant", variant);
 }
+} // namespace

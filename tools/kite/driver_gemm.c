@@ -718,10 +718,11 @@ static void linear_quant_cases(kite_dtype t, int quick, kt_case_list *l) {
 }
 
 /* K a multiple of 32: one block, odd block counts, SmolLM2's 576 and 1536, a long row; 0 and 1
- * rows, the GEMV's few rows and many; N odd. Both formats, bias on and off, padded rows. */
+ * rows, the GEMV's few rows and many (the packed-GEMM path: several w panels and K blocks);
+ * N odd. Both formats, bias on and off, padded rows. */
 static const mnk g_wq4[] = {{1, 1, 32},    {1, 7, 96},    {3, 17, 576},  {4, 64, 1536},
                             {5, 3, 4096},  {17, 127, 64}, {64, 13, 576}, {127, 5, 160},
-                            {8, 576, 576}, {0, 17, 64},   {2, 1, 32}};
+                            {8, 576, 576}, {0, 17, 64},   {2, 1, 32},    {40, 70, 1056}};
 static const mnk g_quick_wq4[] = {{1, 7, 96}, {17, 127, 64}, {3, 17, 576}};
 
 static void wq4_cases(kite_dtype t, int quick, kt_case_list *l) {
