@@ -416,7 +416,7 @@ class AttnOpts(C.Structure):
 
 def compute_rows(kite):
     """linear (TFLOP/s vs torch.mm), paged_decode (GB/s of KV read), paged_prefill (TFLOP/s vs
-    torch SDPA, flash backend, on the same keys laid out densely). bf16."""
+    torch SDPA, flash backend, on the same keys laid out densely), then sdpa_rows. bf16."""
     rows, dt = [], torch.bfloat16
     opts = C.byref(AttnOpts(0.0, 0.0, -1, 0, 1))
     # linear 8192^3

@@ -2,6 +2,8 @@
  * Parameters of the attention kernels (attention.cu): paged decode and prefill and dense sdpa
  * in one shape. A query row is a token (paged) or (batch, query index) (sdpa); q, o and lse are
  * addressed as b * stride[0] + head * stride[1] + i * stride[2], with b = 0 for paged rows.
+ * Also the device helpers of the tensor-core kernels (attention_mma.cu, attention_sm90.cu): PTX
+ * wrappers, the query tile of a CTA and the keys each query row sees.
  */
 #ifndef KITE_CUDA_ATTENTION_CUH
 #define KITE_CUDA_ATTENTION_CUH
@@ -40,7 +42,7 @@ struct AttnParams {
   float *part_o, *part_lse; /* split-KV partials: [splits, rows, hq, (D)] */
 };
 
-/* ---- device helpers of the tensor-core kernels ---- */
+/* ---- device helpers of the tensor-core kernels --------------------------------------------- */
 constexpr float kLn2 = 0.69314718055994531f;
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p) {
