@@ -24,8 +24,9 @@
 #            carried with one call and .model-parts/smollm2.gguf.part-b with the next.
 #   peers    scripts/torch_peers.py: kite beside PyTorch eager and torch.compile, then linear
 #            (TFLOP/s vs torch.mm), paged_decode (GB/s of KV read) and paged_prefill (TFLOP/s
-#            vs torch SDPA flash), sample beside a sort-based torch sampler and FlashInfer;
-#            prints the tables last
+#            vs torch SDPA flash), sdpa B4 S4096 D64/128/256 (TFLOP/s vs SDPA flash and
+#            cuDNN), sample beside a sort-based torch sampler and FlashInfer; prints the tables
+#            last
 #   python   kite._C built with this machine's python3 (its PyTorch), the pytest suite
 #            (python/tests: every op, opcheck, torch.compile, patched transformers models) on
 #            CUDA and CPU into check.log; then scripts/py_overhead.py (host time per call at
@@ -150,6 +151,8 @@ if want bench; then
     # the losses' 2 GB of logits (and ref's one timed call on them) take longer to set up
     lim=120
     case $op in cross_entropy*) lim=300 ;; esac
+    # attention's prefill shapes (B 4 x S 4096, D 64/128/256; a ragged batch) on every variant
+    case $op in sdpa | paged_prefill) lim=240 ;; esac
     timeout $lim "$KITE" bench --backend cuda --json --dtype $dt --op "$op" >> "$OUT/kite_bench.jsonl" 2>&1 ||
       status=1
   done

@@ -88,6 +88,7 @@ class Kite:
                "kite_linear": [T, T, T, T, T],
                "kite_paged_decode": [T, T, T, T, T, T, T, T, T],
                "kite_paged_prefill": [T, T, T, T, T, T, T, T, T, T],
+               "kite_sdpa": [T, T, T, T, T, T, T, T],
                "kite_sample": [T, T, T, T],
                "kite_cross_entropy": [T, T, T, T, T, T],
                "kite_cross_entropy_backward": [T, T, T, T, T, T, T],
@@ -415,7 +416,7 @@ class AttnOpts(C.Structure):
 
 def compute_rows(kite):
     """linear (TFLOP/s vs torch.mm), paged_decode (GB/s of KV read), paged_prefill (TFLOP/s vs
-    torch SDPA, flash backend, on the same keys laid out densely). bf16."""
+    torch SDPA, flash backend, on the same keys laid out densely), then sdpa_rows. bf16."""
     rows, dt = [], torch.bfloat16
     opts = C.byref(AttnOpts(0.0, 0.0, -1, 0, 1))
     # linear 8192^3
@@ -486,6 +487,50 @@ def compute_rows(kite):
     rows.append({"op": "paged_prefill", "shape": f"B{B}x{L} causal {HQ}/{HKV} D{D}",
                  "kite_us": ku, "kite_tflops": flop / ku / 1e6, "peer": "torch SDPA flash",
                  "peer_tflops": flop / tu / 1e6, "rel_err": err, "sm_mhz": sm_clock_mhz()})
+    del kc, vc, bt, q, o, args, O, kd, vd, qd, kr, vr, ref
+    torch.cuda.empty_cache()
+    return rows + sdpa_rows(kite)
+
+
+def sdpa_rows(kite):
+    """Dense sdpa, B 4, S 4096, Hq 32 / Hkv 8, D 128 / 64 / 256, causal and not, bf16: kite (its
+    default kernel: cuda.sm90 on an H100) beside torch SDPA's flash and cuDNN backends, each
+    alternated with kite. FLOPs 4 S^2 D Hq per sequence, halved for causal (as kite bench counts)."""
+    from torch.nn.attention import sdpa_kernel, SDPBackend
+    rows, dt = [], torch.bfloat16
+    B, S, HQ, HKV = 4, 4096, 32, 8
+    for D in (128, 64, 256):
+        q = torch.randn(B, HQ, S, D, device="cuda", dtype=dt)
+        k = torch.randn(B, HKV, S, D, device="cuda", dtype=dt)
+        v = torch.randn(B, HKV, S, D, device="cuda", dtype=dt)
+        kr, vr = k.repeat_interleave(HQ // HKV, 1), v.repeat_interleave(HQ // HKV, 1)
+        o = torch.empty_like(q)
+        Q, K, V, O = dl(q), dl(k), dl(v), dl(o)
+        for causal in (1, 0):
+            opts = C.byref(AttnOpts(0.0, 0.0, -1, 0, causal))
+            kfn = lambda: kite.call("kite_sdpa", Q, K, V, None, opts, O, None)
+            kfn()
+            flop = 4.0 * B * S * S * D * HQ / (2 if causal else 1)
+            name = "causal" if causal else "non-causal"
+            err = None
+            for peer, be in (("torch SDPA flash", SDPBackend.FLASH_ATTENTION),
+                             ("torch SDPA cuDNN", SDPBackend.CUDNN_ATTENTION)):
+                try:
+                    with sdpa_kernel(be):
+                        tfn = lambda: F.scaled_dot_product_attention(q, kr, vr,
+                                                                     is_causal=bool(causal))
+                        if err is None:
+                            err = rel_err(o.float(), tfn().float())
+                        ku, tu = time_many([kfn, tfn], reps=6, warmup=2)
+                except RuntimeError as ex:  # a backend this torch build lacks is reported
+                    print(f"sdpa D{D} {name}: {peer}: {ex}", flush=True)
+                    continue
+                rows.append({"op": "sdpa", "shape": f"B{B}x{S} {name} {HQ}/{HKV} D{D}",
+                             "kite_us": ku, "kite_tflops": flop / ku / 1e6, "peer": peer,
+                             "peer_tflops": flop / tu / 1e6, "rel_err": err,
+                             "sm_mhz": sm_clock_mhz()})
+        del q, k, v, kr, vr, o, Q, K, V, O
+        torch.cuda.empty_cache()
     return rows
 
 

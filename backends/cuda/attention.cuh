@@ -2,6 +2,8 @@
  * Parameters of the attention kernels (attention.cu): paged decode and prefill and dense sdpa
  * in one shape. A query row is a token (paged) or (batch, query index) (sdpa); q, o and lse are
  * addressed as b * stride[0] + head * stride[1] + i * stride[2], with b = 0 for paged rows.
+ * Also the device helpers of the tensor-core kernels (attention_mma.cu, attention_sm90.cu): PTX
+ * wrappers, the query tile of a CTA and the keys each query row sees.
  */
 #ifndef KITE_CUDA_ATTENTION_CUH
 #define KITE_CUDA_ATTENTION_CUH
@@ -39,6 +41,146 @@ struct AttnParams {
   bool gqa_interleaved, causal;
   float *part_o, *part_lse; /* split-KV partials: [splits, rows, hq, (D)] */
 };
+
+/* ---- device helpers of the tensor-core kernels --------------------------------------------- */
+constexpr float kLn2 = 0.69314718055994531f;
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16 bytes global -> shared; with ok false nothing is read and the 16 bytes become zeros. */
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool ok) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(ok ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* 2^x on the special-function unit; -inf gives 0. */
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+/* Two floats as a packed pair of T, lo in the low half. */
+template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&v);
+  }
+}
+
+/* One sequence's view: its keys n, its query count, the token index of its first query. */
+struct Seq {
+  int b, q_len, n, first;
+};
+
+/* The tile of packed rows that CTA x works on: false when x is past the last tile. For prefill,
+ * the tiles of the sequences are laid end to end (ceil(q_len * group / BM) each) and every warp
+ * finds its sequence by a prefix sum over 32 sequences at a time. */
+template <int BM>
+__device__ __forceinline__ bool find_tile(const AttnParams &p, int64_t x, Seq *s, int *m0) {
+  const int group = (int)p.group;
+  if (p.kind == ATTN_PREFILL) {
+    const int lane = threadIdx.x & 31;
+    int64_t before = 0;
+    bool found = false;
+    for (int64_t base = 0; base < p.batch && !found; base += 32) {
+      const int64_t b = base + lane;
+      int64_t q_len = 0, first = 0;
+      if (b < p.batch) {
+        first = p.cu_q_lens[b], q_len = (int64_t)p.cu_q_lens[b + 1] - first;
+        if (first < 0 || q_len < 0 || first + q_len > p.rows) q_len = 0; /* bad cu_q_lens */
+      }
+      int64_t tiles = (q_len * group + BM - 1) / BM, incl = tiles;
+#pragma unroll
+      for (int off = 1; off < 32; off <<= 1) {
+        const int64_t v = __shfl_up_sync(0xffffffffu, incl, off);
+        if (lane >= off) incl += v;
+      }
+      const int64_t total = __shfl_sync(0xffffffffu, incl, 31);
+      const unsigned hit = __ballot_sync(0xffffffffu, before + incl > x);
+      if (hit) {
+        const int src = __ffs(hit) - 1;
+        const int64_t excl = __shfl_sync(0xffffffffu, incl - tiles, src);
+        s->b = (int)(base + src);
+        s->first = (int)__shfl_sync(0xffffffffu, first, src);
+        s->q_len = (int)__shfl_sync(0xffffffffu, q_len, src);
+        *m0 = (int)(x - before - excl) * BM;
+        found = true;
+      }
+      before += total;
+    }
+    if (!found) return false;
+  } else {
+    const int64_t q_len = p.kind == ATTN_SDPA ? p.sq : 1;
+    const int64_t per = (q_len * group + BM - 1) / BM;
+    const int64_t b = x / per;
+    if (b >= p.batch) return false;
+    s->b = (int)b, s->q_len = (int)q_len, *m0 = (int)(x % per) * BM;
+    s->first = p.kind == ATTN_SDPA ? 0 : (int)b;
+  }
+  int64_t n = p.kind == ATTN_SDPA ? p.sk : p.seq_lens[s->b];
+  n = n < 0 ? 0 : n > p.max_keys ? p.max_keys : n;
+  s->n = (int)n;
+  return true;
+}
+
+/* Visible keys [lo, hi) of query token t. */
+__device__ __forceinline__ void key_range(const AttnParams &p, const Seq &s, int t, int *lo,
+                                          int *hi) {
+  const int64_t pos = (int64_t)s.n - s.q_len + t;
+  const bool causal = p.kind != ATTN_DECODE && p.causal;
+  int64_t h = s.n, l = 0;
+  if (causal || p.window_left >= 0) h = pos + 1 < 0 ? 0 : pos + 1 > s.n ? s.n : pos + 1;
+  if (p.window_left >= 0) l = pos - p.window_left < 0 ? 0 : pos - p.window_left;
+  if (l > h) l = h;
+  *lo = (int)l, *hi = (int)h;
+}
+
+/* The query tile of CTA x with its keys: false when x has no rows. rows: the tile's packed rows
+ * (at most BM); [lo_first, hi_first) and [lo_last, hi_last): the keys of its first and last rows
+ * (positions grow with the token, so the others lie between). */
+struct CtaTile {
+  Seq s;
+  int m0, rows, lo_first, hi_first, lo_last, hi_last;
+};
+template <int BM>
+__device__ __forceinline__ bool cta_tile(const AttnParams &p, int64_t x, CtaTile *c) {
+  if (!find_tile<BM>(p, x, &c->s, &c->m0)) return false;
+  const int group = (int)p.group, rows_total = c->s.q_len * group;
+  if (c->m0 >= rows_total) return false;
+  c->rows = rows_total - c->m0 < BM ? rows_total - c->m0 : BM;
+  key_range(p, c->s, c->m0 / group, &c->lo_first, &c->hi_first);
+  key_range(p, c->s, (c->m0 + c->rows - 1) / group, &c->lo_last, &c->hi_last);
+  return true;
+}
+
+/* Element offsets of key j's K and V rows for kv head g; -1 when the key is absent. */
+template <bool PAGED>
+__device__ __forceinline__ void key_offsets(const AttnParams &p, const Seq &s, int g, int j,
+                                            int khi, int64_t *ko, int64_t *vo) {
+  *ko = *vo = -1;
+  if (j >= khi) return;
+  if (PAGED) {
+    const int bs = (int)p.block_size, idx = j / bs;
+    const int64_t blk = p.block_table[(int64_t)s.b * p.block_table_stride + idx];
+    if (blk < 0 || blk >= p.num_blocks) return;
+    *ko = *vo = ((blk * p.hkv + g) * bs + (j - idx * bs)) * p.head_dim;
+  } else {
+    *ko = (int64_t)s.b * p.k_stride[0] + g * p.k_stride[1] + (int64_t)j * p.k_stride[2];
+    *vo = (int64_t)s.b * p.v_stride[0] + g * p.v_stride[1] + (int64_t)j * p.v_stride[2];
+  }
+}
 
 /* attention.cu: the parameters of an op's arguments and the merge of split-KV partials
  * (part_o/part_lse of `splits` splits) into o and lse. */

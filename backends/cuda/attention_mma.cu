@@ -26,24 +26,8 @@ using namespace kite_cuda;
 namespace {
 
 constexpr int kWarps = 4, kThreads = 128, kBN = 64;
-constexpr float kLn2 = 0.69314718055994531f;
 
 /* ---- PTX wrappers -------------------------------------------------------------------------- */
-__device__ __forceinline__ uint32_t smem_addr(const void *p) {
-  return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-/* 16 bytes global -> shared; with ok false nothing is read and the 16 bytes become zeros. */
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool ok) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(ok ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -70,24 +54,6 @@ __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32
                  "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-/* 2^x on the special-function unit; -inf gives 0. */
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-/* Two floats as a packed pair of T, lo in the low half. */
-template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t *>(&v);
-  } else {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t *>(&v);
   }
 }
 
@@ -128,91 +94,6 @@ template <int D, int MB, bool KEYS, int STAGES> struct Smem {
   static constexpr size_t total = q_bytes + kv_or_o + off_bytes + ok_bytes + ml_bytes;
 };
 
-/* One sequence's view: its keys n, its query count, the token index of its first query. */
-struct Seq {
-  int b, q_len, n, first;
-};
-
-/* The tile of packed rows that CTA x works on: false when x is past the last tile. For prefill,
- * the tiles of the sequences are laid end to end (ceil(q_len * group / BM) each) and every warp
- * finds its sequence by a prefix sum over 32 sequences at a time. */
-template <int BM>
-__device__ __forceinline__ bool find_tile(const AttnParams &p, int64_t x, Seq *s, int *m0) {
-  const int group = (int)p.group;
-  if (p.kind == ATTN_PREFILL) {
-    const int lane = threadIdx.x & 31;
-    int64_t before = 0;
-    bool found = false;
-    for (int64_t base = 0; base < p.batch && !found; base += 32) {
-      const int64_t b = base + lane;
-      int64_t q_len = 0, first = 0;
-      if (b < p.batch) {
-        first = p.cu_q_lens[b], q_len = (int64_t)p.cu_q_lens[b + 1] - first;
-        if (first < 0 || q_len < 0 || first + q_len > p.rows) q_len = 0; /* bad cu_q_lens */
-      }
-      int64_t tiles = (q_len * group + BM - 1) / BM, incl = tiles;
-#pragma unroll
-      for (int off = 1; off < 32; off <<= 1) {
-        const int64_t v = __shfl_up_sync(0xffffffffu, incl, off);
-        if (lane >= off) incl += v;
-      }
-      const int64_t total = __shfl_sync(0xffffffffu, incl, 31);
-      const unsigned hit = __ballot_sync(0xffffffffu, before + incl > x);
-      if (hit) {
-        const int src = __ffs(hit) - 1;
-        const int64_t excl = __shfl_sync(0xffffffffu, incl - tiles, src);
-        s->b = (int)(base + src);
-        s->first = (int)__shfl_sync(0xffffffffu, first, src);
-        s->q_len = (int)__shfl_sync(0xffffffffu, q_len, src);
-        *m0 = (int)(x - before - excl) * BM;
-        found = true;
-      }
-      before += total;
-    }
-    if (!found) return false;
-  } else {
-    const int64_t q_len = p.kind == ATTN_SDPA ? p.sq : 1;
-    const int64_t per = (q_len * group + BM - 1) / BM;
-    const int64_t b = x / per;
-    if (b >= p.batch) return false;
-    s->b = (int)b, s->q_len = (int)q_len, *m0 = (int)(x % per) * BM;
-    s->first = p.kind == ATTN_SDPA ? 0 : (int)b;
-  }
-  int64_t n = p.kind == ATTN_SDPA ? p.sk : p.seq_lens[s->b];
-  n = n < 0 ? 0 : n > p.max_keys ? p.max_keys : n;
-  s->n = (int)n;
-  return true;
-}
-
-/* Visible keys [lo, hi) of query token t. */
-__device__ __forceinline__ void key_range(const AttnParams &p, const Seq &s, int t, int *lo,
-                                          int *hi) {
-  const int64_t pos = (int64_t)s.n - s.q_len + t;
-  const bool causal = p.kind != ATTN_DECODE && p.causal;
-  int64_t h = s.n, l = 0;
-  if (causal || p.window_left >= 0) h = pos + 1 < 0 ? 0 : pos + 1 > s.n ? s.n : pos + 1;
-  if (p.window_left >= 0) l = pos - p.window_left < 0 ? 0 : pos - p.window_left;
-  if (l > h) l = h;
-  *lo = (int)l, *hi = (int)h;
-}
-
-/* Element offsets of key j's K and V rows for kv head g; -1 when the key is absent. */
-template <bool PAGED>
-__device__ __forceinline__ void key_offsets(const AttnParams &p, const Seq &s, int g, int j,
-                                            int khi, int64_t *ko, int64_t *vo) {
-  *ko = *vo = -1;
-  if (j >= khi) return;
-  if (PAGED) {
-    const int bs = (int)p.block_size, idx = j / bs;
-    const int64_t blk = p.block_table[(int64_t)s.b * p.block_table_stride + idx];
-    if (blk < 0 || blk >= p.num_blocks) return;
-    *ko = *vo = ((blk * p.hkv + g) * bs + (j - idx * bs)) * p.head_dim;
-  } else {
-    *ko = (int64_t)s.b * p.k_stride[0] + g * p.k_stride[1] + (int64_t)j * p.k_stride[2];
-    *vo = (int64_t)s.b * p.v_stride[0] + g * p.v_stride[1] + (int64_t)j * p.v_stride[2];
-  }
-}
-
 /* Grid: x = query tile (see find_tile), y = kv head, z = split of the keys. See the file
  * comment. */
 template <typename T, int D, int MB, bool KEYS, int STAGES, bool PAGED>
@@ -239,17 +120,13 @@ __global__ void __launch_bounds__(kThreads, 2) attend_mma_kernel(AttnParams p) {
   const int g = blockIdx.y, group = (int)p.group;
   const int64_t x = p.kind == ATTN_PREFILL ? (int64_t)gridDim.x - 1 - blockIdx.x : blockIdx.x;
 
-  Seq s;
-  int m0;
-  if (!find_tile<BM>(p, x, &s, &m0)) return;
-  const int rows_total = s.q_len * group;
-  if (m0 >= rows_total) return;
-  const int rows_here = rows_total - m0 < BM ? rows_total - m0 : BM;
-
-  /* The CTA's keys: from the first row's lo to the last row's hi (positions grow with t). */
-  int lo_first, hi_first, lo_last, hi_last;
-  key_range(p, s, m0 / group, &lo_first, &hi_first);
-  key_range(p, s, (m0 + rows_here - 1) / group, &lo_last, &hi_last);
+  CtaTile ct;
+  if (!cta_tile<BM>(p, x, &ct)) return;
+  const Seq s = ct.s;
+  const int m0 = ct.m0, rows_here = ct.rows;
+  /* The CTA's keys: from the first row's lo to the last row's hi. */
+  const int lo_first = ct.lo_first, hi_first = ct.hi_first, lo_last = ct.lo_last,
+            hi_last = ct.hi_last;
   int klo = lo_first, khi = hi_last > lo_first ? hi_last : lo_first;
   if (gridDim.z > 1) { /* this split's share, whole tiles */
     const int per = ((khi - klo + (int)gridDim.z - 1) / (int)gridDim.z + kBN - 1) / kBN * kBN;

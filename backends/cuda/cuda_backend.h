@@ -132,6 +132,13 @@ CUDA_RUN(cuda_paged_mma_run);
 CUDA_SUPPORTS(cuda_sdpa_mma_supports);
 CUDA_RUN(cuda_sdpa_mma_run);
 
+/* attention_sm90.cu: paged_prefill and sdpa on Hopper (wgmma, warp-specialized; bf16/f16, head_dim
+ * 64/128/256, compute capability 9.0) */
+CUDA_SUPPORTS(cuda_paged_sm90_supports);
+CUDA_RUN(cuda_paged_sm90_run);
+CUDA_SUPPORTS(cuda_sdpa_sm90_supports);
+CUDA_RUN(cuda_sdpa_sm90_run);
+
 /* gemm.cu: linear (cuBLASLt, tiled), group_gemm (cuBLASLt per group, tiled with a device-side
  * schedule) */
 CUDA_SUPPORTS(cuda_gemm_supports);

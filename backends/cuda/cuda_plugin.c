@@ -158,6 +158,7 @@ static kite_status cuda_synchronize(const kite_backend *b, int device_id, void *
   }
 CHECKED(cuda_store_kv_run)
 CHECKED(cuda_paged_mma_run)
+CHECKED(cuda_paged_sm90_run)
 CHECKED(cuda_paged_vec_run)
 CHECKED(cuda_paged_generic_run)
 CHECKED(cuda_group_gemm_cublaslt_run)
@@ -293,6 +294,9 @@ static const kite_kernel cuda_kernels[] = {
            "GQA heads of a kv head per CTA, split-KV with LSE merge, 16-byte loads"),
     KERNEL(KITE_OP_PAGED_DECODE, "generic", PRIORITY_GENERIC, cuda_paged_generic_supports,
            checked_cuda_paged_generic_run, "GQA heads of a kv head per CTA, split-KV, any layout"),
+    KERNEL_SM90(KITE_OP_PAGED_PREFILL, "sm90", PRIORITY_CLUSTER, cuda_paged_sm90_supports,
+                checked_cuda_paged_sm90_run,
+                "Hopper: wgmma, producer/consumer warpgroups, 128 packed GQA rows per CTA"),
     KERNEL(KITE_OP_PAGED_PREFILL, "mma", PRIORITY_SPLIT, cuda_paged_mma_supports,
            checked_cuda_paged_mma_run, "flash tiles on tensor cores, 128 packed GQA rows per CTA"),
     KERNEL(KITE_OP_PAGED_PREFILL, "vec", PRIORITY_VEC, cuda_paged_vec_supports,
@@ -300,6 +304,8 @@ static const kite_kernel cuda_kernels[] = {
            "a query row and kv head per CTA, CUDA cores, 16-byte loads"),
     KERNEL(KITE_OP_PAGED_PREFILL, "generic", PRIORITY_GENERIC, cuda_paged_generic_supports,
            checked_cuda_paged_generic_run, "a query row and kv head per CTA, any layout"),
+    KERNEL_SM90(KITE_OP_SDPA, "sm90", PRIORITY_CLUSTER, cuda_sdpa_sm90_supports, cuda_sdpa_sm90_run,
+                "Hopper: wgmma, producer/consumer warpgroups, no mask, 16-byte aligned strides"),
     KERNEL(KITE_OP_SDPA, "mma", PRIORITY_SPLIT, cuda_sdpa_mma_supports, cuda_sdpa_mma_run,
            "flash tiles on tensor cores, no mask, 16-byte aligned strides"),
     KERNEL(KITE_OP_SDPA, "vec", PRIORITY_VEC, cuda_sdpa_vec_supports, cuda_sdpa_vec_run,

@@ -67,12 +67,12 @@ static void attn_shape(const kt_case *c, char *buf, size_t n) {
     snprintf(buf, n, "B%lld L%d %lld/%lldx%lld", (long long)a->batch, (int)max_len(a), hq, hkv, D);
     break;
   case KITE_OP_PAGED_PREFILL:
-    snprintf(buf, n, "B%lld T%lld L%d %lld/%lldx%lld", (long long)a->batch, (long long)a->tokens,
-             (int)max_len(a), hq, hkv, D);
+    snprintf(buf, n, "B%lld T%lld L%d %lld/%lldx%lld%s", (long long)a->batch, (long long)a->tokens,
+             (int)max_len(a), hq, hkv, D, a->opts.causal ? "" : " nc");
     break;
-  default:
-    snprintf(buf, n, "B%lld %lld/%lld %lldx%lldx%lld", (long long)a->batch, hq, hkv,
-             (long long)a->sq, (long long)a->sk, D);
+  default: /* "nc": not causal */
+    snprintf(buf, n, "B%lld %lld/%lld %lldx%lldx%lld%s", (long long)a->batch, hq, hkv,
+             (long long)a->sq, (long long)a->sk, D, a->opts.causal ? "" : " nc");
     break;
   }
 }
@@ -546,6 +546,11 @@ static const paged_geom g_paged[] = {
     {32, 8, 128, 16, 3, {1, 130, 77}, {1, 9, 20}},
     {8, 8, 256, 64, 3, {65, 1, 200}, {2, 1, 6}},
     {12, 4, 64, 256, 3, {300, 256, 3}, {4, 2, 3}},
+    /* more than 32 packed rows per sequence (the Hopper kernel): several query and key tiles,
+     * partial tiles, block sizes 16, 7 and 1 */
+    {16, 4, 128, 16, 3, {200, 150, 40}, {100, 150, 33}},
+    {8, 2, 256, 7, 2, {140, 65}, {70, 65}},
+    {8, 4, 64, 1, 2, {129, 300}, {129, 60}},
     {8, 2, 64, 16, 1, {300}, {300}}, /* the large one: default options, lse */
 };
 static const int g_quick_paged[] = {0, 2};
@@ -567,8 +572,17 @@ typedef struct sdpa_geom {
 } sdpa_geom;
 
 static const sdpa_geom g_sdpa[] = {
-    {2, 8, 2, 17, 33, 64}, {1, 12, 4, 1, 100, 80}, {2, 16, 1, 40, 40, 96}, {1, 8, 8, 32, 300, 128},
-    {1, 4, 4, 5, 9, 256},  {3, 32, 8, 7, 20, 64},  {1, 4, 2, 9, 5, 64}, /* Sq > Sk */
+    {2, 8, 2, 17, 33, 64},
+    {1, 12, 4, 1, 100, 80},
+    {2, 16, 1, 40, 40, 96},
+    {1, 8, 8, 32, 300, 128},
+    {1, 4, 4, 5, 9, 256},
+    {3, 32, 8, 7, 20, 64},
+    {1, 4, 2, 9, 5, 64}, /* Sq > Sk */
+    /* more than 32 packed rows (the Hopper kernel): several query and key tiles, partial ones */
+    {2, 8, 2, 70, 300, 128},
+    {1, 4, 1, 50, 150, 256},
+    {1, 6, 2, 100, 90, 64}, /* Sq > Sk */
 };
 static const int g_quick_sdpa[] = {0, 6};
 
@@ -681,11 +695,24 @@ static void attn_bench_cases(kite_op op, kite_dtype t, int llm, kt_case_list *l)
     if (llm) {
       kt_case_push(l, llm_paged(op, t, 1, 4096));
       kt_case_push(l, llm_paged(op, t, 4, 4096));
+      /* a ragged batch: 16 sequences of 256 to 4096 tokens */
+      int32_t lens[16];
+      for (int b = 0; b < 16; b++) lens[b] = 256 + (int32_t)((b * 7 % 16) * 256);
+      kt_case_push(l, paged_case(op, t, 32, 8, 128, 16, 16, lens, lens));
     }
     break;
   case KITE_OP_SDPA:
     kt_case_push(l, llm ? sdpa_case(t, 1, 32, 32, 2048, 2048, 128)
                         : sdpa_case(t, 1, 32, 32, 512, 512, 128));
+    if (llm) { /* prefill-sized: B 4, S 4096, Hq 32 / Hkv 8, causal and not; D 64 and 256 */
+      static const int64_t dims[] = {128, 64, 256};
+      for (int i = 0; i < 3; i++)
+        for (int causal = 1; causal >= 0; causal--) {
+          kt_case c = sdpa_case(t, 4, 32, 8, 4096, 4096, dims[i]);
+          c.attn.opts.causal = causal;
+          kt_case_push(l, c);
+        }
+    }
     break;
   default:
     break;

@@ -1,0 +1,747 @@
+/*
+ * Attention for Hopper (sm_90a): paged_prefill and dense sdpa, bf16/f16, head_dim 64/128/256, as
+ * a warp-specialized flash-attention kernel on wgmma.
+ *
+ * A CTA of 3 warpgroups takes one kv head g of one sequence and a tile of 128 packed query rows
+ * (row m = query token m / group, q head m % group of the group reading g, as cuda.mma packs
+ * them). Warpgroup 0 is the producer: it gives up registers (setmaxnreg) and fills a ring of
+ * K/V stages (tiles of BN keys; 2 stages, 4 for head_dim 64): by TMA from dense K/V (tensor maps
+ * built on the host) or from the paged caches (a box per cache block, block ids read one tile at a
+ * time by one warp) when block_size is a multiple of 16 that divides BN or that BN divides; else
+ * with 16-byte cp.async (dense strides, or slot by slot through the block table, so any
+ * block_size). Each stage has a "full" mbarrier (TMA bytes, or every producer thread once its
+ * copies landed and were made visible to the async proxy) and an "empty" one (each consumer warp
+ * arrives after its P V wgmma completed). Warpgroups 1 and 2 are consumers:
+ * each owns 64 packed rows (the wgmma M), takes the extra registers, and per tile runs
+ *   S = Q K^T   wgmma m64nBNk16, Q and K from shared memory (K-major descriptors),
+ *   scale / softcap / masks, online softmax in base 2 (the S accumulator fragment: 2 rows per
+ *   thread, rows reduced over the 4 lanes of a quad),
+ *   O += P V    wgmma m64nNk16, P rounded to T in registers (the f32 S fragment converted to
+ *               pairs is the register A fragment), V from shared memory (MN-major descriptor).
+ * The two consumers run independently, so the softmax of one overlaps the wgmma of the other.
+ *
+ * Shared-memory tiles are in the 128-byte swizzled layout of wgmma: a tile of R rows x D
+ * elements is D / 64 column blocks of R rows x 128 bytes (1024-byte aligned); the 16-byte chunk
+ * c of row r sits at chunk c ^ (r % 8) of its 128-byte row.
+ *
+ * Semantics are those of cuda.mma (attention_mma.cu): query i of sequence b sits at position
+ * n_b - q_len_b + i and sees keys [pos - window_left, pos] of [0, n_b) (causal, window); keys
+ * whose block id is out of range are absent; a row that sees no key gets o = 0, lse = -inf.
+ */
+/* CUtensorMap and its enums; libcuda is not linked, its entry point comes through the runtime */
+#include <cuda.h>
+#include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled */
+
+#include "attention.cuh"
+
+using namespace kite_cuda;
+
+namespace {
+
+constexpr int kThreads = 384, kBM = 128;
+
+/* How the producer fills a K/V stage: cp.async row by row from dense strides or through the block
+ * table (any block_size), or TMA: dense K/V with 16-byte aligned strides, or the caches seen as
+ * [block][kv head][slot][d] when block_size is a multiple of 16 that divides the tile or that the
+ * tile divides (a box per block, or per tile within a block). */
+enum Load { LOAD_DENSE, LOAD_PAGED, LOAD_TMA, LOAD_PAGED_TMA };
+
+/* Keys per K/V tile: 128, or 64 for head_dim 256 (the shared memory of 2 stages). */
+template <int D> constexpr int tile_keys() {
+  return D == 256 ? 64 : 128;
+}
+
+/* K/V stages in the ring: as many as shared memory holds beside the Q tile. */
+template <int D> constexpr int tile_stages() {
+  return D == 64 ? 4 : 2;
+}
+
+template <int D> struct Smem {
+  static constexpr int BN = tile_keys<D>(), kStages = tile_stages<D>();
+  static constexpr size_t q_bytes = (size_t)kBM * D * 2;
+  static constexpr size_t kv_bytes = (size_t)BN * D * 2; /* one K or V tile */
+  static constexpr size_t off_bytes = 2 * 2 * BN * 8;    /* [buf][k/v][key] */
+  static constexpr size_t ok_bytes = (size_t)kStages * BN;
+  static constexpr size_t bar_bytes = 2 * kStages * 8;
+  static constexpr size_t total =
+      1024 /* alignment */ + q_bytes + 2 * kStages * kv_bytes + off_bytes + ok_bytes + bar_bytes;
+};
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define KITE_SM90_DEVICE 1
+#endif
+
+#ifdef KITE_SM90_DEVICE
+/* Byte offset of the 16-byte chunk c (8 elements) of row r in a swizzled tile of `rows` rows. */
+__device__ __forceinline__ uint32_t swz(int rows, int r, int c) {
+  return (uint32_t)((c >> 3) * rows * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+/* ---- PTX wrappers (sm_90a) ----------------------------------------------------------------- */
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
+  uint32_t done;
+  do {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+  } while (!done);
+}
+/* The next phase of `bar` also waits for `bytes` of asynchronous copies (this thread arrives). */
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+/* TMA: the box of `map` at coordinates (c0, c1, c2, c3) (innermost first) into shared memory at
+ * dst, completing its bytes on bar. */
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map, int c0, int c1,
+                                            int c2, int c3, uint32_t bar) {
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes "
+               "[%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+               "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+               : "memory");
+}
+/* Generic-proxy writes to shared memory (st.shared, landed cp.async) made visible to wgmma. */
+__device__ __forceinline__ void fence_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+template <int N> __device__ __forceinline__ void reg_dealloc() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N> __device__ __forceinline__ void reg_alloc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* Keeps the compiler from moving accumulator reads or writes across a wgmma wait. */
+template <int N> __device__ __forceinline__ void fence_regs(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/* Shared-memory matrix descriptor of a 128-byte swizzled tile: start address, leading and
+ * stride byte offsets (all >> 4) and the swizzle mode (1 = 128 bytes) in bits 62-63. */
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return (uint64_t)((addr & 0x3ffff) >> 4) | (uint64_t)((lbo >> 4) & 0x3fff) << 16 |
+         (uint64_t)((sbo >> 4) & 0x3fff) << 32 | 1ull << 62;
+}
+
+/* wgmma m64nNk16 with f32 accumulators d (N / 2 per thread), for T = bf16 or f16 (TY). SS: A and B
+ * by descriptors of K-major tiles, accumulate false overwrites d; RS: A from registers (the m64 A
+ * fragment), B by a descriptor of an MN-major tile (transposed), accumulating. The operand lists
+ * of the accumulators come first, so the others are numbered from N / 2. */
+#define KITE_WGMMA_SS(N, TY, REGS, DA, DB, P, ...)                                                 \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\n"                                      \
+               "wgmma.mma_async.sync.aligned.m64n" N "k16.f32." TY "." TY " {" REGS "}, " DA       \
+               ", " DB ", p, 1, 1, 0, 0;\n}\n"                                                     \
+               : __VA_ARGS__                                                                       \
+               : "l"(a), "l"(b), "r"((int)accumulate))
+#define KITE_WGMMA_RS(N, TY, REGS, A, DB, P, ...)                                                  \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\n"                                      \
+               "wgmma.mma_async.sync.aligned.m64n" N "k16.f32." TY "." TY " {" REGS "}, {" A       \
+               "}, " DB ", p, 1, 1, 1;\n}\n"                                                       \
+               : __VA_ARGS__                                                                       \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
+
+#define KITE_ACC32                                                                                 \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),  \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),     \
+      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),   \
+      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),   \
+      "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define KITE_REGS32                                                                                \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "     \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define KITE_ACC64                                                                                 \
+  KITE_ACC32, "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),        \
+      "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]),   \
+      "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]),   \
+      "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]),   \
+      "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define KITE_REGS64                                                                                \
+  KITE_REGS32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+              "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+
+template <typename T>
+__device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], uint64_t a, uint64_t b,
+                                             bool accumulate) {
+  if constexpr (std::is_same<T, __nv_bfloat16>::value)
+    KITE_WGMMA_SS("64", "bf16", KITE_REGS32, "%32", "%33", "%34", KITE_ACC32);
+  else
+    KITE_WGMMA_SS("64", "f16", KITE_REGS32, "%32", "%33", "%34", KITE_ACC32);
+}
+template <typename T>
+__device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+  if constexpr (std::is_same<T, __nv_bfloat16>::value)
+    KITE_WGMMA_RS("64", "bf16", KITE_REGS32, "%32, %33, %34, %35", "%36", "%37", KITE_ACC32);
+  else
+    KITE_WGMMA_RS("64", "f16", KITE_REGS32, "%32, %33, %34, %35", "%36", "%37", KITE_ACC32);
+}
+
+template <typename T>
+__device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t a, uint64_t b,
+                                              bool accumulate) {
+  if constexpr (std::is_same<T, __nv_bfloat16>::value)
+    KITE_WGMMA_SS("128", "bf16", KITE_REGS64, "%64", "%65", "%66", KITE_ACC64);
+  else
+    KITE_WGMMA_SS("128", "f16", KITE_REGS64, "%64", "%65", "%66", KITE_ACC64);
+}
+template <typename T>
+__device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
+  if constexpr (std::is_same<T, __nv_bfloat16>::value)
+    KITE_WGMMA_RS("128", "bf16", KITE_REGS64, "%64, %65, %66, %67", "%68", "%69", KITE_ACC64);
+  else
+    KITE_WGMMA_RS("128", "f16", KITE_REGS64, "%64, %65, %66, %67", "%68", "%69", KITE_ACC64);
+}
+#endif /* KITE_SM90_DEVICE */
+
+/* Grid: x = query tile of 128 packed rows (see find_tile), y = kv head. See the file comment. */
+template <typename T, int D, int LOAD>
+__global__ void __launch_bounds__(kThreads, 1)
+    attend_sm90_kernel(AttnParams p, const __grid_constant__ CUtensorMap tmap_k,
+                       const __grid_constant__ CUtensorMap tmap_v) {
+#ifdef KITE_SM90_DEVICE
+  using SM = Smem<D>;
+  constexpr int BN = SM::BN, CH = D / 8, KV = (int)SM::kv_bytes, kStages = SM::kStages;
+  constexpr bool PAGED = LOAD == LOAD_PAGED || LOAD == LOAD_PAGED_TMA;
+  static_assert((BN * CH) % 128 == 0 && BN % 32 == 0, "whole copies per producer thread");
+
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  unsigned char *sQ = smem, *sKV = smem + SM::q_bytes; /* stage st: K at 2 st, V at 2 st + 1 */
+  int64_t *sOff = (int64_t *)(sKV + 2 * kStages * SM::kv_bytes);
+  uint8_t *sOk = (uint8_t *)(sOff + 2 * 2 * BN);
+  const uint32_t bar0 = smem_addr(sOk + SM::ok_bytes); /* full[kStages], then empty[kStages] */
+
+  const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31;
+  const int g = blockIdx.y, group = (int)p.group;
+  /* the longest tiles first: the last tiles of a sequence see the most keys under causal */
+  const int64_t x = (p.kind == ATTN_PREFILL || p.causal) ? (int64_t)gridDim.x - 1 - blockIdx.x
+                                                         : (int64_t)blockIdx.x;
+  CtaTile ct;
+  if (!cta_tile<kBM>(p, x, &ct)) return;
+  const Seq s = ct.s;
+  const int m0 = ct.m0, rows_here = ct.rows;
+  /* The CTA's keys: from the first row's lo to the last row's hi. */
+  const int lo_first = ct.lo_first, hi_first = ct.hi_first, lo_last = ct.lo_last,
+            hi_last = ct.hi_last;
+  /* tiles start at multiples of BN (the keys below lo_first are masked): a TMA box never straddles
+   * a cache block */
+  const int klo = lo_first / BN * BN, khi = hi_last > lo_first ? hi_last : lo_first;
+  const int ntiles = (khi - klo + BN - 1) / BN;
+
+  if (tid == 0) {
+#pragma unroll
+    for (int st = 0; st < kStages; st++) {
+      /* TMA: one arrival with the expected bytes; cp.async: every producer thread, once its
+       * copies landed */
+      mbar_init(bar0 + st * 8, LOAD == LOAD_TMA || LOAD == LOAD_PAGED_TMA ? 1 : 128);
+      mbar_init(bar0 + (kStages + st) * 8, 8); /* every consumer warp, once its P V completed */
+    }
+  }
+  __syncthreads();
+
+  if (wg == 0) { /* ---- producer ---- */
+    reg_dealloc<40>();
+    if constexpr (LOAD == LOAD_TMA) {
+      if (tid != 0) return;
+      for (int t = 0; t < ntiles; t++) {
+        const int st = t % kStages, j = klo + t * BN;
+        const uint32_t full = bar0 + st * 8;
+        mbar_wait(bar0 + (kStages + st) * 8, ((t / kStages) & 1) ^ 1);
+        mbar_expect_tx(full, 2 * KV);
+        const uint32_t dk = smem_addr(sKV + (size_t)(2 * st) * KV), dv = dk + KV;
+#pragma unroll
+        for (int cb = 0; cb < D / 64; cb++) {
+          tma_load_4d(dk + cb * BN * 128, &tmap_k, cb * 64, j, g, s.b, full);
+          tma_load_4d(dv + cb * BN * 128, &tmap_v, cb * 64, j, g, s.b, full);
+        }
+      }
+      return;
+    }
+    if constexpr (LOAD == LOAD_PAGED_TMA) {
+      if (tid >= 32) return;
+      /* a box of `rows` keys: lane i < nbox resolves the cache block of box i of the tile */
+      const int bs = (int)p.block_size, rows = bs < BN ? bs : BN, nbox = BN / rows;
+      for (int t = 0; t < ntiles; t++) {
+        const int st = t % kStages, j0 = klo + t * BN;
+        const uint32_t full = bar0 + st * 8;
+        mbar_wait(bar0 + (kStages + st) * 8, ((t / kStages) & 1) ^ 1);
+        int blk = -1;
+        if (tid < nbox && j0 + tid * rows < khi) {
+          const int j = j0 + tid * rows;
+          const int64_t b = p.block_table[(int64_t)s.b * p.block_table_stride + j / bs];
+          if (b >= 0 && b < p.num_blocks) blk = (int)b;
+        }
+        int boxes[BN / 16];
+#pragma unroll
+        for (int i = 0; i < BN / 16; i++) boxes[i] = __shfl_sync(0xffffffffu, blk, i);
+        if (tid == 0) {
+          /* a key is present when its box's block is and it is below khi (an absent box's
+           * coordinates are out of bounds: TMA fills zeros and still counts the bytes); the
+           * thread that arrives writes the flags (4 per word: a box holds >= 16 keys), so its
+           * arrival publishes them */
+          uint32_t *okw = (uint32_t *)(sOk + st * BN);
+#pragma unroll
+          for (int i = 0; i < BN / 16; i++) {
+            if (i >= nbox) break;
+            for (int w = 0; w < rows / 4; w++) {
+              const int jl = i * rows + 4 * w;
+              uint32_t v = 0;
+              if (boxes[i] >= 0)
+#pragma unroll
+                for (int e = 0; e < 4; e++) v |= (uint32_t)(j0 + jl + e < khi) << (8 * e);
+              okw[jl / 4] = v;
+            }
+          }
+          mbar_expect_tx(full, 2 * KV);
+          const uint32_t dk = smem_addr(sKV + (size_t)(2 * st) * KV), dv = dk + KV;
+          const int row0 = j0 % bs;
+#pragma unroll
+          for (int i = 0; i < BN / 16; i++) {
+            if (i >= nbox) break;
+            const int b = boxes[i] >= 0 ? boxes[i] : -1;
+#pragma unroll
+            for (int cb = 0; cb < D / 64; cb++) {
+              tma_load_4d(dk + cb * BN * 128 + i * rows * 128, &tmap_k, cb * 64, row0, g, b, full);
+              tma_load_4d(dv + cb * BN * 128 + i * rows * 128, &tmap_v, cb * 64, row0, g, b, full);
+            }
+          }
+        }
+        __syncwarp();
+      }
+      return;
+    }
+    const T *kc = (const T *)p.k, *vc = (const T *)p.v;
+    for (int t = 0; t < ntiles; t++) {
+      const int st = t % kStages, buf = t & 1;
+      mbar_wait(bar0 + (kStages + st) * 8, ((t / kStages) & 1) ^ 1);
+      if (tid < BN) {
+        int64_t ko, vo;
+        key_offsets<PAGED>(p, s, g, klo + t * BN + tid, khi, &ko, &vo);
+        sOff[(buf * 2 + 0) * BN + tid] = ko;
+        sOff[(buf * 2 + 1) * BN + tid] = vo;
+        sOk[st * BN + tid] = ko >= 0;
+      }
+      /* sOff[buf] was last read two tiles ago, before every producer thread passed the previous
+       * barrier */
+      named_sync(1, 128);
+      const uint32_t dk = smem_addr(sKV + (size_t)(2 * st) * KV), dv = dk + KV;
+#pragma unroll 8
+      for (int i = 0; i < BN * CH / 128; i++) {
+        const int idx = tid + i * 128, r = idx / CH, c = idx % CH;
+        const int64_t ko = sOff[(buf * 2 + 0) * BN + r], vo = sOff[(buf * 2 + 1) * BN + r];
+        const bool ok = ko >= 0;
+        cp_async16(dk + swz(BN, r, c), ok ? kc + ko + c * 8 : kc, ok);
+        cp_async16(dv + swz(BN, r, c), ok ? vc + vo + c * 8 : vc, ok);
+      }
+      cp_async_commit();
+      cp_async_wait<0>();
+      fence_async_shared();
+      mbar_arrive(bar0 + st * 8);
+    }
+    return;
+  }
+
+  /* ---- consumers: warpgroup cw owns tile rows [64 cw, 64 cw + 64) ---- */
+  reg_alloc<232>();
+  const int cw = wg - 1, ctid = tid & 127, warp = ctid >> 5;
+  const int qg = lane >> 2, qt = lane & 3; /* accumulator fragment row and column pair */
+
+  /* Q rows: packed row -> (token, head); padding rows are zeros. */
+  {
+    const T *qbase = (const T *)p.q;
+    const int64_t qb = (int64_t)s.b * p.q_stride[0];
+    for (int idx = ctid; idx < 64 * CH; idx += 128) {
+      const int r = 64 * cw + idx / CH, c = idx % CH, m = m0 + r;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (r < rows_here) {
+        const int qi = m % group, t = m / group;
+        const int64_t head = p.gqa_interleaved ? g + (int64_t)qi * p.hkv : (int64_t)g * group + qi;
+        v = *(const uint4 *)(qbase + qb + head * p.q_stride[1] +
+                             (int64_t)(s.first + t) * p.q_stride[2] + c * 8);
+      }
+      *(uint4 *)(sQ + swz(kBM, r, c)) = v;
+    }
+    fence_async_shared();
+    named_sync(2 + cw, 128);
+  }
+
+  /* this thread's two rows (h = 0, 1) and their visible keys; the warpgroup's key span */
+  int rlo[2], rhi[2];
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int row = 64 * cw + 16 * warp + 8 * h + qg;
+    rlo[h] = 0, rhi[h] = 0x7fffffff; /* padding rows are never stored */
+    if (row < rows_here) key_range(p, s, (m0 + row) / group, &rlo[h], &rhi[h]);
+  }
+  const bool has_rows = 64 * cw < rows_here;
+  int wlo = 0, whi = 0;
+  if (has_rows) {
+    int unused;
+    const int last = 64 * cw + 63 < rows_here - 1 ? 64 * cw + 63 : rows_here - 1;
+    key_range(p, s, (m0 + 64 * cw) / group, &wlo, &unused);
+    key_range(p, s, (m0 + last) / group, &unused, &whi);
+  }
+
+  float o[D / 2], sc[BN / 2], m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < BN / 2; i++) sc[i] = 0.0f;
+  const bool capped = p.softcap > 0.0f;
+  const float qk_scale = capped ? p.scale / p.softcap : p.scale * kLog2e;
+  const float cap2 = p.softcap * kLog2e;
+  /* Without softcap the scale rides in the exponent's FMA: max(c s) = c max(s) for c > 0. */
+  const bool fold = !capped && qk_scale > 0.0f;
+  const float pscale = fold ? qk_scale : 1.0f;
+  const uint32_t q_addr = smem_addr(sQ) + 64 * cw * 128;
+
+  for (int t = 0; t < ntiles; t++) {
+    const int st = t % kStages, j0 = klo + t * BN;
+    mbar_wait(bar0 + st * 8, (t / kStages) & 1);
+    if (has_rows && j0 < whi && j0 + BN > wlo) {
+      const uint32_t k_addr = smem_addr(sKV + (size_t)(2 * st) * KV), v_addr = k_addr + KV;
+
+      /* S = Q K^T: k-step kk is 32 bytes into a 128-byte swizzle row of column block kk / 4 */
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; kk++) {
+        const uint64_t da = smem_desc(q_addr + (kk >> 2) * kBM * 128 + (kk & 3) * 32, 16, 1024);
+        const uint64_t db = smem_desc(k_addr + (kk >> 2) * BN * 128 + (kk & 3) * 32, 16, 1024);
+        if constexpr (BN == 128)
+          wgmma_ss_n128<T>(sc, da, db, kk > 0);
+        else
+          wgmma_ss_n64<T>(sc, da, db, kk > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(sc);
+
+      /* scores in base 2 (times pscale); masks only on tiles that cross a row's range or hold
+       * absent keys */
+      bool full = j0 + BN <= khi && j0 >= lo_last && j0 + BN <= hi_first;
+      if (PAGED && full) {
+        bool ok = true;
+#pragma unroll
+        for (int e = 0; e < BN / 32; e++) ok = ok && sOk[st * BN + lane * (BN / 32) + e] != 0;
+        full = __all_sync(0xffffffffu, ok) != 0;
+      }
+      if (capped) {
+#pragma unroll
+        for (int i = 0; i < BN / 2; i++) sc[i] = cap2 * tanhf(sc[i] * qk_scale);
+      } else if (!fold) {
+#pragma unroll
+        for (int i = 0; i < BN / 2; i++) sc[i] *= qk_scale;
+      }
+      if (!full) {
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+          for (int nb = 0; nb < BN / 8; nb++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+              const int jl = nb * 8 + 2 * qt + e, j = j0 + jl;
+              if (j < rlo[h] || j >= rhi[h] || (PAGED && !sOk[st * BN + jl]))
+                sc[4 * nb + 2 * h + e] = -INFINITY;
+            }
+      }
+
+      /* online softmax per row; P overwrites S */
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        float mx0 = sc[2 * h], mx1 = sc[2 * h + 1];
+#pragma unroll
+        for (int nb = 1; nb < BN / 8; nb++)
+          mx0 = fmaxf(mx0, sc[4 * nb + 2 * h]), mx1 = fmaxf(mx1, sc[4 * nb + 2 * h + 1]);
+        float mx = fmaxf(m_run[h], fmaxf(mx0, mx1) * pscale);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float base = mx == -INFINITY ? 0.0f : mx; /* every key so far masked */
+        const float corr = fast_exp2(m_run[h] - base);
+        m_run[h] = mx;
+        float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+        for (int nb = 0; nb < BN / 8; nb++) {
+          sc[4 * nb + 2 * h] = fast_exp2(fmaf(sc[4 * nb + 2 * h], pscale, -base));
+          sc[4 * nb + 2 * h + 1] = fast_exp2(fmaf(sc[4 * nb + 2 * h + 1], pscale, -base));
+          s0 += sc[4 * nb + 2 * h], s1 += sc[4 * nb + 2 * h + 1];
+        }
+        l_run[h] = l_run[h] * corr + (s0 + s1);
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn++) o[4 * dn + 2 * h] *= corr, o[4 * dn + 2 * h + 1] *= corr;
+      }
+
+      /* O += P V: P's k-step kj is the S fragment's n-blocks 2 kj and 2 kj + 1; V's 16 keys
+       * are 2048 bytes into each column block; the n-halves of D 256 are 2 column blocks apart */
+      uint32_t pa[BN / 16][4];
+#pragma unroll
+      for (int kj = 0; kj < BN / 16; kj++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+          pa[kj][e] = pack2<T>(sc[8 * kj + 2 * e], sc[8 * kj + 2 * e + 1]);
+      wgmma_fence();
+#pragma unroll
+      for (int kj = 0; kj < BN / 16; kj++) {
+        if constexpr (D == 64) {
+          wgmma_rs_n64<T>(o, pa[kj], smem_desc(v_addr + kj * 2048, BN * 128, 1024));
+        } else {
+#pragma unroll
+          for (int nh = 0; nh < D / 128; nh++)
+            wgmma_rs_n128<T>(*reinterpret_cast<float(*)[64]>(&o[64 * nh]), pa[kj],
+                             smem_desc(v_addr + nh * 2 * BN * 128 + kj * 2048, BN * 128, 1024));
+        }
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(o);
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(bar0 + (kStages + st) * 8);
+  }
+
+  /* epilogue: normalize, store pairs; lse in natural log */
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    float l = l_run[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int row = 64 * cw + 16 * warp + 8 * h + qg;
+    if (row >= rows_here) continue;
+    const bool none = m_run[h] == -INFINITY || !(l > 0.0f);
+    const float inv = none ? 0.0f : 1.0f / l;
+    const int m = m0 + row, qi = m % group, tq = m / group;
+    const int64_t head = p.gqa_interleaved ? g + (int64_t)qi * p.hkv : (int64_t)g * group + qi;
+    const int64_t i = s.first + tq;
+    T *dst =
+        (T *)p.o + (int64_t)s.b * p.o_stride[0] + head * p.o_stride[1] + i * p.o_stride[2] + 2 * qt;
+#pragma unroll
+    for (int dn = 0; dn < D / 8; dn++)
+      *(uint32_t *)(dst + 8 * dn) = pack2<T>(o[4 * dn + 2 * h] * inv, o[4 * dn + 2 * h + 1] * inv);
+    if (p.lse && qt == 0)
+      p.lse[(int64_t)s.b * p.lse_stride[0] + head * p.lse_stride[1] + i * p.lse_stride[2]] =
+          none ? -INFINITY : (m_run[h] + log2f(l)) * kLn2;
+  }
+#else
+  (void)p;
+#endif
+}
+
+/* ---- host side ----------------------------------------------------------------------------- */
+/* cuTensorMapEncodeTiled of the driver, reached through the runtime (the plugin does not link
+ * libcuda); NULL where the driver has none. */
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void *f = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return (PFN_cuTensorMapEncodeTiled_v12000) nullptr;
+    }
+    return (PFN_cuTensorMapEncodeTiled_v12000)f;
+  }();
+  return fn;
+}
+
+/* The tensor map of dense K or V (element strides [b, h, j], rows of head_dim elements) as a 4-d
+ * tensor [b][h][j][d] read in boxes of 64 elements x bn keys, 128-byte swizzled: one column block
+ * of a tile. False where TMA cannot address it (strides not positive multiples of 16 bytes). */
+bool dense_tensor_map(CUtensorMap *map, const AttnParams &p, const void *base,
+                      const int64_t stride[3], int bn) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (!encode || (uintptr_t)base % 16 != 0) return false;
+  const cuuint64_t dims[4] = {(cuuint64_t)p.head_dim, (cuuint64_t)p.sk, (cuuint64_t)p.hkv,
+                              (cuuint64_t)p.batch};
+  cuuint64_t strides[3];
+  for (int i = 0; i < 3; i++) {
+    const int64_t b = stride[2 - i] * 2;
+    if (b <= 0 || b % 16 != 0 || b >= (1LL << 40)) return false;
+    strides[i] = (cuuint64_t)b;
+  }
+  for (int i = 1; i < 4; i++)
+    if (dims[i] == 0 || dims[i] > 0x7fffffffu) return false;
+  const cuuint32_t box[4] = {64, (cuuint32_t)bn, 1, 1}, unit[4] = {1, 1, 1, 1};
+  const CUtensorMapDataType type = p.dtype == KITE_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                              : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return encode(map, type, 4, const_cast<void *>(base), dims, strides, box, unit,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+/* The tensor map of a paged cache [num_blocks][hkv][block_size][head_dim] in boxes of 64 elements x
+ * min(block_size, bn) slots; false where TMA cannot take it (see enum Load). */
+bool paged_tensor_map(CUtensorMap *map, const AttnParams &p, const void *base, int bn) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  const int64_t bs = p.block_size;
+  if (!encode || (uintptr_t)base % 16 != 0 || bs % 16 != 0 || (bn % bs != 0 && bs % bn != 0) ||
+      p.num_blocks <= 0 || p.num_blocks > 0x7fffffff)
+    return false;
+  const cuuint64_t dims[4] = {(cuuint64_t)p.head_dim, (cuuint64_t)bs, (cuuint64_t)p.hkv,
+                              (cuuint64_t)p.num_blocks};
+  const cuuint64_t row = (cuuint64_t)p.head_dim * 2;
+  const cuuint64_t strides[3] = {row, row * bs, row * bs * p.hkv};
+  if (strides[2] >= (1ull << 40)) return false;
+  const cuuint32_t box[4] = {64, (cuuint32_t)(bs < bn ? bs : bn), 1, 1}, unit[4] = {1, 1, 1, 1};
+  const CUtensorMapDataType type = p.dtype == KITE_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                              : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return encode(map, type, 4, const_cast<void *>(base), dims, strides, box, unit,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <typename T, int D>
+kite_status launch_sm90(const AttnParams &p, dim3 grid, cudaStream_t s) {
+  const size_t smem = Smem<D>::total;
+  CUtensorMap tk, tv;
+  memset(&tk, 0, sizeof tk);
+  memset(&tv, 0, sizeof tv);
+  auto run = [&](auto kernel) {
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+        cudaSuccess)
+      return false;
+    kernel<<<grid, kThreads, smem, s>>>(p, tk, tv);
+    return true;
+  };
+  bool ok;
+  constexpr int BN = Smem<D>::BN;
+  if (p.kind != ATTN_SDPA)
+    ok = paged_tensor_map(&tk, p, p.k, BN) && paged_tensor_map(&tv, p, p.v, BN)
+             ? run(attend_sm90_kernel<T, D, LOAD_PAGED_TMA>)
+             : run(attend_sm90_kernel<T, D, LOAD_PAGED>);
+  else if (dense_tensor_map(&tk, p, p.k, p.k_stride, BN) &&
+           dense_tensor_map(&tv, p, p.v, p.v_stride, BN))
+    ok = run(attend_sm90_kernel<T, D, LOAD_TMA>);
+  else
+    ok = run(attend_sm90_kernel<T, D, LOAD_DENSE>);
+  if (!ok) {
+    const cudaError_t e = cudaGetLastError();
+    return kite_set_error(KITE_ERR_DEVICE, "cuda.sm90: %zu bytes of shared memory: %s", smem,
+                          cudaGetErrorString(e));
+  }
+  return KITE_OK;
+}
+
+kite_status run_sm90(kite_ctx *ctx, const AttnParams &p, const char *op) {
+  if (p.rows <= 0 || p.hq <= 0 || p.hkv <= 0) return KITE_OK;
+  void *stream;
+  kite_status st = cuda_begin(ctx, op, &stream);
+  if (st != KITE_OK) return st;
+  const int64_t packed = p.rows * p.group;
+  const int64_t tiles = p.kind == ATTN_PREFILL ? (packed + kBM - 1) / kBM + p.batch
+                                               : p.batch * ((p.sq * p.group + kBM - 1) / kBM);
+  if (tiles > 0x7fffffff || p.hkv > 65535)
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.sm90: too many query tiles or kv heads",
+                          op);
+  const dim3 grid((unsigned)tiles, (unsigned)p.hkv, 1);
+  st = with_float_type(p.dtype, op, [&](auto tag) -> kite_status {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same<T, float>::value) {
+      return kite_set_error(KITE_ERR_INTERNAL, "%s: cuda.sm90: f32 has no wgmma kernel", op);
+    } else {
+      cudaStream_t cs = (cudaStream_t)stream;
+      switch (p.head_dim) {
+      case 64:
+        return launch_sm90<T, 64>(p, grid, cs);
+      case 128:
+        return launch_sm90<T, 128>(p, grid, cs);
+      case 256:
+        return launch_sm90<T, 256>(p, grid, cs);
+      default:
+        return kite_set_error(KITE_ERR_INTERNAL, "%s: cuda.sm90: no kernel for head_dim %lld", op,
+                              (long long)p.head_dim);
+      }
+    }
+  });
+  return st != KITE_OK ? st : cuda_check_launch(op, "sm90");
+}
+
+/* Every visible device is compute capability 9.0: the sm_90a code runs on nothing else. */
+bool all_devices_sm90() {
+  static const bool yes = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n <= 0) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    for (int d = 0; d < n; d++) {
+      int major = 0, minor = 0;
+      if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess ||
+          cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+      }
+      if (major != 9 || minor != 0) return false;
+    }
+    return true;
+  }();
+  return yes;
+}
+
+/* many_rows: more than 32 packed query rows per sequence on average (fewer go to cuda.mma, whose
+ * keys mode splits a few rows over the keys). */
+bool sm90_common(int64_t head_dim, bool many_rows, const char **why) {
+  if (head_dim != 64 && head_dim != 128 && head_dim != 256) {
+    *why = "head_dim must be 64, 128 or 256";
+    return false;
+  }
+  if (!many_rows) {
+    *why = "needs more than 32 packed query rows per sequence";
+    return false;
+  }
+  if (!all_devices_sm90()) {
+    *why = "needs compute capability 9.0";
+    return false;
+  }
+  return true;
+}
+
+} // namespace
+
+/* ---- entry points -------------------------------------------------------------------------- */
+extern "C" CUDA_SUPPORTS(cuda_paged_sm90_supports) {
+  const kite_paged_attn_args *a = (const kite_paged_attn_args *)args;
+  if (!cuda_paged_mma_supports(k, args, why)) return false;
+  if (a->op != KITE_OP_PAGED_PREFILL) {
+    *why = "paged_prefill only";
+    return false;
+  }
+  const int64_t group = a->hkv > 0 ? a->hq / a->hkv : 0;
+  return sm90_common(a->head_dim, a->tokens * group > 32 * a->batch, why);
+}
+
+extern "C" CUDA_RUN(cuda_paged_sm90_run) {
+  const kite_paged_attn_args *a = (const kite_paged_attn_args *)args;
+  return run_sm90(ctx, attn_paged_params(a), cuda_op_str(a->op));
+}
+
+extern "C" CUDA_SUPPORTS(cuda_sdpa_sm90_supports) {
+  const kite_sdpa_args *a = (const kite_sdpa_args *)args;
+  if (!cuda_sdpa_mma_supports(k, args, why)) return false;
+  const int64_t group = a->hkv > 0 ? a->hq / a->hkv : 0;
+  return sm90_common(a->head_dim, a->sq * group > 32, why);
+}
+
+extern "C" CUDA_RUN(cuda_sdpa_sm90_run) {
+  return run_sm90(ctx, attn_sdpa_params((const kite_sdpa_args *)args), "sdpa");
+}
