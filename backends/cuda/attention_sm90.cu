@@ -250,9 +250,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid == 0) {
 #pragma unroll
     for (int st = 0; st < kStages; st++) {
-      /* TMA: one arrival with the expected bytes; cp.async: every producer thread, once its
-       * copies landed */
-      mbar_init(bar0 + st * 8, LOAD == LOAD_TMA || LOAD == LOAD_PAGED_TMA ? 1 : 128);
+      /* dense TMA: one arrival with the expected bytes; paged TMA: the producer warp, each lane
+       * after its key flags (lane 0's arrival carries the bytes); cp.async: every producer
+       * thread, once its copies landed */
+      mbar_init(bar0 + st * 8, LOAD == LOAD_TMA ? 1 : LOAD == LOAD_PAGED_TMA ? 32 : 128);
       mbar_init(bar0 + (kStages + st) * 8, 8); /* every consumer warp, once its P V completed */
     }
   }
@@ -290,27 +291,21 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int64_t b = p.block_table[(int64_t)s.b * p.block_table_stride + j / bs];
           if (b >= 0 && b < p.num_blocks) blk = (int)b;
         }
+        /* a key is present when its box's block is and it is below khi (an absent box's
+         * coordinates are out of bounds: TMA fills zeros and still counts the bytes); each lane
+         * writes its flags and then arrives itself, which publishes them to the consumers */
+#pragma unroll
+        for (int e = 0; e < BN / 32; e++) {
+          const int jl = tid * (BN / 32) + e;
+          const int bb = __shfl_sync(0xffffffffu, blk, jl / rows);
+          sOk[st * BN + jl] = bb >= 0 && j0 + jl < khi;
+        }
         int boxes[BN / 16];
 #pragma unroll
         for (int i = 0; i < BN / 16; i++) boxes[i] = __shfl_sync(0xffffffffu, blk, i);
-        if (tid == 0) {
-          /* a key is present when its box's block is and it is below khi (an absent box's
-           * coordinates are out of bounds: TMA fills zeros and still counts the bytes); the
-           * thread that arrives writes the flags (4 per word: a box holds >= 16 keys), so its
-           * arrival publishes them */
-          uint32_t *okw = (uint32_t *)(sOk + st * BN);
-#pragma unroll
-          for (int i = 0; i < BN / 16; i++) {
-            if (i >= nbox) break;
-            for (int w = 0; w < rows / 4; w++) {
-              const int jl = i * rows + 4 * w;
-              uint32_t v = 0;
-              if (boxes[i] >= 0)
-#pragma unroll
-                for (int e = 0; e < 4; e++) v |= (uint32_t)(j0 + jl + e < khi) << (8 * e);
-              okw[jl / 4] = v;
-            }
-          }
+        if (tid != 0) {
+          mbar_arrive(full);
+        } else {
           mbar_expect_tx(full, 2 * KV);
           const uint32_t dk = smem_addr(sKV + (size_t)(2 * st) * KV), dv = dk + KV;
           const int row0 = j0 % bs;
@@ -724,6 +719,13 @@ extern "C" CUDA_SUPPORTS(cuda_paged_sm90_supports) {
   if (!cuda_paged_mma_supports(k, args, why)) return false;
   if (a->op != KITE_OP_PAGED_PREFILL) {
     *why = "paged_prefill only";
+    return false;
+  }
+  /* head_dim 256 through cp.async (block sizes TMA cannot box): the race check reports its
+   * key-offset traffic, so it stays on cuda.mma until that is settled */
+  const int64_t bs = a->block_size, bn = Smem<256>::BN;
+  if (a->head_dim == 256 && (bs % 16 != 0 || (bn % bs != 0 && bs % bn != 0))) {
+    *why = "head_dim 256 needs a block_size that is a multiple of 16 dividing 64 or divided by it";
     return false;
   }
   const int64_t group = a->hkv > 0 ? a->hq / a->hkv : 0;
