@@ -549,14 +549,16 @@ static kite_status run(kite_ctx *ctx, wgemm *g) {
   g->split_n = plan.split_n;
   g->span = plan.span;
 
-  /* workspace: [c (m x n x 4) when y is not f32 or is int8] [colsum (n x 4) for int8] [panels] */
+  /* workspace: [c (m x n x 4) when y is not f32 or is int8] [colsum (n x 4) for int8] [panels];
+   * the int8 GEMV (few rows) needs c alone */
   const bool own_c = g->kind == WK_I8 || g->yt != KITE_DTYPE_F32;
   const size_t cbytes = own_c ? ((size_t)(g->m * g->n) * 4 + WALIGN - 1) / WALIGN * WALIGN : 0;
   const bool shifted = g->kind == WK_I8 && !g->amx; /* VPDPBUSD: x + 128, colsum to take off */
-  const size_t sbytes = shifted ? ((size_t)g->n * 4 + WALIGN - 1) / WALIGN * WALIGN : 0;
+  const bool gemv = shifted && g->m <= CPU_GEMV_MAX_M;
+  const size_t sbytes = shifted && !gemv ? ((size_t)g->n * 4 + WALIGN - 1) / WALIGN * WALIGN : 0;
+  const size_t pbytes = gemv ? 0 : (size_t)plan.parts * (AP_BYTES + BP_BYTES);
   void *ws = NULL;
-  kite_status s = kite_ctx_workspace(
-      ctx, cbytes + sbytes + (size_t)plan.parts * (AP_BYTES + BP_BYTES) + WALIGN, &ws);
+  kite_status s = kite_ctx_workspace(ctx, cbytes + sbytes + pbytes + WALIGN, &ws);
   if (s != KITE_OK) return s;
   char *p = (char *)(((uintptr_t)ws + WALIGN - 1) & ~(uintptr_t)(WALIGN - 1));
   if (own_c) {
@@ -566,7 +568,7 @@ static kite_status run(kite_ctx *ctx, wgemm *g) {
     g->c = g->y;
     g->ldc = g->ldy;
   }
-  if (shifted && g->m <= CPU_GEMV_MAX_M) {
+  if (gemv) {
     g->colsum = NULL; /* taken off by the GEMV itself */
     cpu_parallel_run(cpu_parallel_parts(ctx, g->n, g->n * g->k * g->m), g->n, gemv_i8_task, g);
     return KITE_OK;

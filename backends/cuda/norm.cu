@@ -45,10 +45,11 @@ __device__ __forceinline__ float reread(const kite_norm_args &a, int64_t r, int6
   return s;
 }
 
-/* Thread 0's v, to every thread of the block (thread 0 holds column 0 of the row). */
+/* Thread 0's v, to every thread of the block (thread 0 holds column 0 of the row). Callers reach
+ * a block barrier (block_sum) between two calls, so the last row's readers are done with `first`
+ * before thread 0 writes it again. */
 __device__ __forceinline__ float row_first(float v) {
   __shared__ float first;
-  __syncthreads(); /* the last row's readers are done with it */
   if (threadIdx.x == 0) first = v;
   __syncthreads();
   return first;

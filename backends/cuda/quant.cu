@@ -113,6 +113,22 @@ bool types_ok(kite_dtype t, kite_dtype q, const char **why) {
   return true;
 }
 
+/* The thread-per-output kernel: e4m3, and int8 where cuBLASLt takes no call. */
+kite_status linear_quant_generic(const kite_linear_quant_args *a, cudaStream_t s,
+                                 const char *variant) {
+  const bool fp8 = a->qdtype == KITE_DTYPE_FP8_E4M3;
+  const kite_status st = with_float_type(a->dtype, "linear_quant", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const dim3 grid((unsigned)((a->n + 127) / 128), (unsigned)(a->m < 65535 ? a->m : 65535));
+    if (fp8)
+      linear_quant_kernel<T, true><<<grid, 128, 0, s>>>(*a);
+    else
+      linear_quant_kernel<T, false><<<grid, 128, 0, s>>>(*a);
+    return KITE_OK;
+  });
+  return st != KITE_OK ? st : cuda_check_launch("linear_quant", variant);
+}
+
 } // namespace
 
 extern "C" CUDA_SUPPORTS(cuda_quant_supports) {
@@ -162,11 +178,6 @@ extern "C" CUDA_RUN(cuda_quant_run) {
     return KITE_OK;
   });
   return st != KITE_OK ? st : cuda_check_launch(op, "generic");
-}
-
-namespace {
-kite_status linear_quant_generic(const kite_linear_quant_args *a, cudaStream_t s,
-                                 const char *variant);
 }
 
 extern "C" CUDA_SUPPORTS(cuda_linear_quant_lt_supports) {
@@ -222,21 +233,3 @@ extern "C" CUDA_RUN(cuda_linear_quant_run) {
   if (st != KITE_OK) return st;
   return linear_quant_generic(a, (cudaStream_t)stream, "generic");
 }
-
-namespace {
-kite_status linear_quant_generic(const kite_linear_quant_args *a, cudaStream_t s,
-                                 const char *variant) {
-  kite_status st;
-  const bool fp8 = a->qdtype == KITE_DTYPE_FP8_E4M3;
-  st = with_float_type(a->dtype, "linear_quant", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const dim3 grid((unsigned)((a->n + 127) / 128), (unsigned)(a->m < 65535 ? a->m : 65535));
-    if (fp8)
-      linear_quant_kernel<T, true><<<grid, 128, 0, s>>>(*a);
-    else
-      linear_quant_kernel<T, false><<<grid, 128, 0, s>>>(*a);
-    return KITE_OK;
-  });
-  return st != KITE_OK ? st : cuda_check_launch("linear_quant", variant);
-}
-} // namespace

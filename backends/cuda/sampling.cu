@@ -75,15 +75,15 @@ __global__ __launch_bounds__(kThreads) void sample_kernel(kite_sample_args a) {
       uint32_t prefix = 0;
       int64_t above = 0;
       for (int level = 0; level < 3 && !gathered; level++) {
-        const int shift = level == 0 ? 21 : level == 1 ? 10 : 0;
-        const uint32_t mask = level == 2 ? 0x3ffu : 0x7ffu;
+        const int shift = level_shift(level);
+        const uint32_t mask = level_mask(level);
         if (level > 0) {
           __syncthreads();
           for (int b = tid; b < kBuckets; b += nt) hc[b] = 0;
           __syncthreads();
           for (int64_t i = tid; i < V; i += nt) {
             const uint32_t k = order_key(logit(x, i));
-            if (k >> (shift + (level == 1 ? 11 : 10)) == prefix)
+            if (k >> (shift + level_above(level)) == prefix)
               atomicAdd(&hc[(k >> shift) & mask], 1u);
           }
         }
@@ -97,7 +97,7 @@ __global__ __launch_bounds__(kThreads) void sample_kernel(kite_sample_args a) {
           st.gathered = ab + hc[b] <= kCap;
         }
         __syncthreads();
-        prefix = level == 0 ? st.bucket[0] : (prefix << (level == 1 ? 11 : 10)) | st.bucket[level];
+        prefix = level == 0 ? st.bucket[0] : (prefix << level_above(level)) | st.bucket[level];
         above = st.above;
         const uint32_t lo_key = prefix << shift; /* smallest key of the selected bucket */
         if (st.gathered || level == 2) {
@@ -159,8 +159,8 @@ __global__ __launch_bounds__(kThreads) void sample_kernel(kite_sample_args a) {
         uint32_t prefix = 0;
         double above_m = 0.0, target = 0.0;
         for (int level = 0; level < 3; level++) {
-          const int shift = level == 0 ? 21 : level == 1 ? 10 : 0;
-          const uint32_t mask = level == 2 ? 0x3ffu : 0x7ffu;
+          const int shift = level_shift(level);
+          const uint32_t mask = level_mask(level);
           __syncthreads();
           for (int b = tid; b < kBuckets; b += nt) hm[b] = 0.0f;
           __syncthreads();
@@ -169,7 +169,7 @@ __global__ __launch_bounds__(kThreads) void sample_kernel(kite_sample_args a) {
             const float v = logit(x, i);
             if (!(v >= lo_k)) continue;
             const uint32_t k = order_key(v);
-            if (level > 0 && k >> (shift + (level == 1 ? 11 : 10)) != prefix) continue;
+            if (level > 0 && k >> (shift + level_above(level)) != prefix) continue;
             const float w = expf((v - m) / t);
             zsum += w;
             atomicAdd(&hm[(k >> shift) & mask], w);
@@ -187,8 +187,7 @@ __global__ __launch_bounds__(kThreads) void sample_kernel(kite_sample_args a) {
             st.mass_above = ab;
           }
           __syncthreads();
-          prefix =
-              level == 0 ? st.bucket[0] : (prefix << (level == 1 ? 11 : 10)) | st.bucket[level];
+          prefix = level == 0 ? st.bucket[0] : (prefix << level_above(level)) | st.bucket[level];
           above_m = st.mass_above;
         }
         lo = fmaxf(lo_k, key_value(prefix));

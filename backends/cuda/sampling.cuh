@@ -23,6 +23,17 @@ __device__ __forceinline__ float key_value(uint32_t k) {
   return __uint_as_float(k & 0x80000000u ? k & 0x7fffffffu : ~k);
 }
 
+/* The radix select's levels over a key: 11, 11 and 10 bits from the top. */
+__device__ __forceinline__ int level_shift(int level) {
+  return level == 0 ? 21 : level == 1 ? 10 : 0;
+}
+__device__ __forceinline__ uint32_t level_mask(int level) {
+  return level == 2 ? 0x3ffu : 0x7ffu;
+}
+__device__ __forceinline__ int level_above(int level) { /* bits of the prefix below the shift */
+  return level == 1 ? 11 : 10;
+}
+
 template <typename T> __device__ __forceinline__ float logit(const T *x, int64_t i) {
   const float v = to_float(x[i]);
   return v != v ? -INFINITY : v;

@@ -219,17 +219,6 @@ __device__ void load_slice(const T *x, int64_t begin, int len, float *sl, uint32
   }
 }
 
-/* Radix levels of 11 / 11 / 10 key bits, as in sampling.cu. */
-__device__ __forceinline__ int level_shift(int level) {
-  return level == 0 ? 21 : level == 1 ? 10 : 0;
-}
-__device__ __forceinline__ uint32_t level_mask(int level) {
-  return level == 2 ? 0x3ffu : 0x7ffu;
-}
-__device__ __forceinline__ int level_above(int level) { /* bits of the prefix below the shift */
-  return level == 1 ? 11 : 10;
-}
-
 /* Radix select of the k-th largest logit over the cluster, as sampling.cu's: level 0 counts the
  * top 11 key bits (already in hist[0]), levels 1 and 2 the next 11 and 10 within the selected
  * bucket. Once the logits at or above the selected bucket fit in kCap, every block gathers its own
