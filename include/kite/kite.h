@@ -135,55 +135,16 @@ KITE_API kite_status kite_memcpy(kite_ctx *ctx, void *dst, const void *src, size
                                  kite_copy_kind kind);
 
 /* ---------------------------------------------------------------------------------------------
- * Operators. Every op has an id, a name ("rms_norm") and one public function below.
+ * Operators. Every op has an id, a name ("rms_norm") and a public function below; the list is
+ * the op table, kite/ops.def, which also gives each function's arguments (kite_fn_get).
  * ------------------------------------------------------------------------------------------- */
 typedef enum kite_op {
-  KITE_OP_SILU = 0,
-  KITE_OP_GELU,
-  KITE_OP_GELU_TANH,
-  KITE_OP_GELU_QUICK,
-  KITE_OP_RELU,
-  KITE_OP_SILU_AND_MUL,
-  KITE_OP_GELU_AND_MUL,
-  KITE_OP_GELU_TANH_AND_MUL,
-  KITE_OP_RMS_NORM,
-  KITE_OP_LAYER_NORM,
-  KITE_OP_ADD_RMS_NORM,
-  KITE_OP_ADD_LAYER_NORM,
-  KITE_OP_ROPE,
-  KITE_OP_SOFTMAX,
-  KITE_OP_EMBEDDING,
-  KITE_OP_STORE_KV,
-  KITE_OP_PAGED_DECODE,
-  KITE_OP_PAGED_PREFILL,
-  KITE_OP_SDPA,
-  KITE_OP_LINEAR,
-  KITE_OP_GROUP_GEMM,
-  KITE_OP_TOPK_GATING,
-  KITE_OP_FUSED_MOE,
-  KITE_OP_QUANT,
-  KITE_OP_DEQUANT,
-  KITE_OP_LINEAR_QUANT,
-  KITE_OP_ACTIVATION_BACKWARD,
-  KITE_OP_GATED_BACKWARD,
-  KITE_OP_RMS_NORM_BACKWARD,
-  KITE_OP_LAYER_NORM_BACKWARD,
-  KITE_OP_ROPE_BACKWARD,
-  KITE_OP_SOFTMAX_BACKWARD,
-  KITE_OP_EMBEDDING_BACKWARD,
-  KITE_OP_CROSS_ENTROPY,
-  KITE_OP_CROSS_ENTROPY_BACKWARD,
-  KITE_OP_FUSED_LINEAR_CROSS_ENTROPY,
-  KITE_OP_ARGMAX,
-  KITE_OP_SAMPLE,
-  KITE_OP_APPLY_PENALTIES,
-  KITE_OP_LOGPROBS,
-  KITE_OP_LINEAR_WQ4,
-  KITE_OP_ALL_REDUCE,
-  KITE_OP_ALL_GATHER,
-  KITE_OP_REDUCE_SCATTER,
-  KITE_OP_ALL_REDUCE_ADD_RMS_NORM,
-  KITE_OP_COUNT /* new ops are appended before this */
+#define KITE_OP(ID, ...) KITE_OP_##ID,
+#define KITE_FN(...)
+#include "kite/ops.def"
+#undef KITE_OP
+#undef KITE_FN
+  KITE_OP_COUNT /* new ops are appended to ops.def */
 } kite_op;
 
 /* "rms_norm" for KITE_OP_RMS_NORM; NULL for an id out of range. */
@@ -656,7 +617,7 @@ KITE_API kite_status kite_apply_penalties(kite_ctx *ctx, DLTensor *logits,
 /* Log-softmax values of logits[B, V] for clients: token_logprobs[B] f32 = log softmax of row b
  * at tokens[b] (int32 [B]; both NULL or both given; a token outside [0, V) gives NaN), and the
  * n largest (0 <= n <= 20, n <= V): top_ids[B, n] int32 in descending logit order (the lower id
- * first on ties) with top_logprobs[B, n] f32 (both NULL when n = 0). NaN logits count as -inf. */
+ * first on ties) with top_logprobs[B, n] f32 (when n = 0 both NULL, or both [B, 0]: nothing). NaN logits count as -inf. */
 KITE_API kite_status kite_logprobs(kite_ctx *ctx, const DLTensor *logits, const DLTensor *tokens,
                                    int64_t n, DLTensor *token_logprobs, DLTensor *top_ids,
                                    DLTensor *top_logprobs);
@@ -782,6 +743,60 @@ KITE_API kite_status kite_reduce_scatter(kite_ctx *ctx, kite_comm *comm, const D
 KITE_API kite_status kite_all_reduce_add_rms_norm(kite_ctx *ctx, kite_comm *comm, const DLTensor *x,
                                                   DLTensor *residual, const DLTensor *w, float eps,
                                                   float offset, kite_norm_pos pos, DLTensor *y);
+
+/* ---------------------------------------------------------------------------------------------
+ * The op table, boxed: every public op function with its arguments, and a call by index. For
+ * bindings generated at run time (a language's FFI, the Python extension), fuzzers and tests:
+ * one table (kite/ops.def) instead of a switch over the ops in each of them.
+ * ------------------------------------------------------------------------------------------- */
+typedef enum kite_arg_kind {
+  KITE_ARG_IN = 0, /* const DLTensor *, required */
+  KITE_ARG_IN_OPT, /* const DLTensor * or NULL */
+  KITE_ARG_OUT,    /* DLTensor * the op writes (and may read first, when it works in place) */
+  KITE_ARG_OUT_OPT,
+  KITE_ARG_FLOAT,  /* float, passed as kite_value.f (rounded to float) */
+  KITE_ARG_INT,    /* a C int, int32 or enum, passed as kite_value.i: outside int32 is an error */
+  KITE_ARG_INT64,  /* kite_value.i */
+  KITE_ARG_UINT64, /* kite_value.u */
+  KITE_ARG_COMM,   /* kite_value.comm */
+} kite_arg_kind;
+
+typedef struct kite_arg_info {
+  kite_arg_kind kind;
+  const char *name; /* the argument's name in kite.h ("eps") */
+  /* tensors: "<dtype>:<dims>" of a small valid call; scalars: a value valid in that call.
+   * The notation is described at the top of kite/ops.def. */
+  const char *spec;
+} kite_arg_info;
+
+typedef struct kite_fn_info {
+  const char *name;   /* "add_rms_norm": the function is kite_<name> */
+  kite_op op;         /* the op it dispatches */
+  const char *family; /* "norm" */
+  size_t nargs;       /* the arguments after the ctx, in table order */
+  const kite_arg_info *args;
+} kite_fn_info;
+
+/* One boxed argument; which member is read is the argument's kind. */
+typedef union kite_value {
+  DLTensor *t; /* tensors (NULL: absent) */
+  double f;
+  int64_t i;
+  uint64_t u;
+  kite_comm *comm;
+} kite_value;
+
+/* Number of public op functions (at least KITE_OP_COUNT). */
+KITE_API size_t kite_fn_count(void);
+/* Function i < kite_fn_count() (static storage), NULL past the end. Function op (for an op id)
+ * is the op's own function kite_<op name>. */
+KITE_API const kite_fn_info *kite_fn_get(size_t i);
+/* The index of the function of that name, or -1. */
+KITE_API int kite_fn_find(const char *name);
+/* Calls function fn with args[nargs] in the table's order; exactly what calling kite_<name>
+ * directly does, with the same errors. Errors besides the op's own: INVALID_ARG for fn out of
+ * range, nargs not the function's, an INT argument outside int32 (naming the op and argument). */
+KITE_API kite_status kite_fn_call(kite_ctx *ctx, size_t fn, const kite_value *args, size_t nargs);
 
 /* ---------------------------------------------------------------------------------------------
  * Kernel selection.

@@ -9,14 +9,14 @@ import re
 from dataclasses import dataclass, field
 
 from . import _C
-from ._table import OPS
+from ._table import OPS, REQUIRED
 
 
 @dataclass
 class Spec:
     name: str
     index: int
-    args: list  # [(kind, name)] in C order; kinds as in ops_table.h
+    args: list  # [(kind, name)] in the op table's order; kinds as kite._C.ops() gives them
     defaults: dict
     out: dict  # result name -> allocation expression
     extra: dict = field(default_factory=dict)  # name -> (schema type, default)
@@ -43,22 +43,27 @@ class Spec:
         return self.defaults[params[i][1]]
 
 
-_REQUIRED = object()
+_REQUIRED = REQUIRED  # a parameter without default (also in _table.py's extra)
 
 
 def specs():
     out = []
-    for index, (name, args) in enumerate(_C.ops()):
+    for index, (name, args, _op) in enumerate(_C.ops()):
         row = OPS.get(name)
         if row is None:
             raise ImportError(f"kite: op {name} of kite._C has no row in kite/_table.py")
-        s = Spec(name, index, list(args), dict(row.get("defaults", {})), dict(row.get("out", {})),
+        required = set(row.get("required", ()))
+        args = [(k.upper() if n in required else k, n) for k, n in args]
+        s = Spec(name, index, args, dict(row.get("defaults", {})), dict(row.get("out", {})),
                  dict(row.get("extra", {})))
         names = {n for _, n in s.args}
         for n in list(s.defaults) + list(s.out):
             if n not in names:
                 raise ImportError(f"kite: _table.py row {name} names {n}, not an argument")
         out.append(s)
+    stale = set(OPS) - {s.name for s in out}
+    if stale:
+        raise ImportError(f"kite: _table.py has rows for ops kite._C does not bind: {sorted(stale)}")
     return out
 
 
@@ -68,7 +73,7 @@ def _signature(spec, params, with_extra=True):
         d = spec.param_default(i, params)
         parts.append(n if d is _REQUIRED else f"{n}={d!r}")
     if with_extra:
-        parts += [f"{n}={d!r}" for n, (_, d) in spec.extra.items()]
+        parts += [n if d is _REQUIRED else f"{n}={d!r}" for n, (_, d) in spec.extra.items()]
     return parts
 
 
@@ -136,7 +141,7 @@ def kernel_layout(spec):
     for i in range(len(spec.params)):
         d = spec.param_default(i, spec.params)
         defaults.append(None if d is _REQUIRED else d)
-    defaults += [d for _, d in spec.extra.values()]
+    defaults += [None if d is _REQUIRED else d for _, d in spec.extra.values()]
     res = spec.results
     src = tuple(-1 - res.index(n) if n in res else
                 SRC_NONE if n in spec.optional_results else params.index(n)
@@ -156,7 +161,7 @@ def out_layout(spec):
     return (None,) * len(spec.args), tuple(range(len(spec.args)))
 
 
-_SCHEMA_TYPE = {"T": "Tensor", "t": "Tensor?", "f": "float", "i": "int"}
+_SCHEMA_TYPE = {"T": "Tensor", "t": "Tensor?", "f": "float", "i": "int", "u": "int"}
 
 
 def _schema_default(v):
@@ -181,7 +186,7 @@ def schema_functional(spec):
         d = spec.param_default(i, params)
         parts.append(f"{t} {n}" + ("" if d is _REQUIRED else f"={_schema_default(d)}"))
     for n, (t, d) in spec.extra.items():
-        parts.append(f"{t} {n}={_schema_default(d)}")
+        parts.append(f"{t} {n}" + ("" if d is _REQUIRED else f"={_schema_default(d)}"))
     res = spec.results
     ret = "()" if not res else ("Tensor" if len(res) == 1 else "(" + ", ".join(["Tensor"] * len(res)) + ")")
     return f"{spec.name}({', '.join(parts)}) -> {ret}"

@@ -1,8 +1,8 @@
 """The Python side of the op table: defaults, outputs and extra arguments of every op.
 
-The C side (python/src/ops_table.h) gives each op's arguments in order, with their kinds
-(input / written tensor, optional or not, float, int) and names; this table adds what Python
-needs on top:
+kite's op table (include/kite/ops.def, read through kite._C.ops()) gives each op function's
+arguments in order, with their kinds (input / written tensor, optional or not, float, integer)
+and names; this table adds what Python needs on top:
 
 - ``defaults``: argument name -> default value. An argument gets its default only when every
   argument after it has one too (otherwise it stays required; pass None for an optional tensor).
@@ -12,10 +12,14 @@ needs on top:
   tensors not listed here are updated in place (rope's q and k, add_*_norm's residual, the
   KV caches). An optional written tensor listed here (lse) is computed only when asked for.
 - ``extra``: Python-only arguments used by the ``out`` expressions (the dtype of a new tensor),
-  name -> (torch schema type, default).
+  name -> (torch schema type, default); REQUIRED as the default makes it a required argument.
+- ``required``: arguments that kite takes as optional (NULL) and Python always passes.
 
-Adding an op: a row in ops_table.h (the C call) and a row here.
+Adding an op: its row in include/kite/ops.def and a row here; kite.ops fails to import while an
+op function of kite._C has no row here (kite._C.unbound() lists the functions not bound).
 """
+
+REQUIRED = object()
 
 ATTN = dict(scale=0.0, softcap=0.0, window_left=-1, gqa=0, causal=1)
 # kite_ce_opts_default(); reduction 0 none, 1 sum, 2 mean
@@ -66,20 +70,32 @@ OPS = {
     # w and b are always computed (they do not depend on w or b)
     "activation_backward": dict(out=dict(dx="like(x)")),
     "gated_backward": dict(defaults=dict(limit=0.0), out=dict(dx="like(x)")),
-    "rms_norm_backward": dict(defaults=dict(eps=1e-6, offset=0.0),
+    "rms_norm_backward": dict(required=('dw',),
+                              defaults=dict(eps=1e-6, offset=0.0),
                               out=dict(dx="like(x)", dw="new(x, (x.shape[-1],))")),
-    "layer_norm_backward": dict(defaults=dict(eps=1e-5),
+    "layer_norm_backward": dict(required=('dw', 'db'),
+                                defaults=dict(eps=1e-5),
                                 out=dict(dx="like(x)", dw="new(x, (x.shape[-1],))",
                                          db="new(x, (x.shape[-1],))")),
+    "add_rms_norm_backward": dict(required=('dw',),
+                                  defaults=dict(eps=1e-6, offset=0.0),
+                                  out=dict(dx="like(s)", dw="new(s, (s.shape[-1],))")),
+    "add_layer_norm_backward": dict(required=('dw', 'db'),
+                                    defaults=dict(eps=1e-5),
+                                    out=dict(dx="like(s)", dw="new(s, (s.shape[-1],))",
+                                             db="new(s, (s.shape[-1],))")),
     "rope_backward": dict(defaults=dict(style=0)),
     "softmax_backward": dict(defaults=dict(scale=1.0), out=dict(dx="like(y)")),
-    "embedding_backward": dict(out=dict(dtable="new(dy, (num_rows, dy.shape[-1]))")),
-    "cross_entropy": dict(defaults=CE,
+    "embedding_backward": dict(extra=dict(num_rows=("int", REQUIRED)),
+                               out=dict(dtable="new(dy, (num_rows, dy.shape[-1]))")),
+    "cross_entropy": dict(required=('lse',),
+                          defaults=CE,
                           out=dict(loss="new(logits, (logits.shape[0] if reduction == 0 else 1,),"
                                         " 'float32')",
                                    lse="new(logits, (logits.shape[0],), 'float32')")),
     "cross_entropy_backward": dict(defaults=CE, out=dict(dlogits="like(logits)")),
-    "fused_linear_cross_entropy": dict(
+    "fused_linear_cross_entropy": dict(required=('dh', 'dw', 'db'),
+                                       
         defaults=dict(CE, chunk_bytes=0),
         out=dict(loss="new(h, (h.shape[0] if reduction == 0 else 1,), 'float32')",
                  dh="like(h)", dw="like(w)", db="new(h, (w.shape[0],))")),
@@ -91,6 +107,7 @@ OPS = {
     "apply_penalties": dict(defaults=dict(prompt_ids=None, output_ids=None, repetition=None,
                                           presence=None, frequency=None)),
     "logprobs": dict(defaults=dict(n=0),
+                     required=("tokens", "token_logprobs", "top_ids", "top_logprobs"),
                      out=dict(token_logprobs="new(logits, (logits.shape[0],), 'float32')",
                               top_ids="new(logits, (logits.shape[0], n), 'int32')",
                               top_logprobs="new(logits, (logits.shape[0], n), 'float32')")),

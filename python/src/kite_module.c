@@ -2,14 +2,14 @@
  * kite._C: the CPython extension over kite's public C API.
  *
  * One entry point runs every op: call(op_index, stream, *args), with the op's arguments in the
- * order of its row in ops_table.h. Tensors come as torch tensors (read through torch's DLPack C
- * exchange API where it has one, else through their attributes: no DLPack capsule per call) or
- * as any DLPack producer (__dlpack__: numpy, cupy, jax). torch_kernel makes the kernels that
- * torch.ops.kite registers with the torch dispatcher. A kite_ctx per (device, stream) is created on
- * first use and kept, per thread (a ctx is used by one thread at a time; a thread's ctxs live until
- * the process ends); a device ctx reserves its workspace when made. The GIL is released around the
- * op.
- * Every kite_status other than KITE_OK raises the matching kite exception with kite's message.
+ * order of kite's op table (include/kite/ops.def, read through kite_fn_get). Tensors come as torch
+ * tensors (read through torch's DLPack C exchange API where it has one, else through their
+ * attributes: no DLPack capsule per call) or as any DLPack producer (__dlpack__: numpy, cupy, jax).
+ * torch_kernel makes the kernels that torch.ops.kite registers with the torch dispatcher. A
+ * kite_ctx per (device, stream) is created on first use and kept, per thread (a ctx is used by one
+ * thread at a time; a thread's ctxs live until the process ends); a device ctx reserves its
+ * workspace when made. The GIL is released around the op. Every kite_status other than KITE_OK
+ * raises the matching kite exception with kite's message.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -54,85 +54,43 @@ static PyObject *raise_invalid(const char *fmt, ...) {
 }
 
 /* ---- the op table -------------------------------------------------------------------------- */
-typedef struct slot {
-  DLTensor *t; /* NULL for None */
-  double f;
-  int64_t i;
-} slot;
-
-#define T(n) (a[n].t)
-#define F(n) ((float)a[n].f)
-#define I(n) (a[n].i)
-#define OPTS(n)                                                                                    \
-  (&(kite_attn_opts){.scale = (float)a[n].f,                                                       \
-                     .softcap = (float)a[(n) + 1].f,                                               \
-                     .window_left = (int32_t)a[(n) + 2].i,                                         \
-                     .gqa = (kite_gqa_layout)a[(n) + 3].i,                                         \
-                     .causal = (int32_t)a[(n) + 4].i})
-#define CE_OPTS(n)                                                                                 \
-  ((kite_ce_opts){.ignore_index = (int32_t)a[n].i,                                                 \
-                  .label_smoothing = (float)a[(n) + 1].f,                                          \
-                  .z_loss = (float)a[(n) + 2].f,                                                   \
-                  .softcap = (float)a[(n) + 3].f,                                                  \
-                  .reduction = (kite_reduction)a[(n) + 4].i})
-#define CE(n) (&CE_OPTS(n))
-#define FLCE(n) (&(kite_flce_opts){.ce = CE_OPTS(n), .chunk_bytes = (size_t)a[(n) + 5].i})
-#define SAMPLING(n)                                                                                \
-  (&(kite_sampling_params){.temperature = a[n].t,                                                  \
-                           .top_k = a[(n) + 1].t,                                                  \
-                           .top_p = a[(n) + 2].t,                                                  \
-                           .min_p = a[(n) + 3].t,                                                  \
-                           .seeds = a[(n) + 4].t,                                                  \
-                           .steps = a[(n) + 5].t,                                                  \
-                           .seed = (uint64_t)a[(n) + 6].i,                                         \
-                           .step = (uint64_t)a[(n) + 7].i})
-
-#define KITE_PY_OP(name, args, call)                                                               \
-  static kite_status call_##name(kite_ctx *c, const slot *a) {                                     \
-    return call;                                                                                   \
-  }
-#include "ops_table.h"
-#undef KITE_PY_OP
-
+/* kite's op table (kite_fn_get), as this module binds it: every op function whose arguments are
+ * tensors and numbers (the collectives, which take a kite_comm, are listed by unbound()). The
+ * kinds are one letter each: T input tensor, t optional input, W written tensor, w optional
+ * written, f float, i integer (int64; kite checks the range of a C int), u unsigned 64-bit. */
 typedef struct op_desc {
   const char *name;
-  const char *args; /* "T:x t:w f:eps ..." */
-  kite_status (*call)(kite_ctx *, const slot *);
+  size_t fn; /* kite_fn_call's index */
   int nargs;
   char kinds[MAX_ARGS];
-  char names[MAX_ARGS][24];
+  const char *names[MAX_ARGS];
 } op_desc;
 
-static op_desc g_ops[] = {
-#define KITE_PY_OP(name, args, call) {#name, args, call_##name, 0, {0}, {{0}}},
-#include "ops_table.h"
-#undef KITE_PY_OP
-};
-#define NUM_OPS ((int)(sizeof g_ops / sizeof g_ops[0]))
+static op_desc g_ops[64];
+static int NUM_OPS;
 
-/* Parses each row's argument string once, at import. */
+/* Builds g_ops from kite's table once, at import. */
 static int parse_table(void) {
-  for (int k = 0; k < NUM_OPS; k++) {
-    op_desc *d = &g_ops[k];
-    const char *p = d->args;
-    while (*p) {
-      while (*p == ' ') p++;
-      if (!*p) break;
-      if (d->nargs == MAX_ARGS || p[1] != ':' || !strchr("TtWwfi", p[0])) {
-        PyErr_Format(PyExc_SystemError, "kite._C: bad op table row %s: \"%s\"", d->name, d->args);
-        return -1;
-      }
-      d->kinds[d->nargs] = p[0];
-      p += 2;
-      size_t n = strcspn(p, " ");
-      if (n == 0 || n >= sizeof d->names[0]) {
-        PyErr_Format(PyExc_SystemError, "kite._C: bad op table row %s", d->name);
-        return -1;
-      }
-      memcpy(d->names[d->nargs], p, n);
-      d->names[d->nargs][n] = '\0';
-      d->nargs++;
-      p += n;
+  static const char letter[] = {
+      [KITE_ARG_IN] = 'T',      [KITE_ARG_IN_OPT] = 't', [KITE_ARG_OUT] = 'W',
+      [KITE_ARG_OUT_OPT] = 'w', [KITE_ARG_FLOAT] = 'f',  [KITE_ARG_INT] = 'i',
+      [KITE_ARG_INT64] = 'i',   [KITE_ARG_UINT64] = 'u', [KITE_ARG_COMM] = 0};
+  for (size_t i = 0; i < kite_fn_count(); i++) {
+    const kite_fn_info *f = kite_fn_get(i);
+    int bindable = f->nargs <= MAX_ARGS;
+    for (size_t n = 0; n < f->nargs && bindable; n++) bindable = letter[f->args[n].kind] != 0;
+    if (!bindable) continue;
+    if (NUM_OPS == (int)(sizeof g_ops / sizeof g_ops[0])) {
+      PyErr_SetString(PyExc_SystemError, "kite._C: more op functions than the binding holds");
+      return -1;
+    }
+    op_desc *d = &g_ops[NUM_OPS++];
+    d->name = f->name;
+    d->fn = i;
+    d->nargs = (int)f->nargs;
+    for (size_t n = 0; n < f->nargs; n++) {
+      d->kinds[n] = letter[f->args[n].kind];
+      d->names[n] = f->args[n].name;
     }
   }
   return 0;
@@ -477,13 +435,13 @@ static PyObject *run_op(const op_desc *d, PyObject *const *args, void *stream,
                         int from_torch_stream) {
   frame f;
   f.nkeep = 0;
-  slot a[MAX_ARGS];
+  kite_value a[MAX_ARGS];
   DLDevice dev = {kDLCPU, 0};
   int have_dev = 0;
   for (int n = 0; n < d->nargs; n++) {
     PyObject *o = args[n];
     char kind = d->kinds[n];
-    a[n] = (slot){NULL, 0.0, 0};
+    a[n] = (kite_value){.t = NULL};
     if (kind == 'f') {
       double v = PyFloat_AsDouble(o);
       if (v == -1.0 && PyErr_Occurred()) {
@@ -494,14 +452,24 @@ static PyObject *run_op(const op_desc *d, PyObject *const *args, void *stream,
       a[n].f = v;
       continue;
     }
-    if (kind == 'i') {
-      long long v = PyLong_AsLongLong(o);
-      if (v == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
+    if (kind == 'i' || kind == 'u') {
+      if (!PyIndex_Check(o)) {
         raise_invalid("%s: %s: expected an integer, got %s", d->name, d->names[n], type_name(o));
         goto fail;
       }
-      a[n].i = v;
+      PyObject *iv = PyNumber_Index(o);
+      if (!iv) goto fail;
+      if (kind == 'i')
+        a[n].i = PyLong_AsLongLong(iv);
+      else
+        a[n].u = PyLong_AsUnsignedLongLong(iv);
+      Py_DECREF(iv);
+      if (PyErr_Occurred()) {
+        PyErr_Clear();
+        raise_invalid("%s: %s: out of the range of %s", d->name, d->names[n],
+                      kind == 'i' ? "int64" : "uint64");
+        goto fail;
+      }
       continue;
     }
     if (o == Py_None) {
@@ -537,7 +505,7 @@ static PyObject *run_op(const op_desc *d, PyObject *const *args, void *stream,
     frame_release(&f);
     return PyErr_Occurred() ? NULL : raise_status(st);
   }
-  Py_BEGIN_ALLOW_THREADS st = d->call(c, a);
+  Py_BEGIN_ALLOW_THREADS st = kite_fn_call(c, d->fn, a, (size_t)d->nargs);
   Py_END_ALLOW_THREADS frame_release(&f);
   if (st != KITE_OK) return raise_status(st);
   Py_RETURN_NONE;
@@ -798,12 +766,34 @@ static PyObject *py_ops(PyObject *self, PyObject *unused) {
     if (!args) goto fail;
     for (int n = 0; n < d->nargs; n++)
       PyList_SET_ITEM(args, n, Py_BuildValue("(s#s)", &d->kinds[n], (Py_ssize_t)1, d->names[n]));
-    PyList_SET_ITEM(list, k, Py_BuildValue("(sN)", d->name, args));
+    PyList_SET_ITEM(list, k,
+                    Py_BuildValue("(sNs)", d->name, args, kite_op_name(kite_fn_get(d->fn)->op)));
   }
   return list;
 fail:
   Py_DECREF(list);
   return NULL;
+}
+
+/* The op functions of the library this module does not bind (their arguments are not tensors
+ * and numbers: the collectives' kite_comm). */
+static PyObject *py_unbound(PyObject *self, PyObject *unused) {
+  PyObject *list = PyList_New(0);
+  if (!list) return NULL;
+  for (size_t i = 0, k = 0; i < kite_fn_count(); i++) {
+    if (k < (size_t)NUM_OPS && g_ops[k].fn == i) {
+      k++;
+      continue;
+    }
+    PyObject *name = PyUnicode_FromString(kite_fn_get(i)->name);
+    int bad = !name || PyList_Append(list, name);
+    Py_XDECREF(name);
+    if (bad) {
+      Py_DECREF(list);
+      return NULL;
+    }
+  }
+  return list;
 }
 
 /* Appends a new reference (NULL: a failed constructor) to list, giving it up; on failure drops
@@ -940,8 +930,10 @@ static PyMethodDef methods[] = {
     {"torch_kernel", py_torch_kernel, METH_VARARGS,
      "torch_kernel(op_index, defaults, src, like, alloc, autograd, fast_keysets): a torch.library "
      "kernel of one op (see kite/torch/__init__.py)"},
-    {"ops", py_ops, METH_NOARGS, "[(name, [(kind, arg name), ...]), ...] in op-index order"},
+    {"ops", py_ops, METH_NOARGS,
+     "[(name, [(kind, arg name), ...], kernel op name), ...] in op-index order"},
     {"op_names", py_op_names, METH_NOARGS, "every op of the library, bound or not"},
+    {"unbound", py_unbound, METH_NOARGS, "the op functions of the library not bound here"},
     {"kernels", py_kernels, METH_NOARGS, "every registered kernel, as dicts"},
     {"backends", py_backends, METH_NOARGS, "every registered backend, as dicts"},
     {"plugin_failures", py_plugin_failures, METH_NOARGS, "[(path, reason), ...]"},

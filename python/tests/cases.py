@@ -350,6 +350,27 @@ def layer_norm_backward(dt, dev):
                 lambda a: _grad(lambda x, w, b: _ln(x, w, b, a[3]), [a[0], a[1], b], a[2]))
 
 
+def add_rms_norm_backward(dt, dev):
+    s, w = _r(6, 64, dtype=dt, device=dev), _r(64, dtype=dt, device=dev)
+    dy, dres = _r(6, 64, dtype=dt, device=dev), _r(6, 64, dtype=dt, device=dev)
+
+    def ref(a):
+        ds, dw = _grad(lambda s, w: _rms(s, w, a[4], a[5]), [a[0], a[1]], a[2])
+        return [ds + a[3].double().cpu(), dw]
+    return Case([s, w, dy, dres, 1e-6, 1.0], ref)
+
+
+def add_layer_norm_backward(dt, dev):
+    s, w = _r(6, 64, dtype=dt, device=dev), _r(64, dtype=dt, device=dev)
+    dy, dres = _r(6, 64, dtype=dt, device=dev), _r(6, 64, dtype=dt, device=dev)
+    b = torch.zeros(64, dtype=dt, device=dev)
+
+    def ref(a):
+        g = _grad(lambda s, w, b: _ln(s, w, b, a[4]), [a[0], a[1], b], a[2])
+        return [g[0] + a[3].double().cpu()] + g[1:]
+    return Case([s, w, dy, dres, 1e-5], ref)
+
+
 def rope_backward(dt, dev):
     T, D, rot = 5, 64, 48
     dq, dk = _r(T, 4, D, dtype=dt, device=dev), _r(T, 2, D, dtype=dt, device=dev)
@@ -563,6 +584,8 @@ CASES = {
     "gated_backward": gated_backward,
     "rms_norm_backward": rms_norm_backward,
     "layer_norm_backward": layer_norm_backward,
+    "add_rms_norm_backward": add_rms_norm_backward,
+    "add_layer_norm_backward": add_layer_norm_backward,
     "rope_backward": rope_backward,
     "softmax_backward": softmax_backward,
     "embedding_backward": embedding_backward,

@@ -11,51 +11,11 @@ const char *kite_version(void) {
 }
 
 static const char *const g_op_names[KITE_OP_COUNT] = {
-    [KITE_OP_SILU] = "silu",
-    [KITE_OP_GELU] = "gelu",
-    [KITE_OP_GELU_TANH] = "gelu_tanh",
-    [KITE_OP_GELU_QUICK] = "gelu_quick",
-    [KITE_OP_RELU] = "relu",
-    [KITE_OP_SILU_AND_MUL] = "silu_and_mul",
-    [KITE_OP_GELU_AND_MUL] = "gelu_and_mul",
-    [KITE_OP_GELU_TANH_AND_MUL] = "gelu_tanh_and_mul",
-    [KITE_OP_RMS_NORM] = "rms_norm",
-    [KITE_OP_LAYER_NORM] = "layer_norm",
-    [KITE_OP_ADD_RMS_NORM] = "add_rms_norm",
-    [KITE_OP_ADD_LAYER_NORM] = "add_layer_norm",
-    [KITE_OP_ROPE] = "rope",
-    [KITE_OP_SOFTMAX] = "softmax",
-    [KITE_OP_EMBEDDING] = "embedding",
-    [KITE_OP_STORE_KV] = "store_kv",
-    [KITE_OP_PAGED_DECODE] = "paged_decode",
-    [KITE_OP_PAGED_PREFILL] = "paged_prefill",
-    [KITE_OP_SDPA] = "sdpa",
-    [KITE_OP_LINEAR] = "linear",
-    [KITE_OP_GROUP_GEMM] = "group_gemm",
-    [KITE_OP_TOPK_GATING] = "topk_gating",
-    [KITE_OP_FUSED_MOE] = "fused_moe",
-    [KITE_OP_QUANT] = "quant",
-    [KITE_OP_DEQUANT] = "dequant",
-    [KITE_OP_LINEAR_QUANT] = "linear_quant",
-    [KITE_OP_ACTIVATION_BACKWARD] = "activation_backward",
-    [KITE_OP_GATED_BACKWARD] = "gated_backward",
-    [KITE_OP_RMS_NORM_BACKWARD] = "rms_norm_backward",
-    [KITE_OP_LAYER_NORM_BACKWARD] = "layer_norm_backward",
-    [KITE_OP_ROPE_BACKWARD] = "rope_backward",
-    [KITE_OP_SOFTMAX_BACKWARD] = "softmax_backward",
-    [KITE_OP_EMBEDDING_BACKWARD] = "embedding_backward",
-    [KITE_OP_CROSS_ENTROPY] = "cross_entropy",
-    [KITE_OP_CROSS_ENTROPY_BACKWARD] = "cross_entropy_backward",
-    [KITE_OP_FUSED_LINEAR_CROSS_ENTROPY] = "fused_linear_cross_entropy",
-    [KITE_OP_ARGMAX] = "argmax",
-    [KITE_OP_SAMPLE] = "sample",
-    [KITE_OP_APPLY_PENALTIES] = "apply_penalties",
-    [KITE_OP_LOGPROBS] = "logprobs",
-    [KITE_OP_LINEAR_WQ4] = "linear_wq4",
-    [KITE_OP_ALL_REDUCE] = "all_reduce",
-    [KITE_OP_ALL_GATHER] = "all_gather",
-    [KITE_OP_REDUCE_SCATTER] = "reduce_scatter",
-    [KITE_OP_ALL_REDUCE_ADD_RMS_NORM] = "all_reduce_add_rms_norm",
+#define KITE_OP(ID, name, ...) [KITE_OP_##ID] = #name,
+#define KITE_FN(...)
+#include "kite/ops.def"
+#undef KITE_OP
+#undef KITE_FN
 };
 
 const char *kite_op_name(kite_op op) {

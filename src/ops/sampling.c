@@ -164,6 +164,11 @@ kite_status kite_apply_penalties(kite_ctx *ctx, DLTensor *logits, const DLTensor
   return kite_dispatch(ctx, KITE_OP_APPLY_PENALTIES, a.dtype, &a);
 }
 
+/* NULL, or a matrix of no columns (a binding that always passes a tensor gives [B, 0]). */
+static bool no_columns(const DLTensor *t) {
+  return !t || (t->ndim == 2 && t->shape[1] == 0);
+}
+
 kite_status kite_logprobs(kite_ctx *ctx, const DLTensor *logits, const DLTensor *tokens, int64_t n,
                           DLTensor *token_logprobs, DLTensor *top_ids, DLTensor *top_logprobs) {
   kite_clear_error();
@@ -185,9 +190,10 @@ kite_status kite_logprobs(kite_ctx *ctx, const DLTensor *logits, const DLTensor 
   if (n > 0 && (!top_ids || !top_logprobs))
     return kite_set_error(KITE_ERR_INVALID_ARG, "logprobs: %s: NULL with n = %lld",
                           top_ids ? "top_logprobs" : "top_ids", (long long)n);
-  if (n == 0 && (top_ids || top_logprobs))
+  if (n == 0 && (!no_columns(top_ids) || !no_columns(top_logprobs)))
     return kite_set_error(KITE_ERR_INVALID_ARG,
-                          "logprobs: n = 0: top_ids and top_logprobs must be NULL");
+                          "logprobs: n = 0: top_ids and top_logprobs must be NULL or [B, 0]");
+  if (n == 0) top_ids = top_logprobs = NULL;
   if (!tokens && n == 0) return KITE_OK;
   if ((s = kite_vec_check(ctx, op, "tokens", tokens, true, KITE_DTYPE_I32, b, "B", &tt)) !=
           KITE_OK ||
