@@ -78,7 +78,7 @@ if want build; then
   source scripts/dlpack-args.sh
   gen=()
   command -v ninja > /dev/null && gen=(-G Ninja)
-  cmake -S . -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release "${dlpack[@]}" ${KITE_CMAKE_ARGS:-} >> "$OUT/build.log" 2>&1 ||
+  cmake -S . -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DKITE_BUILD_CUDA=ON "${dlpack[@]}" ${KITE_CMAKE_ARGS:-} >> "$OUT/build.log" 2>&1 ||
     { tail -30 "$OUT/build.log"; exit 1; }
   cmake --build "$BUILD" -j "$JOBS" >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
   grep -i "warning" "$OUT/build.log" | head -20

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what kite needs (Debian packages) and builds it in ./build (Release).
-# The CUDA plugin is built too when nvcc is on PATH (it only runs where a GPU is).
+# The CUDA plugin is built too when nvcc is on PATH and a GPU is visible, or with CI=true in the
+# environment (CMake's KITE_BUILD_CUDA=AUTO; it only runs where a GPU is).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
