@@ -8,11 +8,14 @@
  *     required one and an optional one alike), "missing" only when the key is absent;
  *   - the byte-level BPE tokenizer on the file's small vocabulary and merges;
  *   - SentencePiece byte tokens (<0xXX>) parsed within the token's bytes: the last token of an
- *     image that ends right after it, and a 6-byte look-alike that is not a byte token.
+ *     image that ends at an inaccessible page (a read past it faults), and a 6-byte look-alike
+ *     that is not a byte token.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "engine/tiny_model.h"
 #include "gguf.h"
@@ -159,7 +162,13 @@ static void test_byte_tokens(void) {
   tm_put_u32(&b, KR_GGUF_STRING);
   tm_put_u64(&b, 4);
   for (int i = 0; i < 4; i++) tm_put_str(&b, tokens[i]);
-  unsigned char *exact = malloc(b.n); /* no byte past the image: ASan sees any over-read */
+  /* the image ends where an inaccessible page begins: a read past its last byte faults */
+  const size_t page = (size_t)sysconf(_SC_PAGESIZE), span = (b.n + page - 1) / page * page;
+  unsigned char *map =
+      mmap(NULL, span + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(map != MAP_FAILED && mprotect(map + span, page, PROT_NONE) == 0, "guard page");
+  if (map == MAP_FAILED) return;
+  unsigned char *exact = map + span - b.n;
   memcpy(exact, b.p, b.n);
   char err[256] = "";
   kr_gguf g;
@@ -178,7 +187,7 @@ static void test_byte_tokens(void) {
   }
   kr_tok_free(t);
   kr_gguf_close(&g);
-  free(exact);
+  munmap(map, span + page);
   free(b.p);
 }
 
