@@ -195,18 +195,22 @@ static int alloc_buffers(llama_net *n, const kr_net_params *p, char *err, size_t
   free(cs);
   if (rc) return -1;
   const size_t widest = F > H ? F : H; /* the widest input of a linear layer */
-  return kr_dev_alloc(n->ctx, T * H * es, &n->residual, err, err_len) ||
-                 kr_dev_alloc(n->ctx, T * H * es, &n->normed, err, err_len) ||
-                 kr_dev_alloc(n->ctx, T * (size_t)n->qkv_dim * es, &n->qkv, err, err_len) ||
-                 kr_dev_alloc(n->ctx, T * H * es, &n->attn, err, err_len) ||
-                 kr_dev_alloc(n->ctx, T * H * es, &n->delta, err, err_len) ||
-                 kr_dev_alloc(n->ctx, T * 2 * F * es, &n->gate_up, err, err_len) ||
-                 kr_dev_alloc(n->ctx, T * F * es, &n->ffn, err, err_len) ||
-                 kr_dev_alloc(n->ctx, B * H * es, &n->last, err, err_len) ||
-                 kr_dev_alloc(n->ctx, T * widest, &n->scratch.xq, err, err_len) ||
-                 kr_dev_alloc(n->ctx, T * sizeof(float), &n->scratch.xs, err, err_len)
-             ? -1
-             : 0;
+  const struct {
+    void **buf;
+    size_t bytes;
+  } bufs[] = {{&n->residual, T * H * es},
+              {&n->normed, T * H * es},
+              {&n->qkv, T * (size_t)n->qkv_dim * es},
+              {&n->attn, T * H * es},
+              {&n->delta, T * H * es},
+              {&n->gate_up, T * 2 * F * es},
+              {&n->ffn, T * F * es},
+              {&n->last, B * H * es},
+              {&n->scratch.xq, T * widest},
+              {&n->scratch.xs, T * sizeof(float)}};
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+    if (kr_dev_alloc(n->ctx, bufs[i].bytes, bufs[i].buf, err, err_len)) return -1;
+  return 0;
 }
 
 static void *llama_load(kite_ctx *ctx, const kr_gguf *g, const kr_config *c, const kr_net_params *p,
