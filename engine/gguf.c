@@ -298,9 +298,15 @@ int kr_gguf_open(const char *path, kr_gguf *g, char *err, size_t err_len) {
     snprintf(err, err_len, "%s: %s", path, strerror(errno));
     return -1;
   }
+  /* a directory opens and has a size, but mmap says "No such device": tell what it is */
   struct stat st;
-  if (fstat(fd, &st) != 0 || st.st_size <= 0) {
-    snprintf(err, err_len, "%s: empty or unreadable", path);
+  const char *why = fstat(fd, &st) != 0    ? strerror(errno)
+                    : S_ISDIR(st.st_mode)  ? "is a directory, not a GGUF file"
+                    : !S_ISREG(st.st_mode) ? "not a regular file"
+                    : st.st_size <= 0      ? "empty file"
+                                           : NULL;
+  if (why) {
+    snprintf(err, err_len, "%s: %s", path, why);
     close(fd);
     return -1;
   }
@@ -416,5 +422,81 @@ int kr_gguf_get_str(const kr_gguf *g, const char *key, const char **s, uint64_t 
   if (!kv || kv->value.type != KR_GGUF_STRING) return -1;
   *s = (const char *)kv->value.data;
   *len = kv->value.n;
+  return 0;
+}
+
+const char *kr_gguf_type_name(uint32_t type) {
+  static const char *const names[KR_GGUF_TYPE_COUNT] = {"u8",  "i8",  "u16",  "i16",    "u32",
+                                                        "i32", "f32", "bool", "string", "array",
+                                                        "u64", "i64", "f64"};
+  return type < KR_GGUF_TYPE_COUNT ? names[type] : "?";
+}
+
+/* The message of a key present with another type than `want`; returns -1. */
+static int wrong_type(const kr_gguf_kv *kv, const char *want, char *err, size_t err_len) {
+  if (err && err_len) {
+    if (kv->value.type == KR_GGUF_ARRAY)
+      snprintf(err, err_len, "metadata %s is an array of %s, expected %s", kv->key,
+               kr_gguf_type_name(kv->value.elem_type), want);
+    else
+      snprintf(err, err_len, "metadata %s is a %s, expected %s", kv->key,
+               kr_gguf_type_name(kv->value.type), want);
+  }
+  return -1;
+}
+
+static int is_int_type(uint32_t t) {
+  return t == KR_GGUF_U8 || t == KR_GGUF_I8 || t == KR_GGUF_U16 || t == KR_GGUF_I16 ||
+         t == KR_GGUF_U32 || t == KR_GGUF_I32 || t == KR_GGUF_U64 || t == KR_GGUF_I64;
+}
+
+int kr_gguf_meta_int(const kr_gguf *g, const char *key, int64_t *out, char *err, size_t err_len) {
+  const kr_gguf_kv *kv = kr_gguf_find(g, key);
+  if (!kv) return 1;
+  if (!is_int_type(kv->value.type)) return wrong_type(kv, "an integer", err, err_len);
+  if (kr_gguf_get_int(g, key, out)) {
+    if (err && err_len) snprintf(err, err_len, "metadata %s does not fit in an int64", key);
+    return -1;
+  }
+  return 0;
+}
+
+int kr_gguf_meta_bool(const kr_gguf *g, const char *key, int *out, char *err, size_t err_len) {
+  const kr_gguf_kv *kv = kr_gguf_find(g, key);
+  if (!kv) return 1;
+  if (kv->value.type != KR_GGUF_BOOL) return wrong_type(kv, "a bool", err, err_len);
+  *out = kv->value.data[0] != 0;
+  return 0;
+}
+
+int kr_gguf_meta_float(const kr_gguf *g, const char *key, double *out, char *err, size_t err_len) {
+  const kr_gguf_kv *kv = kr_gguf_find(g, key);
+  if (!kv) return 1;
+  if (kv->value.type != KR_GGUF_F32 && kv->value.type != KR_GGUF_F64 &&
+      !is_int_type(kv->value.type))
+    return wrong_type(kv, "a number (f32 or f64)", err, err_len);
+  return kr_gguf_get_float(g, key, out) ? wrong_type(kv, "a number", err, err_len) : 0;
+}
+
+int kr_gguf_meta_str(const kr_gguf *g, const char *key, const char **s, uint64_t *len, char *err,
+                     size_t err_len) {
+  const kr_gguf_kv *kv = kr_gguf_find(g, key);
+  if (!kv) return 1;
+  if (kv->value.type != KR_GGUF_STRING) return wrong_type(kv, "a string", err, err_len);
+  *s = (const char *)kv->value.data;
+  *len = kv->value.n;
+  return 0;
+}
+
+int kr_gguf_meta_array(const kr_gguf *g, const char *key, uint32_t elem_type,
+                       const kr_gguf_value **out, char *err, size_t err_len) {
+  const kr_gguf_kv *kv = kr_gguf_find(g, key);
+  if (!kv) return 1;
+  if (kv->value.type != KR_GGUF_ARRAY || kv->value.elem_type != elem_type) {
+    char want[32];
+    snprintf(want, sizeof want, "an array of %s", kr_gguf_type_name(elem_type));
+    return wrong_type(kv, want, err, err_len);
+  }
+  *out = &kv->value;
   return 0;
 }

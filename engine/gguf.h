@@ -110,6 +110,25 @@ int kr_gguf_open(const char *path, kr_gguf *g, char *err, size_t err_len);
 /* Frees what parse/open allocated and unmaps; g may be zeroed or partly filled. */
 void kr_gguf_close(kr_gguf *g);
 
+/* Name of a metadata value type ("u32", "string", "array"), "?" when unknown. */
+const char *kr_gguf_type_name(uint32_t type);
+
+/* Metadata lookups that tell an absent key from a wrongly typed one: 0 with the value, 1 when
+ * the key is absent, -1 when it is present with another type (err then names the key, the type
+ * it has and the type wanted), so that a caller uses its default only for an absent key.
+ *   int:   any integer type whose value fits in int64 (not bool);
+ *   bool:  bool;
+ *   float: f32 or f64 (or an integer);
+ *   str:   a string (its bytes, not NUL-terminated, and length);
+ *   array: an array of elem_type elements. */
+int kr_gguf_meta_int(const kr_gguf *g, const char *key, int64_t *out, char *err, size_t err_len);
+int kr_gguf_meta_bool(const kr_gguf *g, const char *key, int *out, char *err, size_t err_len);
+int kr_gguf_meta_float(const kr_gguf *g, const char *key, double *out, char *err, size_t err_len);
+int kr_gguf_meta_str(const kr_gguf *g, const char *key, const char **s, uint64_t *len, char *err,
+                     size_t err_len);
+int kr_gguf_meta_array(const kr_gguf *g, const char *key, uint32_t elem_type,
+                       const kr_gguf_value **out, char *err, size_t err_len);
+
 /* Lookups: NULL / -1 when the key is missing or its type does not fit. */
 const kr_gguf_kv *kr_gguf_find(const kr_gguf *g, const char *key);
 const kr_gguf_tensor *kr_gguf_tensor_find(const kr_gguf *g, const char *name);

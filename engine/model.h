@@ -1,8 +1,16 @@
 /*
- * A llama-family model (llama, SmolLM, Mistral, Qwen2) loaded from GGUF onto a kite ctx's device,
- * and a serving core over it: a paged KV cache with block allocation and continuous batching.
- * Every tensor operation of the forward pass is a kite public-API call; the host only builds
- * index arrays (positions, slots, block tables) and moves them with kite_memcpy.
+ * A GGUF model loaded onto a kite ctx's device and the serving core over it: a paged KV cache
+ * with block allocation and continuous batching. Every tensor operation is a kite public-API
+ * call; the host only builds index arrays (positions, slots, block tables) and moves them with
+ * kite_memcpy.
+ *
+ * The pieces (each a file of engine/):
+ *   weights.c    GGUF tensors into kite weights (dense, int8, 4-bit) and the linear layer
+ *   kv_cache.c   the paged KV cache: blocks, free list, block tables, slots
+ *   llama.c      the llama family (llama, SmolLM, Mistral, Qwen2): config, weights, forward
+ *   sampler.c    penalties and sampling of a step's rows
+ *   scheduler.c  sequences, continuous batching: admitting, prefill / decode steps, finishing
+ *   model.c      this interface: picks the family, sizes and owns the pieces
  */
 #ifndef KITE_ENGINE_MODEL_H
 #define KITE_ENGINE_MODEL_H
@@ -23,8 +31,9 @@ typedef enum kr_weights {
   KR_WEIGHTS_Q4,   /* Q4_0 / Q4_1 blocks as stored (linear_wq4); other matrices as int8 */
 } kr_weights;
 
+/* A model's geometry, from the file's metadata and tensor shapes. */
 typedef struct kr_config {
-  char arch[32];
+  char arch[32]; /* general.architecture */
   int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx, rot_dim;
   double rope_theta, rms_eps;
   kite_rope_style rope_style;
@@ -33,15 +42,26 @@ typedef struct kr_config {
 
 typedef struct kr_model kr_model;
 
+/* Bounds of kr_model_params (larger values are refused, not truncated). */
+#define KR_MAX_BATCH 4096
+#define KR_MAX_TOKENS 65536
+#define KR_MAX_BLOCK_SIZE 1024
+#define KR_DEFAULT_CTX_CAP 4096
+
 typedef struct kr_model_params {
   kr_weights weights;
-  int max_batch;  /* sequences decoded together (>= 1) */
-  int max_tokens; /* tokens per step: the prefill chunk (>= max_batch) */
-  int block_size; /* KV cache block size */
-  int num_blocks; /* KV cache blocks per layer (0: enough for max_batch full contexts, capped) */
-  int ctx_len;    /* positions per sequence (0: the model's, capped at 4096) */
+  int max_batch;  /* sequences decoded together, [1, KR_MAX_BATCH] (0: 1) */
+  int max_tokens; /* tokens per step, the prefill chunk: [max_batch, KR_MAX_TOKENS]
+                     (0 or less than max_batch: max_batch + 255) */
+  int block_size; /* KV cache block size, [1, KR_MAX_BLOCK_SIZE] (0: 16) */
+  int num_blocks; /* KV cache blocks (0: enough for max_batch full contexts) */
+  int ctx_len;    /* positions per sequence, at most the model's context length (0: the model's,
+                     capped at KR_DEFAULT_CTX_CAP) */
 } kr_model_params;
 
+/* Reads the model's geometry from g (metadata and tensor shapes) without loading anything.
+ * Returns 0, or -1 with a message in err. */
+int kr_model_probe(const kr_gguf *g, kr_config *c, char *err, size_t err_len);
 /* Loads the model from g onto ctx's device (g must stay open while the model lives: nothing is
  * kept from it after load). Returns NULL with a message in err. */
 kr_model *kr_model_load(kite_ctx *ctx, const kr_gguf *g, const kr_model_params *p, char *err,
@@ -51,13 +71,20 @@ const kr_config *kr_model_config(const kr_model *m);
 const char *kr_weights_name(kr_weights w);
 kr_weights kr_model_weights(const kr_model *m);
 size_t kr_model_weight_bytes(const kr_model *m);
+/* Positions per sequence (the prompt and its generated tokens). */
+int kr_model_ctx_len(const kr_model *m);
 
 /* ---- serving ------------------------------------------------------------------------------ */
+/* Sampling settings of a run; all zero is greedy with nothing else on. */
 typedef struct kr_sampling {
-  float temperature; /* 0: greedy */
-  int top_k;
-  float top_p;
-  uint64_t seed;
+  float temperature; /* 0: greedy (kite_argmax); else kite_sample with the filters below */
+  int top_k;         /* <= 0: off */
+  float top_p;       /* >= 1: off (0 keeps only the largest) */
+  float min_p;       /* <= 0: off */
+  /* kite_apply_penalties (vLLM's): repetition over the prompt and the generated tokens (0 or 1:
+   * off), presence and frequency over the generated tokens (0: off); greedy runs take them too */
+  float repeat_penalty, presence_penalty, frequency_penalty;
+  uint64_t seed; /* sequence i draws from seed + i */
 } kr_sampling;
 
 /* Called for each generated token of sequence `seq`. */
@@ -65,7 +92,8 @@ typedef void (*kr_token_fn)(void *user, int seq, int32_t token);
 /* Whether a token ends a sequence. */
 typedef int (*kr_stop_fn)(void *user, int32_t token);
 
-/* Adds a sequence (its prompt tokens are copied). Returns its index, or -1 with a message. */
+/* Adds a sequence (its prompt tokens are copied) that generates up to max_new tokens (0: none,
+ * it is done at once). Returns its index, or -1 with a message. */
 int kr_submit(kr_model *m, const int32_t *prompt, size_t n, int max_new, char *err, size_t err_len);
 /* Runs steps until every submitted sequence is done. Each step is one forward pass over the
  * running sequences' next tokens (one paged_decode call) and prefill chunks (one paged_prefill
@@ -74,11 +102,11 @@ int kr_generate(kr_model *m, const kr_sampling *s, kr_token_fn on_token, kr_stop
                 void *user, char *err, size_t err_len);
 
 typedef struct kr_stats {
-  double prefill_s, decode_s;
+  double prefill_s, decode_s; /* steps with prompt tokens, steps of decode tokens only */
   int64_t prefill_tokens, decode_tokens, steps;
 } kr_stats;
 void kr_model_stats(const kr_model *m, kr_stats *out);
-/* KV cache blocks per layer, and how many are free now. */
+/* KV cache blocks, and how many are free now. */
 int kr_model_num_blocks(const kr_model *m);
 int kr_model_free_blocks(const kr_model *m);
 /* Forgets all sequences (their blocks are free again) and the stats. */

@@ -1,94 +1,87 @@
 /*
- * kite run: text generation with a GGUF model on kite's ops.
- *
- *   kite run --model FILE.gguf [--prompt TEXT | --chat TEXT | --prompts FILE] [-n N]
- *            [--temperature T --top-k K --top-p P --seed S] [--device cpu|cuda] [--threads N]
- *            [--weights auto|f32|bf16|int8|q4] [--bench] [--ignore-eos] [--tokens]
- *            [--tokenize TEXT]
+ * kite run: text generation with a GGUF model on kite's ops (the options: run_options.c).
+ * A run opens the file and its tokenizer, checks the options against the model, loads it, reads
+ * the prompts, generates, and reports: the seed first and the timings last, on stderr; the text
+ * (or ids) alone on stdout.
  */
 #include "run.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "common.h"
 #include "gguf.h"
 #include "model.h"
+#include "run_options.h"
 #include "tokenizer.h"
 
-static void usage(void) {
-  printf(
-      "usage: kite run --model FILE.gguf [--prompt TEXT | --chat TEXT | --prompts FILE] [OPTIONS]\n"
-      "\n"
-      "  --prompt TEXT     continue TEXT (streams the generated text)\n"
-      "  --chat TEXT       TEXT as a user turn of the model's ChatML template\n"
-      "  --prompts FILE    one prompt per line, generated together (continuous batching)\n"
-      "  -n N              tokens to generate per prompt (default 64)\n"
-      "  --temperature T   0 = greedy (default); --top-k K, --top-p P, --seed S\n"
-      "  --device D        cpu (default) or cuda\n"
-      "  --threads N       CPU threads (default: all cores)\n"
-      "  --weights W       auto | f32 | bf16 | int8 | q4 (default auto: q4 for a 4-bit file)\n"
-      "  --batch B         sequences decoded together (default: the number of prompts, <= 64)\n"
-      "  --chunk T         prefill tokens per step (default 512)\n"
-      "  --bench           print prompt and decode tokens per second (stderr), after an\n"
-      "                    untimed pass over the same prompts (2 tokens each)\n"
-      "  --ignore-eos      generate exactly N tokens per prompt, past end-of-text (for timing)\n"
-      "  --tokens          print the generated token ids instead of text\n"
-      "  --tokenize TEXT   print TEXT's token ids (special tokens parsed) and exit\n");
+/* What one run holds; run_free releases all of it. */
+typedef struct run {
+  const kr_run_opts *o;
+  kr_sampling sampling; /* o's, with the seed drawn when none was given */
+  kr_gguf g;
+  kr_tokenizer *tok;
+  kite_ctx *ctx;
+  kr_model *m;
+  char *owned;  /* the --prompts file's text or the --chat turn, which texts point into */
+  char **texts; /* [n_prompts] */
+  int n_prompts;
+  int32_t **outs; /* [n_prompts][out_cap] the generated ids of each prompt */
+  size_t *out_n;  /* [n_prompts] */
+  size_t out_cap;
+  int32_t *ids; /* tokenization scratch [cap_ids] */
+  size_t cap_ids;
+  double load_s, run_s; /* loading the model, and generating */
+} run;
+
+/* Called for each generated token; streams it when one prompt runs. */
+typedef struct stream {
+  const run *r;
+  int streaming, ignore_eos;
+} stream;
+
+static void put_piece(const kr_tokenizer *tok, int32_t id) {
+  char buf[256];
+  const size_t len = kr_tok_piece(tok, id, 0, buf, sizeof buf);
+  fwrite(buf, 1, len < sizeof buf ? len : sizeof buf, stdout);
 }
 
-typedef struct run_state {
-  kr_tokenizer *tok;
-  int print_ids, streaming;
-  int32_t **out;
-  size_t *out_n;
-  int ignore_eos;
-} run_state;
-
 static void on_token(void *user, int seq, int32_t token) {
-  run_state *st = user;
-  if (st->out) {
-    size_t n = st->out_n[seq]++;
-    st->out[seq][n] = token;
-  }
+  const stream *st = user;
+  const run *r = st->r;
+  if (r->outs && r->out_n[seq] < r->out_cap) r->outs[seq][r->out_n[seq]++] = token;
   if (!st->streaming) return;
-  if (st->print_ids) {
+  if (r->o->print_ids)
     printf(" %d", token);
-  } else {
-    char buf[256];
-    size_t len = kr_tok_piece(st->tok, token, 0, buf, sizeof buf);
-    fwrite(buf, 1, len < sizeof buf ? len : sizeof buf, stdout);
-  }
+  else
+    put_piece(r->tok, token);
   fflush(stdout);
 }
 
 static int on_stop(void *user, int32_t token) {
-  const run_state *st = user;
-  return !st->ignore_eos && kr_tok_is_eog(st->tok, token);
+  const stream *st = user;
+  return !st->ignore_eos && kr_tok_is_eog(st->r->tok, token);
 }
 
-static char *read_file(const char *path, size_t *len) {
+static char *read_file(const char *path) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
-  size_t cap = 4096, n = 0;
+  size_t cap = 4096, n = 0, got;
   char *buf = malloc(cap);
-  size_t r;
-  while (buf && (r = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-    n += r;
-    if (cap - n - 1 == 0) {
+  while (buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+    n += got;
+    if (n + 1 == cap) {
       char *b = realloc(buf, cap * 2);
-      if (!b) {
-        free(buf);
-        buf = NULL;
-        break;
-      }
+      if (!b) free(buf);
       buf = b;
       cap *= 2;
     }
   }
   fclose(f);
   if (buf) buf[n] = 0;
-  *len = n;
   return buf;
 }
 
@@ -105,7 +98,7 @@ static char *chatml(const kr_gguf *g, const char *user) {
     for (uint64_t i = 0; i + sizeof smol_sys - 1 <= tl; i++)
       if (memcmp(tpl + i, smol_sys, sizeof smol_sys - 1) == 0) sys = smol_sys;
   }
-  size_t n = strlen(user) + 256;
+  const size_t n = strlen(user) + 256;
   char *s = malloc(n);
   if (!s) return NULL;
   if (sys)
@@ -118,25 +111,112 @@ static char *chatml(const kr_gguf *g, const char *user) {
   return s;
 }
 
-/* Tokenizes each prompt (with the model's BOS where it wants one) and submits it for max_new
- * tokens; *ids is scratch that grows. Returns 0, or 1 after printing why. */
-static int submit_prompts(kr_model *m, const kr_tokenizer *tok, char **texts, int n_prompts,
-                          int max_new, int32_t **ids, size_t *cap_ids) {
-  char err[1024];
-  for (int i = 0; i < n_prompts; i++) {
-    size_t n_ids = 0;
-    if (kr_tok_add_bos(tok) && kr_tok_bos(tok) >= 0) {
-      if (kr_tok_encode(tok, "", 0, 0, ids, &n_ids, cap_ids)) return 1;
-      if (n_ids == *cap_ids) {
-        int32_t *p = realloc(*ids, (*cap_ids + 1) * 4);
-        if (!p) return 1;
-        *ids = p;
-        (*cap_ids)++;
-      }
-      (*ids)[n_ids++] = kr_tok_bos(tok);
+/* A seed from the system's entropy (the time and pid where that cannot be read). */
+static uint64_t random_seed(void) {
+  uint64_t s = 0;
+  FILE *f = fopen("/dev/urandom", "rb");
+  if (!f || fread(&s, sizeof s, 1, f) != 1)
+    s = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)clock();
+  if (f) fclose(f);
+  return s;
+}
+
+/* The prompts' texts: the --prompts file's non-empty lines, or --chat's turn, or --prompt. */
+static int read_prompts(run *r) {
+  const kr_run_opts *o = r->o;
+  if (o->prompts_file) {
+    if (!(r->owned = read_file(o->prompts_file))) {
+      fprintf(stderr, "kite run: cannot read %s\n", o->prompts_file);
+      return 1;
     }
-    if (kr_tok_encode(tok, texts[i], strlen(texts[i]), 1, ids, &n_ids, cap_ids)) return 1;
-    if (kr_submit(m, *ids, n_ids, max_new, err, sizeof err) < 0) {
+    if (!(r->texts = calloc(strlen(r->owned) + 1, sizeof *r->texts))) return 1;
+    for (char *line = strtok(r->owned, "\n"); line; line = strtok(NULL, "\n"))
+      if (line[0]) r->texts[r->n_prompts++] = line;
+  } else {
+    if (!(r->texts = calloc(1, sizeof *r->texts))) return 1;
+    if (o->chat)
+      r->texts[0] = r->owned = chatml(&r->g, o->chat);
+    else
+      r->texts[0] = (char *)(o->prompt ? o->prompt : "");
+    r->n_prompts = 1;
+  }
+  if (r->n_prompts == 0 || !r->texts[0]) {
+    fprintf(stderr, "kite run: no prompt (--prompt, --chat or --prompts)\n");
+    return 1;
+  }
+  return 0;
+}
+
+/* The model's geometry against the options and the tokenizer, then the load. Returns 0 or an
+ * exit code. */
+static int load_model(run *r) {
+  const kr_run_opts *o = r->o;
+  char err[1024];
+  kr_config c;
+  if (kr_model_probe(&r->g, &c, err, sizeof err)) {
+    fprintf(stderr, "kite run: %s\n", err);
+    return 1;
+  }
+  if (o->ctx > c.n_ctx) {
+    fprintf(stderr, "kite run: --ctx %d is more than the model's context length %d\n", o->ctx,
+            c.n_ctx);
+    return 2;
+  }
+  /* ids past the tokenizer could be generated but not printed, ids past the embedding not run */
+  if (kr_tok_vocab(r->tok) != c.n_vocab) {
+    fprintf(stderr,
+            "kite run: the tokenizer has %d tokens but token_embd.weight has %d rows: the "
+            "file's vocabulary and embedding disagree\n",
+            kr_tok_vocab(r->tok), c.n_vocab);
+    return 1;
+  }
+  kite_ctx_params cp = kite_ctx_params_default();
+  cp.device.device_type = o->device;
+  cp.num_threads = o->threads;
+  cp.seed = r->sampling.seed;
+  if (kite_ctx_create(&cp, &r->ctx) != KITE_OK) {
+    fprintf(stderr, "kite run: %s\n", kite_last_error());
+    return 1;
+  }
+  const int batch = o->batch ? o->batch : (r->n_prompts < 64 ? r->n_prompts : 64);
+  const kr_model_params mp = {.weights = o->weights,
+                              .max_batch = batch,
+                              .max_tokens = o->chunk < batch ? batch : o->chunk,
+                              .block_size = 16,
+                              .ctx_len = o->ctx};
+  if (!(r->m = kr_model_load(r->ctx, &r->g, &mp, err, sizeof err))) {
+    fprintf(stderr, "kite run: %s\n", err);
+    return 1;
+  }
+  if (o->bench)
+    fprintf(stderr,
+            "kite run: %s, %d layers, hidden %d, heads %d/%d, vocab %d; weights %s (%.1f MB) on "
+            "%s\n",
+            c.arch, c.n_layer, c.n_embd, c.n_head, c.n_head_kv, c.n_vocab,
+            kr_weights_name(kr_model_weights(r->m)), (double)kr_model_weight_bytes(r->m) / 1e6,
+            o->device_name);
+  return 0;
+}
+
+/* Tokenizes each prompt (with the model's BOS where it wants one) and submits it for max_new
+ * tokens. Returns 0, or 1 after printing why. */
+static int submit_prompts(run *r, int max_new) {
+  char err[1024];
+  for (int i = 0; i < r->n_prompts; i++) {
+    size_t n_ids = 0;
+    if (kr_tok_add_bos(r->tok) && kr_tok_bos(r->tok) >= 0) {
+      if (kr_tok_encode(r->tok, "", 0, 0, &r->ids, &n_ids, &r->cap_ids)) return 1;
+      if (n_ids == r->cap_ids) {
+        int32_t *p = realloc(r->ids, (r->cap_ids + 1) * sizeof *p);
+        if (!p) return 1;
+        r->ids = p;
+        r->cap_ids++;
+      }
+      r->ids[n_ids++] = kr_tok_bos(r->tok);
+    }
+    if (kr_tok_encode(r->tok, r->texts[i], strlen(r->texts[i]), 1, &r->ids, &n_ids, &r->cap_ids))
+      return 1;
+    if (kr_submit(r->m, r->ids, n_ids, max_new, err, sizeof err) < 0) {
       fprintf(stderr, "kite run: prompt %d: %s\n", i + 1, err);
       return 1;
     }
@@ -144,221 +224,76 @@ static int submit_prompts(kr_model *m, const kr_tokenizer *tok, char **texts, in
   return 0;
 }
 
-int kr_cmd_run(int argc, char **argv) {
-  const char *model_path = NULL, *prompt = NULL, *chat = NULL, *prompts_path = NULL;
-  const char *tokenize = NULL, *device = "cpu", *weights = "auto";
-  int n_gen = 64, threads = 0, bench = 0, print_ids = 0, batch = 0, chunk = 512, ignore_eos = 0;
-  kr_sampling sp = {0.0f, 0, 1.0f, 0};
-  for (int i = 0; i < argc; i++) {
-    const char *a = argv[i];
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define ARG(name) (strcmp(a, name) == 0 && v && (i++, 1))
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-      usage();
-      return 0;
-    } else if (ARG("--model")) {
-      model_path = v;
-    } else if (ARG("--prompt")) {
-      prompt = v;
-    } else if (ARG("--chat")) {
-      chat = v;
-    } else if (ARG("--prompts")) {
-      prompts_path = v;
-    } else if (ARG("--tokenize")) {
-      tokenize = v;
-    } else if (ARG("-n")) {
-      n_gen = atoi(v);
-    } else if (ARG("--temperature")) {
-      sp.temperature = (float)atof(v);
-    } else if (ARG("--top-k")) {
-      sp.top_k = atoi(v);
-    } else if (ARG("--top-p")) {
-      sp.top_p = (float)atof(v);
-    } else if (ARG("--seed")) {
-      sp.seed = strtoull(v, NULL, 10);
-    } else if (ARG("--device")) {
-      device = v;
-    } else if (ARG("--threads")) {
-      threads = atoi(v);
-    } else if (ARG("--weights")) {
-      weights = v;
-    } else if (ARG("--batch")) {
-      batch = atoi(v);
-    } else if (ARG("--chunk")) {
-      chunk = atoi(v);
-    } else if (strcmp(a, "--bench") == 0) {
-      bench = 1;
-    } else if (strcmp(a, "--ignore-eos") == 0) {
-      ignore_eos = 1;
-    } else if (strcmp(a, "--tokens") == 0) {
-      print_ids = 1;
-    } else {
-      fprintf(stderr, "kite run: unknown or incomplete option '%s'\n", a);
-      usage();
-      return 2;
-    }
-#undef ARG
-  }
-  if (!model_path) {
-    fprintf(stderr, "kite run: --model FILE.gguf is required\n");
-    usage();
-    return 2;
-  }
-  if (n_gen < 0 || threads < 0 || batch < 0 || chunk < 1 || sp.temperature < 0) {
-    fprintf(stderr, "kite run: -n, --threads, --batch, --chunk and --temperature must be >= 0\n");
-    return 2;
-  }
-  kr_weights wmode;
-  if (strcmp(weights, "auto") == 0)
-    wmode = KR_WEIGHTS_AUTO;
-  else if (strcmp(weights, "f32") == 0)
-    wmode = KR_WEIGHTS_F32;
-  else if (strcmp(weights, "bf16") == 0)
-    wmode = KR_WEIGHTS_BF16;
-  else if (strcmp(weights, "int8") == 0)
-    wmode = KR_WEIGHTS_INT8;
-  else if (strcmp(weights, "q4") == 0)
-    wmode = KR_WEIGHTS_Q4;
-  else {
-    fprintf(stderr, "kite run: --weights %s unknown (auto, f32, bf16, int8, q4)\n", weights);
-    return 2;
-  }
-  kite_ctx_params cp = kite_ctx_params_default();
-  if (strcmp(device, "cuda") == 0)
-    cp.device.device_type = kDLCUDA;
-  else if (strcmp(device, "cpu") != 0) {
-    fprintf(stderr, "kite run: --device %s unknown (cpu, cuda)\n", device);
-    return 2;
-  }
-  cp.num_threads = threads;
-  cp.seed = sp.seed;
-
+/* --bench's untimed pass (2 tokens per prompt, so that the rates leave out what only the first
+ * use of each kernel and shape costs: module loading, GEMM plans, scratch growth), then the
+ * run: one prompt streams its text, several print theirs at the end. */
+static int generate(run *r) {
+  const kr_run_opts *o = r->o;
   char err[1024];
-  kr_gguf g;
-  if (kr_gguf_open(model_path, &g, err, sizeof err)) {
-    fprintf(stderr, "kite run: %s\n", err);
+  if (o->bench) {
+    stream quiet = {r, 0, 1};
+    if (submit_prompts(r, 2)) return 1;
+    if (kr_generate(r->m, &r->sampling, on_token, on_stop, &quiet, err, sizeof err)) {
+      fprintf(stderr, "kite run: %s\n", err);
+      return 1;
+    }
+    kr_reset(r->m);
+  }
+  /* a sequence ends at the context's end: no more ids than that come back */
+  const size_t ctx_len = (size_t)kr_model_ctx_len(r->m);
+  r->out_cap = (size_t)o->n_predict < ctx_len ? (size_t)o->n_predict : ctx_len;
+  r->outs = calloc((size_t)r->n_prompts, sizeof *r->outs);
+  r->out_n = calloc((size_t)r->n_prompts, sizeof *r->out_n);
+  if (!r->outs || !r->out_n) return 1;
+  for (int i = 0; i < r->n_prompts; i++)
+    if (!(r->outs[i] = malloc((r->out_cap + 1) * sizeof **r->outs))) return 1;
+  if (submit_prompts(r, o->n_predict)) return 1;
+  stream st = {r, r->n_prompts == 1, o->ignore_eos};
+  if (r->n_prompts == 1 && !o->print_ids && !o->chat) printf("%s", r->texts[0]);
+  fflush(stdout);
+  const double t0 = kr_now_s();
+  const int rc = kr_generate(r->m, &r->sampling, on_token, on_stop, &st, err, sizeof err);
+  r->run_s = kr_now_s() - t0;
+  if (rc) {
+    fprintf(stderr, "\nkite run: %s\n", err);
     return 1;
   }
-  int rc = 1;
-  kite_ctx *ctx = NULL;
-  kr_model *m = NULL;
-  char *file = NULL;
-  char **texts = NULL;
-  int n_prompts = 0;
-  int32_t **outs = NULL;
-  size_t *out_n = NULL;
-  int32_t *ids = NULL;
-  size_t n_ids = 0, cap_ids = 0;
-  kr_tokenizer *tok = kr_tok_load(&g, err, sizeof err);
-  if (!tok) {
-    fprintf(stderr, "kite run: %s\n", err);
-    goto done;
-  }
-  if (tokenize) {
-    if (kr_tok_encode(tok, tokenize, strlen(tokenize), 1, &ids, &n_ids, &cap_ids)) goto done;
-    for (size_t i = 0; i < n_ids; i++) printf("%s%d", i ? " " : "", ids[i]);
-    printf("\n");
-    rc = 0;
-    goto done;
-  }
-
-  /* the prompts */
-  if (prompts_path) {
-    size_t len;
-    file = read_file(prompts_path, &len);
-    if (!file) {
-      fprintf(stderr, "kite run: cannot read %s\n", prompts_path);
-      goto done;
-    }
-    texts = calloc(len + 1, sizeof *texts);
-    if (!texts) goto done;
-    for (char *line = strtok(file, "\n"); line; line = strtok(NULL, "\n"))
-      if (line[0]) texts[n_prompts++] = line;
-  } else {
-    texts = calloc(1, sizeof *texts);
-    if (!texts) goto done;
-    if (chat) {
-      texts[0] = chatml(&g, chat);
-      file = texts[0];
-    } else {
-      texts[0] = (char *)(prompt ? prompt : "");
-    }
-    n_prompts = 1;
-  }
-  if (n_prompts == 0 || !texts[0]) {
-    fprintf(stderr, "kite run: no prompt (--prompt, --chat or --prompts)\n");
-    goto done;
-  }
-
-  if (kite_ctx_create(&cp, &ctx) != KITE_OK) {
-    fprintf(stderr, "kite run: %s\n", kite_last_error());
-    goto done;
-  }
-  kr_model_params mp = {.weights = wmode,
-                        .max_batch = batch ? batch : (n_prompts < 64 ? n_prompts : 64),
-                        .max_tokens = chunk,
-                        .block_size = 16};
-  if (mp.max_tokens < mp.max_batch) mp.max_tokens = mp.max_batch;
-  double t0 = 0;
-  m = kr_model_load(ctx, &g, &mp, err, sizeof err);
-  if (!m) {
-    fprintf(stderr, "kite run: %s\n", err);
-    goto done;
-  }
-  const kr_config *c = kr_model_config(m);
-  if (bench)
-    fprintf(stderr,
-            "kite run: %s, %d layers, hidden %d, heads %d/%d, vocab %d; weights %s (%.1f MB) on "
-            "%s\n",
-            c->arch, c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->n_vocab,
-            kr_weights_name(kr_model_weights(m)), (double)kr_model_weight_bytes(m) / 1e6, device);
-  (void)t0;
-  outs = calloc((size_t)n_prompts, sizeof *outs);
-  out_n = calloc((size_t)n_prompts, sizeof *out_n);
-  if (!outs || !out_n) goto done;
-  /* --bench: one untimed pass over the same prompts (2 tokens each) first, so that the rates
-   * leave out what only the first use of each kernel and shape costs (module loading, GEMM
-   * plans, scratch growth) */
-  if (bench) {
-    run_state quiet = {tok, 0, 0, NULL, NULL, 1};
-    if (submit_prompts(m, tok, texts, n_prompts, 2, &ids, &cap_ids)) goto done;
-    if (kr_generate(m, &sp, on_token, on_stop, &quiet, err, sizeof err)) {
-      fprintf(stderr, "kite run: %s\n", err);
-      goto done;
-    }
-    kr_reset(m);
-  }
-  if (submit_prompts(m, tok, texts, n_prompts, n_gen, &ids, &cap_ids)) goto done;
-  for (int i = 0; i < n_prompts; i++) {
-    outs[i] = malloc(((size_t)n_gen + 1) * 4);
-    if (!outs[i]) goto done;
-  }
-  run_state st = {tok, print_ids, n_prompts == 1, outs, out_n, ignore_eos};
-  if (n_prompts == 1 && !print_ids && !chat) printf("%s", texts[0]);
-  fflush(stdout);
-  if (kr_generate(m, &sp, on_token, on_stop, &st, err, sizeof err)) {
-    fprintf(stderr, "\nkite run: %s\n", err);
-    goto done;
-  }
   printf("\n");
-  if (n_prompts > 1)
-    for (int i = 0; i < n_prompts; i++) {
+  if (r->n_prompts > 1)
+    for (int i = 0; i < r->n_prompts; i++) {
       printf("[%d] ", i + 1);
-      if (print_ids) {
-        for (size_t j = 0; j < out_n[i]; j++) printf(" %d", outs[i][j]);
+      if (o->print_ids) {
+        for (size_t j = 0; j < r->out_n[i]; j++) printf(" %d", r->outs[i][j]);
       } else {
-        printf("%s", texts[i]);
-        for (size_t j = 0; j < out_n[i]; j++) {
-          char buf[256];
-          size_t len = kr_tok_piece(tok, outs[i][j], 0, buf, sizeof buf);
-          fwrite(buf, 1, len < sizeof buf ? len : sizeof buf, stdout);
-        }
+        printf("%s", r->texts[i]);
+        for (size_t j = 0; j < r->out_n[i]; j++) put_piece(r->tok, r->outs[i][j]);
       }
       printf("\n");
     }
-  if (bench) {
-    kr_stats s;
-    kr_model_stats(m, &s);
+  fflush(stdout);
+  return 0;
+}
+
+static void timing(const char *what, double s, int64_t n) {
+  const double ms = 1e3 * s;
+  fprintf(stderr,
+          "kite run: %16s = %10.2f ms / %6lld tokens (%8.2f ms per token, %9.2f tokens per "
+          "second)\n",
+          what, ms, (long long)n, n ? ms / (double)n : 0.0, s > 0 ? (double)n / s : 0.0);
+}
+
+/* The timings as llama.cpp prints them: prompt eval covers the steps that held prompt tokens
+ * (with the decode tokens batched beside them), eval the decode-only steps. --bench's line comes
+ * last (scripts read it there). */
+static void report(const run *r) {
+  kr_stats s;
+  kr_model_stats(r->m, &s);
+  fprintf(stderr, "kite run: %16s = %10.2f ms\n", "load time", 1e3 * r->load_s);
+  timing("prompt eval time", s.prefill_s, s.prefill_tokens);
+  timing("eval time", s.decode_s, s.decode_tokens);
+  fprintf(stderr, "kite run: %16s = %10.2f ms / %6lld tokens\n", "total time",
+          1e3 * (r->load_s + r->run_s), (long long)(s.prefill_tokens + s.decode_tokens));
+  if (r->o->bench)
     fprintf(stderr,
             "kite run: prompt %lld tokens in %.3f s = %.1f tok/s; decode %lld tokens in %.3f s "
             "= %.1f tok/s (%lld steps)\n",
@@ -366,19 +301,58 @@ int kr_cmd_run(int argc, char **argv) {
             s.prefill_s > 0 ? (double)s.prefill_tokens / s.prefill_s : 0.0,
             (long long)s.decode_tokens, s.decode_s,
             s.decode_s > 0 ? (double)s.decode_tokens / s.decode_s : 0.0, (long long)s.steps);
+}
+
+static void run_free(run *r) {
+  if (r->outs)
+    for (int i = 0; i < r->n_prompts; i++) free(r->outs[i]);
+  free(r->outs);
+  free(r->out_n);
+  free(r->ids);
+  kr_model_free(r->m);
+  if (r->ctx) kite_ctx_destroy(r->ctx);
+  kr_tok_free(r->tok);
+  free(r->texts);
+  free(r->owned);
+  kr_gguf_close(&r->g);
+}
+
+int kr_cmd_run(int argc, char **argv) {
+  kr_run_opts o;
+  int rc = kr_run_parse(argc, argv, &o);
+  if (rc || o.help) {
+    if (o.help) kr_run_usage(stdout);
+    return rc;
   }
+  run r = {.o = &o, .sampling = o.sampling};
+  char err[1024];
+  const double t0 = kr_now_s();
+  if (kr_gguf_open(o.model, &r.g, err, sizeof err)) {
+    fprintf(stderr, "kite run: %s\n", err);
+    return 1;
+  }
+  rc = 1;
+  if (!(r.tok = kr_tok_load(&r.g, err, sizeof err))) {
+    fprintf(stderr, "kite run: %s\n", err);
+    goto done;
+  }
+  if (o.tokenize) {
+    size_t n = 0;
+    if (kr_tok_encode(r.tok, o.tokenize, strlen(o.tokenize), 1, &r.ids, &n, &r.cap_ids)) goto done;
+    for (size_t i = 0; i < n; i++) printf("%s%d", i ? " " : "", r.ids[i]);
+    printf("\n");
+    rc = 0;
+    goto done;
+  }
+  if (!o.has_seed) r.sampling.seed = random_seed();
+  if (read_prompts(&r) || (rc = load_model(&r)) != 0) goto done;
+  rc = 1;
+  r.load_s = kr_now_s() - t0;
+  fprintf(stderr, "kite run: seed %llu\n", (unsigned long long)r.sampling.seed);
+  if (generate(&r)) goto done;
+  report(&r);
   rc = 0;
 done:
-  if (outs)
-    for (int i = 0; i < n_prompts; i++) free(outs[i]);
-  free(outs);
-  free(out_n);
-  free(ids);
-  kr_model_free(m);
-  if (ctx) kite_ctx_destroy(ctx);
-  kr_tok_free(tok);
-  free(texts);
-  free(file);
-  kr_gguf_close(&g);
+  run_free(&r);
   return rc;
 }

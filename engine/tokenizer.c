@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "unicode_tables.h"
+#include "utf8.h"
 
 enum { KIND_BPE, KIND_SPM };
 enum { PRE_GPT2, PRE_SMOLLM, PRE_LLAMA3 };
@@ -100,83 +100,6 @@ int kr_tok_is_eog(const kr_tokenizer *t, int32_t id) {
   return id >= 0 && (id == t->eos || id == t->eot || id == t->im_end || id == t->eot_text);
 }
 
-/* ---- UTF-8 and character classes ------------------------------------------------------------ */
-static int in_ranges(uint32_t cp, const uint32_t (*r)[2], size_t n) {
-  size_t lo = 0, hi = n;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (cp < r[mid][0])
-      hi = mid;
-    else if (cp > r[mid][1])
-      lo = mid + 1;
-    else
-      return 1;
-  }
-  return 0;
-}
-#define NRANGES(a) (sizeof(a) / sizeof((a)[0]))
-static int is_letter(uint32_t cp) {
-  return in_ranges(cp, kr_unicode_letters, NRANGES(kr_unicode_letters));
-}
-static int is_number(uint32_t cp) {
-  return in_ranges(cp, kr_unicode_numbers, NRANGES(kr_unicode_numbers));
-}
-static int is_space(uint32_t cp) {
-  return (cp >= 9 && cp <= 13) || cp == 32 || cp == 0x85 || cp == 0xa0 || cp == 0x1680 ||
-         (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 || cp == 0x202f ||
-         cp == 0x205f || cp == 0x3000;
-}
-
-/* Decodes one code point at s[0, n); an invalid sequence counts as one byte (U+FFFD). */
-static size_t utf8_next(const char *s, size_t n, uint32_t *cp) {
-  const uint8_t *u = (const uint8_t *)s;
-  if (u[0] < 0x80) {
-    *cp = u[0];
-    return 1;
-  }
-  size_t len = (u[0] & 0xe0) == 0xc0   ? 2
-               : (u[0] & 0xf0) == 0xe0 ? 3
-               : (u[0] & 0xf8) == 0xf0 ? 4
-                                       : 0;
-  if (!len || len > n) {
-    *cp = 0xfffd;
-    return 1;
-  }
-  uint32_t c = u[0] & (0x7f >> len);
-  for (size_t i = 1; i < len; i++) {
-    if ((u[i] & 0xc0) != 0x80) {
-      *cp = 0xfffd;
-      return 1;
-    }
-    c = (c << 6) | (u[i] & 0x3f);
-  }
-  *cp = c;
-  return len;
-}
-
-static size_t utf8_put(uint32_t cp, char *o) {
-  if (cp < 0x80) {
-    o[0] = (char)cp;
-    return 1;
-  }
-  if (cp < 0x800) {
-    o[0] = (char)(0xc0 | (cp >> 6));
-    o[1] = (char)(0x80 | (cp & 0x3f));
-    return 2;
-  }
-  if (cp < 0x10000) {
-    o[0] = (char)(0xe0 | (cp >> 12));
-    o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-    o[2] = (char)(0x80 | (cp & 0x3f));
-    return 3;
-  }
-  o[0] = (char)(0xf0 | (cp >> 18));
-  o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-  o[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
-  o[3] = (char)(0x80 | (cp & 0x3f));
-  return 4;
-}
-
 /* ---- growable buffers ----------------------------------------------------------------------- */
 static int push_id(int32_t **ids, size_t *n, size_t *cap, int32_t id) {
   if (*n == *cap) {
@@ -210,7 +133,7 @@ static int bpe_word(const kr_tokenizer *t, const char *w, size_t n, int32_t **id
   size_t ns = 0;
   for (size_t i = 0; i < n;) {
     uint32_t cp;
-    size_t l = utf8_next(w + i, n - i, &cp);
+    size_t l = kr_utf8_next(w + i, n - i, &cp);
     s[ns++] = (sym){(uint32_t)i, (uint32_t)l};
     i += l;
   }
@@ -247,7 +170,7 @@ static int bpe_word(const kr_tokenizer *t, const char *w, size_t n, int32_t **id
       /* an unmerged character missing from the vocabulary: its bytes' tokens */
       for (uint32_t j = 0; j < s[i].len && !rc;) {
         uint32_t cp;
-        size_t l = utf8_next(w + s[i].off + j, s[i].len - j, &cp);
+        size_t l = kr_utf8_next(w + s[i].off + j, s[i].len - j, &cp);
         int32_t b = map_get(&t->vocab, w + s[i].off + j, l);
         if (b >= 0) rc = push_id(ids, cnt, cap, b);
         j += (uint32_t)l;
@@ -270,7 +193,7 @@ static int bpe_piece(const kr_tokenizer *t, const char *p, size_t n, int32_t **i
   char *w = malloc(2 * n + 1);
   if (!w) return -1;
   size_t m = 0;
-  for (size_t i = 0; i < n; i++) m += utf8_put(t->byte_to_cp[(uint8_t)p[i]], w + m);
+  for (size_t i = 0; i < n; i++) m += kr_utf8_put(t->byte_to_cp[(uint8_t)p[i]], w + m);
   int rc = bpe_word(t, w, m, ids, cnt, cap);
   free(w);
   return rc;
@@ -281,10 +204,10 @@ static int bpe_piece(const kr_tokenizer *t, const char *p, size_t n, int32_t **i
 static int split_words(const kr_tokenizer *t, const char *text, const uint32_t *cps,
                        const size_t *offs, size_t n, int32_t **ids, size_t *cnt, size_t *cap) {
 #define CP(i) ((i) < n ? cps[i] : 0xffffffffu)
-#define LET(i) ((i) < n && is_letter(cps[i]))
-#define NUM(i) ((i) < n && is_number(cps[i]))
-#define SPC(i) ((i) < n && is_space(cps[i]))
-#define OTHER(i) ((i) < n && !is_space(cps[i]) && !is_letter(cps[i]) && !is_number(cps[i]))
+#define LET(i) ((i) < n && kr_is_letter(cps[i]))
+#define NUM(i) ((i) < n && kr_is_number(cps[i]))
+#define SPC(i) ((i) < n && kr_is_space(cps[i]))
+#define OTHER(i) ((i) < n && !kr_is_space(cps[i]) && !kr_is_letter(cps[i]) && !kr_is_number(cps[i]))
   size_t pos = 0;
   while (pos < n) {
     size_t start = pos;
@@ -363,10 +286,10 @@ static int encode_plain(const kr_tokenizer *t, const char *text, size_t len, int
     char *w = malloc(3 * len + 4);
     if (!w) return -1;
     size_t m = 0;
-    if (t->add_space_prefix) m += utf8_put(0x2581, w);
+    if (t->add_space_prefix) m += kr_utf8_put(0x2581, w);
     for (size_t i = 0; i < len; i++) {
       if (text[i] == ' ')
-        m += utf8_put(0x2581, w + m);
+        m += kr_utf8_put(0x2581, w + m);
       else
         w[m++] = text[i];
     }
@@ -384,7 +307,7 @@ static int encode_plain(const kr_tokenizer *t, const char *text, size_t len, int
   size_t n = 0;
   for (size_t i = 0; i < len;) {
     offs[n] = i;
-    i += utf8_next(text + i, len - i, &cps[n]);
+    i += kr_utf8_next(text + i, len - i, &cps[n]);
     n++;
   }
   offs[n] = len;
@@ -393,7 +316,7 @@ static int encode_plain(const kr_tokenizer *t, const char *text, size_t len, int
     /* every digit is a word of its own; GPT-2's split runs between them */
     size_t a = 0;
     for (size_t i = 0; i <= n && !rc; i++) {
-      if (i < n && !is_number(cps[i])) continue;
+      if (i < n && !kr_is_number(cps[i])) continue;
       rc = split_words(t, text, cps + a, offs + a, i - a, ids, cnt, cap);
       if (!rc && i < n) rc = bpe_piece(t, text + offs[i], offs[i + 1] - offs[i], ids, cnt, cap);
       a = i + 1;
@@ -429,6 +352,14 @@ int kr_tok_encode(const kr_tokenizer *t, const char *text, size_t len, int parse
   return encode_plain(t, text + a, len - a, ids, n, cap);
 }
 
+/* The value of a hex digit, or -1. */
+static int hex_digit(char c) {
+  return c >= '0' && c <= '9'   ? c - '0'
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10
+         : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                : -1;
+}
+
 size_t kr_tok_piece(const kr_tokenizer *t, int32_t id, int special, char *buf, size_t cap) {
   if (id < 0 || id >= t->n_vocab) return 0;
   const char *s = t->text[id];
@@ -440,16 +371,16 @@ size_t kr_tok_piece(const kr_tokenizer *t, int32_t id, int special, char *buf, s
       if (m < cap) buf[m] = s[i];
     return m;
   }
-  if (t->kind == KIND_SPM && t->type[id] == TT_BYTE && n == 6) {
-    unsigned v;
-    if (sscanf(s, "<0x%02X>", &v) == 1) {
-      if (cap) buf[0] = (char)v;
-      return 1;
-    }
+  /* <0xXX>: the text is not NUL-terminated, so it is parsed within its n bytes */
+  int hi, lo;
+  if (t->kind == KIND_SPM && t->type[id] == TT_BYTE && n == 6 && memcmp(s, "<0x", 3) == 0 &&
+      s[5] == '>' && (hi = hex_digit(s[3])) >= 0 && (lo = hex_digit(s[4])) >= 0) {
+    if (cap) buf[0] = (char)(hi * 16 + lo);
+    return 1;
   }
   for (size_t i = 0; i < n;) {
     uint32_t cp;
-    size_t l = utf8_next(s + i, n - i, &cp);
+    size_t l = kr_utf8_next(s + i, n - i, &cp);
     size_t k;
     if (t->kind == KIND_BPE && cp < 324 && t->cp_to_byte[cp] >= 0) {
       tmp[0] = (char)t->cp_to_byte[cp];
@@ -488,13 +419,36 @@ static int by_len_desc(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* An optional metadata array of n elem_type values (*out NULL when absent); 0, or -1 with a
+ * message when it has another type or length. */
+static int optional_array(const kr_gguf *g, const char *key, uint32_t elem_type, uint64_t n,
+                          const kr_gguf_value **out, char *err, size_t err_len) {
+  *out = NULL;
+  int rc = kr_gguf_meta_array(g, key, elem_type, out, err, err_len);
+  if (rc > 0) *out = NULL;
+  if (rc == 0 && (*out)->n != n) {
+    snprintf(err, err_len, "tokenizer: %s holds %llu values for %llu tokens", key,
+             (unsigned long long)(*out)->n, (unsigned long long)n);
+    rc = -1;
+  }
+  return rc < 0 ? -1 : 0;
+}
+
+/* An optional token id: -1 when absent or outside [0, n_vocab). */
+static int optional_id(const kr_gguf *g, const char *key, int32_t n_vocab, int32_t *out, char *err,
+                       size_t err_len) {
+  int64_t v = -1;
+  if (kr_gguf_meta_int(g, key, &v, err, err_len) < 0) return -1;
+  *out = v >= 0 && v < n_vocab ? (int32_t)v : -1;
+  return 0;
+}
+
 kr_tokenizer *kr_tok_load(const kr_gguf *g, char *err, size_t err_len) {
   const char *model;
   uint64_t model_len;
-  if (kr_gguf_get_str(g, "tokenizer.ggml.model", &model, &model_len)) {
-    snprintf(err, err_len, "tokenizer: no tokenizer.ggml.model in the file");
-    return NULL;
-  }
+  int rc = kr_gguf_meta_str(g, "tokenizer.ggml.model", &model, &model_len, err, err_len);
+  if (rc > 0) snprintf(err, err_len, "tokenizer: no tokenizer.ggml.model in the file");
+  if (rc) return NULL;
   kr_tokenizer *t = calloc(1, sizeof *t);
   if (!t) return NULL;
   if (model_len == 4 && memcmp(model, "gpt2", 4) == 0)
@@ -504,13 +458,14 @@ kr_tokenizer *kr_tok_load(const kr_gguf *g, char *err, size_t err_len) {
   else {
     snprintf(err, err_len, "tokenizer: model '%.*s' not supported (gpt2 and llama are)",
              (int)(model_len > 40 ? 40 : model_len), model);
-    free(t);
-    return NULL;
+    goto fail;
   }
   const char *pre;
   uint64_t pre_len;
   t->pre = PRE_GPT2;
-  if (!kr_gguf_get_str(g, "tokenizer.ggml.pre", &pre, &pre_len)) {
+  rc = kr_gguf_meta_str(g, "tokenizer.ggml.pre", &pre, &pre_len, err, err_len);
+  if (rc < 0) goto fail;
+  if (rc == 0) {
     static const char *digit_split[] = {"smollm", "starcoder", "refact", "codeshell", "command-r"};
     for (size_t i = 0; i < sizeof digit_split / sizeof *digit_split; i++)
       if (pre_len == strlen(digit_split[i]) && memcmp(pre, digit_split[i], pre_len) == 0)
@@ -520,20 +475,21 @@ kr_tokenizer *kr_tok_load(const kr_gguf *g, char *err, size_t err_len) {
       t->pre = PRE_LLAMA3;
   }
 
-  const kr_gguf_kv *tok = kr_gguf_find(g, "tokenizer.ggml.tokens");
-  if (!tok || tok->value.type != KR_GGUF_ARRAY || tok->value.elem_type != KR_GGUF_STRING ||
-      tok->value.n == 0 || tok->value.n > (1u << 24)) {
-    snprintf(err, err_len, "tokenizer: tokenizer.ggml.tokens missing or not a string array");
-    kr_tok_free(t);
-    return NULL;
+  const kr_gguf_value *tok = NULL;
+  rc = kr_gguf_meta_array(g, "tokenizer.ggml.tokens", KR_GGUF_STRING, &tok, err, err_len);
+  if (rc < 0) goto fail;
+  if (rc > 0 || tok->n == 0 || tok->n > (1u << 24)) {
+    snprintf(err, err_len, "tokenizer: tokenizer.ggml.tokens %s",
+             rc > 0 ? "missing" : "empty or longer than 2^24");
+    goto fail;
   }
-  int32_t nv = t->n_vocab = (int32_t)tok->value.n;
+  int32_t nv = t->n_vocab = (int32_t)tok->n;
   t->text = calloc((size_t)nv, sizeof *t->text);
   t->len = calloc((size_t)nv, sizeof *t->len);
   t->type = calloc((size_t)nv, sizeof *t->type);
   t->score = calloc((size_t)nv, sizeof *t->score);
   if (!t->text || !t->len || !t->type || !t->score || map_init(&t->vocab, (size_t)nv)) goto oom;
-  const uint8_t *p = tok->value.data;
+  const uint8_t *p = tok->data;
   for (int32_t i = 0; i < nv; i++) {
     uint64_t l;
     kr_gguf_next_string(&p, &t->text[i], &l);
@@ -541,25 +497,22 @@ kr_tokenizer *kr_tok_load(const kr_gguf *g, char *err, size_t err_len) {
     t->type[i] = TT_NORMAL;
     map_put(&t->vocab, t->text[i], l, i);
   }
-  const kr_gguf_kv *ty = kr_gguf_find(g, "tokenizer.ggml.token_type");
-  if (ty && ty->value.type == KR_GGUF_ARRAY && ty->value.elem_type == KR_GGUF_I32 &&
-      ty->value.n == (uint64_t)nv)
-    memcpy(t->type, ty->value.data, (size_t)nv * 4);
-  const kr_gguf_kv *sc = kr_gguf_find(g, "tokenizer.ggml.scores");
-  if (sc && sc->value.type == KR_GGUF_ARRAY && sc->value.elem_type == KR_GGUF_F32 &&
-      sc->value.n == (uint64_t)nv)
-    memcpy(t->score, sc->value.data, (size_t)nv * 4);
+  const kr_gguf_value *ty, *sc;
+  if (optional_array(g, "tokenizer.ggml.token_type", KR_GGUF_I32, (uint64_t)nv, &ty, err,
+                     err_len) ||
+      optional_array(g, "tokenizer.ggml.scores", KR_GGUF_F32, (uint64_t)nv, &sc, err, err_len))
+    goto fail;
+  if (ty) memcpy(t->type, ty->data, (size_t)nv * 4);
+  if (sc) memcpy(t->score, sc->data, (size_t)nv * 4);
 
   if (t->kind == KIND_BPE) {
-    const kr_gguf_kv *mg = kr_gguf_find(g, "tokenizer.ggml.merges");
-    if (!mg || mg->value.type != KR_GGUF_ARRAY || mg->value.elem_type != KR_GGUF_STRING) {
-      snprintf(err, err_len, "tokenizer: gpt2 model without tokenizer.ggml.merges");
-      kr_tok_free(t);
-      return NULL;
-    }
-    if (map_init(&t->merges, (size_t)mg->value.n)) goto oom;
-    p = mg->value.data;
-    for (uint64_t i = 0; i < mg->value.n && i < INT32_MAX; i++) {
+    const kr_gguf_value *mg = NULL;
+    rc = kr_gguf_meta_array(g, "tokenizer.ggml.merges", KR_GGUF_STRING, &mg, err, err_len);
+    if (rc > 0) snprintf(err, err_len, "tokenizer: gpt2 model without tokenizer.ggml.merges");
+    if (rc) goto fail;
+    if (map_init(&t->merges, (size_t)mg->n)) goto oom;
+    p = mg->data;
+    for (uint64_t i = 0; i < mg->n && i < INT32_MAX; i++) {
       const char *s;
       uint64_t l;
       kr_gguf_next_string(&p, &s, &l);
@@ -587,19 +540,21 @@ kr_tokenizer *kr_tok_load(const kr_gguf *g, char *err, size_t err_len) {
   sort_ctx = t;
   qsort(t->special, (size_t)t->n_special, sizeof *t->special, by_len_desc);
 
-  int64_t v;
-  t->bos = !kr_gguf_get_int(g, "tokenizer.ggml.bos_token_id", &v) && v < nv ? (int32_t)v : -1;
-  t->eos = !kr_gguf_get_int(g, "tokenizer.ggml.eos_token_id", &v) && v < nv ? (int32_t)v : -1;
-  t->eot = !kr_gguf_get_int(g, "tokenizer.ggml.eot_token_id", &v) && v < nv ? (int32_t)v : -1;
-  t->add_bos =
-      !kr_gguf_get_int(g, "tokenizer.ggml.add_bos_token", &v) ? (int)v : t->kind == KIND_SPM;
-  t->add_space_prefix =
-      !kr_gguf_get_int(g, "tokenizer.ggml.add_space_prefix", &v) ? (int)v : t->kind == KIND_SPM;
+  /* absent flags default to what each tokenizer kind does */
+  t->add_bos = t->add_space_prefix = t->kind == KIND_SPM;
+  if (optional_id(g, "tokenizer.ggml.bos_token_id", nv, &t->bos, err, err_len) ||
+      optional_id(g, "tokenizer.ggml.eos_token_id", nv, &t->eos, err, err_len) ||
+      optional_id(g, "tokenizer.ggml.eot_token_id", nv, &t->eot, err, err_len) ||
+      kr_gguf_meta_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos, err, err_len) < 0 ||
+      kr_gguf_meta_bool(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix, err, err_len) <
+          0)
+    goto fail;
   t->im_end = kr_tok_find(t, "<|im_end|>");
   t->eot_text = kr_tok_find(t, "<|endoftext|>");
   return t;
 oom:
   snprintf(err, err_len, "tokenizer: out of memory");
+fail:
   kr_tok_free(t);
   return NULL;
 }

@@ -10,7 +10,7 @@ KV cache) must agree up to the first step where llama.cpp's top-1 and top-2 logi
 than BF16_GAP (the file's `margin` lines, scripts/llama-margins.py): there bf16's rounding of
 the logits can pick either token, and does on some prompts; q4 is reported only. Without
 --strict (llama.cpp on the Q4_1 file itself, whose CPU dot products quantize activations to
-8 bits) the agreement is reported only.
+8 bits) every mode must agree on the first MIN_AGREE tokens of every prompt (see there).
 Usage: check_llama_ref.py [--strict] [--device cpu|cuda] KITE_BINARY REF_FILE [MODEL]; the model
 comes from the argument, $KITE_MODEL or scripts/fetch-model.sh; without one the test is skipped
 (exit 77). On CUDA f32 runs cuBLASLt in f32 (never TF32), so the same bounds hold."""
@@ -22,6 +22,14 @@ import sys
 # Three times the largest top-1 / top-2 logit gap of llama.cpp's f32 run at which kite's bf16
 # mode was seen to pick the other token (0.051; docs/performance.md)
 BF16_GAP = 0.15
+
+# Without --strict the reference's arithmetic is none of kite's modes: llama.cpp's CPU dot
+# products quantize the activations to 8 bits per 32 values, kite's q4 mode keeps them f32 (and
+# f32 / bf16 dequantize the weights), so the greedy paths may part wherever two logits are
+# nearly tied. On SmolLM2's four prompts they part at token 6 at the earliest, in every mode
+# (5 to 32 leading tokens agree), so the first 4 must agree: a wrong layer, rope, cache or
+# tokenizer changes the first token or two, while a near-tie later cannot fail the test.
+MIN_AGREE = 4
 
 args = sys.argv[1:]
 strict = "--strict" in args
@@ -72,13 +80,16 @@ for line in open(ref, encoding="utf-8"):
         for w in ("f32", "bf16", "q4"):
             out = subprocess.run([kite, "run", "--model", model, "--weights", w, "--threads", "2",
                                   "--device", device, "--prompt", prompt, "-n", str(len(want)),
-                                  "--tokens"], capture_output=True, text=True, check=True).stdout.split()
+                                  "--tokens", "--seed", "0"],
+                                 capture_output=True, text=True, check=True).stdout.split()
             got = [int(x) for x in out][:len(want)]
             agree = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), len(want))
-            need = len(want) if w == "f32" else close if w == "bf16" and gaps else 0
-            ok = not strict or agree >= need
+            if strict:
+                need = len(want) if w == "f32" else close if w == "bf16" and gaps else 0
+            else:
+                need = min(MIN_AGREE, len(want))
+            ok = agree >= need
             fails += not ok
             print("%s %-4s %2d/%d leading tokens agree (%d required): %s" %
-                  ("ok  " if ok else "FAIL", w, agree, len(want), need if strict else 0,
-                   json.dumps(prompt)[:50]))
+                  ("ok  " if ok else "FAIL", w, agree, len(want), need, json.dumps(prompt)[:50]))
 sys.exit(1 if fails else 0)

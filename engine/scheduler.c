@@ -1,0 +1,233 @@
+#include "scheduler.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+/* int32 elements of the step's index arrays for T rows, B sequences. */
+static size_t index_len(size_t T, size_t B, size_t max_blocks) {
+  return 3 * T + 3 * B + 1 + B * max_blocks;
+}
+
+/* Points the arrays of x into buf[index_len] (int32 units): ids, pos, slots [T]; seq_lens,
+ * gather [B]; cu_seqlens [B + 1]; the block table [B, max_blocks] last. */
+static void index_layout(int32_t *buf, size_t T, size_t B, kr_step_index *x) {
+  x->ids = buf;
+  x->pos = buf + T;
+  x->slots = buf + 2 * T;
+  x->seq_lens = buf + 3 * T;
+  x->gather = buf + 3 * T + B;
+  x->cu_seqlens = buf + 3 * T + 2 * B;
+  x->block_table = buf + 3 * T + 3 * B + 1;
+}
+
+int kr_sched_init(kr_scheduler *s, const kr_sched_parts *parts, int max_tokens, int max_seqs,
+                  int ctx_len, int n_vocab, char *err, size_t err_len) {
+  memset(s, 0, sizeof *s);
+  s->parts = *parts;
+  s->max_tokens = max_tokens;
+  s->max_seqs = max_seqs;
+  s->ctx_len = ctx_len;
+  s->n_vocab = n_vocab;
+  const size_t T = (size_t)max_tokens, B = (size_t)max_seqs;
+  const size_t len = index_len(T, B, (size_t)parts->kv->max_blocks);
+  s->h_index_buf = calloc(len, sizeof(int32_t));
+  if (!s->h_index_buf) return kr_errf(err, err_len, "model: out of memory");
+  if (kr_dev_alloc(parts->ctx, len * sizeof(int32_t), &s->d_index_buf, err, err_len)) return -1;
+  index_layout(s->h_index_buf, T, B, &s->host);
+  index_layout(s->d_index_buf, T, B, &s->dev);
+  s->step_seq = calloc(B, sizeof *s->step_seq);
+  s->rows = calloc(B, sizeof *s->rows);
+  s->next = calloc(B, sizeof *s->next);
+  if (!s->step_seq || !s->rows || !s->next) return kr_errf(err, err_len, "model: out of memory");
+  return 0;
+}
+
+static void forget_seqs(kr_scheduler *s) {
+  for (int i = 0; i < s->n_seqs; i++) {
+    free(s->seqs[i].tok);
+    kr_kv_table_free(&s->seqs[i].table);
+  }
+  s->n_seqs = 0;
+}
+
+void kr_sched_free(kr_scheduler *s) {
+  forget_seqs(s);
+  free(s->seqs);
+  if (s->parts.ctx) kr_dev_free(s->parts.ctx, &s->d_index_buf);
+  free(s->h_index_buf);
+  free(s->step_seq);
+  free(s->rows);
+  free(s->next);
+  memset(s, 0, sizeof *s);
+}
+
+void kr_sched_reset(kr_scheduler *s) {
+  forget_seqs(s);
+  kr_kv_reset(s->parts.kv);
+  memset(&s->stats, 0, sizeof s->stats);
+}
+
+int kr_sched_submit(kr_scheduler *s, const int32_t *prompt, size_t n, int max_new, char *err,
+                    size_t err_len) {
+  if (n == 0) return kr_errf(err, err_len, "submit: empty prompt");
+  if (n + 1 > (size_t)s->ctx_len)
+    return kr_errf(err, err_len, "submit: prompt of %zu tokens does not fit a context of %d", n,
+                   s->ctx_len);
+  for (size_t i = 0; i < n; i++)
+    if (prompt[i] < 0 || prompt[i] >= s->n_vocab)
+      return kr_errf(err, err_len, "submit: token %d outside the vocabulary", prompt[i]);
+  if (kr_kv_blocks_for(s->parts.kv, n + 1) > s->parts.kv->num_blocks)
+    return kr_errf(err, err_len, "submit: prompt needs more KV blocks than the cache has");
+  if (s->n_seqs == s->cap_seqs) {
+    const int cap = s->cap_seqs ? 2 * s->cap_seqs : 8;
+    kr_seq *seqs = realloc(s->seqs, (size_t)cap * sizeof *seqs);
+    if (!seqs) return kr_errf(err, err_len, "submit: out of memory");
+    s->seqs = seqs;
+    s->cap_seqs = cap;
+  }
+  kr_seq *q = &s->seqs[s->n_seqs];
+  memset(q, 0, sizeof *q);
+  if (max_new < 0) max_new = 0;
+  /* generation stops when the context is full: at most ctx_len tokens, one more as a guard */
+  const size_t most = n + (size_t)max_new;
+  q->cap = (most < (size_t)s->ctx_len ? most : (size_t)s->ctx_len) + 1;
+  q->tok = malloc(q->cap * sizeof *q->tok);
+  if (!q->tok || kr_kv_table_init(s->parts.kv, &q->table)) {
+    free(q->tok);
+    return kr_errf(err, err_len, "submit: out of memory");
+  }
+  memcpy(q->tok, prompt, n * sizeof *q->tok);
+  q->n_tok = q->n_prompt = n;
+  q->max_new = max_new;
+  q->state = max_new > 0 ? KR_SEQ_WAITING : KR_SEQ_DONE; /* nothing to generate: done at once */
+  return s->n_seqs++;
+}
+
+static void finish(kr_scheduler *s, kr_seq *q) {
+  q->state = KR_SEQ_DONE;
+  kr_kv_release(s->parts.kv, &q->table);
+}
+
+/* Prompt tokens of q that fit a step whose rows so far number `used`. */
+static size_t chunk(const kr_scheduler *s, const kr_seq *q, int used) {
+  const size_t left = q->n_tok - q->n_cached, budget = (size_t)(s->max_tokens - used);
+  return left < budget ? left : budget;
+}
+
+/* Chooses the step's sequences into step_seq: decode ones first (*n_decode of them), then
+ * prefill ones. Returns how many. */
+static int plan_step(kr_scheduler *s, int *n_decode) {
+  int n_seq = 0, nd = 0, n_prefill_tok = 0;
+  /* decode: running sequences whose prompt is in the cache */
+  for (int i = 0; i < s->n_seqs && n_seq < s->max_seqs; i++) {
+    kr_seq *q = &s->seqs[i];
+    if (q->state != KR_SEQ_RUNNING || q->n_cached + 1 != q->n_tok) continue;
+    if (kr_kv_grow(s->parts.kv, &q->table, q->n_tok)) {
+      finish(s, q); /* the cache is full: the sequence ends here */
+      continue;
+    }
+    s->step_seq[n_seq++] = i;
+    nd++;
+  }
+  /* prefill: running sequences with prompt left, then waiting ones while blocks last */
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < s->n_seqs && n_seq < s->max_seqs; i++) {
+      kr_seq *q = &s->seqs[i];
+      if (pass == 0 ? !(q->state == KR_SEQ_RUNNING && q->n_cached + 1 < q->n_tok)
+                    : q->state != KR_SEQ_WAITING)
+        continue;
+      if (s->max_tokens - nd - n_prefill_tok <= 0) break;
+      const size_t take = chunk(s, q, nd + n_prefill_tok);
+      if (kr_kv_grow(s->parts.kv, &q->table, q->n_cached + take)) continue; /* waits for blocks */
+      q->state = KR_SEQ_RUNNING;
+      s->step_seq[n_seq++] = i;
+      n_prefill_tok += (int)take;
+    }
+  *n_decode = nd;
+  return n_seq;
+}
+
+/* Fills the host index arrays of the planned step (advancing each sequence's n_cached) and the
+ * sampler's rows. Returns the step's rows. */
+static int fill_index(kr_scheduler *s, int n_seq, int nd, uint64_t seed) {
+  const kr_kv_cache *kv = s->parts.kv;
+  const kr_step_index *x = &s->host;
+  const size_t mb = (size_t)kv->max_blocks;
+  int row = 0;
+  x->cu_seqlens[0] = 0;
+  for (int j = 0; j < n_seq; j++) {
+    kr_seq *q = &s->seqs[s->step_seq[j]];
+    const size_t take = j < nd ? 1 : chunk(s, q, row);
+    for (size_t i = 0; i < take; i++, row++) {
+      const size_t p = q->n_cached + i;
+      x->ids[row] = q->tok[p];
+      x->pos[row] = (int32_t)p;
+      x->slots[row] = kr_kv_slot(kv, &q->table, p);
+    }
+    memcpy(x->block_table + (size_t)j * mb, q->table.blocks, (size_t)q->table.n * sizeof(int32_t));
+    for (size_t b = (size_t)q->table.n; b < mb; b++) x->block_table[(size_t)j * mb + b] = 0;
+    x->seq_lens[j] = (int32_t)(q->n_cached + take);
+    if (j >= nd) x->cu_seqlens[j - nd + 1] = row - nd;
+    x->gather[j] = row - 1;
+    q->n_cached += take;
+    /* each sequence draws from its own seed (the run's + its index) at its own step, so a
+     * request gets the same tokens whatever else runs beside it */
+    s->rows[j] = (kr_sample_row){.seed = seed + (uint64_t)s->step_seq[j],
+                                 .step = q->n_new,
+                                 .prompt = q->tok,
+                                 .n_prompt = q->n_prompt,
+                                 .output = q->tok + q->n_prompt,
+                                 .n_output = q->n_tok - q->n_prompt};
+  }
+  return row;
+}
+
+int kr_sched_run(kr_scheduler *s, const kr_sampling *sp, kr_token_fn on_token, kr_stop_fn stop,
+                 void *user, char *err, size_t err_len) {
+  const kr_sched_parts *P = &s->parts;
+  if (kr_sampler_begin(P->sampler, sp, err, err_len)) return -1;
+  const uint64_t seed = sp ? sp->seed : 0;
+  for (;;) {
+    int nd;
+    const int n_seq = plan_step(s, &nd);
+    if (n_seq == 0) {
+      for (int i = 0; i < s->n_seqs; i++)
+        if (s->seqs[i].state != KR_SEQ_DONE)
+          return kr_errf(err, err_len, "generate: the KV cache cannot hold any waiting prompt");
+      return 0;
+    }
+    const int n_tok = fill_index(s, n_seq, nd, seed);
+    const double t0 = kr_now_s();
+    /* one copy for every index array: the prefix up to this step's rows of the block table */
+    const size_t idx_bytes =
+        (size_t)((const char *)(s->host.block_table + (size_t)n_seq * (size_t)P->kv->max_blocks) -
+                 (const char *)s->h_index_buf);
+    KR_CALL(
+        kite_memcpy(P->ctx, s->d_index_buf, s->h_index_buf, idx_bytes, KITE_COPY_HOST_TO_DEVICE));
+    const kr_step step = {n_tok, nd, n_seq, &s->dev};
+    if (P->arch->forward(P->net, &step, P->kv, P->logits, err, err_len) ||
+        kr_sampler_run(P->sampler, P->logits, n_seq, s->rows, s->next, err, err_len))
+      return -1;
+    for (int j = 0; j < n_seq; j++) {
+      kr_seq *q = &s->seqs[s->step_seq[j]];
+      if (q->n_cached < q->n_tok) continue; /* a prompt chunk that is not the last */
+      const int32_t tok = s->next[j];
+      q->tok[q->n_tok++] = tok;
+      q->n_new++;
+      if (on_token) on_token(user, s->step_seq[j], tok);
+      if ((stop && stop(user, tok)) || q->n_new >= q->max_new || q->n_tok + 1 > (size_t)s->ctx_len)
+        finish(s, q);
+    }
+    const double dt = kr_now_s() - t0;
+    s->stats.steps++;
+    if (nd == n_seq) {
+      s->stats.decode_s += dt;
+      s->stats.decode_tokens += n_tok;
+    } else {
+      s->stats.prefill_s += dt;
+      s->stats.prefill_tokens += n_tok;
+    }
+  }
+}

@@ -1,0 +1,65 @@
+/*
+ * Continuous batching over the paged KV cache. Sequences wait, run and finish; each step takes
+ * every running sequence's next token (decode) and then prompt chunks of running and waiting
+ * sequences (prefill) while the step's token budget and the free KV blocks last, runs one
+ * forward pass and one sampling call over them, and appends each sequence's new token. A
+ * sequence that cannot get a block for its next token ends there (the cache is full).
+ */
+#ifndef KITE_ENGINE_SCHEDULER_H
+#define KITE_ENGINE_SCHEDULER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "arch.h"
+#include "kv_cache.h"
+#include "model.h"
+#include "sampler.h"
+
+typedef enum kr_seq_state { KR_SEQ_WAITING, KR_SEQ_RUNNING, KR_SEQ_DONE } kr_seq_state;
+
+typedef struct kr_seq {
+  int32_t *tok; /* [cap] the prompt, then the generated tokens */
+  size_t n_tok, cap;
+  size_t n_prompt;
+  size_t n_cached; /* tokens whose keys and values are in the cache */
+  int max_new, n_new;
+  kr_block_table table;
+  kr_seq_state state;
+} kr_seq;
+
+/* What the scheduler runs steps on (owned by the model, not by the scheduler). */
+typedef struct kr_sched_parts {
+  kite_ctx *ctx;
+  kr_kv_cache *kv;
+  const kr_arch *arch;
+  void *net;
+  void *logits; /* [max_seqs, n_vocab] device: the step's rows that predict tokens */
+  kr_sampler *sampler;
+} kr_sched_parts;
+
+typedef struct kr_scheduler {
+  kr_sched_parts parts;
+  int max_tokens, max_seqs, ctx_len, n_vocab;
+  kr_seq *seqs;
+  int n_seqs, cap_seqs;
+  int32_t *h_index_buf;    /* the step's index arrays on the host (kr_step_index's layout) */
+  void *d_index_buf;       /* and on the device */
+  kr_step_index host, dev; /* views of the two buffers */
+  int *step_seq;           /* [max_seqs] the sequence of each of the step's sequences */
+  kr_sample_row *rows;     /* [max_seqs] what the sampler needs of each */
+  int32_t *next;           /* [max_seqs] host: the sampled tokens */
+  kr_stats stats;
+} kr_scheduler;
+
+int kr_sched_init(kr_scheduler *s, const kr_sched_parts *parts, int max_tokens, int max_seqs,
+                  int ctx_len, int n_vocab, char *err, size_t err_len);
+void kr_sched_free(kr_scheduler *s);
+int kr_sched_submit(kr_scheduler *s, const int32_t *prompt, size_t n, int max_new, char *err,
+                    size_t err_len);
+int kr_sched_run(kr_scheduler *s, const kr_sampling *sp, kr_token_fn on_token, kr_stop_fn stop,
+                 void *user, char *err, size_t err_len);
+/* Forgets every sequence (their blocks go back to the cache) and the stats. */
+void kr_sched_reset(kr_scheduler *s);
+
+#endif /* KITE_ENGINE_SCHEDULER_H */

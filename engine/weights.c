@@ -1,0 +1,223 @@
+#include "weights.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <kite/dtype.h>
+
+#include "common.h"
+
+int kr_ggml_is_q4(uint32_t type) {
+  return type == KR_GGML_Q4_0 || type == KR_GGML_Q4_1;
+}
+
+static int readable(uint32_t type) {
+  return type == KR_GGML_F32 || type == KR_GGML_F16 || type == KR_GGML_BF16 ||
+         type == KR_GGML_Q8_0 || kr_ggml_is_q4(type);
+}
+
+/* Row r of a GGUF tensor (ne[0] = cols values) as f32 out[cols]. A quantized row is cols / bv
+ * blocks of bb bytes: f16 d, (Q4_1: f16 m,) then the values: Q8_0 bv int8, Q4 bv / 2 bytes whose
+ * low nibbles are values [0, bv / 2) and high nibbles [bv / 2, bv). */
+static void dequant_row(const kr_gguf_tensor *t, int64_t r, float *out) {
+  const int64_t cols = t->ne[0];
+  uint64_t bv, bb;
+  kr_ggml_block(t->type, &bv, &bb);
+  const uint8_t *row = (const uint8_t *)t->data + (uint64_t)r * ((uint64_t)cols / bv * bb);
+  uint16_t h;
+  switch (t->type) {
+  case KR_GGML_F32:
+    memcpy(out, row, (size_t)cols * sizeof(float));
+    return;
+  case KR_GGML_F16:
+  case KR_GGML_BF16:
+    for (int64_t i = 0; i < cols; i++) {
+      memcpy(&h, row + 2 * i, 2);
+      out[i] = t->type == KR_GGML_F16 ? kite_f16_to_f32(h) : kite_bf16_to_f32(h);
+    }
+    return;
+  default:
+    break;
+  }
+  const int64_t half = (int64_t)bv / 2;
+  for (int64_t b = 0; b < cols / (int64_t)bv; b++) {
+    const uint8_t *blk = row + b * (int64_t)bb;
+    float *o = out + b * (int64_t)bv;
+    memcpy(&h, blk, 2);
+    const float d = kite_f16_to_f32(h);
+    if (t->type == KR_GGML_Q8_0) {
+      for (int64_t i = 0; i < (int64_t)bv; i++) o[i] = d * (float)(int8_t)blk[2 + i];
+      continue;
+    }
+    float mn = 0;
+    const uint8_t *qs = blk + 2;
+    if (t->type == KR_GGML_Q4_1) {
+      memcpy(&h, blk + 2, 2);
+      mn = kite_f16_to_f32(h);
+      qs = blk + 4;
+    }
+    const int off = t->type == KR_GGML_Q4_0 ? 8 : 0; /* Q4_0 is symmetric around 8 */
+    for (int64_t i = 0; i < half; i++) {
+      o[i] = (float)((qs[i] & 15) - off) * d + mn;
+      o[i + half] = (float)((qs[i] >> 4) - off) * d + mn;
+    }
+  }
+}
+
+const kr_gguf_tensor *kr_need_tensor(const kr_gguf *g, const char *name, int64_t cols, int64_t rows,
+                                     char *err, size_t err_len) {
+  const kr_gguf_tensor *t = kr_gguf_tensor_find(g, name);
+  if (!t) {
+    kr_errf(err, err_len, "model: tensor %s missing", name);
+    return NULL;
+  }
+  if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != 1 || t->ne[3] != 1) {
+    kr_errf(err, err_len, "model: tensor %s is [%lld, %lld], expected [%lld, %lld] (ne order)",
+            name, (long long)t->ne[0], (long long)t->ne[1], (long long)cols, (long long)rows);
+    return NULL;
+  }
+  if (!readable(t->type)) {
+    const char *tn = kr_ggml_type_name(t->type);
+    kr_errf(err, err_len, "model: tensor %s has type %s (f32, f16, bf16, q8_0, q4_0, q4_1 load)",
+            name, tn ? tn : "?");
+    return NULL;
+  }
+  return t;
+}
+
+static int upload(kr_loader *ld, const void *host, size_t bytes, void **out, char *err,
+                  size_t err_len) {
+  if (kr_dev_upload(ld->ctx, host, bytes, out, err, err_len)) return -1;
+  ld->bytes += bytes;
+  return 0;
+}
+
+int kr_load_vector(kr_loader *ld, const kr_gguf_tensor *const *parts, int n_parts, void **out,
+                   char *err, size_t err_len) {
+  int64_t total = 0;
+  for (int i = 0; i < n_parts; i++) total += parts[i]->ne[0];
+  const size_t es = kite_dtype_size(ld->act);
+  float *f32 = malloc((size_t)total * sizeof(float)); /* [total] */
+  uint8_t *dev = malloc((size_t)total * es);          /* [total] in ld->act */
+  int rc = -1;
+  if (!f32 || !dev) {
+    kr_errf(err, err_len, "model: out of memory");
+  } else {
+    int64_t at = 0;
+    for (int i = 0; i < n_parts; i++) {
+      dequant_row(parts[i], 0, f32 + at);
+      at += parts[i]->ne[0];
+    }
+    for (int64_t i = 0; i < total; i++) kite_store_f32(ld->act, dev, i, f32[i]);
+    rc = upload(ld, dev, (size_t)total * es, out, err, err_len);
+  }
+  free(f32);
+  free(dev);
+  return rc;
+}
+
+/* The 4-bit blocks of every part, concatenated as stored. */
+static int load_q4(kr_loader *ld, const kr_gguf_tensor *const *parts, int n_parts, kr_weight *w,
+                   char *err, size_t err_len) {
+  w->format = parts[0]->type == KR_GGML_Q4_0 ? KITE_WQ4_SYM : KITE_WQ4_MIN;
+  size_t bytes = 0;
+  for (int i = 0; i < n_parts; i++) bytes += parts[i]->nbytes;
+  uint8_t *blocks = malloc(bytes); /* [n, k / 32 * block bytes] */
+  if (!blocks) return kr_errf(err, err_len, "model: out of memory");
+  size_t at = 0;
+  for (int i = 0; i < n_parts; i++) {
+    memcpy(blocks + at, parts[i]->data, parts[i]->nbytes);
+    at += parts[i]->nbytes;
+  }
+  const int rc = upload(ld, blocks, bytes, &w->data, err, err_len);
+  free(blocks);
+  return rc;
+}
+
+int kr_load_matrix(kr_loader *ld, const kr_gguf_tensor *const *parts, int n_parts, kr_wkind kind,
+                   kr_weight *w, char *err, size_t err_len) {
+  const int64_t k = parts[0]->ne[0];
+  int64_t n = 0;
+  for (int i = 0; i < n_parts; i++) n += parts[i]->ne[1];
+  memset(w, 0, sizeof *w);
+  w->n = n;
+  w->k = k;
+  if (kind == KR_W_Q4)
+    for (int i = 0; i < n_parts; i++)
+      if (parts[i]->type != parts[0]->type || !kr_ggml_is_q4(parts[i]->type)) kind = KR_W_INT8;
+  w->kind = kind;
+  if (kind == KR_W_Q4) return load_q4(ld, parts, n_parts, w, err, err_len);
+  w->dtype = ld->act;
+  const size_t es = kind == KR_W_INT8 ? 1 : kite_dtype_size(ld->act);
+  float *row = malloc((size_t)k * sizeof(float));    /* [k] one dequantized row */
+  uint8_t *mat = malloc((size_t)n * (size_t)k * es); /* [n, k] i8 or ld->act */
+  float *scales = malloc((size_t)n * sizeof(float)); /* [n] int8 row scales */
+  int rc = -1;
+  if (!row || !mat || !scales) {
+    kr_errf(err, err_len, "model: out of memory");
+    goto done;
+  }
+  int64_t r = 0;
+  for (int i = 0; i < n_parts; i++)
+    for (int64_t j = 0; j < parts[i]->ne[1]; j++, r++) {
+      dequant_row(parts[i], j, row);
+      uint8_t *dst = mat + (size_t)r * (size_t)k * es;
+      if (kind == KR_W_DENSE) {
+        for (int64_t x = 0; x < k; x++) kite_store_f32(ld->act, dst, x, row[x]);
+        continue;
+      }
+      /* per-row symmetric int8, as kite_quant does for activations */
+      float amax = 0;
+      for (int64_t x = 0; x < k; x++) amax = fmaxf(amax, fabsf(row[x]));
+      const float s = amax / 127.0f;
+      scales[r] = s;
+      for (int64_t x = 0; x < k; x++)
+        ((int8_t *)dst)[x] = s > 0 ? (int8_t)lrintf(fminf(fmaxf(row[x] / s, -127), 127)) : 0;
+    }
+  rc = upload(ld, mat, (size_t)n * (size_t)k * es, &w->data, err, err_len);
+  if (!rc && kind == KR_W_INT8)
+    rc = upload(ld, scales, (size_t)n * sizeof(float), &w->scales, err, err_len);
+done:
+  free(row);
+  free(mat);
+  free(scales);
+  return rc;
+}
+
+void kr_weight_free(kite_ctx *ctx, kr_weight *w) {
+  kr_dev_free(ctx, &w->data);
+  kr_dev_free(ctx, &w->scales);
+}
+
+int kr_linear(kite_ctx *ctx, const kr_weight *w, kite_dtype act, const void *x, int64_t rows,
+              const void *bias, void *y, const kr_linear_scratch *s, char *err, size_t err_len) {
+  const DLDevice dev = kite_ctx_device(ctx);
+  kr_tensor tx, ty, tbias, tw, tscales, txq, txs;
+  DLTensor *X = kr_view2(&tx, dev, (void *)x, act, rows, w->k);
+  DLTensor *Y = kr_view2(&ty, dev, y, act, rows, w->n);
+  DLTensor *B = bias ? kr_view1(&tbias, dev, (void *)bias, act, w->n) : NULL;
+  switch (w->kind) {
+  case KR_W_DENSE:
+    KR_CALL(kite_linear(ctx, X, kr_view2(&tw, dev, w->data, w->dtype, w->n, w->k), B, Y));
+    return 0;
+  case KR_W_INT8: {
+    DLTensor *XQ = kr_view2(&txq, dev, s->xq, KITE_DTYPE_I8, rows, w->k);
+    DLTensor *XS = kr_view1(&txs, dev, s->xs, KITE_DTYPE_F32, rows);
+    KR_CALL(kite_quant(ctx, X, XQ, XS));
+    KR_CALL(kite_linear_quant(ctx, XQ, XS, kr_view2(&tw, dev, w->data, KITE_DTYPE_I8, w->n, w->k),
+                              kr_view1(&tscales, dev, w->scales, KITE_DTYPE_F32, w->n), B, Y));
+    return 0;
+  }
+  case KR_W_Q4: {
+    uint64_t bv, bb; /* values per block: kite's blocks are GGUF's */
+    kr_ggml_block(KR_GGML_Q4_0, &bv, &bb);
+    const int64_t width = w->k / (int64_t)bv * kite_wq4_block_bytes(w->format);
+    KR_CALL(kite_linear_wq4(ctx, X, kr_view2(&tw, dev, w->data, KITE_DTYPE_U8, w->n, width),
+                            w->format, B, Y));
+    return 0;
+  }
+  }
+  return kr_errf(err, err_len, "model: bad weight kind");
+}

@@ -1,0 +1,71 @@
+/*
+ * Weights of a GGUF model on a kite ctx's device: vectors (norm weights, biases) in the
+ * activation dtype, matrices in one of three kinds, and the linear layer that runs each kind
+ * through its kite op. Block sizes come from the GGUF reader's table (kr_ggml_block) and from
+ * kite (kite_wq4_block_bytes), never from constants here.
+ */
+#ifndef KITE_ENGINE_WEIGHTS_H
+#define KITE_ENGINE_WEIGHTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <kite/kite.h>
+
+#include "common.h"
+#include "gguf.h"
+
+typedef enum kr_wkind {
+  KR_W_DENSE, /* the activation dtype, through kite_linear */
+  KR_W_INT8,  /* int8 per row + f32 scales; activations quantized per row (kite_linear_quant) */
+  KR_W_Q4,    /* Q4_0 / Q4_1 blocks as stored in the file (kite_linear_wq4) */
+} kr_wkind;
+
+/* A matrix w[n, k] (n outputs, k inputs) on the device. */
+typedef struct kr_weight {
+  kr_wkind kind;
+  kite_dtype dtype;       /* KR_W_DENSE: the element type */
+  kite_wq4_format format; /* KR_W_Q4 */
+  int64_t n, k;
+  void *data;   /* DENSE [n, k] dtype; INT8 i8 [n, k]; Q4 u8 [n, k / 32 * block bytes] */
+  void *scales; /* INT8: f32 [n]; else NULL */
+} kr_weight;
+
+/* Where loads go: the ctx, the dtype of vectors and dense matrices, and the running count of
+ * bytes uploaded (the model's weight size). */
+typedef struct kr_loader {
+  kite_ctx *ctx;
+  kite_dtype act;
+  size_t bytes;
+} kr_loader;
+
+/* Whether a ggml type is one of the 4-bit block types kite_linear_wq4 runs as stored. */
+int kr_ggml_is_q4(uint32_t type);
+
+/* The 2-D tensor `name` of g with ne = [cols, rows] in a type the loader reads (f32, f16, bf16,
+ * q8_0, q4_0, q4_1); NULL with a message naming it otherwise. */
+const kr_gguf_tensor *kr_need_tensor(const kr_gguf *g, const char *name, int64_t cols, int64_t rows,
+                                     char *err, size_t err_len);
+
+/* The first rows of `parts` one after another ([sum of ne[0]], e.g. q, k, v biases) as a device
+ * vector in ld->act. */
+int kr_load_vector(kr_loader *ld, const kr_gguf_tensor *const *parts, int n_parts, void **out,
+                   char *err, size_t err_len);
+/* The rows of `parts` one after another ([sum of ne[1], ne[0]], e.g. the fused q, k, v
+ * projection) as a matrix of the given kind. KR_W_Q4 falls back to KR_W_INT8 unless every part
+ * is of one 4-bit type. */
+int kr_load_matrix(kr_loader *ld, const kr_gguf_tensor *const *parts, int n_parts, kr_wkind kind,
+                   kr_weight *w, char *err, size_t err_len);
+void kr_weight_free(kite_ctx *ctx, kr_weight *w);
+
+/* Device scratch of the int8 path, sized by the caller for its widest input. */
+typedef struct kr_linear_scratch {
+  void *xq; /* i8 [rows, k]: x quantized per row */
+  void *xs; /* f32 [rows]: its scales */
+} kr_linear_scratch;
+
+/* y[rows, w.n] = x[rows, w.k] w^T (+ bias[w.n]), x, y and bias in dtype act on ctx's device. */
+int kr_linear(kite_ctx *ctx, const kr_weight *w, kite_dtype act, const void *x, int64_t rows,
+              const void *bias, void *y, const kr_linear_scratch *s, char *err, size_t err_len);
+
+#endif /* KITE_ENGINE_WEIGHTS_H */
