@@ -179,6 +179,12 @@ static void test_edges(const char *backend) {
   /* V = 1 */
   float one = 0.5f;
   CHECK(sample1(ctx, &one, 1, plain, 3, &tok) == KITE_OK && tok == 0, "V = 1: got %d\n", tok);
+  /* a temperature below 1e-5 (vLLM's epsilon) is greedy: every step the largest logit */
+  for (int i = 0; i < 64; i++) l[i] = (float)(i % 7) * 0.01f;
+  l[23] = 0.065f;
+  for (int s = 0; s < 20; s++)
+    CHECK(sample1(ctx, l, 64, (filt){9e-6f, 1.0f, 0, 0}, (uint64_t)s, &tok) == KITE_OK && tok == 23,
+          "temperature 9e-6, step %d: token %d, want 23 (greedy)\n", s, tok);
   /* +inf: the first +inf */
   for (int i = 0; i < 64; i++) l[i] = (float)i;
   l[9] = l[50] = INFINITY;
@@ -246,6 +252,20 @@ static void test_penalties_logprobs(const char *backend) {
   const float want[5] = {1.0f, -2.75f, 0.5f, 0.5f, -2.0f};
   for (int i = 0; i < 5; i++)
     CHECK(l[i] == want[i], "penalized logit %d: %g, want %g\n", i, l[i], want[i]);
+
+  /* penalties outside vLLM's rules: an error naming the row, nothing written */
+  const float bad_rep[3] = {0.0f, -1.0f, NAN}, bad_add[2] = {NAN, INFINITY};
+  for (int i = 0; i < 5; i++) {
+    float before[5];
+    memcpy(before, l, sizeof before);
+    float r2 = i < 3 ? bad_rep[i] : 1.0f, p2 = i < 3 ? 0.0f : bad_add[i - 3];
+    DLTensor R2 = vec(&r2, F32, s1), P2 = vec(&p2, F32, s1);
+    kite_status st = kite_apply_penalties(ctx, &L, &P, &O, &R2, &P2, NULL);
+    CHECK(st == KITE_ERR_INVALID_ARG &&
+              strstr(kite_last_error(), i < 3 ? "repetition[0]" : "presence[0]"),
+          "bad penalty %d: status %s\n", i, kite_status_name(st));
+    CHECK(memcmp(before, l, sizeof before) == 0, "bad penalty %d wrote the logits\n", i);
+  }
 
   /* logprobs of 0, 1, 2, 2, 1: lse = log(1 + 2e + 2e^2) */
   float x[5] = {0.0f, 1.0f, 2.0f, 2.0f, 1.0f};

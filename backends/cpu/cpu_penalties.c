@@ -6,6 +6,7 @@
 #include "cpu.h"
 #include "cpu_kernels.h"
 #include "kite/dtype.h"
+#include "kite/sampling.h"
 
 /* ---- apply_penalties ----------------------------------------------------------------------- *
  * Per row, without a vocabulary-sized table: the row's in-range ids are sorted (prompt ids tagged
@@ -37,9 +38,8 @@ static void pen_rows_task(const void *job, int64_t begin, int64_t end, int slot)
       if (id >= 0 && id < a->vocab) ids[n++] = (int64_t)id * 2 + 1;
     }
     qsort(ids, (size_t)n, sizeof *ids, cmp_i64);
-    const double rep = a->repetition ? a->repetition[r] : 1.0;
-    const double pres = a->presence ? a->presence[r] : 0.0;
-    const double freq = a->frequency ? a->frequency[r] : 0.0;
+    const kite_penalty_row pen = kite_penalty_row_get(a, r);
+    const double rep = pen.repetition, pres = pen.presence, freq = pen.frequency;
     const int64_t off = r * a->logits_stride;
     for (int64_t q = 0; q < n;) {
       const int64_t id = ids[q] >> 1;

@@ -281,9 +281,8 @@ template <typename T> __global__ __launch_bounds__(256) void penalties_kernel(ki
       if (!owner) continue;
       int64_t count = 0;
       for (int64_t e = 0; e < a.output_len; e++) count += out[e] == id;
-      const double rep = a.repetition ? a.repetition[r] : 1.0;
-      const double pres = a.presence ? a.presence[r] : 0.0;
-      const double freq = a.frequency ? a.frequency[r] : 0.0;
+      const kite_penalty_row pen = kite_penalty_row_get(&a, r);
+      const double rep = pen.repetition, pres = pen.presence, freq = pen.frequency;
       double l = to_float(x[id]);
       l = l > 0.0 ? l / rep : l * rep;
       l -= freq * (double)count + (count > 0 ? pres : 0.0);

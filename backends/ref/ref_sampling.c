@@ -136,9 +136,8 @@ kite_status ref_penalties_run(const kite_kernel *k, kite_ctx *ctx, const void *a
     return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "apply_penalties: ref: no memory");
   }
   for (int64_t r = 0; r < a->rows; r++) {
-    const double rep = a->repetition ? a->repetition[r] : 1.0;
-    const double pres = a->presence ? a->presence[r] : 0.0;
-    const double freq = a->frequency ? a->frequency[r] : 0.0;
+    const kite_penalty_row pen = kite_penalty_row_get(a, r);
+    const double rep = pen.repetition, pres = pen.presence, freq = pen.frequency;
     for (int64_t j = 0; j < a->prompt_len; j++) {
       const int32_t id = a->prompt_ids[r * a->prompt_stride + j];
       if (id >= 0 && id < a->vocab) seen[id] = 1;

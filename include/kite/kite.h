@@ -551,9 +551,9 @@ KITE_API kite_status kite_fused_linear_cross_entropy(kite_ctx *ctx, const DLTens
 KITE_API kite_status kite_argmax(kite_ctx *ctx, const DLTensor *logits, DLTensor *tokens);
 
 /* Per-row sampling parameters of kite_sample; any tensor may be NULL (its default applies).
- *   temperature f32 [B] (NULL: 1): 0 is greedy (kite_argmax's token); t > 0 samples from
- *       softmax(logits / t). Host-visible: negative or non-finite is an error; a device treats
- *       it as 0.
+ *   temperature f32 [B] (NULL: 1): t < 1e-5 (KITE_SAMPLE_GREEDY_BELOW, vLLM's epsilon; 0
+ *       included) is greedy (kite_argmax's token); a larger t samples from softmax(logits / t).
+ *       Host-visible: negative or non-finite is an error; a device treats it as 0.
  *   top_k int32 [B] (NULL: off): keeps the logits >= the k-th largest (ties with it are kept);
  *       k <= 0 or k >= V is off.
  *   top_p f32 [B] (NULL: off): over the tokens top_k kept, with q their softmax(logits / t)
@@ -564,9 +564,14 @@ KITE_API kite_status kite_argmax(kite_ctx *ctx, const DLTensor *logits, DLTensor
  *   min_p f32 [B] (NULL: off): keeps token i when exp((l_i - max l) / t) >= min_p, i.e. its
  *       probability is at least min_p times the largest. min_p <= 0 is off. Host-visible: NaN is
  *       an error; a device treats it as off.
- *   The filters run in the order temperature, top-k, top-p, min-p (vLLM's and FlashInfer's);
- *   min-p compares with the largest probability, which neither earlier filter removes, so the
- *   kept set is the intersection of the three.
+ *   The filters run in the order temperature, top-k, top-p, min-p: Hugging Face's
+ *   (TopK, TopP then MinP logits warpers) and vLLM v0's order. min-p compares with the largest
+ *   probability, which neither earlier filter removes, so its kept set does not depend on where
+ *   it runs; top-p's does: its mass is taken over top-k's survivors, not min-p's. vLLM v1 applies
+ *   min-p first (top-p's mass over min-p's survivors), so with both top-p and min-p set a row
+ *   may keep tokens there that kite drops or the reverse: e.g. logits [3, 2.6, 2.2, 1, ...],
+ *   top_p 0.8, min_p 0.12 keep {0, 1, 2, 3} here and {0, 1, 2} in vLLM v1. With either one
+ *   alone the two orders agree.
  *   seeds int64 [B] (NULL: every row uses `seed`), steps int64 [B] (NULL: every row uses
  *   `step`): see kite_sample. A request that carries its own seed (vLLM's per-request seed) passes
  *   seeds and its own count of generated tokens in steps, and gets the same draws wherever it
@@ -608,6 +613,9 @@ KITE_API kite_status kite_sample(kite_ctx *ctx, const DLTensor *logits,
  * repetition, presence, frequency: f32 [B] or NULL (off). For each token id v of row b:
  *   seen in the prompt or the output, repetition r: l = l > 0 ? l / r : l * r;
  *   then with c = its count in the output: l -= frequency * c + presence * (c > 0).
+ * repetition must be > 0 and finite, presence and frequency finite (vLLM's rules): on a host
+ * ctx another value is INVALID_ARG naming the row, before anything is written; a device kernel
+ * takes such a penalty as off (repetition 1, presence or frequency 0).
  * Each logit is read and rounded to its dtype once, whatever the repeats of its id. */
 KITE_API kite_status kite_apply_penalties(kite_ctx *ctx, DLTensor *logits,
                                           const DLTensor *prompt_ids, const DLTensor *output_ids,

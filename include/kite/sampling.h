@@ -16,6 +16,9 @@
 #define KITE_SAMPLE_BAD_TOP_P 2u
 #define KITE_SAMPLE_BAD_MIN_P 4u
 
+/* Temperatures below this are greedy (vLLM's _SAMPLING_EPS). */
+#define KITE_SAMPLE_GREEDY_BELOW 1e-5f
+
 /* Row id of the Philox counter for rows that carry their own seed. */
 #define KITE_SAMPLE_SEEDED_ROW 0xffffffffu
 
@@ -40,7 +43,8 @@ KITE_HD kite_sample_row kite_sample_row_get(const kite_sample_args *a, int64_t r
     p.bad |= KITE_SAMPLE_BAD_TEMPERATURE;
     t = 0.0f;
   }
-  p.greedy = a->op == KITE_OP_ARGMAX || t == 0.0f;
+  /* below vLLM's epsilon a temperature is greedy: dividing by it would overflow the logits */
+  p.greedy = a->op == KITE_OP_ARGMAX || t < KITE_SAMPLE_GREEDY_BELOW;
   p.temperature = t;
   const int64_t k = a->top_k ? a->top_k[r] : 0;
   p.top_k = k > 0 && k < a->vocab ? k : 0;
@@ -63,6 +67,31 @@ KITE_HD kite_sample_row kite_sample_row_get(const kite_sample_args *a, int64_t r
   p.row = a->seeds ? KITE_SAMPLE_SEEDED_ROW : (uint32_t)r;
   p.step0 = (uint32_t)step;
   p.step1 = (uint32_t)(step >> 32);
+  return p;
+}
+
+/* One row's penalties of kite_apply_penalties: repetition > 0 and finite, presence and frequency
+ * finite (vLLM's rules). A value outside them is an error on a host ctx (the front-end reads
+ * them before any kernel runs); a device kernel takes that penalty as off. */
+typedef struct kite_penalty_row {
+  double repetition, presence, frequency;
+} kite_penalty_row;
+
+KITE_HD int kite_penalty_repetition_ok(float r) {
+  return r > 0.0f && r - r == 0.0f; /* NaN and -inf fail r > 0; +inf fails r - r == 0 */
+}
+KITE_HD int kite_penalty_additive_ok(float v) {
+  return v - v == 0.0f; /* finite */
+}
+
+KITE_HD kite_penalty_row kite_penalty_row_get(const kite_penalty_args *a, int64_t r) {
+  kite_penalty_row p;
+  const float rep = a->repetition ? a->repetition[r] : 1.0f;
+  const float pres = a->presence ? a->presence[r] : 0.0f;
+  const float freq = a->frequency ? a->frequency[r] : 0.0f;
+  p.repetition = kite_penalty_repetition_ok(rep) ? rep : 1.0;
+  p.presence = kite_penalty_additive_ok(pres) ? pres : 0.0;
+  p.frequency = kite_penalty_additive_ok(freq) ? freq : 0.0;
   return p;
 }
 

@@ -1,5 +1,6 @@
 /* Front-ends of the sampling family: argmax, sample, apply_penalties, logprobs over logits[B, V].
  */
+#include "kite/sampling.h"
 #include "ops/matrix.h"
 
 /* logits[B, V] float with V in [1, INT32_MAX] (a token id must fit in int32). */
@@ -160,6 +161,20 @@ kite_status kite_apply_penalties(kite_ctx *ctx, DLTensor *logits, const DLTensor
                          .repetition = rep.data,
                          .presence = pres.data,
                          .frequency = freq.data};
+  /* vLLM's rules, checked where the values can be read: a repetition of 0 would turn a seen
+   * positive logit into +inf, a negative one flip its sign */
+  for (int64_t r = 0; kite_indices_on_host(ctx) && r < b; r++) {
+    const float rv = a.repetition ? a.repetition[r] : 1.0f;
+    const float pv = a.presence ? a.presence[r] : 0.0f, fv = a.frequency ? a.frequency[r] : 0.0f;
+    if (!kite_penalty_repetition_ok(rv))
+      return kite_set_error(KITE_ERR_INVALID_ARG,
+                            "apply_penalties: repetition[%lld] = %g: must be > 0 and finite",
+                            (long long)r, (double)rv);
+    if (!kite_penalty_additive_ok(pv) || !kite_penalty_additive_ok(fv))
+      return kite_set_error(KITE_ERR_INVALID_ARG, "apply_penalties: %s[%lld] = %g: must be finite",
+                            kite_penalty_additive_ok(pv) ? "frequency" : "presence", (long long)r,
+                            (double)(kite_penalty_additive_ok(pv) ? fv : pv));
+  }
   if (b == 0 || (!a.prompt_ids && !a.output_ids)) return KITE_OK;
   return kite_dispatch(ctx, KITE_OP_APPLY_PENALTIES, a.dtype, &a);
 }
