@@ -103,7 +103,7 @@ static PyObject *g_torch_dtypes[12];
 static DLDataType g_torch_dl[12];
 static int g_torch_ndtypes;
 static PyObject *s_data_ptr, *s_shape, *s_stride, *s_dtype, *s_is_cuda, *s_is_cpu, *s_get_device,
-    *s_contiguous, *s_dlpack;
+    *s_contiguous, *s_dlpack, *s_is_neg, *s_resolve_neg;
 
 /* The DLPack C exchange API (DLPack 1.x, `type(tensor).__dlpack_c_exchange_api__`, a capsule
  * named "dlpack_exchange_api"): a producer's C functions that fill a DLTensor from a Python tensor
@@ -231,6 +231,23 @@ static void frame_release(frame *f) {
 /* Fills dl from a torch tensor. A read-only argument whose last dim is not unit-stride is first
  * made contiguous (the copy is kept alive in the frame). */
 static int from_torch(const op_desc *d, int n, PyObject *o, frame *f, DLTensor *dl, int input) {
+  /* a negative view (x._neg_view(), what conj() of a real tensor gives) shares x's memory with a
+   * flag that DLPack does not carry: an input is read through a resolved copy, an output refused */
+  PyObject *neg = PyObject_CallMethodNoArgs(o, s_is_neg);
+  if (!neg) return -1;
+  int is_neg = neg == Py_True;
+  Py_DECREF(neg);
+  if (is_neg) {
+    if (!input) {
+      raise_invalid("%s: %s: a negative view (is_neg()) cannot be written: resolve_neg() first",
+                    d->name, d->names[n]);
+      return -1;
+    }
+    PyObject *c = PyObject_CallMethodNoArgs(o, s_resolve_neg);
+    if (!c) return -1;
+    f->keep[f->nkeep++] = c;
+    return from_torch(d, n, c, f, dl, input);
+  }
   if (g_xapi) {
     /* one C call; anything unusual (another device, dtype, a view to copy) takes the attribute
      * path below, which copies or words the error */
@@ -977,6 +994,8 @@ PyMODINIT_FUNC PyInit__C(void) {
   INTERN(s_is_cpu, "is_cpu")
   INTERN(s_get_device, "get_device")
   INTERN(s_contiguous, "contiguous")
+  INTERN(s_is_neg, "is_neg")
+  INTERN(s_resolve_neg, "resolve_neg")
   INTERN(s_dlpack, "__dlpack__")
   INTERN(s_raw_repr, "raw_repr")
   INTERN(s_requires_grad, "requires_grad")
