@@ -37,7 +37,7 @@ from .. import _C
 from .._spec import (compile_source, kernel_layout, out_layout, schema_functional, schema_out,
                      source_fake, specs)
 
-__all__ = ["lib", "patch", "nn", "autograd"]
+__all__ = ["lib", "patch", "unpatch", "nn", "autograd", "amp"]
 
 _DTYPES = {n: getattr(torch, n) for n in ("float32", "float16", "bfloat16", "int32", "int8",
                                             "float8_e4m3fn") if hasattr(torch, n)}
@@ -110,8 +110,32 @@ del _s, _key, _k
 
 from . import autograd  # noqa: E402
 
-autograd._register(register_autograd)
+_differentiable = set(autograd._register(register_autograd))
+
+
+def _register_no_backward():
+    """Every functional op without a kite backward, and every .out form: an Autograd-key kernel
+    that runs kite at once when no gradient is wanted and raises kite.Unsupported when one is
+    (kite.torch.autograd.no_backward), instead of torch's fallback, which only warns and returns
+    results cut off from the graph."""
+    for name, s in _SPECS.items():
+        if name not in _differentiable:
+            op = getattr(torch.ops.kite, name).default
+            lib.impl(name, _kernel(name, autograd=autograd.no_backward(op, name)), "Autograd",
+                     with_keyset=True)
+        if s.results or s.optional_results:
+            op = getattr(torch.ops.kite, name).out
+            k = _C.torch_kernel(s.index, *out_layout(s), -1, None,
+                                autograd.no_backward(op, name + ".out"), _FAST_KEYSETS)
+            lib.impl(f"{name}.out", k, "Autograd", with_keyset=True)
+
+
+_register_no_backward()
+
+from . import amp  # noqa: E402
+
+amp._register(lib)
 
 from . import nn  # noqa: E402
 from . import patch as patch_module  # noqa: E402
-from .patch import patch  # noqa: E402
+from .patch import patch, unpatch  # noqa: E402
