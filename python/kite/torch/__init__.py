@@ -10,15 +10,21 @@ on the call path):
 
 The forward ops that have a kite backward (activations, gated activations, rms_norm,
 layer_norm, softmax, embedding, cross_entropy) get autograd formulas (kite.torch.autograd, which
-also holds differentiable forms of rope and the add-and-norm ops).
+also holds differentiable forms of rope and the add-and-norm ops); their backward runs once
+(double backward raises). Every other functional op, and every .out form, gets an Autograd-key
+kernel that raises kite.Unsupported where a gradient is wanted (an input requires grad with grad
+mode on) instead of returning results cut off from the graph. A call that writes a torch tensor
+the caller passed (.out results, in-place arguments) bumps its version counter, as torch's own
+ops do. kite.torch.amp registers autocast kernels (torch's policy: GEMM and attention ops in the
+autocast dtype, cross_entropy in f32).
 
 Both have CPU and CUDA implementations (CUDA on torch's current stream, one kite ctx per device
 and stream, created on first use and kept) and a fake implementation, so they pass
 torch.library.opcheck and trace under torch.compile(fullgraph=True) without graph breaks.
 The implementations are C (kite._C.torch_kernel): the dispatcher calls into kite._C directly,
 which allocates the results with torch.empty_like (or the op's Python allocation where the
-shapes need it) and runs kite; an op with a registered backward has a C Autograd-key kernel too,
-which runs kite at once when no gradient is wanted and hands over to torch's autograd kernel
+shapes need it) and runs kite; every functional op has a C Autograd-key kernel too, which runs
+kite at once when no gradient is wanted and hands over to the op's Python autograd kernel
 otherwise (and under tracing modes or tensor subclasses).
 A tensor argument whose last dim is not unit-stride is made contiguous before the call (a copy);
 a result given to .out must have a unit-stride last dim (kite refuses it otherwise).

@@ -48,7 +48,8 @@ def _double_backward_error(name):
 
 def _once(name):
     """A backward(ctx, *grads) that runs once: under no_grad; when a graph of the gradients is
-    being built (create_graph=True) and anything it read requires grad, its tensor results get a
+    being built (create_graph=True) and anything it read requires grad (or the Function set
+    ctx.grads_depend_on_inputs: gradients computed in its forward), its tensor results get a
     node that raises if differentiated (torch's once_differentiable, with the
     saved tensors counted too, so a second derivative never silently drops their terms)."""
     def wrap(fn):
@@ -57,7 +58,8 @@ def _once(name):
             if not torch.is_grad_enabled():
                 return fn(ctx, *grads)
             saved = getattr(ctx, "saved_tensors", ())
-            needs = any(isinstance(t, torch.Tensor) and t.requires_grad for t in grads + tuple(saved))
+            needs = getattr(ctx, "grads_depend_on_inputs", False) or any(
+                isinstance(t, torch.Tensor) and t.requires_grad for t in grads + tuple(saved))
             with torch.no_grad():
                 out = fn(ctx, *grads)
             if not needs:

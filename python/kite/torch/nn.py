@@ -282,6 +282,7 @@ class _FusedLinearCE(torch.autograd.Function):
         loss, dh, dw, db = _ops.fused_linear_cross_entropy(h, w, bias, targets, *opts)
         ctx.save_for_backward(dh, dw, db)
         ctx.has_bias = bias is not None
+        ctx.grads_depend_on_inputs = True  # dh, dw, db are functions of h, w, bias
         return loss
 
     @staticmethod
