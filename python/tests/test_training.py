@@ -226,8 +226,9 @@ def test_lora_trains_like_torch(order):
     assert not torch.allclose(with_adapters, without)
 
 
-@pytest.mark.parametrize("family", ["llama", "mixtral"])
-def test_eval_patch_with_grad_falls_back(family):
+@pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "left_padded"])
+@pytest.mark.parametrize("family", ["llama", "gemma2", "mixtral"])
+def test_eval_patch_with_grad_falls_back(family, padded):
     """An eval model whose parameters require grad (as from_pretrained leaves them): kite's
     attention (and MoE) are installed, and a call that needs a gradient runs torch's."""
     plain, patched = _model(family, train=False), _model(family, train=False)
@@ -236,10 +237,18 @@ def test_eval_patch_with_grad_falls_back(family):
     if family == "mixtral":
         assert "-> fused_moe" in done and "-> topk_gating" in done
     ids, labels = _batch()
+    mask = torch.ones_like(ids)
+    if padded:
+        mask[1, :5] = 0
+        # position 4 (padding) sees no key: what attention gives there is the implementation's
+        # own (eager: the mean of every value, kite: zeros), so its next-token label is ignored
+        labels = labels.masked_fill(torch.nn.functional.pad(mask, (1, 0))[:, :-1] == 0, -100)
     with torch.no_grad():
-        torch.testing.assert_close(patched(ids).logits, plain(ids).logits, rtol=1e-4, atol=1e-4)
-    plain(input_ids=ids, labels=labels).loss.backward()
-    patched(input_ids=ids, labels=labels).loss.backward()
+        want, got = plain(ids, attention_mask=mask).logits, patched(ids, attention_mask=mask).logits
+        valid = mask.bool()
+        torch.testing.assert_close(got[valid], want[valid], rtol=1e-4, atol=1e-4)
+    plain(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+    patched(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
     for (n, p), (_, q) in zip(plain.named_parameters(), patched.named_parameters()):
         assert q.grad is not None, f"{n}: no gradient"
         assert _rel(q.grad, p.grad) <= TOL, f"{n}: {_rel(q.grad, p.grad):.3g}"
@@ -307,3 +316,65 @@ def test_loss_only_recipe_matches():
         return losses
     for i, (a, b) in enumerate(zip(run(False), run(True))):
         assert abs(a - b) / abs(a) <= TOL, f"step {i}: loss {b} (kite) vs {a} (torch)"
+
+
+def test_torch_compile_of_the_patched_model_trains_like_torch():
+    def one_layer():
+        torch.manual_seed(0)
+        cfg = FAMILIES["llama"]()
+        cfg.num_hidden_layers = 1
+        cfg._attn_implementation = "eager"
+        return transformers.AutoModelForCausalLM.from_config(cfg).float().train()
+    torch._dynamo.reset()
+    plain, patched = one_layer(), one_layer()
+    kite.torch.patch(patched)
+    compiled = torch.compile(patched)
+    ids, labels = _batch()
+    want = plain(input_ids=ids, labels=labels).loss
+    got = compiled(input_ids=ids, labels=labels).loss
+    want.backward()
+    got.backward()
+    assert abs(got.item() - want.item()) <= TOL * abs(want.item())
+    for (n, p), (_, q) in zip(plain.named_parameters(), patched.named_parameters()):
+        assert _rel(q.grad, p.grad) <= TOL, f"{n}: {_rel(q.grad, p.grad):.3g}"
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma2"])
+def test_autocast_bf16_step_close_to_torch(family):
+    """Under torch.autocast(bf16) (f32 parameters): the patched model's loss and step-1 gradients
+    stay within bf16 rounding of the plain model's (Gemma 2's norms of bf16 activations with f32
+    weights run promoted to f32)."""
+    plain, patched = _model(family), _model(family)
+    kite.torch.patch(patched)
+    ids, labels = _batch()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = plain(input_ids=ids, labels=labels).loss
+        got = patched(input_ids=ids, labels=labels).loss
+    assert got.dtype == want.dtype == torch.float32
+    want.backward()
+    got.backward()
+    assert abs(got.item() - want.item()) <= 1e-3 * abs(want.item())
+    for (n, p), (_, q) in zip(plain.named_parameters(), patched.named_parameters()):
+        assert q.grad.dtype == torch.float32
+        assert _rel(q.grad, p.grad) <= 5e-2, f"{n}: {_rel(q.grad, p.grad):.3g}"
+
+
+@pytest.mark.parametrize("opts", [dict(), dict(softcap=20.0), dict(window=3), dict(causal=False),
+                                  dict(mask="bool"), dict(mask="bool", softcap=20.0),
+                                  dict(mask="float", window=4)])
+def test_torch_attention_is_kites_sdpa(opts):
+    """The attention a patched eval model runs where a gradient is wanted computes what kite's
+    sdpa computes (GQA, causal alignment, masks with fully masked rows, softcap, window)."""
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(2, 4, 5, 16, generator=g)
+    k, v = torch.randn(2, 2, 7, 16, generator=g), torch.randn(2, 2, 7, 16, generator=g)
+    mask = None
+    if opts.get("mask") == "bool":
+        mask = torch.rand(2, 1, 5, 7, generator=g) > 0.3
+        mask[1, :, 0] = False  # a row that sees nothing
+    elif opts.get("mask") == "float":
+        mask = torch.randn(2, 1, 5, 7, generator=g)
+    causal, window, cap = opts.get("causal", True), opts.get("window", -1), opts.get("softcap", 0.0)
+    want = torch.ops.kite.sdpa(q, k, v, mask, 0.25, cap, window, 0, int(causal and mask is None))
+    got = kite.torch.patch_module._torch_attention(q, k, v, mask, 0.25, cap, window, causal, 0.0)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

@@ -24,6 +24,19 @@ def _needs_grad(*ts):
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
 
 
+def _promote(x, *ws):
+    """x and the parameters in one dtype (kite takes one per call), torch's promotion of theirs:
+    a bf16 activation (autocast) into a norm with f32 weights runs in f32 and gives f32, as
+    transformers' Llama norm does; the casts are differentiable."""
+    dts = {t.dtype for t in (x,) + ws if t is not None}
+    if len(dts) == 1:
+        return (x,) + ws
+    dt = x.dtype
+    for d in dts:
+        dt = torch.promote_types(dt, d)
+    return tuple(None if t is None else t.to(dt) for t in (x,) + ws)
+
+
 def _keep_residual(residual, y, s):
     """The differentiable add-and-norm made s a new tensor: write it back into residual (the
     in-place contract), tracked by autograd; a leaf that requires grad cannot be written, and
@@ -37,7 +50,9 @@ def _keep_residual(residual, y, s):
 class RMSNorm(nn.Module):
     """y = x / sqrt(mean(x^2) + eps) * (offset + weight) over the last dim; offset=1 is Gemma's
     (weights stored as w - 1). forward(x) -> y; forward(x, residual) -> (y, residual) with the
-    residual add fused (residual <- x + residual, y = norm(residual), kite's pre-norm rule)."""
+    residual add fused (residual <- x + residual, y = norm(residual), kite's pre-norm rule).
+    Without a residual, an x whose dtype differs from the weight's is promoted with it (a bf16 x
+    under autocast and f32 weights: f32)."""
 
     def __init__(self, hidden_size, eps=1e-6, offset=0.0, weight=True, dtype=None, device=None):
         super().__init__()
@@ -47,7 +62,8 @@ class RMSNorm(nn.Module):
 
     def forward(self, x, residual=None):
         if residual is None:
-            return _ops.rms_norm(x, self.weight, self.eps, self.offset)
+            x, w = _promote(x, self.weight)
+            return _ops.rms_norm(x, w, self.eps, self.offset)
         if _needs_grad(x, residual, self.weight):
             return _keep_residual(residual, *_autograd.add_rms_norm(x, residual, self.weight,
                                                                     self.eps, self.offset))
@@ -59,7 +75,8 @@ class RMSNorm(nn.Module):
 
 
 class LayerNorm(nn.Module):
-    """(x - mean) / sqrt(var + eps) * weight + bias over the last dim."""
+    """(x - mean) / sqrt(var + eps) * weight + bias over the last dim (x promoted with the
+    parameters where their dtypes differ, as RMSNorm's)."""
 
     def __init__(self, hidden_size, eps=1e-5, bias=True, dtype=None, device=None):
         super().__init__()
@@ -69,7 +86,7 @@ class LayerNorm(nn.Module):
 
     def forward(self, x, residual=None):
         if residual is None:
-            return _ops.layer_norm(x, self.weight, self.bias, self.eps)
+            return _ops.layer_norm(*_promote(x, self.weight, self.bias), self.eps)
         if _needs_grad(x, residual, self.weight, self.bias):
             return _keep_residual(residual, *_autograd.add_layer_norm(x, residual, self.weight,
                                                                       self.bias, self.eps))

@@ -109,40 +109,47 @@ def _torch_attention(query, key, value, mask, scaling, softcap, window, causal, 
     """kite's sdpa semantics (GQA grouped, causal aligning the last query with the last key,
     bool mask True = attend / additive float mask, softcap, window_left) in torch ops, which
     differentiate: the attention of a patched model where a gradient is wanted. Masked scores are
-    the dtype's lowest finite value, as transformers' eager attention uses, so a fully masked row
-    (padding) gives no NaN."""
+    the dtype's lowest finite value (no NaN), and a query row that may see no key at all (a
+    padding row under a boolean mask) gives zeros, as kite's sdpa gives."""
     sq, sk = query.shape[-2], key.shape[-2]
     low = torch.finfo(query.dtype).min
-    bias = None
-    if mask is not None:
-        bias = mask if mask.is_floating_point() else torch.zeros(
-            mask.shape, dtype=query.dtype, device=query.device).masked_fill(~mask, low)
-        bias = bias.to(query.dtype)
+    ok = None  # bool [.., Sq, Sk]: the keys each query may see
+    if mask is not None and not mask.is_floating_point():
+        ok = mask
     if (causal and mask is None) or window >= 0:
         i = torch.arange(sq, device=query.device)[:, None] + (sk - sq)
         j = torch.arange(sk, device=query.device)[None, :]
-        ok = torch.ones(sq, sk, dtype=torch.bool, device=query.device)
+        shape_ok = torch.ones(sq, sk, dtype=torch.bool, device=query.device)
         if causal and mask is None:
-            ok &= j <= i
-        if window >= 0:
-            ok &= j >= i - window
-        extra = torch.zeros(sq, sk, dtype=query.dtype, device=query.device).masked_fill(~ok, low)
-        bias = extra if bias is None else torch.maximum(bias + extra, torch.full_like(extra, low))
+            shape_ok &= j <= i
+        if window >= 0:  # keys [p - window_left, p], kite's rule (causal within the window)
+            shape_ok &= (j >= i - window) & (j <= i)
+        ok = shape_ok if ok is None else ok & shape_ok
+    bias = None
+    if ok is not None:
+        bias = torch.zeros(ok.shape, dtype=query.dtype, device=query.device).masked_fill(~ok, low)
+    if mask is not None and mask.is_floating_point():
+        bias = mask.to(query.dtype) if bias is None else torch.maximum(
+            bias + mask.to(query.dtype), torch.full_like(bias, low))
     group = query.shape[1] // key.shape[1]
     if not softcap:
-        return nn.functional.scaled_dot_product_attention(
+        o = nn.functional.scaled_dot_product_attention(
             query, key, value, attn_mask=bias, dropout_p=dropout, scale=scaling,
             enable_gqa=group > 1)
-    k = key.repeat_interleave(group, dim=1) if group > 1 else key
-    v = value.repeat_interleave(group, dim=1) if group > 1 else value
-    scores = torch.matmul(query, k.transpose(-1, -2)) * (scaling or query.shape[-1] ** -0.5)
-    scores = softcap * torch.tanh(scores / softcap)
-    if bias is not None:
-        scores = scores + bias
-    p = torch.softmax(scores.float(), dim=-1).to(query.dtype)
-    if dropout:
-        p = nn.functional.dropout(p, p=dropout)
-    return torch.matmul(p, v)
+    else:
+        k = key.repeat_interleave(group, dim=1) if group > 1 else key
+        v = value.repeat_interleave(group, dim=1) if group > 1 else value
+        scores = torch.matmul(query, k.transpose(-1, -2)) * (scaling or query.shape[-1] ** -0.5)
+        scores = softcap * torch.tanh(scores / softcap)
+        if bias is not None:
+            scores = scores + bias
+        p = torch.softmax(scores.float(), dim=-1).to(query.dtype)
+        if dropout:
+            p = nn.functional.dropout(p, p=dropout)
+        o = torch.matmul(p, v)
+    if ok is not None:
+        o = o * ok.any(dim=-1, keepdim=True).to(o.dtype)
+    return o
 
 
 def kite_attention_forward(module, query, key, value, attention_mask, **kwargs):
@@ -443,7 +450,8 @@ def unpatch(model):
     never patched gives []."""
     state = model.__dict__.pop("_kite_patch", None)
     if state is None:
-        return []
+        base = model.get_base_model() if hasattr(model, "get_base_model") else None
+        return unpatch(base) if base is not None and base is not model else []
     done = []
     for name, orig, new in reversed(state.modules):
         try:
