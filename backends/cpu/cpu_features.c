@@ -11,6 +11,22 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+/* Linux hands a process the AMX tile-data state only on request (arch_prctl
+ * ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA); without it the first tile instruction faults.
+ * Granted once for the whole process; 1 when AMX may be used. */
+static bool amx_permitted(void) {
+#if defined(__linux__)
+  const long arch_req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
+  return syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0;
+#else
+  return false;
+#endif
+}
 
 /* XCR0: which register states the OS saves on a context switch. */
 static uint64_t read_xcr0(void) {
@@ -41,7 +57,7 @@ static uint64_t detect_x86(void) {
   if (c & (1u << 11)) f |= CPU_F_AVX512_VNNI;
   /* AMX-BF16 (22), AMX-TILE (24), AMX-INT8 (25); XCR0 bits 17-18: tile config and data state */
   const unsigned amx = (1u << 22) | (1u << 24) | (1u << 25);
-  if ((d & amx) == amx && (xcr0 & 0x60000) == 0x60000) f |= CPU_F_AMX;
+  if ((d & amx) == amx && (xcr0 & 0x60000) == 0x60000 && amx_permitted()) f |= CPU_F_AMX;
   __cpuid_count(7, 1, a, b, c, d);
   if (a & (1u << 5)) f |= CPU_F_AVX512_BF16;
   return f;

@@ -346,7 +346,10 @@ TARGET("amx-tile") static void amx_configure(void) {
   memset(&cfg, 0, sizeof cfg);
   cfg.palette = 1;
   for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
-  _tile_loadconfig(&cfg);
+  /* not _tile_loadconfig: GCC 12's macro tells the compiler it reads 8 bytes of cfg, which then
+   * drops the stores past them (the rows and column widths), and ldtilecfg faults on what is
+   * left in the reserved bytes. The operand here is the whole 64-byte struct. */
+  __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
 }
 
 TARGET("amx-tile") static void amx_release(void) {
