@@ -446,13 +446,47 @@ static int torch_stream(int32_t id, void **stream) {
   return PyErr_Occurred() ? -1 : 0;
 }
 
+/* torch._C._increment_version, looked up at the first write into a torch tensor; NULL on a torch
+ * without it (then versions are not bumped). */
+static PyObject *g_increment_version;
+static int g_increment_version_looked;
+
+/* Bumps the autograd version counters of the n torch tensors a call wrote, as torch does for its
+ * own in-place and out= writes: autograd then refuses a backward that needs a saved tensor kite
+ * overwrote. */
+static int bump_versions(PyObject *const *written, int n) {
+  if (!g_increment_version_looked) {
+    g_increment_version_looked = 1;
+    PyObject *torch = PyDict_GetItemString(PyImport_GetModuleDict(), "torch"); /* borrowed */
+    PyObject *tc = torch ? PyObject_GetAttrString(torch, "_C") : NULL;
+    g_increment_version = tc ? PyObject_GetAttrString(tc, "_increment_version") : NULL;
+    Py_XDECREF(tc);
+    PyErr_Clear();
+  }
+  if (!g_increment_version) return 0;
+  PyObject *tup = PyTuple_New(n);
+  if (!tup) return -1;
+  for (int i = 0; i < n; i++) {
+    Py_INCREF(written[i]);
+    PyTuple_SET_ITEM(tup, i, written[i]);
+  }
+  PyObject *r = PyObject_CallOneArg(g_increment_version, tup);
+  Py_DECREF(tup);
+  Py_XDECREF(r);
+  return r ? 0 : -1;
+}
+
 /* Runs op d over args[0 .. d->nargs). With from_torch set, stream is ignored and a CUDA op runs
- * on torch's current stream of the first tensor's device. */
+ * on torch's current stream of the first tensor's device. The torch tensors of written arguments
+ * (kinds W, w) have their version counters bumped after the call, except those whose bit is set
+ * in fresh (results the caller allocated for this call alone). */
 static PyObject *run_op(const op_desc *d, PyObject *const *args, void *stream,
-                        int from_torch_stream) {
+                        int from_torch_stream, unsigned fresh) {
   frame f;
   f.nkeep = 0;
   kite_value a[MAX_ARGS];
+  PyObject *written[MAX_ARGS];
+  int nwritten = 0;
   DLDevice dev = {kDLCPU, 0};
   int have_dev = 0;
   for (int n = 0; n < d->nargs; n++) {
@@ -496,8 +530,10 @@ static PyObject *run_op(const op_desc *d, PyObject *const *args, void *stream,
     }
     DLTensor *dl = &f.dl[n];
     int rc;
-    if (is_torch_tensor(o))
+    if (is_torch_tensor(o)) {
       rc = from_torch(d, n, o, &f, dl, kind == 'T' || kind == 't');
+      if ((kind == 'W' || kind == 'w') && !(fresh & (1u << n))) written[nwritten++] = o;
+    }
     else if (PyObject_HasAttr(o, s_dlpack))
       rc = from_dlpack(d, n, o, &f, dl);
     else {
@@ -525,6 +561,7 @@ static PyObject *run_op(const op_desc *d, PyObject *const *args, void *stream,
   Py_BEGIN_ALLOW_THREADS st = kite_fn_call(c, d->fn, a, (size_t)d->nargs);
   Py_END_ALLOW_THREADS frame_release(&f);
   if (st != KITE_OK) return raise_status(st);
+  if (nwritten && bump_versions(written, nwritten)) return NULL;
   Py_RETURN_NONE;
 fail:
   frame_release(&f);
@@ -544,7 +581,7 @@ static PyObject *py_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
   if (PyErr_Occurred()) return NULL;
   if (nargs - 2 != d->nargs)
     return raise_invalid("%s: takes %d arguments, got %zd", d->name, d->nargs, nargs - 2);
-  return run_op(d, args + 2, stream, 0);
+  return run_op(d, args + 2, stream, 0, 0);
 }
 
 /* ---- torch.library kernels ------------------------------------------------------------------- */
@@ -672,11 +709,13 @@ static PyObject *kernel_vectorcall(PyObject *self, PyObject *const *args, size_t
       for (int i = 0; i < k->nresults; i++) r[i] = PyTuple_GET_ITEM(res, i);
   }
   PyObject *full[MAX_ARGS];
+  unsigned fresh = 0;
   for (int i = 0; i < k->d->nargs; i++) {
     int s = k->src[i];
     full[i] = s == SRC_NONE ? Py_None : s >= 0 ? args[s] : r[-1 - s];
+    if (s < 0 && s != SRC_NONE) fresh |= 1u << i;
   }
-  PyObject *st = run_op(k->d, full, NULL, 1);
+  PyObject *st = run_op(k->d, full, NULL, 1, fresh);
   if (!st) {
     Py_XDECREF(res);
     return NULL;

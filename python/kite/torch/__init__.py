@@ -10,15 +10,21 @@ on the call path):
 
 The forward ops that have a kite backward (activations, gated activations, rms_norm,
 layer_norm, softmax, embedding, cross_entropy) get autograd formulas (kite.torch.autograd, which
-also holds differentiable forms of rope and the add-and-norm ops).
+also holds differentiable forms of rope and the add-and-norm ops); their backward runs once
+(double backward raises). Every other functional op, and every .out form, gets an Autograd-key
+kernel that raises kite.Unsupported where a gradient is wanted (an input requires grad with grad
+mode on) instead of returning results cut off from the graph. A call that writes a torch tensor
+the caller passed (.out results, in-place arguments) bumps its version counter, as torch's own
+ops do. kite.torch.amp registers autocast kernels (torch's policy: GEMM and attention ops in the
+autocast dtype, cross_entropy in f32).
 
 Both have CPU and CUDA implementations (CUDA on torch's current stream, one kite ctx per device
 and stream, created on first use and kept) and a fake implementation, so they pass
 torch.library.opcheck and trace under torch.compile(fullgraph=True) without graph breaks.
 The implementations are C (kite._C.torch_kernel): the dispatcher calls into kite._C directly,
 which allocates the results with torch.empty_like (or the op's Python allocation where the
-shapes need it) and runs kite; an op with a registered backward has a C Autograd-key kernel too,
-which runs kite at once when no gradient is wanted and hands over to torch's autograd kernel
+shapes need it) and runs kite; every functional op has a C Autograd-key kernel too, which runs
+kite at once when no gradient is wanted and hands over to the op's Python autograd kernel
 otherwise (and under tracing modes or tensor subclasses).
 A tensor argument whose last dim is not unit-stride is made contiguous before the call (a copy);
 a result given to .out must have a unit-stride last dim (kite refuses it otherwise).
@@ -37,7 +43,7 @@ from .. import _C
 from .._spec import (compile_source, kernel_layout, out_layout, schema_functional, schema_out,
                      source_fake, specs)
 
-__all__ = ["lib", "patch", "nn", "autograd"]
+__all__ = ["lib", "patch", "unpatch", "nn", "autograd", "amp"]
 
 _DTYPES = {n: getattr(torch, n) for n in ("float32", "float16", "bfloat16", "int32", "int8",
                                             "float8_e4m3fn") if hasattr(torch, n)}
@@ -110,8 +116,32 @@ del _s, _key, _k
 
 from . import autograd  # noqa: E402
 
-autograd._register(register_autograd)
+_differentiable = set(autograd._register(register_autograd))
+
+
+def _register_no_backward():
+    """Every functional op without a kite backward, and every .out form: an Autograd-key kernel
+    that runs kite at once when no gradient is wanted and raises kite.Unsupported when one is
+    (kite.torch.autograd.no_backward), instead of torch's fallback, which only warns and returns
+    results cut off from the graph."""
+    for name, s in _SPECS.items():
+        if name not in _differentiable:
+            op = getattr(torch.ops.kite, name).default
+            lib.impl(name, _kernel(name, autograd=autograd.no_backward(op, name)), "Autograd",
+                     with_keyset=True)
+        if s.results or s.optional_results:
+            op = getattr(torch.ops.kite, name).out
+            k = _C.torch_kernel(s.index, *out_layout(s), -1, None,
+                                autograd.no_backward(op, name + ".out"), _FAST_KEYSETS)
+            lib.impl(f"{name}.out", k, "Autograd", with_keyset=True)
+
+
+_register_no_backward()
+
+from . import amp  # noqa: E402
+
+amp._register(lib)
 
 from . import nn  # noqa: E402
 from . import patch as patch_module  # noqa: E402
-from .patch import patch  # noqa: E402
+from .patch import patch, unpatch  # noqa: E402

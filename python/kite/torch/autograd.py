@@ -11,8 +11,24 @@ embedding -> embedding_backward (the table's gradient); cross_entropy -> cross_e
 Functions: rope(q, k, positions, cos_sin, rot_dim, style) returns rotated copies (the backward
 is rope_backward); add_rms_norm / add_layer_norm(x, residual, ...) return (y, s) with s = x +
 residual a new tensor (the backward: the norm's backward at s plus the gradient reaching s).
+
+No double backward: kite's backward ops are not differentiable themselves, so every backward here
+runs once (under no_grad); with create_graph=True its results carry a node that raises an error
+naming kite when differentiated, instead of a second-order gradient silently missing terms.
+
+The functional ops with no kite backward (sdpa, the paged attention ops, linear, group_gemm,
+topk_gating, fused_moe, the quantized and sampling ops, the backward ops themselves, and the
+in-place ops called directly), and the .out forms of every op (as torch's out= ops), raise
+kite.Unsupported when called on tensors that require grad with grad mode on, rather than
+returning results cut off from the graph; under no_grad, inference mode or on tensors that need
+no gradient they run as before (no Python frame on that path).
 """
+import functools
+
 import torch
+from torch._C import _functions as _torch_functions
+
+from .. import Unsupported
 
 from .. import _C
 
@@ -22,6 +38,47 @@ _ID = {n: i for i, n in enumerate(_C.op_names())}
 
 def _c(t):
     return t.contiguous()
+
+
+def _double_backward_error(name):
+    return (f"kite.torch: the backward of {name} runs kite's backward ops, which have no backward "
+            "themselves: a second derivative (create_graph=True, then differentiating the "
+            "gradients) is not supported through it").encode()
+
+
+def _once(name):
+    """A backward(ctx, *grads) that runs once: under no_grad; when a graph of the gradients is
+    being built (create_graph=True) and anything it read requires grad (or the Function set
+    ctx.grads_depend_on_inputs: gradients computed in its forward), its tensor results get a
+    node that raises if differentiated (torch's once_differentiable, with the
+    saved tensors counted too, so a second derivative never silently drops their terms)."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def backward(ctx, *grads):
+            if not torch.is_grad_enabled():
+                return fn(ctx, *grads)
+            saved = getattr(ctx, "saved_tensors", ())
+            needs = getattr(ctx, "grads_depend_on_inputs", False) or any(
+                isinstance(t, torch.Tensor) and t.requires_grad for t in grads + tuple(saved))
+            with torch.no_grad():
+                out = fn(ctx, *grads)
+            if not needs:
+                return out
+            single = not isinstance(out, tuple)
+            outs = (out,) if single else out
+            idx = [i for i, t in enumerate(outs) if isinstance(t, torch.Tensor)]
+            if not idx:
+                return out
+            err = _torch_functions.DelayedError(_double_backward_error(name), len(idx))
+            marked = err(*[outs[i].detach().requires_grad_(True) for i in idx])
+            if isinstance(marked, torch.Tensor):
+                marked = (marked,)
+            outs = list(outs)
+            for i, t in zip(idx, marked):
+                outs[i] = t
+            return outs[0] if single else tuple(outs)
+        return backward
+    return wrap
 
 
 # ---- activations -------------------------------------------------------------------------------
@@ -118,17 +175,41 @@ def _ce_backward(ctx, dloss, dlse):
 
 
 def _register(register_autograd):
-    """register_autograd(name, backward, setup_context): kite.torch's, over its library."""
+    """register_autograd(name, backward, setup_context): kite.torch's, over its library.
+    Returns the names registered."""
+    done = []
     for name in ("silu", "gelu", "gelu_tanh", "gelu_quick", "relu"):
-        register_autograd(name, _act_backward(name), _save_x)
+        register_autograd(name, _once(name)(_act_backward(name)), _save_x)
+        done.append(name)
     for name in ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul"):
-        register_autograd(name, _gated_backward(name), _gated_setup)
+        register_autograd(name, _once(name)(_gated_backward(name)), _gated_setup)
+        done.append(name)
     for name, bw, setup in (("rms_norm", _rms_backward, _rms_setup),
                             ("layer_norm", _ln_backward, _ln_setup),
                             ("softmax", _softmax_backward, _softmax_setup),
                             ("embedding", _embedding_backward, _embedding_setup),
                             ("cross_entropy", _ce_backward, _ce_setup)):
-        register_autograd(name, bw, setup)
+        register_autograd(name, _once(name)(bw), setup)
+        done.append(name)
+    return done
+
+
+def no_backward(op, name):
+    """The Python half of the Autograd-key kernel of a functional op with no kite backward (the
+    C kernel in front of it runs the op itself when no gradient is wanted): raises when one is,
+    otherwise (tracing modes, tensor subclasses) redispatches below autograd."""
+    C = torch._C
+
+    def autograd_impl(keyset, *args):
+        if C.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad
+                                       for a in args):
+            raise Unsupported(
+                f"torch.ops.kite.{name}: kite has no backward for this op, and an input requires "
+                "grad: call it under torch.no_grad() or on tensors that need no gradient "
+                "(detach them), or use torch's op where a gradient must flow")
+        with C._AutoDispatchBelowAutograd():
+            return op.redispatch(keyset & C._after_autograd_keyset, *args)
+    return autograd_impl
 
 
 # ---- in-place forms ----------------------------------------------------------------------------
@@ -144,6 +225,7 @@ class _Rope(torch.autograd.Function):
         return q, k
 
     @staticmethod
+    @_once("rope")
     def backward(ctx, dq, dk):
         positions, cos_sin = ctx.saved_tensors
         if dq is None:  # the rotated q unused: its gradient is zero, and so is q's
@@ -176,6 +258,7 @@ class _AddNorm(torch.autograd.Function):
         return y, s
 
     @staticmethod
+    @_once("add_rms_norm / add_layer_norm")
     def backward(ctx, dy, ds):
         s, w = ctx.saved_tensors
         dw = db = None

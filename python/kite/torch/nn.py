@@ -1,8 +1,9 @@
 """torch.nn modules over torch.ops.kite.
 
-Gradients flow through the norms, the gated activations and the losses (kite.torch.autograd);
-RotaryEmbedding differentiates through copies; Attention and MoE are for inference (no kite
-backward for sdpa or fused_moe).
+Gradients flow through the norms, the gated activations, GatedMLP and the losses
+(kite.torch.autograd); RotaryEmbedding differentiates through copies; Attention and MoE are for
+inference (kite has no backward for sdpa, topk_gating or fused_moe): called where a gradient is
+wanted they raise kite.Unsupported.
 
 Weights are stored in the module's dtype; each op needs its tensors in one dtype, so cast the
 module with .to(dtype) together with its inputs.
@@ -23,6 +24,19 @@ def _needs_grad(*ts):
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
 
 
+def _promote(x, *ws):
+    """x and the parameters in one dtype (kite takes one per call), torch's promotion of theirs:
+    a bf16 activation (autocast) into a norm with f32 weights runs in f32 and gives f32, as
+    transformers' Llama norm does; the casts are differentiable."""
+    dts = {t.dtype for t in (x,) + ws if t is not None}
+    if len(dts) == 1:
+        return (x,) + ws
+    dt = x.dtype
+    for d in dts:
+        dt = torch.promote_types(dt, d)
+    return tuple(None if t is None else t.to(dt) for t in (x,) + ws)
+
+
 def _keep_residual(residual, y, s):
     """The differentiable add-and-norm made s a new tensor: write it back into residual (the
     in-place contract), tracked by autograd; a leaf that requires grad cannot be written, and
@@ -36,7 +50,9 @@ def _keep_residual(residual, y, s):
 class RMSNorm(nn.Module):
     """y = x / sqrt(mean(x^2) + eps) * (offset + weight) over the last dim; offset=1 is Gemma's
     (weights stored as w - 1). forward(x) -> y; forward(x, residual) -> (y, residual) with the
-    residual add fused (residual <- x + residual, y = norm(residual), kite's pre-norm rule)."""
+    residual add fused (residual <- x + residual, y = norm(residual), kite's pre-norm rule).
+    Without a residual, an x whose dtype differs from the weight's is promoted with it (a bf16 x
+    under autocast and f32 weights: f32)."""
 
     def __init__(self, hidden_size, eps=1e-6, offset=0.0, weight=True, dtype=None, device=None):
         super().__init__()
@@ -46,7 +62,8 @@ class RMSNorm(nn.Module):
 
     def forward(self, x, residual=None):
         if residual is None:
-            return _ops.rms_norm(x, self.weight, self.eps, self.offset)
+            x, w = _promote(x, self.weight)
+            return _ops.rms_norm(x, w, self.eps, self.offset)
         if _needs_grad(x, residual, self.weight):
             return _keep_residual(residual, *_autograd.add_rms_norm(x, residual, self.weight,
                                                                     self.eps, self.offset))
@@ -58,7 +75,8 @@ class RMSNorm(nn.Module):
 
 
 class LayerNorm(nn.Module):
-    """(x - mean) / sqrt(var + eps) * weight + bias over the last dim."""
+    """(x - mean) / sqrt(var + eps) * weight + bias over the last dim (x promoted with the
+    parameters where their dtypes differ, as RMSNorm's)."""
 
     def __init__(self, hidden_size, eps=1e-5, bias=True, dtype=None, device=None):
         super().__init__()
@@ -68,7 +86,7 @@ class LayerNorm(nn.Module):
 
     def forward(self, x, residual=None):
         if residual is None:
-            return _ops.layer_norm(x, self.weight, self.bias, self.eps)
+            return _ops.layer_norm(*_promote(x, self.weight, self.bias), self.eps)
         if _needs_grad(x, residual, self.weight, self.bias):
             return _keep_residual(residual, *_autograd.add_layer_norm(x, residual, self.weight,
                                                                       self.bias, self.eps))
@@ -181,26 +199,34 @@ class MoE(nn.Module):
 
 
 class GatedMLP(nn.Module):
-    """down(act(gate(x)) * up(x)) with gate and up as one projection: gate_up [2I, H] then
-    kite's fused act-and-mul. Made by kite.torch.patch from a model's gate_proj/up_proj."""
+    """down_proj(act(gate_proj(x)) * up_proj(x)) with kite's fused act-and-mul (silu_and_mul,
+    gelu_and_mul, gelu_tanh_and_mul) between the projections.
 
-    def __init__(self, gate_up, down, act="silu", gate_up_bias=None):
+    gate_proj, up_proj and down_proj are the model's own modules: they are called (so a PEFT/LoRA
+    adapter wrapping one of them still applies) and their weights are read in place, never copied,
+    so state_dict() keys (gate_proj.weight, ...), checkpoints, optimizers, torch.compile and
+    gradient checkpointing see the model's own parameters. Every parameter and the input get
+    their gradients (the act-and-mul through kite's gated_backward). Made by kite.torch.patch from
+    a transformers <Family>MLP; act is "silu", "gelu" or "gelu_tanh"."""
+
+    def __init__(self, gate_proj, up_proj, down_proj, act="silu"):
         super().__init__()
-        self.gate_up = nn.Parameter(gate_up, requires_grad=False)
-        self.gate_up_bias = None if gate_up_bias is None else nn.Parameter(gate_up_bias, requires_grad=False)
-        self.down_proj = down
+        if act not in _GATED:
+            raise kite.InvalidArgument(f"GatedMLP: act must be one of {sorted(_GATED)}, got {act!r}")
+        self.gate_proj, self.up_proj, self.down_proj = gate_proj, up_proj, down_proj
         self.act_name = act
-        self._op = {"silu": _ops.silu_and_mul, "gelu": _ops.gelu_and_mul,
-                    "gelu_tanh": _ops.gelu_tanh_and_mul}[act]
+        self._op = _GATED[act]
 
     def forward(self, x):
-        h = torch.nn.functional.linear(x, self.gate_up, self.gate_up_bias)
+        h = torch.cat((self.gate_proj(x), self.up_proj(x)), dim=-1)
         return self.down_proj(self._op(h, 0.0))
 
     def extra_repr(self):
-        return f"act={self.act_name}, gate_up={tuple(self.gate_up.shape)}"
+        return f"act={self.act_name}_and_mul"
 
 
+_GATED = {"silu": _ops.silu_and_mul, "gelu": _ops.gelu_and_mul,
+          "gelu_tanh": _ops.gelu_tanh_and_mul}
 _REDUCTIONS = {"none": 0, "sum": 1, "mean": 2}
 
 
@@ -208,32 +234,63 @@ def _ce_opts(ignore_index, lse_square_scale, label_smoothing, reduction, softcap
     if reduction not in _REDUCTIONS:
         raise kite.InvalidArgument(f"cross-entropy: reduction must be 'none', 'sum' or 'mean', "
                                    f"got {reduction!r}")
+    if not 0.0 <= float(label_smoothing) <= 1.0:
+        raise kite.InvalidArgument(f"cross-entropy: label_smoothing must be in [0, 1], got "
+                                   f"{label_smoothing!r}")
+    if softcap is not None and not float(softcap) > 0.0:
+        raise kite.InvalidArgument(f"cross-entropy: softcap must be > 0 or None, got {softcap!r}")
     return (int(ignore_index), float(label_smoothing), float(lse_square_scale),
             float(softcap or 0.0), _REDUCTIONS[reduction])
+
+
+def _refuse(cls, what, why):
+    raise kite.Unsupported(f"{cls}: {what} is not supported by kite ({why})")
 
 
 def _loss_result(loss, reduction):
     return loss if reduction == "none" else loss.reshape(())
 
 
+def _z_loss(lse, t, ignore_index, z, reduction):
+    """Liger's z_loss (the lse_square_scale * lse^2 part of the loss, reduced like it), detached:
+    it is already inside the loss, returned for logging."""
+    valid = t != ignore_index
+    per_row = torch.where(valid, z * lse.detach().float() ** 2, 0.0)
+    if reduction == "none":
+        return per_row
+    total = per_row.sum()
+    return total if reduction == "sum" else total / valid.sum().clamp(min=1)
+
+
 class CrossEntropyLoss(nn.Module):
     """Cross-entropy over logits[..., V] and integer targets[...] on kite's cross_entropy, with
-    Liger's arguments: ignore_index, lse_square_scale (the z-loss coefficient on lse^2),
-    label_smoothing, reduction ("mean" over the rows not ignored, "sum", "none"), softcap
-    (Gemma 2's logit cap; None off). forward(input, target) -> loss (f32: a scalar, or [N] for
-    "none"); the gradient runs through kite's cross_entropy_backward."""
+    Liger's LigerCrossEntropyLoss arguments in its order: weight (class weights: not supported,
+    must be None), ignore_index, lse_square_scale (the z-loss coefficient on lse^2),
+    label_smoothing, reduction ("mean" over the rows not ignored, "sum", "none"), softcap (Gemma
+    2's logit cap; None off), return_z_loss (forward returns (loss, z_loss), z_loss detached),
+    return_token_accuracy (not supported). forward(input, target) -> loss (f32: a scalar, or [N]
+    for "none"); the gradient runs through kite's cross_entropy_backward."""
 
-    def __init__(self, ignore_index=-100, lse_square_scale=0.0, label_smoothing=0.0,
-                 reduction="mean", softcap=None):
+    def __init__(self, weight=None, ignore_index=-100, lse_square_scale=0.0, label_smoothing=0.0,
+                 reduction="mean", softcap=None, return_z_loss=False,
+                 return_token_accuracy=False):
         super().__init__()
-        self.reduction = reduction
+        if weight is not None:
+            _refuse("CrossEntropyLoss", "weight (class weights)",
+                    "kite's cross_entropy weighs every class alike; pass weight=None")
+        if return_token_accuracy:
+            _refuse("CrossEntropyLoss", "return_token_accuracy=True", "no accuracy output")
+        self.reduction, self.return_z_loss = reduction, bool(return_z_loss)
         self.opts = _ce_opts(ignore_index, lse_square_scale, label_smoothing, reduction, softcap)
 
     def forward(self, input, target):
         logits = input.reshape(-1, input.shape[-1])
         t = target.reshape(-1).to(torch.int32)
-        loss, _ = _ops.cross_entropy(logits, t, *self.opts)
-        return _loss_result(loss, self.reduction)
+        loss, lse = _ops.cross_entropy(logits, t, *self.opts)
+        loss = _loss_result(loss, self.reduction)
+        if not self.return_z_loss:
+            return loss
+        return loss, _z_loss(lse, t, self.opts[0], self.opts[2], self.reduction)
 
 
 class _FusedLinearCE(torch.autograd.Function):
@@ -242,9 +299,11 @@ class _FusedLinearCE(torch.autograd.Function):
         loss, dh, dw, db = _ops.fused_linear_cross_entropy(h, w, bias, targets, *opts)
         ctx.save_for_backward(dh, dw, db)
         ctx.has_bias = bias is not None
+        ctx.grads_depend_on_inputs = True  # dh, dw, db are functions of h, w, bias
         return loss
 
     @staticmethod
+    @_autograd._once("fused_linear_cross_entropy")
     def backward(ctx, g):
         dh, dw, db = ctx.saved_tensors
         if g.numel() > 1:  # reduction none: the gradients held are those of sum(loss)
@@ -253,20 +312,67 @@ class _FusedLinearCE(torch.autograd.Function):
                                        "backward takes a uniform upstream gradient (loss.sum())")
             g = g.reshape(-1)[0]
         g = g.reshape(()).to(dh.dtype)
-        return (dh * g, dw * g, db * g if ctx.has_bias else None, None, None)
+        need = ctx.needs_input_grad
+        return (dh * g if need[0] else None, dw * g if need[1] else None,
+                db * g if ctx.has_bias and need[2] else None, None, None)
+
+
+_FLCE_CHUNK = 256 << 20  # kite_flce_opts' default chunk_bytes
+
+
+def _flce_forward_only(h, w, bias, t, opts):
+    """The loss alone (no gradient is wanted): logits a block of rows at a time (kite's linear,
+    at most chunk_bytes of them), kite's cross_entropy per block, reduced as the fused op
+    reduces. The [N, V] logits never exist whole and no gradient is computed."""
+    ignore_index, ls, z, cap, red, chunk_bytes = opts
+    n, v = h.shape[0], w.shape[0]
+    rows = max(1, (chunk_bytes or _FLCE_CHUNK) // max(1, v * h.element_size()))
+    parts = []
+    for r in range(0, n, rows):
+        logits = _ops.linear(h[r:r + rows], w, bias)
+        parts.append(_ops.cross_entropy(logits, t[r:r + rows], ignore_index, ls, z, cap, 0)[0])
+    per_row = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float32, device=h.device)
+    if red == 0:
+        return per_row
+    total = per_row.sum().reshape(1)
+    if red == 1:
+        return total
+    return total / (t != ignore_index).sum().clamp(min=1)
 
 
 class FusedLinearCrossEntropyLoss(nn.Module):
     """The lm head and cross-entropy in one (kite's fused_linear_cross_entropy: the [N, V] logits
-    never exist whole), with Liger's arguments (as CrossEntropyLoss's) and its call
-    forward(lin_weight[V, H], input[..., H], target[...], bias=None) -> loss. The gradients of
-    input, lin_weight and bias are computed in the forward and scaled by the upstream gradient;
-    with reduction "none" that gradient must be uniform (loss.sum()). chunk_bytes bounds the
-    scratch of the logits pieces (0: kite's default)."""
+    never exist whole), with Liger's LigerFusedLinearCrossEntropyLoss arguments in its order:
+    ce_weight (class weights: not supported, must be None), ignore_index, lse_square_scale,
+    label_smoothing, reduction, softcap, return_z_loss (not supported: the fused op keeps no
+    lse), accum_dtype (None or torch.float32: kite accumulates dh and dw in f32 whatever the
+    dtype), use_token_scaling and return_token_accuracy (not supported); then kite's own
+    chunk_bytes (keyword; the scratch bound of the logits pieces, 0: kite's default).
 
-    def __init__(self, ignore_index=-100, lse_square_scale=0.0, label_smoothing=0.0,
-                 reduction="mean", softcap=None, chunk_bytes=0):
+    forward(lin_weight[V, H], input[..., H], target[...], bias=None) -> loss. When a gradient is
+    wanted, the gradients of input, lin_weight and bias are computed in the forward and scaled by
+    the upstream gradient (with reduction "none" that gradient must be uniform: loss.sum()); under
+    no_grad / inference mode, or when nothing requires grad, only the loss is computed. Under
+    torch.autocast the products run in the autocast dtype, as torch's linear would."""
+
+    def __init__(self, ce_weight=None, ignore_index=-100, lse_square_scale=0.0,
+                 label_smoothing=0.0, reduction="mean", softcap=None, return_z_loss=False,
+                 accum_dtype=None, use_token_scaling=False, return_token_accuracy=False, *,
+                 chunk_bytes=0):
         super().__init__()
+        cls = "FusedLinearCrossEntropyLoss"
+        if ce_weight is not None:
+            _refuse(cls, "ce_weight (class weights)",
+                    "kite's fused_linear_cross_entropy weighs every class alike; pass None")
+        if return_z_loss:
+            _refuse(cls, "return_z_loss=True",
+                    "the fused op returns no lse; the z-loss is inside the loss")
+        if accum_dtype not in (None, torch.float32):
+            _refuse(cls, f"accum_dtype={accum_dtype}", "kite accumulates in float32")
+        if use_token_scaling:
+            _refuse(cls, "use_token_scaling=True", "no per-token scaling")
+        if return_token_accuracy:
+            _refuse(cls, "return_token_accuracy=True", "no accuracy output")
         self.reduction = reduction
         self.opts = _ce_opts(ignore_index, lse_square_scale, label_smoothing, reduction,
                              softcap) + (int(chunk_bytes),)
@@ -274,5 +380,15 @@ class FusedLinearCrossEntropyLoss(nn.Module):
     def forward(self, lin_weight, input, target, bias=None):
         h = input.reshape(-1, input.shape[-1])
         t = target.reshape(-1).to(torch.int32)
-        loss = _FusedLinearCE.apply(h, lin_weight, bias, t, self.opts)
+        w = lin_weight
+        dev = h.device.type
+        if torch.is_autocast_enabled(dev):
+            dtype = torch.get_autocast_dtype(dev)
+            h, w = h.to(dtype), w.to(dtype)
+            bias = None if bias is None else bias.to(dtype)
+        if torch.is_grad_enabled() and any(x is not None and x.requires_grad
+                                           for x in (h, w, bias)):
+            loss = _FusedLinearCE.apply(h, w, bias, t, self.opts)
+        else:
+            loss = _flce_forward_only(h, w, bias, t, self.opts)
         return _loss_result(loss, self.reduction)

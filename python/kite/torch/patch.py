@@ -1,29 +1,49 @@
-"""kite.torch.patch(model): swaps the parts of a Hugging Face transformers model that kite has ops
-for, in place. For training, patch(model, mlp=False, attention=False): the norms and the rotary
-embedding then differentiate through kite's backward ops, while kite's sdpa and the GatedMLP's
-fused (frozen) gate_up copy have no backward.
+"""kite.torch.patch(model) swaps, in place, the parts of a Hugging Face transformers model that kite
+has ops for; kite.torch.unpatch(model) puts the originals back.
 
 Known families (config.model_type): llama, mistral, qwen2, qwen3, gemma, gemma2, mixtral,
 qwen2_moe. What is swapped:
 
 - norms: every <Family>RMSNorm module -> kite.torch.nn.RMSNorm sharing its weight (Gemma's
-  1 + w form as offset 1);
-- MLP activation: a <Family>MLP (gate_proj, up_proj, down_proj) -> kite.torch.nn.GatedMLP: one
-  projection for gate and up, then kite's silu_and_mul / gelu_and_mul / gelu_tanh_and_mul;
-- rotary embedding: the family's apply_rotary_pos_emb -> kite's rope, in place, reading the cos
-  and sin the model's own rotary module computed (so every HF scaling type is honoured); the
-  function is module-wide, so other models of the family in the process take kite's rope too
-  (unpatch_rotary(model_type) restores it);
+  1 + w form as offset 1); differentiable (kite's rms_norm_backward);
+- MLP: a <Family>MLP (gate_proj, up_proj, down_proj) -> kite.torch.nn.GatedMLP holding the same
+  three modules: they are called (a LoRA adapter on them applies) and read in place, then kite's
+  silu_and_mul / gelu_and_mul / gelu_tanh_and_mul, differentiable (kite's gated_backward);
+- rotary embedding: the family's apply_rotary_pos_emb -> kite's rope, reading the cos and sin
+  the model's own rotary module computed (so every HF scaling type is honoured); rotated copies
+  with kite's rope_backward when a gradient is wanted, in place otherwise. The function is
+  module-wide, so other models of the family in the process take kite's rope too, until the last
+  patched model of the family is unpatched;
+- loss: on a <Family>ForCausalLM, model.forward(labels=...) in training mode computes the loss
+  with kite's fused linear cross-entropy from the last hidden states and lm_head's weight (the
+  [tokens, vocab] logits never exist; outputs.logits is None), as transformers' ForCausalLMLoss
+  would (labels shifted, ignore_index, num_items_in_batch, shift_labels; Gemma 2's final logit
+  softcap; Mixtral / Qwen2-MoE's router aux loss added as the model adds it); in eval mode, without
+  labels, with a custom loss_function or a wrapped lm_head, the model's own forward runs;
 - the attention core: "kite" registered in transformers' AttentionInterface (with sdpa's mask
   function) and selected, running kite's sdpa (GQA, causal, bool masks, sliding window, softcap);
 - MoE: the router (<Family>TopKRouter) -> kite's topk_gating, the experts (<Family>Experts,
   gate_up_proj [E, 2I, H], down_proj [E, H, I]) -> kite's fused_moe.
 
+Training: every module installed has a correct backward for every parameter and input, or is not
+installed. kite has no backward for attention, topk_gating or fused_moe, so on a model in
+training mode (model.training) patch leaves attention and the MoE router and experts to torch and
+says so in the list it returns. On a model in eval mode whose parameters require grad (as
+from_pretrained leaves them), they are installed, and a call that needs a gradient (grad mode on
+and an input or parameter requiring grad, or attention dropout) runs torch instead: the same
+attention in torch ops (scaled_dot_product_attention, or the explicit softmax with a softcap),
+the model's original router and experts. No weight is copied: state_dict() keys,
+save_pretrained / from_pretrained, PEFT adapters, optimizers, torch.compile and gradient
+checkpointing see the model's own parameters.
+
 Returns the list of what was replaced ("model.layers.0.input_layernorm: LlamaRMSNorm -> RMSNorm",
-...). A model of another family raises kite.Unsupported naming the families it knows.
+...) and of what was left to torch and why. A model of another family raises kite.Unsupported
+naming the families it knows.
 """
 import importlib
+import inspect
 import sys
+import weakref
 
 import torch
 from torch import nn
@@ -38,10 +58,16 @@ FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "mixtral", 
 _GEMMA = ("gemma", "gemma2")
 _ACTS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
          "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh"}
+_NO_BACKWARD = "kite has no backward for it yet"
 
 
 def _modeling(model_type):
     return importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+
+
+def _needs_grad(*ts):
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                           for t in ts)
 
 
 # ---- rotary ------------------------------------------------------------------------------------
@@ -79,18 +105,73 @@ def _orig_apply(q, k, cos, sin, unsqueeze_dim=1):
 
 
 # ---- attention ---------------------------------------------------------------------------------
-def kite_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
-                           softcap=None, sliding_window=None, is_causal=None, **kwargs):
+def _torch_attention(query, key, value, mask, scaling, softcap, window, causal, dropout):
+    """kite's sdpa semantics (GQA grouped, causal aligning the last query with the last key,
+    bool mask True = attend / additive float mask, softcap, window_left) in torch ops, which
+    differentiate: the attention of a patched model where a gradient is wanted. Masked scores are
+    the dtype's lowest finite value (no NaN), and a query row that may see no key at all (a
+    padding row under a boolean mask) gives zeros, as kite's sdpa gives."""
+    sq, sk = query.shape[-2], key.shape[-2]
+    low = torch.finfo(query.dtype).min
+    ok = None  # bool [.., Sq, Sk]: the keys each query may see
+    if mask is not None and not mask.is_floating_point():
+        ok = mask
+    if (causal and mask is None) or window >= 0:
+        i = torch.arange(sq, device=query.device)[:, None] + (sk - sq)
+        j = torch.arange(sk, device=query.device)[None, :]
+        shape_ok = torch.ones(sq, sk, dtype=torch.bool, device=query.device)
+        if causal and mask is None:
+            shape_ok &= j <= i
+        if window >= 0:  # keys [p - window_left, p], kite's rule (causal within the window)
+            shape_ok &= (j >= i - window) & (j <= i)
+        ok = shape_ok if ok is None else ok & shape_ok
+    bias = None
+    if ok is not None:
+        bias = torch.zeros(ok.shape, dtype=query.dtype, device=query.device).masked_fill(~ok, low)
+    if mask is not None and mask.is_floating_point():
+        bias = mask.to(query.dtype) if bias is None else torch.maximum(
+            bias + mask.to(query.dtype), torch.full_like(bias, low))
+    group = query.shape[1] // key.shape[1]
+    if not softcap:
+        o = nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=bias, dropout_p=dropout, scale=scaling,
+            enable_gqa=group > 1)
+    else:
+        k = key.repeat_interleave(group, dim=1) if group > 1 else key
+        v = value.repeat_interleave(group, dim=1) if group > 1 else value
+        scores = torch.matmul(query, k.transpose(-1, -2)) * (scaling or query.shape[-1] ** -0.5)
+        scores = softcap * torch.tanh(scores / softcap)
+        if bias is not None:
+            scores = scores + bias
+        p = torch.softmax(scores.float(), dim=-1).to(query.dtype)
+        if dropout:
+            p = nn.functional.dropout(p, p=dropout)
+        o = torch.matmul(p, v)
+    if ok is not None:
+        o = o * ok.any(dim=-1, keepdim=True).to(o.dtype)
+    return o
+
+
+def kite_attention_forward(module, query, key, value, attention_mask, **kwargs):
     """transformers attention function on kite's sdpa: query[B, Hq, Sq, D], key/value
     [B, Hkv, Sk, D], attention_mask None / bool (True = attend) / additive float
-    [B|1, 1, Sq, >= Sk]. Returns (o[B, Sq, Hq, D], None)."""
+    [B|1, 1, Sq, >= Sk]; kwargs scaling, dropout, softcap, sliding_window, is_causal.
+    Returns (o[B, Sq, Hq, D], None). A call that needs a gradient (kite has no attention backward
+    yet) or dropout runs the same attention in torch ops instead (_torch_attention)."""
+    scaling, softcap = kwargs.get("scaling"), kwargs.get("softcap")
+    sliding_window, is_causal = kwargs.get("sliding_window"), kwargs.get("is_causal")
     mask = attention_mask
     if mask is not None and mask.dim() == 4 and mask.shape[-1] != key.shape[-2]:
         mask = mask[..., : key.shape[-2]]
-    causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+    causal = bool(getattr(module, "is_causal", True) if is_causal is None else is_causal)
     window = int(sliding_window) - 1 if sliding_window else -1
+    dropout = float(kwargs.get("dropout") or 0.0)
+    if dropout or _needs_grad(query, key, value, mask):
+        o = _torch_attention(query, key, value, mask, scaling, float(softcap or 0.0), window,
+                             causal, dropout)
+        return o.transpose(1, 2).contiguous(), None
     o = _ops.sdpa(query, key, value, mask, float(scaling or 0.0), float(softcap or 0.0), window, 0,
-                  int(bool(causal) and mask is None))
+                  int(causal and mask is None))
     return o.transpose(1, 2), None
 
 
@@ -102,15 +183,28 @@ def _register_attention():
 
 
 # ---- MoE ---------------------------------------------------------------------------------------
-class KiteRouter(nn.Module):
-    """A TopKRouter on kite's topk_gating: (router_logits, weights f32, ids int32)."""
+class _Fallback:
+    """Holds the module a kite module replaced, unregistered (its parameters are the kite
+    module's own, so they are neither listed twice nor saved twice)."""
 
-    def __init__(self, weight, top_k, renormalize):
+    def __init__(self, module):
+        self.module = module
+
+
+class KiteRouter(nn.Module):
+    """A TopKRouter on kite's topk_gating: (router_logits, weights f32, ids int32). Where a
+    gradient is wanted (kite's topk_gating has no backward) the original router runs."""
+
+    def __init__(self, weight, top_k, renormalize, original=None):
         super().__init__()
         self.weight = weight
         self.top_k, self.renormalize = int(top_k), int(bool(renormalize))
+        self._original = _Fallback(original)
 
     def forward(self, hidden_states):
+        orig = self._original.module
+        if orig is not None and _needs_grad(hidden_states, self.weight):
+            return orig(hidden_states)
         h = hidden_states.reshape(-1, self.weight.shape[-1])
         logits = nn.functional.linear(h, self.weight)
         weights, ids = _ops.topk_gating(logits, self.top_k, self.renormalize)
@@ -118,16 +212,122 @@ class KiteRouter(nn.Module):
 
 
 class KiteExperts(nn.Module):
-    """Experts (gate_up_proj [E, 2I, H], down_proj [E, H, I]) on kite's fused_moe."""
+    """Experts (gate_up_proj [E, 2I, H], down_proj [E, H, I]) on kite's fused_moe. Where a
+    gradient is wanted (kite's fused_moe has no backward) the original experts run."""
 
-    def __init__(self, gate_up_proj, down_proj, act):
+    def __init__(self, gate_up_proj, down_proj, act, original=None):
         super().__init__()
         self.gate_up_proj, self.down_proj, self.act = gate_up_proj, down_proj, act
+        self._original = _Fallback(original)
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
+        orig = self._original.module
+        if orig is not None and _needs_grad(hidden_states, top_k_weights, self.gate_up_proj,
+                                            self.down_proj):
+            return orig(hidden_states, top_k_index.long(), top_k_weights)
         w = top_k_weights if top_k_weights.dtype == torch.float32 else top_k_weights.float()
         ids = top_k_index if top_k_index.dtype == torch.int32 else top_k_index.to(torch.int32)
         return _ops.fused_moe(hidden_states, self.gate_up_proj, self.down_proj, w, ids, self.act)
+
+
+# ---- the loss ----------------------------------------------------------------------------------
+def _causal_lm(model):
+    """The transformers <Family>ForCausalLM inside model (model itself, or a PEFT model's base),
+    or None."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if type(base).__name__.endswith("ForCausalLM") and isinstance(getattr(base, "lm_head", None),
+                                                                   nn.Module):
+        return base
+    return None
+
+
+def _causal_lm_loss(model):
+    try:
+        from transformers.loss.loss_utils import ForCausalLMLoss
+    except ImportError:
+        return None
+    return ForCausalLMLoss
+
+
+def _slice(hidden, logits_to_keep):
+    try:
+        from transformers.modeling_utils import slice_logits_to_keep
+    except ImportError:
+        slice_logits_to_keep = None
+    if slice_logits_to_keep is not None:
+        return slice_logits_to_keep(hidden, logits_to_keep)
+    if isinstance(logits_to_keep, int):
+        return hidden if logits_to_keep == 0 else hidden[:, -logits_to_keep:, :]
+    return hidden[:, logits_to_keep, :]
+
+
+def _make_lm_forward(model, original, model_type):
+    """model.forward (an instance attribute) computing the training loss with kite's fused
+    linear cross-entropy; every other call goes to original (the model's own forward). It holds
+    the model weakly (no reference cycle through the model's __dict__)."""
+    sig = inspect.signature(original)
+    flce_loss = _causal_lm_loss(model)
+    softcap = getattr(model.config, "final_logit_softcapping", None)
+    moe = "output_router_logits" in sig.parameters
+    var_kw = next((n for n, p in sig.parameters.items() if p.kind is p.VAR_KEYWORD), None)
+    model_ref = weakref.ref(model)
+
+    def forward(*args, **kwargs):
+        model = model_ref()
+        skip_logits = kwargs.pop("skip_logits", None)
+        bound = sig.bind(*args, **kwargs)
+        a = bound.arguments
+        extra = dict(a.get(var_kw, {})) if var_kw else {}
+        labels, shift_labels = a.get("labels"), extra.get("shift_labels")
+        if skip_logits is None:
+            skip_logits = model.training
+        head = model.lm_head
+        if (not skip_logits or labels is None or type(head) is not nn.Linear or flce_loss is None
+                or model.loss_function is not flce_loss):
+            return original(*args, **kwargs)
+        return_dict = extra.pop("return_dict", None)
+        if return_dict is None:
+            return_dict = getattr(model.config, "return_dict", True)
+        ignore_index = extra.get("ignore_index", -100)
+        num_items = extra.get("num_items_in_batch")
+        base_args = {k: v for k, v in a.items() if k not in ("labels", "logits_to_keep", var_kw)}
+        if moe:
+            orl = base_args.get("output_router_logits")
+            base_args["output_router_logits"] = (model.config.output_router_logits
+                                                 if orl is None else orl)
+        outputs = model.model(**base_args, **extra)
+        hidden = _slice(outputs.last_hidden_state, a.get("logits_to_keep", 0))
+        if shift_labels is None:
+            shift_labels = nn.functional.pad(labels, (0, 1), value=ignore_index)[..., 1:]
+        t = shift_labels.reshape(-1).to(hidden.device)
+        loss_fn = knn.FusedLinearCrossEntropyLoss(
+            ignore_index=ignore_index, reduction="sum" if num_items is not None else "mean",
+            softcap=softcap)
+        loss = loss_fn(head.weight, hidden.reshape(-1, hidden.shape[-1]), t, head.bias)
+        if num_items is not None:
+            loss = loss / (num_items.to(loss.device) if torch.is_tensor(num_items) else num_items)
+        from transformers import modeling_outputs as mo
+        if moe:
+            aux_loss = None
+            if base_args["output_router_logits"]:
+                lb = _modeling(model_type).load_balancing_loss_func
+                aux_loss = lb(outputs.router_logits, model.num_experts, model.num_experts_per_tok,
+                              a.get("attention_mask"))
+                loss = loss + model.router_aux_loss_coef * aux_loss.to(loss.device)
+            out = mo.MoeCausalLMOutputWithPast(
+                loss=loss, aux_loss=aux_loss, logits=None,
+                past_key_values=outputs.past_key_values, hidden_states=outputs.hidden_states,
+                attentions=outputs.attentions, router_logits=outputs.router_logits)
+        else:
+            out = mo.CausalLMOutputWithPast(
+                loss=loss, logits=None, past_key_values=outputs.past_key_values,
+                hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        return out if return_dict else out.to_tuple()
+
+    forward.__signature__ = sig
+    forward.__doc__ = original.__doc__
+    forward._kite_lm_forward = True
+    return forward
 
 
 # ---- the walk ----------------------------------------------------------------------------------
@@ -136,10 +336,24 @@ def _set(model, name, new):
     setattr(model.get_submodule(parent) if parent else model, leaf, new)
 
 
-def patch(model, norms=True, mlp=True, rope=True, attention=True, moe=True):
+_KITE_MODULES = (knn.RMSNorm, knn.GatedMLP, KiteRouter, KiteExperts)
+_rope_users = {}  # model_type -> WeakSet of the patched models that use kite's rope
+_saved = {}       # model_type -> the family's own apply_rotary_pos_emb
+
+
+class _PatchState:
+    """What patch changed on one model, for unpatch: (name, original, replacement) modules, the
+    attention implementation before, the instance forward before, the rope family."""
+
+    def __init__(self):
+        self.modules, self.attn, self.forward, self.rope = [], None, None, None
+
+
+def patch(model, norms=True, mlp=True, rope=True, attention=True, moe=True, loss=True):
     """Swaps, in place, the parts of a transformers model that kite runs (see the module doc);
-    returns the list of replacements. Raises kite.Unsupported for a model family it does not
-    know, and kite.InvalidArgument for a model that is not a transformers model."""
+    returns the list of replacements and of the parts left to torch (with the reason). Raises
+    kite.Unsupported for a model family it does not know, and kite.InvalidArgument for a model
+    that is not a transformers model. kite.torch.unpatch(model) undoes it."""
     cfg = getattr(model, "config", None)
     mt = getattr(cfg, "model_type", None)
     if mt is None:
@@ -149,50 +363,130 @@ def patch(model, norms=True, mlp=True, rope=True, attention=True, moe=True):
         raise kite.Unsupported(f"kite.torch.patch: model type {mt!r} is not one kite knows; known: "
                                + ", ".join(FAMILIES))
     mod = _modeling(mt)
+    state = model.__dict__.get("_kite_patch") or _PatchState()
+    training = model.training
     done = []
     act_name = getattr(cfg, "hidden_activation", None) or getattr(cfg, "hidden_act", "silu")
     act = _ACTS.get(act_name)
+    e_act = _ACTS.get(getattr(cfg, "hidden_act", "silu"))
     for name, m in list(model.named_modules()):
         cls = type(m).__name__
-        if norms and cls.endswith("RMSNorm") and hasattr(m, "weight"):
+        if isinstance(m, _KITE_MODULES):
+            continue
+        new = None
+        if norms and cls.endswith("RMSNorm") and isinstance(getattr(m, "weight", None), nn.Parameter):
             eps = getattr(m, "variance_epsilon", getattr(m, "eps", 1e-6))
             new = knn.RMSNorm(m.weight.shape[0], eps=eps, offset=1.0 if mt in _GEMMA else 0.0,
                               weight=False)
             new.weight = m.weight
-            _set(model, name, new)
             done.append(f"{name}: {cls} -> RMSNorm")
-        elif mlp and cls.endswith("MLP") and all(hasattr(m, a) for a in ("gate_proj", "up_proj", "down_proj")):
+        elif (mlp and cls.endswith("MLP")
+              and all(isinstance(getattr(m, a, None), nn.Module)
+                      for a in ("gate_proj", "up_proj", "down_proj"))):
             if act is None:
+                done.append(f"{name}: {cls} left to torch: activation {act_name!r} has no kite "
+                            "gated form")
                 continue
-            with torch.no_grad():
-                gu = torch.cat((m.gate_proj.weight, m.up_proj.weight), dim=0)
-                gub = None
-                if m.gate_proj.bias is not None:
-                    gub = torch.cat((m.gate_proj.bias, m.up_proj.bias), dim=0)
-            _set(model, name, knn.GatedMLP(gu, m.down_proj, act, gub))
+            new = knn.GatedMLP(m.gate_proj, m.up_proj, m.down_proj, act)
             done.append(f"{name}: {cls} -> GatedMLP({act}_and_mul)")
-        elif moe and cls.endswith("TopKRouter") and hasattr(m, "weight"):
+        elif moe and cls.endswith("TopKRouter") and isinstance(getattr(m, "weight", None), nn.Parameter):
+            if training:
+                done.append(f"{name}: {cls} left to torch: topk_gating: {_NO_BACKWARD} and the "
+                            "model is in training mode")
+                continue
             renorm = getattr(m, "norm_topk_prob", mt == "mixtral")
-            _set(model, name, KiteRouter(m.weight, m.top_k, renorm))
+            new = KiteRouter(m.weight, m.top_k, renorm, original=m)
             done.append(f"{name}: {cls} -> topk_gating")
-        elif moe and cls.endswith("Experts") and hasattr(m, "gate_up_proj") and hasattr(m, "down_proj"):
-            e_act = _ACTS.get(getattr(cfg, "hidden_act", "silu"))
+        elif (moe and cls.endswith("Experts") and isinstance(getattr(m, "gate_up_proj", None), nn.Parameter)
+              and isinstance(getattr(m, "down_proj", None), nn.Parameter)):
             if e_act not in ("silu", "gelu"):
                 continue
-            _set(model, name, KiteExperts(m.gate_up_proj, m.down_proj, 0 if e_act == "silu" else 1))
+            if training:
+                done.append(f"{name}: {cls} left to torch: fused_moe: {_NO_BACKWARD} and the "
+                            "model is in training mode")
+                continue
+            new = KiteExperts(m.gate_up_proj, m.down_proj, 0 if e_act == "silu" else 1, original=m)
             done.append(f"{name}: {cls} -> fused_moe")
+        if new is not None:
+            new.train(m.training)
+            _set(model, name, new)
+            state.modules.append((name, m, new))
     if rope and hasattr(mod, "apply_rotary_pos_emb"):
         if mod.apply_rotary_pos_emb is not _kite_apply_rotary_pos_emb:
             _saved[mt] = mod.apply_rotary_pos_emb
             mod.apply_rotary_pos_emb = _kite_apply_rotary_pos_emb
+        _rope_users.setdefault(mt, weakref.WeakSet()).add(model)
+        state.rope = mt
         done.append(f"{mod.__name__}.apply_rotary_pos_emb -> rope")
     if attention:
-        _register_attention()
+        before = getattr(cfg, "_attn_implementation", None) or "eager"
+        if training:
+            done.append(f"attention: left to torch ({before!r}): {_NO_BACKWARD} and the model is "
+                        "in training mode")
+        elif before != "kite":
+            _register_attention()
+            if hasattr(model, "set_attn_implementation"):
+                model.set_attn_implementation("kite")
+            else:
+                cfg._attn_implementation = "kite"
+            state.attn = before
+            done.append("attention: -> kite sdpa (attn_implementation='kite'; a call that needs a "
+                        f"gradient runs the same attention in torch ops: {_NO_BACKWARD})")
+    lm = _causal_lm(model) if loss else None
+    if lm is not None and not getattr(lm.forward, "_kite_lm_forward", False):
+        state.forward = (lm, lm.__dict__.get("forward"))
+        lm.forward = _make_lm_forward(lm, lm.forward, mt)
+        done.append("lm_head + loss: forward(labels=...) in training -> kite fused linear "
+                    "cross-entropy (no [tokens, vocab] logits)")
+    model.__dict__["_kite_patch"] = state
+    return done
+
+
+def unpatch(model):
+    """Undoes kite.torch.patch(model): the original modules back in place (holding the
+    parameters and submodules the kite modules hold now, so adapters added since stay), the
+    attention implementation and forward the model had, and the family's apply_rotary_pos_emb
+    once no patched model of the family is left. Returns the list of what was restored; a model
+    never patched gives []."""
+    state = model.__dict__.pop("_kite_patch", None)
+    if state is None:
+        base = model.get_base_model() if hasattr(model, "get_base_model") else None
+        return unpatch(base) if base is not None and base is not model else []
+    done = []
+    for name, orig, new in reversed(state.modules):
+        try:
+            current = model.get_submodule(name)
+        except AttributeError:
+            continue
+        if current is not new:
+            continue
+        for n, p in new.named_parameters(recurse=False):
+            setattr(orig, n, p)
+        for n, c in new.named_children():
+            setattr(orig, n, c)
+        orig.train(new.training)
+        _set(model, name, orig)
+        done.append(f"{name}: {type(new).__name__} -> {type(orig).__name__}")
+    if state.attn is not None:
         if hasattr(model, "set_attn_implementation"):
-            model.set_attn_implementation("kite")
+            model.set_attn_implementation(state.attn)
         else:
-            cfg._attn_implementation = "kite"
-        done.append("attention: -> kite sdpa (attn_implementation='kite')")
+            model.config._attn_implementation = state.attn
+        done.append(f"attention: kite -> {state.attn!r}")
+    if state.forward is not None:
+        lm, before = state.forward
+        if before is None:
+            lm.__dict__.pop("forward", None)
+        else:
+            lm.forward = before
+        done.append("lm_head + loss: the model's own forward")
+    if state.rope is not None:
+        users = _rope_users.get(state.rope)
+        if users is not None:
+            users.discard(model)
+        if not users:
+            unpatch_rotary(state.rope)
+            done.append(f"{state.rope}: apply_rotary_pos_emb restored")
     return done
 
 
@@ -201,6 +495,3 @@ def unpatch_rotary(model_type):
     mod = _modeling(model_type)
     if mod.apply_rotary_pos_emb is _kite_apply_rotary_pos_emb:
         mod.apply_rotary_pos_emb = _saved.get(model_type, _orig_apply)
-
-
-_saved = {}
