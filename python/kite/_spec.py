@@ -255,15 +255,18 @@ def doc_ops(spec, text):
     for n, dt in spec.scalars.items():
         kind = "an int" if dt == "int32" else "a float"
         lines.append(f"{n}: a [B] tensor ({dt}), None, or {kind} for every row (made into a "
-                     f"[B] {dt} tensor on {_batch_tensor(spec)}'s device, B its first dim).")
+                     f"[B] {dt} tensor on the device of {_batch_tensor(spec)}, B its first dim).")
     for n, (t, d) in spec.extra.items():
         lines.append(f"{n} ({t}): Python only, for the results' allocation.")
     lines += ["", "Arguments in kite.h's order; None where kite.h says NULL; an option struct "
               "of kite.h (kite_attn_opts, kite_ce_opts, kite_sampling_params, ...) is given as "
               "its fields. Errors raise kite.InvalidArgument (a ValueError; "
               "kite.ArgumentTypeError, also a TypeError, for an argument of the wrong type) "
-              "naming the op and the argument.", "", "kite.h:", "", text]
-    return "\n".join(lines)
+              "naming the op and the argument."]
+    import textwrap
+    wrapped = lines[:1] + [textwrap.fill(ln, 100, subsequent_indent="  ") if ln else ln
+                           for ln in lines[1:]]
+    return "\n".join(wrapped + ["", "kite.h:", "", text])
 
 
 def doc_torch(spec, text):

@@ -66,7 +66,7 @@ def test_docstrings_say_shapes_dtypes_and_semantics():
     assert "KITE_REDUCTION_MEAN = 2" in doc and "ignore_index" in doc
     doc = kite.ops.sample.__doc__
     assert "temperature f32 [B]" in doc and "Gumbel-max" in doc
-    assert "top_k: a [B] tensor (int32), None, or an int for every row" in doc
+    assert "top_k: a [B] tensor (int32), None, or an int for every row" in " ".join(doc.split())
     doc = kite.ops.paged_decode.__doc__
     assert "window_left" in doc and "kite_attn_opts" in doc and "lse (optional result)" in doc
     assert "Updates q, k in place; returns None." in kite.ops.rope.__doc__
