@@ -108,7 +108,8 @@ def test_wrong_values_found_while_allocating():
     with pytest.raises(kite.InvalidArgument, match=r"^sample: top_k: 4294967296 is out of the "
                                                    r"range of int32"):
         kite.ops.sample(x, top_k=2**32)
-    with pytest.raises(kite.InvalidArgument, match=r"^embedding_backward: num_rows: -2 is negative"):
+    with pytest.raises(kite.InvalidArgument, match=r"^embedding_backward: num_rows: -2 is "
+                                                   r"negative"):
         kite.ops.embedding_backward(torch.zeros(2, dtype=torch.int32), x, -2)
 
 
