@@ -631,6 +631,7 @@ KITE_API kite_status kite_logprobs(kite_ctx *ctx, const DLTensor *logits, const 
                                    DLTensor *top_logprobs);
 #define KITE_LOGPROBS_MAX_N 20
 
+/* --- 4-bit weights -------------------------------------------------------------------------- */
 /* 4-bit weights in blocks of 32 consecutive values of a row (GGUF's Q4_0 and Q4_1 blocks, so such
  * files load without re-quantizing). Byte layout of one block, little endian:
  *   KITE_WQ4_SYM (18 bytes): f16 d, then 16 bytes qs;            value = (q - 8) * d

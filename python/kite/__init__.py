@@ -7,20 +7,24 @@
     kite.list()                                     # every kernel, whether it runs here, which is chosen
 
 torch.ops.kite.<op> (registered by ``import kite.torch``) and kite.torch.nn / kite.torch.patch
-bring the ops to PyTorch models. Errors are kite.Error subclasses carrying kite's message.
+bring the ops to PyTorch models. Errors are kite.Error subclasses carrying kite's message:
+kite.InvalidArgument (a ValueError) for a bad argument, and kite.ArgumentTypeError (an
+InvalidArgument and a TypeError) for an argument of the wrong type, both naming the op and the
+argument. help(kite.ops.<op>) gives the op's shapes, dtypes and semantics from kite.h.
 """
 import contextlib as _contextlib
 from dataclasses import dataclass as _dataclass
 
 from . import _C
-from ._C import (ConfigError, DeviceError, Error, InternalError, InvalidArgument, OutOfMemory,
-                 PluginError, Unsupported)
+from ._C import (ArgumentTypeError, ConfigError, DeviceError, Error, InternalError,
+                 InvalidArgument, OutOfMemory, PluginError, Unsupported)
 
 __version__ = _C.version
 
 __all__ = ["ops", "config", "kernels", "list", "last_dispatch", "backends", "plugin_failures",
-           "load_backend", "rope_cache", "Error", "InvalidArgument", "Unsupported", "OutOfMemory",
-           "DeviceError", "PluginError", "ConfigError", "InternalError", "KernelRecord"]
+           "load_backend", "rope_cache", "Error", "InvalidArgument", "ArgumentTypeError",
+           "Unsupported", "OutOfMemory", "DeviceError", "PluginError", "ConfigError",
+           "InternalError", "KernelRecord"]
 
 
 def config(spec=None):

@@ -20,6 +20,7 @@ class Spec:
     defaults: dict
     out: dict  # result name -> allocation expression
     extra: dict = field(default_factory=dict)  # name -> (schema type, default)
+    scalars: dict = field(default_factory=dict)  # name -> dtype of the [B] tensor a number makes
 
     @property
     def results(self):
@@ -55,11 +56,15 @@ def specs():
         required = set(row.get("required", ()))
         args = [(k.upper() if n in required else k, n) for k, n in args]
         s = Spec(name, index, args, dict(row.get("defaults", {})), dict(row.get("out", {})),
-                 dict(row.get("extra", {})))
+                 dict(row.get("extra", {})), dict(row.get("scalars", {})))
         names = {n for _, n in s.args}
-        for n in list(s.defaults) + list(s.out):
+        for n in list(s.defaults) + list(s.out) + list(s.scalars):
             if n not in names:
                 raise ImportError(f"kite: _table.py row {name} names {n}, not an argument")
+        for n, dt in s.scalars.items():
+            if dict((a, k) for k, a in s.args)[n] != "t" or dt not in ("float32", "int32"):
+                raise ImportError(f"kite: _table.py row {name}: scalars takes optional input "
+                                  f"tensors of float32 or int32, not {n} ({dt})")
         out.append(s)
     stale = set(OPS) - {s.name for s in out}
     if stale:
@@ -83,8 +88,24 @@ def _call_line(spec, indent):
     return f"{indent}_call({spec.index}, _stream({first}), {names})\n"
 
 
+# The dtypes kite takes, by their torch / numpy names (kite_module.c's table).
+DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8",
+               "int16", "bool", "float8_e4m3fn")
+
+
+def _batch_tensor(spec):
+    """The first tensor argument: the one a number given for a scalars argument is broadcast
+    over (its first dim) and placed beside (its device)."""
+    return next(n for k, n in spec.args if k in "TW")
+
+
 def source_ops(spec):
-    """kite.ops.<op>(params..., *, out=None[, lse=None]) -> result(s)."""
+    """kite.ops.<op>(params..., *, out=None[, lse=None]) -> result(s).
+
+    Numbers given for the row's scalars become [B] tensors first; then the results are
+    allocated. A failure of either (an argument of the wrong type, a rank too small for the
+    result's shape) is reworded by _bad, which names the op and the argument; kite's own
+    exceptions pass through."""
     params = spec.params
     sig = _signature(spec, params)
     res, opt = spec.results, spec.optional_results
@@ -93,16 +114,32 @@ def source_ops(spec):
         kw.append("out=None")
     kw += [f"{n}=None" for n in opt]
     head = ", ".join(sig + (["*"] + kw if kw else []))
-    src = f"def {spec.name}({head}):\n"
+    src = f"def {spec.name}({head}):\n    try:\n"
+    body = ""
+    first = _batch_tensor(spec)
+    for n, dt in spec.scalars.items():
+        body += f"        {n} = scalar({first}, {n}, {dt!r}, {spec.name + ': ' + n!r})\n"
+    for n, (t, _) in spec.extra.items():
+        if t == "str":  # a dtype name: one of kite's, not any the array library has
+            body += f"        if {n} not in {DTYPE_NAMES!r}:\n            raise ValueError\n"
     if len(res) == 1:
-        src += f"    {res[0]} = {spec.out[res[0]]} if out is None else out\n"
+        body += f"        {res[0]} = {spec.out[res[0]]} if out is None else out\n"
     elif res:
-        src += "    if out is None:\n"
+        body += "        if out is None:\n"
         for n in res:
-            src += f"        {n} = {spec.out[n]}\n"
-        src += f"    else:\n        {', '.join(res)} = out\n"
+            body += f"            {n} = {spec.out[n]}\n"
+        body += "        elif not isinstance(out, (tuple, list)):\n            raise TypeError\n"
+        body += f"        else:\n            {', '.join(res)} = out\n"
     for n in opt:
-        src += f"    if {n} is True:\n        {n} = {spec.out[n]}\n"
+        body += f"        if {n} is True:\n            {n} = {spec.out[n]}\n"
+    if body:
+        names = [n for _, n in params] + list(spec.extra)
+        src += body
+        src += "    except _Error:\n        raise\n"
+        src += "    except Exception as e:\n"
+        src += f"        _bad({spec.index}, e, {'out' if res else 'None'}, {', '.join(names)})\n"
+    else:
+        src = f"def {spec.name}({head}):\n"
     src += _call_line(spec, "    ")
     ret = ", ".join(res)
     if opt:
@@ -112,6 +149,133 @@ def source_ops(spec):
         ret = f"({ret})"
     src += f"    return {ret or 'None'}\n"
     return src
+
+
+_TENSOR_KINDS = {"T": "a tensor", "W": "a tensor", "t": "a tensor or None", "w": "a tensor or None"}
+
+
+def _tensor_like(v):
+    return hasattr(v, "__dlpack__") or type(v).__module__.startswith("torch")
+
+
+def _type_error(spec, values, out):
+    """(argument name, message[, False]) for the first argument of the wrong type (False: of
+    the right type but a value that cannot be), or None."""
+    import numbers
+    names = [(k, n) for k, n in spec.params] + [("x" + t, n) for n, (t, _) in spec.extra.items()]
+    for (k, n), v in zip(names, values):
+        if k in _TENSOR_KINDS:
+            if v is None and k in "tw":
+                continue
+            if n in spec.scalars and isinstance(v, numbers.Number):
+                continue
+            if v is None:
+                return n, "a tensor is required, got None"
+            if not _tensor_like(v):
+                what = "a tensor (torch, numpy or another DLPack producer)"
+                if n in spec.scalars:
+                    what = "a number, " + what
+                return n, f"expected {what}{' or None' if k in 'tw' else ''}, got " \
+                          f"{type(v).__name__}"
+        elif k == "f":
+            if isinstance(v, (str, bytes)) or not (hasattr(v, "__float__") or
+                                                   hasattr(v, "__index__")):
+                return n, f"expected a number, got {type(v).__name__}"
+        elif k in ("i", "u", "xint"):
+            if not hasattr(v, "__index__"):
+                return n, f"expected an integer, got {type(v).__name__}"
+        elif k == "xstr":
+            if not isinstance(v, str):
+                return n, f"expected a dtype name (a str), got {type(v).__name__}"
+            if v not in DTYPE_NAMES:
+                return n, f"{v!r} is not a dtype kite takes ({', '.join(DTYPE_NAMES)})", False
+    res = spec.results
+    if out is not None and len(res) > 1 and (not isinstance(out, (tuple, list)) or
+                                             len(out) != len(res)):
+        return "out", (f"expected a tuple of {len(res)} tensors ({', '.join(res)}), got "
+                       f"{type(out).__name__}")
+    return None
+
+
+def bad_arguments(spec, exc, out, values, type_error, invalid):
+    """The exception that replaces exc, raised while kite.ops.<op> converted its arguments or
+    allocated its results: type_error naming the argument of the wrong type, else invalid
+    naming the op and the shapes the results were to be sized from, else exc itself (out of
+    memory, ...)."""
+    found = _type_error(spec, values, out)
+    if found:
+        return (type_error if len(found) == 2 else invalid)(f"{spec.name}: {found[0]}: {found[1]}")
+    names = [(k, n) for k, n in spec.params] + [("x" + t, n) for n, (t, _) in spec.extra.items()]
+    exprs = [spec.out[n] for n in spec.results + spec.optional_results]
+    for (k, n), v in zip(names, values):
+        if (k in ("i", "xint") and v < 0 and
+                any(re.search(rf"\b{n}\b", e) for e in exprs)):
+            return invalid(f"{spec.name}: {n}: {v} is negative (it is a size of a result)")
+    if isinstance(exc, (AttributeError, IndexError, TypeError, ValueError)) or (
+            isinstance(exc, RuntimeError) and "memory" not in str(exc).lower()):
+        names = [n for _, n in spec.params] + list(spec.extra)
+        shapes = ", ".join(f"{n} {list(v.shape)}" for n, v in zip(names, values)
+                           if hasattr(v, "shape"))
+        exprs = "; ".join(f"{n} = {spec.out[n]}" for n in spec.results + spec.optional_results)
+        return invalid(f"{spec.name}: cannot allocate the results ({exprs}) from {shapes}: "
+                       f"{type(exc).__name__}: {exc}; the shapes kite.h gives are in "
+                       f"help(kite.ops.{spec.name}), or pass out=")
+    return exc
+
+
+_LEGEND = ("like(x): a new tensor of x's shape and dtype on x's device; new(x, shape[, dtype]): "
+           "a new tensor of that shape on x's device, of x's dtype unless given")
+
+
+def doc_ops(spec, text):
+    """The docstring of kite.ops.<op>: the Python signature, what it returns, the numbers it
+    takes in place of tensors, then kite.h's text of the op (text, from kite/_docs.py)."""
+    params = spec.params
+    res, opt = spec.results, spec.optional_results
+    kw = (["out=None"] if res else []) + [f"{n}=None" for n in opt]
+    head = ", ".join(_signature(spec, params) + (["*"] + kw if kw else []))
+    ret = "None" if not res else res[0] if len(res) == 1 else "(" + ", ".join(res) + ")"
+    lines = [f"{spec.name}({head}) -> {ret}", ""]
+    inplace = [n for k, n in spec.args if k in "Ww" and n not in spec.out]
+    if len(res) == 1:
+        lines.append(f"Returns {res[0]} = {spec.out[res[0]]}, or writes out= and returns it.")
+    elif res:
+        lines.append(f"Returns ({', '.join(res)}) = "
+                     f"({', '.join(spec.out[n] for n in res)}), or writes out= (a tuple of "
+                     f"{len(res)} tensors) and returns it.")
+    for n in opt:
+        lines.append(f"{n} (optional result) is computed when given a tensor to write, or True "
+                     f"for {n} = {spec.out[n]}; the call then returns "
+                     f"({', '.join(res + [n])}).")
+    if inplace:
+        lines.append(f"Updates {', '.join(inplace)} in place"
+                     + ("; returns None." if not res else "."))
+    if res or opt:
+        lines.append(f"({_LEGEND}.)")
+    for n, dt in spec.scalars.items():
+        kind = "an int" if dt == "int32" else "a float"
+        lines.append(f"{n}: a [B] tensor ({dt}), None, or {kind} for every row (made into a "
+                     f"[B] {dt} tensor on the device of {_batch_tensor(spec)}, B its first dim).")
+    for n, (t, d) in spec.extra.items():
+        lines.append(f"{n} ({t}): Python only, for the results' allocation.")
+    lines += ["", "Arguments in kite.h's order; None where kite.h says NULL; an option struct "
+              "of kite.h (kite_attn_opts, kite_ce_opts, kite_sampling_params, ...) is given as "
+              "its fields. Errors raise kite.InvalidArgument (a ValueError; "
+              "kite.ArgumentTypeError, also a TypeError, for an argument of the wrong type) "
+              "naming the op and the argument."]
+    import textwrap
+    wrapped = lines[:1] + [textwrap.fill(ln, 100, subsequent_indent="  ") if ln else ln
+                           for ln in lines[1:]]
+    return "\n".join(wrapped + ["", "kite.h:", "", text])
+
+
+def doc_torch(spec, text):
+    """The docstring of torch.ops.kite.<op>: its schemas, then kite.h's text of the op."""
+    lines = [f"torch.ops.kite.{schema_functional(spec)}"]
+    if spec.results or spec.optional_results:
+        lines.append(f"torch.ops.kite.{schema_out(spec)}")
+    lines += ["", "kite.h:", "", text]
+    return "\n".join(lines)
 
 
 def source_fake(spec):

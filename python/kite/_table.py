@@ -14,6 +14,10 @@ and names; this table adds what Python needs on top:
 - ``extra``: Python-only arguments used by the ``out`` expressions (the dtype of a new tensor),
   name -> (torch schema type, default); REQUIRED as the default makes it a required argument.
 - ``required``: arguments that kite takes as optional (NULL) and Python always passes.
+- ``scalars``: optional [B] input tensors (per-row parameters) that kite.ops also takes as a
+  Python number, name -> dtype ("float32" or "int32", as kite.h gives the tensor): the number is
+  made into a [B] tensor of that dtype on the device of the op's first tensor (B its first dim)
+  before the call. torch.ops.kite takes tensors only (a schema argument has one type).
 
 Adding an op: its row in include/kite/ops.def and a row here; kite.ops fails to import while an
 op function of kite._C has no row here (kite._C.unbound() lists the functions not bound).
@@ -103,9 +107,13 @@ OPS = {
     "argmax": dict(out=dict(tokens="new(logits, (logits.shape[0],), 'int32')")),
     "sample": dict(defaults=dict(temperature=None, top_k=None, top_p=None, min_p=None,
                                  seeds=None, steps=None, seed=0, step=0),
+                   scalars=dict(temperature="float32", top_k="int32", top_p="float32",
+                                min_p="float32"),
                    out=dict(tokens="new(logits, (logits.shape[0],), 'int32')")),
     "apply_penalties": dict(defaults=dict(prompt_ids=None, output_ids=None, repetition=None,
-                                          presence=None, frequency=None)),
+                                          presence=None, frequency=None),
+                            scalars=dict(repetition="float32", presence="float32",
+                                         frequency="float32")),
     "logprobs": dict(defaults=dict(n=0),
                      required=("tokens", "token_logprobs", "top_ids", "top_logprobs"),
                      out=dict(token_logprobs="new(logits, (logits.shape[0],), 'float32')",

@@ -30,6 +30,9 @@
 /* ---- exceptions ---------------------------------------------------------------------------- */
 /* Indexed by kite_status; [0] is kite.Error, the base of the others. */
 static PyObject *g_errors[KITE_ERR_INTERNAL + 1];
+/* kite.ArgumentTypeError: an argument of the wrong type (a list or None for a tensor, a str for a
+ * number); derives from kite.InvalidArgument and TypeError. */
+static PyObject *g_type_error;
 
 static PyObject *error_type(kite_status s) {
   if (s > KITE_OK && s <= KITE_ERR_INTERNAL) return g_errors[s];
@@ -50,6 +53,16 @@ static PyObject *raise_invalid(const char *fmt, ...) {
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
   PyErr_SetString(g_errors[KITE_ERR_INVALID_ARG], buf);
+  return NULL;
+}
+
+static PyObject *raise_type(const char *fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  PyErr_SetString(g_type_error, buf);
   return NULL;
 }
 
@@ -496,8 +509,12 @@ static PyObject *run_op(const op_desc *d, PyObject *const *args, void *stream,
     if (kind == 'f') {
       double v = PyFloat_AsDouble(o);
       if (v == -1.0 && PyErr_Occurred()) {
+        int overflow = PyErr_ExceptionMatches(PyExc_OverflowError);
         PyErr_Clear();
-        raise_invalid("%s: %s: expected a number, got %s", d->name, d->names[n], type_name(o));
+        if (overflow)
+          raise_invalid("%s: %s: out of the range of a double", d->name, d->names[n]);
+        else
+          raise_type("%s: %s: expected a number, got %s", d->name, d->names[n], type_name(o));
         goto fail;
       }
       a[n].f = v;
@@ -505,7 +522,7 @@ static PyObject *run_op(const op_desc *d, PyObject *const *args, void *stream,
     }
     if (kind == 'i' || kind == 'u') {
       if (!PyIndex_Check(o)) {
-        raise_invalid("%s: %s: expected an integer, got %s", d->name, d->names[n], type_name(o));
+        raise_type("%s: %s: expected an integer, got %s", d->name, d->names[n], type_name(o));
         goto fail;
       }
       PyObject *iv = PyNumber_Index(o);
@@ -525,7 +542,7 @@ static PyObject *run_op(const op_desc *d, PyObject *const *args, void *stream,
     }
     if (o == Py_None) {
       if (kind == 't' || kind == 'w') continue;
-      raise_invalid("%s: %s: a tensor is required, got None", d->name, d->names[n]);
+      raise_type("%s: %s: a tensor is required, got None", d->name, d->names[n]);
       goto fail;
     }
     DLTensor *dl = &f.dl[n];
@@ -537,8 +554,8 @@ static PyObject *run_op(const op_desc *d, PyObject *const *args, void *stream,
     else if (PyObject_HasAttr(o, s_dlpack))
       rc = from_dlpack(d, n, o, &f, dl);
     else {
-      raise_invalid("%s: %s: expected a tensor (torch or a DLPack producer)%s, got %s", d->name,
-                    d->names[n], kind == 't' || kind == 'w' ? " or None" : "", type_name(o));
+      raise_type("%s: %s: expected a tensor (torch, numpy or another DLPack producer)%s, got %s",
+                 d->name, d->names[n], kind == 't' || kind == 'w' ? " or None" : "", type_name(o));
       goto fail;
     }
     if (rc) goto fail;
@@ -1057,6 +1074,17 @@ PyMODINIT_FUNC PyInit__C(void) {
                 "A kernel-selection string could not be parsed.") ||
       add_error(m, KITE_ERR_INTERNAL, "InternalError", PyExc_RuntimeError, "A bug in kite."))
     return NULL;
+  PyObject *bases = PyTuple_Pack(2, g_errors[KITE_ERR_INVALID_ARG], PyExc_TypeError);
+  if (!bases) return NULL;
+  g_type_error = PyErr_NewExceptionWithDoc(
+      "kite.ArgumentTypeError",
+      "An argument of the wrong type (a list or None where a tensor is required, a str for a "
+      "number): a kite.InvalidArgument and a TypeError.",
+      bases, NULL);
+  Py_DECREF(bases);
+  if (!g_type_error) return NULL;
+  Py_INCREF(g_type_error);
+  if (PyModule_AddObject(m, "ArgumentTypeError", g_type_error)) return NULL;
   PyModule_AddStringConstant(m, "version", kite_version());
   return m;
 }

@@ -175,3 +175,47 @@ def test_rope_module_matches_reference():
         m(pos, q, k)
         close(q, eq, torch.float32, f"rope {style} q")
         close(k, ek, torch.float32, f"rope {style} k")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sampling_parameters_as_numbers(device):
+    """kite.ops.sample and apply_penalties take a Python number for a per-row parameter: the
+    same as a [B] tensor of that value (float32; int32 for top_k) on the logits' device."""
+    np = pytest.importorskip("numpy")
+    B = 4
+    logits = torch.randn(B, 64, device=device)
+
+    def full(v, dt=torch.float32):
+        return torch.full((B,), v, dtype=dt, device=device)
+
+    as_tensors = kite.ops.sample(logits, full(0.7), full(50, torch.int32), full(0.9), full(0.05),
+                                 seed=3, step=1)
+    as_numbers = kite.ops.sample(logits, temperature=0.7, top_k=50, top_p=0.9, min_p=0.05,
+                                 seed=3, step=1)
+    assert torch.equal(as_tensors, as_numbers)
+    mixed = kite.ops.sample(logits, np.float64(0.7), full(50, torch.int32), np.float32(0.9),
+                            0.05, seed=3, step=1)
+    assert torch.equal(as_tensors, mixed)
+    assert torch.equal(kite.ops.sample(logits, temperature=0, top_k=np.int64(50)),
+                       kite.ops.argmax(logits))
+    assert torch.equal(kite.ops.sample(logits, temperature=1, top_k=1), kite.ops.argmax(logits))
+    if device == "cpu":
+        with pytest.raises(kite.InvalidArgument, match=r"sample: .*temperature"):
+            kite.ops.sample(logits, temperature=-1.0)
+        got = kite.ops.sample(logits.numpy(), temperature=0.7, top_k=50, top_p=0.9, min_p=0.05,
+                              seed=3, step=1)
+        assert isinstance(got, np.ndarray) and (got == as_numbers.numpy()).all()
+
+    ids = torch.randint(0, 64, (B, 6), dtype=torch.int32, device=device)
+    a, b = logits.clone(), logits.clone()
+    kite.ops.apply_penalties(a, ids, ids, full(1.2), full(0.5), full(0.1))
+    kite.ops.apply_penalties(b, ids, ids, 1.2, presence=0.5, frequency=0.1)
+    assert torch.equal(a, b) and not torch.equal(a, logits)
+    c = logits.clone()
+    kite.ops.apply_penalties(c, ids, None, repetition=2)
+    d = logits.clone()
+    kite.ops.apply_penalties(d, ids, None, full(2.0))
+    assert torch.equal(c, d)
+    if device == "cpu":
+        with pytest.raises(kite.InvalidArgument, match=r"apply_penalties: .*repetition"):
+            kite.ops.apply_penalties(logits.clone(), ids, None, 0)

@@ -8,6 +8,8 @@ on the call path):
   (``Tensor(a!)``): rope's q and k, add_*_norm's residual, store_kv's caches.
 - ``kite::<op>.out(args..., results...) -> ()`` for ops with results: writes them.
 
+help(torch.ops.kite.<op>) gives the schemas and the op's text from kite.h.
+
 The forward ops that have a kite backward (activations, gated activations, rms_norm,
 layer_norm, softmax, embedding, cross_entropy) get autograd formulas (kite.torch.autograd, which
 also holds differentiable forms of rope and the add-and-norm ops); their backward runs once
@@ -40,8 +42,9 @@ that is capturing raises kite.DeviceError and leaves the capture intact.
 import torch
 
 from .. import _C
-from .._spec import (compile_source, kernel_layout, out_layout, schema_functional, schema_out,
-                     source_fake, specs)
+from .._docs import DOCS
+from .._spec import (compile_source, doc_torch, kernel_layout, out_layout, schema_functional,
+                     schema_out, source_fake, specs)
 
 __all__ = ["lib", "patch", "unpatch", "nn", "autograd", "amp"]
 
@@ -113,6 +116,18 @@ for _s in specs():
             lib.impl(f"{_s.name}.out", _k, _key)
         torch.library.register_fake(f"kite::{_s.name}.out", lambda *a, **k: None, lib=lib)
 del _s, _key, _k
+
+# help(torch.ops.kite.<op>): the schemas and kite.h's text of the op (torch.library.define takes
+# no docstring; the op's packet and overloads are Python objects that keep one).
+for _s in _SPECS.values():
+    _doc = doc_torch(_s, DOCS.get(_s.name, ""))
+    _packet = getattr(torch.ops.kite, _s.name)
+    for _obj in [_packet] + [getattr(_packet, _o) for _o in _packet.overloads()]:
+        try:
+            _obj.__doc__ = _doc
+        except (AttributeError, TypeError):
+            pass
+del _s, _doc, _packet, _obj
 
 from . import autograd  # noqa: E402
 
