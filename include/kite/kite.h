@@ -833,6 +833,14 @@ KITE_API kite_status kite_config_set(const char *config);
 /* The config in force, as last set ("" when none); when KITE_KERNELS did not parse, its text.
  * The pointer stays valid until the next set. */
 KITE_API const char *kite_config_get(void);
+/* The calling thread's own config, applied after the global one to this thread's calls only
+ * (pins and disables in it win over the global ones; a "reset" item sets the global rules aside
+ * for this thread). NULL or "" removes it. For a scope of one thread (a test, a request) while
+ * other threads keep the global choice. Errors: CONFIG as kite_config_set; the thread's config
+ * then stays as it was. */
+KITE_API kite_status kite_config_set_thread(const char *config);
+/* The calling thread's config ("" when none); valid until its next kite_config_set_thread. */
+KITE_API const char *kite_config_get_thread(void);
 /* A KITE_KERNELS that does not parse is never ignored: no rule of it applies and every op call
  * fails with KITE_ERR_CONFIG, its message naming the variable and the bad item, until a
  * kite_config_set succeeds. This returns that message ("" when the config is fine); the string

@@ -37,14 +37,16 @@ def config(spec=None):
 
 @_contextlib.contextmanager
 def kernels(spec):
-    """with kite.kernels("rms_norm=ref"): ... — the config in force inside the block only.
-    Items are applied after the config in force (use "reset,..." to start from defaults)."""
-    before = _C.config_get()
-    _C.config_set(f"{before},{spec}" if before else spec)
+    """with kite.kernels("rms_norm=ref"): ... — kernel choices for the calling thread only, inside
+    the block (other threads keep theirs; kite.config() is process-wide). Items apply after the
+    global config and any enclosing kite.kernels block ("reset,..." sets the global config aside
+    for this thread)."""
+    before = _C.config_get_thread()
+    _C.config_set_thread(f"{before},{spec}" if before else spec)
     try:
         yield
     finally:
-        _C.config_set(before or None)
+        _C.config_set_thread(before or None)
 
 
 @_dataclass(frozen=True)

@@ -952,6 +952,18 @@ static PyObject *py_config_get(PyObject *self, PyObject *unused) {
   return PyUnicode_FromString(kite_config_get());
 }
 
+static PyObject *py_config_set_thread(PyObject *self, PyObject *arg) {
+  const char *s = arg == Py_None ? NULL : PyUnicode_AsUTF8(arg);
+  if (!s && arg != Py_None) return NULL;
+  kite_status st = kite_config_set_thread(s);
+  if (st != KITE_OK) return raise_status(st);
+  Py_RETURN_NONE;
+}
+
+static PyObject *py_config_get_thread(PyObject *self, PyObject *unused) {
+  return PyUnicode_FromString(kite_config_get_thread());
+}
+
 static PyObject *py_last_dispatch(PyObject *self, PyObject *unused) {
   return PyUnicode_FromString(kite_last_dispatch());
 }
@@ -1012,6 +1024,9 @@ static PyMethodDef methods[] = {
     {"plugin_failures", py_plugin_failures, METH_NOARGS, "[(path, reason), ...]"},
     {"config_set", py_config_set, METH_O, "replaces the kernel-selection config"},
     {"config_get", py_config_get, METH_NOARGS, "the config in force"},
+    {"config_set_thread", py_config_set_thread, METH_O,
+     "replaces the calling thread's config, applied after the global one"},
+    {"config_get_thread", py_config_get_thread, METH_NOARGS, "the calling thread's config"},
     {"last_dispatch", py_last_dispatch, METH_NOARGS, "backend.variant of this thread's last op"},
     {"backend_load", py_backend_load, METH_O, "loads a plugin by path"},
     {"rope_cache_build", py_rope_cache_build, METH_VARARGS, "cos/sin cache as f32 bytes"},

@@ -40,7 +40,7 @@ def test_config_and_kernels_context():
     kite.ops.softmax(x)
     default = kite.last_dispatch()
     with kite.kernels("softmax=ref"):
-        assert kite._C.config_get().endswith("softmax=ref")
+        assert kite._C.config_get_thread().endswith("softmax=ref")
         kite.ops.softmax(x)
         assert kite.last_dispatch().startswith("ref.")
     kite.ops.softmax(x)
@@ -92,3 +92,34 @@ def test_threads_use_their_own_ctx():
     for t in ts:
         t.join()
     assert not errs
+
+
+def test_kernels_scope_is_per_thread():
+    """Inside kite.kernels another thread keeps the global choice; kite.config is global."""
+    import threading
+    x = torch.randn(4, 64)
+    seen = {}
+
+    def other():
+        kite.ops.softmax(x)
+        seen["other"] = kite.last_dispatch()
+
+    with kite.kernels("softmax=ref"):
+        kite.ops.softmax(x)
+        seen["inside"] = kite.last_dispatch()
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+    kite.ops.softmax(x)
+    seen["after"] = kite.last_dispatch()
+    assert seen["inside"] == "ref.generic"
+    assert not seen["other"].startswith("ref."), seen
+    assert not seen["after"].startswith("ref."), seen
+    before = kite.config("softmax=ref")
+    try:
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        assert seen["other"] == "ref.generic"
+    finally:
+        kite.config(before or None)

@@ -15,6 +15,15 @@
 static kite_rule g_rules[MAX_RULES];
 static int g_num_rules;
 static char g_config[MAX_CONFIG];
+
+/* The calling thread's config (kite_config_set_thread), applied after the global rules for this
+ * thread's calls; t_id tells the dispatch caches which thread config they were built for. */
+static _Thread_local kite_rule t_rules[MAX_RULES];
+static _Thread_local int t_num_rules;
+static _Thread_local bool t_reset; /* it holds "reset": the global rules do not apply */
+static _Thread_local char t_config[MAX_CONFIG];
+static _Thread_local uint64_t t_id; /* 0: none */
+static _Atomic uint64_t g_thread_config_ids;
 /* The latched KITE_KERNELS error: written once at init, then only the pointer changes (to ""
  * when a later config replaces it), so a caller may keep what kite_config_error returned. */
 static char g_env_error[1400];
@@ -96,9 +105,11 @@ static int parse_item(const char *s, size_t n, kite_rule *r) {
   return 1;
 }
 
-/* Parses cfg into rules; on error the message (without a prefix) is set and CONFIG returned. */
-static kite_status config_parse(const char *cfg, kite_rule *rules, int *num) {
+/* Parses cfg into rules; on error the message (without a prefix) is set and CONFIG returned.
+ * *reset (when not NULL) tells whether a "reset" item was met. */
+static kite_status config_parse(const char *cfg, kite_rule *rules, int *num, bool *reset) {
   *num = 0;
+  if (reset) *reset = false;
   if (!cfg) return KITE_OK;
   size_t len = strlen(cfg);
   if (len >= MAX_CONFIG)
@@ -119,6 +130,7 @@ static kite_status config_parse(const char *cfg, kite_rule *rules, int *num) {
       }
       if (got == 0) {
         *num = 0;
+        if (reset) *reset = true;
       } else {
         if (*num == MAX_RULES)
           return kite_set_error(KITE_ERR_CONFIG, "more than %d items", MAX_RULES);
@@ -134,7 +146,7 @@ static kite_status config_parse(const char *cfg, kite_rule *rules, int *num) {
 kite_status kite_config_apply(const char *cfg, const char *origin) {
   kite_rule rules[MAX_RULES];
   int n;
-  kite_status s = config_parse(cfg, rules, &n);
+  kite_status s = config_parse(cfg, rules, &n, NULL);
   if (s != KITE_OK) {
     char why[1024];
     snprintf(why, sizeof why, "%s", kite_last_error());
@@ -167,20 +179,56 @@ bool kite_rule_matches(const kite_rule *r, kite_op op, const kernel_rec *rec) {
   return r->variant[0] == '\0' || strcmp(r->variant, rec->k->variant) == 0;
 }
 
+/* The rules in force on this thread, in order: the global ones (unless the thread's config
+ * reset them), then the thread's. */
+#define FOR_EACH_RULE(r, body)                                                                     \
+  do {                                                                                             \
+    for (int i_ = t_reset ? g_num_rules : 0; i_ < g_num_rules + t_num_rules; i_++) {               \
+      const kite_rule *r = i_ < g_num_rules ? &g_rules[i_] : &t_rules[i_ - g_num_rules];           \
+      body;                                                                                        \
+    }                                                                                              \
+  } while (0)
+
 bool kite_config_pin_locked(kite_op op, kite_rule *out) {
   const kite_rule *pin = NULL;
-  for (int i = 0; i < g_num_rules; i++)
-    if (g_rules[i].kind == KITE_RULE_PIN && g_rules[i].op == (int)op) pin = &g_rules[i];
+  FOR_EACH_RULE(r, if (r->kind == KITE_RULE_PIN && r->op == (int)op) pin = r);
   if (pin) *out = *pin;
   return pin != NULL;
 }
 
 bool kite_config_disables_locked(const kernel_rec *rec) {
   bool off = false;
-  for (int i = 0; i < g_num_rules; i++)
-    if (g_rules[i].kind != KITE_RULE_PIN && kite_rule_matches(&g_rules[i], rec->k->op, rec))
-      off = g_rules[i].kind == KITE_RULE_DISABLE;
+  FOR_EACH_RULE(r, if (r->kind != KITE_RULE_PIN && kite_rule_matches(r, rec->k->op, rec)) off =
+                       r->kind == KITE_RULE_DISABLE);
   return off;
+}
+
+uint64_t kite_config_thread_id(void) {
+  return t_id;
+}
+
+kite_status kite_config_set_thread(const char *config) {
+  kite_clear_error();
+  kite_init();
+  kite_rule rules[MAX_RULES];
+  int n;
+  bool reset;
+  kite_status s = config_parse(config, rules, &n, &reset);
+  if (s != KITE_OK) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s", kite_last_error());
+    return kite_set_error(s, "config (thread): %s", why);
+  }
+  memcpy(t_rules, rules, sizeof(kite_rule) * (size_t)n);
+  t_num_rules = n;
+  t_reset = reset;
+  snprintf(t_config, sizeof t_config, "%s", config ? config : "");
+  t_id = t_config[0] ? atomic_fetch_add(&g_thread_config_ids, 1) + 1 : 0;
+  return KITE_OK;
+}
+
+const char *kite_config_get_thread(void) {
+  return t_config;
 }
 
 const char *kite_config_text_locked(void) {

@@ -20,6 +20,7 @@ typedef struct candidate {
 
 typedef struct cache_entry {
   uint64_t generation;
+  uint64_t thread_config; /* the kite_config_thread_id it was built under */
   int n;
   bool pinned;
   bool config_broken; /* KITE_KERNELS did not parse: every call fails until it is replaced */
@@ -51,6 +52,7 @@ static void build_candidates(cache_entry *e, kite_op op, DLDeviceType dev) {
   char buf[192];
   pthread_mutex_lock(&kite_registry_mutex);
   e->generation = atomic_load(&kite_registry_generation);
+  e->thread_config = kite_config_thread_id();
   e->config_broken = kite_config_error_locked()[0] != '\0';
   kite_rule pin;
   e->pinned = kite_config_pin_locked(op, &pin);
@@ -151,7 +153,8 @@ kite_status kite_dispatch(kite_ctx *ctx, kite_op op, kite_dtype dtype, const voi
       return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "%s: dispatch cache", kite_op_name(op));
   }
   cache_entry *e = &ctx->cache->e[op][dtype];
-  if (e->generation != atomic_load_explicit(&kite_registry_generation, memory_order_acquire))
+  if (e->generation != atomic_load_explicit(&kite_registry_generation, memory_order_acquire) ||
+      e->thread_config != kite_config_thread_id())
     build_candidates(e, op, ctx->p.device.device_type);
   for (int i = 0; i < e->n; i++) {
     const kite_kernel *k = e->cand[i].k;

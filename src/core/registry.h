@@ -70,6 +70,9 @@ bool kite_config_pin_locked(kite_op op, kite_rule *out);
 bool kite_rule_matches(const kite_rule *r, kite_op op, const kernel_rec *rec);
 /* Whether the config disables rec (the last matching enable/disable item wins). */
 bool kite_config_disables_locked(const kernel_rec *rec);
+/* Which thread config the calling thread has (0: none; another id after each set), so that a
+ * dispatch cache built under another one is rebuilt. */
+uint64_t kite_config_thread_id(void);
 /* The config text in force (for messages). */
 const char *kite_config_text_locked(void);
 /* The latched KITE_KERNELS error ("" when none). */
