@@ -111,6 +111,23 @@ int main(void) {
   CHECK(kite_kernel_run(kite_kernel_entry(i42), ctx, &a) == KITE_ERR_INTERNAL &&
             strstr(kite_last_error(), "badstatus.status42"),
         "kite_kernel_run normalizes the status too\n");
+  /* run-time failures are counted per kernel (kite list shows them); a call is never rerun on
+   * another kernel. The status42 kernel failed twice above (dispatch and kite_kernel_run). */
+  char last[192];
+  size_t inom = 0;
+  for (size_t i = 0; i < kite_kernel_count(); i++)
+    if (kite_kernel_get(i, &k) == KITE_OK && strcmp(k.variant, "nomessage") == 0) inom = i;
+  CHECK(kite_kernel_failures(i42, last, sizeof last) == 2 && strstr(last, "returned 42"),
+        "status42 failed twice: %ld (%s)\n", kite_kernel_failures(i42, NULL, 0), last);
+  CHECK(kite_kernel_failures(inom, last, sizeof last) == 1 && strstr(last, "KITE_ERR_DEVICE"),
+        "nomessage failed once: %ld\n", kite_kernel_failures(inom, NULL, 0));
+  /* the user's remedy: take the failing kernel out of the choice for this thread */
+  CHECK(kite_config_set("silu=badstatus") == KITE_OK &&
+            kite_config_set_thread("-badstatus.status42") == KITE_OK && call_silu(ctx) != KITE_OK &&
+            strstr(kite_last_error(), "nomessage"),
+        "the thread's config disables status42: the next badstatus kernel runs\n");
+  CHECK(kite_config_set_thread(NULL) == KITE_OK && kite_config_get_thread()[0] == '\0',
+        "thread config cleared\n");
   CHECK(kite_config_set(NULL) == KITE_OK && call_silu(ctx) == KITE_OK, "default silu runs\n");
 
   /* where each kernel came from */

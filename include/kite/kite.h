@@ -872,6 +872,15 @@ KITE_API size_t kite_kernel_count(void);
  * built-in one by priority (a vendor's override): `plugin` says where each kernel came from. */
 KITE_API kite_status kite_kernel_get(size_t i, kite_kernel_info *out);
 
+/* Run-time failures of kernel i (as kite_kernel_get numbers them): how many calls it failed
+ * with a status other than INVALID_ARG (a device error, a plugin's internal error) after its
+ * supports() accepted them, and the last message into last[n] (may be NULL). A failed call
+ * returns its error: kite never reruns it on another kernel (the kernel may have written part of
+ * an in-place output), so a kernel that keeps failing is taken out of the choice by the config,
+ * e.g. KITE_KERNELS=-vendor.fast or kite_config_set_thread("-vendor.fast"); `kite list` shows
+ * these counts. */
+KITE_API long kite_kernel_failures(size_t i, char *last, size_t n);
+
 typedef struct kite_backend_info {
   const char *name;
   DLDeviceType device_type;

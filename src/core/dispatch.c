@@ -132,7 +132,58 @@ static kite_status explain_failure(const kite_ctx *ctx, kite_op op, kite_dtype d
   return kite_set_error(KITE_ERR_UNSUPPORTED, "%s", msg);
 }
 
+/* Run-time failures of kernels (a status other than INVALID_ARG after supports() accepted the
+ * call: a device error, a plugin's internal error), kept so that `kite list` can show them. A
+ * failure is returned to the caller as it is: kite never retries another kernel, because a
+ * kernel that failed may have written part of an in-place output (rope's q, a KV cache). */
+static kite_status kernel_status(const char *backend, const kite_kernel *k, kite_status s);
+
+#define MAX_FAILING 64
+static struct failing {
+  const kite_kernel *k;
+  long count;
+  char last[192];
+} g_failing[MAX_FAILING];
+static pthread_mutex_t g_failing_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+static void record_failure(const kite_kernel *k, const char *msg) {
+  pthread_mutex_lock(&g_failing_mutex);
+  for (int i = 0; i < MAX_FAILING; i++)
+    if (g_failing[i].k == k || !g_failing[i].k) {
+      g_failing[i].k = k;
+      g_failing[i].count++;
+      snprintf(g_failing[i].last, sizeof g_failing[i].last, "%s", msg);
+      break;
+    }
+  pthread_mutex_unlock(&g_failing_mutex);
+}
+
+long kite_kernel_failures(size_t i, char *last, size_t n) {
+  if (last && n) last[0] = '\0';
+  size_t nk;
+  pthread_mutex_lock(&kite_registry_mutex);
+  const kernel_rec *recs = kite_registry_kernels_locked(&nk);
+  const kite_kernel *k = i < nk ? recs[i].k : NULL;
+  pthread_mutex_unlock(&kite_registry_mutex);
+  long count = 0;
+  pthread_mutex_lock(&g_failing_mutex);
+  for (int j = 0; k && j < MAX_FAILING && g_failing[j].k; j++)
+    if (g_failing[j].k == k) {
+      count = g_failing[j].count;
+      if (last && n) snprintf(last, n, "%s", g_failing[j].last);
+    }
+  pthread_mutex_unlock(&g_failing_mutex);
+  return count;
+}
+
 kite_status kite_kernel_failed(const char *backend, const kite_kernel *k, kite_status s) {
+  s = kernel_status(backend, k, s);
+  if (s != KITE_ERR_INVALID_ARG) record_failure(k, kite_last_error());
+  return s;
+}
+
+/* The kernel's status as a kite_status with a message. */
+static kite_status kernel_status(const char *backend, const kite_kernel *k, kite_status s) {
   const char *op = kite_op_name(k->op);
   if ((int)s < (int)KITE_OK || (int)s > (int)KITE_ERR_INTERNAL) {
     char why[600];

@@ -9,17 +9,19 @@
 #include "util.h"
 
 static void usage(void) {
-  printf("usage: kite list [--op NAME] [--backend NAME]\n"
+  printf("usage: kite list [--op NAME] [--backend NAME] [--long]\n"
          "\n"
-         "One row per registered kernel: op, backend.variant, device, priority, required\n"
-         "features, whether it runs here (or why not) and a description; then, per op, the\n"
+         "One row per registered kernel: op, backend.variant, device, priority, whether it runs\n"
+         "here (or why not) and how often it failed at run time in this process; with --long also\n"
+         "its required features and a description. Then, per op, the\n"
          "kernel default dispatch picks on each device present (the highest-priority kernel\n"
          "that runs here; a kernel's supports() may still decline particular arguments).\n"
          "A built-in kernel that a plugin's kernel outranks says \"overridden by plugin kernel\"\n"
          "with the plugin's file. A KITE_KERNELS that does not parse is shown first (exit 1).\n"
          "\n"
          "  --op NAME        only this op\n"
-         "  --backend NAME   only this backend (\"cpu\") or kernel (\"cpu.avx2\")\n");
+         "  --backend NAME   only this backend (\"cpu\") or kernel (\"cpu.avx2\")\n"
+         "  --long           also the features and description columns (wide)\n");
 }
 
 static int width(int w, const char *s) {
@@ -42,7 +44,7 @@ static const kt_kernel *plugin_above(const kt_registry *reg, const kt_kernel *k)
 
 int kt_cmd_list(int argc, char **argv) {
   kt_opts o;
-  int rc = kt_parse_opts(argc, argv, "--op --backend", &o);
+  int rc = kt_parse_opts(argc, argv, "--op --backend --long", &o);
   if (rc) return rc;
   if (o.help) {
     usage();
@@ -72,9 +74,12 @@ int kt_cmd_list(int argc, char **argv) {
     wdesc = width(wdesc, k->description);
   }
 
-  /* "runs here" last: its reasons are long */
-  printf("%-*s  %-*s  %-6s  %8s  %-*s  %-*s  %s\n", wop, "op", wname, "kernel", "device",
-         "priority", wfeat, "features", wdesc, "description", "runs here");
+  /* "runs here" last: its reasons are long. Without --long the features and descriptions stay
+   * out, so that a row fits a terminal. */
+  if (!o.verbose) wfeat = wdesc = 0;
+  printf("%-*s  %-*s  %-6s  %8s  ", wop, "op", wname, "kernel", "device", "priority");
+  if (o.verbose) printf("%-*s  %-*s  ", wfeat, "features", wdesc, "description");
+  printf("runs here\n");
   int shown = 0;
   for (int op = 0; op < KITE_OP_COUNT; op++) {
     if (o.op >= 0 && op != o.op) continue;
@@ -91,9 +96,16 @@ int kt_cmd_list(int argc, char **argv) {
         snprintf(run, sizeof run, "yes");
       else
         snprintf(run, sizeof run, "no: %s", k->why_not[0] ? k->why_not : "?");
-      printf("%-*s  %-*s  %-6s  %8d  %-*s  %-*s  %s\n", wop, k->op_name, wname, k->name,
-             kite_device_name(k->device), k->priority, wfeat, k->features[0] ? k->features : "-",
-             wdesc, k->description, run);
+      char last[192];
+      long failed = kite_kernel_failures(k->index, last, sizeof last);
+      printf("%-*s  %-*s  %-6s  %8d  ", wop, k->op_name, wname, k->name,
+             kite_device_name(k->device), k->priority);
+      if (o.verbose)
+        printf("%-*s  %-*s  ", wfeat, k->features[0] ? k->features : "-", wdesc, k->description);
+      printf("%s", run);
+      if (failed)
+        printf("; failed %ld call%s at run time (last: %s)", failed, failed == 1 ? "" : "s", last);
+      printf("\n");
       rows++, shown++;
     }
     if (rows == 0)

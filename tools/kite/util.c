@@ -94,7 +94,8 @@ int kt_parse_opts(int argc, char **argv, const char *allowed, kt_opts *o) {
       return 2;
     }
     int takes_value = strcmp(flag, "--quick") != 0 && strcmp(flag, "--verbose") != 0 &&
-                      strcmp(flag, "--json") != 0 && strcmp(flag, "--dispatch") != 0;
+                      strcmp(flag, "--long") != 0 && strcmp(flag, "--json") != 0 &&
+                      strcmp(flag, "--dispatch") != 0;
     if (takes_value) {
       if (eq) {
         val = eq + 1;
@@ -133,7 +134,7 @@ int kt_parse_opts(int argc, char **argv, const char *allowed, kt_opts *o) {
       ok = parse_int(val, 1, 1 << 24, &o->max_mb);
     } else if (strcmp(flag, "--quick") == 0) {
       o->quick = 1;
-    } else if (strcmp(flag, "--verbose") == 0) {
+    } else if (strcmp(flag, "--verbose") == 0 || strcmp(flag, "--long") == 0) {
       o->verbose = 1;
     } else if (strcmp(flag, "--json") == 0) {
       o->json = 1;
