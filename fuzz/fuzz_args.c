@@ -1,19 +1,31 @@
 /*
- * libFuzzer target: argument validation of every op. The input picks an op, up to 10 DLTensors
- * (dtype, rank, shape, strides, byte offset, device, NULL or not) and the scalar arguments. Each
- * tensor's data is a heap buffer of exactly the bytes its own shape and strides address (this file
+ * libFuzzer target: argument validation of every public op function, through the op table
+ * (kite/ops.def, called with kite_fn_call). The input picks a function, any of kite_fn_count():
+ * every op's own and the further ones (add_*_norm_backward); a palette and the call's dtypes;
+ * then each argument in the table's order: a tensor starts as the table's spec with that palette
+ * (tests/op_spec.h) and is mutated as the input says (dtype, rank, shape, strides, byte offset,
+ * device, NULL or not), a scalar is the table's valid value or one from the input. Each tensor's
+ * data is a heap buffer of exactly the bytes its own shape and strides address (this file
  * computes that extent independently of kite), so a kernel that reads or writes past what
- * validation admitted is an AddressSanitizer report, not a wild pointer. A layout this file cannot
- * size (negative stride or shape, overflow, bad rank) gets a 1-byte buffer: kite must refuse it.
+ * validation admitted is an AddressSanitizer report, not a wild pointer. A layout this file
+ * cannot size (negative stride or shape, overflow, bad rank) gets a 1-byte buffer: kite must
+ * refuse it.
+ *
+ * Input bytes, a byte past the end reading as 0 (the valid choice everywhere):
+ *   function % kite_fn_count(), palette a..f, dtypes, template switch (>= 240: tensors of any
+ *   dtype and rank), then per argument: a tensor's mutation, operands and fill; a scalar's
+ *   choice and operands. So fuzz/corpus/args/fnN (N, then the palette a 3, b 32, c 4, d 2, e 5,
+ *   f 3) is function N's valid call in f32, and fnN-bf16 the same in bf16 with fp8 codes.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kite/kite.h"
+#include "op_spec.h"
 
-#define NT 10
 #define MAX_EXTENT (4 << 20)
 
 typedef struct reader {
@@ -46,60 +58,9 @@ static DLDataType any_dtype(reader *r) {
   return t;
 }
 
-/* Each op's arguments as the harness builds them before mutation: per tensor "<type>:<dims>",
- * type F (the case's float dtype), f (f32), i (i32), q (the case's 8-bit quantized type), u (u8)
- * or - (absent); dims are letters of the case's palette: a-f a size each, A-F twice that, g = a+1,
- * h = e+1, k = the op's integer argument. */
-static const char *const k_templates[KITE_OP_COUNT][NT] = {
-    [KITE_OP_SILU] = {"F:ab", "F:ab"},
-    [KITE_OP_GELU] = {"F:ab", "F:ab"},
-    [KITE_OP_GELU_TANH] = {"F:ab", "F:ab"},
-    [KITE_OP_GELU_QUICK] = {"F:ab", "F:ab"},
-    [KITE_OP_RELU] = {"F:ab", "F:ab"},
-    [KITE_OP_SILU_AND_MUL] = {"F:aB", "F:ab"},
-    [KITE_OP_GELU_AND_MUL] = {"F:aB", "F:ab"},
-    [KITE_OP_GELU_TANH_AND_MUL] = {"F:aB", "F:ab"},
-    [KITE_OP_RMS_NORM] = {"F:ab", "F:b", "F:ab"},
-    [KITE_OP_LAYER_NORM] = {"F:ab", "F:b", "F:b", "F:ab"},
-    [KITE_OP_ADD_RMS_NORM] = {"F:ab", "F:ab", "F:b", "F:ab"},
-    [KITE_OP_ADD_LAYER_NORM] = {"F:ab", "F:ab", "F:b", "F:b", "F:ab"},
-    [KITE_OP_ROPE] = {"F:abC", "F:adC", "i:a", "f:eC"},
-    [KITE_OP_SOFTMAX] = {"F:ab", "F:ab"},
-    [KITE_OP_EMBEDDING] = {"i:a", "F:cb", "F:ab"},
-    [KITE_OP_STORE_KV] = {"F:abc", "F:abc", "F:dbec", "F:dbec", "i:a"},
-    [KITE_OP_PAGED_DECODE] = {"F:aBc", "F:dbec", "F:dbec", "i:af", "i:a", "F:aBc", "f:aB"},
-    [KITE_OP_PAGED_PREFILL] = {"F:aBc", "F:dbfc", "F:dbfc", "i:ec", "i:h", "i:e", "F:aBc", "f:aB"},
-    [KITE_OP_SDPA] = {"F:aBcd", "F:abed", "F:abed", "-", "F:aBcd", "f:aBc"},
-    [KITE_OP_LINEAR] = {"F:ab", "F:cb", "F:c", "F:ac"},
-    [KITE_OP_GROUP_GEMM] = {"F:ab", "F:dcb", "i:d", "F:ac"},
-    [KITE_OP_TOPK_GATING] = {"F:ab", "f:ak", "i:ak"},
-    [KITE_OP_FUSED_MOE] = {"F:ab", "F:dCb", "F:dbc", "f:ak", "i:ak", "F:ab"},
-    [KITE_OP_QUANT] = {"F:ab", "q:ab", "f:a"},
-    [KITE_OP_DEQUANT] = {"q:ab", "f:a", "F:ab"},
-    [KITE_OP_LINEAR_QUANT] = {"q:ab", "f:a", "q:cb", "f:c", "F:c", "F:ac"},
-    [KITE_OP_ALL_REDUCE] = {"F:ab", "F:ab"},
-    [KITE_OP_ALL_GATHER] = {"F:ab", "F:ab"},
-    [KITE_OP_REDUCE_SCATTER] = {"F:ab", "F:ab"},
-    [KITE_OP_ALL_REDUCE_ADD_RMS_NORM] = {"F:ab", "F:ab", "F:b", "F:ab"},
-};
-
-typedef struct fcase {
-  int64_t palette[6];
-  int64_t k; /* the op's integer argument (rot_dim, top-k) */
-  DLDataType fdt, qdt;
-} fcase;
-
-static int64_t dim_of(const fcase *c, char l) {
-  if (l >= 'a' && l <= 'f') return c->palette[l - 'a'];
-  if (l >= 'A' && l <= 'F') return 2 * c->palette[l - 'A'];
-  if (l == 'g') return c->palette[0] + 1;
-  if (l == 'h') return c->palette[4] + 1;
-  return c->k;
-}
-
 typedef struct slot {
   DLTensor t;
-  int64_t shape[9], strides[9];
+  int64_t shape[OP_SPEC_MAX_DIMS], strides[OP_SPEC_MAX_DIMS];
   void *buf;
   int present;
 } slot;
@@ -128,10 +89,11 @@ static int64_t extent(const DLTensor *t) {
   return bytes > MAX_EXTENT ? -2 : (int64_t)bytes;
 }
 
-static void fill(slot *s, reader *r, int64_t bytes) {
+/* Values that break the rules now and then: ids and lengths a little out of range, negative
+ * floats. */
+static void fill(slot *s, uint8_t seed, int64_t bytes) {
   uint8_t *b = s->buf;
   int64_t esize = s->t.dtype.bits / 8;
-  uint8_t seed = u8(r);
   for (int64_t i = 0; i + esize <= bytes; i += esize) {
     uint8_t v = (uint8_t)(seed + 31 * (i / esize));
     if (s->t.dtype.code == kDLInt && esize == 4) {
@@ -150,35 +112,18 @@ static void fill(slot *s, reader *r, int64_t bytes) {
   }
 }
 
-/* Tensor s from its template tpl, then mutated as the input says. Returns -1 to skip the case (a
- * layout too large to allocate). */
-static int build(slot *s, reader *r, const fcase *c, const char *tpl) {
+/* Argument a's tensor from its spec (or, raw, of any dtype and rank), then mutated as the input
+ * says. Returns -1 to skip the case (a layout too large to allocate). */
+static int build(slot *s, reader *r, const op_spec_cfg *c, const kite_arg_info *a, int64_t rows,
+                 int raw) {
   memset(s, 0, sizeof *s);
   s->t.device = (DLDevice){kDLCPU, 0};
-  uint8_t m = u8(r); /* mutation: < 160 none */
-  s->present = tpl && tpl[0] != '-';
-  if (m >= 250) s->present = !s->present; /* drop a tensor, or add an absent one */
+  uint8_t m = u8(r); /* mutation: < 160 none, >= 250 a NULL tensor (required or not) */
+  s->present = m < 250;
   if (!s->present) return 0;
-  if (tpl && tpl[0] != '-') {
-    switch (tpl[0]) {
-    case 'F':
-      s->t.dtype = c->fdt;
-      break;
-    case 'f':
-      s->t.dtype = (DLDataType){kDLFloat, 32, 1};
-      break;
-    case 'i':
-      s->t.dtype = (DLDataType){kDLInt, 32, 1};
-      break;
-    case 'q':
-      s->t.dtype = c->qdt;
-      break;
-    default:
-      s->t.dtype = (DLDataType){kDLUInt, 8, 1};
-      break;
-    }
-    s->t.ndim = (int)strlen(tpl + 2);
-    for (int d = 0; d < s->t.ndim; d++) s->shape[d] = dim_of(c, tpl[2 + d]);
+  char rule = 'u';
+  if (!raw && op_spec_parse(a->spec, c, &s->t.dtype, &s->t.ndim, s->shape) == 0) {
+    rule = a->spec[0];
   } else {
     s->t.dtype = any_dtype(r);
     s->t.ndim = 1 + u8(r) % 4;
@@ -229,18 +174,54 @@ static int build(slot *s, reader *r, const fcase *c, const char *tpl) {
   s->buf = malloc(n ? n : 1);
   if (!s->buf) return -1;
   s->t.data = s->buf;
-  if (bytes > 0) fill(s, r, bytes + (int64_t)s->t.byte_offset);
+  if (bytes > 0) {
+    uint8_t f = u8(r); /* < 128: the table's fill (valid ids, lengths, temperatures) */
+    const int64_t filled = bytes + (int64_t)s->t.byte_offset;
+    if (f < 128)
+      op_spec_fill(s->buf, (size_t)filled, s->t.dtype, rule, rows, f);
+    else
+      fill(s, f, filled);
+  }
   return 0;
 }
 
 static kite_ctx *g_ctx;
 static kite_comm *g_comm; /* one rank: its collectives never wait */
-/* FUZZ_ARGS_STATS=1: calls and accepted calls per op at exit, to see that cases reach kernels. */
-static long g_calls[KITE_OP_COUNT], g_ok[KITE_OP_COUNT];
+/* FUZZ_ARGS_STATS=1: calls and accepted calls per function at exit, to see that cases reach
+ * kernels. */
+static long *g_calls, *g_ok;
 
 static void print_stats(void) {
-  for (int i = 0; i < KITE_OP_COUNT; i++)
-    fprintf(stderr, "%-18s %8ld calls %8ld ran\n", kite_op_name((kite_op)i), g_calls[i], g_ok[i]);
+  for (size_t i = 0; i < kite_fn_count(); i++)
+    fprintf(stderr, "%-26s %8ld calls %8ld ran\n", kite_fn_get(i)->name, g_calls[i], g_ok[i]);
+}
+
+/* A palette size: mostly 1..9, sometimes 16..44 in steps of 4 (32: 4-bit rows), or 0. */
+static int64_t size_of(uint8_t v) {
+  return v < 224 ? 1 + v % 9 : v < 255 ? 16 + 4 * ((v - 224) % 8) : 0;
+}
+
+/* Scalar a: the table's valid value, or one from the input (INT ones outside int32 too). */
+static void scalar(reader *r, const kite_arg_info *a, const op_spec_cfg *c, kite_value *v) {
+  static const double special[8] = {0, 1, -1, NAN, INFINITY, -INFINITY, 1e-30, 1e30};
+  uint8_t how = u8(r);
+  if (how < 128 && op_spec_value(a, c, g_comm, v) == 0) return;
+  memset(v, 0, sizeof *v);
+  switch (a->kind) {
+  case KITE_ARG_FLOAT:
+    v->f = how < 192 ? (double)(int8_t)u8(r) / 16.0 : special[u8(r) % 8];
+    break;
+  case KITE_ARG_INT:
+  case KITE_ARG_INT64:
+    v->i = how < 240 ? (int8_t)u8(r) : i64(r);
+    break;
+  case KITE_ARG_UINT64:
+    v->u = how < 240 ? u8(r) : (uint64_t)i64(r);
+    break;
+  default: /* COMM: sometimes none */
+    v->comm = (how & 1) ? NULL : g_comm;
+    break;
+  }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -249,143 +230,47 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     p.num_threads = 1;
     if (kite_ctx_create(&p, &g_ctx) != KITE_OK) abort();
     if (kite_comm_create_all(&g_ctx, 1, &g_comm) != KITE_OK) abort();
+    g_calls = calloc(kite_fn_count(), sizeof *g_calls);
+    g_ok = calloc(kite_fn_count(), sizeof *g_ok);
+    if (!g_calls || !g_ok) abort();
     if (getenv("FUZZ_ARGS_STATS")) atexit(print_stats);
   }
   reader r = {data, size, 0};
-  int op = u8(&r) % KITE_OP_COUNT;
-  fcase c;
-  for (int i = 0; i < 6; i++) {
-    uint8_t v = u8(&r);
-    c.palette[i] = v < 240 ? 1 + v % 9 : (v == 255 ? 0 : 16 + v % 24);
-  }
-  uint8_t b = u8(&r);
-  c.k = b < 200 ? (op == KITE_OP_ROPE ? 2 * c.palette[2] : c.palette[b % 6]) : (int8_t)u8(&r);
+  const size_t fn = u8(&r) % kite_fn_count();
+  const kite_fn_info *info = kite_fn_get(fn);
+  if (info->nargs > OP_SPEC_MAX_ARGS) abort(); /* a row wider than this file's slots */
+  op_spec_cfg c = op_spec_default();
+  for (int i = 0; i < 6; i++) c.palette[i] = size_of(u8(&r));
   static const DLDataType fdts[3] = {{kDLFloat, 32, 1}, {kDLFloat, 16, 1}, {kDLBfloat, 16, 1}};
+  uint8_t b = u8(&r);
   c.fdt = fdts[b % 3];
   c.qdt = (b & 4) ? (DLDataType){KITE_DL_FLOAT8_E4M3FN, 8, 1} : (DLDataType){kDLInt, 8, 1};
-  uint8_t raw = u8(&r); /* >= 240: tensors without the op's template */
-  slot s[NT];
+  const int raw = u8(&r) >= 240;
+  const int64_t rows = op_spec_rows(info, &c);
+  slot s[OP_SPEC_MAX_ARGS];
+  kite_value v[OP_SPEC_MAX_ARGS];
+  memset(s, 0, sizeof s);
   int skip = 0;
-  for (int i = 0; i < NT; i++)
-    skip |= build(&s[i], &r, &c, raw >= 240 ? NULL : k_templates[op][i]) < 0;
-  float f0 = (float)(int8_t)u8(&r) / 16.0f, f1 = (float)(int8_t)u8(&r) / 16.0f;
-  int64_t k = c.k;
-  int e0 = u8(&r) % 2;
-  kite_attn_opts o = kite_attn_opts_default();
-  o.scale = f0 < 0 ? 0 : f0;
-  o.softcap = (u8(&r) & 1) ? 0 : f1;
-  o.window_left = (int8_t)u8(&r);
-  o.gqa = (kite_gqa_layout)(u8(&r) % 3);
-  o.causal = u8(&r) % 3;
-  const kite_attn_opts *po = (u8(&r) & 7) ? &o : NULL;
-#define T(i) (s[i].present ? &s[i].t : NULL)
-  kite_status st = KITE_OK;
-  if (!skip) {
-    kite_ctx *x = g_ctx;
-    switch ((kite_op)op) {
-    case KITE_OP_SILU:
-      st = kite_silu(x, T(0), T(1));
-      break;
-    case KITE_OP_GELU:
-      st = kite_gelu(x, T(0), T(1));
-      break;
-    case KITE_OP_GELU_TANH:
-      st = kite_gelu_tanh(x, T(0), T(1));
-      break;
-    case KITE_OP_GELU_QUICK:
-      st = kite_gelu_quick(x, T(0), T(1));
-      break;
-    case KITE_OP_RELU:
-      st = kite_relu(x, T(0), T(1));
-      break;
-    case KITE_OP_SILU_AND_MUL:
-      st = kite_silu_and_mul(x, T(0), f0, T(1));
-      break;
-    case KITE_OP_GELU_AND_MUL:
-      st = kite_gelu_and_mul(x, T(0), f0, T(1));
-      break;
-    case KITE_OP_GELU_TANH_AND_MUL:
-      st = kite_gelu_tanh_and_mul(x, T(0), f0, T(1));
-      break;
-    case KITE_OP_RMS_NORM:
-      st = kite_rms_norm(x, T(0), T(1), f0, f1, T(2));
-      break;
-    case KITE_OP_LAYER_NORM:
-      st = kite_layer_norm(x, T(0), T(1), T(2), f0, T(3));
-      break;
-    case KITE_OP_ADD_RMS_NORM:
-      st = kite_add_rms_norm(x, T(0), T(1), T(2), f0, f1, (kite_norm_pos)e0, T(3));
-      break;
-    case KITE_OP_ADD_LAYER_NORM:
-      st = kite_add_layer_norm(x, T(0), T(1), T(2), T(3), f0, (kite_norm_pos)e0, T(4));
-      break;
-    case KITE_OP_ROPE:
-      st = kite_rope(x, T(0), T(1), T(2), T(3), k, (kite_rope_style)e0);
-      break;
-    case KITE_OP_SOFTMAX:
-      st = kite_softmax(x, T(0), f0, T(1));
-      break;
-    case KITE_OP_EMBEDDING:
-      st = kite_embedding(x, T(0), T(1), T(2));
-      break;
-    case KITE_OP_STORE_KV:
-      st = kite_store_kv(x, T(0), T(1), T(2), T(3), T(4));
-      break;
-    case KITE_OP_PAGED_DECODE:
-      st = kite_paged_decode(x, T(0), T(1), T(2), T(3), T(4), po, T(5), T(6));
-      break;
-    case KITE_OP_PAGED_PREFILL:
-      st = kite_paged_prefill(x, T(0), T(1), T(2), T(3), T(4), T(5), po, T(6), T(7));
-      break;
-    case KITE_OP_SDPA:
-      st = kite_sdpa(x, T(0), T(1), T(2), T(3), po, T(4), T(5));
-      break;
-    case KITE_OP_LINEAR:
-      st = kite_linear(x, T(0), T(1), T(2), T(3));
-      break;
-    case KITE_OP_GROUP_GEMM:
-      st = kite_group_gemm(x, T(0), T(1), T(2), T(3));
-      break;
-    case KITE_OP_TOPK_GATING:
-      st = kite_topk_gating(x, T(0), k, e0 & 1, T(1), T(2));
-      break;
-    case KITE_OP_FUSED_MOE:
-      st = kite_fused_moe(x, T(0), T(1), T(2), T(3), T(4), (kite_moe_act)e0, T(5));
-      break;
-    case KITE_OP_QUANT:
-      st = kite_quant(x, T(0), T(1), T(2));
-      break;
-    case KITE_OP_DEQUANT:
-      st = kite_dequant(x, T(0), T(1), T(2));
-      break;
-    case KITE_OP_LINEAR_QUANT:
-      st = kite_linear_quant(x, T(0), T(1), T(2), T(3), T(4), T(5));
-      break;
-    case KITE_OP_ALL_REDUCE:
-      st = kite_all_reduce(x, g_comm, T(0), T(1));
-      break;
-    case KITE_OP_ALL_GATHER:
-      st = kite_all_gather(x, g_comm, T(0), T(1));
-      break;
-    case KITE_OP_REDUCE_SCATTER:
-      st = kite_reduce_scatter(x, g_comm, T(0), T(1));
-      break;
-    case KITE_OP_ALL_REDUCE_ADD_RMS_NORM:
-      st = kite_all_reduce_add_rms_norm(x, g_comm, T(0), T(1), T(2), f0, f1, (kite_norm_pos)e0,
-                                        T(3));
-      break;
-    default:
-      break; /* an op added to kite.h and not yet here */
+  for (size_t i = 0; i < info->nargs && !skip; i++) {
+    const kite_arg_info *a = &info->args[i];
+    if (op_arg_is_tensor(a->kind)) {
+      skip |= build(&s[i], &r, &c, a, rows, raw) < 0;
+      v[i].t = s[i].present ? &s[i].t : NULL;
+    } else {
+      scalar(&r, a, &c, &v[i]);
     }
   }
-#undef T
-  if (!skip) g_calls[op]++, g_ok[op] += st == KITE_OK;
+  kite_status st = KITE_OK;
+  if (!skip) {
+    st = kite_fn_call(g_ctx, fn, v, info->nargs);
+    g_calls[fn]++, g_ok[fn] += st == KITE_OK;
+  }
   if (getenv("FUZZ_ARGS_VERBOSE"))
-    fprintf(stderr, "%s: %s %s\n", kite_op_name((kite_op)op),
-            skip ? "skipped" : kite_status_name(st), kite_last_error());
+    fprintf(stderr, "%s: %s %s\n", info->name, skip ? "skipped" : kite_status_name(st),
+            kite_last_error());
   /* every failure names what went wrong */
   if (st != KITE_OK && (kite_last_error()[0] == '\0' || (int)st < 0 || st > KITE_ERR_INTERNAL))
     abort();
-  for (int i = 0; i < NT; i++) free(s[i].buf);
+  for (int i = 0; i < OP_SPEC_MAX_ARGS; i++) free(s[i].buf);
   return 0;
 }

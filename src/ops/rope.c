@@ -23,23 +23,27 @@ static kite_status rope(kite_ctx *ctx, kite_op opid, DLTensor *q, DLTensor *k,
                         const DLTensor *positions, const DLTensor *cos_sin, int64_t rot_dim,
                         kite_rope_style style) {
   const char *op = kite_op_name(opid);
+  /* the tensors by the names of the op's function: rope(q, k), rope_backward(dq, dk) */
+  const int bwd = opid == KITE_OP_ROPE_BACKWARD;
+  const char *qn = bwd ? "dq" : "q", *kn = bwd ? "dk" : "k";
   kite_clear_error();
   kite_init();
   kite_tensor qt, kt = {0}, pt, ct;
   kite_status s;
   if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
-  if ((s = check_heads(ctx, op, "q", q, &qt)) != KITE_OK) return s;
+  if ((s = check_heads(ctx, op, qn, q, &qt)) != KITE_OK) return s;
   const int64_t tokens = qt.shape[0], head_dim = qt.shape[2];
   if (k) {
-    if ((s = check_heads(ctx, op, "k", k, &kt)) != KITE_OK) return s;
-    if ((s = kite_tensor_require_dtype(op, "k", &kt, qt.dtype)) != KITE_OK) return s;
+    if ((s = check_heads(ctx, op, kn, k, &kt)) != KITE_OK) return s;
+    if ((s = kite_tensor_require_dtype(op, kn, &kt, qt.dtype)) != KITE_OK) return s;
     if (kt.shape[0] != tokens || kt.shape[2] != head_dim)
-      return kite_set_error(KITE_ERR_INVALID_ARG,
-                            "%s: k: shape [%lld, %lld, %lld] does not fit q's [T=%lld, _, D=%lld]",
-                            op, (long long)kt.shape[0], (long long)kt.shape[1],
-                            (long long)kt.shape[2], (long long)tokens, (long long)head_dim);
+      return kite_set_error(
+          KITE_ERR_INVALID_ARG,
+          "%s: %s: shape [%lld, %lld, %lld] does not fit %s's [T=%lld, _, D=%lld]", op, kn,
+          (long long)kt.shape[0], (long long)kt.shape[1], (long long)kt.shape[2], qn,
+          (long long)tokens, (long long)head_dim);
     if (kt.numel > 0 && qt.numel > 0 && kt.data == qt.data)
-      return kite_set_error(KITE_ERR_INVALID_ARG, "%s: k: is the same memory as q", op);
+      return kite_set_error(KITE_ERR_INVALID_ARG, "%s: %s: is the same memory as %s", op, kn, qn);
   }
 
   if ((s = kite_tensor_check(ctx, op, "positions", positions, &pt)) != KITE_OK) return s;
