@@ -506,21 +506,31 @@ static void run_scenario(kite_ctx *ctx, const char *set, const char *cfg, const 
   world_free(&w);
 }
 
+/* paged_decode of q[1, Hq, 8] (Hq from q_shape) over caches kc[c_shape] (v half kc + v_off) with
+ * one sequence of 4 keys in blocks 0 and 1, into o (o_shape = q_shape); lse NULL or [lse_shape]. */
+static kite_status bad_decode(kite_ctx *ctx, float *q, const int64_t *q_shape, float *kc,
+                              const int64_t *c_shape, int64_t v_off, const kite_attn_opts *opts,
+                              float *o, float *lse, const int64_t *lse_shape) {
+  static int32_t bt[2] = {0, 1}, sl[1] = {4};
+  static const int64_t bt_shape[2] = {1, 2}, sl_shape[1] = {1};
+  tview qv, kv, vv, btv, slv, ov, lv;
+  return kite_paged_decode(ctx, tv(&qv, q, KITE_DTYPE_F32, 3, q_shape, NULL),
+                           tv(&kv, kc, KITE_DTYPE_F32, 4, c_shape, NULL),
+                           tv(&vv, kc + v_off, KITE_DTYPE_F32, 4, c_shape, NULL),
+                           tv(&btv, bt, KITE_DTYPE_I32, 2, bt_shape, NULL),
+                           tv(&slv, sl, KITE_DTYPE_I32, 1, sl_shape, NULL), opts,
+                           tv(&ov, o, KITE_DTYPE_F32, 3, q_shape, NULL),
+                           lse ? tv(&lv, lse, KITE_DTYPE_F32, 2, lse_shape, NULL) : NULL);
+}
+
 /* A few argument errors the front-ends must catch. */
 static void test_bad_args(kite_ctx *ctx) {
   snprintf(g_where, sizeof g_where, "bad arguments");
   float q[3 * 4 * 8] = {0}, o[3 * 4 * 8], kc[256] = {0}, lse[16];
-  int32_t bt[2] = {0, 1}, sl[1] = {4};
-  tview qv, kv, vv, btv, slv, ov, lv;
-  const int64_t q_shape[3] = {1, 3, 8}, c_shape[4] = {2, 2, 4, 8}, bt_shape[2] = {1, 2};
-  const int64_t sl_shape[1] = {1}, lse_ok[2] = {1, 4};
+  tview qv, kv, vv, ov;
+  const int64_t q_shape[3] = {1, 3, 8}, c_shape[4] = {2, 2, 4, 8}, lse_ok[2] = {1, 4};
   /* 3 q heads over 2 kv heads */
-  kite_status st = kite_paged_decode(ctx, tv(&qv, q, KITE_DTYPE_F32, 3, q_shape, NULL),
-                                     tv(&kv, kc, KITE_DTYPE_F32, 4, c_shape, NULL),
-                                     tv(&vv, kc + 128, KITE_DTYPE_F32, 4, c_shape, NULL),
-                                     tv(&btv, bt, KITE_DTYPE_I32, 2, bt_shape, NULL),
-                                     tv(&slv, sl, KITE_DTYPE_I32, 1, sl_shape, NULL), NULL,
-                                     tv(&ov, o, KITE_DTYPE_F32, 3, q_shape, NULL), NULL);
+  kite_status st = bad_decode(ctx, q, q_shape, kc, c_shape, 128, NULL, o, NULL, NULL);
   CHECK(st == KITE_ERR_INVALID_ARG && strstr(kite_last_error(), "multiple"),
         "Hq %% Hkv != 0 returned %s\n", kite_status_name(st));
 
@@ -528,37 +538,15 @@ static void test_bad_args(kite_ctx *ctx) {
   kite_attn_opts bad = kite_attn_opts_default();
   bad.softcap = -1.0f;
   const int64_t c1_shape[4] = {1, 2, 4, 8};
-  st = kite_paged_decode(ctx, tv(&qv, q, KITE_DTYPE_F32, 3, q2_shape, NULL),
-                         tv(&kv, kc, KITE_DTYPE_F32, 4, c1_shape, NULL),
-                         tv(&vv, kc + 64, KITE_DTYPE_F32, 4, c1_shape, NULL),
-                         tv(&btv, bt, KITE_DTYPE_I32, 2, bt_shape, NULL),
-                         tv(&slv, sl, KITE_DTYPE_I32, 1, sl_shape, NULL), &bad,
-                         tv(&ov, o, KITE_DTYPE_F32, 3, q2_shape, NULL), NULL);
+  st = bad_decode(ctx, q, q2_shape, kc, c1_shape, 64, &bad, o, NULL, NULL);
   CHECK(st == KITE_ERR_INVALID_ARG, "softcap < 0 returned %s\n", kite_status_name(st));
-  st = kite_paged_decode(ctx, tv(&qv, q, KITE_DTYPE_F32, 3, q2_shape, NULL),
-                         tv(&kv, kc, KITE_DTYPE_F32, 4, c1_shape, NULL),
-                         tv(&vv, kc + 64, KITE_DTYPE_F32, 4, c1_shape, NULL),
-                         tv(&btv, bt, KITE_DTYPE_I32, 2, bt_shape, NULL),
-                         tv(&slv, sl, KITE_DTYPE_I32, 1, sl_shape, NULL), NULL,
-                         tv(&ov, o, KITE_DTYPE_F32, 3, q2_shape, NULL),
-                         tv(&lv, lse, KITE_DTYPE_F32, 2, lse_ok, NULL));
+  st = bad_decode(ctx, q, q2_shape, kc, c1_shape, 64, NULL, o, lse, lse_ok);
   CHECK(st == KITE_OK, "valid decode returned %s\n", kite_status_name(st));
   const int64_t lse_wrong[2] = {1, 3};
-  st = kite_paged_decode(ctx, tv(&qv, q, KITE_DTYPE_F32, 3, q2_shape, NULL),
-                         tv(&kv, kc, KITE_DTYPE_F32, 4, c1_shape, NULL),
-                         tv(&vv, kc + 64, KITE_DTYPE_F32, 4, c1_shape, NULL),
-                         tv(&btv, bt, KITE_DTYPE_I32, 2, bt_shape, NULL),
-                         tv(&slv, sl, KITE_DTYPE_I32, 1, sl_shape, NULL), NULL,
-                         tv(&ov, o, KITE_DTYPE_F32, 3, q2_shape, NULL),
-                         tv(&lv, lse, KITE_DTYPE_F32, 2, lse_wrong, NULL));
+  st = bad_decode(ctx, q, q2_shape, kc, c1_shape, 64, NULL, o, lse, lse_wrong);
   CHECK(st == KITE_ERR_INVALID_ARG, "lse of the wrong shape returned %s\n", kite_status_name(st));
   /* o aliasing q */
-  st = kite_paged_decode(ctx, tv(&qv, q, KITE_DTYPE_F32, 3, q2_shape, NULL),
-                         tv(&kv, kc, KITE_DTYPE_F32, 4, c1_shape, NULL),
-                         tv(&vv, kc + 64, KITE_DTYPE_F32, 4, c1_shape, NULL),
-                         tv(&btv, bt, KITE_DTYPE_I32, 2, bt_shape, NULL),
-                         tv(&slv, sl, KITE_DTYPE_I32, 1, sl_shape, NULL), NULL,
-                         tv(&ov, q, KITE_DTYPE_F32, 3, q2_shape, NULL), NULL);
+  st = bad_decode(ctx, q, q2_shape, kc, c1_shape, 64, NULL, q, NULL, NULL);
   CHECK(st == KITE_ERR_INVALID_ARG, "o aliasing q returned %s\n", kite_status_name(st));
   /* sdpa mask that does not broadcast */
   const int64_t sq_shape[4] = {1, 4, 2, 8}, sk_shape[4] = {1, 2, 3, 8}, m_shape[2] = {2, 4};

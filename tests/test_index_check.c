@@ -8,19 +8,14 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "check.h"
 #include "kite/kite.h"
 
-static int g_fail, g_pass;
-
+/* got == want, and a message holding needle when there is one. */
 static void expect(const char *what, kite_status got, kite_status want, const char *needle) {
-  const char *msg = kite_last_error();
-  if (got == want && (!needle || strstr(msg, needle))) {
-    g_pass++;
-    return;
-  }
-  g_fail++;
-  printf("FAIL %s: got %s (\"%s\"), want %s%s%s\n", what, kite_status_name(got), msg,
-         kite_status_name(want), needle ? " with " : "", needle ? needle : "");
+  CHECK(got == want && (!needle || strstr(kite_last_error(), needle)), "%s: got %s, want %s%s%s",
+        what, kite_status_name(got), kite_status_name(want), needle ? " with " : "",
+        needle ? needle : "");
 }
 
 typedef struct dev {
@@ -178,6 +173,5 @@ int main(void) {
 
   release(&on);
   release(&off);
-  printf("%d passed, %d failed\n", g_pass, g_fail);
-  return g_fail ? 1 : 0;
+  return check_summary();
 }

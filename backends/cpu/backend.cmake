@@ -13,15 +13,15 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
   set(_cpu_avx2 -mavx2 -mfma -mf16c)
   set(_cpu_avx512 ${_cpu_avx2} -mavx512f -mavx512bw -mavx512vl -mavx512dq)
   set(_cpu_avx2_files cpu_isa_avx2.c cpu_gemm_avx2.c cpu_gemv_avx2.c cpu_moe_avx2.c
-      cpu_quant_avx2.c cpu_topk_avx2.c)
+      cpu_quant_avx2.c cpu_topk_avx2.c cpu_wq4_avx2.c)
   foreach(f IN LISTS _cpu_avx2_files)
     list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/${f})
     set_source_files_properties(${_cpu_dir}/${f} PROPERTIES COMPILE_OPTIONS "${_cpu_avx2}")
   endforeach()
   list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/cpu_isa_avx512.c ${_cpu_dir}/cpu_gemm_avx512.c
-       ${_cpu_dir}/cpu_isa_avx512bf16.c)
+       ${_cpu_dir}/cpu_wq4_avx512.c ${_cpu_dir}/cpu_isa_avx512bf16.c)
   set_source_files_properties(${_cpu_dir}/cpu_isa_avx512.c ${_cpu_dir}/cpu_gemm_avx512.c
-    PROPERTIES COMPILE_OPTIONS "${_cpu_avx512}")
+    ${_cpu_dir}/cpu_wq4_avx512.c PROPERTIES COMPILE_OPTIONS "${_cpu_avx512}")
   set_source_files_properties(${_cpu_dir}/cpu_isa_avx512bf16.c PROPERTIES
     COMPILE_OPTIONS "${_cpu_avx512};-mavx512bf16")
 endif()
@@ -31,23 +31,31 @@ endif()
 # where they exist loads where they do not; configure only needs their headers. The file found
 # here is the fallback after the soname.
 set(_gemm_defs "")
+# The variant file of library `name` (cpu.<name>) when its header folder `inc` was found: compiled
+# with it and, when the library file `lib` was found too, with KITE_<NAME>_PATH = that file;
+# cpu_backend.c then gets KITE_HAVE_<NAME>. `missing` says what to install where it was not.
+function(_kite_cpu_library_variant name file inc lib missing)
+  string(TOUPPER ${name} up)
+  if(NOT inc)
+    message(STATUS "kite: ${missing}; cpu.${name} is not built")
+    return()
+  endif()
+  message(STATUS "kite: cpu.${name} enabled (opened at run time; ${lib})")
+  set(src ${_cpu_dir}/${file})
+  set(KITE_BUILTIN_SOURCES ${KITE_BUILTIN_SOURCES} ${src} PARENT_SCOPE)
+  set_source_files_properties(${src} PROPERTIES INCLUDE_DIRECTORIES ${inc})
+  if(lib)
+    set_property(SOURCE ${src} APPEND PROPERTY COMPILE_DEFINITIONS KITE_${up}_PATH="${lib}")
+  endif()
+  set(_gemm_defs ${_gemm_defs} KITE_HAVE_${up} PARENT_SCOPE)
+endfunction()
+
 option(KITE_WITH_OPENBLAS "Build the cpu.openblas linear variant when OpenBLAS is found" ON)
 if(KITE_WITH_OPENBLAS)
   find_library(KITE_OPENBLAS_LIB NAMES openblas)
   find_path(KITE_CBLAS_INCLUDE cblas.h PATH_SUFFIXES openblas openblas-pthread)
-  if(KITE_CBLAS_INCLUDE)
-    message(STATUS "kite: cpu.openblas enabled (opened at run time; ${KITE_OPENBLAS_LIB})")
-    list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/cpu_gemm_blas.c)
-    set_source_files_properties(${_cpu_dir}/cpu_gemm_blas.c PROPERTIES
-      INCLUDE_DIRECTORIES ${KITE_CBLAS_INCLUDE})
-    if(KITE_OPENBLAS_LIB)
-      set_property(SOURCE ${_cpu_dir}/cpu_gemm_blas.c APPEND PROPERTY COMPILE_DEFINITIONS
-        KITE_OPENBLAS_PATH="${KITE_OPENBLAS_LIB}")
-    endif()
-    list(APPEND _gemm_defs KITE_HAVE_OPENBLAS)
-  else()
-    message(STATUS "kite: OpenBLAS headers not found (libopenblas-dev); cpu.openblas is not built")
-  endif()
+  _kite_cpu_library_variant(openblas cpu_gemm_blas.c "${KITE_CBLAS_INCLUDE}" "${KITE_OPENBLAS_LIB}"
+                            "OpenBLAS headers not found (libopenblas-dev)")
 endif()
 option(KITE_WITH_ONEDNN "Build the cpu.onednn linear variants when oneDNN is found" ON)
 set(KITE_ONEDNN_ROOT "" CACHE PATH "A oneDNN tree (include/, lib/) to use instead of the system's")
@@ -60,20 +68,8 @@ if(KITE_WITH_ONEDNN)
   find_library(KITE_ONEDNN_LIB NAMES dnnl libdnnl.so.2 libdnnl.so.2.6 NAMES_PER_DIR
                ${_onednn_hints} PATH_SUFFIXES lib lib64)
   find_path(KITE_ONEDNN_INCLUDE oneapi/dnnl/dnnl.h ${_onednn_hints} PATH_SUFFIXES include)
-  if(KITE_ONEDNN_INCLUDE)
-    message(STATUS "kite: cpu.onednn enabled (opened at run time; ${KITE_ONEDNN_LIB})")
-    list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/cpu_gemm_onednn.c)
-    set_source_files_properties(${_cpu_dir}/cpu_gemm_onednn.c PROPERTIES
-      INCLUDE_DIRECTORIES ${KITE_ONEDNN_INCLUDE})
-    if(KITE_ONEDNN_LIB)
-      set_property(SOURCE ${_cpu_dir}/cpu_gemm_onednn.c APPEND PROPERTY COMPILE_DEFINITIONS
-        KITE_ONEDNN_PATH="${KITE_ONEDNN_LIB}")
-    endif()
-    list(APPEND _gemm_defs KITE_HAVE_ONEDNN)
-  else()
-    message(STATUS "kite: oneDNN headers not found (libdnnl-dev, or -DKITE_ONEDNN_ROOT=dir); "
-                   "cpu.onednn is not built")
-  endif()
+  _kite_cpu_library_variant(onednn cpu_gemm_onednn.c "${KITE_ONEDNN_INCLUDE}" "${KITE_ONEDNN_LIB}"
+                            "oneDNN headers not found (libdnnl-dev, or -DKITE_ONEDNN_ROOT=dir)")
 endif()
 if(_gemm_defs)
   set_property(SOURCE ${_cpu_dir}/cpu_backend.c APPEND PROPERTY COMPILE_DEFINITIONS ${_gemm_defs})

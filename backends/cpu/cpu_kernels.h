@@ -41,10 +41,8 @@ CPU_RUN_DECL(cpu_flce_chunked);
   CPU_RUN_DECL(cpu_sample_##isa);                                                                  \
   CPU_RUN_DECL(cpu_logprobs_##isa)
 CPU_RUN_DECL(cpu_apply_penalties_scalar);
-/* linear_wq4 (cpu_wq4.c; the AVX2 one through per-function targets, x86-64 only). */
+/* linear_wq4, portable (cpu_wq4.c). */
 CPU_RUN_DECL(cpu_linear_wq4_scalar);
-CPU_RUN_DECL(cpu_linear_wq4_avx2);
-CPU_RUN_DECL(cpu_linear_wq4_avx512);
 
 CPU_ROW_KERNELS(scalar);
 CPU_ATTN_KERNELS(scalar);
@@ -58,7 +56,7 @@ CPU_SAMPLING_KERNELS(avx512);
 CPU_ROW_KERNELS(avx512bf16);
 
 /* Hand-written GEMM-family kernels (cpu_gemm_avx2.c, cpu_moe_avx2.c, cpu_topk_avx2.c,
- * cpu_quant_avx2.c, cpu_gemm_avx512.c). */
+ * cpu_quant_avx2.c, cpu_gemm_avx512.c, cpu_wq4_avx2.c, cpu_wq4_avx512.c). */
 CPU_RUN_DECL(cpu_linear_avx2);
 CPU_RUN_DECL(cpu_group_gemm_avx2);
 CPU_RUN_DECL(cpu_linear_quant_avx2);
@@ -70,6 +68,8 @@ CPU_RUN_DECL(cpu_linear_avx512bf16);
 CPU_RUN_DECL(cpu_linear_quant_avx512vnni);
 CPU_RUN_DECL(cpu_linear_amx);
 CPU_RUN_DECL(cpu_linear_quant_amx);
+CPU_RUN_DECL(cpu_linear_wq4_avx2);
+CPU_RUN_DECL(cpu_linear_wq4_avx512);
 /* Whether this process may use the AMX tiles (asks Linux once); false where it may not. */
 bool cpu_amx_ready(void);
 #endif

@@ -275,6 +275,29 @@ CPU_INLINE void vf_reduce_add8(const vf *a, float *out) {
                                       _mm256_permute2f128_ps(u0, u1, 0x31)));
 }
 
+/* 32-bit integer lanes. vu_mulhilo: each 32 x 32 -> 64-bit product is two even-lane multiplies,
+ * the odd lanes shifted down first. */
+typedef __m256i vu;
+
+CPU_INLINE vu vu_set1(uint32_t a) {
+  return _mm256_set1_epi32((int)a);
+}
+CPU_INLINE vu vu_iota(uint32_t a) {
+  return _mm256_add_epi32(_mm256_set1_epi32((int)a), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+CPU_INLINE vu vu_xor(vu a, vu b) {
+  return _mm256_xor_si256(a, b);
+}
+CPU_INLINE void vu_mulhilo(vu a, vu b, vu *hi, vu *lo) {
+  const __m256i pe = _mm256_mul_epu32(a, b);
+  const __m256i po = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), b);
+  *lo = _mm256_blend_epi32(pe, _mm256_slli_epi64(po, 32), 0xaa);
+  *hi = _mm256_blend_epi32(_mm256_srli_epi64(pe, 32), po, 0xaa);
+}
+CPU_INLINE void vu_store(uint32_t *p, vu v) {
+  _mm256_storeu_si256((__m256i *)p, v);
+}
+
 #include "vec_math.h"
 
 #endif /* KITE_CPU_VEC_AVX2_H */

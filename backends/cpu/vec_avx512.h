@@ -174,6 +174,30 @@ CPU_INLINE void vb_copy_stream(void *d, const void *s, size_t n) {
   memcpy(dc + i, sc + i, n - i);
 }
 
+/* 32-bit integer lanes. vu_mulhilo: each 32 x 32 -> 64-bit product is two even-lane multiplies,
+ * the odd lanes shifted down first. */
+typedef __m512i vu;
+
+CPU_INLINE vu vu_set1(uint32_t a) {
+  return _mm512_set1_epi32((int)a);
+}
+CPU_INLINE vu vu_iota(uint32_t a) {
+  return _mm512_add_epi32(_mm512_set1_epi32((int)a),
+                          _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+}
+CPU_INLINE vu vu_xor(vu a, vu b) {
+  return _mm512_xor_si512(a, b);
+}
+CPU_INLINE void vu_mulhilo(vu a, vu b, vu *hi, vu *lo) {
+  const __m512i pe = _mm512_mul_epu32(a, b);
+  const __m512i po = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), b);
+  *lo = _mm512_mask_blend_epi32(0xaaaa, pe, _mm512_slli_epi64(po, 32));
+  *hi = _mm512_mask_blend_epi32(0xaaaa, _mm512_srli_epi64(pe, 32), po);
+}
+CPU_INLINE void vu_store(uint32_t *p, vu v) {
+  _mm512_storeu_si512(p, v);
+}
+
 #include "vec_math.h"
 
 #endif /* KITE_CPU_VEC_AVX512_H */

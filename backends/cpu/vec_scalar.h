@@ -27,6 +27,13 @@
  *   CPU_VEC_UNROLL2                1 to walk full chunks by pairs (CPU_ROW)
  *   CPU_VEC_REDUCE8                defined when vf_reduce_add8(a[8], out[8]) (8 sums) exists
  *
+ * and, for integer work (the Philox generator of sampling), a vu of VL uint32_t lanes:
+ *   vu_set1(a), vu_iota(a)         every lane a; lane l = a + l (wrapping)
+ *   vu_xor(a, b)
+ *   vu_mulhilo(a, b, &hi, &lo)     the 64-bit products a * b per lane, split in high and low
+ *                                  32-bit halves
+ *   vu_store(p, v)                 VL lanes to p[0...]
+ *
  * Here a vf is a struct of 8 floats and every operation a loop over lanes: plain C that the
  * compiler turns into whatever vectors the target has, and that runs anywhere. exp and erfc are
  * libm's.
@@ -48,10 +55,12 @@ typedef struct vf {
   float v[VL];
 } vf;
 
-#define VF_MAP(expr)                                                                               \
-  vf r_;                                                                                           \
+/* The body of a lane-wise operation: returns the T whose lane l is expr. */
+#define VEC_MAP(T, expr)                                                                           \
+  T r_;                                                                                            \
   for (int l = 0; l < VL; l++) r_.v[l] = (expr);                                                   \
   return r_
+#define VF_MAP(expr) VEC_MAP(vf, expr)
 
 CPU_INLINE vf vf_set1(float a) {
   VF_MAP(a);
@@ -188,5 +197,31 @@ CPU_INLINE void vb_copy_stream(void *d, const void *s, size_t n) {
 }
 
 CPU_INLINE void vf_stream_end(void) {}
+
+typedef struct vu {
+  uint32_t v[VL];
+} vu;
+
+#define VU_MAP(expr) VEC_MAP(vu, expr)
+
+/* Lane l = a + l s: every lane a (vu_set1) or a, a + 1, ... (vu_iota). */
+CPU_INLINE vu vu_ramp(uint32_t a, uint32_t s) {
+  VU_MAP(a + (uint32_t)l * s);
+}
+#define vu_set1(a) vu_ramp((a), 0)
+#define vu_iota(a) vu_ramp((a), 1)
+CPU_INLINE vu vu_xor(vu a, vu b) {
+  VU_MAP(a.v[l] ^ b.v[l]);
+}
+CPU_INLINE void vu_mulhilo(vu a, vu b, vu *hi, vu *lo) {
+  for (int l = 0; l < VL; l++) {
+    const uint64_t p = (uint64_t)a.v[l] * b.v[l];
+    hi->v[l] = (uint32_t)(p >> 32);
+    lo->v[l] = (uint32_t)p;
+  }
+}
+CPU_INLINE void vu_store(uint32_t *p, vu v) {
+  memcpy(p, v.v, sizeof v.v);
+}
 
 #endif /* KITE_CPU_VEC_SCALAR_H */

@@ -14,15 +14,8 @@ using namespace kite_cuda;
 
 namespace {
 
-/* What both arg structs give the kernel (limit 0 for the plain activations). */
-struct ActParams {
-  int64_t rows, cols;
-  const void *x;
-  int64_t x_stride;
-  void *y;
-  int64_t y_stride;
-  float limit;
-};
+/* What the kernel takes: the gated args, which hold the plain ones' fields (limit 0 for them). */
+using ActParams = kite_gated_args;
 
 template <typename T, int N, Act A, bool GATED> __global__ void act_kernel(ActParams a) {
   const int64_t packs = a.cols / N;
@@ -61,11 +54,7 @@ kite_status launch(kite_ctx *ctx, kite_op op, kite_dtype dtype, const ActParams 
                    const char *variant) {
   const char *name = cuda_op_str(op);
   if (p.rows <= 0 || p.cols <= 0) return KITE_OK;
-  void *stream;
-  kite_status st = cuda_begin(ctx, name, &stream);
-  if (st != KITE_OK) return st;
-  cudaStream_t s = (cudaStream_t)stream;
-  return with_float_type(dtype, name, [&](auto tag) {
+  return launch_typed(ctx, name, variant, dtype, [&](auto tag, cudaStream_t s) {
     using T = typename decltype(tag)::type;
     constexpr int N = VEC ? vec_elems<T>() : 1;
     const RowGrid g = row_grid(p.rows, p.cols / N);
@@ -86,76 +75,43 @@ kite_status launch(kite_ctx *ctx, kite_op op, kite_dtype dtype, const ActParams 
       return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda: not an activation", name);
     }
 #undef ACT_CASE
-    return cuda_check_launch(name, variant);
+    return KITE_OK;
   });
 }
 
 ActParams params(const kite_act_args *a) {
-  return ActParams{a->rows, a->cols, a->x, a->x_stride, a->y, a->y_stride, 0.0f};
+  return ActParams{a->op, a->dtype, a->rows, a->cols, a->x, a->x_stride, a->y, a->y_stride, 0.0f};
 }
 
 ActParams params(const kite_gated_args *a) {
-  return ActParams{a->rows, a->cols, a->x, a->x_stride, a->y, a->y_stride, a->limit};
-}
-
-bool float_dtype(kite_dtype t, const char **why) {
-  if (is_float_dtype(t)) return true;
-  *why = "dtype must be f32, f16 or bf16";
-  return false;
+  return *a;
 }
 
 /* vec: rows 16-byte aligned and cols a multiple of a 16-byte pack (for gated, that keeps the up
  * half, cols elements into the row, aligned too). */
 bool vec_fits(kite_dtype t, const ActParams &p, const char **why) {
-  if (!float_dtype(t, why)) return false;
-  const size_t es = kite_dtype_size(t);
-  if (p.cols % vec_elems_of(t) != 0 || !rows_aligned16(p.x, p.rows, p.x_stride, es) ||
-      !rows_aligned16(p.y, p.rows, p.y_stride, es)) {
-    *why = "needs 16-byte aligned rows and cols a multiple of 16 bytes";
-    return false;
-  }
-  return true;
+  return vec_rows_fit(t, p.rows, p.cols, {{p.x, p.x_stride}, {p.y, p.y_stride}}, why);
 }
 
 } // namespace
 
-extern "C" CUDA_SUPPORTS(cuda_act_generic_supports) {
-  return float_dtype(((const kite_act_args *)args)->dtype, why);
-}
-
-extern "C" CUDA_SUPPORTS(cuda_act_vec_supports) {
-  const kite_act_args *a = (const kite_act_args *)args;
-  return vec_fits(a->dtype, params(a), why);
-}
-
-extern "C" CUDA_RUN(cuda_act_vec_run) {
-  const kite_act_args *a = (const kite_act_args *)args;
-  return launch<true>(ctx, a->op, a->dtype, params(a), "vec");
-}
-
-extern "C" CUDA_RUN(cuda_act_generic_run) {
-  const kite_act_args *a = (const kite_act_args *)args;
-  return launch<false>(ctx, a->op, a->dtype, params(a), "generic");
-}
-
-extern "C" CUDA_SUPPORTS(cuda_gated_generic_supports) {
-  return float_dtype(((const kite_gated_args *)args)->dtype, why);
-}
-
-extern "C" CUDA_SUPPORTS(cuda_gated_vec_supports) {
-  const kite_gated_args *a = (const kite_gated_args *)args;
-  return vec_fits(a->dtype, params(a), why);
-}
-
-extern "C" CUDA_RUN(cuda_gated_vec_run) {
-  const kite_gated_args *a = (const kite_gated_args *)args;
-  return launch<true>(ctx, a->op, a->dtype, params(a), "vec");
-}
-
-extern "C" CUDA_RUN(cuda_gated_generic_run) {
-  const kite_gated_args *a = (const kite_gated_args *)args;
-  return launch<false>(ctx, a->op, a->dtype, params(a), "generic");
-}
+/* The entry points of a family (act, gated) whose Args give ActParams (params()): vec's supports
+ * and the two runs; generic's supports is cuda_float_supports. */
+#define ACT_ENTRIES(family, Args)                                                                  \
+  extern "C" CUDA_SUPPORTS(cuda_##family##_vec_supports) {                                         \
+    const Args *a = (const Args *)args;                                                            \
+    return vec_fits(a->dtype, params(a), why);                                                     \
+  }                                                                                                \
+  extern "C" CUDA_RUN(cuda_##family##_vec_run) {                                                   \
+    const Args *a = (const Args *)args;                                                            \
+    return launch<true>(ctx, a->op, a->dtype, params(a), "vec");                                   \
+  }                                                                                                \
+  extern "C" CUDA_RUN(cuda_##family##_generic_run) {                                               \
+    const Args *a = (const Args *)args;                                                            \
+    return launch<false>(ctx, a->op, a->dtype, params(a), "generic");                              \
+  }
+ACT_ENTRIES(act, kite_act_args)
+ACT_ENTRIES(gated, kite_gated_args)
 
 /* ---- backward (kite.h "Training") ------------------------------------------------------------
  * activation_backward: dx = dy * act'(x), [rows, cols] each; dx may be dy (each element is read
@@ -214,11 +170,7 @@ kite_status launch_bwd(kite_ctx *ctx, const kite_act_bwd_args *a, const char *va
   if (!gated && a->op != KITE_OP_ACTIVATION_BACKWARD)
     return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.%s: not an activation backward", name,
                           variant);
-  void *stream;
-  kite_status st = cuda_begin(ctx, name, &stream);
-  if (st != KITE_OK) return st;
-  cudaStream_t s = (cudaStream_t)stream;
-  return with_float_type(a->dtype, name, [&](auto tag) {
+  return launch_typed(ctx, name, variant, a->dtype, [&](auto tag, cudaStream_t s) {
     using T = typename decltype(tag)::type;
     constexpr int N = VEC ? vec_elems<T>() : 1;
     const RowGrid g = row_grid(a->rows, a->cols / N);
@@ -226,7 +178,7 @@ kite_status launch_bwd(kite_ctx *ctx, const kite_act_bwd_args *a, const char *va
   case op_id:                                                                                      \
     if (gated != GATED) break;                                                                     \
     act_bwd_kernel<T, N, A, GATED><<<g.grid, g.block, 0, s>>>(*a);                                 \
-    return cuda_check_launch(name, variant)
+    return KITE_OK
     switch (a->act) {
       ACT_BWD_CASE(KITE_OP_SILU, Act::silu, false);
       ACT_BWD_CASE(KITE_OP_GELU, Act::gelu, false);
@@ -247,20 +199,11 @@ kite_status launch_bwd(kite_ctx *ctx, const kite_act_bwd_args *a, const char *va
 
 } // namespace
 
-extern "C" CUDA_SUPPORTS(cuda_act_bwd_generic_supports) {
-  return float_dtype(((const kite_act_bwd_args *)args)->dtype, why);
-}
-
 /* vec: as the forward's, with dy's rows aligned too */
 extern "C" CUDA_SUPPORTS(cuda_act_bwd_vec_supports) {
   const kite_act_bwd_args *a = (const kite_act_bwd_args *)args;
-  const ActParams p{a->rows, a->cols, a->x, a->x_stride, a->dx, a->dx_stride, 0.0f};
-  if (!vec_fits(a->dtype, p, why)) return false;
-  if (!rows_aligned16(a->dy, a->rows, a->dy_stride, kite_dtype_size(a->dtype))) {
-    *why = "needs 16-byte aligned rows and cols a multiple of 16 bytes";
-    return false;
-  }
-  return true;
+  return vec_rows_fit(a->dtype, a->rows, a->cols,
+                      {{a->x, a->x_stride}, {a->dx, a->dx_stride}, {a->dy, a->dy_stride}}, why);
 }
 
 extern "C" CUDA_RUN(cuda_act_bwd_vec_run) {

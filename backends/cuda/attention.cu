@@ -327,30 +327,16 @@ int vec_tpk(kite_dtype t, int64_t d) {
 
 kite_status run_attend(kite_ctx *ctx, AttnParams p, bool vec, const char *op, const char *variant) {
   if (p.rows <= 0 || p.hq <= 0) return KITE_OK;
-  void *stream;
-  kite_status st = cuda_begin(ctx, op, &stream);
+  cudaStream_t s;
+  kite_status st = begin(ctx, op, &s);
   if (st != KITE_OK) return st;
-  cudaStream_t s = (cudaStream_t)stream;
   const int gmax = p.group <= 1 ? 1 : p.group <= 2 ? 2 : p.group <= 4 ? 4 : 8;
   const int64_t units = p.rows * p.hkv * ((p.group + gmax - 1) / gmax);
   if (units > 0x7fffffff)
     return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.%s: %lld query rows x heads is too many",
                           op, variant, (long long)units);
-  /* Split the keys when the CTAs would not fill the GPU, keeping >= 256 keys per split. */
-  const int64_t target = 8LL * sm_count();
-  int64_t splits = units >= target ? 1 : (target + units - 1) / units;
-  const int64_t by_keys = p.max_keys / 256;
-  if (splits > by_keys) splits = by_keys;
-  if (splits > 64) splits = 64;
-  if (splits < 1) splits = 1;
-  if (splits > 1) {
-    void *ws;
-    const size_t parts = (size_t)splits * p.rows * p.hq;
-    st = kite_ctx_workspace(ctx, parts * (p.head_dim + 1) * sizeof(float), &ws);
-    if (st != KITE_OK) return st;
-    p.part_o = (float *)ws;
-    p.part_lse = p.part_o + parts * p.head_dim;
-  }
+  int64_t splits;
+  if ((st = attn_split_keys(ctx, p, units, &splits)) != KITE_OK) return st;
   const dim3 grid((unsigned)units, (unsigned)splits);
   st = with_float_type(p.dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -379,6 +365,25 @@ kite_status run_attend(kite_ctx *ctx, AttnParams p, bool vec, const char *op, co
 }
 
 } // namespace
+
+kite_status kite_cuda::attn_split_keys(kite_ctx *ctx, AttnParams &p, int64_t units,
+                                       int64_t *splits) {
+  const int64_t target = 8LL * sm_count();
+  int64_t n = units >= target ? 1 : (target + units - 1) / units;
+  const int64_t by_keys = p.max_keys / 256;
+  if (n > by_keys) n = by_keys;
+  if (n > 64) n = 64;
+  if (n < 1) n = 1;
+  *splits = n;
+  if (n == 1) return KITE_OK;
+  void *ws;
+  const size_t parts = (size_t)n * p.rows * p.hq;
+  const kite_status st = kite_ctx_workspace(ctx, parts * (p.head_dim + 1) * sizeof(float), &ws);
+  if (st != KITE_OK) return st;
+  p.part_o = (float *)ws;
+  p.part_lse = p.part_o + parts * p.head_dim;
+  return KITE_OK;
+}
 
 AttnParams kite_cuda::attn_paged_params(const kite_paged_attn_args *a) {
   AttnParams p = {};
@@ -448,22 +453,10 @@ template <typename T> __global__ void store_kv_kernel(kite_store_kv_args a) {
 } // namespace
 
 /* ---- entry points -------------------------------------------------------------------------- */
-extern "C" CUDA_SUPPORTS(cuda_store_kv_supports) {
-  if (!is_float_dtype(kite_args_head_of(args)->dtype)) {
-    *why = "dtype must be f32, f16 or bf16";
-    return false;
-  }
-  return true;
-}
-
 extern "C" CUDA_RUN(cuda_store_kv_run) {
   const kite_store_kv_args *a = (const kite_store_kv_args *)args;
   if (a->tokens <= 0 || a->hkv <= 0 || a->head_dim <= 0) return KITE_OK;
-  void *stream;
-  kite_status st = cuda_begin(ctx, "store_kv", &stream);
-  if (st != KITE_OK) return st;
-  cudaStream_t s = (cudaStream_t)stream;
-  st = with_float_type(a->dtype, "store_kv", [&](auto tag) {
+  return launch_typed(ctx, "store_kv", "generic", a->dtype, [&](auto tag, cudaStream_t s) {
     using T = typename decltype(tag)::type;
     const int64_t per_token = a->hkv * a->head_dim;
     const dim3 grid((unsigned)((per_token + 255) / 256 < 1024 ? (per_token + 255) / 256 : 1024),
@@ -471,15 +464,11 @@ extern "C" CUDA_RUN(cuda_store_kv_run) {
     store_kv_kernel<T><<<grid, 256, 0, s>>>(*a);
     return KITE_OK;
   });
-  return st != KITE_OK ? st : cuda_check_launch("store_kv", "generic");
 }
 
 extern "C" CUDA_SUPPORTS(cuda_paged_generic_supports) {
   const kite_paged_attn_args *a = (const kite_paged_attn_args *)args;
-  if (!is_float_dtype(a->dtype)) {
-    *why = "dtype must be f32, f16 or bf16";
-    return false;
-  }
+  if (!float_dtype(a->dtype, why)) return false;
   if (a->head_dim > 256) {
     *why = "head_dim must be at most 256";
     return false;
@@ -515,10 +504,7 @@ extern "C" CUDA_RUN(cuda_paged_vec_run) {
 
 extern "C" CUDA_SUPPORTS(cuda_sdpa_generic_supports) {
   const kite_sdpa_args *a = (const kite_sdpa_args *)args;
-  if (!is_float_dtype(a->dtype)) {
-    *why = "dtype must be f32, f16 or bf16";
-    return false;
-  }
+  if (!float_dtype(a->dtype, why)) return false;
   if (a->head_dim > 256) {
     *why = "head_dim must be at most 256";
     return false;

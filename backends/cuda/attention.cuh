@@ -164,6 +164,15 @@ __device__ __forceinline__ bool cta_tile(const AttnParams &p, int64_t x, CtaTile
   key_range(p, c->s, (c->m0 + c->rows - 1) / group, &c->lo_last, &c->hi_last);
   return true;
 }
+/* In a kernel body: CTA x's tile (cta_tile) as the locals s, m0, rows_here and the CTA's keys, from
+ * the first row's lo to the last row's hi (lo_first, hi_first, lo_last, hi_last); the kernel
+ * returns when x has no rows. */
+#define KITE_CTA_TILE(BM, p, x)                                                                    \
+  CtaTile ct_;                                                                                     \
+  if (!cta_tile<BM>(p, x, &ct_)) return;                                                           \
+  const Seq s = ct_.s;                                                                             \
+  const int m0 = ct_.m0, rows_here = ct_.rows, lo_first = ct_.lo_first, hi_first = ct_.hi_first,   \
+            lo_last = ct_.lo_last, hi_last = ct_.hi_last
 
 /* Element offsets of key j's K and V rows for kv head g; -1 when the key is absent. */
 template <bool PAGED>
@@ -187,6 +196,10 @@ __device__ __forceinline__ void key_offsets(const AttnParams &p, const Seq &s, i
 AttnParams attn_paged_params(const kite_paged_attn_args *a);
 AttnParams attn_sdpa_params(const kite_sdpa_args *a);
 void attn_merge_splits(const AttnParams &p, int splits, cudaStream_t s);
+/* The key splits of `units` CTAs (> 0): enough to fill the GPU with >= 8 CTAs per SM, keeping
+ * >= 256 keys per split, at most 64; with more than one, p.part_o / p.part_lse get the partials'
+ * room in the ctx's workspace. */
+kite_status attn_split_keys(kite_ctx *ctx, AttnParams &p, int64_t units, int64_t *splits);
 
 } // namespace kite_cuda
 

@@ -120,13 +120,7 @@ __global__ void __launch_bounds__(kThreads, 2) attend_mma_kernel(AttnParams p) {
   const int g = blockIdx.y, group = (int)p.group;
   const int64_t x = p.kind == ATTN_PREFILL ? (int64_t)gridDim.x - 1 - blockIdx.x : blockIdx.x;
 
-  CtaTile ct;
-  if (!cta_tile<BM>(p, x, &ct)) return;
-  const Seq s = ct.s;
-  const int m0 = ct.m0, rows_here = ct.rows;
-  /* The CTA's keys: from the first row's lo to the last row's hi. */
-  const int lo_first = ct.lo_first, hi_first = ct.hi_first, lo_last = ct.lo_last,
-            hi_last = ct.hi_last;
+  KITE_CTA_TILE(BM, p, x);
   int klo = lo_first, khi = hi_last > lo_first ? hi_last : lo_first;
   if (gridDim.z > 1) { /* this split's share, whole tiles */
     const int per = ((khi - klo + (int)gridDim.z - 1) / (int)gridDim.z + kBN - 1) / kBN * kBN;
@@ -445,10 +439,9 @@ bool mma_head_dim(int64_t d) {
 
 kite_status run_mma(kite_ctx *ctx, AttnParams p, const char *op) {
   if (p.rows <= 0 || p.hq <= 0 || p.hkv <= 0) return KITE_OK;
-  void *stream;
-  kite_status st = cuda_begin(ctx, op, &stream);
+  cudaStream_t cs;
+  kite_status st = begin(ctx, op, &cs);
   if (st != KITE_OK) return st;
-  cudaStream_t cs = (cudaStream_t)stream;
   /* keys mode when a sequence has few packed rows on average (decode, speculative steps) */
   const int64_t packed = p.rows * p.group;
   const bool keys = p.kind == ATTN_DECODE || packed <= 32 * p.batch;
@@ -461,22 +454,8 @@ kite_status run_mma(kite_ctx *ctx, AttnParams p, const char *op) {
   if (tiles > 0x7fffffff || p.hkv > 65535)
     return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.mma: too many query tiles or kv heads",
                           op);
-  int64_t splits = 1;
-  if (keys) { /* fill the GPU: >= 8 CTAs per SM, >= 256 keys per split */
-    const int64_t units = tiles * p.hkv, target = 8LL * sm_count();
-    splits = units >= target ? 1 : (target + units - 1) / units;
-    if (splits > p.max_keys / 256) splits = p.max_keys / 256;
-    if (splits > 64) splits = 64;
-    if (splits < 1) splits = 1;
-  }
-  if (splits > 1) {
-    void *ws;
-    const size_t parts = (size_t)splits * p.rows * p.hq;
-    st = kite_ctx_workspace(ctx, parts * (p.head_dim + 1) * sizeof(float), &ws);
-    if (st != KITE_OK) return st;
-    p.part_o = (float *)ws;
-    p.part_lse = p.part_o + parts * p.head_dim;
-  }
+  int64_t splits = 1; /* keys mode splits the keys to fill the GPU; rows mode has CTAs enough */
+  if (keys && (st = attn_split_keys(ctx, p, tiles * p.hkv, &splits)) != KITE_OK) return st;
   const dim3 grid((unsigned)tiles, (unsigned)p.hkv, (unsigned)splits);
   st = with_float_type(p.dtype, op, [&](auto tag) -> kite_status {
     using T = typename decltype(tag)::type;

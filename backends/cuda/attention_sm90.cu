@@ -179,37 +179,32 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint3
   KITE_REGS32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
               "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 
-template <typename T>
-__device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], uint64_t a, uint64_t b,
-                                             bool accumulate) {
-  if constexpr (std::is_same<T, __nv_bfloat16>::value)
-    KITE_WGMMA_SS("64", "bf16", KITE_REGS32, "%32", "%33", "%34", KITE_ACC32);
-  else
-    KITE_WGMMA_SS("64", "f16", KITE_REGS32, "%32", "%33", "%34", KITE_ACC32);
-}
-template <typename T>
-__device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
-  if constexpr (std::is_same<T, __nv_bfloat16>::value)
-    KITE_WGMMA_RS("64", "bf16", KITE_REGS32, "%32, %33, %34, %35", "%36", "%37", KITE_ACC32);
-  else
-    KITE_WGMMA_RS("64", "f16", KITE_REGS32, "%32, %33, %34, %35", "%36", "%37", KITE_ACC32);
-}
-
-template <typename T>
-__device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t a, uint64_t b,
-                                              bool accumulate) {
-  if constexpr (std::is_same<T, __nv_bfloat16>::value)
-    KITE_WGMMA_SS("128", "bf16", KITE_REGS64, "%64", "%65", "%66", KITE_ACC64);
-  else
-    KITE_WGMMA_SS("128", "f16", KITE_REGS64, "%64", "%65", "%66", KITE_ACC64);
-}
-template <typename T>
-__device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
-  if constexpr (std::is_same<T, __nv_bfloat16>::value)
-    KITE_WGMMA_RS("128", "bf16", KITE_REGS64, "%64, %65, %66, %67", "%68", "%69", KITE_ACC64);
-  else
-    KITE_WGMMA_RS("128", "f16", KITE_REGS64, "%64, %65, %66, %67", "%68", "%69", KITE_ACC64);
-}
+/* wgmma_ss_n<N><T> and wgmma_rs_n<N><T> for N columns (NACC = N / 2 accumulators), each the
+ * instruction of T's type; the operands after the accumulators are numbered from NACC on: SS's
+ * two descriptors and predicate, RS's four A registers, descriptor and predicate. */
+#define KITE_WGMMA_PAIR(N, NACC, REGS, ACC, SS_OPS, RS_OPS)                                        \
+  template <typename T>                                                                            \
+  __device__ __forceinline__ void wgmma_ss_n##N(float(&d)[NACC], uint64_t a, uint64_t b,           \
+                                                bool accumulate) {                                 \
+    if constexpr (std::is_same<T, __nv_bfloat16>::value)                                           \
+      KITE_WGMMA_SS(#N, "bf16", REGS, SS_OPS, ACC);                                                \
+    else                                                                                           \
+      KITE_WGMMA_SS(#N, "f16", REGS, SS_OPS, ACC);                                                 \
+  }                                                                                                \
+  template <typename T>                                                                            \
+  __device__ __forceinline__ void wgmma_rs_n##N(float(&d)[NACC], const uint32_t(&a)[4],            \
+                                                uint64_t b) {                                      \
+    if constexpr (std::is_same<T, __nv_bfloat16>::value)                                           \
+      KITE_WGMMA_RS(#N, "bf16", REGS, RS_OPS, ACC);                                                \
+    else                                                                                           \
+      KITE_WGMMA_RS(#N, "f16", REGS, RS_OPS, ACC);                                                 \
+  }
+#define KITE_SS_OPS32 "%32", "%33", "%34"
+#define KITE_RS_OPS32 "%32, %33, %34, %35", "%36", "%37"
+#define KITE_SS_OPS64 "%64", "%65", "%66"
+#define KITE_RS_OPS64 "%64, %65, %66, %67", "%68", "%69"
+KITE_WGMMA_PAIR(64, 32, KITE_REGS32, KITE_ACC32, KITE_SS_OPS32, KITE_RS_OPS32)
+KITE_WGMMA_PAIR(128, 64, KITE_REGS64, KITE_ACC64, KITE_SS_OPS64, KITE_RS_OPS64)
 #endif /* KITE_SM90_DEVICE */
 
 /* Grid: x = query tile of 128 packed rows (see find_tile), y = kv head. See the file comment. */
@@ -235,13 +230,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   /* the longest tiles first: the last tiles of a sequence see the most keys under causal */
   const int64_t x = (p.kind == ATTN_PREFILL || p.causal) ? (int64_t)gridDim.x - 1 - blockIdx.x
                                                          : (int64_t)blockIdx.x;
-  CtaTile ct;
-  if (!cta_tile<kBM>(p, x, &ct)) return;
-  const Seq s = ct.s;
-  const int m0 = ct.m0, rows_here = ct.rows;
-  /* The CTA's keys: from the first row's lo to the last row's hi. */
-  const int lo_first = ct.lo_first, hi_first = ct.hi_first, lo_last = ct.lo_last,
-            hi_last = ct.hi_last;
+  KITE_CTA_TILE(kBM, p, x);
   /* tiles start at multiples of BN (the keys below lo_first are masked): a TMA box never straddles
    * a cache block */
   const int klo = lo_first / BN * BN, khi = hi_last > lo_first ? hi_last : lo_first;
@@ -557,6 +546,20 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
+/* The 4-d tensor map of p's dtype (bf16/f16) over base with these dims, byte strides of dims 1-3
+ * and box, 128-byte swizzled, element by element. */
+bool encode_map(PFN_cuTensorMapEncodeTiled_v12000 encode, CUtensorMap *map, const AttnParams &p,
+                const void *base, const cuuint64_t dims[4], const cuuint64_t strides[3],
+                const cuuint32_t box[4]) {
+  const cuuint32_t unit[4] = {1, 1, 1, 1};
+  const CUtensorMapDataType type = p.dtype == KITE_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                              : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return encode(map, type, 4, const_cast<void *>(base), dims, strides, box, unit,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 /* The tensor map of dense K or V (element strides [b, h, j], rows of head_dim elements) as a 4-d
  * tensor [b][h][j][d] read in boxes of 64 elements x bn keys, 128-byte swizzled: one column block
  * of a tile. False where TMA cannot address it (strides not positive multiples of 16 bytes). */
@@ -574,13 +577,8 @@ bool dense_tensor_map(CUtensorMap *map, const AttnParams &p, const void *base,
   }
   for (int i = 1; i < 4; i++)
     if (dims[i] == 0 || dims[i] > 0x7fffffffu) return false;
-  const cuuint32_t box[4] = {64, (cuuint32_t)bn, 1, 1}, unit[4] = {1, 1, 1, 1};
-  const CUtensorMapDataType type = p.dtype == KITE_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                                              : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  return encode(map, type, 4, const_cast<void *>(base), dims, strides, box, unit,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  const cuuint32_t box[4] = {64, (cuuint32_t)bn, 1, 1};
+  return encode_map(encode, map, p, base, dims, strides, box);
 }
 
 /* The tensor map of a paged cache [num_blocks][hkv][block_size][head_dim] in boxes of 64 elements x
@@ -596,13 +594,8 @@ bool paged_tensor_map(CUtensorMap *map, const AttnParams &p, const void *base, i
   const cuuint64_t row = (cuuint64_t)p.head_dim * 2;
   const cuuint64_t strides[3] = {row, row * bs, row * bs * p.hkv};
   if (strides[2] >= (1ull << 40)) return false;
-  const cuuint32_t box[4] = {64, (cuuint32_t)(bs < bn ? bs : bn), 1, 1}, unit[4] = {1, 1, 1, 1};
-  const CUtensorMapDataType type = p.dtype == KITE_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                                              : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  return encode(map, type, 4, const_cast<void *>(base), dims, strides, box, unit,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  const cuuint32_t box[4] = {64, (cuuint32_t)(bs < bn ? bs : bn), 1, 1};
+  return encode_map(encode, map, p, base, dims, strides, box);
 }
 
 template <typename T, int D>
@@ -639,8 +632,8 @@ kite_status launch_sm90(const AttnParams &p, dim3 grid, cudaStream_t s) {
 
 kite_status run_sm90(kite_ctx *ctx, const AttnParams &p, const char *op) {
   if (p.rows <= 0 || p.hq <= 0 || p.hkv <= 0) return KITE_OK;
-  void *stream;
-  kite_status st = cuda_begin(ctx, op, &stream);
+  cudaStream_t s;
+  kite_status st = begin(ctx, op, &s);
   if (st != KITE_OK) return st;
   const int64_t packed = p.rows * p.group;
   const int64_t tiles = p.kind == ATTN_PREFILL ? (packed + kBM - 1) / kBM + p.batch
@@ -654,14 +647,13 @@ kite_status run_sm90(kite_ctx *ctx, const AttnParams &p, const char *op) {
     if constexpr (std::is_same<T, float>::value) {
       return kite_set_error(KITE_ERR_INTERNAL, "%s: cuda.sm90: f32 has no wgmma kernel", op);
     } else {
-      cudaStream_t cs = (cudaStream_t)stream;
       switch (p.head_dim) {
       case 64:
-        return launch_sm90<T, 64>(p, grid, cs);
+        return launch_sm90<T, 64>(p, grid, s);
       case 128:
-        return launch_sm90<T, 128>(p, grid, cs);
+        return launch_sm90<T, 128>(p, grid, s);
       case 256:
-        return launch_sm90<T, 256>(p, grid, cs);
+        return launch_sm90<T, 256>(p, grid, s);
       default:
         return kite_set_error(KITE_ERR_INTERNAL, "%s: cuda.sm90: no kernel for head_dim %lld", op,
                               (long long)p.head_dim);

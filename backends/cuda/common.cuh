@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <initializer_list>
 #include <type_traits>
 
 #include "cuda_backend.h"
@@ -221,8 +222,40 @@ template <typename Fn> kite_status with_float_type(kite_dtype t, const char *op,
   }
 }
 
+/* ---- the prelude of a run function ----------------------------------------------------------- */
+/* Makes the ctx's device current; *s gets its stream. Errors: DEVICE naming op. */
+inline kite_status begin(kite_ctx *ctx, const char *op, cudaStream_t *s) {
+  void *stream = nullptr;
+  const kite_status st = cuda_begin(ctx, op, &stream);
+  *s = (cudaStream_t)stream;
+  return st;
+}
+
+/* The frame of most run functions: begin, then fn(TypeTag<T>{}, stream) with the CUDA type of
+ * dtype t (with_float_type), then, when fn returned KITE_OK, a failed launch made DEVICE
+ * "<op>: cuda.<variant>: launch failed" (variant nullptr: fn checks its own launches).
+ *   return launch_typed(ctx, op, "vec", a->dtype, [&](auto tag, cudaStream_t s) {
+ *     using T = typename decltype(tag)::type;
+ *     kernel<T><<<grid, block, 0, s>>>(*a);
+ *     return KITE_OK;
+ *   }); */
+template <typename Fn>
+kite_status launch_typed(kite_ctx *ctx, const char *op, const char *variant, kite_dtype t, Fn fn) {
+  cudaStream_t s;
+  kite_status st = begin(ctx, op, &s);
+  if (st != KITE_OK) return st;
+  st = with_float_type(t, op, [&](auto tag) { return fn(tag, s); });
+  return st != KITE_OK || !variant ? st : cuda_check_launch(op, variant);
+}
+
 inline bool is_float_dtype(kite_dtype t) {
   return t == KITE_DTYPE_F32 || t == KITE_DTYPE_F16 || t == KITE_DTYPE_BF16;
+}
+
+/* For supports functions: an f32, f16 or bf16 dtype, else false with *why saying so (the one
+ * check of the kernels that take any layout: cuda_float_supports, cuda_device.c). */
+inline bool float_dtype(kite_dtype t, const char **why) {
+  return cuda_float_dtype(t, why);
 }
 
 /* Elements of dtype t in one 16-byte access (0 for dtypes the kernels do not vectorize). */
@@ -245,6 +278,26 @@ inline bool strides_aligned(const int64_t *st, int n, size_t elem_size) {
 
 inline bool rows_aligned16(const void *p, int64_t rows, int64_t stride, size_t elem_size) {
   return aligned16(p) && (rows <= 1 || ((uint64_t)stride * elem_size) % 16 == 0);
+}
+
+/* An operand of a vec kernel: its base and row stride in elements (0 for a vector, where only the
+ * base must be aligned); a null base stands for an absent operand and passes. */
+struct RowsAt {
+  const void *p;
+  int64_t stride;
+};
+
+/* The layout every vec kernel needs, for their supports functions: a float dtype, cols a multiple
+ * of one 16-byte pack, and the `rows` rows of every operand 16-byte aligned; else false with *why
+ * set. */
+inline bool vec_rows_fit(kite_dtype t, int64_t rows, int64_t cols,
+                         std::initializer_list<RowsAt> operands, const char **why) {
+  if (!float_dtype(t, why)) return false;
+  const size_t es = kite_dtype_size(t);
+  bool ok = cols % vec_elems_of(t) == 0;
+  for (const RowsAt &o : operands) ok = ok && (!o.p || rows_aligned16(o.p, rows, o.stride, es));
+  if (!ok) *why = "needs 16-byte aligned rows (and vectors) and cols a multiple of 16 bytes";
+  return ok;
 }
 
 /* Launch shape of a [rows, n] grid of work items: threads along a row first, rows filling the
@@ -281,6 +334,26 @@ inline int pick_vpt(int64_t packs) {
 /* Threads of a block holding `packs` packs, VPT per thread: a multiple of 32. */
 inline unsigned row_threads(int64_t packs, int vpt) {
   return (unsigned)(((packs + vpt - 1) / vpt + 31) / 32 * 32);
+}
+
+/* Launches kernel(args...) on s in clusters of `blocks` blocks along x (sm_90): grid (blocks,
+ * rows), `threads` threads and `smem` bytes of dynamic shared memory per block. */
+template <typename... KArgs, typename... Args>
+cudaError_t launch_clusters(void (*kernel)(KArgs...), unsigned blocks, unsigned rows,
+                            unsigned threads, size_t smem, cudaStream_t s, Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(blocks, rows);
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = blocks;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
 /* Multiprocessors of the current device (132, an H100's, when the runtime cannot say). */

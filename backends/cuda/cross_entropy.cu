@@ -232,10 +232,9 @@ constexpr size_t kLossOffset = 256;
 
 kite_status ce_run(kite_ctx *ctx, const kite_ce_args *a, bool vec) {
   const char *op = cuda_op_str(a->op), *variant = vec ? "vec" : "generic";
-  void *stream;
-  kite_status st = cuda_begin(ctx, op, &stream);
+  cudaStream_t s;
+  kite_status st = begin(ctx, op, &s);
   if (st != KITE_OK) return st;
-  cudaStream_t s = (cudaStream_t)stream;
   const bool bwd = a->op == KITE_OP_CROSS_ENTROPY_BACKWARD;
   const kite_reduction red = a->opts.reduction;
   const bool mean = red == KITE_REDUCTION_MEAN, reduce = !bwd && red != KITE_REDUCTION_NONE;
@@ -271,24 +270,12 @@ kite_status ce_run(kite_ctx *ctx, const kite_ce_args *a, bool vec) {
 
 extern "C" CUDA_SUPPORTS(cuda_ce_vec_supports) {
   const kite_ce_args *a = (const kite_ce_args *)args;
-  if (!is_float_dtype(a->dtype)) {
-    *why = "dtype must be f32, f16 or bf16";
-    return false;
-  }
+  if (!float_dtype(a->dtype, why)) return false;
   const size_t es = kite_dtype_size(a->dtype);
   if (!rows_aligned16(a->logits, a->rows, a->logits_stride, es) ||
       (a->op == KITE_OP_CROSS_ENTROPY_BACKWARD &&
        !rows_aligned16(a->dlogits, a->rows, a->dlogits_stride, es))) {
     *why = "rows of logits (and dlogits) must start 16-byte aligned";
-    return false;
-  }
-  return true;
-}
-
-extern "C" CUDA_SUPPORTS(cuda_ce_generic_supports) {
-  const kite_ce_args *a = (const kite_ce_args *)args;
-  if (!is_float_dtype(a->dtype)) {
-    *why = "dtype must be f32, f16 or bf16";
     return false;
   }
   return true;

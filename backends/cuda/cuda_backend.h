@@ -17,11 +17,16 @@
 extern "C" {
 #endif
 
+/* ---- cuda_device.c: the bottom of the plugin's host code ---- */
 /* Makes the ctx's device current and returns its stream (NULL = the default stream).
- * Errors: DEVICE naming op. */
+ * Errors: DEVICE naming op. The .cu files call it through kite_cuda::begin (common.cuh). */
 kite_status cuda_begin(kite_ctx *ctx, const char *op, void **stream);
 /* Turns a failed launch (cudaGetLastError) into DEVICE "<op>: <variant>: launch failed: ...". */
 kite_status cuda_check_launch(const char *op, const char *variant);
+/* Makes device_id current (skipped when it is). Errors: DEVICE naming op. */
+kite_status cuda_use_device(const char *op, int device_id);
+/* DEVICE "<op>: <what>: <CUDA's message for e>" (e a cudaError_t), the error cleared. */
+kite_status cuda_device_error(const char *op, const char *what, int e);
 
 /* index_check.cu: under KITE_CHECK_INDICES (kite_ctx_checks), launches the check of the index
  * values of args (store_kv, paged_decode, paged_prefill, group_gemm) on the ctx's stream before
@@ -41,27 +46,28 @@ const char *cuda_dtype_str(kite_dtype t);
 #define CUDA_SUPPORTS(name) bool name(const kite_kernel *k, const void *args, const char **why)
 #define CUDA_RUN(name) kite_status name(const kite_kernel *k, kite_ctx *ctx, const void *args)
 
+/* cuda_device.c: an f32, f16 or bf16 dtype (else false with *why set); and the supports() of
+ * every kernel that takes any layout of those, which is that check alone. */
+bool cuda_float_dtype(kite_dtype t, const char **why);
+CUDA_SUPPORTS(cuda_float_supports);
+
 /* activation.cu: silu, gelu, gelu_tanh, gelu_quick, relu and the gated forms */
 CUDA_SUPPORTS(cuda_act_vec_supports);
-CUDA_SUPPORTS(cuda_act_generic_supports);
 CUDA_RUN(cuda_act_vec_run);
 CUDA_RUN(cuda_act_generic_run);
 
 /* activation.cu: silu_and_mul, gelu_and_mul, gelu_tanh_and_mul */
 CUDA_SUPPORTS(cuda_gated_vec_supports);
-CUDA_SUPPORTS(cuda_gated_generic_supports);
 CUDA_RUN(cuda_gated_vec_run);
 CUDA_RUN(cuda_gated_generic_run);
 
 /* norm.cu: rms_norm, layer_norm, add_rms_norm, add_layer_norm */
 CUDA_SUPPORTS(cuda_norm_vec_supports);
-CUDA_SUPPORTS(cuda_norm_generic_supports);
 CUDA_RUN(cuda_norm_vec_run);
 CUDA_RUN(cuda_norm_generic_run);
 
 /* rope.cu */
 CUDA_SUPPORTS(cuda_rope_vec_supports);
-CUDA_SUPPORTS(cuda_rope_generic_supports);
 CUDA_RUN(cuda_rope_vec_run);
 CUDA_RUN(cuda_rope_generic_run);
 
@@ -70,7 +76,6 @@ CUDA_SUPPORTS(cuda_softmax_cluster_supports);
 CUDA_RUN(cuda_softmax_cluster_run);
 CUDA_SUPPORTS(cuda_softmax_split_supports);
 CUDA_SUPPORTS(cuda_softmax_vec_supports);
-CUDA_SUPPORTS(cuda_softmax_generic_supports);
 CUDA_RUN(cuda_softmax_split_run);
 CUDA_RUN(cuda_softmax_vec_run);
 CUDA_RUN(cuda_softmax_generic_run);
@@ -83,13 +88,11 @@ CUDA_RUN(cuda_embedding_generic_run);
 /* ---- training: backward ops (kite.h "Training") ---- */
 /* activation.cu: activation_backward, gated_backward */
 CUDA_SUPPORTS(cuda_act_bwd_vec_supports);
-CUDA_SUPPORTS(cuda_act_bwd_generic_supports);
 CUDA_RUN(cuda_act_bwd_vec_run);
 CUDA_RUN(cuda_act_bwd_generic_run);
 /* norm_backward.cu: rms_norm_backward, layer_norm_backward (and their fused pre-rule forms) */
 CUDA_SUPPORTS(cuda_norm_bwd_rows_supports);
 CUDA_SUPPORTS(cuda_norm_bwd_vec_supports);
-CUDA_SUPPORTS(cuda_norm_bwd_generic_supports);
 CUDA_RUN(cuda_norm_bwd_rows_run);
 CUDA_RUN(cuda_norm_bwd_rows_prefetch_run);
 CUDA_RUN(cuda_norm_bwd_vec_run);
@@ -97,7 +100,6 @@ CUDA_RUN(cuda_norm_bwd_generic_run);
 /* rope_backward: rope.cu's kernels (cuda_rope_*), turning by -theta */
 /* softmax.cu: softmax_backward */
 CUDA_SUPPORTS(cuda_softmax_bwd_vec_supports);
-CUDA_SUPPORTS(cuda_softmax_bwd_generic_supports);
 CUDA_RUN(cuda_softmax_bwd_vec_run);
 CUDA_RUN(cuda_softmax_bwd_generic_run);
 /* embedding.cu: embedding_backward */
@@ -105,7 +107,6 @@ CUDA_SUPPORTS(cuda_embedding_bwd_supports);
 CUDA_RUN(cuda_embedding_bwd_run);
 
 /* sampling.cu: argmax, sample (one run), logprobs, apply_penalties */
-CUDA_SUPPORTS(cuda_sampling_supports);
 CUDA_RUN(cuda_sample_run);
 CUDA_RUN(cuda_logprobs_run);
 CUDA_RUN(cuda_penalties_run);
@@ -116,7 +117,6 @@ CUDA_RUN(cuda_sample_cluster_run);
 CUDA_RUN(cuda_logprobs_cluster_run);
 
 /* attention.cu: store_kv, paged_decode, paged_prefill, sdpa */
-CUDA_SUPPORTS(cuda_store_kv_supports);
 CUDA_RUN(cuda_store_kv_run);
 CUDA_SUPPORTS(cuda_paged_vec_supports);
 CUDA_SUPPORTS(cuda_paged_generic_supports);
@@ -141,14 +141,12 @@ CUDA_RUN(cuda_sdpa_sm90_run);
 
 /* gemm.cu: linear (cuBLASLt, tiled), group_gemm (cuBLASLt per group, tiled with a device-side
  * schedule) */
-CUDA_SUPPORTS(cuda_gemm_supports);
 CUDA_RUN(cuda_linear_cublaslt_run);
 CUDA_RUN(cuda_linear_tiles_run);
 CUDA_RUN(cuda_group_gemm_tiles_run);
 CUDA_RUN(cuda_group_gemm_cublaslt_run);
 
 /* moe.cu: topk_gating, fused_moe */
-CUDA_SUPPORTS(cuda_moe_supports);
 CUDA_RUN(cuda_topk_gating_run);
 CUDA_RUN(cuda_fused_moe_run);
 
@@ -162,8 +160,8 @@ CUDA_RUN(cuda_linear_quant_lt_run);
 /* norm.cu: add_rms_norm through its best kernel for a (the collectives' fused norm) */
 kite_status cuda_add_rms_norm(kite_ctx *ctx, const kite_norm_args *a);
 
-/* nccl.c: communicators through NCCL (dlopen'ed), and cuda.nccl's collectives */
-const kite_backend *cuda_backend_self(void);
+/* nccl.c: communicators through NCCL (dlopen'ed), and cuda.nccl's collectives; cuda_plugin.c
+ * puts them in its backend and table (nccl.c never calls back into it) */
 const char *cuda_nccl_unavailable(const kite_backend *b, const kite_kernel *k);
 kite_status cuda_comm_unique_id(const kite_backend *b, kite_ctx *ctx, kite_comm_id *id);
 kite_status cuda_comm_create(const kite_backend *b, kite_ctx *ctx, const kite_comm_id *id,
@@ -175,16 +173,13 @@ CUDA_SUPPORTS(cuda_nccl_supports);
 CUDA_RUN(cuda_nccl_run);
 
 /* wq4.cu: linear_wq4 */
-CUDA_SUPPORTS(cuda_linear_wq4_supports);
 CUDA_RUN(cuda_linear_wq4_run);
 
 /* cross_entropy.cu: cross_entropy, cross_entropy_backward */
 CUDA_SUPPORTS(cuda_ce_vec_supports);
-CUDA_SUPPORTS(cuda_ce_generic_supports);
 CUDA_RUN(cuda_ce_vec_run);
 CUDA_RUN(cuda_ce_generic_run);
 /* flce.cu: fused_linear_cross_entropy */
-CUDA_SUPPORTS(cuda_flce_supports);
 CUDA_RUN(cuda_flce_cublaslt_run);
 CUDA_RUN(cuda_flce_generic_run);
 

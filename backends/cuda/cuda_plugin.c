@@ -1,8 +1,13 @@
 /*
  * The CUDA backend as a plugin (libkite-cuda.so): device memory through the CUDA runtime, and the
- * kernel table. Every op has a "generic" kernel that runs any valid call and, where it pays, a
- * faster variant at a higher priority whose supports() states what it needs (16-byte alignment,
- * a row that fits in registers).
+ * kernel table.
+ *
+ * The top of the plugin's host code: it lists the run and supports functions of the .cu files and
+ * of nccl.c (the collectives) in its table and registers the backend. Below it, nccl.c and the
+ * .cu files stand on cuda_device.c (device selection, launch checks, names for messages); none of
+ * them calls back into this file. Every op has a "generic" kernel that runs any valid call and,
+ * where it pays, a faster variant at a higher priority whose supports() states what it needs
+ * (16-byte alignment, a row that fits in registers).
  *
  * Loading never fails for want of a GPU: without a driver or device, device_count is 0 and the
  * kernels are listed as not running here. CUDA errors become KITE_ERR_DEVICE, never an abort.
@@ -14,43 +19,6 @@
 #include "cuda_backend.h"
 
 #define EXPORT __attribute__((visibility("default")))
-
-const char *cuda_op_str(kite_op op) {
-  const char *s = kite_op_name(op);
-  return s ? s : "unknown op";
-}
-
-const char *cuda_dtype_str(kite_dtype t) {
-  const char *s = (unsigned)t < KITE_DTYPE_COUNT ? kite_dtype_name(t) : NULL;
-  return s ? s : "unknown dtype";
-}
-
-/* cudaGetLastError also clears the error, so that one failure does not blame later calls. */
-static kite_status device_error(const char *op, const char *what, cudaError_t e) {
-  (void)cudaGetLastError();
-  return kite_set_error(KITE_ERR_DEVICE, "%s: %s: %s", op, what, cudaGetErrorString(e));
-}
-
-/* cudaSetDevice costs little, but skipping it when the device is current costs less. */
-static kite_status use_device(const char *op, int device_id) {
-  int current = -1;
-  cudaError_t e = cudaGetDevice(&current);
-  if (e == cudaSuccess && current == device_id) return KITE_OK;
-  e = cudaSetDevice(device_id);
-  return e == cudaSuccess ? KITE_OK : device_error(op, "cudaSetDevice", e);
-}
-
-kite_status cuda_begin(kite_ctx *ctx, const char *op, void **stream) {
-  *stream = kite_ctx_stream(ctx);
-  return use_device(op, kite_ctx_device(ctx).device_id);
-}
-
-kite_status cuda_check_launch(const char *op, const char *variant) {
-  cudaError_t e = cudaGetLastError();
-  if (e == cudaSuccess) return KITE_OK;
-  return kite_set_error(KITE_ERR_DEVICE, "%s: cuda.%s: launch failed: %s", op, variant,
-                        cudaGetErrorString(e));
-}
 
 /* ---- backend: devices and memory ----------------------------------------------------------- */
 static int cuda_device_count(const kite_backend *b) {
@@ -84,7 +52,7 @@ static kite_status cuda_alloc(const kite_backend *b, int device_id, size_t bytes
   (void)b;
   if (!out) return kite_set_error(KITE_ERR_INVALID_ARG, "cuda: alloc: out is NULL");
   *out = NULL;
-  kite_status s = use_device("cuda: alloc", device_id);
+  kite_status s = cuda_use_device("cuda: alloc", device_id);
   if (s != KITE_OK) return s;
   cudaError_t e = cudaMalloc(out, bytes ? bytes : 256);
   if (e == cudaErrorMemoryAllocation) {
@@ -94,14 +62,14 @@ static kite_status cuda_alloc(const kite_backend *b, int device_id, size_t bytes
   }
   if (e != cudaSuccess) {
     *out = NULL;
-    return device_error("cuda: alloc", "cudaMalloc", e);
+    return cuda_device_error("cuda: alloc", "cudaMalloc", e);
   }
   return KITE_OK;
 }
 
 static void cuda_free(const kite_backend *b, int device_id, void *ptr) {
   (void)b;
-  if (!ptr || use_device("cuda: free", device_id) != KITE_OK) return;
+  if (!ptr || cuda_use_device("cuda: free", device_id) != KITE_OK) return;
   if (cudaFree(ptr) != cudaSuccess) (void)cudaGetLastError();
 }
 
@@ -124,10 +92,10 @@ static kite_status cuda_copy(const kite_backend *b, int device_id, void *dst, co
   default:
     return kite_set_error(KITE_ERR_INVALID_ARG, "cuda: copy: unknown kind %d", (int)kind);
   }
-  kite_status s = use_device("cuda: copy", device_id);
+  kite_status s = cuda_use_device("cuda: copy", device_id);
   if (s != KITE_OK) return s;
   cudaError_t e = cudaMemcpyAsync(dst, src, bytes, k, (cudaStream_t)stream);
-  return e == cudaSuccess ? KITE_OK : device_error("cuda: copy", "cudaMemcpyAsync", e);
+  return e == cudaSuccess ? KITE_OK : cuda_device_error("cuda: copy", "cudaMemcpyAsync", e);
 }
 
 static kite_status cuda_memset(const kite_backend *b, int device_id, void *dst, int value,
@@ -135,18 +103,18 @@ static kite_status cuda_memset(const kite_backend *b, int device_id, void *dst, 
   (void)b;
   if (bytes == 0) return KITE_OK;
   if (!dst) return kite_set_error(KITE_ERR_INVALID_ARG, "cuda: memset: NULL pointer");
-  kite_status s = use_device("cuda: memset", device_id);
+  kite_status s = cuda_use_device("cuda: memset", device_id);
   if (s != KITE_OK) return s;
   cudaError_t e = cudaMemsetAsync(dst, value, bytes, (cudaStream_t)stream);
-  return e == cudaSuccess ? KITE_OK : device_error("cuda: memset", "cudaMemsetAsync", e);
+  return e == cudaSuccess ? KITE_OK : cuda_device_error("cuda: memset", "cudaMemsetAsync", e);
 }
 
 static kite_status cuda_synchronize(const kite_backend *b, int device_id, void *stream) {
   (void)b;
-  kite_status s = use_device("cuda: synchronize", device_id);
+  kite_status s = cuda_use_device("cuda: synchronize", device_id);
   if (s != KITE_OK) return s;
   cudaError_t e = cudaStreamSynchronize((cudaStream_t)stream);
-  if (e != cudaSuccess) return device_error("cuda: synchronize", "cudaStreamSynchronize", e);
+  if (e != cudaSuccess) return cuda_device_error("cuda: synchronize", "cudaStreamSynchronize", e);
   return cuda_index_report(device_id);
 }
 
@@ -172,7 +140,7 @@ CHECKED(cuda_flce_generic_run)
 static kite_status cuda_timer_start(const kite_backend *b, int device_id, void *stream,
                                     void **timer) {
   (void)b;
-  kite_status s = use_device("cuda: timer", device_id);
+  kite_status s = cuda_use_device("cuda: timer", device_id);
   if (s != KITE_OK) return s;
   cudaEvent_t *ev = calloc(2, sizeof *ev);
   if (!ev) return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "cuda: timer: out of memory");
@@ -183,14 +151,14 @@ static kite_status cuda_timer_start(const kite_backend *b, int device_id, void *
   }
   if (e != cudaSuccess) {
     free(ev);
-    return device_error("cuda: timer", "cudaEventCreate", e);
+    return cuda_device_error("cuda: timer", "cudaEventCreate", e);
   }
   e = cudaEventRecord(ev[0], (cudaStream_t)stream);
   if (e != cudaSuccess) {
     cudaEventDestroy(ev[0]);
     cudaEventDestroy(ev[1]);
     free(ev);
-    return device_error("cuda: timer", "cudaEventRecord", e);
+    return cuda_device_error("cuda: timer", "cudaEventRecord", e);
   }
   *timer = ev;
   return KITE_OK;
@@ -200,7 +168,7 @@ static kite_status cuda_timer_stop(const kite_backend *b, int device_id, void *s
                                    double *seconds) {
   (void)b;
   cudaEvent_t *ev = timer;
-  kite_status s = use_device("cuda: timer", device_id);
+  kite_status s = cuda_use_device("cuda: timer", device_id);
   cudaError_t e = cudaSuccess;
   float ms = 0.0f;
   if (s == KITE_OK) {
@@ -212,7 +180,7 @@ static kite_status cuda_timer_stop(const kite_backend *b, int device_id, void *s
   cudaEventDestroy(ev[1]);
   free(ev);
   if (s != KITE_OK) return s;
-  if (e != cudaSuccess) return device_error("cuda: timer", "cudaEventElapsedTime", e);
+  if (e != cudaSuccess) return cuda_device_error("cuda: timer", "cudaEventElapsedTime", e);
   *seconds = ms * 1e-3;
   return KITE_OK;
 }
@@ -227,51 +195,46 @@ enum {
   PRIORITY_LIBRARY = 50
 };
 
-#define KERNEL(op_id, name, prio, supports_fn, run_fn, desc)                                       \
+/* A row needing the feature bits `bits` (named `bits_str`); KERNEL needs none. */
+#define KERNEL_NEEDS(bits, bits_str, op_id, name, prio, supports_fn, run_fn, desc)                 \
   {                                                                                                \
-    .op = (op_id), .variant = (name), .priority = (prio), .features = 0, .features_str = "",       \
-    .supports = (supports_fn), .run = (run_fn), .description = (desc), .userdata = NULL            \
-  }
-#define KERNEL_SM90(op_id, name, prio, supports_fn, run_fn, desc)                                  \
-  {                                                                                                \
-    .op = (op_id), .variant = (name), .priority = (prio), .features = CUDA_FEATURE_SM90,           \
-    .features_str = "sm_90", .supports = (supports_fn), .run = (run_fn), .description = (desc),    \
+    .op = (op_id), .variant = (name), .priority = (prio), .features = (bits),                      \
+    .features_str = (bits_str), .supports = (supports_fn), .run = (run_fn), .description = (desc), \
     .userdata = NULL                                                                               \
   }
+#define KERNEL(...) KERNEL_NEEDS(0, "", __VA_ARGS__)
+#define KERNEL_SM90(...) KERNEL_NEEDS(CUDA_FEATURE_SM90, "sm_90", __VA_ARGS__)
 #define VEC(op_id, family, desc)                                                                   \
   KERNEL(op_id, "vec", PRIORITY_VEC, cuda_##family##_vec_supports, cuda_##family##_vec_run, desc)
 /* the norm backward's persistent variants, first among the vec kernels of their op */
 #define ROWS(op_id, name, run_fn, desc)                                                            \
   KERNEL(op_id, name, PRIORITY_VEC, cuda_norm_bwd_rows_supports, run_fn, desc)
 #define GENERIC(op_id, family, desc)                                                               \
-  KERNEL(op_id, "generic", PRIORITY_GENERIC, cuda_##family##_generic_supports,                     \
-         cuda_##family##_generic_run, desc)
+  KERNEL(op_id, "generic", PRIORITY_GENERIC, cuda_float_supports, cuda_##family##_generic_run, desc)
+/* The two rows of an op whose kernels differ only in their loads: "<what>, 16-byte loads" and
+ * "<what>, any layout". */
+#define VEC_AND_GENERIC(op_id, family, what)                                                       \
+  VEC(op_id, family, what ", 16-byte loads"), GENERIC(op_id, family, what ", any layout")
+/* A norm's two rows; add = "fused add, " for the add_* ops. */
+#define NORM_ROWS(op_id, add)                                                                      \
+  VEC(op_id, norm, add "block per row, row in registers, 16-byte loads"),                          \
+      GENERIC(op_id, norm, add "block per row, any layout and length")
 
 static const kite_kernel cuda_kernels[] = {
-    VEC(KITE_OP_SILU, act, "silu, 16-byte loads"),
-    GENERIC(KITE_OP_SILU, act, "silu, any layout"),
-    VEC(KITE_OP_GELU, act, "gelu (erf), 16-byte loads"),
-    GENERIC(KITE_OP_GELU, act, "gelu (erf), any layout"),
-    VEC(KITE_OP_GELU_TANH, act, "tanh gelu, 16-byte loads"),
-    GENERIC(KITE_OP_GELU_TANH, act, "tanh gelu, any layout"),
-    VEC(KITE_OP_GELU_QUICK, act, "quick gelu, 16-byte loads"),
-    GENERIC(KITE_OP_GELU_QUICK, act, "quick gelu, any layout"),
-    VEC(KITE_OP_RELU, act, "relu, 16-byte loads"),
-    GENERIC(KITE_OP_RELU, act, "relu, any layout"),
-    VEC(KITE_OP_SILU_AND_MUL, gated, "silu(gate) * up, 16-byte loads"),
-    GENERIC(KITE_OP_SILU_AND_MUL, gated, "silu(gate) * up, any layout"),
-    VEC(KITE_OP_GELU_AND_MUL, gated, "gelu(gate) * up, 16-byte loads"),
-    GENERIC(KITE_OP_GELU_AND_MUL, gated, "gelu(gate) * up, any layout"),
-    VEC(KITE_OP_GELU_TANH_AND_MUL, gated, "tanh gelu(gate) * up, 16-byte loads"),
-    GENERIC(KITE_OP_GELU_TANH_AND_MUL, gated, "tanh gelu(gate) * up, any layout"),
-    VEC(KITE_OP_RMS_NORM, norm, "block per row, row in registers, 16-byte loads"),
-    GENERIC(KITE_OP_RMS_NORM, norm, "block per row, any layout and length"),
-    VEC(KITE_OP_LAYER_NORM, norm, "block per row, row in registers, 16-byte loads"),
-    GENERIC(KITE_OP_LAYER_NORM, norm, "block per row, any layout and length"),
-    VEC(KITE_OP_ADD_RMS_NORM, norm, "fused add, block per row, row in registers"),
-    GENERIC(KITE_OP_ADD_RMS_NORM, norm, "fused add, block per row, any layout and length"),
-    VEC(KITE_OP_ADD_LAYER_NORM, norm, "fused add, block per row, row in registers"),
-    GENERIC(KITE_OP_ADD_LAYER_NORM, norm, "fused add, block per row, any layout and length"),
+    VEC_AND_GENERIC(KITE_OP_SILU, act, "silu"),
+    VEC_AND_GENERIC(KITE_OP_GELU, act, "gelu (erf)"),
+    VEC_AND_GENERIC(KITE_OP_GELU_TANH, act, "tanh gelu"),
+    VEC_AND_GENERIC(KITE_OP_GELU_QUICK, act, "quick gelu"),
+    VEC_AND_GENERIC(KITE_OP_RELU, act, "relu"),
+    /* gated */
+    VEC_AND_GENERIC(KITE_OP_SILU_AND_MUL, gated, "silu(gate) * up"),
+    VEC_AND_GENERIC(KITE_OP_GELU_AND_MUL, gated, "gelu(gate) * up"),
+    VEC_AND_GENERIC(KITE_OP_GELU_TANH_AND_MUL, gated, "tanh gelu(gate) * up"),
+    /* norms */
+    NORM_ROWS(KITE_OP_RMS_NORM, ""),
+    NORM_ROWS(KITE_OP_LAYER_NORM, ""),
+    NORM_ROWS(KITE_OP_ADD_RMS_NORM, "fused add, "),
+    NORM_ROWS(KITE_OP_ADD_LAYER_NORM, "fused add, "),
     VEC(KITE_OP_ROPE, rope, "neox/gptj, 16-byte packs of pairs, q and k in one launch"),
     GENERIC(KITE_OP_ROPE, rope, "neox/gptj, a pair per thread, any layout"),
     KERNEL_SM90(KITE_OP_SOFTMAX, "cluster", PRIORITY_CLUSTER, cuda_softmax_cluster_supports,
@@ -284,7 +247,7 @@ static const kite_kernel cuda_kernels[] = {
     VEC(KITE_OP_EMBEDDING, embedding, "row copy in 16-byte units, zeros for bad ids"),
     KERNEL(KITE_OP_EMBEDDING, "generic", PRIORITY_GENERIC, NULL, cuda_embedding_generic_run,
            "row copy per element, zeros for bad ids"),
-    KERNEL(KITE_OP_STORE_KV, "generic", PRIORITY_GENERIC, cuda_store_kv_supports,
+    KERNEL(KITE_OP_STORE_KV, "generic", PRIORITY_GENERIC, cuda_float_supports,
            checked_cuda_store_kv_run, "k and v into the caches in one launch, bad slots skipped"),
     KERNEL(KITE_OP_PAGED_DECODE, "mma", PRIORITY_SPLIT, cuda_paged_mma_supports,
            checked_cuda_paged_mma_run,
@@ -312,18 +275,18 @@ static const kite_kernel cuda_kernels[] = {
            "a query row and kv head per CTA, CUDA cores, 16-byte loads"),
     KERNEL(KITE_OP_SDPA, "generic", PRIORITY_GENERIC, cuda_sdpa_generic_supports,
            cuda_sdpa_generic_run, "a query row and kv head per CTA, any layout and mask"),
-    KERNEL(KITE_OP_LINEAR, "cublaslt", PRIORITY_LIBRARY, cuda_gemm_supports,
+    KERNEL(KITE_OP_LINEAR, "cublaslt", PRIORITY_LIBRARY, cuda_float_supports,
            cuda_linear_cublaslt_run, "cuBLASLt matmul, bias epilogue, f32 without TF32"),
-    KERNEL(KITE_OP_LINEAR, "tiles", PRIORITY_GENERIC, cuda_gemm_supports, cuda_linear_tiles_run,
+    KERNEL(KITE_OP_LINEAR, "tiles", PRIORITY_GENERIC, cuda_float_supports, cuda_linear_tiles_run,
            "64x64 f32 tiles on CUDA cores, any layout"),
-    KERNEL(KITE_OP_GROUP_GEMM, "cublaslt", PRIORITY_LIBRARY, cuda_gemm_supports,
+    KERNEL(KITE_OP_GROUP_GEMM, "cublaslt", PRIORITY_LIBRARY, cuda_float_supports,
            checked_cuda_group_gemm_cublaslt_run,
            "cuBLASLt matmul per group (group sizes read on the host; tiles under graph capture)"),
-    KERNEL(KITE_OP_GROUP_GEMM, "tiles", PRIORITY_GENERIC, cuda_gemm_supports,
+    KERNEL(KITE_OP_GROUP_GEMM, "tiles", PRIORITY_GENERIC, cuda_float_supports,
            checked_cuda_group_gemm_tiles_run, "64x64 tiles, group schedule built on the device"),
-    KERNEL(KITE_OP_TOPK_GATING, "warp", PRIORITY_GENERIC, cuda_moe_supports, cuda_topk_gating_run,
+    KERNEL(KITE_OP_TOPK_GATING, "warp", PRIORITY_GENERIC, cuda_float_supports, cuda_topk_gating_run,
            "a warp per token, k ranked picks"),
-    KERNEL(KITE_OP_FUSED_MOE, "grouped", PRIORITY_GENERIC, cuda_moe_supports, cuda_fused_moe_run,
+    KERNEL(KITE_OP_FUSED_MOE, "grouped", PRIORITY_GENERIC, cuda_float_supports, cuda_fused_moe_run,
            "routing on the device, then grouped tiled GEMMs"),
     KERNEL(KITE_OP_QUANT, "generic", PRIORITY_GENERIC, cuda_quant_supports, cuda_quant_run,
            "a block per row, int8 or e4m3"),
@@ -336,23 +299,23 @@ static const kite_kernel cuda_kernels[] = {
            cuda_linear_quant_run, "a thread per output, exact int8 sums"),
     KERNEL_SM90(KITE_OP_ARGMAX, "cluster", PRIORITY_CLUSTER, cuda_sample_cluster_supports,
                 cuda_sample_cluster_run, "a row per 8-block cluster, read once into shared memory"),
-    KERNEL(KITE_OP_ARGMAX, "block", PRIORITY_GENERIC, cuda_sampling_supports, cuda_sample_run,
+    KERNEL(KITE_OP_ARGMAX, "block", PRIORITY_GENERIC, cuda_float_supports, cuda_sample_run,
            "a block per row, one pass"),
     KERNEL_SM90(KITE_OP_SAMPLE, "cluster", PRIORITY_CLUSTER, cuda_sample_cluster_supports,
                 cuda_sample_cluster_run,
                 "a row per 8-block cluster in shared memory: radix selects over merged histograms"),
-    KERNEL(KITE_OP_SAMPLE, "block", PRIORITY_GENERIC, cuda_sampling_supports, cuda_sample_run,
+    KERNEL(KITE_OP_SAMPLE, "block", PRIORITY_GENERIC, cuda_float_supports, cuda_sample_run,
            "a block per row: radix-select top-k / top-p thresholds, exponential race, no sort"),
     KERNEL_SM90(
         KITE_OP_LOGPROBS, "cluster", PRIORITY_CLUSTER, cuda_logprobs_cluster_supports,
         cuda_logprobs_cluster_run,
         "a row per 8-block cluster in shared memory: log-sum-exp, top n as top-k candidates"),
-    KERNEL(KITE_OP_LOGPROBS, "block", PRIORITY_GENERIC, cuda_sampling_supports, cuda_logprobs_run,
+    KERNEL(KITE_OP_LOGPROBS, "block", PRIORITY_GENERIC, cuda_float_supports, cuda_logprobs_run,
            "a block per row: log-sum-exp, then n block-wide picks"),
-    KERNEL(KITE_OP_APPLY_PENALTIES, "owner", PRIORITY_GENERIC, cuda_sampling_supports,
+    KERNEL(KITE_OP_APPLY_PENALTIES, "owner", PRIORITY_GENERIC, cuda_float_supports,
            cuda_penalties_run, "a block per row, the first position of each id updates it"),
-    KERNEL(KITE_OP_LINEAR_WQ4, "warp", PRIORITY_GENERIC, cuda_linear_wq4_supports,
-           cuda_linear_wq4_run, "a warp per output column and 8 rows, blocks over lanes"),
+    KERNEL(KITE_OP_LINEAR_WQ4, "warp", PRIORITY_GENERIC, cuda_float_supports, cuda_linear_wq4_run,
+           "a warp per output column and 8 rows, blocks over lanes"),
     KERNEL(KITE_OP_ALL_REDUCE, "nccl", PRIORITY_LIBRARY, cuda_nccl_supports, cuda_nccl_run,
            "ncclAllReduce (sum) on the ctx's stream"),
     KERNEL(KITE_OP_ALL_GATHER, "nccl", PRIORITY_LIBRARY, cuda_nccl_supports, cuda_nccl_run,
@@ -362,10 +325,8 @@ static const kite_kernel cuda_kernels[] = {
     KERNEL(KITE_OP_ALL_REDUCE_ADD_RMS_NORM, "nccl", PRIORITY_LIBRARY, cuda_nccl_supports,
            cuda_nccl_run, "ncclAllReduce into the workspace, then kite's add_rms_norm kernel"),
     /* training: backward ops */
-    VEC(KITE_OP_ACTIVATION_BACKWARD, act_bwd, "dy * act'(x), 16-byte loads"),
-    GENERIC(KITE_OP_ACTIVATION_BACKWARD, act_bwd, "dy * act'(x), any layout"),
-    VEC(KITE_OP_GATED_BACKWARD, act_bwd, "d gate and d up, 16-byte loads"),
-    GENERIC(KITE_OP_GATED_BACKWARD, act_bwd, "d gate and d up, any layout"),
+    VEC_AND_GENERIC(KITE_OP_ACTIVATION_BACKWARD, act_bwd, "dy * act'(x)"),
+    VEC_AND_GENERIC(KITE_OP_GATED_BACKWARD, act_bwd, "d gate and d up"),
     ROWS(KITE_OP_RMS_NORM_BACKWARD, "rows", cuda_norm_bwd_rows_run,
          "persistent bands of rows, a warp or a few per row, dw in registers"),
     ROWS(KITE_OP_RMS_NORM_BACKWARD, "rows_prefetch", cuda_norm_bwd_rows_prefetch_run,
@@ -384,24 +345,23 @@ static const kite_kernel cuda_kernels[] = {
             "runs of rows per block, any layout, dw/db by fixed-order partials"),
     VEC(KITE_OP_ROPE_BACKWARD, rope, "rotation by -theta, 16-byte packs of pairs"),
     GENERIC(KITE_OP_ROPE_BACKWARD, rope, "rotation by -theta, a pair per thread, any layout"),
-    VEC(KITE_OP_SOFTMAX_BACKWARD, softmax_bwd, "block per row, two passes, 16-byte loads"),
-    GENERIC(KITE_OP_SOFTMAX_BACKWARD, softmax_bwd, "block per row, two passes, any layout"),
+    VEC_AND_GENERIC(KITE_OP_SOFTMAX_BACKWARD, softmax_bwd, "block per row, two passes"),
     KERNEL(KITE_OP_EMBEDDING_BACKWARD, "sorted", PRIORITY_GENERIC, cuda_embedding_bwd_supports,
            cuda_embedding_bwd_run,
            "stable radix sort of ids, then each table row summed in token order"),
     /* training: losses */
     KERNEL(KITE_OP_CROSS_ENTROPY, "vec", PRIORITY_VEC, cuda_ce_vec_supports,
            checked_cuda_ce_vec_run, "block per row, one pass, 16-byte loads, fixed-order sum"),
-    KERNEL(KITE_OP_CROSS_ENTROPY, "generic", PRIORITY_GENERIC, cuda_ce_generic_supports,
+    KERNEL(KITE_OP_CROSS_ENTROPY, "generic", PRIORITY_GENERIC, cuda_float_supports,
            checked_cuda_ce_generic_run, "block per row, one pass, any layout, fixed-order sum"),
     KERNEL(KITE_OP_CROSS_ENTROPY_BACKWARD, "vec", PRIORITY_VEC, cuda_ce_vec_supports,
            checked_cuda_ce_vec_run, "block per row, 16-byte loads, in place allowed"),
-    KERNEL(KITE_OP_CROSS_ENTROPY_BACKWARD, "generic", PRIORITY_GENERIC, cuda_ce_generic_supports,
+    KERNEL(KITE_OP_CROSS_ENTROPY_BACKWARD, "generic", PRIORITY_GENERIC, cuda_float_supports,
            checked_cuda_ce_generic_run, "block per row, any layout, in place allowed"),
-    KERNEL(KITE_OP_FUSED_LINEAR_CROSS_ENTROPY, "cublaslt", PRIORITY_LIBRARY, cuda_flce_supports,
+    KERNEL(KITE_OP_FUSED_LINEAR_CROSS_ENTROPY, "cublaslt", PRIORITY_LIBRARY, cuda_float_supports,
            checked_cuda_flce_cublaslt_run,
            "chunks of rows: cuBLASLt GEMMs, cross-entropy forward+backward in place per piece"),
-    KERNEL(KITE_OP_FUSED_LINEAR_CROSS_ENTROPY, "generic", PRIORITY_GENERIC, cuda_flce_supports,
+    KERNEL(KITE_OP_FUSED_LINEAR_CROSS_ENTROPY, "generic", PRIORITY_GENERIC, cuda_float_supports,
            checked_cuda_flce_generic_run, "chunks of rows: tiled GEMMs on CUDA cores, any layout"),
 };
 
@@ -427,10 +387,6 @@ static const kite_backend cuda_backend = {
     .comm_destroy = cuda_comm_destroy,
     .kernel_unavailable = cuda_nccl_unavailable,
 };
-
-const kite_backend *cuda_backend_self(void) {
-  return &cuda_backend;
-}
 
 EXPORT const uint32_t kite_plugin_abi_version = KITE_BACKEND_ABI_VERSION;
 

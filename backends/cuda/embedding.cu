@@ -46,15 +46,15 @@ kite_status launch(kite_ctx *ctx, const kite_embedding_args *a, const char *vari
   if (!a->ids || !a->table || !a->y)
     return kite_set_error(KITE_ERR_INVALID_ARG, "embedding: cuda.%s: NULL ids, table or y",
                           variant);
-  void *stream;
-  kite_status st = cuda_begin(ctx, "embedding", &stream);
+  cudaStream_t s;
+  kite_status st = begin(ctx, "embedding", &s);
   if (st != KITE_OK) return st;
   constexpr int UPT = 4;
   const int64_t per_elem = (int64_t)kite_dtype_size(a->dtype), unit = (int64_t)sizeof(U);
   /* for U wider than an element, vec's supports() has checked that these divide exactly */
   const int64_t units = a->hidden * per_elem / unit;
   const RowGrid g = row_grid(a->tokens, (units + UPT - 1) / UPT);
-  embedding_kernel<U, UPT><<<g.grid, g.block, 0, (cudaStream_t)stream>>>(
+  embedding_kernel<U, UPT><<<g.grid, g.block, 0, s>>>(
       a->ids, (const U *)a->table, a->table_stride * per_elem / unit, a->vocab, (U *)a->y,
       a->y_stride * per_elem / unit, a->tokens, units);
   return cuda_check_launch("embedding", variant);
@@ -162,10 +162,7 @@ size_t round256(size_t n) {
 
 extern "C" CUDA_SUPPORTS(cuda_embedding_bwd_supports) {
   const kite_embedding_bwd_args *a = (const kite_embedding_bwd_args *)args;
-  if (!is_float_dtype(a->dtype)) {
-    *why = "dtype must be f32, f16 or bf16";
-    return false;
-  }
+  if (!float_dtype(a->dtype, why)) return false;
   if (a->tokens > 0x7fffffff) {
     *why = "CUB sorts at most 2^31 - 1 tokens";
     return false;
@@ -183,10 +180,9 @@ extern "C" CUDA_RUN(cuda_embedding_bwd_run) {
   if ((a->tokens > 0 && !a->ids) || !a->dy || !a->dtable)
     return kite_set_error(KITE_ERR_INVALID_ARG, "%s: cuda.%s: NULL ids, dy or dtable", name,
                           variant);
-  void *stream;
-  kite_status st = cuda_begin(ctx, name, &stream);
+  cudaStream_t s;
+  kite_status st = begin(ctx, name, &s);
   if (st != KITE_OK) return st;
-  cudaStream_t s = (cudaStream_t)stream;
   /* valid ids are < sentinel <= 2^31; the sort looks at the bits up to the sentinel's */
   const uint32_t sentinel = (uint32_t)(a->vocab < (1ll << 31) ? a->vocab : (1ll << 31));
   int end_bit = 1;

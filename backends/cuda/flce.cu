@@ -43,8 +43,8 @@ struct StridedGemm {
 
 constexpr int kTile = 64, kTileK = 16;
 
-/* 256 threads; thread (tx, ty) owns rows ty + 16 i and columns tx + 16 j of its tile. Tiles of
- * rows past the grid's 65535 are taken by the same blocks in turn. */
+/* 256 threads in the register tile of tile_fma_4x4 (gemm.cuh). Tiles of rows past the grid's
+ * 65535 are taken by the same blocks in turn. */
 template <typename T> __global__ __launch_bounds__(256) void strided_gemm_kernel(StridedGemm p) {
   __shared__ float as[kTileK][kTile + 1];
   __shared__ float bs[kTileK][kTile + 1];
@@ -63,16 +63,7 @@ template <typename T> __global__ __launch_bounds__(256) void strided_gemm_kernel
         bs[kk][r] = col < p.n && l < p.k ? to_float(b[l * p.b_sk + col * p.b_sj]) : 0.0f;
       }
       __syncthreads();
-#pragma unroll
-      for (int kk = 0; kk < kTileK; kk++) {
-        float ar[4], br[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) ar[i] = as[kk][ty + 16 * i], br[i] = bs[kk][tx + 16 * i];
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-#pragma unroll
-          for (int j = 0; j < 4; j++) acc[i][j] = fmaf(ar[i], br[j], acc[i][j]);
-      }
+      tile_fma_4x4(as, bs, tx, ty, acc);
       __syncthreads();
     }
 #pragma unroll
@@ -144,10 +135,9 @@ size_t round256(size_t n) {
 
 kite_status flce_run(kite_ctx *ctx, const kite_flce_args *a, bool lt) {
   const char *variant = lt ? "cublaslt" : "generic";
-  void *stream;
-  kite_status st = cuda_begin(ctx, kOp, &stream);
+  cudaStream_t s;
+  kite_status st = begin(ctx, kOp, &s);
   if (st != KITE_OK) return st;
-  cudaStream_t s = (cudaStream_t)stream;
   const kite_dtype t = a->dtype;
   const int64_t N = a->rows, H = a->hidden, V = a->vocab;
   const size_t es = kite_dtype_size(t);
@@ -241,15 +231,6 @@ kite_status flce_run(kite_ctx *ctx, const kite_flce_args *a, bool lt) {
 }
 
 } // namespace
-
-extern "C" CUDA_SUPPORTS(cuda_flce_supports) {
-  const kite_flce_args *a = (const kite_flce_args *)args;
-  if (!is_float_dtype(a->dtype)) {
-    *why = "dtype must be f32, f16 or bf16";
-    return false;
-  }
-  return true;
-}
 
 extern "C" CUDA_RUN(cuda_flce_cublaslt_run) {
   return flce_run(ctx, (const kite_flce_args *)args, true);

@@ -25,8 +25,7 @@ namespace kite_cuda {
 /* ---- tiled kernel -------------------------------------------------------------------------- */
 constexpr int kBM = 64, kBN = 64, kBK = 16;
 
-/* 256 threads; thread (tx, ty) owns rows ty + 16 i and columns tx + 16 j of the tile (i, j < 4),
- * so that a warp's stores and shared reads touch consecutive columns. */
+/* 256 threads in the register tile of tile_fma_4x4 (gemm.cuh). */
 template <typename T, typename OutT>
 __global__ void __launch_bounds__(256) tile_gemm_kernel(TileGemm p) {
   __shared__ float as[kBK][kBM + 1];
@@ -59,16 +58,7 @@ __global__ void __launch_bounds__(256) tile_gemm_kernel(TileGemm p) {
       bs[kk][r] = bv;
     }
     __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kBK; kk++) {
-      float ar[4], br[4];
-#pragma unroll
-      for (int i = 0; i < 4; i++) ar[i] = as[kk][ty + 16 * i], br[i] = bs[kk][tx + 16 * i];
-#pragma unroll
-      for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++) acc[i][j] = fmaf(ar[i], br[j], acc[i][j]);
-    }
+    tile_fma_4x4(as, bs, tx, ty, acc);
     __syncthreads();
   }
   const T *bias = (const T *)p.bias;
@@ -329,37 +319,28 @@ kite_status linear_tiles(const kite_linear_args *a, cudaStream_t s) {
 
 } // namespace
 
-extern "C" CUDA_SUPPORTS(cuda_gemm_supports) {
-  const kite_dtype t = *(const kite_dtype *)((const char *)args + sizeof(kite_op));
-  if (!is_float_dtype(t)) {
-    *why = "dtype must be f32, f16 or bf16";
-    return false;
-  }
-  return true;
-}
-
 extern "C" CUDA_RUN(cuda_linear_cublaslt_run) {
   const kite_linear_args *a = (const kite_linear_args *)args;
   if (a->m <= 0 || a->n <= 0) return KITE_OK;
-  void *stream;
-  kite_status st = cuda_begin(ctx, "linear", &stream);
+  cudaStream_t s;
+  kite_status st = begin(ctx, "linear", &s);
   if (st != KITE_OK) return st;
   if (a->k > 0 && a->m <= INT32_MAX && a->n <= INT32_MAX && a->k <= INT32_MAX) {
-    const int r = lt_linear(a, (cudaStream_t)stream);
+    const int r = lt_linear(a, s);
     if (r < 0) return KITE_ERR_DEVICE;
     if (r > 0) return cuda_check_launch("linear", "cublaslt");
   }
-  st = linear_tiles(a, (cudaStream_t)stream);
+  st = linear_tiles(a, s);
   return st != KITE_OK ? st : cuda_check_launch("linear", "cublaslt");
 }
 
 extern "C" CUDA_RUN(cuda_linear_tiles_run) {
   const kite_linear_args *a = (const kite_linear_args *)args;
   if (a->m <= 0 || a->n <= 0) return KITE_OK;
-  void *stream;
-  kite_status st = cuda_begin(ctx, "linear", &stream);
+  cudaStream_t s;
+  kite_status st = begin(ctx, "linear", &s);
   if (st != KITE_OK) return st;
-  st = linear_tiles(a, (cudaStream_t)stream);
+  st = linear_tiles(a, s);
   return st != KITE_OK ? st : cuda_check_launch("linear", "tiles");
 }
 
@@ -367,10 +348,9 @@ extern "C" CUDA_RUN(cuda_linear_tiles_run) {
 extern "C" CUDA_RUN(cuda_group_gemm_tiles_run) {
   const kite_group_gemm_args *a = (const kite_group_gemm_args *)args;
   if (a->m <= 0 || a->n <= 0) return KITE_OK;
-  void *stream;
-  kite_status st = cuda_begin(ctx, "group_gemm", &stream);
+  cudaStream_t s;
+  kite_status st = begin(ctx, "group_gemm", &s);
   if (st != KITE_OK) return st;
-  cudaStream_t s = (cudaStream_t)stream;
   const int64_t max_tiles = tile_gemm_max_tiles(a->m, a->groups);
   void *ws;
   st = kite_ctx_workspace(ctx, 16 + (size_t)max_tiles * sizeof(GemmTile), &ws);
@@ -406,10 +386,9 @@ extern "C" CUDA_RUN(cuda_group_gemm_tiles_run) {
 extern "C" CUDA_RUN(cuda_group_gemm_cublaslt_run) {
   const kite_group_gemm_args *a = (const kite_group_gemm_args *)args;
   if (a->m <= 0 || a->n <= 0) return KITE_OK;
-  void *stream;
-  kite_status st = cuda_begin(ctx, "group_gemm", &stream);
+  cudaStream_t s;
+  kite_status st = begin(ctx, "group_gemm", &s);
   if (st != KITE_OK) return st;
-  cudaStream_t s = (cudaStream_t)stream;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(s, &capture) != cudaSuccess) {
     (void)cudaGetLastError();

@@ -31,6 +31,25 @@ struct TileGemm {
   int64_t max_tiles; /* grid rows launched when tiles is set */
 };
 
+/* The register tile of the 64 x 64 CUDA-core GEMMs (tile_gemm_kernel, flce.cu's strided one), 256
+ * threads: thread (tx, ty) owns rows ty + 16 i and columns tx + 16 j (i, j < 4), so that a warp's
+ * stores and shared reads touch consecutive columns. One staged k slice of both operands
+ * (as[kk][row], bs[kk][col], padded to 65 against bank conflicts) into acc. */
+template <int KK>
+__device__ __forceinline__ void tile_fma_4x4(const float (&as)[KK][65], const float (&bs)[KK][65],
+                                             int tx, int ty, float (&acc)[4][4]) {
+#pragma unroll
+  for (int kk = 0; kk < KK; kk++) {
+    float ar[4], br[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) ar[i] = as[kk][ty + 16 * i], br[i] = bs[kk][tx + 16 * i];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+      for (int j = 0; j < 4; j++) acc[i][j] = fmaf(ar[i], br[j], acc[i][j]);
+  }
+}
+
 /* Most tiles that m rows in `groups` groups can need. */
 int64_t tile_gemm_max_tiles(int64_t m, int64_t groups);
 /* One-block kernel: tiles of each group's rows (sizes read on the device, negative = 0, clamped

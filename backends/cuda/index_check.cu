@@ -152,13 +152,12 @@ extern "C" kite_status cuda_index_check(kite_ctx *ctx, const void *args) {
   if (!(kite_ctx_checks(ctx) & KITE_CHECK_INDICES)) return KITE_OK;
   const kite_op op = *(const kite_op *)args;
   const char *name = cuda_op_str(op);
-  void *stream;
-  kite_status st = cuda_begin(ctx, name, &stream);
+  cudaStream_t s;
+  kite_status st = kite_cuda::begin(ctx, name, &s);
   if (st != KITE_OK) return st;
   unsigned long long *word = device_word(kite_ctx_device(ctx).device_id);
   if (!word)
     return kite_set_error(KITE_ERR_DEVICE, "%s: cuda: cannot allocate the index-check word", name);
-  cudaStream_t s = (cudaStream_t)stream;
   if (op == KITE_OP_PAGED_DECODE || op == KITE_OP_PAGED_PREFILL) {
     const kite_paged_attn_args *a = (const kite_paged_attn_args *)args;
     if (a->batch > 0) paged_check_kernel<<<(unsigned)a->batch, 128, 0, s>>>(*a, word);

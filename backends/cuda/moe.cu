@@ -141,39 +141,25 @@ size_t align256(size_t n) {
 
 } // namespace
 
-extern "C" CUDA_SUPPORTS(cuda_moe_supports) {
-  const kite_dtype t = *(const kite_dtype *)((const char *)args + sizeof(kite_op));
-  if (!is_float_dtype(t)) {
-    *why = "dtype must be f32, f16 or bf16";
-    return false;
-  }
-  return true;
-}
-
 extern "C" CUDA_RUN(cuda_topk_gating_run) {
   const kite_topk_args *a = (const kite_topk_args *)args;
   if (a->k < 1 || a->k > a->experts)
     return kite_set_error(KITE_ERR_INVALID_ARG, "topk_gating: cuda: k %lld outside [1, %lld]",
                           (long long)a->k, (long long)a->experts);
   if (a->tokens <= 0) return KITE_OK;
-  void *stream;
-  kite_status st = cuda_begin(ctx, "topk_gating", &stream);
-  if (st != KITE_OK) return st;
-  st = with_float_type(a->dtype, "topk_gating", [&](auto tag) {
+  return launch_typed(ctx, "topk_gating", "warp", a->dtype, [&](auto tag, cudaStream_t s) {
     using T = typename decltype(tag)::type;
-    topk_kernel<T><<<(unsigned)((a->tokens + 7) / 8), 256, 0, (cudaStream_t)stream>>>(*a);
+    topk_kernel<T><<<(unsigned)((a->tokens + 7) / 8), 256, 0, s>>>(*a);
     return KITE_OK;
   });
-  return st != KITE_OK ? st : cuda_check_launch("topk_gating", "warp");
 }
 
 extern "C" CUDA_RUN(cuda_fused_moe_run) {
   const kite_moe_args *a = (const kite_moe_args *)args;
   if (a->tokens <= 0 || a->hidden <= 0) return KITE_OK;
-  void *stream;
-  kite_status st = cuda_begin(ctx, "fused_moe", &stream);
+  cudaStream_t s;
+  kite_status st = begin(ctx, "fused_moe", &s);
   if (st != KITE_OK) return st;
-  cudaStream_t s = (cudaStream_t)stream;
   const int64_t P = a->tokens * a->topk, I = a->inter, H = a->hidden, E = a->experts;
   const int64_t max_tiles = tile_gemm_max_tiles(P, E);
   const size_t es = kite_dtype_size(a->dtype);

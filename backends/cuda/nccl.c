@@ -8,6 +8,10 @@
  * cuda.nccl runs ncclAllReduce / ncclAllGather / ncclReduceScatter on the ctx's stream; its
  * all_reduce_add_rms_norm all-reduces into the ctx's workspace and runs kite's add_rms_norm
  * kernel on that (norm.cu), so x is never written.
+ *
+ * Layering: stands on cuda_device.c (cuda_begin, names) and norm.cu (cuda_add_rms_norm);
+ * cuda_plugin.c puts what this file exports into the backend and its table, and nothing here
+ * calls back into it.
  */
 #include <dlfcn.h>
 #include <glob.h>
@@ -281,7 +285,10 @@ static int nccl_type(kite_dtype t) {
 CUDA_SUPPORTS(cuda_nccl_supports) {
   (void)k;
   kite_dtype t = kite_args_head_of(args)->dtype;
-  if (comm_of(args)->backend != cuda_backend_self()) {
+  /* the comm's backend is this one when it creates comms with this file's cuda_comm_create (the
+   * backend struct itself is cuda_plugin.c's, which this file does not call) */
+  const kite_backend *owner = comm_of(args)->backend;
+  if (!owner || owner->comm_create != cuda_comm_create) {
     *why = "the comm belongs to another backend";
     return false;
   }

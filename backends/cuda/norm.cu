@@ -236,28 +236,17 @@ kite_status check_args(const kite_norm_args *a, const char *variant) {
 
 } // namespace
 
-extern "C" CUDA_SUPPORTS(cuda_norm_generic_supports) {
-  const kite_norm_args *a = (const kite_norm_args *)args;
-  if (!is_float_dtype(a->dtype)) {
-    *why = "dtype must be f32, f16 or bf16";
-    return false;
-  }
-  return true;
-}
-
 extern "C" CUDA_SUPPORTS(cuda_norm_vec_supports) {
   const kite_norm_args *a = (const kite_norm_args *)args;
-  if (!cuda_norm_generic_supports(k, args, why)) return false;
-  const int n = vec_elems_of(a->dtype);
-  const size_t es = kite_dtype_size(a->dtype);
-  if (a->cols % n != 0 || !rows_aligned16(a->x, a->rows, a->x_stride, es) ||
-      !rows_aligned16(a->y, a->rows, a->y_stride, es) ||
-      (a->residual && !rows_aligned16(a->residual, a->rows, a->residual_stride, es)) ||
-      (a->w && !aligned16(a->w)) || (a->b && !aligned16(a->b))) {
-    *why = "needs 16-byte aligned rows and vectors, cols a multiple of 16 bytes";
+  if (!vec_rows_fit(a->dtype, a->rows, a->cols,
+                    {{a->x, a->x_stride},
+                     {a->y, a->y_stride},
+                     {a->residual, a->residual_stride},
+                     {a->w, 0},
+                     {a->b, 0}},
+                    why))
     return false;
-  }
-  if (pick_vpt(a->cols / n) == 0) {
+  if (pick_vpt(a->cols / vec_elems_of(a->dtype)) == 0) {
     *why = "row longer than 4096 16-byte packs does not fit in registers";
     return false;
   }
@@ -269,10 +258,7 @@ extern "C" CUDA_RUN(cuda_norm_vec_run) {
   const char *name = cuda_op_str(a->op);
   kite_status st = check_args(a, "vec");
   if (st != KITE_OK || a->rows <= 0 || a->cols <= 0) return st;
-  void *stream;
-  if ((st = cuda_begin(ctx, name, &stream)) != KITE_OK) return st;
-  cudaStream_t s = (cudaStream_t)stream;
-  return with_float_type(a->dtype, name, [&](auto tag) {
+  return launch_typed(ctx, name, "vec", a->dtype, [&](auto tag, cudaStream_t s) {
     using T = typename decltype(tag)::type;
     constexpr int N = vec_elems<T>();
     const int64_t packs = a->cols / N;
@@ -292,7 +278,7 @@ extern "C" CUDA_RUN(cuda_norm_vec_run) {
         launch_vec<T, N, kMaxVpt, kRowThreads>(a, threads, s);
       break;
     }
-    return cuda_check_launch(name, "vec");
+    return KITE_OK;
   });
 }
 
@@ -301,16 +287,13 @@ extern "C" CUDA_RUN(cuda_norm_generic_run) {
   const char *name = cuda_op_str(a->op);
   kite_status st = check_args(a, "generic");
   if (st != KITE_OK || a->rows <= 0 || a->cols <= 0) return st;
-  void *stream;
-  if ((st = cuda_begin(ctx, name, &stream)) != KITE_OK) return st;
-  cudaStream_t s = (cudaStream_t)stream;
   const unsigned threads = a->cols >= 512 ? 512 : (unsigned)(a->cols + 31) / 32 * 32;
-  return with_float_type(a->dtype, name, [&](auto tag) {
+  return launch_typed(ctx, name, "generic", a->dtype, [&](auto tag, cudaStream_t s) {
     using T = typename decltype(tag)::type;
     with_norm_kind(a->op, [&](auto rms, auto add) {
       norm_generic_kernel<T, rms.value, add.value><<<grid_for_rows(a->rows), threads, 0, s>>>(*a);
     });
-    return cuda_check_launch(name, "generic");
+    return KITE_OK;
   });
 }
 

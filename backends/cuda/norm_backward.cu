@@ -500,10 +500,9 @@ kite_status run_norm_bwd(kite_ctx *ctx, const kite_norm_bwd_args *a, const char 
   const bool db_wanted = a->db && a->op == KITE_OP_LAYER_NORM_BACKWARD;
   const bool partials = partials_wanted(a);
   if (a->rows == 0 && !partials) return KITE_OK;
-  void *stream;
-  kite_status st = cuda_begin(ctx, name, &stream);
+  cudaStream_t s;
+  kite_status st = begin(ctx, name, &s);
   if (st != KITE_OK) return st;
-  cudaStream_t s = (cudaStream_t)stream;
   const Plan plan = plan_of();
   float *part_w = nullptr, *part_b = nullptr;
   if (partials && plan.blocks > 0) {
@@ -598,30 +597,16 @@ Plan rows_plan(const kite_norm_bwd_args *a, RowsKernel kernel, unsigned threads,
 
 } // namespace
 
-extern "C" CUDA_SUPPORTS(cuda_norm_bwd_generic_supports) {
-  const kite_norm_bwd_args *a = (const kite_norm_bwd_args *)args;
-  if (!is_float_dtype(a->dtype)) {
-    *why = "dtype must be f32, f16 or bf16";
-    return false;
-  }
-  return true;
-}
-
 /* The 16-byte layout vec and rows need. */
 static bool packed_layout(const kite_kernel *k, const void *args, const char **why) {
   const kite_norm_bwd_args *a = (const kite_norm_bwd_args *)args;
-  if (!cuda_norm_bwd_generic_supports(k, args, why)) return false;
-  const int n = vec_elems_of(a->dtype);
-  const size_t es = kite_dtype_size(a->dtype);
-  if (a->cols % n != 0 || !rows_aligned16(a->x, a->rows, a->x_stride, es) ||
-      !rows_aligned16(a->dy, a->rows, a->dy_stride, es) ||
-      !rows_aligned16(a->dx, a->rows, a->dx_stride, es) ||
-      (a->dres && !rows_aligned16(a->dres, a->rows, a->dres_stride, es)) ||
-      (a->w && !aligned16(a->w))) {
-    *why = "needs 16-byte aligned rows and w, cols a multiple of 16 bytes";
-    return false;
-  }
-  return true;
+  return vec_rows_fit(a->dtype, a->rows, a->cols,
+                      {{a->x, a->x_stride},
+                       {a->dy, a->dy_stride},
+                       {a->dx, a->dx_stride},
+                       {a->dres, a->dres_stride},
+                       {a->w, 0}},
+                      why);
 }
 
 extern "C" CUDA_SUPPORTS(cuda_norm_bwd_vec_supports) {

@@ -153,10 +153,9 @@ extern "C" CUDA_RUN(cuda_quant_run) {
   if (!types_ok(a->dtype, a->qdtype, &why))
     return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda: %s", op, why);
   if (a->rows <= 0) return KITE_OK;
-  void *stream;
-  kite_status st = cuda_begin(ctx, op, &stream);
+  cudaStream_t s;
+  kite_status st = begin(ctx, op, &s);
   if (st != KITE_OK) return st;
-  cudaStream_t s = (cudaStream_t)stream;
   const bool fp8 = a->qdtype == KITE_DTYPE_FP8_E4M3, deq = a->op == KITE_OP_DEQUANT;
   st = with_float_type(a->dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -196,10 +195,9 @@ extern "C" CUDA_SUPPORTS(cuda_linear_quant_lt_supports) {
 extern "C" CUDA_RUN(cuda_linear_quant_lt_run) {
   const kite_linear_quant_args *a = (const kite_linear_quant_args *)args;
   if (a->m <= 0 || a->n <= 0) return KITE_OK;
-  void *stream;
-  kite_status st = cuda_begin(ctx, "linear_quant", &stream);
+  cudaStream_t s;
+  kite_status st = begin(ctx, "linear_quant", &s);
   if (st != KITE_OK) return st;
-  cudaStream_t s = (cudaStream_t)stream;
   if (a->k > 0 && a->qdtype == KITE_DTYPE_I8 && a->m <= INT32_MAX && a->n <= INT32_MAX &&
       a->k <= INT32_MAX) {
     void *ws;
@@ -228,8 +226,8 @@ extern "C" CUDA_RUN(cuda_linear_quant_lt_run) {
 extern "C" CUDA_RUN(cuda_linear_quant_run) {
   const kite_linear_quant_args *a = (const kite_linear_quant_args *)args;
   if (a->m <= 0 || a->n <= 0) return KITE_OK;
-  void *stream;
-  kite_status st = cuda_begin(ctx, "linear_quant", &stream);
+  cudaStream_t s;
+  kite_status st = begin(ctx, "linear_quant", &s);
   if (st != KITE_OK) return st;
-  return linear_quant_generic(a, (cudaStream_t)stream, "generic");
+  return linear_quant_generic(a, s, "generic");
 }

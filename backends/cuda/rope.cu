@@ -88,11 +88,7 @@ template <bool VEC> kite_status run(kite_ctx *ctx, const kite_rope_args *a, cons
   if (!a->positions || !a->cos_sin || (a->hq > 0 && !a->q) || (a->hkv > 0 && !a->k))
     return kite_set_error(KITE_ERR_INVALID_ARG, "%s: cuda.%s: NULL q, k, positions or cos_sin",
                           name, variant);
-  void *stream;
-  kite_status st = cuda_begin(ctx, name, &stream);
-  if (st != KITE_OK) return st;
-  cudaStream_t s = (cudaStream_t)stream;
-  return with_float_type(a->dtype, name, [&](auto tag) {
+  return launch_typed(ctx, name, variant, a->dtype, [&](auto tag, cudaStream_t s) {
     using T = typename decltype(tag)::type;
     constexpr int N = VEC ? vec_elems<T>() : 1;
     const int64_t chunks = a->rot_dim / 2 / N;
@@ -112,26 +108,17 @@ template <bool VEC> kite_status run(kite_ctx *ctx, const kite_rope_args *a, cons
     else
       rope_kernel<T, N, false>
           <<<(unsigned)blocks, kThreads, 0, s>>>(*a, (int)chunks, (int)per_block);
-    return cuda_check_launch(name, variant);
+    return KITE_OK;
   });
 }
 
 } // namespace
 
-extern "C" CUDA_SUPPORTS(cuda_rope_generic_supports) {
-  const kite_rope_args *a = (const kite_rope_args *)args;
-  if (!is_float_dtype(a->dtype)) {
-    *why = "dtype must be f32, f16 or bf16";
-    return false;
-  }
-  return true;
-}
-
 /* Every pack of q, k and the cache must start 16-byte aligned: base pointers, token and head
  * strides in bytes, and rot_dim / 2 a multiple of the pack. */
 extern "C" CUDA_SUPPORTS(cuda_rope_vec_supports) {
   const kite_rope_args *a = (const kite_rope_args *)args;
-  if (!cuda_rope_generic_supports(k, args, why)) return false;
+  if (!float_dtype(a->dtype, why)) return false;
   const int n = vec_elems_of(a->dtype);
   const size_t es = kite_dtype_size(a->dtype);
   const bool q_ok = a->hq == 0 || (rows_aligned16(a->q, a->tokens, a->q_stride_t, es) &&

@@ -297,49 +297,29 @@ extern "C" CUDA_RUN(cuda_sample_run) {
   const kite_sample_args *a = (const kite_sample_args *)args;
   const char *op = a->op == KITE_OP_ARGMAX ? "argmax" : "sample";
   if (a->rows <= 0) return KITE_OK;
-  void *stream;
-  kite_status st = cuda_begin(ctx, op, &stream);
-  if (st != KITE_OK) return st;
-  st = with_float_type(a->dtype, op, [&](auto tag) {
+  return launch_typed(ctx, op, "block", a->dtype, [&](auto tag, cudaStream_t s) {
     using T = typename decltype(tag)::type;
-    sample_kernel<T><<<grid_for_rows(a->rows), kThreads, 0, (cudaStream_t)stream>>>(*a);
+    sample_kernel<T><<<grid_for_rows(a->rows), kThreads, 0, s>>>(*a);
     return KITE_OK;
   });
-  return st != KITE_OK ? st : cuda_check_launch(op, "block");
 }
 
 extern "C" CUDA_RUN(cuda_logprobs_run) {
   const kite_logprobs_args *a = (const kite_logprobs_args *)args;
   if (a->rows <= 0) return KITE_OK;
-  void *stream;
-  kite_status st = cuda_begin(ctx, "logprobs", &stream);
-  if (st != KITE_OK) return st;
-  st = with_float_type(a->dtype, "logprobs", [&](auto tag) {
+  return launch_typed(ctx, "logprobs", "block", a->dtype, [&](auto tag, cudaStream_t s) {
     using T = typename decltype(tag)::type;
-    logprobs_kernel<T><<<grid_for_rows(a->rows), kThreads, 0, (cudaStream_t)stream>>>(*a);
+    logprobs_kernel<T><<<grid_for_rows(a->rows), kThreads, 0, s>>>(*a);
     return KITE_OK;
   });
-  return st != KITE_OK ? st : cuda_check_launch("logprobs", "block");
 }
 
 extern "C" CUDA_RUN(cuda_penalties_run) {
   const kite_penalty_args *a = (const kite_penalty_args *)args;
   if (a->rows <= 0) return KITE_OK;
-  void *stream;
-  kite_status st = cuda_begin(ctx, "apply_penalties", &stream);
-  if (st != KITE_OK) return st;
-  st = with_float_type(a->dtype, "apply_penalties", [&](auto tag) {
+  return launch_typed(ctx, "apply_penalties", "owner", a->dtype, [&](auto tag, cudaStream_t s) {
     using T = typename decltype(tag)::type;
-    penalties_kernel<T><<<grid_for_rows(a->rows), 256, 0, (cudaStream_t)stream>>>(*a);
+    penalties_kernel<T><<<grid_for_rows(a->rows), 256, 0, s>>>(*a);
     return KITE_OK;
   });
-  return st != KITE_OK ? st : cuda_check_launch("apply_penalties", "owner");
-}
-
-extern "C" CUDA_SUPPORTS(cuda_sampling_supports) {
-  if (!is_float_dtype(((const kite_sample_args *)args)->dtype)) {
-    *why = "dtype not supported (f32, f16, bf16)";
-    return false;
-  }
-  return true;
 }

@@ -511,26 +511,12 @@ template <typename Args> cudaError_t launch(void (*kernel)(Args), const Args *a,
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
   if (e != cudaSuccess) return e;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(kBlocks, (unsigned)(a->rows < 65535 ? a->rows : 65535));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = bytes;
-  cfg.stream = s;
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = kBlocks;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, kernel, *a);
+  return launch_clusters(kernel, kBlocks, (unsigned)(a->rows < 65535 ? a->rows : 65535), kThreads,
+                         bytes, s, *a);
 }
 
 bool vocab_fits(kite_dtype dtype, int64_t vocab, const char **why) {
-  if (!is_float_dtype(dtype)) {
-    *why = "dtype not supported (f32, f16, bf16)";
-    return false;
-  }
+  if (!float_dtype(dtype, why)) return false;
   if (vocab < kMinVocab || slice_len(vocab) > kMaxSlice) {
     *why = "only for vocabularies of 8192 to 8 * 40960 logits";
     return false;
@@ -574,23 +560,17 @@ extern "C" CUDA_RUN(cuda_sample_cluster_run) {
   const kite_sample_args *a = (const kite_sample_args *)args;
   const char *op = a->op == KITE_OP_ARGMAX ? "argmax" : "sample";
   if (a->rows <= 0) return KITE_OK;
-  void *stream;
-  kite_status st = cuda_begin(ctx, op, &stream);
-  if (st != KITE_OK) return st;
-  return with_float_type(a->dtype, op, [&](auto tag) {
+  return launch_typed(ctx, op, nullptr, a->dtype, [&](auto tag, cudaStream_t s) {
     using T = typename decltype(tag)::type;
-    return launched(op, launch(sample_cluster_kernel<T>, a, (cudaStream_t)stream));
+    return launched(op, launch(sample_cluster_kernel<T>, a, s));
   });
 }
 
 extern "C" CUDA_RUN(cuda_logprobs_cluster_run) {
   const kite_logprobs_args *a = (const kite_logprobs_args *)args;
   if (a->rows <= 0) return KITE_OK;
-  void *stream;
-  kite_status st = cuda_begin(ctx, "logprobs", &stream);
-  if (st != KITE_OK) return st;
-  return with_float_type(a->dtype, "logprobs", [&](auto tag) {
+  return launch_typed(ctx, "logprobs", nullptr, a->dtype, [&](auto tag, cudaStream_t s) {
     using T = typename decltype(tag)::type;
-    return launched("logprobs", launch(logprobs_cluster_kernel<T>, a, (cudaStream_t)stream));
+    return launched("logprobs", launch(logprobs_cluster_kernel<T>, a, s));
   });
 }

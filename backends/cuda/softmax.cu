@@ -170,26 +170,11 @@ template <typename T, int N, int VPT> void launch_vec(const kite_softmax_args *a
 
 } // namespace
 
-extern "C" CUDA_SUPPORTS(cuda_softmax_generic_supports) {
-  const kite_softmax_args *a = (const kite_softmax_args *)args;
-  if (!is_float_dtype(a->dtype)) {
-    *why = "dtype must be f32, f16 or bf16";
-    return false;
-  }
-  return true;
-}
-
 extern "C" CUDA_SUPPORTS(cuda_softmax_vec_supports) {
   const kite_softmax_args *a = (const kite_softmax_args *)args;
-  if (!cuda_softmax_generic_supports(k, args, why)) return false;
-  const int n = vec_elems_of(a->dtype);
-  const size_t es = kite_dtype_size(a->dtype);
-  if (a->cols % n != 0 || !rows_aligned16(a->x, a->rows, a->x_stride, es) ||
-      !rows_aligned16(a->y, a->rows, a->y_stride, es)) {
-    *why = "needs 16-byte aligned rows and cols a multiple of 16 bytes";
+  if (!vec_rows_fit(a->dtype, a->rows, a->cols, {{a->x, a->x_stride}, {a->y, a->y_stride}}, why))
     return false;
-  }
-  if ((uint64_t)a->cols * es > kSmemBytes) {
+  if ((uint64_t)a->cols * kite_dtype_size(a->dtype) > kSmemBytes) {
     *why = "row longer than 96 KiB does not fit in shared memory";
     return false;
   }
@@ -199,11 +184,7 @@ extern "C" CUDA_SUPPORTS(cuda_softmax_vec_supports) {
 extern "C" CUDA_RUN(cuda_softmax_vec_run) {
   const kite_softmax_args *a = (const kite_softmax_args *)args;
   if (a->rows <= 0 || a->cols <= 0) return KITE_OK;
-  void *stream;
-  kite_status st = cuda_begin(ctx, "softmax", &stream);
-  if (st != KITE_OK) return st;
-  cudaStream_t s = (cudaStream_t)stream;
-  return with_float_type(a->dtype, "softmax", [&](auto tag) {
+  return launch_typed(ctx, "softmax", "vec", a->dtype, [&](auto tag, cudaStream_t s) {
     using T = typename decltype(tag)::type;
     constexpr int N = vec_elems<T>();
     const int64_t packs = a->cols / N;
@@ -228,7 +209,7 @@ extern "C" CUDA_RUN(cuda_softmax_vec_run) {
       }
       softmax_smem_kernel<T, N><<<grid_for_rows(a->rows), kSmemThreads, bytes, s>>>(*a, scale_log2);
     }
-    return cuda_check_launch("softmax", "vec");
+    return KITE_OK;
   });
 }
 
@@ -239,14 +220,8 @@ constexpr int64_t kSplitMaxRows = 32, kSplitMinCols = 8192;
 
 extern "C" CUDA_SUPPORTS(cuda_softmax_split_supports) {
   const kite_softmax_args *a = (const kite_softmax_args *)args;
-  if (!cuda_softmax_generic_supports(k, args, why)) return false;
-  const int n = vec_elems_of(a->dtype);
-  const size_t es = kite_dtype_size(a->dtype);
-  if (a->cols % n != 0 || !rows_aligned16(a->x, a->rows, a->x_stride, es) ||
-      !rows_aligned16(a->y, a->rows, a->y_stride, es)) {
-    *why = "needs 16-byte aligned rows and cols a multiple of 16 bytes";
+  if (!vec_rows_fit(a->dtype, a->rows, a->cols, {{a->x, a->x_stride}, {a->y, a->y_stride}}, why))
     return false;
-  }
   if (a->rows > kSplitMaxRows || a->cols < kSplitMinCols) {
     *why = "only for at most 32 rows of at least 8192 elements";
     return false;
@@ -257,11 +232,7 @@ extern "C" CUDA_SUPPORTS(cuda_softmax_split_supports) {
 extern "C" CUDA_RUN(cuda_softmax_split_run) {
   const kite_softmax_args *a = (const kite_softmax_args *)args;
   if (a->rows <= 0 || a->cols <= 0) return KITE_OK;
-  void *stream;
-  kite_status st = cuda_begin(ctx, "softmax", &stream);
-  if (st != KITE_OK) return st;
-  cudaStream_t s = (cudaStream_t)stream;
-  return with_float_type(a->dtype, "softmax", [&](auto tag) {
+  return launch_typed(ctx, "softmax", "split", a->dtype, [&](auto tag, cudaStream_t s) {
     using T = typename decltype(tag)::type;
     constexpr int N = vec_elems<T>();
     const int64_t chunks = (a->cols / N + kSplitThreads - 1) / kSplitThreads;
@@ -272,22 +243,18 @@ extern "C" CUDA_RUN(cuda_softmax_split_run) {
     const float scale_log2 = a->scale * kLog2e;
     softmax_split_stats_kernel<T, N><<<grid, kSplitThreads, 0, s>>>(*a, scale_log2, (float2 *)part);
     softmax_split_write_kernel<T, N><<<grid, kSplitThreads, 0, s>>>(*a, scale_log2, (float2 *)part);
-    return cuda_check_launch("softmax", "split");
+    return KITE_OK;
   });
 }
 
 extern "C" CUDA_RUN(cuda_softmax_generic_run) {
   const kite_softmax_args *a = (const kite_softmax_args *)args;
   if (a->rows <= 0 || a->cols <= 0) return KITE_OK;
-  void *stream;
-  kite_status st = cuda_begin(ctx, "softmax", &stream);
-  if (st != KITE_OK) return st;
-  cudaStream_t s = (cudaStream_t)stream;
   const unsigned threads = a->cols >= 1024 ? 1024 : (unsigned)(a->cols + 31) / 32 * 32;
-  return with_float_type(a->dtype, "softmax", [&](auto tag) {
+  return launch_typed(ctx, "softmax", "generic", a->dtype, [&](auto tag, cudaStream_t s) {
     using T = typename decltype(tag)::type;
     softmax_generic_kernel<T><<<grid_for_rows(a->rows), threads, 0, s>>>(*a, a->scale * kLog2e);
-    return cuda_check_launch("softmax", "generic");
+    return KITE_OK;
   });
 }
 
@@ -331,38 +298,23 @@ template <bool VEC>
 kite_status softmax_bwd_launch(kite_ctx *ctx, const kite_softmax_bwd_args *a, const char *variant) {
   const char *name = cuda_op_str(a->op);
   if (a->rows <= 0 || a->cols <= 0) return KITE_OK;
-  void *stream;
-  kite_status st = cuda_begin(ctx, name, &stream);
-  if (st != KITE_OK) return st;
-  return with_float_type(a->dtype, name, [&](auto tag) {
+  return launch_typed(ctx, name, variant, a->dtype, [&](auto tag, cudaStream_t s) {
     using T = typename decltype(tag)::type;
     constexpr int N = VEC ? vec_elems<T>() : 1;
     const int64_t packs = a->cols / N;
     const unsigned threads =
         packs >= kBwdThreads ? kBwdThreads : (unsigned)((packs + 31) / 32 * 32);
-    softmax_bwd_kernel<T, N><<<grid_for_rows(a->rows), threads, 0, (cudaStream_t)stream>>>(*a);
-    return cuda_check_launch(name, variant);
+    softmax_bwd_kernel<T, N><<<grid_for_rows(a->rows), threads, 0, s>>>(*a);
+    return KITE_OK;
   });
 }
 
 } // namespace
 
-extern "C" CUDA_SUPPORTS(cuda_softmax_bwd_generic_supports) {
-  if (is_float_dtype(((const kite_softmax_bwd_args *)args)->dtype)) return true;
-  *why = "dtype must be f32, f16 or bf16";
-  return false;
-}
-
 extern "C" CUDA_SUPPORTS(cuda_softmax_bwd_vec_supports) {
   const kite_softmax_bwd_args *a = (const kite_softmax_bwd_args *)args;
-  if (!cuda_softmax_bwd_generic_supports(k, args, why)) return false;
-  const size_t es = kite_dtype_size(a->dtype);
-  if (a->cols % vec_elems_of(a->dtype) != 0 || !rows_aligned16(a->y, a->rows, a->y_stride, es) ||
-      !rows_aligned16(a->dy, a->rows, a->dy_stride, es) ||
-      !rows_aligned16(a->dx, a->rows, a->dx_stride, es)) {
-    *why = "needs 16-byte aligned rows and cols a multiple of 16 bytes";
-    return false;
-  }
+  return vec_rows_fit(a->dtype, a->rows, a->cols,
+                      {{a->y, a->y_stride}, {a->dy, a->dy_stride}, {a->dx, a->dx_stride}}, why);
   return true;
 }
 

@@ -72,35 +72,17 @@ __global__ __launch_bounds__(kThreads) void softmax_cluster_kernel(kite_softmax_
 
 template <typename T, int N, int VPT>
 cudaError_t launch(const kite_softmax_args *a, int chunk, cudaStream_t s) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(kClusterBlocks, (unsigned)a->rows);
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = s;
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = kClusterBlocks;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, softmax_cluster_kernel<T, N, VPT>, *a, a->scale * kLog2e, chunk);
+  return launch_clusters(softmax_cluster_kernel<T, N, VPT>, kClusterBlocks, (unsigned)a->rows,
+                         kThreads, 0, s, *a, a->scale * kLog2e, chunk);
 }
 
 } // namespace
 
 extern "C" CUDA_SUPPORTS(cuda_softmax_cluster_supports) {
   const kite_softmax_args *a = (const kite_softmax_args *)args;
-  if (!is_float_dtype(a->dtype)) {
-    *why = "dtype must be f32, f16 or bf16";
+  if (!vec_rows_fit(a->dtype, a->rows, a->cols, {{a->x, a->x_stride}, {a->y, a->y_stride}}, why))
     return false;
-  }
   const int n = vec_elems_of(a->dtype);
-  const size_t es = kite_dtype_size(a->dtype);
-  if (a->cols % n != 0 || !rows_aligned16(a->x, a->rows, a->x_stride, es) ||
-      !rows_aligned16(a->y, a->rows, a->y_stride, es)) {
-    *why = "needs 16-byte aligned rows and cols a multiple of 16 bytes";
-    return false;
-  }
   if (a->rows > kMaxRows || a->cols < kMinCols ||
       a->cols / n > (int64_t)kClusterBlocks * kThreads * kClusterMaxVpt) {
     *why = "only for at most 32 rows of 8192 to 8 * 1024 packs";
@@ -112,11 +94,7 @@ extern "C" CUDA_SUPPORTS(cuda_softmax_cluster_supports) {
 extern "C" CUDA_RUN(cuda_softmax_cluster_run) {
   const kite_softmax_args *a = (const kite_softmax_args *)args;
   if (a->rows <= 0 || a->cols <= 0) return KITE_OK;
-  void *stream;
-  kite_status st = cuda_begin(ctx, "softmax", &stream);
-  if (st != KITE_OK) return st;
-  cudaStream_t s = (cudaStream_t)stream;
-  return with_float_type(a->dtype, "softmax", [&](auto tag) {
+  return launch_typed(ctx, "softmax", "cluster", a->dtype, [&](auto tag, cudaStream_t s) {
     using T = typename decltype(tag)::type;
     constexpr int N = vec_elems<T>();
     const int packs = (int)(a->cols / N);
@@ -133,6 +111,6 @@ extern "C" CUDA_RUN(cuda_softmax_cluster_run) {
       return kite_set_error(KITE_ERR_DEVICE, "softmax: cuda.cluster: launch failed: %s",
                             cudaGetErrorString(e));
     }
-    return cuda_check_launch("softmax", "cluster");
+    return KITE_OK;
   });
 }

@@ -67,24 +67,11 @@ template <typename T, bool MIN> __global__ void wq4_kernel(kite_linear_wq4_args 
 
 } // namespace
 
-extern "C" CUDA_SUPPORTS(cuda_linear_wq4_supports) {
-  const kite_linear_wq4_args *a = (const kite_linear_wq4_args *)args;
-  if (!is_float_dtype(a->dtype)) {
-    *why = "dtype must be f32, f16 or bf16";
-    return false;
-  }
-  return true;
-}
-
 extern "C" CUDA_RUN(cuda_linear_wq4_run) {
   const kite_linear_wq4_args *a = (const kite_linear_wq4_args *)args;
   if (a->m <= 0 || a->n <= 0) return KITE_OK;
-  void *stream;
-  kite_status st = cuda_begin(ctx, "linear_wq4", &stream);
-  if (st != KITE_OK) return st;
-  cudaStream_t s = (cudaStream_t)stream;
   const int64_t groups = (a->m + ROWS - 1) / ROWS;
-  st = with_float_type(a->dtype, "linear_wq4", [&](auto tag) {
+  return launch_typed(ctx, "linear_wq4", "warp", a->dtype, [&](auto tag, cudaStream_t s) {
     using T = typename decltype(tag)::type;
     const dim3 grid((unsigned)((a->n + 3) / 4), (unsigned)(groups < 65535 ? groups : 65535));
     if (a->format == KITE_WQ4_MIN)
@@ -93,5 +80,4 @@ extern "C" CUDA_RUN(cuda_linear_wq4_run) {
       wq4_kernel<T, false><<<grid, 128, 0, s>>>(*a);
     return KITE_OK;
   });
-  return st != KITE_OK ? st : cuda_check_launch("linear_wq4", "warp");
 }

@@ -17,18 +17,15 @@ static int ref_device_count(const kite_backend *b) {
   return 1;
 }
 
-#define REF_KERNEL(op_id, run_fn, desc)                                                            \
+#define REF_ROW(op_id, supports_fn, run_fn, desc)                                                  \
   {                                                                                                \
     .op = (op_id), .variant = "generic", .priority = 0, .features = 0, .features_str = "",         \
-    .supports = NULL, .run = (run_fn), .description = (desc), .userdata = NULL                     \
+    .supports = (supports_fn), .run = (run_fn), .description = (desc), .userdata = NULL            \
   }
+#define REF_KERNEL(op_id, run_fn, desc) REF_ROW(op_id, NULL, run_fn, desc)
 
 /* The collectives: ranks are threads meeting in a rendezvous (ref_comm.c). */
-#define REF_COMM_KERNEL(op_id, desc)                                                               \
-  {                                                                                                \
-    .op = (op_id), .variant = "generic", .priority = 0, .features = 0, .features_str = "",         \
-    .supports = ref_comm_supports, .run = ref_comm_run, .description = (desc), .userdata = NULL    \
-  }
+#define REF_COMM_KERNEL(op_id, desc) REF_ROW(op_id, ref_comm_supports, ref_comm_run, desc)
 
 static const kite_kernel ref_kernels[] = {
     REF_KERNEL(KITE_OP_SILU, ref_act_run, "x * sigmoid(x), float64 scalar loop"),

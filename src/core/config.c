@@ -1,6 +1,10 @@
 /*
  * Kernel-selection config: the grammar of kite_config_set / KITE_KERNELS (kite.h) parsed into
- * rules, and the one function that applies a config from either source.
+ * rules, the one function that applies a config from either source, and why a kernel cannot run
+ * here (its device, features, or the config).
+ *
+ * Layering (registry.c's comment): above registry.c, whose lock and generation it uses; below
+ * init.c, which holds the public kite_config_* entry points. It calls nothing above itself.
  */
 #include <stdio.h>
 #include <string.h>
@@ -28,15 +32,6 @@ static _Atomic uint64_t g_thread_config_ids;
  * when a later config replaces it), so a caller may keep what kite_config_error returned. */
 static char g_env_error[1400];
 static const char *_Atomic g_config_error = "";
-
-bool kite_name_ok(const char *s, size_t n) {
-  if (n == 0 || n >= 32) return false;
-  for (size_t i = 0; i < n; i++) {
-    char c = s[i];
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
-  }
-  return true;
-}
 
 /* "backend" or "backend.variant" into r. */
 static bool parse_target(const char *s, size_t n, kite_rule *r) {
@@ -239,18 +234,26 @@ const char *kite_config_error_locked(void) {
   return atomic_load(&g_config_error);
 }
 
-kite_status kite_config_set(const char *config) {
-  kite_clear_error();
-  kite_init();
-  return kite_config_apply(config, NULL);
-}
-
-const char *kite_config_get(void) {
-  kite_init();
-  return g_config;
-}
-
-const char *kite_config_error(void) {
-  kite_init();
-  return atomic_load(&g_config_error);
+const char *kite_why_not_here_locked(const kernel_rec *r, char *buf, size_t n, bool ignore_config) {
+  const kite_backend *b = r->b;
+  if (b->device_count && b->device_count(b) <= 0) {
+    snprintf(buf, n, "no %s device present", kite_device_name(b->device_type));
+    return buf;
+  }
+  uint64_t have = b->features_present ? b->features_present(b) : ~(uint64_t)0;
+  if (r->k->features & ~have) {
+    snprintf(buf, n, "needs CPU/device features %s not present here",
+             r->k->features_str ? r->k->features_str : "(unnamed)");
+    return buf;
+  }
+  const char *missing = b->kernel_unavailable ? b->kernel_unavailable(b, r->k) : NULL;
+  if (missing) {
+    snprintf(buf, n, "%s", missing);
+    return buf;
+  }
+  if (!ignore_config && kite_config_disables_locked(r)) {
+    snprintf(buf, n, "disabled by config '%.100s'", kite_config_text_locked());
+    return buf;
+  }
+  return NULL;
 }

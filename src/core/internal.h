@@ -14,7 +14,7 @@
 /* kite_set_error is public (backend.h). Clears the thread-local message at the start of a call. */
 void kite_clear_error(void);
 
-/* ---- library init (registry.c) ------------------------------------------------------------- */
+/* ---- library init (init.c) ----------------------------------------------------------------- */
 /* Registers built-in backends, reads KITE_KERNELS / KITE_LOG, auto-loads plugins. Idempotent and
  * thread-safe; every public entry point calls it first. */
 void kite_init(void);
@@ -26,7 +26,7 @@ typedef struct kite_builtin_backend {
 } kite_builtin_backend;
 extern const kite_builtin_backend kite_builtin_backends[];
 
-/* ---- dispatch (registry.c) ----------------------------------------------------------------- */
+/* ---- dispatch (dispatch.c) ----------------------------------------------------------------- */
 /* Picks the kernel for (op, ctx device type, dtype) and these args, then runs it.
  * Errors: UNSUPPORTED naming the op, dtype and why each candidate was rejected; the pin's reason
  * when the op is pinned. */

@@ -1,6 +1,10 @@
 /*
  * Plugin loading: kite_backend_load(path) and, at init, every libkite-<name>.so beside libkite.so
  * and in each directory of KITE_BACKEND_PATH. A plugin that fails is recorded, never fatal.
+ *
+ * Layering (registry.c's comment): above registry.c, which records what a plugin's init registers
+ * and rolls it back; below init.c, which runs the autoload at init and holds the public entry
+ * points. It calls nothing above itself.
  */
 #include <dirent.h>
 #include <dlfcn.h>
@@ -36,22 +40,15 @@ void kite_plugin_record_failure(const char *path, const char *reason) {
   pthread_mutex_unlock(&g_plugin_lock);
 }
 
-size_t kite_plugin_failure_count(void) {
-  kite_init();
+size_t kite_plugin_failures(void) {
   return g_num_failures;
 }
 
-kite_status kite_plugin_failure_get(size_t i, const char **path, const char **reason) {
-  kite_clear_error();
-  kite_init();
-  if (!path || !reason)
-    return kite_set_error(KITE_ERR_INVALID_ARG, "kite_plugin_failure_get: path or reason is NULL");
-  if (i >= g_num_failures)
-    return kite_set_error(KITE_ERR_INVALID_ARG, "kite_plugin_failure_get: index %zu >= %zu", i,
-                          g_num_failures);
+bool kite_plugin_failure(size_t i, const char **path, const char **reason) {
+  if (i >= g_num_failures) return false;
   *path = g_failures[i].path;
   *reason = g_failures[i].reason;
-  return KITE_OK;
+  return true;
 }
 
 /* Loads one plugin; the caller holds g_plugin_lock. Loading the same file twice is a no-op. */
@@ -103,11 +100,7 @@ static kite_status load_locked(const char *path) {
   return KITE_OK;
 }
 
-kite_status kite_backend_load(const char *path) {
-  kite_clear_error();
-  kite_init();
-  if (!path || !*path)
-    return kite_set_error(KITE_ERR_INVALID_ARG, "kite_backend_load: path is NULL or empty");
+kite_status kite_plugin_load(const char *path) {
   /* the plugin lock is held by the load in progress on this thread */
   const char *loading = kite_registry_loading_path();
   if (loading)

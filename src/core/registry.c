@@ -1,6 +1,12 @@
 /*
  * The registry: backends and their kernels, registration (with the rollback of a plugin whose init
- * fails), introspection and library init.
+ * fails) and the lookups the layers above need.
+ *
+ * The bottom of the core's registry files, which call only downward:
+ *   init.c (library init; the public entry points of the three below)
+ *     -> plugin.c (loading plugins), config.c (the kernel-selection rules)
+ *       -> registry.c (this file: the tables)
+ * dispatch.c and the op front-ends stand on all of them. Nothing here calls up.
  *
  * Every array here is read and written under kite_registry_mutex; dispatch copies what it needs
  * into a ctx's cache (dispatch.c), so a warm call takes no lock. Entries may move when a failed
@@ -20,14 +26,9 @@
 #define MAX_KERNELS 4096
 #define MAX_PATHS 64
 
-typedef struct backend_rec {
-  const kite_backend *b;
-  const char *path; /* interned; "" when built in */
-  unsigned load_id; /* the plugin load that registered it (0: none) */
-} backend_rec;
-
 pthread_mutex_t kite_registry_mutex = PTHREAD_MUTEX_INITIALIZER;
 _Atomic uint64_t kite_registry_generation = 1;
+int kite_log_dispatch;
 
 static backend_rec g_backends[MAX_BACKENDS];
 static size_t g_num_backends;
@@ -45,6 +46,24 @@ static _Thread_local unsigned g_loading_id;
 const kernel_rec *kite_registry_kernels_locked(size_t *n) {
   *n = atomic_load(&g_num_kernels);
   return g_kernels;
+}
+
+size_t kite_registry_kernel_count(void) {
+  return atomic_load(&g_num_kernels);
+}
+
+const backend_rec *kite_registry_backends_locked(size_t *n) {
+  *n = g_num_backends;
+  return g_backends;
+}
+
+bool kite_name_ok(const char *s, size_t n) {
+  if (n == 0 || n >= 32) return false;
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  }
+  return true;
 }
 
 /* ---- registration ----------------------------------------------------------------------- */
@@ -173,71 +192,6 @@ const kite_backend *kite_comm_backend(DLDeviceType t) {
   return found;
 }
 
-const char *kite_why_not_here_locked(const kernel_rec *r, char *buf, size_t n, bool ignore_config) {
-  const kite_backend *b = r->b;
-  if (b->device_count && b->device_count(b) <= 0) {
-    snprintf(buf, n, "no %s device present", kite_device_name(b->device_type));
-    return buf;
-  }
-  uint64_t have = b->features_present ? b->features_present(b) : ~(uint64_t)0;
-  if (r->k->features & ~have) {
-    snprintf(buf, n, "needs CPU/device features %s not present here",
-             r->k->features_str ? r->k->features_str : "(unnamed)");
-    return buf;
-  }
-  const char *missing = b->kernel_unavailable ? b->kernel_unavailable(b, r->k) : NULL;
-  if (missing) {
-    snprintf(buf, n, "%s", missing);
-    return buf;
-  }
-  if (!ignore_config && kite_config_disables_locked(r)) {
-    snprintf(buf, n, "disabled by config '%.100s'", kite_config_text_locked());
-    return buf;
-  }
-  return NULL;
-}
-
-/* ---- introspection ---------------------------------------------------------------------- */
-size_t kite_kernel_count(void) {
-  kite_init();
-  return atomic_load(&g_num_kernels);
-}
-
-const kite_kernel *kite_kernel_entry(size_t i) {
-  kite_init();
-  pthread_mutex_lock(&kite_registry_mutex);
-  const kite_kernel *k = i < atomic_load(&g_num_kernels) ? g_kernels[i].k : NULL;
-  pthread_mutex_unlock(&kite_registry_mutex);
-  return k;
-}
-
-kite_status kite_kernel_get(size_t i, kite_kernel_info *out) {
-  kite_clear_error();
-  kite_init();
-  if (!out) return kite_set_error(KITE_ERR_INVALID_ARG, "kite_kernel_get: out is NULL");
-  pthread_mutex_lock(&kite_registry_mutex);
-  size_t n = atomic_load(&g_num_kernels);
-  if (i >= n) {
-    pthread_mutex_unlock(&kite_registry_mutex);
-    return kite_set_error(KITE_ERR_INVALID_ARG, "kite_kernel_get: index %zu >= %zu kernels", i, n);
-  }
-  kernel_rec r = g_kernels[i];
-  const char *why = kite_why_not_here_locked(&r, out->why_not, sizeof out->why_not, false);
-  if (!why) out->why_not[0] = '\0';
-  pthread_mutex_unlock(&kite_registry_mutex);
-  out->op = r.k->op;
-  out->op_name = kite_op_name(r.k->op);
-  out->backend = r.b->name;
-  out->variant = r.k->variant;
-  out->device_type = r.b->device_type;
-  out->priority = r.k->priority;
-  out->features = r.k->features_str ? r.k->features_str : "";
-  out->description = r.k->description ? r.k->description : "";
-  out->runs_here = why == NULL;
-  out->plugin = r.path;
-  return KITE_OK;
-}
-
 const char *kite_kernel_backend_name(const kite_kernel *k) {
   const char *name = "?";
   pthread_mutex_lock(&kite_registry_mutex);
@@ -249,59 +203,4 @@ const char *kite_kernel_backend_name(const kite_kernel *k) {
     }
   pthread_mutex_unlock(&kite_registry_mutex);
   return name;
-}
-
-size_t kite_backend_count(void) {
-  kite_init();
-  pthread_mutex_lock(&kite_registry_mutex);
-  size_t n = g_num_backends;
-  pthread_mutex_unlock(&kite_registry_mutex);
-  return n;
-}
-
-kite_status kite_backend_get(size_t i, kite_backend_info *out) {
-  kite_clear_error();
-  kite_init();
-  if (!out) return kite_set_error(KITE_ERR_INVALID_ARG, "kite_backend_get: out is NULL");
-  pthread_mutex_lock(&kite_registry_mutex);
-  size_t n = g_num_backends;
-  backend_rec r = i < n ? g_backends[i] : (backend_rec){0};
-  pthread_mutex_unlock(&kite_registry_mutex);
-  if (i >= n)
-    return kite_set_error(KITE_ERR_INVALID_ARG, "kite_backend_get: index %zu >= %zu backends", i,
-                          n);
-  out->name = r.b->name;
-  out->device_type = r.b->device_type;
-  out->device_count = r.b->device_count ? r.b->device_count(r.b) : 1;
-  out->num_kernels = r.b->num_kernels;
-  out->path = r.path;
-  return KITE_OK;
-}
-
-/* ---- init ------------------------------------------------------------------------------- */
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-/* Set on the thread running do_init: a call back into kite from a built-in backend's or an
- * auto-loaded plugin's init finds the library initializing and goes on with the registry as
- * registered so far, instead of waiting on pthread_once for itself. */
-static _Thread_local bool g_initializing;
-int kite_log_dispatch;
-
-static void do_init(void) {
-  g_initializing = true;
-  for (const kite_builtin_backend *bb = kite_builtin_backends; bb->name; bb++) {
-    kite_status s = bb->init();
-    if (s != KITE_OK) kite_plugin_record_failure(bb->name, kite_last_error());
-  }
-  const char *log = getenv("KITE_LOG");
-  kite_log_dispatch = log && strstr(log, "dispatch") != NULL;
-  const char *cfg = getenv("KITE_KERNELS");
-  if (cfg && *cfg) kite_config_apply(cfg, "KITE_KERNELS");
-  kite_plugins_autoload();
-  kite_clear_error();
-  g_initializing = false;
-}
-
-void kite_init(void) {
-  if (g_initializing) return;
-  pthread_once(&g_once, do_init);
 }

@@ -1,5 +1,6 @@
-/* Shared by the registry (registry.c), the config (config.c), dispatch (dispatch.c) and the
- * plugin loader (plugin.c). Not installed. */
+/* Shared by the registry (registry.c), the config (config.c), the plugin loader (plugin.c),
+ * library init (init.c) and dispatch (dispatch.c); registry.c's comment gives their layering.
+ * Not installed. */
 #ifndef KITE_CORE_REGISTRY_H
 #define KITE_CORE_REGISTRY_H
 
@@ -27,14 +28,26 @@ extern _Atomic uint64_t kite_registry_generation;
 /* KITE_LOG=dispatch: print every choice to stderr. Set once at init. */
 extern int kite_log_dispatch;
 
+/* One registered backend: the plugin file it came from ("" when built in) and the plugin load
+ * that registered it (0: none). */
+typedef struct backend_rec {
+  const kite_backend *b;
+  const char *path; /* interned */
+  unsigned load_id;
+} backend_rec;
+
+/* ---- the tables (registry.c) ----------------------------------------------------------------- */
 /* The registered kernels (caller holds kite_registry_mutex); *n gets their count. */
 const kernel_rec *kite_registry_kernels_locked(size_t *n);
+/* Their count, without the lock (it only grows but for a rollback). */
+size_t kite_registry_kernel_count(void);
+/* The registered backends (caller holds kite_registry_mutex); *n gets their count. */
+const backend_rec *kite_registry_backends_locked(size_t *n);
 
-/* Why r cannot run on this machine at all, into buf (NULL when it can); ignore_config skips the
- * config's disables. Caller holds kite_registry_mutex. */
-const char *kite_why_not_here_locked(const kernel_rec *r, char *buf, size_t n, bool ignore_config);
+/* [a-z0-9_]{1,31}: backend, variant and rule names. */
+bool kite_name_ok(const char *s, size_t n);
 
-/* ---- plugin loading (plugin.c <-> registry.c) ------------------------------------------------ */
+/* Load tracking, for plugin.c. */
 /* Marks the calling thread as running the init of the plugin at path (NULL: done); backends it
  * registers meanwhile record the path and can be rolled back together. */
 void kite_registry_begin_load(const char *path);
@@ -45,8 +58,15 @@ const char *kite_registry_loading_path(void);
  * returns how many. */
 size_t kite_registry_rollback_load(void);
 
+/* ---- plugin loading (plugin.c) --------------------------------------------------------------- */
+/* kite_backend_load without the library init: loads the plugin at path (a no-op when loaded
+ * already); PLUGIN when it cannot, or when called from a plugin's init. */
+kite_status kite_plugin_load(const char *path);
 void kite_plugins_autoload(void);
 void kite_plugin_record_failure(const char *path, const char *reason);
+/* The recorded failures: their count, and the i-th (false when i is out of range). */
+size_t kite_plugin_failures(void);
+bool kite_plugin_failure(size_t i, const char **path, const char **reason);
 
 /* ---- config (config.c); every *_locked function with kite_registry_mutex held ---------------- */
 typedef enum kite_rule_kind { KITE_RULE_PIN, KITE_RULE_DISABLE, KITE_RULE_ENABLE } kite_rule_kind;
@@ -78,7 +98,8 @@ const char *kite_config_text_locked(void);
 /* The latched KITE_KERNELS error ("" when none). */
 const char *kite_config_error_locked(void);
 
-/* [a-z0-9_]{1,31}: backend, variant and rule names. */
-bool kite_name_ok(const char *s, size_t n);
+/* Why r cannot run on this machine at all, into buf (NULL when it can); ignore_config skips the
+ * config's disables. Caller holds kite_registry_mutex. */
+const char *kite_why_not_here_locked(const kernel_rec *r, char *buf, size_t n, bool ignore_config);
 
 #endif

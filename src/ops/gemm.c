@@ -11,10 +11,8 @@ kite_status kite_linear(kite_ctx *ctx, const DLTensor *x, const DLTensor *w, con
   kite_tensor bt;
   kite_status s;
   if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
-  if ((s = kite_mat_check(ctx, op, "x", x, false, &xm)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_float(op, "x", &xm.t)) != KITE_OK) return s;
-  if ((s = kite_mat_check(ctx, op, "w", w, false, &wm)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_dtype(op, "w", &wm.t, xm.t.dtype)) != KITE_OK) return s;
+  if ((s = kite_float_mat_check(ctx, op, "x", x, &xm)) != KITE_OK) return s;
+  if ((s = kite_typed_mat_check(ctx, op, "w", w, xm.t.dtype, &wm)) != KITE_OK) return s;
   if (wm.cols != xm.cols)
     return kite_set_error(KITE_ERR_INVALID_ARG,
                           "linear: w: shape [%lld, %lld], expected [N, K=%lld]", (long long)wm.rows,
@@ -47,8 +45,7 @@ kite_status kite_group_gemm(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
   kite_tensor wt, gt;
   kite_status s;
   if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
-  if ((s = kite_mat_check(ctx, op, "x", x, false, &xm)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_float(op, "x", &xm.t)) != KITE_OK) return s;
+  if ((s = kite_float_mat_check(ctx, op, "x", x, &xm)) != KITE_OK) return s;
 
   /* w[G, N, K]: K unit-stride, group and row strides free */
   if ((s = kite_tensor_check(ctx, op, "w", w, &wt)) != KITE_OK) return s;

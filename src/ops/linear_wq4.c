@@ -18,10 +18,8 @@ kite_status kite_linear_wq4(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
   if (!bb)
     return kite_set_error(KITE_ERR_INVALID_ARG, "linear_wq4: format %d unknown (0 sym, 1 min)",
                           (int)format);
-  if ((s = kite_mat_check(ctx, op, "x", x, false, &xm)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_float(op, "x", &xm.t)) != KITE_OK) return s;
-  if ((s = kite_mat_check(ctx, op, "w", w, false, &wm)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_dtype(op, "w", &wm.t, KITE_DTYPE_U8)) != KITE_OK) return s;
+  if ((s = kite_float_mat_check(ctx, op, "x", x, &xm)) != KITE_OK) return s;
+  if ((s = kite_typed_mat_check(ctx, op, "w", w, KITE_DTYPE_U8, &wm)) != KITE_OK) return s;
   const int64_t m = xm.rows, n = wm.rows, k = xm.cols;
   if (k % 32)
     return kite_set_error(KITE_ERR_INVALID_ARG, "linear_wq4: x: K=%lld is not a multiple of 32",

@@ -24,6 +24,20 @@ static inline kite_status kite_mat_check(const kite_ctx *ctx, const char *op, co
   return KITE_OK;
 }
 
+/* kite_mat_check of an input that must be of a float dtype (f32, f16, bf16). */
+static inline kite_status kite_float_mat_check(const kite_ctx *ctx, const char *op, const char *arg,
+                                               const DLTensor *d, kite_mat *m) {
+  kite_status s = kite_mat_check(ctx, op, arg, d, false, m);
+  return s != KITE_OK ? s : kite_tensor_require_float(op, arg, &m->t);
+}
+
+/* kite_mat_check of an input that must be of dtype `want`. */
+static inline kite_status kite_typed_mat_check(const kite_ctx *ctx, const char *op, const char *arg,
+                                               const DLTensor *d, kite_dtype want, kite_mat *m) {
+  kite_status s = kite_mat_check(ctx, op, arg, d, false, m);
+  return s != KITE_OK ? s : kite_tensor_require_dtype(op, arg, &m->t, want);
+}
+
 /* Requires m to be [rows, cols]; the names say where the expected sizes come from. */
 static inline kite_status kite_mat_require_shape(const char *op, const char *arg, const kite_mat *m,
                                                  int64_t rows, int64_t cols, const char *rows_name,

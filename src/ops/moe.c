@@ -10,8 +10,7 @@ kite_status kite_topk_gating(kite_ctx *ctx, const DLTensor *logits, int64_t k, i
   kite_mat lm, wm, im;
   kite_status s;
   if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
-  if ((s = kite_mat_check(ctx, op, "logits", logits, false, &lm)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_float(op, "logits", &lm.t)) != KITE_OK) return s;
+  if ((s = kite_float_mat_check(ctx, op, "logits", logits, &lm)) != KITE_OK) return s;
   const int64_t t = lm.rows, e = lm.cols;
   if (k < 1 || k > e)
     return kite_set_error(KITE_ERR_INVALID_ARG, "topk_gating: k: %lld is outside [1, E=%lld]",
@@ -73,8 +72,7 @@ kite_status kite_fused_moe(kite_ctx *ctx, const DLTensor *x, const DLTensor *w13
   kite_tensor w13t, w2t;
   kite_status s;
   if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
-  if ((s = kite_mat_check(ctx, op, "x", x, false, &xm)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_float(op, "x", &xm.t)) != KITE_OK) return s;
+  if ((s = kite_float_mat_check(ctx, op, "x", x, &xm)) != KITE_OK) return s;
   const kite_dtype dt = xm.t.dtype;
   const int64_t t = xm.rows, h = xm.cols;
 
@@ -89,14 +87,13 @@ kite_status kite_fused_moe(kite_ctx *ctx, const DLTensor *x, const DLTensor *w13
     return s;
   if ((s = check_experts(ctx, "w2", w2, dt, e, h, inter, "[E, H, I]", &w2t)) != KITE_OK) return s;
 
-  if ((s = kite_mat_check(ctx, op, "weights", weights, false, &wm)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_dtype(op, "weights", &wm.t, KITE_DTYPE_F32)) != KITE_OK) return s;
+  if ((s = kite_typed_mat_check(ctx, op, "weights", weights, KITE_DTYPE_F32, &wm)) != KITE_OK)
+    return s;
   const int64_t topk = wm.cols;
   if (wm.rows != t)
     return kite_set_error(KITE_ERR_INVALID_ARG, "fused_moe: weights: %lld rows, expected T=%lld",
                           (long long)wm.rows, (long long)t);
-  if ((s = kite_mat_check(ctx, op, "ids", ids, false, &im)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_dtype(op, "ids", &im.t, KITE_DTYPE_I32)) != KITE_OK) return s;
+  if ((s = kite_typed_mat_check(ctx, op, "ids", ids, KITE_DTYPE_I32, &im)) != KITE_OK) return s;
   if ((s = kite_mat_require_shape(op, "ids", &im, t, topk, "T", "k")) != KITE_OK) return s;
   if (act != KITE_MOE_SILU && act != KITE_MOE_GELU)
     return kite_set_error(KITE_ERR_INVALID_ARG, "fused_moe: act: %d is not a kite_moe_act",

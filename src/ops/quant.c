@@ -20,8 +20,7 @@ kite_status kite_quant(kite_ctx *ctx, const DLTensor *x, DLTensor *q, DLTensor *
   kite_tensor st;
   kite_status s;
   if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
-  if ((s = kite_mat_check(ctx, op, "x", x, false, &xm)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_float(op, "x", &xm.t)) != KITE_OK) return s;
+  if ((s = kite_float_mat_check(ctx, op, "x", x, &xm)) != KITE_OK) return s;
   if ((s = kite_mat_check(ctx, op, "q", q, true, &qm)) != KITE_OK) return s;
   if ((s = require_qdtype(op, "q", &qm.t)) != KITE_OK) return s;
   if ((s = kite_mat_require_shape(op, "q", &qm, xm.rows, xm.cols, "M", "K")) != KITE_OK) return s;
@@ -95,8 +94,7 @@ kite_status kite_linear_quant(kite_ctx *ctx, const DLTensor *xq, const DLTensor 
   if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
   if ((s = kite_mat_check(ctx, op, "xq", xq, false, &xm)) != KITE_OK) return s;
   if ((s = require_qdtype(op, "xq", &xm.t)) != KITE_OK) return s;
-  if ((s = kite_mat_check(ctx, op, "wq", wq, false, &wm)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_dtype(op, "wq", &wm.t, xm.t.dtype)) != KITE_OK) return s;
+  if ((s = kite_typed_mat_check(ctx, op, "wq", wq, xm.t.dtype, &wm)) != KITE_OK) return s;
   const int64_t m = xm.rows, n = wm.rows, k = xm.cols;
   if (wm.cols != k)
     return kite_set_error(KITE_ERR_INVALID_ARG,

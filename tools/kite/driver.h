@@ -29,6 +29,8 @@
 #define KT_MAX_BUFS 12
 #define KT_MAX_VIEWS 12
 #define KT_MAX_DIMS 4
+/* Elements of an array (a table of case shapes), as int. */
+#define KT_COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 typedef enum kt_role { KT_IN, KT_OUT, KT_INOUT } kt_role;
 typedef enum kt_fill {

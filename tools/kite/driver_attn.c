@@ -518,8 +518,6 @@ static kt_case sdpa_case(kite_dtype t, int64_t B, int64_t hq, int64_t hkv, int64
 
 /* ---- check cases ------------------------------------------------------------------------- */
 
-#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
-
 typedef struct store_geom {
   int64_t tokens, hkv, head_dim, block_size;
   int fused, skip;
@@ -598,7 +596,7 @@ static const sdpa_variant g_sdpa_variants[] = {
 static const int g_quick_sdpa_variants[] = {0, 2, 5};
 
 static void gen_store_kv(kite_dtype t, int quick, kt_case_list *l) {
-  int n = quick ? COUNT(g_quick_store) : COUNT(g_store);
+  int n = quick ? KT_COUNT(g_quick_store) : KT_COUNT(g_store);
   for (int k = 0; k < n; k++) {
     const store_geom *g = &g_store[quick ? g_quick_store[k] : k];
     kt_case c = store_kv_case(t, g->tokens, g->hkv, g->head_dim, g->block_size);
@@ -608,12 +606,12 @@ static void gen_store_kv(kite_dtype t, int quick, kt_case_list *l) {
 }
 
 static void gen_paged(kite_op op, kite_dtype t, int quick, kt_case_list *l) {
-  int n = quick ? COUNT(g_quick_paged) : COUNT(g_paged);
+  int n = quick ? KT_COUNT(g_quick_paged) : KT_COUNT(g_paged);
   for (int k = 0; k < n; k++) {
     int gi = quick ? g_quick_paged[k] : k;
     const paged_geom *g = &g_paged[gi];
-    int last = gi == COUNT(g_paged) - 1;
-    int nopt = last ? 1 : quick ? 3 : COUNT(g_optsets);
+    int last = gi == KT_COUNT(g_paged) - 1;
+    int nopt = last ? 1 : quick ? 3 : KT_COUNT(g_optsets);
     for (int s = 0; s < nopt; s++) {
       /* decode ignores causal: skip the sets that differ from another only by it */
       if (op == KITE_OP_PAGED_DECODE && !g_optsets[s].opts.causal && s != 3) continue;
@@ -628,8 +626,8 @@ static void gen_paged(kite_op op, kite_dtype t, int quick, kt_case_list *l) {
 }
 
 static void gen_sdpa(kite_dtype t, int quick, kt_case_list *l) {
-  int n = quick ? COUNT(g_quick_sdpa) : COUNT(g_sdpa);
-  int nv = quick ? COUNT(g_quick_sdpa_variants) : COUNT(g_sdpa_variants);
+  int n = quick ? KT_COUNT(g_quick_sdpa) : KT_COUNT(g_sdpa);
+  int nv = quick ? KT_COUNT(g_quick_sdpa_variants) : KT_COUNT(g_sdpa_variants);
   for (int k = 0; k < n; k++) {
     const sdpa_geom *g = &g_sdpa[quick ? g_quick_sdpa[k] : k];
     for (int vi = 0; vi < nv; vi++) {

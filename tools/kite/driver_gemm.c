@@ -585,16 +585,21 @@ static const mnk g_linear[] = {
     {5, 9, 0},       {0, 17, 64}};
 static const mnk g_quick_linear[] = {{1, 3, 17}, {3, 17, 64}, {17, 64, 127}, {3, 64, 4096}};
 
-static void linear_cases(kite_dtype t, int quick, kt_case_list *l) {
-  const mnk *s = quick ? g_quick_linear : g_linear;
-  int n = quick ? (int)(sizeof g_quick_linear / sizeof *s) : (int)(sizeof g_linear / sizeof *s);
-  for (int i = 0; i < n; i++) {
-    kt_case c = gemm_case(KITE_OP_LINEAR, t, s[i].m, s[i].n, s[i].k);
-    c.gemm.with_bias = i % 2 == 0;
-    if (i % 3 == 1) c.gemm.pad_x = 5, c.gemm.pad_y = 3;
-    if (i % 3 == 2) c.gemm.pad_w = 7, c.gemm.pad_y = 1;
-    kt_case_push(l, c);
-  }
+/* The cases of a linear-shaped op over the shapes s[0, n), once per variant v < variants (linear:
+ * one; linear_quant: int8, e4m3; linear_wq4: sym, min): bias on every other case, padded rows on
+ * two of every three. */
+static void mnk_cases(kite_op op, kite_dtype t, const mnk *s, int n, int variants,
+                      kt_case_list *l) {
+  for (int v = 0; v < variants; v++)
+    for (int i = 0; i < n; i++) {
+      kt_case c = gemm_case(op, t, s[i].m, s[i].n, s[i].k);
+      if (op == KITE_OP_LINEAR_QUANT) c.gemm.qtype = v ? KITE_DTYPE_FP8_E4M3 : KITE_DTYPE_I8;
+      if (op == KITE_OP_LINEAR_WQ4) c.gemm.wq4 = v ? KITE_WQ4_MIN : KITE_WQ4_SYM;
+      c.gemm.with_bias = (i + v) % 2 == 0;
+      if (i % 3 == 1) c.gemm.pad_x = 5, c.gemm.pad_y = 3;
+      if (i % 3 == 2) c.gemm.pad_w = 7, c.gemm.pad_y = 1;
+      kt_case_push(l, c);
+    }
 }
 
 typedef struct group_geom {
@@ -617,7 +622,7 @@ static const group_geom g_quick_groups[] = {{-1, 33, 19, 5, {5, 0, 12, 0, 23}},
 
 static void group_gemm_cases(kite_dtype t, int quick, kt_case_list *l) {
   const group_geom *s = quick ? g_quick_groups : g_groups;
-  int n = quick ? (int)(sizeof g_quick_groups / sizeof *s) : (int)(sizeof g_groups / sizeof *s);
+  int n = quick ? KT_COUNT(g_quick_groups) : KT_COUNT(g_groups);
   for (int i = 0; i < n; i++) {
     int64_t m = 0;
     for (int64_t j = 0; j < s[i].g; j++) m += s[i].sizes[j];
@@ -641,7 +646,7 @@ static const topk_geom g_quick_topk[] = {{17, 8, 2, 1, 0}, {64, 64, 6, 0, 1}, {3
 
 static void topk_cases(kite_dtype t, int quick, kt_case_list *l) {
   const topk_geom *s = quick ? g_quick_topk : g_topk;
-  int n = quick ? (int)(sizeof g_quick_topk / sizeof *s) : (int)(sizeof g_topk / sizeof *s);
+  int n = quick ? KT_COUNT(g_quick_topk) : KT_COUNT(g_topk);
   for (int i = 0; i < n; i++) {
     kt_case c = gemm_case(KITE_OP_TOPK_GATING, t, s[i].t, s[i].e, 0);
     c.gemm.topk = s[i].k, c.gemm.renormalize = s[i].renorm, c.gemm.ties = s[i].ties;
@@ -667,7 +672,7 @@ static const moe_geom g_quick_moe[] = {{1, 64, 48, 8, 2, KITE_MOE_SILU, 1},
 
 static void moe_cases(kite_dtype t, int quick, kt_case_list *l) {
   const moe_geom *s = quick ? g_quick_moe : g_moe;
-  int n = quick ? (int)(sizeof g_quick_moe / sizeof *s) : (int)(sizeof g_moe / sizeof *s);
+  int n = quick ? KT_COUNT(g_quick_moe) : KT_COUNT(g_moe);
   for (int i = 0; i < n; i++) {
     kt_case c = gemm_case(KITE_OP_FUSED_MOE, t, s[i].t, s[i].h, s[i].in);
     c.gemm.groups = s[i].e, c.gemm.topk = s[i].k, c.gemm.act = s[i].act;
@@ -688,7 +693,7 @@ static const qshape g_quick_quant[] = {{17, 127, 0}, {14, 64, 1}};
 
 static void quant_cases(kite_op op, kite_dtype t, int quick, kt_case_list *l) {
   const qshape *s = quick ? g_quick_quant : g_quant;
-  int n = quick ? (int)(sizeof g_quick_quant / sizeof *s) : (int)(sizeof g_quant / sizeof *s);
+  int n = quick ? KT_COUNT(g_quick_quant) : KT_COUNT(g_quant);
   for (int q = 0; q < 2; q++)
     for (int i = 0; i < n; i++) {
       kt_case c = gemm_case(op, t, s[i].m, 0, s[i].k);
@@ -703,20 +708,6 @@ static const mnk g_lq[] = {{1, 17, 64},     {3, 127, 17},  {17, 1, 127}, {64, 3,
                            {64, 127, 4096}, {1, 4096, 64}, {3, 5, 0},    {0, 17, 64}};
 static const mnk g_quick_lq[] = {{3, 127, 17}, {17, 64, 127}};
 
-static void linear_quant_cases(kite_dtype t, int quick, kt_case_list *l) {
-  const mnk *s = quick ? g_quick_lq : g_lq;
-  int n = quick ? (int)(sizeof g_quick_lq / sizeof *s) : (int)(sizeof g_lq / sizeof *s);
-  for (int q = 0; q < 2; q++)
-    for (int i = 0; i < n; i++) {
-      kt_case c = gemm_case(KITE_OP_LINEAR_QUANT, t, s[i].m, s[i].n, s[i].k);
-      c.gemm.qtype = q ? KITE_DTYPE_FP8_E4M3 : KITE_DTYPE_I8;
-      c.gemm.with_bias = (i + q) % 2 == 0;
-      if (i % 3 == 1) c.gemm.pad_x = 5, c.gemm.pad_y = 3;
-      if (i % 3 == 2) c.gemm.pad_w = 7, c.gemm.pad_y = 1;
-      kt_case_push(l, c);
-    }
-}
-
 /* K a multiple of 32: one block, odd block counts, SmolLM2's 576 and 1536, a long row; 0 and 1
  * rows, the GEMV's few rows and many (the packed-GEMM path: several w panels and K blocks);
  * N odd. Both formats, bias on and off, padded rows. */
@@ -725,25 +716,16 @@ static const mnk g_wq4[] = {{1, 1, 32},    {1, 7, 96},    {3, 17, 576},  {4, 64,
                             {8, 576, 576}, {0, 17, 64},   {2, 1, 32},    {40, 70, 1056}};
 static const mnk g_quick_wq4[] = {{1, 7, 96}, {17, 127, 64}, {3, 17, 576}};
 
-static void wq4_cases(kite_dtype t, int quick, kt_case_list *l) {
-  const mnk *s = quick ? g_quick_wq4 : g_wq4;
-  int n = quick ? (int)(sizeof g_quick_wq4 / sizeof *s) : (int)(sizeof g_wq4 / sizeof *s);
-  for (int f = 0; f < 2; f++)
-    for (int i = 0; i < n; i++) {
-      kt_case c = gemm_case(KITE_OP_LINEAR_WQ4, t, s[i].m, s[i].n, s[i].k);
-      c.gemm.wq4 = f ? KITE_WQ4_MIN : KITE_WQ4_SYM;
-      c.gemm.with_bias = (i + f) % 2 == 0;
-      if (i % 3 == 1) c.gemm.pad_x = 5, c.gemm.pad_y = 3;
-      if (i % 3 == 2) c.gemm.pad_w = 7, c.gemm.pad_y = 1;
-      kt_case_push(l, c);
-    }
-}
+/* mnk_cases over the table `full`, or `quick_set` for a quick run. */
+#define MNK_CASES(op, full, quick_set, variants)                                                   \
+  mnk_cases(op, t, quick ? quick_set : full, quick ? KT_COUNT(quick_set) : KT_COUNT(full),         \
+            variants, l)
 
 /* kite check's cases of op at dtype t (the float dtype: x, logits, y of linear_quant). */
 static void gemm_check_cases(kite_op op, kite_dtype t, int quick, kt_case_list *l) {
   switch (op) {
   case KITE_OP_LINEAR:
-    linear_cases(t, quick, l);
+    MNK_CASES(op, g_linear, g_quick_linear, 1);
     break;
   case KITE_OP_GROUP_GEMM:
     group_gemm_cases(t, quick, l);
@@ -759,10 +741,10 @@ static void gemm_check_cases(kite_op op, kite_dtype t, int quick, kt_case_list *
     quant_cases(op, t, quick, l);
     break;
   case KITE_OP_LINEAR_QUANT:
-    linear_quant_cases(t, quick, l);
+    MNK_CASES(op, g_lq, g_quick_lq, 2);
     break;
   case KITE_OP_LINEAR_WQ4:
-    wq4_cases(t, quick, l);
+    MNK_CASES(op, g_wq4, g_quick_wq4, 2);
     break;
   default:
     break;
