@@ -1,554 +1,17 @@
 /*
- * Drivers of the training ops: activation, gated, norm, softmax and embedding backward;
- * cross_entropy forward and backward; fused_linear_cross_entropy (rope_backward is rope's
- * driver, driver_core.c). And the check of the oracle itself: every ref backward against
- * central finite differences of ref's forward ops (kt_train_fd_check).
+ * The check of the oracle itself: every ref backward op against central finite differences of
+ * ref's forward ops (kt_fd_check). The drivers of the backward ops live with their forward
+ * families (driver_act.c, driver_norm.c, driver_core.c, driver_loss.c).
  */
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "driver.h"
 #include "families.h"
-#include "kite/dtype.h"
+#include "rows.h"
 #include "util.h"
 
-/* argument slots */
-enum { A_X, A_DY, A_DX, A_W, A_DRES, A_DW, A_DB, A_TG, A_LOSS, A_LSE, A_DLOSS, A_BIAS };
-
-int kt_train_has(kite_op op) {
-  switch (op) {
-  case KITE_OP_ACTIVATION_BACKWARD:
-  case KITE_OP_GATED_BACKWARD:
-  case KITE_OP_RMS_NORM_BACKWARD:
-  case KITE_OP_LAYER_NORM_BACKWARD:
-  case KITE_OP_SOFTMAX_BACKWARD:
-  case KITE_OP_EMBEDDING_BACKWARD:
-  case KITE_OP_CROSS_ENTROPY:
-  case KITE_OP_CROSS_ENTROPY_BACKWARD:
-  case KITE_OP_FUSED_LINEAR_CROSS_ENTROPY:
-    return 1;
-  default:
-    return 0;
-  }
-}
-
-static int is_norm(kite_op op) {
-  return op == KITE_OP_RMS_NORM_BACKWARD || op == KITE_OP_LAYER_NORM_BACKWARD;
-}
-
-static int is_ce(kite_op op) {
-  return op == KITE_OP_CROSS_ENTROPY || op == KITE_OP_CROSS_ENTROPY_BACKWARD;
-}
-
-/* ---- descriptions ------------------------------------------------------------------------ */
-
-static void train_shape(const kt_case *c, char *buf, size_t n) {
-  if (c->op == KITE_OP_FUSED_LINEAR_CROSS_ENTROPY)
-    snprintf(buf, n, "%lldx%lldx%lld", (long long)c->rows, (long long)c->train.hidden,
-             (long long)c->vocab);
-  else if (c->op == KITE_OP_EMBEDDING_BACKWARD)
-    snprintf(buf, n, "%lldx%lldx%lld", (long long)c->rows, (long long)c->vocab, (long long)c->cols);
-  else
-    snprintf(buf, n, "%lldx%lld", (long long)c->rows, (long long)c->cols);
-}
-
-static const char *red_name(kite_reduction r) {
-  return r == KITE_REDUCTION_NONE ? "none" : r == KITE_REDUCTION_SUM ? "sum" : "mean";
-}
-
-static void train_describe(const kt_case *c, char *buf, size_t n) {
-  size_t len = 0;
-  const kt_train_case *t = &c->train;
-  buf[0] = '\0';
-  switch (c->op) {
-  case KITE_OP_ACTIVATION_BACKWARD:
-  case KITE_OP_GATED_BACKWARD:
-    kt_cat(buf, n, &len, "%s %lldx%lld", kite_op_name(t->act), (long long)c->rows,
-           (long long)c->cols);
-    if (c->limit > 0) kt_cat(buf, n, &len, " limit=%g", (double)c->limit);
-    break;
-  case KITE_OP_EMBEDDING_BACKWARD:
-    kt_cat(buf, n, &len, "T=%lld V=%lld H=%lld", (long long)c->rows, (long long)c->vocab,
-           (long long)c->cols);
-    if (c->oob_ids) kt_cat(buf, n, &len, " ids-out-of-range");
-    break;
-  case KITE_OP_FUSED_LINEAR_CROSS_ENTROPY:
-    kt_cat(buf, n, &len, "N=%lld H=%lld V=%lld", (long long)c->rows, (long long)t->hidden,
-           (long long)c->vocab);
-    if (t->with_bias) kt_cat(buf, n, &len, " bias");
-    if (!t->want_grads) kt_cat(buf, n, &len, " loss-only");
-    if (t->chunk_bytes) kt_cat(buf, n, &len, " chunk=%zuB", t->chunk_bytes);
-    break;
-  default:
-    kt_cat(buf, n, &len, "%lldx%lld", (long long)c->rows, (long long)c->cols);
-    break;
-  }
-  if (is_norm(c->op)) {
-    if (!c->with_w) kt_cat(buf, n, &len, " w=NULL");
-    if (c->op == KITE_OP_RMS_NORM_BACKWARD) kt_cat(buf, n, &len, " offset=%g", (double)c->offset);
-    if (t->want_dw) kt_cat(buf, n, &len, " dw");
-    if (t->want_db) kt_cat(buf, n, &len, " db");
-    if (t->with_dres) kt_cat(buf, n, &len, " pre+dres");
-  }
-  if (c->op == KITE_OP_SOFTMAX_BACKWARD && c->scale != 1.0f)
-    kt_cat(buf, n, &len, " scale=%g", (double)c->scale);
-  if (is_ce(c->op) || c->op == KITE_OP_FUSED_LINEAR_CROSS_ENTROPY) {
-    kt_cat(buf, n, &len, " %s", red_name(t->ce.reduction));
-    if (t->ignore_frac > 0) kt_cat(buf, n, &len, " ignore=%g", (double)t->ignore_frac);
-    if (t->ce.label_smoothing > 0) kt_cat(buf, n, &len, " ls=%g", (double)t->ce.label_smoothing);
-    if (t->ce.z_loss > 0) kt_cat(buf, n, &len, " z_loss=%g", (double)t->ce.z_loss);
-    if (t->ce.softcap > 0) kt_cat(buf, n, &len, " softcap=%g", (double)t->ce.softcap);
-  }
-  if (c->amp != 1.0f || c->shift != 0.0f)
-    kt_cat(buf, n, &len, " in[%g,%g]", (double)(c->shift - c->amp), (double)(c->shift + c->amp));
-  if (c->pad_x) kt_cat(buf, n, &len, " x+%lld", (long long)c->pad_x);
-  if (c->pad_y) kt_cat(buf, n, &len, " y+%lld", (long long)c->pad_y);
-  if (c->inplace) kt_cat(buf, n, &len, " inplace");
-}
-
-/* ---- layout ------------------------------------------------------------------------------ */
-
-/* targets: ignore_index for about ignore_frac of the rows, else uniform in [0, V). */
-static void fill_targets(const kt_run *r, int vi, uint64_t seed, unsigned char *body) {
-  const kt_view *v = &r->view[vi];
-  const kt_train_case *t = &r->c.train;
-  const int64_t vocab = r->c.op == KITE_OP_FUSED_LINEAR_CROSS_ENTROPY ? r->c.vocab : r->c.cols;
-  for (int64_t i = 0, n = kt_view_numel(v); i < n; i++) {
-    int32_t tg = (int32_t)(kt_hash(seed, (uint64_t)i) % (uint64_t)(vocab > 0 ? vocab : 1));
-    if (kt_unit(seed ^ 0x5bd1e995u, (uint64_t)i) < t->ignore_frac) tg = t->ce.ignore_index;
-    ((int32_t *)body)[kt_view_at(v, i)] = tg;
-  }
-}
-
-static int add_vec(kt_run *r, const char *name, kite_dtype t, kt_role role, int64_t n,
-                   kt_fill_kind fill, float lo, float hi) {
-  return kt_add_tensor(r, name, t, role, 1, &n, fill, lo, hi);
-}
-
-/* An output [rows, cols] that is `in` itself when the case is in place (in becomes INOUT). */
-static int add_out_or_inplace(kt_run *r, const kt_case *c, int in, const char *name, int64_t rows,
-                              int64_t cols) {
-  if (c->inplace) {
-    r->view[in].role = KT_INOUT;
-    return in;
-  }
-  return kt_add_matrix(r, name, c->dtype, KT_OUT, rows, cols, c->pad_y, 0, 0);
-}
-
-static void train_plan(kt_run *r, const kt_case *c) {
-  const kite_dtype t = c->dtype;
-  const kt_train_case *tc = &c->train;
-  const float lo = c->shift - c->amp, hi = c->shift + c->amp;
-  const int64_t R = c->rows, C = c->cols;
-  switch (c->op) {
-  case KITE_OP_ACTIVATION_BACKWARD:
-    r->arg[A_X] = kt_add_matrix(r, "x", t, KT_IN, R, C, c->pad_x, lo, hi);
-    r->arg[A_DY] = kt_add_matrix(r, "dy", t, KT_IN, R, C, c->pad_x, -1, 1);
-    r->arg[A_DX] = add_out_or_inplace(r, c, r->arg[A_DY], "dx", R, C);
-    break;
-  case KITE_OP_GATED_BACKWARD:
-    r->arg[A_X] = kt_add_matrix(r, "x", t, KT_IN, R, 2 * C, c->pad_x, lo, hi);
-    r->arg[A_DY] = kt_add_matrix(r, "dy", t, KT_IN, R, C, c->pad_x, -1, 1);
-    r->arg[A_DX] = kt_add_matrix(r, "dx", t, KT_OUT, R, 2 * C, c->pad_y, 0, 0);
-    break;
-  case KITE_OP_RMS_NORM_BACKWARD:
-  case KITE_OP_LAYER_NORM_BACKWARD:
-    r->arg[A_X] = kt_add_matrix(r, "x", t, KT_IN, R, C, c->pad_x, lo, hi);
-    r->arg[A_DY] = kt_add_matrix(r, "dy", t, KT_IN, R, C, c->pad_x, -1, 1);
-    if (c->with_w) r->arg[A_W] = add_vec(r, "w", t, KT_IN, C, KT_FILL_UNIFORM, -1, 1);
-    if (tc->with_dres) r->arg[A_DRES] = kt_add_matrix(r, "dres", t, KT_IN, R, C, 0, -1, 1);
-    r->arg[A_DX] = add_out_or_inplace(r, c, r->arg[A_DY], "dx", R, C);
-    if (tc->want_dw && c->with_w)
-      r->arg[A_DW] = add_vec(r, "dw", t, KT_OUT, C, KT_FILL_UNIFORM, 0, 0);
-    if (tc->want_db && c->op == KITE_OP_LAYER_NORM_BACKWARD)
-      r->arg[A_DB] = add_vec(r, "db", t, KT_OUT, C, KT_FILL_UNIFORM, 0, 0);
-    break;
-  case KITE_OP_SOFTMAX_BACKWARD:
-    /* y: probabilities-like values (the formula holds for any y) */
-    r->arg[A_X] = kt_add_matrix(r, "y", t, KT_IN, R, C, c->pad_x, 0, 2.0f / (float)(C > 0 ? C : 1));
-    r->arg[A_DY] = kt_add_matrix(r, "dy", t, KT_IN, R, C, c->pad_x, -1, 1);
-    r->arg[A_DX] = add_out_or_inplace(r, c, r->arg[A_DY], "dx", R, C);
-    break;
-  case KITE_OP_EMBEDDING_BACKWARD: {
-    const float extra = c->oob_ids ? (float)(c->vocab / 8 + 2) : 0.0f;
-    r->arg[A_TG] =
-        add_vec(r, "ids", KITE_DTYPE_I32, KT_IN, R, KT_FILL_IDS, -extra, (float)c->vocab + extra);
-    r->arg[A_DY] = kt_add_matrix(r, "dy", t, KT_IN, R, C, c->pad_x, lo, hi);
-    r->arg[A_DX] = kt_add_matrix(r, "dtable", t, KT_OUT, c->vocab, C, c->pad_y, 0, 0);
-    break;
-  }
-  case KITE_OP_CROSS_ENTROPY:
-  case KITE_OP_CROSS_ENTROPY_BACKWARD: {
-    const int bwd = c->op == KITE_OP_CROSS_ENTROPY_BACKWARD;
-    const int64_t nl = tc->ce.reduction == KITE_REDUCTION_NONE ? R : 1;
-    r->arg[A_X] = kt_add_matrix(r, "logits", t, KT_IN, R, C, c->pad_x, lo, hi);
-    r->arg[A_TG] = add_vec(r, "targets", KITE_DTYPE_I32, KT_IN, R, KT_FILL_CUSTOM, 0, 0);
-    r->view[r->arg[A_TG]].fill_fn = fill_targets;
-    if (!bwd) {
-      r->arg[A_LOSS] = add_vec(r, "loss", KITE_DTYPE_F32, KT_OUT, nl, KT_FILL_UNIFORM, 0, 0);
-      r->arg[A_LSE] = add_vec(r, "lse", KITE_DTYPE_F32, KT_OUT, R, KT_FILL_UNIFORM, 0, 0);
-      break;
-    }
-    /* any lse works for comparing kernels; one at least the largest z keeps p <= 1 */
-    const float l0 = hi + logf((float)(C > 0 ? C : 1));
-    r->arg[A_LSE] = add_vec(r, "lse", KITE_DTYPE_F32, KT_IN, R, KT_FILL_UNIFORM, l0, l0 + 1.0f);
-    r->arg[A_DLOSS] = add_vec(r, "dloss", KITE_DTYPE_F32, KT_IN, nl, KT_FILL_UNIFORM, 0.5f, 1.5f);
-    r->arg[A_DX] = add_out_or_inplace(r, c, r->arg[A_X], "dlogits", R, C);
-    break;
-  }
-  case KITE_OP_FUSED_LINEAR_CROSS_ENTROPY: {
-    const int64_t H = tc->hidden, V = c->vocab;
-    const int64_t nl = tc->ce.reduction == KITE_REDUCTION_NONE ? R : 1;
-    r->arg[A_X] = kt_add_matrix(r, "h", t, KT_IN, R, H, c->pad_x, lo, hi);
-    r->arg[A_W] = kt_add_matrix(r, "w", t, KT_IN, V, H, c->pad_x, lo, hi);
-    if (tc->with_bias) r->arg[A_BIAS] = add_vec(r, "bias", t, KT_IN, V, KT_FILL_UNIFORM, -1, 1);
-    r->arg[A_TG] = add_vec(r, "targets", KITE_DTYPE_I32, KT_IN, R, KT_FILL_CUSTOM, 0, 0);
-    r->view[r->arg[A_TG]].fill_fn = fill_targets;
-    r->arg[A_LOSS] = add_vec(r, "loss", KITE_DTYPE_F32, KT_OUT, nl, KT_FILL_UNIFORM, 0, 0);
-    if (tc->want_grads) {
-      r->arg[A_DX] = kt_add_matrix(r, "dh", t, KT_OUT, R, H, c->pad_y, 0, 0);
-      r->arg[A_DW] = kt_add_matrix(r, "dw", t, KT_OUT, V, H, c->pad_y, 0, 0);
-      if (tc->with_bias) r->arg[A_DB] = add_vec(r, "db", t, KT_OUT, V, KT_FILL_UNIFORM, 0, 0);
-    }
-    break;
-  }
-  default:
-    r->bad = 1;
-    break;
-  }
-}
-
-/* ---- the call ---------------------------------------------------------------------------- */
-
-static kite_status train_call(kt_run *r) {
-  const kt_case *c = &r->c;
-  const kt_train_case *t = &c->train;
-  kite_ctx *ctx = r->ctx;
-  DLTensor *x = kt_arg(r, A_X), *dy = kt_arg(r, A_DY), *dx = kt_arg(r, A_DX);
-  switch (c->op) {
-  case KITE_OP_ACTIVATION_BACKWARD:
-    return kite_activation_backward(ctx, t->act, x, dy, dx);
-  case KITE_OP_GATED_BACKWARD:
-    return kite_gated_backward(ctx, t->act, x, dy, c->limit, dx);
-  case KITE_OP_RMS_NORM_BACKWARD:
-    if (t->with_dres)
-      return kite_add_rms_norm_backward(ctx, x, kt_arg(r, A_W), dy, kt_arg(r, A_DRES), c->eps,
-                                        c->offset, dx, kt_arg(r, A_DW));
-    return kite_rms_norm_backward(ctx, x, kt_arg(r, A_W), dy, c->eps, c->offset, dx,
-                                  kt_arg(r, A_DW));
-  case KITE_OP_LAYER_NORM_BACKWARD:
-    if (t->with_dres)
-      return kite_add_layer_norm_backward(ctx, x, kt_arg(r, A_W), dy, kt_arg(r, A_DRES), c->eps, dx,
-                                          kt_arg(r, A_DW), kt_arg(r, A_DB));
-    return kite_layer_norm_backward(ctx, x, kt_arg(r, A_W), dy, c->eps, dx, kt_arg(r, A_DW),
-                                    kt_arg(r, A_DB));
-  case KITE_OP_SOFTMAX_BACKWARD:
-    return kite_softmax_backward(ctx, x, dy, c->scale, dx);
-  case KITE_OP_EMBEDDING_BACKWARD:
-    return kite_embedding_backward(ctx, kt_arg(r, A_TG), dy, dx);
-  case KITE_OP_CROSS_ENTROPY:
-    return kite_cross_entropy(ctx, x, kt_arg(r, A_TG), &t->ce, kt_arg(r, A_LOSS), kt_arg(r, A_LSE));
-  case KITE_OP_CROSS_ENTROPY_BACKWARD:
-    return kite_cross_entropy_backward(ctx, x, kt_arg(r, A_TG), kt_arg(r, A_LSE),
-                                       kt_arg(r, A_DLOSS), &t->ce, dx);
-  case KITE_OP_FUSED_LINEAR_CROSS_ENTROPY: {
-    kite_flce_opts o = {.ce = t->ce, .chunk_bytes = t->chunk_bytes};
-    return kite_fused_linear_cross_entropy(ctx, x, kt_arg(r, A_W), kt_arg(r, A_BIAS),
-                                           kt_arg(r, A_TG), &o, kt_arg(r, A_LOSS), dx,
-                                           kt_arg(r, A_DW), kt_arg(r, A_DB));
-  }
-  default:
-    break;
-  }
-  return kite_set_error(KITE_ERR_UNSUPPORTED, "kite: the CLI has no driver for op %d", (int)c->op);
-}
-
-/* ---- bounds ------------------------------------------------------------------------------ */
-
-/* NMSE bounds [f32, f16, bf16]. The norm backward's dx cancels (g - mean g - xhat mean(g xhat))
- * and its dw sums over rows in f32; fused_linear_cross_entropy rounds the logits and their
- * gradient to the dtype before its products, as a separate linear then cross_entropy would. The
- * cross-entropy losses are f32 whatever the logits' dtype. */
-static double train_bound(kite_op op, kite_dtype t) {
-  const int i = t == KITE_DTYPE_F16 ? 1 : t == KITE_DTYPE_BF16 ? 2 : 0;
-  static const double act[3] = {1e-6, 1e-5, 1e-4}, norm[3] = {1e-8, 1e-5, 1e-4},
-                      ce[3] = {1e-8, 1e-8, 1e-8}, flce[3] = {1e-7, 1e-3, 1e-2};
-  switch (op) {
-  case KITE_OP_RMS_NORM_BACKWARD:
-  case KITE_OP_LAYER_NORM_BACKWARD:
-    return norm[i];
-  case KITE_OP_CROSS_ENTROPY:
-    return ce[i];
-  case KITE_OP_FUSED_LINEAR_CROSS_ENTROPY:
-    return flce[i];
-  default:
-    return act[i];
-  }
-}
-
-/* ---- cases ------------------------------------------------------------------------------- */
-
-static kt_case base_case(kite_op op, kite_dtype t, int64_t rows, int64_t cols) {
-  kt_case c = kt_case_default(op, t, rows, cols);
-  c.train.ce = kite_ce_opts_default();
-  c.train.act = op == KITE_OP_GATED_BACKWARD ? KITE_OP_SILU_AND_MUL : KITE_OP_SILU;
-  c.train.want_dw = c.train.want_db = 1;
-  c.train.want_grads = 1;
-  return c;
-}
-
-typedef struct shape2 {
-  int64_t rows, cols;
-} shape2;
-
-static const shape2 g_sizes[] = {{0, 64},   {1, 1},    {1, 3},    {3, 17},    {5, 127},
-                                 {4, 1000}, {2, 4096}, {40, 256}, {100, 1031}};
-static const shape2 g_quick[] = {{0, 64}, {1, 3}, {3, 17}, {40, 256}};
-
-static void gen_act(kt_case_list *l, kite_op op, kite_dtype t, shape2 s, int quick) {
-  static const kite_op acts[] = {KITE_OP_SILU, KITE_OP_GELU, KITE_OP_GELU_TANH, KITE_OP_GELU_QUICK,
-                                 KITE_OP_RELU};
-  static const kite_op gated[] = {KITE_OP_SILU_AND_MUL, KITE_OP_GELU_AND_MUL,
-                                  KITE_OP_GELU_TANH_AND_MUL};
-  const int g = op == KITE_OP_GATED_BACKWARD, n = g ? 3 : 5;
-  for (int a = 0; a < n; a++) {
-    kt_case c = base_case(op, t, s.rows, s.cols);
-    c.train.act = g ? gated[a] : acts[a];
-    c.amp = 4.0f;
-    kt_case_push(l, c);
-    if (quick) continue;
-    if (g) {
-      c.limit = 1.0f, c.pad_x = 3, c.pad_y = 5;
-      kt_case_push(l, c);
-    } else {
-      c.inplace = 1, c.pad_x = 2;
-      kt_case_push(l, c);
-    }
-  }
-}
-
-static void gen_norm(kt_case_list *l, kite_op op, kite_dtype t, shape2 s, int quick) {
-  const int layer = op == KITE_OP_LAYER_NORM_BACKWARD;
-  int k = 0;
-  for (int w = 1; w >= 0; w--)
-    for (int dres = 0; dres <= 1; dres++)
-      for (int off = 0; off <= (layer ? 0 : 1); off++, k++) {
-        kt_case c = base_case(op, t, s.rows, s.cols);
-        c.with_w = w, c.train.want_dw = w, c.train.want_db = layer && (k % 2 == 0);
-        c.train.with_dres = dres, c.offset = (float)off;
-        if (k % 2) c.pad_x = 5, c.pad_y = 3;
-        if (k % 3 == 2) c.inplace = 1;
-        kt_case_push(l, c);
-        if (quick) return;
-      }
-  kt_case c = base_case(op, t, s.rows, s.cols);
-  c.shift = 3.0f, kt_case_push(l, c); /* mean far from 0 */
-  c.shift = 100.0f, c.amp = 1.0f, kt_case_push(l, c);
-  c = base_case(op, t, s.rows, s.cols), c.train.want_dw = 0, c.train.want_db = 0;
-  kt_case_push(l, c); /* dx only */
-}
-
-static void gen_ce(kt_case_list *l, kite_op op, kite_dtype t, shape2 s, int quick) {
-  for (int red = 0; red < 3; red++) {
-    kt_case c = base_case(op, t, s.rows, s.cols);
-    c.amp = 3.0f;
-    c.train.ce.reduction = (kite_reduction)red;
-    c.train.ignore_frac = 0.25f;
-    kt_case_push(l, c);
-    if (quick) continue;
-    c.train.ce.label_smoothing = 0.1f, c.train.ce.z_loss = 1e-2f, c.pad_x = 3, c.pad_y = 1;
-    kt_case_push(l, c);
-    c = base_case(op, t, s.rows, s.cols);
-    c.train.ce.reduction = (kite_reduction)red;
-    c.amp = 8.0f, c.train.ce.softcap = 5.0f, c.inplace = op == KITE_OP_CROSS_ENTROPY_BACKWARD;
-    kt_case_push(l, c);
-    c.train.ignore_frac = 1.0f; /* every row ignored: loss 0, gradient 0 */
-    kt_case_push(l, c);
-  }
-}
-
-typedef struct flce_geom {
-  int64_t n, h, v;
-} flce_geom;
-
-static void gen_flce(kt_case_list *l, kite_dtype t, int quick) {
-  static const flce_geom g[] = {{0, 8, 5},    {1, 1, 3},       {3, 17, 10},
-                                {7, 64, 100}, {33, 128, 1000}, {16, 128, 1500}};
-  const int n = quick ? 4 : (int)(sizeof g / sizeof *g);
-  for (int i = 0; i < n; i++)
-    for (int red = 0; red < 3; red++) {
-      /* at 16 bits a row of one or a few products is all rounding of the logits: f32 only */
-      if (t != KITE_DTYPE_F32 && g[i].h < 8 && g[i].n > 0) continue;
-      kt_case c = base_case(KITE_OP_FUSED_LINEAR_CROSS_ENTROPY, t, g[i].n, 0);
-      c.vocab = g[i].v, c.train.hidden = g[i].h;
-      c.amp = 0.5f;
-      c.train.ce.reduction = (kite_reduction)red;
-      c.train.ignore_frac = 0.2f;
-      c.train.with_bias = red != 1;
-      c.train.chunk_bytes = red == 2 ? 16384 : 0; /* many vocabulary chunks */
-      kt_case_push(l, c);
-      if (quick) continue;
-      c.train.ce.label_smoothing = 0.1f, c.train.ce.z_loss = 1e-3f, c.train.ce.softcap = 5.0f;
-      c.pad_x = 2, c.pad_y = 3;
-      kt_case_push(l, c);
-      c.train.want_grads = red == 0 ? 0 : 1, c.train.ignore_frac = red == 1 ? 1.0f : 0.0f;
-      kt_case_push(l, c);
-    }
-}
-
-static void train_check_cases(kite_op op, kite_dtype t, int quick, kt_case_list *l) {
-  if (op == KITE_OP_FUSED_LINEAR_CROSS_ENTROPY) {
-    gen_flce(l, t, quick);
-    return;
-  }
-  if (op == KITE_OP_EMBEDDING_BACKWARD) {
-    static const int64_t g[][5] = {{0, 8, 64, 0, 0},      {1, 5, 1, 0, 0},
-                                   {3, 50, 17, 0, 0},     {17, 50, 127, 5, 3},
-                                   {64, 1000, 256, 1, 0}, {300, 7, 1031, 0, 2}};
-    const int n = quick ? 3 : 6;
-    for (int i = 0; i < n; i++) {
-      kt_case c = base_case(op, t, g[i][0], g[i][2]);
-      c.vocab = g[i][1], c.pad_x = g[i][3], c.pad_y = g[i][4], c.oob_ids = 1;
-      kt_case_push(l, c);
-    }
-    return;
-  }
-  const shape2 *s = quick ? g_quick : g_sizes;
-  const int n = quick ? (int)(sizeof g_quick / sizeof *s) : (int)(sizeof g_sizes / sizeof *s);
-  for (int i = 0; i < n; i++) {
-    switch (op) {
-    case KITE_OP_ACTIVATION_BACKWARD:
-    case KITE_OP_GATED_BACKWARD:
-      gen_act(l, op, t, s[i], quick);
-      break;
-    case KITE_OP_RMS_NORM_BACKWARD:
-    case KITE_OP_LAYER_NORM_BACKWARD: {
-      /* a row of 1 (or 2, for layer norm) elements normalizes to a constant: its true dx is
-       * about eps-sized and any f32 result is rounding noise, so NMSE says nothing there.
-       * Layer norm's short row is 4, not 3: dx = rstd (g - mean(g) - xhat mean(g xhat)) is g
-       * projected off 1 and xhat, onto the (n - 2)-dimensional rest. At n = 3 that is a line,
-       * and |dx| / |g| falls below any delta with probability ~ delta (a row of seed 119
-       * gave |dx| ~ 1e-4 |g|), while f32's error stays ~ 1e-7 |g|: NMSE ~ (1e-7 / delta)^2 then
-       * measures the inputs, not the kernel. At n = 4 (a plane) the odds are ~ delta^2. */
-      shape2 sh = s[i];
-      if (op == KITE_OP_LAYER_NORM_BACKWARD && sh.cols == 3) sh.cols = 4;
-      if (sh.cols >= 3 || sh.rows == 0) gen_norm(l, op, t, sh, quick);
-      break;
-    }
-    case KITE_OP_SOFTMAX_BACKWARD: {
-      kt_case c = base_case(op, t, s[i].rows, s[i].cols);
-      kt_case_push(l, c);
-      c.scale = 0.125f, c.pad_x = 3, c.pad_y = 2;
-      kt_case_push(l, c);
-      c = base_case(op, t, s[i].rows, s[i].cols), c.inplace = 1, c.scale = 2.0f;
-      kt_case_push(l, c);
-      break;
-    }
-    default: /* cross_entropy and its backward: cols = V >= 1 */
-      if (s[i].cols >= 1) gen_ce(l, op, t, s[i], quick);
-      break;
-    }
-  }
-}
-
-/* small: one mid shape; llm: T = 8192, H = 4096 (the issue's rows), the vocabularies of
- * Llama 2 and Llama 3 for the losses. */
-static void train_bench_cases(kite_op op, kite_dtype t, int llm, kt_case_list *l) {
-  const int64_t T = llm ? 8192 : 512, H = 4096;
-  kt_case c = base_case(op, t, T, H);
-  switch (op) {
-  case KITE_OP_EMBEDDING_BACKWARD:
-    c.vocab = 32000;
-    kt_case_push(l, c);
-    return;
-  case KITE_OP_CROSS_ENTROPY:
-  case KITE_OP_CROSS_ENTROPY_BACKWARD:
-    c.inplace = op == KITE_OP_CROSS_ENTROPY_BACKWARD; /* dlogits over the logits */
-    c.cols = 32000;
-    kt_case_push(l, c);
-    if (llm) c.cols = 128256, kt_case_push(l, c);
-    return;
-  case KITE_OP_FUSED_LINEAR_CROSS_ENTROPY:
-    c.amp = 0.05f;
-    c.rows = 512, c.train.hidden = 1024, c.vocab = 32000; /* timeable on a CPU */
-    kt_case_push(l, c);
-    if (llm) c.rows = 8192, c.train.hidden = 4096, c.vocab = 128256, kt_case_push(l, c);
-    return;
-  case KITE_OP_RMS_NORM_BACKWARD:
-  case KITE_OP_LAYER_NORM_BACKWARD:
-    kt_case_push(l, c);
-    c.train.with_dres = 1; /* the fused pre rule */
-    kt_case_push(l, c);
-    return;
-  default:
-    kt_case_push(l, c);
-    return;
-  }
-}
-
-/* Bytes: every tensor read once and every output written once (e = element size):
- *   activation_backward  x, dy, dx                       3 R C e
- *   gated_backward       x[R, 2I], dy[R, I], dx[R, 2I]    5 R I e
- *   norm backward        x, dy, dx (+ dres) + w, dw, db   (3 or 4) R C e + (1 to 3) C e
- *   softmax_backward     y, dy, dx                        3 R C e
- *   embedding_backward   ids, dy, dtable written          4 T + (T + V) H e
- *   cross_entropy        logits, targets, loss, lse       N V e + 12 N
- *   its backward         logits, dlogits, targets, lse, dloss   2 N V e + 12 N
- *   fused_linear_ce      h, w read, dh, dw written (+ bias, db), targets, loss
- *                        2 (N + V) H e + 2 V e + 8 N
- * FLOPs: fused_linear_cross_entropy's three products of N V H, 6 N V H. */
-static double train_bytes(const kt_case *c) {
-  const double e = (double)kite_dtype_size(c->dtype), R = (double)c->rows, C = (double)c->cols;
-  const kt_train_case *t = &c->train;
-  switch (c->op) {
-  case KITE_OP_ACTIVATION_BACKWARD:
-  case KITE_OP_SOFTMAX_BACKWARD:
-    return 3 * R * C * e;
-  case KITE_OP_GATED_BACKWARD:
-    return 5 * R * C * e;
-  case KITE_OP_RMS_NORM_BACKWARD:
-  case KITE_OP_LAYER_NORM_BACKWARD:
-    return ((t->with_dres ? 4 : 3) * R * C +
-            C * ((c->with_w ? 1 : 0) + (c->with_w && t->want_dw ? 1 : 0) +
-                 (c->op == KITE_OP_LAYER_NORM_BACKWARD && t->want_db ? 1 : 0))) *
-           e;
-  case KITE_OP_EMBEDDING_BACKWARD:
-    return 4 * R + (R + (double)c->vocab) * C * e;
-  case KITE_OP_CROSS_ENTROPY:
-    return R * C * e + 12 * R;
-  case KITE_OP_CROSS_ENTROPY_BACKWARD:
-    return 2 * R * C * e + 12 * R;
-  case KITE_OP_FUSED_LINEAR_CROSS_ENTROPY:
-    return 2 * (R + (double)c->vocab) * (double)t->hidden * e + 2 * (double)c->vocab * e + 8 * R;
-  default:
-    return 0;
-  }
-}
-
-static double train_flops(const kt_case *c) {
-  if (c->op != KITE_OP_FUSED_LINEAR_CROSS_ENTROPY) return 0;
-  return 6.0 * (double)c->rows * (double)c->vocab * (double)c->train.hidden;
-}
-
-const kt_family_ops kt_family_train = {
-    .name = "train",
-    .has = kt_train_has,
-    .plan = train_plan,
-    .call = train_call,
-    .describe = train_describe,
-    .shape = train_shape,
-    .check_cases = train_check_cases,
-    .bench_cases = train_bench_cases,
-    .bytes = train_bytes,
-    .flops = train_flops,
-    .bound = train_bound,
-};
-
-/* ---- the oracle's own check: ref backward against finite differences of ref forward -------
- *
- * On small f32 shapes, every op pinned to ref: for a loss L = sum(dy * forward outputs) (dy
+/* On small f32 shapes, every op pinned to ref: for a loss L = sum(dy * forward outputs) (dy
  * fixed and random), each input element x_i is moved both ways, x_i +- h with h = 2^-8, and
  * (L(+) - L(-)) / (x+ - x-) (the moved values as f32 holds them; L summed in double) is that
  * element's gradient by central differences. The backward op's gradient must match it:
@@ -860,7 +323,7 @@ static void fd_ce(const fd_report *rp, kite_ctx *ctx, int v, uint64_t seed) {
   if (s == KITE_OK) s = kite_cross_entropy_backward(ctx, &X, &T, &E, &DL, &f.ce, &DX);
   char what[96];
   snprintf(what, sizeof what, "%s ls=%g z_loss=%g softcap=%g, a row ignored",
-           red_name(f.ce.reduction), (double)f.ce.label_smoothing, (double)f.ce.z_loss,
+           kt_reduction_name(f.ce.reduction), (double)f.ce.label_smoothing, (double)f.ce.z_loss,
            (double)f.ce.softcap);
   fd_judge(rp, &f, what, "logits", s, s == KITE_OK ? fd_nmse(&f, &f.x, &dx) : 0);
 }
@@ -884,14 +347,33 @@ static void fd_flce(const fd_report *rp, kite_ctx *ctx, int v, uint64_t seed) {
   kite_flce_opts o = {.ce = f.ce, .chunk_bytes = 0};
   kite_status s = kite_fused_linear_cross_entropy(ctx, &H, &W, &B, &T, &o, &L, &DH, &DW, &DB);
   char what[96];
-  snprintf(what, sizeof what, "N=3 H=5 V=7 %s ls=%g z_loss=%g softcap=%g", red_name(f.ce.reduction),
-           (double)f.ce.label_smoothing, (double)f.ce.z_loss, (double)f.ce.softcap);
+  snprintf(what, sizeof what, "N=3 H=5 V=7 %s ls=%g z_loss=%g softcap=%g",
+           kt_reduction_name(f.ce.reduction), (double)f.ce.label_smoothing, (double)f.ce.z_loss,
+           (double)f.ce.softcap);
   fd_judge(rp, &f, what, "h", s, s == KITE_OK ? fd_nmse(&f, &f.x, &dh) : 0);
   fd_judge(rp, &f, what, "w", s, s == KITE_OK ? fd_nmse(&f, &f.w, &dw) : 0);
   fd_judge(rp, &f, what, "bias", s, s == KITE_OK ? fd_nmse(&f, &f.b, &db) : 0);
 }
 
-void kt_train_fd_check(kite_ctx *ctx, int verbose, int only_op, int *passed, int *failed) {
+int kt_fd_covers(kite_op op) {
+  switch (op) {
+  case KITE_OP_ACTIVATION_BACKWARD:
+  case KITE_OP_GATED_BACKWARD:
+  case KITE_OP_RMS_NORM_BACKWARD:
+  case KITE_OP_LAYER_NORM_BACKWARD:
+  case KITE_OP_ROPE_BACKWARD:
+  case KITE_OP_SOFTMAX_BACKWARD:
+  case KITE_OP_EMBEDDING_BACKWARD:
+  case KITE_OP_CROSS_ENTROPY:
+  case KITE_OP_CROSS_ENTROPY_BACKWARD:
+  case KITE_OP_FUSED_LINEAR_CROSS_ENTROPY:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+void kt_fd_check(kite_ctx *ctx, int verbose, int only_op, int *passed, int *failed) {
   /* every op pinned to ref: the forward ops are the oracle's */
   char cfg[2048];
   size_t len = 0;
@@ -906,14 +388,13 @@ void kt_train_fd_check(kite_ctx *ctx, int verbose, int only_op, int *passed, int
   const fd_report rp = {verbose, passed, failed};
   const uint64_t seed = 0x6b697465u;
 #define FD_WANT(op) (only_op < 0 || only_op == (int)(op))
-  static const kite_op acts[] = {KITE_OP_SILU, KITE_OP_GELU, KITE_OP_GELU_TANH, KITE_OP_GELU_QUICK,
-                                 KITE_OP_RELU};
-  static const kite_op gated[] = {KITE_OP_SILU_AND_MUL, KITE_OP_GELU_AND_MUL,
-                                  KITE_OP_GELU_TANH_AND_MUL};
-  for (int i = 0; i < 5 && FD_WANT(KITE_OP_ACTIVATION_BACKWARD); i++)
+  static const kite_op acts[] = {KITE_ACTIVATION_OPS(KT_OP_ITEM)};
+  static const kite_op gated[] = {KITE_GATED_OPS(KT_GATED_ITEM)};
+  const int na = (int)(sizeof acts / sizeof *acts), ng = (int)(sizeof gated / sizeof *gated);
+  for (int i = 0; i < na && FD_WANT(KITE_OP_ACTIVATION_BACKWARD); i++)
     fd_act(&rp, ctx, KITE_OP_ACTIVATION_BACKWARD, acts[i], 0.0f, seed + (uint64_t)i);
-  for (int i = 0; i < 6 && FD_WANT(KITE_OP_GATED_BACKWARD); i++)
-    fd_act(&rp, ctx, KITE_OP_GATED_BACKWARD, gated[i % 3], i < 3 ? 0.0f : 1.0f,
+  for (int i = 0; i < 2 * ng && FD_WANT(KITE_OP_GATED_BACKWARD); i++) /* without, with a clamp */
+    fd_act(&rp, ctx, KITE_OP_GATED_BACKWARD, gated[i % ng], i < ng ? 0.0f : 1.0f,
            seed + 10 + (uint64_t)i);
   for (int pre = 0; pre <= 1; pre++) {
     for (int off = 0; off <= 1 && FD_WANT(KITE_OP_RMS_NORM_BACKWARD); off++)
