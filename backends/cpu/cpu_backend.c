@@ -122,31 +122,32 @@ static bool supports_amx_i8(const kite_kernel *k, const void *args, const char *
   ROW(op_id, "scalar", 10, 0, supports_float, cpu_##fn##_scalar, what ", portable C")
 
 static kite_kernel cpu_kernels[] = {
-    /* activations, gated activations, norms, rope, softmax, embedding */
+    /* activations, gated activations, norms, rope, softmax, embedding, each with its backward
+     * (act_bwd serves activation_backward and gated_backward; rope serves rope_backward) */
     ROW_FAMILY(KITE_OP_SILU, act),
     ROW_FAMILY(KITE_OP_GELU, act),
     ROW_FAMILY(KITE_OP_GELU_TANH, act),
     ROW_FAMILY(KITE_OP_GELU_QUICK, act),
     ROW_FAMILY(KITE_OP_RELU, act),
+    ROW_FAMILY(KITE_OP_ACTIVATION_BACKWARD, act_bwd),
     ROW_FAMILY(KITE_OP_SILU_AND_MUL, gated),
     ROW_FAMILY(KITE_OP_GELU_AND_MUL, gated),
     ROW_FAMILY(KITE_OP_GELU_TANH_AND_MUL, gated),
+    ROW_FAMILY(KITE_OP_GATED_BACKWARD, act_bwd),
     ROW_FAMILY(KITE_OP_RMS_NORM, norm),
     ROW_FAMILY(KITE_OP_LAYER_NORM, norm),
     ROW_FAMILY(KITE_OP_ADD_RMS_NORM, norm),
     ROW_FAMILY(KITE_OP_ADD_LAYER_NORM, norm),
-    ROW_FAMILY(KITE_OP_ROPE, rope),
-    ROW_FAMILY(KITE_OP_SOFTMAX, softmax),
-    ROW_FAMILY(KITE_OP_EMBEDDING, embedding),
-
-    /* training: backward ops and losses (kernels/train.inc; rope_backward is rope's kernel) */
-    ROW_FAMILY(KITE_OP_ACTIVATION_BACKWARD, act_bwd),
-    ROW_FAMILY(KITE_OP_GATED_BACKWARD, act_bwd),
     ROW_FAMILY(KITE_OP_RMS_NORM_BACKWARD, norm_bwd),
     ROW_FAMILY(KITE_OP_LAYER_NORM_BACKWARD, norm_bwd),
+    ROW_FAMILY(KITE_OP_ROPE, rope),
     ROW_FAMILY(KITE_OP_ROPE_BACKWARD, rope),
+    ROW_FAMILY(KITE_OP_SOFTMAX, softmax),
     ROW_FAMILY(KITE_OP_SOFTMAX_BACKWARD, softmax_bwd),
+    ROW_FAMILY(KITE_OP_EMBEDDING, embedding),
     ROW_FAMILY(KITE_OP_EMBEDDING_BACKWARD, embedding_bwd),
+
+    /* losses (kernels/loss.inc, cpu_flce.c) */
     ROW_FAMILY(KITE_OP_CROSS_ENTROPY, ce),
     ROW_FAMILY(KITE_OP_CROSS_ENTROPY_BACKWARD, ce),
     ROW(KITE_OP_FUSED_LINEAR_CROSS_ENTROPY, "chunked", 10, 0, supports_float, cpu_flce_chunked,

@@ -10,6 +10,6 @@
 #include "kernels/rope.inc"
 #include "kernels/softmax.inc"
 #include "kernels/embedding.inc"
-#include "kernels/train.inc"
+#include "kernels/loss.inc"
 #include "kernels/attention.inc"
 #include "kernels/sampling.inc"

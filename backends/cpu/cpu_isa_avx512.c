@@ -10,5 +10,5 @@
 #include "kernels/rope.inc"
 #include "kernels/softmax.inc"
 #include "kernels/embedding.inc"
-#include "kernels/train.inc"
+#include "kernels/loss.inc"
 #include "kernels/sampling.inc"

@@ -12,4 +12,4 @@
 #include "kernels/rope.inc"
 #include "kernels/softmax.inc"
 #include "kernels/embedding.inc"
-#include "kernels/train.inc"
+#include "kernels/loss.inc"

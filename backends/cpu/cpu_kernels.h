@@ -12,17 +12,19 @@
 
 #define CPU_RUN_DECL(name) kite_status name(const kite_kernel *k, kite_ctx *ctx, const void *args)
 
-/* Elementwise and row families (act also serves gated; norm every norm op). */
+/* Elementwise and row families, each forward beside its backward (act and act_bwd also serve
+ * the gated ops; norm and norm_bwd every norm op; rope serves rope_backward), and the
+ * cross-entropy loss (kernels/loss.inc; ce also serves its backward). */
 #define CPU_ROW_KERNELS(isa)                                                                       \
   CPU_RUN_DECL(cpu_act_##isa);                                                                     \
+  CPU_RUN_DECL(cpu_act_bwd_##isa);                                                                 \
   CPU_RUN_DECL(cpu_gated_##isa);                                                                   \
   CPU_RUN_DECL(cpu_norm_##isa);                                                                    \
+  CPU_RUN_DECL(cpu_norm_bwd_##isa);                                                                \
   CPU_RUN_DECL(cpu_rope_##isa);                                                                    \
   CPU_RUN_DECL(cpu_softmax_##isa);                                                                 \
-  CPU_RUN_DECL(cpu_embedding_##isa);                                                               \
-  CPU_RUN_DECL(cpu_act_bwd_##isa);                                                                 \
-  CPU_RUN_DECL(cpu_norm_bwd_##isa);                                                                \
   CPU_RUN_DECL(cpu_softmax_bwd_##isa);                                                             \
+  CPU_RUN_DECL(cpu_embedding_##isa);                                                               \
   CPU_RUN_DECL(cpu_embedding_bwd_##isa);                                                           \
   CPU_RUN_DECL(cpu_ce_##isa)
 

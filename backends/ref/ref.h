@@ -1,6 +1,6 @@
 /*
  * The reference backend, private to backends/ref: the run function of each op family and the
- * scalar activations that the activation and gated kernels share.
+ * scalar activations and their derivatives that the activation and gated kernels share.
  *
  * Every ref kernel reads f32/f16/bf16 elements as float, computes in double and rounds once per
  * output (double -> float -> dtype). Speed is not a goal; being obviously right is.
@@ -14,12 +14,18 @@
 #include "kite/backend.h"
 #include "kite/dtype.h"
 
+/* Each family's forward and backward (rope_backward is ref_rope_run's). */
 kite_status ref_act_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_act_bwd_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_gated_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_gated_bwd_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_norm_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_norm_bwd_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_rope_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_softmax_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_softmax_bwd_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_embedding_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_embedding_bwd_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_store_kv_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_paged_attn_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_sdpa_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
@@ -29,11 +35,7 @@ kite_status ref_topk_gating_run(const kite_kernel *k, kite_ctx *ctx, const void 
 kite_status ref_fused_moe_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_quant_run(const kite_kernel *k, kite_ctx *ctx, const void *args); /* + dequant */
 kite_status ref_linear_quant_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
-/* ref_train.c (rope_backward is ref_rope_run's) */
-kite_status ref_act_bwd_run(const kite_kernel *k, kite_ctx *ctx, const void *args); /* + gated */
-kite_status ref_norm_bwd_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
-kite_status ref_softmax_bwd_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
-kite_status ref_embedding_bwd_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+/* ref_loss.c */
 kite_status ref_ce_run(const kite_kernel *k, kite_ctx *ctx, const void *args); /* + backward */
 kite_status ref_flce_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_sample_run(const kite_kernel *k, kite_ctx *ctx, const void *args); /* + argmax */
@@ -96,6 +98,74 @@ static inline double ref_gelu_quick(double x) {
 /* NaN stays NaN, as max(x, 0) does in the frameworks. */
 static inline double ref_relu(double x) {
   return isnan(x) || x > 0.0 ? x : 0.0;
+}
+
+/* ---- their derivatives, in double (the backward kernels) ------------------------------------ */
+static inline double ref_d_sigmoid_mul(double x, double a) { /* d/dx of x sigmoid(a x) */
+  const double s = ref_sigmoid(a * x);
+  return s + a * x * s * (1.0 - s);
+}
+
+static inline double ref_d_silu(double x) {
+  return ref_d_sigmoid_mul(x, 1.0);
+}
+
+static inline double ref_d_gelu(double x) {
+  const double phi = exp(-0.5 * x * x) * 0.39894228040143267794; /* 1 / sqrt(2 pi) */
+  return 0.5 * (1.0 + erf(x * 0.70710678118654752440)) + x * phi;
+}
+
+static inline double ref_d_gelu_tanh(double x) {
+  const double k = 0.79788456080286535588, c = 0.044715;
+  const double t = tanh(k * (x + c * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * c * x * x);
+}
+
+static inline double ref_d_gelu_quick(double x) {
+  return ref_d_sigmoid_mul(x, 1.702);
+}
+
+static inline double ref_d_relu(double x) {
+  return x > 0.0 ? 1.0 : 0.0;
+}
+
+/* act and act' of an activation op, or of the gate of a gated op (kite_gated_op_act); false for
+ * any other op. */
+static inline bool ref_act_fns(kite_op op, double (**f)(double), double (**df)(double)) {
+  switch (kite_op_is_gated(op) ? kite_gated_op_act(op) : op) {
+  case KITE_OP_SILU:
+    *f = ref_silu, *df = ref_d_silu;
+    return true;
+  case KITE_OP_GELU:
+    *f = ref_gelu, *df = ref_d_gelu;
+    return true;
+  case KITE_OP_GELU_TANH:
+    *f = ref_gelu_tanh, *df = ref_d_gelu_tanh;
+    return true;
+  case KITE_OP_GELU_QUICK:
+    *f = ref_gelu_quick, *df = ref_d_gelu_quick;
+    return true;
+  case KITE_OP_RELU:
+    *f = ref_relu, *df = ref_d_relu;
+    return true;
+  default:
+    return false;
+  }
+}
+
+/* What both activation backward kernels check first: args, dtype, and a->act, whose act and act'
+ * come back in *f and *df. */
+static inline kite_status ref_act_bwd_begin(const kite_act_bwd_args *a, double (**f)(double),
+                                            double (**df)(double)) {
+  if (!a) return kite_set_error(KITE_ERR_INVALID_ARG, "activation backward: ref: NULL args");
+  const char *name = ref_op_str(a->op);
+  if (!ref_is_float(a->dtype))
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: ref: dtype %s is not supported", name,
+                          ref_dtype_str(a->dtype));
+  if (!ref_act_fns(a->act, f, df))
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: ref: act %d is not an activation", name,
+                          (int)a->act);
+  return KITE_OK;
 }
 
 #endif /* KITE_REF_H */

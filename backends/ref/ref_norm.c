@@ -95,3 +95,64 @@ kite_status ref_norm_run(const kite_kernel *k, kite_ctx *ctx, const void *args) 
   free(s);
   return KITE_OK;
 }
+
+/* ---- backward -------------------------------------------------------------------------------
+ * dx = rstd (g - mean(g) - xhat mean(g xhat)) with g = dy (offset + w) (layer: w, and the mean
+ * terms; rms: no mean(g)), + dres; dw = sum over rows of dy xhat, db = sum of dy, in row order. */
+
+kite_status ref_norm_bwd_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_norm_bwd_args *a = args;
+  if (!a) return kite_set_error(KITE_ERR_INVALID_ARG, "norm backward: ref: NULL args");
+  const char *name = ref_op_str(a->op);
+  if (!ref_is_float(a->dtype))
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: ref: dtype %s is not supported", name,
+                          ref_dtype_str(a->dtype));
+  const bool rms = a->op == KITE_OP_RMS_NORM_BACKWARD;
+  const kite_dtype t = a->dtype;
+  const int64_t n = a->cols;
+  if (n <= 0) return KITE_OK;
+  if ((uint64_t)n > SIZE_MAX / (4 * sizeof(double)))
+    return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "%s: ref: rows of %lld are too long", name,
+                          (long long)n);
+  /* x, dxhat of one row; the dw and db sums over rows */
+  double *buf = calloc((size_t)n * 4, sizeof(double));
+  if (!buf) return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "%s: ref: out of memory", name);
+  double *x = buf, *g = buf + n, *sw = buf + 2 * n, *sb = buf + 3 * n;
+  for (int64_t r = 0; r < a->rows; r++) {
+    double mean = 0.0, var = 0.0;
+    for (int64_t i = 0; i < n; i++) x[i] = kite_load_f32(t, a->x, r * a->x_stride + i);
+    if (!rms) {
+      for (int64_t i = 0; i < n; i++) mean += x[i];
+      mean /= (double)n;
+    }
+    for (int64_t i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
+    const double rstd = 1.0 / sqrt(var / (double)n + (double)a->eps);
+    double sum_g = 0.0, sum_gx = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+      const double dy = kite_load_f32(t, a->dy, r * a->dy_stride + i);
+      const double xhat = (x[i] - mean) * rstd;
+      double wf = 1.0;
+      if (a->w) wf = (rms ? (double)a->offset : 0.0) + kite_load_f32(t, a->w, i);
+      g[i] = dy * wf;
+      sum_g += g[i];
+      sum_gx += g[i] * xhat;
+      sw[i] += dy * xhat;
+      sb[i] += dy;
+    }
+    const double mg = rms ? 0.0 : sum_g / (double)n, mgx = sum_gx / (double)n;
+    /* read every input of the row before writing dx: dx may be dy or dres */
+    for (int64_t i = 0; i < n; i++) {
+      const double xhat = (x[i] - mean) * rstd;
+      double d = rstd * (g[i] - mg - xhat * mgx);
+      if (a->dres) d += kite_load_f32(t, a->dres, r * a->dres_stride + i);
+      x[i] = d;
+    }
+    for (int64_t i = 0; i < n; i++) kite_store_f32(t, a->dx, r * a->dx_stride + i, (float)x[i]);
+  }
+  for (int64_t i = 0; i < n; i++) {
+    if (a->dw) kite_store_f32(t, a->dw, i, (float)sw[i]);
+    if (a->db) kite_store_f32(t, a->db, i, (float)sb[i]);
+  }
+  free(buf);
+  return KITE_OK;
+}

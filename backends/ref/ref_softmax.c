@@ -33,3 +33,25 @@ kite_status ref_softmax_run(const kite_kernel *k, kite_ctx *ctx, const void *arg
   }
   return KITE_OK;
 }
+
+/* Backward from the output: dx = scale y (dy - y . dy), the dot in double. */
+kite_status ref_softmax_bwd_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_softmax_bwd_args *a = args;
+  if (!a) return kite_set_error(KITE_ERR_INVALID_ARG, "softmax_backward: ref: NULL args");
+  if (!ref_is_float(a->dtype))
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "softmax_backward: ref: dtype %s is not supported",
+                          ref_dtype_str(a->dtype));
+  const kite_dtype t = a->dtype;
+  for (int64_t r = 0; r < a->rows; r++) {
+    double dot = 0.0;
+    for (int64_t i = 0; i < a->cols; i++)
+      dot += (double)kite_load_f32(t, a->y, r * a->y_stride + i) *
+             kite_load_f32(t, a->dy, r * a->dy_stride + i);
+    for (int64_t i = 0; i < a->cols; i++) {
+      const double y = kite_load_f32(t, a->y, r * a->y_stride + i);
+      const double dy = kite_load_f32(t, a->dy, r * a->dy_stride + i);
+      kite_store_f32(t, a->dx, r * a->dx_stride + i, (float)((double)a->scale * y * (dy - dot)));
+    }
+  }
+  return KITE_OK;
+}

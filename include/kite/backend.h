@@ -81,6 +81,44 @@ static inline const kite_args_head *kite_args_head_of(const void *args) {
   return (const kite_args_head *)args;
 }
 
+/* The activation ops, listed once for every layer that needs them (front-end checks, kernels,
+ * the harness). KITE_ACTIVATION_OPS(X) expands X(op) for each elementwise activation, the act
+ * that activation_backward takes; KITE_GATED_OPS(X) expands X(op, act) for each gated
+ * activation, the act that gated_backward takes, with the activation of its gate. An
+ * activation added to kite_op is added here once. */
+#define KITE_ACTIVATION_OPS(X)                                                                     \
+  X(KITE_OP_SILU) X(KITE_OP_GELU) X(KITE_OP_GELU_TANH) X(KITE_OP_GELU_QUICK) X(KITE_OP_RELU)
+#define KITE_GATED_OPS(X)                                                                          \
+  X(KITE_OP_SILU_AND_MUL, KITE_OP_SILU)                                                            \
+  X(KITE_OP_GELU_AND_MUL, KITE_OP_GELU) X(KITE_OP_GELU_TANH_AND_MUL, KITE_OP_GELU_TANH)
+
+/* The lists expanded for the helpers below (o: the op asked about). */
+#define KITE_OP_IS_(op) || o == op
+#define KITE_GATED_OP_IS_(op, act) || o == op
+#define KITE_GATED_CASE_(op, act)                                                                  \
+  case op:                                                                                         \
+    return act;
+
+/* Whether o is one of KITE_ACTIVATION_OPS. */
+static inline bool kite_op_is_activation(kite_op o) {
+  return false KITE_ACTIVATION_OPS(KITE_OP_IS_);
+}
+
+/* Whether o is one of KITE_GATED_OPS. */
+static inline bool kite_op_is_gated(kite_op o) {
+  return false KITE_GATED_OPS(KITE_GATED_OP_IS_);
+}
+
+/* The activation of the gate of a gated op (KITE_OP_SILU for KITE_OP_SILU_AND_MUL);
+ * KITE_OP_COUNT when op is not one of KITE_GATED_OPS. */
+static inline kite_op kite_gated_op_act(kite_op op) {
+  switch (op) {
+    KITE_GATED_OPS(KITE_GATED_CASE_)
+  default:
+    return KITE_OP_COUNT;
+  }
+}
+
 /* silu, gelu, gelu_tanh, gelu_quick, relu: x, y viewed as [rows, cols] (cols unit-stride). */
 typedef struct kite_act_args {
   kite_op op;

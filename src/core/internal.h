@@ -123,6 +123,40 @@ kite_status kite_check_rowwise(const kite_ctx *ctx, const char *op, const DLTens
 kite_status kite_add_norm_check(kite_ctx *ctx, const char *op, const DLTensor *x,
                                 DLTensor *residual, const DLTensor *w, const DLTensor *b, float eps,
                                 float offset, kite_norm_pos pos, DLTensor *y, kite_norm_args *out);
+/* The start of a row-wise op's front-end: clears the error, initializes the library, checks ctx
+ * and kite_check_rowwise(x, y, x_per_y) under the name op. */
+kite_status kite_rowwise_begin(kite_ctx *ctx, const char *op, const DLTensor *x, const DLTensor *y,
+                               int x_per_y, kite_rowwise *out);
+/* A float tensor viewed as [rows, cols] (kite_tensor_rows). */
+kite_status kite_tensor_check_float_rows(const kite_ctx *ctx, const char *op, const char *arg,
+                                         const DLTensor *t, kite_tensor *out, int64_t *rows,
+                                         int64_t *cols, int64_t *stride);
+/* A tensor of ref_t's shape and dtype, viewed as rows (the last dim unit-stride). */
+kite_status kite_tensor_check_like(const kite_ctx *ctx, const char *op, const char *arg,
+                                   const DLTensor *t, const kite_tensor *ref_t, const char *ref_arg,
+                                   kite_tensor *out, int64_t *stride);
+/* Whether a and b are the same view: same address, shape and strides. */
+bool kite_tensor_same_view(const kite_tensor *a, const kite_tensor *b);
+/* An output whose elements are distinct and that may share memory with `alias` only by being
+ * exactly it (in place); any other overlap with alias, and any overlap with `other`, is an
+ * error. alias and other may be NULL. */
+kite_status kite_tensor_check_out(const char *op, const char *arg, const kite_tensor *out,
+                                  const kite_tensor *alias, const char *alias_arg,
+                                  const kite_tensor *other, const char *other_arg);
+/* An optional compact vector [n] of dtype t: *data is NULL when v is, else v's data (vt filled).
+ * n_is (or NULL) says in the length error what n is: "x's last dim". */
+kite_status kite_tensor_check_vector(const kite_ctx *ctx, const char *op, const char *arg,
+                                     const DLTensor *v, kite_dtype t, int64_t n, const char *n_is,
+                                     kite_tensor *vt, const void **data);
+/* Ids or targets [T]: int32, compact. */
+kite_status kite_tensor_check_ids(const kite_ctx *ctx, const char *op, const char *arg,
+                                  const DLTensor *ids, kite_tensor *it);
+/* The checks activation_backward and gated_backward share (activation.c), in their order: ctx;
+ * act of the op's kind (KITE_ACTIVATION_OPS or KITE_GATED_OPS); x and dy float rows of one dtype.
+ * Fills *a but for dx, dx_stride and limit; xt, dyt: the checked x and dy. */
+kite_status kite_act_bwd_check(kite_ctx *ctx, kite_op opid, kite_op act, const DLTensor *x,
+                               const DLTensor *dy, kite_tensor *xt, kite_tensor *dyt,
+                               kite_act_bwd_args *a);
 /* -- end of front-end validation helpers -- */
 
 /* True when the tensors of ctx's calls live in host memory that the front-end may read now (the

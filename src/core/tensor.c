@@ -320,3 +320,79 @@ kite_status kite_check_rowwise(const kite_ctx *ctx, const char *op, const DLTens
   out->y = yt->data;
   return KITE_OK;
 }
+
+kite_status kite_rowwise_begin(kite_ctx *ctx, const char *op, const DLTensor *x, const DLTensor *y,
+                               int x_per_y, kite_rowwise *out) {
+  kite_clear_error();
+  kite_init();
+  kite_status s;
+  if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
+  return kite_check_rowwise(ctx, op, x, y, x_per_y, out);
+}
+
+kite_status kite_tensor_check_float_rows(const kite_ctx *ctx, const char *op, const char *arg,
+                                         const DLTensor *t, kite_tensor *out, int64_t *rows,
+                                         int64_t *cols, int64_t *stride) {
+  kite_status s;
+  if ((s = kite_tensor_check(ctx, op, arg, t, out)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_float(op, arg, out)) != KITE_OK) return s;
+  return kite_tensor_rows(op, arg, out, rows, cols, stride);
+}
+
+kite_status kite_tensor_check_like(const kite_ctx *ctx, const char *op, const char *arg,
+                                   const DLTensor *t, const kite_tensor *ref_t, const char *ref_arg,
+                                   kite_tensor *out, int64_t *stride) {
+  kite_status s;
+  int64_t rows, cols;
+  if ((s = kite_tensor_check(ctx, op, arg, t, out)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_dtype(op, arg, out, ref_t->dtype)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_same_shape(op, arg, out, ref_t, ref_arg)) != KITE_OK) return s;
+  return kite_tensor_rows(op, arg, out, &rows, &cols, stride);
+}
+
+bool kite_tensor_same_view(const kite_tensor *a, const kite_tensor *b) {
+  if (a->data != b->data || a->ndim != b->ndim) return false;
+  for (int i = 0; i < a->ndim; i++)
+    if (a->shape[i] != b->shape[i] || (a->shape[i] > 1 && a->strides[i] != b->strides[i]))
+      return false;
+  return true;
+}
+
+kite_status kite_tensor_check_out(const char *op, const char *arg, const kite_tensor *out,
+                                  const kite_tensor *alias, const char *alias_arg,
+                                  const kite_tensor *other, const char *other_arg) {
+  kite_status s;
+  if ((s = kite_tensor_require_no_overlap(op, arg, out)) != KITE_OK) return s;
+  if (alias && !kite_tensor_same_view(out, alias))
+    if ((s = kite_tensor_require_disjoint(op, arg, out, alias, alias_arg)) != KITE_OK) return s;
+  if (other && (s = kite_tensor_require_disjoint(op, arg, out, other, other_arg)) != KITE_OK)
+    return s;
+  return KITE_OK;
+}
+
+kite_status kite_tensor_check_vector(const kite_ctx *ctx, const char *op, const char *arg,
+                                     const DLTensor *v, kite_dtype t, int64_t n, const char *n_is,
+                                     kite_tensor *vt, const void **data) {
+  kite_status s;
+  *data = NULL;
+  if (!v) return KITE_OK;
+  if ((s = kite_tensor_check(ctx, op, arg, v, vt)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_ndim(op, arg, vt, 1)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_dtype(op, arg, vt, t)) != KITE_OK) return s;
+  if (vt->shape[0] != n)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: %s: length %lld, expected %lld%s%s%s", op, arg,
+                          (long long)vt->shape[0], (long long)n, n_is ? " (" : "", n_is ? n_is : "",
+                          n_is ? ")" : "");
+  if ((s = kite_tensor_require_compact(op, arg, vt)) != KITE_OK) return s;
+  *data = vt->data;
+  return KITE_OK;
+}
+
+kite_status kite_tensor_check_ids(const kite_ctx *ctx, const char *op, const char *arg,
+                                  const DLTensor *ids, kite_tensor *it) {
+  kite_status s;
+  if ((s = kite_tensor_check(ctx, op, arg, ids, it)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_ndim(op, arg, it, 1)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_dtype(op, arg, it, KITE_DTYPE_I32)) != KITE_OK) return s;
+  return kite_tensor_require_compact(op, arg, it);
+}

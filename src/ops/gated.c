@@ -1,16 +1,14 @@
-/* Front-ends of the gated activations: x[..., 2I] -> y[..., I] = act(gate) * up. */
+/* Front-ends of the gated activations, x[..., 2I] -> y[..., I] = act(gate) * up, and of their
+ * backward, x[..., 2I], dy[..., I] -> dx[..., 2I] (d gate, d up). */
 #include <math.h>
 
 #include "core/internal.h"
 
 static kite_status gated(kite_ctx *ctx, kite_op op, const DLTensor *x, float limit, DLTensor *y) {
   const char *name = kite_op_name(op);
-  kite_clear_error();
-  kite_init();
   kite_rowwise v;
-  kite_status s;
-  if ((s = kite_check_ctx(ctx, name)) != KITE_OK) return s;
-  if ((s = kite_check_rowwise(ctx, name, x, y, 2, &v)) != KITE_OK) return s;
+  kite_status s = kite_rowwise_begin(ctx, name, x, y, 2, &v);
+  if (s != KITE_OK) return s;
   if (isnan(limit))
     return kite_set_error(KITE_ERR_INVALID_ARG, "%s: limit: is NaN (use 0 for no clamp)", name);
 
@@ -36,4 +34,37 @@ kite_status kite_gelu_and_mul(kite_ctx *ctx, const DLTensor *x, float limit, DLT
 }
 kite_status kite_gelu_tanh_and_mul(kite_ctx *ctx, const DLTensor *x, float limit, DLTensor *y) {
   return gated(ctx, KITE_OP_GELU_TANH_AND_MUL, x, limit, y);
+}
+
+/* ---- backward ----------------------------------------------------------------------------- */
+
+kite_status kite_gated_backward(kite_ctx *ctx, kite_op act, const DLTensor *x, const DLTensor *dy,
+                                float limit, DLTensor *dx) {
+  const char *op = "gated_backward";
+  kite_tensor xt, dyt, dxt;
+  kite_act_bwd_args a;
+  kite_status s;
+  if ((s = kite_act_bwd_check(ctx, KITE_OP_GATED_BACKWARD, act, x, dy, &xt, &dyt, &a)) != KITE_OK)
+    return s;
+  const int64_t xcols = xt.shape[xt.ndim - 1];
+  char sa[160], sb[160];
+  if (xcols % 2 != 0)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: x: last dim %lld is not even (2I)", op,
+                          (long long)xcols);
+  if (!kite_tensor_same_lead(&dyt, &xt) || a.cols != xcols / 2)
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "%s: dy: shape %s does not fit x %s (same leading dims, last dim %lld)",
+                          op, kite_shape_str(&dyt, sa, sizeof sa),
+                          kite_shape_str(&xt, sb, sizeof sb), (long long)(xcols / 2));
+  if (!isfinite(limit))
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: limit: %g is not finite", op, (double)limit);
+  if ((s = kite_tensor_check_like(ctx, op, "dx", dx, &xt, "x", &dxt, &a.dx_stride)) != KITE_OK)
+    return s;
+  /* dx never aliases x or dy */
+  if ((s = kite_tensor_check_out(op, "dx", &dxt, NULL, "dy", &xt, "x")) != KITE_OK) return s;
+  if ((s = kite_tensor_require_disjoint(op, "dx", &dxt, &dyt, "dy")) != KITE_OK) return s;
+  a.dx = dxt.data;
+  a.limit = limit > 0 ? limit : 0.0f;
+  if (a.rows == 0 || a.cols == 0) return KITE_OK;
+  return kite_dispatch(ctx, KITE_OP_GATED_BACKWARD, a.dtype, &a);
 }

@@ -1,26 +1,13 @@
 /* Front-ends of the norms over the last dim, plain and fused with the residual add:
- * x[..., H] -> y[..., H]; w[H], b[H] optional; residual[..., H] updated in place. */
+ * x[..., H] -> y[..., H]; w[H], b[H] optional; residual[..., H] updated in place. And their
+ * backward: x (or s) and dy[..., H] -> dx[..., H], dw[H], db[H] (+ dres[..., H] under the pre
+ * rule). */
 #include <math.h>
 
 #include "core/internal.h"
 
-/* An optional per-channel vector w[H] or b[H] of dtype t; *out is NULL when v is. */
-static kite_status check_channel(const kite_ctx *ctx, const char *op, const char *arg,
-                                 const DLTensor *v, kite_dtype t, int64_t h, const void **out) {
-  kite_tensor vt;
-  kite_status s;
-  *out = NULL;
-  if (!v) return KITE_OK;
-  if ((s = kite_tensor_check(ctx, op, arg, v, &vt)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_ndim(op, arg, &vt, 1)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_dtype(op, arg, &vt, t)) != KITE_OK) return s;
-  if (vt.shape[0] != h)
-    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: %s: length %lld, expected %lld (x's last dim)",
-                          op, arg, (long long)vt.shape[0], (long long)h);
-  if ((s = kite_tensor_require_compact(op, arg, &vt)) != KITE_OK) return s;
-  *out = vt.data;
-  return KITE_OK;
-}
+/* What the length of w and b must match, for messages. */
+#define X_LAST "x's last dim"
 
 /* Everything the four norms share: ctx, x, y, residual (when fused, residual non-NULL for
  * the check), w, b, eps, pos, into *a (a->op is `op`). No dispatch. */
@@ -61,8 +48,13 @@ static kite_status norm_check(kite_ctx *ctx, kite_op op, const char *name, bool 
                             (int)pos);
     a.residual = rt.data;
   }
-  if ((s = check_channel(ctx, name, "w", w, v.dtype, v.x_cols, &a.w)) != KITE_OK) return s;
-  if ((s = check_channel(ctx, name, "b", b, v.dtype, v.x_cols, &a.b)) != KITE_OK) return s;
+  kite_tensor wt, bt;
+  if ((s = kite_tensor_check_vector(ctx, name, "w", w, v.dtype, v.x_cols, X_LAST, &wt, &a.w)) !=
+      KITE_OK)
+    return s;
+  if ((s = kite_tensor_check_vector(ctx, name, "b", b, v.dtype, v.x_cols, X_LAST, &bt, &a.b)) !=
+      KITE_OK)
+    return s;
   if (!isfinite(eps) || eps < 0)
     return kite_set_error(KITE_ERR_INVALID_ARG, "%s: eps: %g must be finite and >= 0", name,
                           (double)eps);
@@ -114,4 +106,111 @@ kite_status kite_add_layer_norm(kite_ctx *ctx, const DLTensor *x, DLTensor *resi
                                 const DLTensor *w, const DLTensor *b, float eps, kite_norm_pos pos,
                                 DLTensor *y) {
   return norm(ctx, KITE_OP_ADD_LAYER_NORM, x, residual, w, b, eps, 0.0f, pos, y);
+}
+
+/* ---- backward ----------------------------------------------------------------------------- */
+
+/* Every norm backward: the plain ones (dres NULL) and the fused pre rule's (x is s then, named
+ * xname in messages). op names the public function. */
+static kite_status norm_backward(kite_ctx *ctx, kite_op opid, const char *op, const char *xname,
+                                 const DLTensor *x, const DLTensor *w, const DLTensor *dy,
+                                 const DLTensor *dres, float eps, float offset, DLTensor *dx,
+                                 DLTensor *dw, DLTensor *db) {
+  kite_clear_error();
+  kite_init();
+  kite_status s;
+  kite_tensor xt, dyt, rt = {0}, dxt, wt, dwt, dbt;
+  int64_t rows, cols, x_stride, dy_stride, dres_stride = 0, dx_stride;
+  const void *wp, *dwp, *dbp;
+  if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
+  if ((s = kite_tensor_check_float_rows(ctx, op, xname, x, &xt, &rows, &cols, &x_stride)) !=
+      KITE_OK)
+    return s;
+  if ((s = kite_tensor_check_like(ctx, op, "dy", dy, &xt, xname, &dyt, &dy_stride)) != KITE_OK)
+    return s;
+  if (dres &&
+      (s = kite_tensor_check_like(ctx, op, "dres", dres, &xt, xname, &rt, &dres_stride)) != KITE_OK)
+    return s;
+  if ((s = kite_tensor_check_like(ctx, op, "dx", dx, &xt, xname, &dxt, &dx_stride)) != KITE_OK)
+    return s;
+  /* dx may be dy or dres (in place), never x */
+  if ((s = kite_tensor_check_out(op, "dx", &dxt, &dyt, "dy", &xt, xname)) != KITE_OK) return s;
+  if (dres && (s = kite_tensor_check_out(op, "dx", &dxt, &rt, "dres", NULL, NULL)) != KITE_OK)
+    return s;
+  if ((s = kite_tensor_check_vector(ctx, op, "w", w, xt.dtype, cols, NULL, &wt, &wp)) != KITE_OK)
+    return s;
+  if ((s = kite_tensor_check_vector(ctx, op, "dw", dw, xt.dtype, cols, NULL, &dwt, &dwp)) !=
+      KITE_OK)
+    return s;
+  if ((s = kite_tensor_check_vector(ctx, op, "db", db, xt.dtype, cols, NULL, &dbt, &dbp)) !=
+      KITE_OK)
+    return s;
+  if (dw && db && (s = kite_tensor_require_disjoint(op, "db", &dbt, &dwt, "dw")) != KITE_OK)
+    return s;
+  const kite_tensor *outs[2] = {dw ? &dwt : NULL, db ? &dbt : NULL};
+  const char *names[2] = {"dw", "db"};
+  for (int i = 0; i < 2; i++) {
+    if (!outs[i]) continue;
+    const kite_tensor *others[4] = {&xt, &dyt, &dxt, dres ? &rt : NULL};
+    const char *onames[4] = {xname, "dy", "dx", "dres"};
+    for (int j = 0; j < 4; j++)
+      if (others[j] && (s = kite_tensor_require_disjoint(op, names[i], outs[i], others[j],
+                                                         onames[j])) != KITE_OK)
+        return s;
+  }
+  if (!isfinite(eps) || eps < 0)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: eps: %g must be finite and >= 0", op,
+                          (double)eps);
+  if (!isfinite(offset))
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: offset: %g is not finite", op, (double)offset);
+
+  kite_norm_bwd_args a = {.op = opid,
+                          .dtype = xt.dtype,
+                          .rows = rows,
+                          .cols = cols,
+                          .x = xt.data,
+                          .x_stride = x_stride,
+                          .w = wp,
+                          .dy = dyt.data,
+                          .dy_stride = dy_stride,
+                          .dres = dres ? rt.data : NULL,
+                          .dres_stride = dres_stride,
+                          .dx = dxt.data,
+                          .dx_stride = dx_stride,
+                          .dw = (void *)dwp,
+                          .db = (void *)dbp,
+                          .eps = eps,
+                          .offset = offset};
+  if (cols == 0) return KITE_OK;
+  /* 0 rows still has gradients to write: dw and db of an empty batch are zeros */
+  if (rows == 0 && !dwp && !dbp) return KITE_OK;
+  return kite_dispatch(ctx, opid, a.dtype, &a);
+}
+
+kite_status kite_rms_norm_backward(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
+                                   const DLTensor *dy, float eps, float offset, DLTensor *dx,
+                                   DLTensor *dw) {
+  return norm_backward(ctx, KITE_OP_RMS_NORM_BACKWARD, "rms_norm_backward", "x", x, w, dy, NULL,
+                       eps, offset, dx, dw, NULL);
+}
+
+kite_status kite_layer_norm_backward(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
+                                     const DLTensor *dy, float eps, DLTensor *dx, DLTensor *dw,
+                                     DLTensor *db) {
+  return norm_backward(ctx, KITE_OP_LAYER_NORM_BACKWARD, "layer_norm_backward", "x", x, w, dy, NULL,
+                       eps, 0.0f, dx, dw, db);
+}
+
+kite_status kite_add_rms_norm_backward(kite_ctx *ctx, const DLTensor *s, const DLTensor *w,
+                                       const DLTensor *dy, const DLTensor *dres, float eps,
+                                       float offset, DLTensor *dx, DLTensor *dw) {
+  return norm_backward(ctx, KITE_OP_RMS_NORM_BACKWARD, "add_rms_norm_backward", "s", s, w, dy, dres,
+                       eps, offset, dx, dw, NULL);
+}
+
+kite_status kite_add_layer_norm_backward(kite_ctx *ctx, const DLTensor *s, const DLTensor *w,
+                                         const DLTensor *dy, const DLTensor *dres, float eps,
+                                         DLTensor *dx, DLTensor *dw, DLTensor *db) {
+  return norm_backward(ctx, KITE_OP_LAYER_NORM_BACKWARD, "add_layer_norm_backward", "s", s, w, dy,
+                       dres, eps, 0.0f, dx, dw, db);
 }

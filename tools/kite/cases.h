@@ -57,9 +57,10 @@ typedef struct kt_gemm_case {
   kite_wq4_format wq4; /* linear_wq4: block format */
 } kt_gemm_case;
 
-/* Training cases (driver_train.c): rows = N (tokens), cols = the row width (activation: C;
- * gated: I; norms, softmax: H; embedding: H; cross-entropy: V); vocab = V for embedding and
- * fused_linear_cross_entropy, hidden = H of fused_linear_cross_entropy. */
+/* The fields of the training ops' cases, the backward ops (driver_act.c, driver_norm.c,
+ * driver_core.c) and the losses (driver_loss.c): rows = N (tokens), cols = the row width
+ * (activation: C; gated: I; norms, softmax: H; embedding: H; cross-entropy: V); vocab = V for
+ * embedding and fused_linear_cross_entropy, hidden = H of fused_linear_cross_entropy. */
 typedef struct kt_train_case {
   kite_op act;   /* activation / gated backward: the forward op */
   int with_dres; /* norm backward: the fused pre rule's residual gradient */
@@ -84,8 +85,8 @@ typedef struct kt_sample_case {
 typedef struct kt_case {
   kite_op op;
   kite_dtype dtype;
-  /* the core family (driver_core.c): activations, norms, softmax: x[rows, cols]; gated: x[rows, 2
-   * cols] -> y[rows, cols]; rope: rows = tokens; embedding: rows = tokens, cols = hidden. */
+  /* the row-wise families (rows.h): activations, norms, softmax: x[rows, cols]; gated: x[rows,
+   * 2 cols] -> y[rows, cols]; rope: rows = tokens; embedding: rows = tokens, cols = hidden. */
   int64_t rows, cols;
   int64_t pad_x, pad_y; /* extra elements after each row of x (and residual, table) and of y */
   int inplace;          /* y is x */

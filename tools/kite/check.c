@@ -375,10 +375,10 @@ static int run_harness(const kt_opts *o, int brief) {
     kt_case_list_free(&cases);
   }
   /* the oracle itself: ref's backward ops against finite differences of its forward ops */
-  const int fd_op = o->op < 0 || kt_train_has((kite_op)o->op) || o->op == KITE_OP_ROPE_BACKWARD;
+  const int fd_op = o->op < 0 || kt_fd_covers((kite_op)o->op);
   if (h.st && fd_op && (!o->backend || strncmp(o->backend, "ref", 3) == 0) &&
       (o->dtype < 0 || o->dtype == KITE_DTYPE_F32))
-    kt_train_fd_check(kt_devices_ctx(&h.dev, kDLCPU), o->verbose, o->op, &h.passed, &h.failed);
+    kt_fd_check(kt_devices_ctx(&h.dev, kDLCPU), o->verbose, o->op, &h.passed, &h.failed);
   kite_config_set(saved_cfg);
   int ran = h.passed + h.failed + h.skipped + h.oracle;
   if (o->backend && ran == 0) {

@@ -9,10 +9,12 @@
  * output (in place: y is x; the residual of add_rms_norm; q and k of rope; a KV cache).
  *
  * This header is the mechanism only: buffers, views, fill, upload and download, and the
- * kt_family_ops interface a family implements. The families (driver_core.c: activations, gated,
- * norms, rope, softmax, embedding; driver_attn.c: attention; driver_gemm.c: GEMM, MoE,
- * quantization) are built on it; families.c, above both, finds an op's family and runs a case
- * through it (families.h). The cases themselves are in cases.h.
+ * kt_family_ops interface a family implements. The families, each op's forward beside its
+ * backward (driver_act.c: activations, gated; driver_norm.c: norms; driver_core.c: rope,
+ * softmax, embedding; driver_loss.c: the losses; driver_attn.c: attention; driver_gemm.c: GEMM,
+ * MoE, quantization; driver_sampling.c; driver_comm.c) are built on it, the row-wise ones
+ * through rows.h; families.c, above both, finds an op's family and runs a case through it
+ * (families.h). The cases themselves are in cases.h.
  */
 #ifndef KITE_TOOLS_DRIVER_H
 #define KITE_TOOLS_DRIVER_H

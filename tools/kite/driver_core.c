@@ -1,68 +1,46 @@
 /*
- * Drivers of the core ops: activations, gated activations, norms, rope, softmax, embedding.
- * Their tensors are row-major matrices [rows, cols] (rope: q[T, Hq, D], k[T, Hkv, D]) with
- * optional row padding; cases cover 0, 1 and many rows, odd and power-of-two widths, strided
- * views, in place, and every option of each op.
+ * Drivers of rope, softmax and embedding, forward and backward:
+ *   rope, rope_backward:   q[T, Hq, D], k[T, Hkv, D] in place, positions[T], cos_sin
+ *   softmax:               x[rows, cols] -> y;  softmax_backward: y, dy -> dx [rows, cols]
+ *   embedding:             ids[T], table[V, H] -> y[T, H];  embedding_backward: ids, dy[T, H]
+ *                          -> dtable[V, H]
+ * Cases cover 0, 1 and many rows, odd and power-of-two widths, strided views, in place, and
+ * every option of each op.
  */
-#include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-#include "driver.h"
+#include "rows.h"
 #include "util.h"
-#include "kite/dtype.h"
 
 /* argument slots */
-enum { A_X, A_Y, A_W, A_B, A_RES, A_Q, A_K, A_POS, A_COS_SIN, A_IDS, A_TABLE };
+enum { A_X, A_Y, A_DY, A_DX, A_Q, A_K, A_POS, A_COS_SIN, A_IDS, A_TABLE };
 
 /* Ops of this family that share a layout. */
 typedef enum kt_core_kind {
   KT_NONE,
-  KT_ACT,
-  KT_GATED,
-  KT_NORM,
   KT_ROPE,
   KT_SOFTMAX,
-  KT_EMBEDDING
+  KT_SOFTMAX_BWD,
+  KT_EMBEDDING,
+  KT_EMBEDDING_BWD
 } kt_core_kind;
 
 static kt_core_kind kt_core_kind_of(kite_op op) {
   switch (op) {
-  case KITE_OP_SILU_AND_MUL:
-  case KITE_OP_GELU_AND_MUL:
-  case KITE_OP_GELU_TANH_AND_MUL:
-    return KT_GATED;
-  case KITE_OP_RMS_NORM:
-  case KITE_OP_LAYER_NORM:
-  case KITE_OP_ADD_RMS_NORM:
-  case KITE_OP_ADD_LAYER_NORM:
-    return KT_NORM;
   case KITE_OP_ROPE:
   case KITE_OP_ROPE_BACKWARD:
     return KT_ROPE;
   case KITE_OP_SOFTMAX:
     return KT_SOFTMAX;
+  case KITE_OP_SOFTMAX_BACKWARD:
+    return KT_SOFTMAX_BWD;
   case KITE_OP_EMBEDDING:
     return KT_EMBEDDING;
-  case KITE_OP_SILU:
-  case KITE_OP_GELU:
-  case KITE_OP_GELU_TANH:
-  case KITE_OP_GELU_QUICK:
-  case KITE_OP_RELU:
-    return KT_ACT;
+  case KITE_OP_EMBEDDING_BACKWARD:
+    return KT_EMBEDDING_BWD;
   default:
     return KT_NONE;
   }
-}
-
-static int has_residual(kite_op op) {
-  return op == KITE_OP_ADD_RMS_NORM || op == KITE_OP_ADD_LAYER_NORM;
-}
-
-static int is_layer_norm(kite_op op) {
-  return op == KITE_OP_LAYER_NORM || op == KITE_OP_ADD_LAYER_NORM;
 }
 
 /* ---- descriptions ------------------------------------------------------------------------ */
@@ -71,8 +49,10 @@ static void core_shape(const kt_case *c, char *buf, size_t n) {
   if (kt_core_kind_of(c->op) == KT_ROPE)
     snprintf(buf, n, "%lldx%lldx%lldx%lld", (long long)c->rows, (long long)c->hq, (long long)c->hkv,
              (long long)c->head_dim);
+  else if (c->op == KITE_OP_EMBEDDING_BACKWARD)
+    snprintf(buf, n, "%lldx%lldx%lld", (long long)c->rows, (long long)c->vocab, (long long)c->cols);
   else
-    snprintf(buf, n, "%lldx%lld", (long long)c->rows, (long long)c->cols);
+    kt_rows_shape(c, buf, n);
 }
 
 static void core_describe(const kt_case *c, char *buf, size_t n) {
@@ -88,41 +68,20 @@ static void core_describe(const kt_case *c, char *buf, size_t n) {
     if (c->k_null) kt_cat(buf, n, &len, " k=NULL");
     return;
   case KT_EMBEDDING:
+  case KT_EMBEDDING_BWD:
     kt_cat(buf, n, &len, "T=%lld V=%lld H=%lld", (long long)c->rows, (long long)c->vocab,
            (long long)c->cols);
     if (c->oob_ids) kt_cat(buf, n, &len, " ids-out-of-range");
     break;
-  case KT_GATED:
-    kt_cat(buf, n, &len, "%lldx(2x%lld)", (long long)c->rows, (long long)c->cols);
-    if (c->limit > 0) kt_cat(buf, n, &len, " limit=%g", (double)c->limit);
-    break;
   default:
     kt_cat(buf, n, &len, "%lldx%lld", (long long)c->rows, (long long)c->cols);
+    if (c->scale != 1.0f) kt_cat(buf, n, &len, " scale=%g", (double)c->scale);
     break;
   }
-  if (kt_core_kind_of(c->op) == KT_NORM) {
-    if (!c->with_w) kt_cat(buf, n, &len, " w=NULL");
-    if (is_layer_norm(c->op) && !c->with_b) kt_cat(buf, n, &len, " b=NULL");
-    if (!is_layer_norm(c->op)) kt_cat(buf, n, &len, " offset=%g", (double)c->offset);
-    if (has_residual(c->op)) kt_cat(buf, n, &len, c->pos == KITE_NORM_POST ? " post" : " pre");
-  }
-  if (c->op == KITE_OP_SOFTMAX && c->scale != 1.0f)
-    kt_cat(buf, n, &len, " scale=%g", (double)c->scale);
-  if (c->amp != 1.0f || c->shift != 0.0f)
-    kt_cat(buf, n, &len, " in[%g,%g]", (double)(c->shift - c->amp), (double)(c->shift + c->amp));
-  if (c->step) kt_cat(buf, n, &len, " step");
-  if (c->specials) kt_cat(buf, n, &len, " inf");
-  if (c->pad_x) kt_cat(buf, n, &len, " x+%lld", (long long)c->pad_x);
-  if (c->pad_y) kt_cat(buf, n, &len, " y+%lld", (long long)c->pad_y);
-  if (c->inplace) kt_cat(buf, n, &len, " inplace");
+  kt_describe_tail(c, buf, n, &len);
 }
 
 /* ---- layout ------------------------------------------------------------------------------ */
-
-static int add_vector(kt_run *r, const char *name, kite_dtype t, int64_t n, kt_fill_kind fill,
-                      float lo, float hi) {
-  return kt_add_tensor(r, name, t, KT_IN, 1, &n, fill, lo, hi);
-}
 
 /* q[T, Hq, D] and k[T, Hkv, D] as the case's layout says. */
 static void plan_rope(kt_run *r, const kt_case *c, float lo, float hi) {
@@ -149,71 +108,26 @@ static void plan_rope(kt_run *r, const kt_case *c, float lo, float hi) {
                             KT_FILL_UNIFORM, lo, hi);
 }
 
-/* Norm rows whose first 32 elements sit far above the rest, which is uniform as usual: a
- * row's start says little of its mean (layer norm's one-pass variance must notice). */
-static void fill_step(const kt_run *r, int vi, uint64_t seed, unsigned char *body) {
-  const kt_view *v = &r->view[vi];
-  const float lo = r->c.shift - r->c.amp, span = 2.0f * r->c.amp;
-  for (int64_t e = 0, n = kt_view_numel(v); e < n; e++) {
-    int64_t at = kt_view_at(v, e);
-    double x = e % v->shape[1] < 32 ? r->c.shift + 16.0 * r->c.amp
-                                    : lo + span * kt_unit(seed, (uint64_t)at);
-    kt_store(v->dtype, body, at, x);
-  }
-}
-
-/* Activation inputs where a fifth of the elements are +-inf and a fifth +-huge (the largest
- * finite magnitude of the dtype's order), the rest uniform: kite.h fixes act(+-inf). */
-static void fill_specials(const kt_run *r, int vi, uint64_t seed, unsigned char *body) {
-  const kt_view *v = &r->view[vi];
-  const float lo = r->c.shift - r->c.amp, span = 2.0f * r->c.amp;
-  const double huge = v->dtype == KITE_DTYPE_F16 ? 6.0e4 : 3.0e38;
-  for (int64_t e = 0, n = kt_view_numel(v); e < n; e++) {
-    int64_t at = kt_view_at(v, e);
-    const double sign = e / 5 % 2 ? -1.0 : 1.0;
-    double x = e % 5 == 0   ? sign * INFINITY
-               : e % 5 == 1 ? sign * huge
-                            : lo + span * kt_unit(seed, (uint64_t)at);
-    kt_store(v->dtype, body, at, x);
-  }
-}
-
 static void core_plan(kt_run *r, const kt_case *c) {
   kite_dtype t = c->dtype;
   float lo = c->shift - c->amp, hi = c->shift + c->amp;
   int64_t R = c->rows, C = c->cols;
   switch (kt_core_kind_of(c->op)) {
-  case KT_ACT:
   case KT_SOFTMAX:
     r->arg[A_X] = kt_add_matrix(r, "x", t, c->inplace ? KT_INOUT : KT_IN, R, C, c->pad_x, lo, hi);
-    if (c->specials) {
-      r->view[r->arg[A_X]].fill = KT_FILL_CUSTOM;
-      r->view[r->arg[A_X]].fill_fn = fill_specials;
-    }
     r->arg[A_Y] = c->inplace ? r->arg[A_X] : kt_add_matrix(r, "y", t, KT_OUT, R, C, c->pad_y, 0, 0);
     break;
-  case KT_GATED:
-    r->arg[A_X] = kt_add_matrix(r, "x", t, KT_IN, R, 2 * C, c->pad_x, lo, hi);
-    r->arg[A_Y] = kt_add_matrix(r, "y", t, KT_OUT, R, C, c->pad_y, 0, 0);
-    break;
-  case KT_NORM:
-    r->arg[A_X] = kt_add_matrix(r, "x", t, c->inplace ? KT_INOUT : KT_IN, R, C, c->pad_x, lo, hi);
-    if (c->step) {
-      r->view[r->arg[A_X]].fill = KT_FILL_CUSTOM;
-      r->view[r->arg[A_X]].fill_fn = fill_step;
-    }
-    if (has_residual(c->op))
-      r->arg[A_RES] = kt_add_matrix(r, "residual", t, KT_INOUT, R, C, c->pad_x, -c->amp, c->amp);
-    if (c->with_w) r->arg[A_W] = add_vector(r, "w", t, C, KT_FILL_UNIFORM, -1.0f, 1.0f);
-    if (c->with_b && is_layer_norm(c->op))
-      r->arg[A_B] = add_vector(r, "b", t, C, KT_FILL_UNIFORM, -1.0f, 1.0f);
-    r->arg[A_Y] = c->inplace ? r->arg[A_X] : kt_add_matrix(r, "y", t, KT_OUT, R, C, c->pad_y, 0, 0);
+  case KT_SOFTMAX_BWD:
+    /* y: probabilities-like values (the formula holds for any y) */
+    r->arg[A_Y] = kt_add_matrix(r, "y", t, KT_IN, R, C, c->pad_x, 0, 2.0f / (float)(C > 0 ? C : 1));
+    r->arg[A_DY] = kt_add_matrix(r, "dy", t, KT_IN, R, C, c->pad_x, -1, 1);
+    r->arg[A_DX] = kt_add_out_or_inplace(r, c, r->arg[A_DY], "dx", R, C);
     break;
   case KT_ROPE: {
     plan_rope(r, c, lo, hi);
     r->arg[A_POS] =
-        add_vector(r, "positions", KITE_DTYPE_I32, R, c->seq_positions ? KT_FILL_SEQ : KT_FILL_IDS,
-                   0.0f, (float)c->max_pos);
+        kt_add_vector(r, "positions", KITE_DTYPE_I32, KT_IN, R,
+                      c->seq_positions ? KT_FILL_SEQ : KT_FILL_IDS, 0.0f, (float)c->max_pos);
     int64_t shape[2] = {c->max_pos, c->rot_dim}, strides[2] = {c->rot_dim, 1};
     int b = kt_add_buf(r, "cos_sin", KITE_DTYPE_F32, c->max_pos * c->rot_dim);
     r->arg[A_COS_SIN] = kt_add_view(r, "cos_sin", b, KITE_DTYPE_F32, KT_IN, 2, shape, strides, 0,
@@ -223,11 +137,17 @@ static void core_plan(kt_run *r, const kt_case *c) {
   case KT_NONE:
     r->bad = 1;
     break;
-  case KT_EMBEDDING: {
+  case KT_EMBEDDING:
+  case KT_EMBEDDING_BWD: {
     /* with oob_ids about a fifth of the ids fall outside [0, V) on either side */
     float extra = c->oob_ids ? (float)(c->vocab / 8 + 2) : 0.0f;
-    r->arg[A_IDS] =
-        add_vector(r, "ids", KITE_DTYPE_I32, R, KT_FILL_IDS, -extra, (float)c->vocab + extra);
+    r->arg[A_IDS] = kt_add_vector(r, "ids", KITE_DTYPE_I32, KT_IN, R, KT_FILL_IDS, -extra,
+                                  (float)c->vocab + extra);
+    if (c->op == KITE_OP_EMBEDDING_BACKWARD) {
+      r->arg[A_DY] = kt_add_matrix(r, "dy", t, KT_IN, R, C, c->pad_x, lo, hi);
+      r->arg[A_DX] = kt_add_matrix(r, "dtable", t, KT_OUT, c->vocab, C, c->pad_y, 0, 0);
+      break;
+    }
     r->arg[A_TABLE] = kt_add_matrix(r, "table", t, KT_IN, c->vocab, C, c->pad_x, lo, hi);
     r->arg[A_Y] = kt_add_matrix(r, "y", t, KT_OUT, R, C, c->pad_y, 0, 0);
     break;
@@ -240,32 +160,8 @@ static void core_plan(kt_run *r, const kt_case *c) {
 static kite_status core_call(kt_run *r) {
   const kt_case *c = &r->c;
   kite_ctx *ctx = r->ctx;
-  DLTensor *x = kt_arg(r, A_X), *y = kt_arg(r, A_Y), *w = kt_arg(r, A_W), *b = kt_arg(r, A_B);
+  DLTensor *x = kt_arg(r, A_X), *y = kt_arg(r, A_Y), *dy = kt_arg(r, A_DY), *dx = kt_arg(r, A_DX);
   switch (c->op) {
-  case KITE_OP_SILU:
-    return kite_silu(ctx, x, y);
-  case KITE_OP_GELU:
-    return kite_gelu(ctx, x, y);
-  case KITE_OP_GELU_TANH:
-    return kite_gelu_tanh(ctx, x, y);
-  case KITE_OP_GELU_QUICK:
-    return kite_gelu_quick(ctx, x, y);
-  case KITE_OP_RELU:
-    return kite_relu(ctx, x, y);
-  case KITE_OP_SILU_AND_MUL:
-    return kite_silu_and_mul(ctx, x, c->limit, y);
-  case KITE_OP_GELU_AND_MUL:
-    return kite_gelu_and_mul(ctx, x, c->limit, y);
-  case KITE_OP_GELU_TANH_AND_MUL:
-    return kite_gelu_tanh_and_mul(ctx, x, c->limit, y);
-  case KITE_OP_RMS_NORM:
-    return kite_rms_norm(ctx, x, w, c->eps, c->offset, y);
-  case KITE_OP_LAYER_NORM:
-    return kite_layer_norm(ctx, x, w, b, c->eps, y);
-  case KITE_OP_ADD_RMS_NORM:
-    return kite_add_rms_norm(ctx, x, kt_arg(r, A_RES), w, c->eps, c->offset, c->pos, y);
-  case KITE_OP_ADD_LAYER_NORM:
-    return kite_add_layer_norm(ctx, x, kt_arg(r, A_RES), w, b, c->eps, c->pos, y);
   case KITE_OP_ROPE:
     return kite_rope(ctx, kt_arg(r, A_Q), kt_arg(r, A_K), kt_arg(r, A_POS), kt_arg(r, A_COS_SIN),
                      c->rot_dim, c->style);
@@ -274,8 +170,12 @@ static kite_status core_call(kt_run *r) {
                               kt_arg(r, A_COS_SIN), c->rot_dim, c->style);
   case KITE_OP_SOFTMAX:
     return kite_softmax(ctx, x, c->scale, y);
+  case KITE_OP_SOFTMAX_BACKWARD:
+    return kite_softmax_backward(ctx, y, dy, c->scale, dx);
   case KITE_OP_EMBEDDING:
     return kite_embedding(ctx, kt_arg(r, A_IDS), kt_arg(r, A_TABLE), y);
+  case KITE_OP_EMBEDDING_BACKWARD:
+    return kite_embedding_backward(ctx, kt_arg(r, A_IDS), dy, dx);
   default:
     break;
   }
@@ -284,84 +184,41 @@ static kite_status core_call(kt_run *r) {
 
 /* ---- cases and bounds -------------------------------------------------------------------- */
 
-/* NMSE bounds, [op][f32, f16, bf16]. A kernel that computes in f32 and rounds once to the output
- * type differs from the float64 ref by about one rounding of the output: NMSE ~ 1e-14 (f32),
- * 1e-7 (f16), 5e-6 (bf16). The bounds leave room for f32 arithmetic inside long reductions. */
-static const double g_bound[KITE_OP_COUNT][3] = {
-    [KITE_OP_SILU] = {1e-10, 1e-6, 1e-4},         [KITE_OP_GELU] = {1e-10, 1e-6, 1e-4},
-    [KITE_OP_GELU_TANH] = {1e-10, 1e-6, 1e-4},    [KITE_OP_GELU_QUICK] = {1e-10, 1e-6, 1e-4},
-    [KITE_OP_RELU] = {1e-10, 1e-6, 1e-4},         [KITE_OP_SILU_AND_MUL] = {1e-10, 1e-6, 1e-4},
-    [KITE_OP_GELU_AND_MUL] = {1e-10, 1e-6, 1e-4}, [KITE_OP_GELU_TANH_AND_MUL] = {1e-10, 1e-6, 1e-4},
-    [KITE_OP_RMS_NORM] = {1e-10, 1e-6, 1e-4},     [KITE_OP_LAYER_NORM] = {1e-10, 1e-6, 1e-4},
-    [KITE_OP_ADD_RMS_NORM] = {1e-10, 1e-6, 1e-4}, [KITE_OP_ADD_LAYER_NORM] = {1e-10, 1e-6, 1e-4},
-    [KITE_OP_ROPE] = {1e-10, 1e-6, 1e-4},         [KITE_OP_SOFTMAX] = {1e-10, 1e-6, 1e-4},
-    [KITE_OP_EMBEDDING] = {1e-10, 1e-6, 1e-4},    [KITE_OP_ROPE_BACKWARD] = {1e-10, 1e-6, 1e-4},
-};
-
+/* NMSE bounds [f32, f16, bf16]. A forward kernel that computes in f32 and rounds once to the
+ * output type differs from the float64 ref by about one rounding of the output: NMSE ~ 1e-14
+ * (f32), 1e-7 (f16), 5e-6 (bf16); the bounds leave room for f32 arithmetic inside long
+ * reductions. The backward ops' sums (y . dy, a table row over its tokens) round more. */
 static double core_bound(kite_op op, kite_dtype t) {
-  int i = t == KITE_DTYPE_F16 ? 1 : t == KITE_DTYPE_BF16 ? 2 : 0;
-  return g_bound[op][i];
+  static const double fwd[3] = {1e-10, 1e-6, 1e-4}, bwd[3] = {1e-6, 1e-5, 1e-4};
+  const kt_core_kind k = kt_core_kind_of(op);
+  return kt_bound_of(t, k == KT_SOFTMAX_BWD || k == KT_EMBEDDING_BWD ? bwd : fwd);
 }
 
 /* ---- the cases --------------------------------------------------------------------------- */
 
-typedef struct shape2 {
-  int64_t rows, cols;
-} shape2;
-
-/* 0 rows, 1 row, odd widths, powers of two, one larger tensor. */
-static const shape2 g_sizes[] = {{0, 64},   {1, 1},    {1, 3},  {3, 17},   {5, 127},
-                                 {4, 1000}, {2, 1031}, {8, 64}, {3, 4096}, {512, 4096}};
-static const shape2 g_quick_sizes[] = {{0, 64}, {1, 3}, {3, 17}, {4, 1000}, {2, 4096}};
-/* where every option is tried */
-static const shape2 g_option_sizes[] = {{3, 17}, {4, 1000}, {2, 4096}};
-static const shape2 g_quick_option_sizes[] = {{3, 17}};
-
-static void gen_rows(kt_case_list *l, kite_op op, kite_dtype t, shape2 s) {
+/* Every option of softmax at shape s. */
+static void gen_softmax(kt_case_list *l, kite_op op, kite_dtype t, kt_shape2 s) {
   kt_case base = kt_case_default(op, t, s.rows, s.cols), c;
-  switch (kt_core_kind_of(op)) {
-  case KT_ACT:
-    c = base, c.pad_x = 5, c.pad_y = 3, kt_case_push(l, c);
-    c = base, c.inplace = 1, kt_case_push(l, c);
-    c = base, c.inplace = 1, c.pad_x = 7, kt_case_push(l, c);
-    c = base, c.amp = 8, c.pad_y = 1, kt_case_push(l, c); /* saturated tails */
-    c = base, c.specials = 1, c.pad_x = 2, kt_case_push(l, c);
-    break;
-  case KT_GATED:
-    c = base, c.pad_x = 5, c.pad_y = 3, kt_case_push(l, c);
-    c = base, c.amp = 4, c.limit = 1.0f, kt_case_push(l, c); /* many values beyond the limit */
-    c = base, c.amp = 4, c.limit = 0.5f, c.pad_x = 2, c.pad_y = 6, kt_case_push(l, c);
-    c = base, c.amp = 6, kt_case_push(l, c);
-    break;
-  case KT_NORM: {
-    int layer = is_layer_norm(op), add = has_residual(op), k = 0;
-    for (int w = 1; w >= 0; w--)
-      for (int b = 1; b >= (layer ? 0 : 1); b--)
-        for (int off = 0; off <= (layer ? 0 : 1); off++)
-          for (int pos = 0; pos <= (add ? 1 : 0); pos++, k++) {
-            c = base, c.with_w = w, c.with_b = b, c.offset = (float)off;
-            c.pos = pos ? KITE_NORM_POST : KITE_NORM_PRE;
-            if (k % 2) c.pad_x = 5, c.pad_y = 3;
-            if (k % 4 == 3) c.inplace = 1;
-            kt_case_push(l, c);
-          }
-    c = base, c.inplace = 1, kt_case_push(l, c);
-    c = base, c.shift = 3.0f, kt_case_push(l, c);   /* mean far from 0: layer norm's variance */
-    c = base, c.shift = 100.0f, kt_case_push(l, c); /* mean 170 std from 0 */
-    c = base, c.step = 1, c.pad_x = 3, kt_case_push(l, c);
-    c = base, c.amp = 50.0f, c.pad_y = 2, kt_case_push(l, c);
-    break;
-  }
-  case KT_SOFTMAX:
-    c = base, c.pad_x = 5, c.pad_y = 3, kt_case_push(l, c);
-    c = base, c.scale = 0.125f, c.amp = 8.0f, kt_case_push(l, c);
-    c = base, c.scale = 2.5f, kt_case_push(l, c);
-    /* large magnitudes: scale * x spans [-100, 100], exp underflows for most of the row */
-    c = base, c.scale = 0.5f, c.amp = 200.0f, c.pad_x = 1, kt_case_push(l, c);
-    c = base, c.shift = 50.0f, c.amp = 2.0f, kt_case_push(l, c); /* all large and positive */
-    break;
-  default:
-    break;
+  c = base, c.pad_x = 5, c.pad_y = 3, kt_case_push(l, c);
+  c = base, c.scale = 0.125f, c.amp = 8.0f, kt_case_push(l, c);
+  c = base, c.scale = 2.5f, kt_case_push(l, c);
+  /* large magnitudes: scale * x spans [-100, 100], exp underflows for most of the row */
+  c = base, c.scale = 0.5f, c.amp = 200.0f, c.pad_x = 1, kt_case_push(l, c);
+  c = base, c.shift = 50.0f, c.amp = 2.0f, kt_case_push(l, c); /* all large and positive */
+}
+
+/* softmax_backward at every backward size: plain, scaled and strided, in place. */
+static void gen_softmax_bwd(kt_case_list *l, kite_dtype t, int quick) {
+  int n;
+  const kt_shape2 *s = kt_bwd_sizes(quick, &n);
+  for (int i = 0; i < n; i++) {
+    kt_case c = kt_bwd_case(KITE_OP_SOFTMAX_BACKWARD, t, s[i].rows, s[i].cols);
+    kt_case_push(l, c);
+    c.scale = 0.125f, c.pad_x = 3, c.pad_y = 2;
+    kt_case_push(l, c);
+    c = kt_bwd_case(KITE_OP_SOFTMAX_BACKWARD, t, s[i].rows, s[i].cols), c.inplace = 1;
+    c.scale = 2.0f;
+    kt_case_push(l, c);
   }
 }
 
@@ -418,58 +275,57 @@ static void gen_embedding(kt_case_list *l, kite_dtype t, int quick) {
   }
 }
 
+/* embedding_backward: T, V, H, pad_x, pad_y; every case has ids out of range. */
+static void gen_embedding_bwd(kt_case_list *l, kite_dtype t, int quick) {
+  static const int64_t g[][5] = {{0, 8, 64, 0, 0},    {1, 5, 1, 0, 0},       {3, 50, 17, 0, 0},
+                                 {17, 50, 127, 5, 3}, {64, 1000, 256, 1, 0}, {300, 7, 1031, 0, 2}};
+  const int n = quick ? 3 : 6;
+  for (int i = 0; i < n; i++) {
+    kt_case c = kt_bwd_case(KITE_OP_EMBEDDING_BACKWARD, t, g[i][0], g[i][2]);
+    c.vocab = g[i][1], c.pad_x = g[i][3], c.pad_y = g[i][4], c.oob_ids = 1;
+    kt_case_push(l, c);
+  }
+}
+
 /* kite check's cases of op at dtype t. */
 static void core_check_cases(kite_op op, kite_dtype t, int quick, kt_case_list *l) {
   switch (kt_core_kind_of(op)) {
   case KT_ROPE:
     gen_rope(l, op, t, quick);
     return;
+  case KT_SOFTMAX:
+    kt_rows_check_cases(op, t, quick, 32000 /* a vocabulary */, gen_softmax, l);
+    return;
+  case KT_SOFTMAX_BWD:
+    gen_softmax_bwd(l, t, quick);
+    return;
   case KT_EMBEDDING:
     gen_embedding(l, t, quick);
     return;
-  default:
-    break;
+  case KT_EMBEDDING_BWD:
+    gen_embedding_bwd(l, t, quick);
+    return;
+  case KT_NONE:
+    return;
   }
-  const shape2 *sizes = quick ? g_quick_sizes : g_sizes;
-  int ns =
-      quick ? (int)(sizeof g_quick_sizes / sizeof *sizes) : (int)(sizeof g_sizes / sizeof *sizes);
-  for (int i = 0; i < ns; i++)
-    kt_case_push(l, kt_case_default(op, t, sizes[i].rows, sizes[i].cols));
-  if (op == KITE_OP_SOFTMAX && !quick)
-    kt_case_push(l, kt_case_default(op, t, 2, 32000)); /* vocab */
-  if (!quick) /* > 16 MB moved at every type: the CPU's streaming-store path (CPU_STREAM_BYTES) */
-    kt_case_push(l, kt_case_default(op, t, 1031, 4104));
-  const shape2 *opt = quick ? g_quick_option_sizes : g_option_sizes;
-  int no = quick ? (int)(sizeof g_quick_option_sizes / sizeof *opt)
-                 : (int)(sizeof g_option_sizes / sizeof *opt);
-  for (int i = 0; i < no; i++) gen_rows(l, op, t, opt[i]);
 }
 
 /* ---- bench ------------------------------------------------------------------------------- */
 
 /* Minimum bytes each op must move (read + write), e = element size, for GB/s:
- *   activations       x + y                                   2 R C e
- *   gated (y is RxI)  x[R, 2I] + y                            3 R I e
- *   rms_norm          x + y + w                               (2 R C + C) e
- *   layer_norm        x + y + w + b                           (2 R C + 2 C) e
- *   add_rms_norm      x + residual read + written + y + w     (4 R C + C) e
- *   add_layer_norm    the same + b                            (4 R C + 2 C) e
- *   rope              rotated part of q and k, read + written, positions, cos_sin rows used
- *                     2 T (Hq + Hkv) rot e + 4 T + 4 min(T, max_pos) rot
- *   softmax           x + y                                   2 R C e
- *   embedding         ids + the T table rows read + y         4 T + 2 T H e
- * (w and b count only when present.) */
+ *   rope                rotated part of q and k, read + written, positions, cos_sin rows used
+ *                       2 T (Hq + Hkv) rot e + 4 T + 4 min(T, max_pos) rot
+ *   softmax             x + y                                 2 R C e
+ *   softmax_backward    y, dy, dx                             3 R C e
+ *   embedding           ids + the T table rows read + y       4 T + 2 T H e
+ *   embedding_backward  ids, dy, dtable written               4 T + (T + V) H e */
 static double core_bytes(const kt_case *c) {
   double e = (double)kite_dtype_size(c->dtype), R = (double)c->rows, C = (double)c->cols;
-  double wb = (c->with_w ? C : 0) + (c->with_b && is_layer_norm(c->op) ? C : 0);
   switch (kt_core_kind_of(c->op)) {
-  case KT_ACT:
   case KT_SOFTMAX:
     return 2 * R * C * e;
-  case KT_GATED:
+  case KT_SOFTMAX_BWD:
     return 3 * R * C * e;
-  case KT_NORM:
-    return ((has_residual(c->op) ? 4 : 2) * R * C + wb) * e;
   case KT_ROPE: {
     double heads = (double)c->hq + (c->k_null ? 0 : (double)c->hkv), rot = (double)c->rot_dim;
     double rows = R < (double)c->max_pos ? R : (double)c->max_pos;
@@ -477,6 +333,8 @@ static double core_bytes(const kt_case *c) {
   }
   case KT_EMBEDDING:
     return 4 * R + 2 * R * C * e;
+  case KT_EMBEDDING_BWD:
+    return 4 * R + (R + (double)c->vocab) * C * e;
   case KT_NONE:
     break;
   }
@@ -500,47 +358,34 @@ static kt_case embedding_case(kite_dtype t, int64_t tokens, int64_t hidden) {
   return c;
 }
 
-/* small: one mid shape per op. llm: T in {1, 16, 512, 8192} over Llama-like widths. */
+/* small: one mid shape per op. llm: T in {1, 16, 512, 8192} over Llama-like widths; the
+ * backward ops at T = 8192 (llm) or 512, H = 4096 (embedding: V = 32000). */
 static void core_bench_cases(kite_op op, kite_dtype t, int llm, kt_case_list *l) {
-  static const int64_t tokens[] = {1, 16, 512, 8192};
-  static const int64_t hidden[] = {4096, 5120};
-  if (!llm) {
-    switch (kt_core_kind_of(op)) {
-    case KT_ROPE:
-      kt_case_push(l, rope_case(op, t, 512));
-      break;
-    case KT_EMBEDDING:
-      kt_case_push(l, embedding_case(t, 512, 4096));
-      break;
-    case KT_SOFTMAX:
-      kt_case_push(l, kt_case_default(op, t, 64, 32000));
-      break;
-    default:
-      kt_case_push(l, kt_case_default(op, t, 512, 4096));
-      break;
-    }
+  static const int64_t tokens[] = {1, 16, 512, 8192}, widths[] = {32000, 4096};
+  const int n = llm ? 4 : 1;
+  kt_case c = kt_bwd_case(op, t, kt_bwd_bench_rows(llm), 4096);
+  switch (kt_core_kind_of(op)) {
+  case KT_ROPE:
+    for (int i = 0; i < n; i++) kt_case_push(l, rope_case(op, t, llm ? tokens[i] : 512));
     return;
-  }
-  for (int i = 0; i < 4; i++) {
-    int64_t T = tokens[i];
-    switch (kt_core_kind_of(op)) {
-    case KT_ROPE:
-      kt_case_push(l, rope_case(op, t, T));
-      break;
-    case KT_EMBEDDING:
-      kt_case_push(l, embedding_case(t, T, 4096));
-      break;
-    case KT_GATED:
-      kt_case_push(l, kt_case_default(op, t, T, 14336));
-      break;
-    case KT_SOFTMAX:
-      kt_case_push(l, kt_case_default(op, t, T, 32000));
-      kt_case_push(l, kt_case_default(op, t, T, 4096));
-      break;
-    default:
-      for (int h = 0; h < 2; h++) kt_case_push(l, kt_case_default(op, t, T, hidden[h]));
-      break;
-    }
+  case KT_EMBEDDING:
+    for (int i = 0; i < n; i++) kt_case_push(l, embedding_case(t, llm ? tokens[i] : 512, 4096));
+    return;
+  case KT_SOFTMAX:
+    if (llm)
+      kt_rows_llm_cases(op, t, widths, 2, l);
+    else
+      kt_case_push(l, kt_case_default(op, t, 64, 32000));
+    return;
+  case KT_EMBEDDING_BWD:
+    c.vocab = 32000;
+    kt_case_push(l, c);
+    return;
+  case KT_SOFTMAX_BWD:
+    kt_case_push(l, c);
+    return;
+  case KT_NONE:
+    return;
   }
 }
 

@@ -26,10 +26,10 @@ double kt_case_bytes(const kt_case *c);
 double kt_case_flops(const kt_case *c);
 double kt_case_bound(const kt_case *c);
 
-/* The finite-difference check of ref's backward ops against ref's forward ops (driver_train.c):
+/* The finite-difference check of ref's backward ops against ref's forward ops (fd_check.c):
  * prints a line per failure (per check with verbose) and adds to *passed / *failed. only_op < 0:
- * every op. */
-int kt_train_has(kite_op op);
-void kt_train_fd_check(kite_ctx *ctx, int verbose, int only_op, int *passed, int *failed);
+ * every op. kt_fd_covers: whether `kite check --op op` runs it (the backward ops, the losses). */
+int kt_fd_covers(kite_op op);
+void kt_fd_check(kite_ctx *ctx, int verbose, int only_op, int *passed, int *failed);
 
 #endif /* KITE_TOOLS_FAMILIES_H */
