@@ -7,11 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <math.h>
+
 #include "check.h"
 #include "kite/dtype.h"
 #include "kite/kite.h"
 
-#define MAX_TENSORS 24
+#define MAX_TENSORS 64
 
 /* A compact host tensor of up to 3 dims; the storage is zeroed. */
 typedef struct tensor {
@@ -88,6 +90,27 @@ int main(void) {
                "fused_moe: w2 not [E, H, I]");
   expect_error(kite_fused_moe(ctx, ym, w13, w2, tw, ti, (kite_moe_act)7, ym2),
                "fused_moe: bad act");
+
+  /* linear_wq4 with K = 0: y = bias, on every kernel that runs here; x and w hold no memory
+   * (NULL data, as DLPack allows for an empty tensor), few and many rows */
+  static const char *const wq4_kernels[] = {"ref", "cpu.scalar", "cpu.avx2", "cpu.avx512"};
+  for (int m = 2; m <= 64; m += 62)
+    for (size_t v = 0; v < sizeof wq4_kernels / sizeof wq4_kernels[0]; v++) {
+      char pin[64];
+      snprintf(pin, sizeof pin, "linear_wq4=%s", wq4_kernels[v]);
+      DLTensor *x0 = mat(f32, m, 0), *w0 = mat(KITE_DTYPE_U8, 5, 0), *y0 = mat(f32, m, 5);
+      DLTensor *bias = vec(f32, 5);
+      for (int n = 0; n < 5; n++) ((float *)bias->data)[n] = (float)n + 0.5f;
+      for (int i = 0; i < m * 5; i++) ((float *)y0->data)[i] = NAN;
+      x0->data = w0->data = NULL;
+      kite_config_set(pin);
+      kite_status st = kite_linear_wq4(ctx, x0, w0, KITE_WQ4_SYM, bias, y0);
+      if (st == KITE_ERR_UNSUPPORTED) continue; /* that ISA is not here */
+      int ok = st == KITE_OK;
+      for (int i = 0; i < m * 5 && ok; i++) ok = ((float *)y0->data)[i] == (float)(i % 5) + 0.5f;
+      CHECK(ok, "linear_wq4 K = 0, %d rows, %s: y must be the bias\n", m, wq4_kernels[v]);
+    }
+  kite_config_set(NULL);
 
   for (int i = 0; i < g_n; i++) free(g_mem[i]);
   kite_ctx_destroy(ctx);

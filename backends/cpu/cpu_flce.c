@@ -244,7 +244,8 @@ kite_status cpu_flce_chunked(const kite_kernel *k, kite_ctx *ctx, const void *ar
     const float ls = o->label_smoothing, lse = f.lse[r];
     float loss = 0.0f;
     if (a->targets[r] != o->ignore_index)
-      loss = lse - (1.0f - ls) * f.zt[r] - ls / (float)V * f.sz[r] + o->z_loss * lse * lse;
+      loss = lse - (1.0f - ls) * f.zt[r] - (ls > 0.0f ? ls / (float)V * f.sz[r] : 0.0f) +
+             o->z_loss * lse * lse;
     if (o->reduction == KITE_REDUCTION_NONE)
       a->loss[r] = loss;
     else

@@ -40,6 +40,13 @@ static void wq4_task_scalar(const void *job, int64_t begin, int64_t end, int slo
 }
 
 kite_status cpu_wq4_run(kite_ctx *ctx, const kite_linear_wq4_args *a, cpu_task_fn task) {
+  if (a->k == 0) { /* y = bias (or 0); w and x may have no memory at all (NULL data) */
+    for (int64_t r = 0; r < a->m; r++)
+      for (int64_t n = 0; n < a->n; n++)
+        kite_store_f32(a->dtype, a->y, r * a->y_stride + n,
+                       a->bias ? kite_load_f32(a->dtype, a->bias, n) : 0.0f);
+    return KITE_OK;
+  }
   const int64_t nb = a->k / 32;
   void *ws;
   kite_status s = kite_ctx_workspace(ctx, (size_t)(a->m * a->k + a->m * nb) * sizeof(float), &ws);

@@ -49,6 +49,6 @@ kite_status cpu_linear_wq4_avx512(const kite_kernel *k, kite_ctx *ctx, const voi
   const kite_linear_wq4_args *a = args;
   /* Many rows (a prompt): the packed GEMM, blocks decoded once per panel; few rows (decode):
    * every weight is used by a handful of rows, so decoding in registers wins. */
-  if (a->m >= WQ4_GEMM_MIN_M) return cpu_wq4_gemm_avx512(ctx, a);
+  if (a->m >= WQ4_GEMM_MIN_M && a->k > 0) return cpu_wq4_gemm_avx512(ctx, a);
   return cpu_wq4_run(ctx, args, wq4_task_avx512);
 }

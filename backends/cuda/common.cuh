@@ -184,7 +184,9 @@ template <Act A> __device__ __forceinline__ float activate(float x) {
  * the formulas give -inf * 0 = NaN. */
 template <Act A> __device__ __forceinline__ float activate_grad(float x) {
   if (A == Act::relu) return x > 0.0f ? 1.0f : 0.0f;
-  if (x < -128.0f) x = -128.0f;
+  /* kite.h: past |x| = 128 and at +-inf, the limit (the formulas give inf * 0 = NaN there) */
+  if (x < -128.0f) return 0.0f;
+  if (x > 128.0f) return 1.0f;
   if (A == Act::silu || A == Act::gelu_quick) { /* d/dx of x sigmoid(a x) */
     const float k = A == Act::silu ? 1.0f : 1.702f;
     const float s = 1.0f / (1.0f + expf(-k * x));

@@ -92,7 +92,9 @@ __global__ __launch_bounds__(kCeThreads) void ce_rows_kernel(CeRows p) {
         /* __fmul_rn: rounded like ce_add's products (an fma would leave 2^-24 of z behind) */
         const float dt = st.m - __fmul_rn(zt, kLog2e);
         const float dm = st.m - __fmul_rn(sz / (float)V, kLog2e);
-        float loss = (log2f(st.sum) + (1.0f - ls) * dt + ls * dm) * kLn2 + p.o.z_loss * lse * lse;
+        /* the smoothing term only where it is on: 0 * dm is NaN for a -inf logit */
+        const float smooth = ls > 0.0f ? ls * dm : 0.0f;
+        float loss = (log2f(st.sum) + (1.0f - ls) * dt + smooth) * kLn2 + p.o.z_loss * lse * lse;
         if (ignored) loss = 0.0f;
         if (bad) loss = __int_as_float(0x7fc00000); /* NaN */
         p.row_loss[r] = loss;

@@ -100,8 +100,15 @@ static inline double ref_relu(double x) {
   return isnan(x) || x > 0.0 ? x : 0.0;
 }
 
-/* ---- their derivatives, in double (the backward kernels) ------------------------------------ */
+/* ---- their derivatives, in double (the backward kernels) ------------------------------------
+ * Past |x| = 128 (and at +-inf) each smooth one is its limit, 0 below and 1 above (kite.h):
+ * ref_d_limit gives that, or NaN to say "compute it". */
+static inline double ref_d_limit(double x) {
+  return x < -128.0 ? 0.0 : x > 128.0 ? 1.0 : NAN;
+}
+
 static inline double ref_d_sigmoid_mul(double x, double a) { /* d/dx of x sigmoid(a x) */
+  if (!isnan(ref_d_limit(x))) return ref_d_limit(x);
   const double s = ref_sigmoid(a * x);
   return s + a * x * s * (1.0 - s);
 }
@@ -111,11 +118,13 @@ static inline double ref_d_silu(double x) {
 }
 
 static inline double ref_d_gelu(double x) {
+  if (!isnan(ref_d_limit(x))) return ref_d_limit(x);
   const double phi = exp(-0.5 * x * x) * 0.39894228040143267794; /* 1 / sqrt(2 pi) */
   return 0.5 * (1.0 + erf(x * 0.70710678118654752440)) + x * phi;
 }
 
 static inline double ref_d_gelu_tanh(double x) {
+  if (!isnan(ref_d_limit(x))) return ref_d_limit(x);
   const double k = 0.79788456080286535588, c = 0.044715;
   const double t = tanh(k * (x + c * x * x * x));
   return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * c * x * x);

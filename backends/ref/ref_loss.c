@@ -38,7 +38,9 @@ static double row_loss(const double *z, int64_t vocab, int32_t target, const kit
   for (int64_t j = 0; j < vocab; j++) sum += exp(z[j] - m), sum_z += z[j];
   const double lse = m + log(sum), ls = o->label_smoothing;
   *lse_out = lse;
-  return lse - (1.0 - ls) * z[target] - ls / (double)vocab * sum_z + (double)o->z_loss * lse * lse;
+  /* the smoothing term only where it is on: 0 * sum_z would be NaN for a -inf logit */
+  const double smooth = ls > 0.0 ? ls / (double)vocab * sum_z : 0.0;
+  return lse - (1.0 - ls) * z[target] - smooth + (double)o->z_loss * lse * lse;
 }
 
 /* dloss/dx_j of one row, scaled by g, into d (z holds the row's z). */
@@ -114,6 +116,16 @@ kite_status ref_ce_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
 /* Fused linear cross-entropy.
  * Row by row: the logits of a row in double (never rounded), its lse and loss; then the gradient
  * of each logit, which adds into dh (per row) and into double accumulators of dw and db. */
+/* v rounded once to dtype t, as a tensor of that dtype would hold it. */
+static double round_to(kite_dtype t, double v) {
+  uint32_t cell = 0;
+  kite_store_f64(t, &cell, 0, v);
+  return kite_load_f32(t, &cell, 0);
+}
+
+/* The definition in kite.h: a separate linear (logits rounded to the dtype once), then
+ * cross_entropy and its backward (dlogits rounded to the dtype), then the two products of
+ * linear's backward from those dlogits, all in double. */
 kite_status ref_flce_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
   const kite_flce_args *a = args;
   if (!a) return kite_set_error(KITE_ERR_INVALID_ARG, "fused_linear_cross_entropy: ref: NULL args");
@@ -141,8 +153,8 @@ kite_status ref_flce_run(const kite_kernel *k, kite_ctx *ctx, const void *args) 
     for (int64_t j = 0; j < V; j++) {
       double acc = a->bias ? kite_load_f32(t, a->bias, j) : 0.0;
       for (int64_t c = 0; c < H; c++) acc += hrow[c] * kite_load_f32(t, a->w, j * a->w_stride + c);
-      x[j] = acc;
-      z[j] = cap(acc, o->softcap);
+      x[j] = round_to(t, acc);
+      z[j] = cap(x[j], o->softcap);
     }
     const int32_t tg = a->targets[i];
     const bool ignored = tg == o->ignore_index;
@@ -160,6 +172,7 @@ kite_status ref_flce_run(const kite_kernel *k, kite_ctx *ctx, const void *args) 
       row_grad(z, x, V, tg, lse, g, o, d);
     else
       memset(d, 0, (size_t)V * sizeof(double));
+    for (int64_t j = 0; j < V; j++) d[j] = round_to(t, d[j]);
     for (int64_t c = 0; c < H; c++) dhrow[c] = 0.0;
     for (int64_t j = 0; j < V; j++) {
       if (db) db[j] += d[j];

@@ -394,6 +394,8 @@ KITE_API kite_status kite_linear_quant(kite_ctx *ctx, const DLTensor *xq, const 
 
 /* Activation backward: dx = dy * act'(x) for act one of KITE_OP_SILU, KITE_OP_GELU,
  * KITE_OP_GELU_TANH, KITE_OP_GELU_QUICK, KITE_OP_RELU (relu' is 1 for x > 0, else 0).
+ * Past |x| = 128 and at +-inf the smooth ones take their limits on every backend: act'(x) = 0
+ * for x < -128 and 1 for x > 128 (and act = -0 and x there, as in the forward); NaN gives NaN.
  * x, dy, dx [..., N], same shape and dtype; dx may be dy (in place), never x.
  * Errors: act not one of those, mismatched shapes or dtypes. */
 KITE_API kite_status kite_activation_backward(kite_ctx *ctx, kite_op act, const DLTensor *x,
@@ -470,8 +472,8 @@ KITE_API kite_status kite_embedding_backward(kite_ctx *ctx, const DLTensor *ids,
  * zero gradient. The gradient of the row's loss: dloss/dz_j = p_j (1 + 2 z_loss lse)
  * - (1 - ls) [j = t] - ls / V, with p = softmax(z), times dz/dx = 1 - (z / softcap)^2.
  * reduction: none (a loss per row), sum, or mean over the rows that are not ignored (0 when all
- * are: never NaN). A target outside [0, V) that is not ignore_index is an error where the
- * backend can read targets (host memory), checked before anything is written; a device kernel
+ * are, and a zero gradient: never NaN; PyTorch's mean gives NaN there, 0 / 0). A target
+ * outside [0, V) that is not ignore_index is an error where the backend can read targets (host memory), checked before anything is written; a device kernel
  * that cannot report it gives that row a NaN loss and a zero gradient and never reads outside the
  * row (KITE_CHECK_INDICES reports it at the next synchronization). */
 typedef enum kite_reduction {

@@ -398,6 +398,8 @@ DOCS = {
         '\n'
         "Activation backward: dx = dy * act'(x) for act one of KITE_OP_SILU, KITE_OP_GELU,\n"
         "KITE_OP_GELU_TANH, KITE_OP_GELU_QUICK, KITE_OP_RELU (relu' is 1 for x > 0, else 0).\n"
+        "Past |x| = 128 and at +-inf the smooth ones take their limits on every backend: act'(x) = 0\n"
+        'for x < -128 and 1 for x > 128 (and act = -0 and x there, as in the forward); NaN gives NaN.\n'
         'x, dy, dx [..., N], same shape and dtype; dx may be dy (in place), never x.\n'
         'Errors: act not one of those, mismatched shapes or dtypes.\n'
         '\n'
@@ -596,8 +598,8 @@ DOCS = {
         "zero gradient. The gradient of the row's loss: dloss/dz_j = p_j (1 + 2 z_loss lse)\n"
         '- (1 - ls) [j = t] - ls / V, with p = softmax(z), times dz/dx = 1 - (z / softcap)^2.\n'
         'reduction: none (a loss per row), sum, or mean over the rows that are not ignored (0 when all\n'
-        'are: never NaN). A target outside [0, V) that is not ignore_index is an error where the\n'
-        'backend can read targets (host memory), checked before anything is written; a device kernel\n'
+        "are, and a zero gradient: never NaN; PyTorch's mean gives NaN there, 0 / 0). A target\n"
+        'outside [0, V) that is not ignore_index is an error where the backend can read targets (host memory), checked before anything is written; a device kernel\n'
         'that cannot report it gives that row a NaN loss and a zero gradient and never reads outside the\n'
         'row (KITE_CHECK_INDICES reports it at the next synchronization).\n'
         '\n'
@@ -635,8 +637,8 @@ DOCS = {
         "zero gradient. The gradient of the row's loss: dloss/dz_j = p_j (1 + 2 z_loss lse)\n"
         '- (1 - ls) [j = t] - ls / V, with p = softmax(z), times dz/dx = 1 - (z / softcap)^2.\n'
         'reduction: none (a loss per row), sum, or mean over the rows that are not ignored (0 when all\n'
-        'are: never NaN). A target outside [0, V) that is not ignore_index is an error where the\n'
-        'backend can read targets (host memory), checked before anything is written; a device kernel\n'
+        "are, and a zero gradient: never NaN; PyTorch's mean gives NaN there, 0 / 0). A target\n"
+        'outside [0, V) that is not ignore_index is an error where the backend can read targets (host memory), checked before anything is written; a device kernel\n'
         'that cannot report it gives that row a NaN loss and a zero gradient and never reads outside the\n'
         'row (KITE_CHECK_INDICES reports it at the next synchronization).\n'
         '\n'
@@ -675,8 +677,8 @@ DOCS = {
         "zero gradient. The gradient of the row's loss: dloss/dz_j = p_j (1 + 2 z_loss lse)\n"
         '- (1 - ls) [j = t] - ls / V, with p = softmax(z), times dz/dx = 1 - (z / softcap)^2.\n'
         'reduction: none (a loss per row), sum, or mean over the rows that are not ignored (0 when all\n'
-        'are: never NaN). A target outside [0, V) that is not ignore_index is an error where the\n'
-        'backend can read targets (host memory), checked before anything is written; a device kernel\n'
+        "are, and a zero gradient: never NaN; PyTorch's mean gives NaN there, 0 / 0). A target\n"
+        'outside [0, V) that is not ignore_index is an error where the backend can read targets (host memory), checked before anything is written; a device kernel\n'
         'that cannot report it gives that row a NaN loss and a zero gradient and never reads outside the\n'
         'row (KITE_CHECK_INDICES reports it at the next synchronization).\n'
         '\n'
