@@ -177,6 +177,36 @@ DLTensor *kt_arg(kt_run *r, int slot) {
   return v >= 0 ? &r->view[v].t : NULL;
 }
 
+int kt_slot(const kt_run *r, const char *name) {
+  const kite_fn_info *fi = kite_fn_get(r->fn);
+  if (!fi) return -1;
+  for (size_t i = 0; i < fi->nargs && i < KT_MAX_ARGS; i++)
+    if (strcmp(fi->args[i].name, name) == 0) return (int)i;
+  return -1;
+}
+
+int kt_bind(kt_run *r, const char *name, int v) {
+  int i = kt_slot(r, name);
+  if (i < 0) {
+    const kite_fn_info *fi = kite_fn_get(r->fn);
+    fprintf(stderr, "kite: bad plan: kite_%s has no argument '%s'\n", fi ? fi->name : "?", name);
+    r->bad = 1;
+    return v;
+  }
+  r->arg[i] = v;
+  return v;
+}
+
+int kt_arg_view(const kt_run *r, const char *name) {
+  int i = kt_slot(r, name);
+  return i >= 0 ? r->arg[i] : -1;
+}
+
+DLTensor *kt_arg_named(kt_run *r, const char *name) {
+  int v = kt_arg_view(r, name);
+  return v >= 0 ? &r->view[v].t : NULL;
+}
+
 size_t kt_buf_bytes(const kt_run *r, int b) {
   return 2 * (size_t)KT_GUARD + (size_t)r->buf[b].count * r->buf[b].elem;
 }
