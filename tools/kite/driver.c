@@ -335,6 +335,7 @@ kite_status kt_alloc(kt_run *r, kite_ctx *ctx) {
     v->t.device = kite_ctx_device(ctx);
     v->t.ndim = v->ndim;
     v->t.dtype = kite_dtype_dlpack(v->dtype);
+    if (v->dl_bool) v->t.dtype.code = KITE_DL_BOOL;
     v->t.shape = v->shape;
     v->t.strides = v->strides;
     v->t.byte_offset = (uint64_t)KT_GUARD + (uint64_t)v->offset * r->buf[v->buf].elem;

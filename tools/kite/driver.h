@@ -65,6 +65,7 @@ typedef struct kt_view {
   float lo, hi;       /* value range (ids: integers in [lo, hi)) */
   kt_fill_fn fill_fn; /* KT_FILL_CUSTOM */
   int nan_ok;         /* an output that may hold NaN where ref does (quant of NaN) */
+  int dl_bool;        /* uint8 bytes the DLTensor calls DLPack booleans (sdpa's bool mask) */
   DLTensor t;         /* points into the device buffer once allocated */
 } kt_view;
 
