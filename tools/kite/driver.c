@@ -172,11 +172,6 @@ void kt_cat(char *buf, size_t n, size_t *len, const char *fmt, ...) {
   if (k > 0) *len = *len + (size_t)k < n ? *len + (size_t)k : n - 1;
 }
 
-DLTensor *kt_arg(kt_run *r, int slot) {
-  int v = slot >= 0 && slot < KT_MAX_ARGS ? r->arg[slot] : -1;
-  return v >= 0 ? &r->view[v].t : NULL;
-}
-
 int kt_slot(const kt_run *r, const char *name) {
   const kite_fn_info *fi = kite_fn_get(r->fn);
   if (!fi) return -1;

@@ -103,7 +103,6 @@ typedef struct kt_family_ops {
   /* Optional: the op table's function a case calls when it is not the op's own (NULL: always
    * the op's own, kite_fn_get(op)). */
   int (*fn)(const kt_case *c);
-  kite_status (*call)(kt_run *r); /* TRANSITION */
   /* The value of scalar argument a (FLOAT, INT, INT64 or UINT64: the op table's name, e.g.
    * "eps") of the case's function: 0, or nonzero for a name the family has no value for. */
   int (*scalar)(const kt_case *c, const kite_arg_info *a, kite_value *out);
@@ -154,7 +153,6 @@ int kt_slot(const kt_run *r, const char *name);
 int kt_arg_view(const kt_run *r, const char *name);
 /* The DLTensor bound to the argument of that name (NULL when absent). */
 DLTensor *kt_arg_named(kt_run *r, const char *name);
-DLTensor *kt_arg(kt_run *r, int slot); /* TRANSITION */
 
 /* Element i of a buffer of type t as a double (every kite dtype), and the other way (rounded
  * once to t; integers saturate). */

@@ -78,7 +78,6 @@ kite_status kt_call(kt_run *r) {
   if (!f || r->bad)
     return kite_set_error(KITE_ERR_UNSUPPORTED, "kite: the CLI has no driver for op %d",
                           (int)r->c.op);
-  if (f->call) return f->call(r); /* TRANSITION */
   const kite_fn_info *fi = kite_fn_get(r->fn);
   kite_value v[KT_MAX_ARGS];
   memset(v, 0, sizeof v);
