@@ -22,8 +22,6 @@
 #include "driver.h"
 #include "util.h"
 
-/* argument slots */
-
 /* sdpa mask kinds (kt_attn_case.mask) */
 enum {
   MASK_NONE,
