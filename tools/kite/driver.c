@@ -172,8 +172,33 @@ void kt_cat(char *buf, size_t n, size_t *len, const char *fmt, ...) {
   if (k > 0) *len = *len + (size_t)k < n ? *len + (size_t)k : n - 1;
 }
 
-DLTensor *kt_arg(kt_run *r, int slot) {
-  int v = slot >= 0 && slot < KT_MAX_ARGS ? r->arg[slot] : -1;
+int kt_slot(const kt_run *r, const char *name) {
+  const kite_fn_info *fi = kite_fn_get(r->fn);
+  if (!fi) return -1;
+  for (size_t i = 0; i < fi->nargs && i < KT_MAX_ARGS; i++)
+    if (strcmp(fi->args[i].name, name) == 0) return (int)i;
+  return -1;
+}
+
+int kt_bind(kt_run *r, const char *name, int v) {
+  int i = kt_slot(r, name);
+  if (i < 0) {
+    const kite_fn_info *fi = kite_fn_get(r->fn);
+    fprintf(stderr, "kite: bad plan: kite_%s has no argument '%s'\n", fi ? fi->name : "?", name);
+    r->bad = 1;
+    return v;
+  }
+  r->arg[i] = v;
+  return v;
+}
+
+int kt_arg_view(const kt_run *r, const char *name) {
+  int i = kt_slot(r, name);
+  return i >= 0 ? r->arg[i] : -1;
+}
+
+DLTensor *kt_arg_named(kt_run *r, const char *name) {
+  int v = kt_arg_view(r, name);
   return v >= 0 ? &r->view[v].t : NULL;
 }
 
@@ -305,6 +330,7 @@ kite_status kt_alloc(kt_run *r, kite_ctx *ctx) {
     v->t.device = kite_ctx_device(ctx);
     v->t.ndim = v->ndim;
     v->t.dtype = kite_dtype_dlpack(v->dtype);
+    if (v->dl_bool) v->t.dtype.code = KITE_DL_BOOL;
     v->t.shape = v->shape;
     v->t.strides = v->strides;
     v->t.byte_offset = (uint64_t)KT_GUARD + (uint64_t)v->offset * r->buf[v->buf].elem;

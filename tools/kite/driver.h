@@ -8,6 +8,11 @@
  * hold several views (q, k, v of one fused qkv projection) and a view may be both input and
  * output (in place: y is x; the residual of add_rms_norm; q and k of rope; a KV cache).
  *
+ * The harness calls every op through the op table (kite/ops.def): a case calls one function of
+ * the table (kite_fn_get), its plan binds each view to an argument by the table's name
+ * (kt_bind), the family gives the scalars by name, and kt_call (families.c) boxes them in the
+ * table's order for kite_fn_call. No driver calls an op function by hand.
+ *
  * This header is the mechanism only: buffers, views, fill, upload and download, and the
  * kt_family_ops interface a family implements. The families, each op's forward beside its
  * backward (driver_act.c: activations, gated; driver_norm.c: norms; driver_core.c: rope,
@@ -60,6 +65,7 @@ typedef struct kt_view {
   float lo, hi;       /* value range (ids: integers in [lo, hi)) */
   kt_fill_fn fill_fn; /* KT_FILL_CUSTOM */
   int nan_ok;         /* an output that may hold NaN where ref does (quant of NaN) */
+  int dl_bool;        /* uint8 bytes the DLTensor calls DLPack booleans (sdpa's bool mask) */
   DLTensor t;         /* points into the device buffer once allocated */
 } kt_view;
 
@@ -70,9 +76,10 @@ typedef struct kt_buf {
   void *dev;     /* device allocation of kt_buf_bytes(); NULL until kt_alloc */
 } kt_buf;
 
-/* Argument slots: the op's tensors as view indices, -1 when absent (NULL). A family names its
- * own slots (e.g. KT_A_Q = 0 ...); slot numbers are private to the family. */
-#define KT_MAX_ARGS 12
+/* Argument slots: slot i is argument i of the case's function in the op table (kite/ops.def,
+ * kite_fn_get(r->fn)->args[i]); a tensor's slot holds its view index, -1 when absent (NULL).
+ * A family's plan() fills them by name with kt_bind. */
+#define KT_MAX_ARGS 16
 
 typedef struct kt_run {
   kt_case c;
@@ -80,6 +87,7 @@ typedef struct kt_run {
   int nbufs, nviews;
   kt_buf buf[KT_MAX_BUFS];
   kt_view view[KT_MAX_VIEWS];
+  size_t fn; /* the op table's function the case calls (kt_fn_of) */
   int arg[KT_MAX_ARGS];
   int bad; /* the plan did not fit (a bug in a case list) */
 } kt_run;
@@ -92,8 +100,14 @@ typedef struct kt_family_ops {
   int (*has)(kite_op op);
   /* Lays out c's buffers and views with kt_add_buf / kt_add_view and sets r->arg. */
   void (*plan)(kt_run *r, const kt_case *c);
-  /* One call of the op's public function. */
-  kite_status (*call)(kt_run *r);
+  /* Optional: the op table's function a case calls when it is not the op's own (NULL: always
+   * the op's own, kite_fn_get(op)). */
+  int (*fn)(const kt_case *c);
+  /* The value of scalar argument a (FLOAT, INT, INT64 or UINT64: the op table's name, e.g.
+   * "eps") of the case's function: 0, or nonzero for a name the family has no value for. */
+  int (*scalar)(const kt_case *c, const kite_arg_info *a, kite_value *out);
+  /* Optional: the comm of a COMM argument (NULL and kite_last_error when none can be made). */
+  kite_comm *(*comm)(kt_run *r);
   /* For people: the options after the shape; and the main shape alone. */
   void (*describe)(const kt_case *c, char *buf, size_t n);
   void (*shape)(const kt_case *c, char *buf, size_t n);
@@ -130,8 +144,15 @@ int kt_add_tensor(kt_run *r, const char *name, kite_dtype t, kt_role role, int n
 /* Appends printf output to buf (length n) at *len, never overflowing (for describe()). */
 __attribute__((format(printf, 4, 5))) void kt_cat(char *buf, size_t n, size_t *len, const char *fmt,
                                                   ...);
-/* The view's DLTensor for slot `slot` of r->arg (NULL when absent). */
-DLTensor *kt_arg(kt_run *r, int slot);
+/* Binds view v to the argument of that name (the op table's) of the case's function: sets its
+ * slot in r->arg. Returns v; an unknown name marks the plan bad (and says so on stderr). */
+int kt_bind(kt_run *r, const char *name, int v);
+/* The slot of the argument of that name of the case's function, or -1. */
+int kt_slot(const kt_run *r, const char *name);
+/* The view bound to the argument of that name, or -1 when none is. */
+int kt_arg_view(const kt_run *r, const char *name);
+/* The DLTensor bound to the argument of that name (NULL when absent). */
+DLTensor *kt_arg_named(kt_run *r, const char *name);
 
 /* Element i of a buffer of type t as a double (every kite dtype), and the other way (rounded
  * once to t; integers saturate). */

@@ -6,12 +6,10 @@
  * The backward ops take the forward op as `act` (case field train.act).
  */
 #include <math.h>
+#include <string.h>
 
 #include "rows.h"
 #include "util.h"
-
-/* argument slots */
-enum { A_X, A_Y, A_DY, A_DX };
 
 static int is_bwd(kite_op op) {
   return op == KITE_OP_ACTIVATION_BACKWARD || op == KITE_OP_GATED_BACKWARD;
@@ -64,63 +62,44 @@ static void act_plan(kt_run *r, const kt_case *c) {
   const float lo = c->shift - c->amp, hi = c->shift + c->amp;
   const int64_t R = c->rows, C = c->cols;
   switch (c->op) {
-  case KITE_OP_ACTIVATION_BACKWARD:
-    r->arg[A_X] = kt_add_matrix(r, "x", t, KT_IN, R, C, c->pad_x, lo, hi);
-    r->arg[A_DY] = kt_add_matrix(r, "dy", t, KT_IN, R, C, c->pad_x, -1, 1);
-    r->arg[A_DX] = kt_add_out_or_inplace(r, c, r->arg[A_DY], "dx", R, C);
+  case KITE_OP_ACTIVATION_BACKWARD: {
+    kt_bind(r, "x", kt_add_matrix(r, "x", t, KT_IN, R, C, c->pad_x, lo, hi));
+    int dy = kt_bind(r, "dy", kt_add_matrix(r, "dy", t, KT_IN, R, C, c->pad_x, -1, 1));
+    kt_bind(r, "dx", kt_add_out_or_inplace(r, c, dy, "dx", R, C));
     return;
+  }
   case KITE_OP_GATED_BACKWARD:
-    r->arg[A_X] = kt_add_matrix(r, "x", t, KT_IN, R, 2 * C, c->pad_x, lo, hi);
-    r->arg[A_DY] = kt_add_matrix(r, "dy", t, KT_IN, R, C, c->pad_x, -1, 1);
-    r->arg[A_DX] = kt_add_matrix(r, "dx", t, KT_OUT, R, 2 * C, c->pad_y, 0, 0);
+    kt_bind(r, "x", kt_add_matrix(r, "x", t, KT_IN, R, 2 * C, c->pad_x, lo, hi));
+    kt_bind(r, "dy", kt_add_matrix(r, "dy", t, KT_IN, R, C, c->pad_x, -1, 1));
+    kt_bind(r, "dx", kt_add_matrix(r, "dx", t, KT_OUT, R, 2 * C, c->pad_y, 0, 0));
     return;
   default:
     break;
   }
   if (is_gated(c->op)) {
-    r->arg[A_X] = kt_add_matrix(r, "x", t, KT_IN, R, 2 * C, c->pad_x, lo, hi);
-    r->arg[A_Y] = kt_add_matrix(r, "y", t, KT_OUT, R, C, c->pad_y, 0, 0);
+    kt_bind(r, "x", kt_add_matrix(r, "x", t, KT_IN, R, 2 * C, c->pad_x, lo, hi));
+    kt_bind(r, "y", kt_add_matrix(r, "y", t, KT_OUT, R, C, c->pad_y, 0, 0));
     return;
   }
-  r->arg[A_X] = kt_add_matrix(r, "x", t, c->inplace ? KT_INOUT : KT_IN, R, C, c->pad_x, lo, hi);
+  int x = kt_bind(r, "x",
+                  kt_add_matrix(r, "x", t, c->inplace ? KT_INOUT : KT_IN, R, C, c->pad_x, lo, hi));
   if (c->specials) {
-    r->view[r->arg[A_X]].fill = KT_FILL_CUSTOM;
-    r->view[r->arg[A_X]].fill_fn = fill_specials;
+    r->view[x].fill = KT_FILL_CUSTOM;
+    r->view[x].fill_fn = fill_specials;
   }
-  r->arg[A_Y] = c->inplace ? r->arg[A_X] : kt_add_matrix(r, "y", t, KT_OUT, R, C, c->pad_y, 0, 0);
+  kt_bind(r, "y", c->inplace ? x : kt_add_matrix(r, "y", t, KT_OUT, R, C, c->pad_y, 0, 0));
 }
 
-/* ---- the call ---------------------------------------------------------------------------- */
+/* ---- the call's scalars ------------------------------------------------------------------ */
 
-static kite_status act_call(kt_run *r) {
-  const kt_case *c = &r->c;
-  kite_ctx *ctx = r->ctx;
-  DLTensor *x = kt_arg(r, A_X), *y = kt_arg(r, A_Y);
-  switch (c->op) {
-  case KITE_OP_SILU:
-    return kite_silu(ctx, x, y);
-  case KITE_OP_GELU:
-    return kite_gelu(ctx, x, y);
-  case KITE_OP_GELU_TANH:
-    return kite_gelu_tanh(ctx, x, y);
-  case KITE_OP_GELU_QUICK:
-    return kite_gelu_quick(ctx, x, y);
-  case KITE_OP_RELU:
-    return kite_relu(ctx, x, y);
-  case KITE_OP_SILU_AND_MUL:
-    return kite_silu_and_mul(ctx, x, c->limit, y);
-  case KITE_OP_GELU_AND_MUL:
-    return kite_gelu_and_mul(ctx, x, c->limit, y);
-  case KITE_OP_GELU_TANH_AND_MUL:
-    return kite_gelu_tanh_and_mul(ctx, x, c->limit, y);
-  case KITE_OP_ACTIVATION_BACKWARD:
-    return kite_activation_backward(ctx, c->train.act, x, kt_arg(r, A_DY), kt_arg(r, A_DX));
-  case KITE_OP_GATED_BACKWARD:
-    return kite_gated_backward(ctx, c->train.act, x, kt_arg(r, A_DY), c->limit, kt_arg(r, A_DX));
-  default:
-    break;
-  }
-  return kite_set_error(KITE_ERR_UNSUPPORTED, "kite: the CLI has no driver for op %d", (int)c->op);
+static int act_scalar(const kt_case *c, const kite_arg_info *a, kite_value *out) {
+  if (strcmp(a->name, "limit") == 0)
+    out->f = c->limit;
+  else if (strcmp(a->name, "act") == 0)
+    out->i = c->train.act;
+  else
+    return 1;
+  return 0;
 }
 
 /* ---- bounds and cases -------------------------------------------------------------------- */
@@ -211,7 +190,7 @@ const kt_family_ops kt_family_act = {
     .name = "act",
     .has = act_has,
     .plan = act_plan,
-    .call = act_call,
+    .scalar = act_scalar,
     .describe = act_describe,
     .shape = kt_rows_shape,
     .check_cases = act_check_cases,

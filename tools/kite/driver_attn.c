@@ -22,9 +22,6 @@
 #include "driver.h"
 #include "util.h"
 
-/* argument slots */
-enum { A_Q, A_K, A_V, A_KC, A_VC, A_BT, A_SEQ, A_CU, A_SLOTS, A_MASK, A_O, A_LSE };
-
 /* sdpa mask kinds (kt_attn_case.mask) */
 enum {
   MASK_NONE,
@@ -236,8 +233,10 @@ static int add_bhsd(kt_run *r, const char *name, kite_dtype t, kt_role role, int
 static void plan_caches(kt_run *r, const kt_case *c, kt_role role) {
   const kt_attn_case *a = &c->attn;
   int64_t shape[4] = {a->num_blocks, a->hkv, a->block_size, a->head_dim};
-  r->arg[A_KC] = kt_add_tensor(r, "key_cache", c->dtype, role, 4, shape, KT_FILL_UNIFORM, -1, 1);
-  r->arg[A_VC] = kt_add_tensor(r, "value_cache", c->dtype, role, 4, shape, KT_FILL_UNIFORM, -1, 1);
+  kt_bind(r, "key_cache",
+          kt_add_tensor(r, "key_cache", c->dtype, role, 4, shape, KT_FILL_UNIFORM, -1, 1));
+  kt_bind(r, "value_cache",
+          kt_add_tensor(r, "value_cache", c->dtype, role, 4, shape, KT_FILL_UNIFORM, -1, 1));
 }
 
 /* store_kv: k, v [T, Hkv, D] row-strided (or slices of one kv buffer) into caches that already
@@ -249,18 +248,20 @@ static void plan_store_kv(kt_run *r, const kt_case *c) {
   if (a->fused_kv) {
     int64_t row = 2 * H * D + a->pad, shape[3] = {T, H, D}, strides[3] = {row, D, 1};
     int b = kt_add_buf(r, "kv", t, T * row);
-    r->arg[A_K] = kt_add_view(r, "k", b, t, KT_IN, 3, shape, strides, 0, KT_FILL_UNIFORM, -1, 1);
-    r->arg[A_V] =
-        kt_add_view(r, "v", b, t, KT_IN, 3, shape, strides, H * D, KT_FILL_UNIFORM, -1, 1);
+    kt_bind(r, "k", kt_add_view(r, "k", b, t, KT_IN, 3, shape, strides, 0, KT_FILL_UNIFORM, -1, 1));
+    kt_bind(r, "v",
+            kt_add_view(r, "v", b, t, KT_IN, 3, shape, strides, H * D, KT_FILL_UNIFORM, -1, 1));
   } else {
     int64_t shape[3] = {T, H, D}, strides[3] = {H * D + a->pad, D, 1};
     int bk = kt_add_buf(r, "k", t, T * (H * D + a->pad));
-    r->arg[A_K] = kt_add_view(r, "k", bk, t, KT_IN, 3, shape, strides, 0, KT_FILL_UNIFORM, -1, 1);
+    kt_bind(r, "k",
+            kt_add_view(r, "k", bk, t, KT_IN, 3, shape, strides, 0, KT_FILL_UNIFORM, -1, 1));
     int bv = kt_add_buf(r, "v", t, T * (H * D + a->pad));
-    r->arg[A_V] = kt_add_view(r, "v", bv, t, KT_IN, 3, shape, strides, 0, KT_FILL_UNIFORM, -1, 1);
+    kt_bind(r, "v",
+            kt_add_view(r, "v", bv, t, KT_IN, 3, shape, strides, 0, KT_FILL_UNIFORM, -1, 1));
   }
   plan_caches(r, c, KT_INOUT);
-  r->arg[A_SLOTS] = add_ints(r, "slots", T, fill_slots);
+  kt_bind(r, "slots", add_ints(r, "slots", T, fill_slots));
 }
 
 /* paged_decode (N = B queries) and paged_prefill (N = T). q and o have head stride D + pad, the
@@ -274,20 +275,21 @@ static void plan_paged(kt_run *r, const kt_case *c) {
     r->bad = 1;
     return;
   }
-  r->arg[A_Q] = add_heads(r, "q", t, KT_IN, N, a->hq, a->head_dim, a->pad, -2, 2);
+  kt_bind(r, "q", add_heads(r, "q", t, KT_IN, N, a->hq, a->head_dim, a->pad, -2, 2));
   plan_caches(r, c, KT_IN);
   int64_t shape[2] = {a->batch, a->max_blocks}, strides[2] = {a->max_blocks + a->pad, 1};
   int b = kt_add_buf(r, "block_table", KITE_DTYPE_I32, a->batch * (a->max_blocks + a->pad));
-  r->arg[A_BT] = kt_add_view(r, "block_table", b, KITE_DTYPE_I32, KT_IN, 2, shape, strides, 0,
-                             KT_FILL_CUSTOM, 0, 0);
-  set_custom(r, r->arg[A_BT], fill_block_table);
-  r->arg[A_SEQ] = add_ints(r, "seq_lens", a->batch, fill_seq_lens);
-  if (prefill) r->arg[A_CU] = add_ints(r, "cu_q_lens", a->batch + 1, fill_cu_q_lens);
-  r->arg[A_O] = add_heads(r, "o", t, KT_OUT, N, a->hq, a->head_dim, a->pad, 0, 0);
+  int bt = kt_bind(r, "block_table",
+                   kt_add_view(r, "block_table", b, KITE_DTYPE_I32, KT_IN, 2, shape, strides, 0,
+                               KT_FILL_CUSTOM, 0, 0));
+  set_custom(r, bt, fill_block_table);
+  kt_bind(r, "seq_lens", add_ints(r, "seq_lens", a->batch, fill_seq_lens));
+  if (prefill) kt_bind(r, "cu_q_lens", add_ints(r, "cu_q_lens", a->batch + 1, fill_cu_q_lens));
+  kt_bind(r, "o", add_heads(r, "o", t, KT_OUT, N, a->hq, a->head_dim, a->pad, 0, 0));
   if (a->with_lse) {
     int64_t lshape[2] = {N, a->hq};
-    r->arg[A_LSE] =
-        kt_add_tensor(r, "lse", KITE_DTYPE_F32, KT_OUT, 2, lshape, KT_FILL_UNIFORM, 0, 0);
+    kt_bind(r, "lse",
+            kt_add_tensor(r, "lse", KITE_DTYPE_F32, KT_OUT, 2, lshape, KT_FILL_UNIFORM, 0, 0));
   }
 }
 
@@ -323,24 +325,27 @@ static void plan_mask(kt_run *r, const kt_case *c) {
     return;
   }
   int b = kt_add_buf(r, "mask", t, n);
-  r->arg[A_MASK] =
-      kt_add_view(r, "mask", b, t, KT_IN, ndim, shape, strides, 0, KT_FILL_CUSTOM, 0, 0);
-  set_custom(r, r->arg[A_MASK], fill_mask);
+  int m =
+      kt_bind(r, "mask",
+              kt_add_view(r, "mask", b, t, KT_IN, ndim, shape, strides, 0, KT_FILL_CUSTOM, 0, 0));
+  set_custom(r, m, fill_mask);
+  /* the buffer is uint8 to the harness; the op is told it holds DLPack booleans */
+  r->view[m].dl_bool = a->mask == MASK_BOOL;
 }
 
 static void plan_sdpa(kt_run *r, const kt_case *c) {
   const kt_attn_case *a = &c->attn;
   kite_dtype t = c->dtype;
   int64_t B = a->batch, D = a->head_dim;
-  r->arg[A_Q] = add_bhsd(r, "q", t, KT_IN, B, a->hq, a->sq, D, a->pad, a->bshd, -2, 2);
-  r->arg[A_K] = add_bhsd(r, "k", t, KT_IN, B, a->hkv, a->sk, D, a->pad, a->bshd, -1, 1);
-  r->arg[A_V] = add_bhsd(r, "v", t, KT_IN, B, a->hkv, a->sk, D, a->pad, a->bshd, -1, 1);
+  kt_bind(r, "q", add_bhsd(r, "q", t, KT_IN, B, a->hq, a->sq, D, a->pad, a->bshd, -2, 2));
+  kt_bind(r, "k", add_bhsd(r, "k", t, KT_IN, B, a->hkv, a->sk, D, a->pad, a->bshd, -1, 1));
+  kt_bind(r, "v", add_bhsd(r, "v", t, KT_IN, B, a->hkv, a->sk, D, a->pad, a->bshd, -1, 1));
   plan_mask(r, c);
-  r->arg[A_O] = add_bhsd(r, "o", t, KT_OUT, B, a->hq, a->sq, D, a->pad, a->bshd, 0, 0);
+  kt_bind(r, "o", add_bhsd(r, "o", t, KT_OUT, B, a->hq, a->sq, D, a->pad, a->bshd, 0, 0));
   if (a->with_lse) {
     int64_t lshape[3] = {B, a->hq, a->sq};
-    r->arg[A_LSE] =
-        kt_add_tensor(r, "lse", KITE_DTYPE_F32, KT_OUT, 3, lshape, KT_FILL_UNIFORM, 0, 0);
+    kt_bind(r, "lse",
+            kt_add_tensor(r, "lse", KITE_DTYPE_F32, KT_OUT, 3, lshape, KT_FILL_UNIFORM, 0, 0));
   }
 }
 
@@ -364,28 +369,21 @@ static void attn_plan(kt_run *r, const kt_case *c) {
 
 /* ---- the call ---------------------------------------------------------------------------- */
 
-static kite_status attn_call(kt_run *r) {
-  const kt_attn_case *a = &r->c.attn;
-  kite_ctx *ctx = r->ctx;
-  DLTensor *q = kt_arg(r, A_Q), *kc = kt_arg(r, A_KC), *vc = kt_arg(r, A_VC);
-  DLTensor *o = kt_arg(r, A_O), *lse = kt_arg(r, A_LSE), *mask = kt_arg(r, A_MASK);
-  switch (r->c.op) {
-  case KITE_OP_STORE_KV:
-    return kite_store_kv(ctx, kt_arg(r, A_K), kt_arg(r, A_V), kc, vc, kt_arg(r, A_SLOTS));
-  case KITE_OP_PAGED_DECODE:
-    return kite_paged_decode(ctx, q, kc, vc, kt_arg(r, A_BT), kt_arg(r, A_SEQ), &a->opts, o, lse);
-  case KITE_OP_PAGED_PREFILL:
-    return kite_paged_prefill(ctx, q, kc, vc, kt_arg(r, A_BT), kt_arg(r, A_CU), kt_arg(r, A_SEQ),
-                              &a->opts, o, lse);
-  case KITE_OP_SDPA:
-    /* the buffer is uint8 to the harness; the op is told it holds DLPack booleans */
-    if (mask && a->mask == MASK_BOOL) mask->dtype.code = KITE_DL_BOOL;
-    return kite_sdpa(ctx, q, kt_arg(r, A_K), kt_arg(r, A_V), mask, &a->opts, o, lse);
-  default:
-    break;
-  }
-  return kite_set_error(KITE_ERR_UNSUPPORTED, "kite: the CLI has no driver for op %d",
-                        (int)r->c.op);
+static int attn_scalar(const kt_case *c, const kite_arg_info *a, kite_value *out) {
+  const kite_attn_opts *o = &c->attn.opts;
+  if (strcmp(a->name, "scale") == 0)
+    out->f = o->scale;
+  else if (strcmp(a->name, "softcap") == 0)
+    out->f = o->softcap;
+  else if (strcmp(a->name, "window_left") == 0)
+    out->i = o->window_left;
+  else if (strcmp(a->name, "gqa") == 0)
+    out->i = o->gqa;
+  else if (strcmp(a->name, "causal") == 0)
+    out->i = o->causal;
+  else
+    return 1;
+  return 0;
 }
 
 /* ---- bytes, FLOPs, bounds ---------------------------------------------------------------- */
@@ -721,7 +719,7 @@ const kt_family_ops kt_family_attn = {
     .name = "attn",
     .has = kt_attn_has,
     .plan = attn_plan,
-    .call = attn_call,
+    .scalar = attn_scalar,
     .describe = attn_describe,
     .shape = attn_shape,
     .check_cases = attn_check_cases,

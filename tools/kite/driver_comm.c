@@ -12,9 +12,6 @@
 #include "driver.h"
 #include "util.h"
 
-/* argument slots */
-enum { A_X, A_Y, A_W, A_RES };
-
 static int comm_has(kite_op op) {
   return op == KITE_OP_ALL_REDUCE || op == KITE_OP_ALL_GATHER || op == KITE_OP_REDUCE_SCATTER ||
          op == KITE_OP_ALL_REDUCE_ADD_RMS_NORM;
@@ -69,38 +66,35 @@ static void comm_plan(kt_run *r, const kt_case *c) {
   const kite_dtype t = c->dtype;
   const float lo = c->shift - c->amp, hi = c->shift + c->amp;
   const int64_t R = c->rows, C = c->cols;
-  r->arg[A_X] = kt_add_matrix(r, "x", t, c->inplace ? KT_INOUT : KT_IN, R, C, 0, lo, hi);
+  int x = kt_bind(r, "x", kt_add_matrix(r, "x", t, c->inplace ? KT_INOUT : KT_IN, R, C, 0, lo, hi));
   if (!is_fused(c->op)) {
-    r->arg[A_Y] = c->inplace ? r->arg[A_X] : kt_add_matrix(r, "y", t, KT_OUT, R, C, 0, 0, 0);
+    kt_bind(r, "y", c->inplace ? x : kt_add_matrix(r, "y", t, KT_OUT, R, C, 0, 0, 0));
     return;
   }
-  r->arg[A_RES] = kt_add_matrix(r, "residual", t, KT_INOUT, R, C, c->pad_x, lo, hi);
-  r->arg[A_Y] = c->inplace ? r->arg[A_X] : kt_add_matrix(r, "y", t, KT_OUT, R, C, c->pad_y, 0, 0);
+  kt_bind(r, "residual", kt_add_matrix(r, "residual", t, KT_INOUT, R, C, c->pad_x, lo, hi));
+  kt_bind(r, "y", c->inplace ? x : kt_add_matrix(r, "y", t, KT_OUT, R, C, c->pad_y, 0, 0));
   if (c->with_w) {
     const int64_t shape[1] = {C};
-    r->arg[A_W] = kt_add_tensor(r, "w", t, KT_IN, 1, shape, KT_FILL_UNIFORM, 0.5f, 1.5f);
+    kt_bind(r, "w", kt_add_tensor(r, "w", t, KT_IN, 1, shape, KT_FILL_UNIFORM, 0.5f, 1.5f));
   }
 }
 
-static kite_status comm_call(kt_run *r) {
-  const kt_case *c = &r->c;
-  kite_comm *comm = comm_for(r->ctx);
-  if (!comm) return KITE_ERR_UNSUPPORTED; /* kite_last_error says why */
-  DLTensor *x = kt_arg(r, A_X), *y = kt_arg(r, A_Y);
-  switch (c->op) {
-  case KITE_OP_ALL_REDUCE:
-    return kite_all_reduce(r->ctx, comm, x, y);
-  case KITE_OP_ALL_GATHER:
-    return kite_all_gather(r->ctx, comm, x, y);
-  case KITE_OP_REDUCE_SCATTER:
-    return kite_reduce_scatter(r->ctx, comm, x, y);
-  case KITE_OP_ALL_REDUCE_ADD_RMS_NORM:
-    return kite_all_reduce_add_rms_norm(r->ctx, comm, x, kt_arg(r, A_RES), kt_arg(r, A_W), c->eps,
-                                        c->offset, c->pos, y);
-  default:
-    return kite_set_error(KITE_ERR_UNSUPPORTED, "kite: the CLI has no driver for op %d",
-                          (int)c->op);
-  }
+/* ---- the call ---------------------------------------------------------------------------- */
+
+static kite_comm *comm_of(kt_run *r) {
+  return comm_for(r->ctx);
+}
+
+static int comm_scalar(const kt_case *c, const kite_arg_info *a, kite_value *out) {
+  if (strcmp(a->name, "eps") == 0)
+    out->f = c->eps;
+  else if (strcmp(a->name, "offset") == 0)
+    out->f = c->offset;
+  else if (strcmp(a->name, "pos") == 0)
+    out->i = c->pos;
+  else
+    return 1;
+  return 0;
 }
 
 typedef struct shape2 {
@@ -160,7 +154,8 @@ const kt_family_ops kt_family_comm = {
     .name = "comm",
     .has = comm_has,
     .plan = comm_plan,
-    .call = comm_call,
+    .scalar = comm_scalar,
+    .comm = comm_of,
     .describe = comm_describe,
     .shape = comm_shape,
     .check_cases = comm_check_cases,

@@ -8,12 +8,12 @@
  * every option of each op.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "rows.h"
 #include "util.h"
 
 /* argument slots */
-enum { A_X, A_Y, A_DY, A_DX, A_Q, A_K, A_POS, A_COS_SIN, A_IDS, A_TABLE };
 
 /* Ops of this family that share a layout. */
 typedef enum kt_core_kind {
@@ -85,27 +85,32 @@ static void core_describe(const kt_case *c, char *buf, size_t n) {
 
 /* q[T, Hq, D] and k[T, Hkv, D] as the case's layout says. */
 static void plan_rope(kt_run *r, const kt_case *c, float lo, float hi) {
+  const int bwd = c->op == KITE_OP_ROPE_BACKWARD;
+  const char *qn = bwd ? "dq" : "q", *kn = bwd ? "dk" : "k";
   int64_t T = c->rows, hq = c->hq, hkv = c->hkv, D = c->head_dim;
   kite_dtype t = c->dtype;
   if (c->layout == KT_QK_FUSED) {
     int64_t ts = (hq + 2 * hkv) * D; /* token stride of the fused projection */
     int b = kt_add_buf(r, "qkv", t, T * ts);
     int64_t qs[3] = {T, hq, D}, ks[3] = {T, hkv, D}, st[3] = {ts, D, 1};
-    r->arg[A_Q] = kt_add_view(r, "q", b, t, KT_INOUT, 3, qs, st, 0, KT_FILL_UNIFORM, lo, hi);
+    kt_bind(r, qn, kt_add_view(r, "q", b, t, KT_INOUT, 3, qs, st, 0, KT_FILL_UNIFORM, lo, hi));
     if (!c->k_null)
-      r->arg[A_K] = kt_add_view(r, "k", b, t, KT_INOUT, 3, ks, st, hq * D, KT_FILL_UNIFORM, lo, hi);
+      kt_bind(r, kn,
+              kt_add_view(r, "k", b, t, KT_INOUT, 3, ks, st, hq * D, KT_FILL_UNIFORM, lo, hi));
     if (hkv > 0)
       kt_add_view(r, "v", b, t, KT_IN, 3, ks, st, (hq + hkv) * D, KT_FILL_UNIFORM, lo, hi);
     return;
   }
   int64_t hs = D + (c->layout == KT_QK_HEAD_PAD ? c->pad_x : 0); /* head stride */
   int64_t qs[3] = {T, hq, D}, qst[3] = {hq * hs, hs, 1};
-  r->arg[A_Q] = kt_add_view(r, "q", kt_add_buf(r, "q", t, T * hq * hs), t, KT_INOUT, 3, qs, qst, 0,
-                            KT_FILL_UNIFORM, lo, hi);
+  kt_bind(r, qn,
+          kt_add_view(r, "q", kt_add_buf(r, "q", t, T * hq * hs), t, KT_INOUT, 3, qs, qst, 0,
+                      KT_FILL_UNIFORM, lo, hi));
   if (c->k_null) return;
   int64_t ks[3] = {T, hkv, D}, kst[3] = {hkv * hs, hs, 1};
-  r->arg[A_K] = kt_add_view(r, "k", kt_add_buf(r, "k", t, T * hkv * hs), t, KT_INOUT, 3, ks, kst, 0,
-                            KT_FILL_UNIFORM, lo, hi);
+  kt_bind(r, kn,
+          kt_add_view(r, "k", kt_add_buf(r, "k", t, T * hkv * hs), t, KT_INOUT, 3, ks, kst, 0,
+                      KT_FILL_UNIFORM, lo, hi));
 }
 
 static void core_plan(kt_run *r, const kt_case *c) {
@@ -113,25 +118,31 @@ static void core_plan(kt_run *r, const kt_case *c) {
   float lo = c->shift - c->amp, hi = c->shift + c->amp;
   int64_t R = c->rows, C = c->cols;
   switch (kt_core_kind_of(c->op)) {
-  case KT_SOFTMAX:
-    r->arg[A_X] = kt_add_matrix(r, "x", t, c->inplace ? KT_INOUT : KT_IN, R, C, c->pad_x, lo, hi);
-    r->arg[A_Y] = c->inplace ? r->arg[A_X] : kt_add_matrix(r, "y", t, KT_OUT, R, C, c->pad_y, 0, 0);
+  case KT_SOFTMAX: {
+    int x = kt_bind(
+        r, "x", kt_add_matrix(r, "x", t, c->inplace ? KT_INOUT : KT_IN, R, C, c->pad_x, lo, hi));
+    kt_bind(r, "y", c->inplace ? x : kt_add_matrix(r, "y", t, KT_OUT, R, C, c->pad_y, 0, 0));
     break;
+  }
   case KT_SOFTMAX_BWD:
     /* y: probabilities-like values (the formula holds for any y) */
-    r->arg[A_Y] = kt_add_matrix(r, "y", t, KT_IN, R, C, c->pad_x, 0, 2.0f / (float)(C > 0 ? C : 1));
-    r->arg[A_DY] = kt_add_matrix(r, "dy", t, KT_IN, R, C, c->pad_x, -1, 1);
-    r->arg[A_DX] = kt_add_out_or_inplace(r, c, r->arg[A_DY], "dx", R, C);
-    break;
+    {
+      kt_bind(r, "y",
+              kt_add_matrix(r, "y", t, KT_IN, R, C, c->pad_x, 0, 2.0f / (float)(C > 0 ? C : 1)));
+      int dy = kt_bind(r, "dy", kt_add_matrix(r, "dy", t, KT_IN, R, C, c->pad_x, -1, 1));
+      kt_bind(r, "dx", kt_add_out_or_inplace(r, c, dy, "dx", R, C));
+      break;
+    }
   case KT_ROPE: {
     plan_rope(r, c, lo, hi);
-    r->arg[A_POS] =
-        kt_add_vector(r, "positions", KITE_DTYPE_I32, KT_IN, R,
-                      c->seq_positions ? KT_FILL_SEQ : KT_FILL_IDS, 0.0f, (float)c->max_pos);
+    kt_bind(r, "positions",
+            kt_add_vector(r, "positions", KITE_DTYPE_I32, KT_IN, R,
+                          c->seq_positions ? KT_FILL_SEQ : KT_FILL_IDS, 0.0f, (float)c->max_pos));
     int64_t shape[2] = {c->max_pos, c->rot_dim}, strides[2] = {c->rot_dim, 1};
     int b = kt_add_buf(r, "cos_sin", KITE_DTYPE_F32, c->max_pos * c->rot_dim);
-    r->arg[A_COS_SIN] = kt_add_view(r, "cos_sin", b, KITE_DTYPE_F32, KT_IN, 2, shape, strides, 0,
-                                    KT_FILL_ROPE_CACHE, 0, 0);
+    kt_bind(r, "cos_sin",
+            kt_add_view(r, "cos_sin", b, KITE_DTYPE_F32, KT_IN, 2, shape, strides, 0,
+                        KT_FILL_ROPE_CACHE, 0, 0));
     break;
   }
   case KT_NONE:
@@ -141,15 +152,16 @@ static void core_plan(kt_run *r, const kt_case *c) {
   case KT_EMBEDDING_BWD: {
     /* with oob_ids about a fifth of the ids fall outside [0, V) on either side */
     float extra = c->oob_ids ? (float)(c->vocab / 8 + 2) : 0.0f;
-    r->arg[A_IDS] = kt_add_vector(r, "ids", KITE_DTYPE_I32, KT_IN, R, KT_FILL_IDS, -extra,
-                                  (float)c->vocab + extra);
+    kt_bind(r, "ids",
+            kt_add_vector(r, "ids", KITE_DTYPE_I32, KT_IN, R, KT_FILL_IDS, -extra,
+                          (float)c->vocab + extra));
     if (c->op == KITE_OP_EMBEDDING_BACKWARD) {
-      r->arg[A_DY] = kt_add_matrix(r, "dy", t, KT_IN, R, C, c->pad_x, lo, hi);
-      r->arg[A_DX] = kt_add_matrix(r, "dtable", t, KT_OUT, c->vocab, C, c->pad_y, 0, 0);
+      kt_bind(r, "dy", kt_add_matrix(r, "dy", t, KT_IN, R, C, c->pad_x, lo, hi));
+      kt_bind(r, "dtable", kt_add_matrix(r, "dtable", t, KT_OUT, c->vocab, C, c->pad_y, 0, 0));
       break;
     }
-    r->arg[A_TABLE] = kt_add_matrix(r, "table", t, KT_IN, c->vocab, C, c->pad_x, lo, hi);
-    r->arg[A_Y] = kt_add_matrix(r, "y", t, KT_OUT, R, C, c->pad_y, 0, 0);
+    kt_bind(r, "table", kt_add_matrix(r, "table", t, KT_IN, c->vocab, C, c->pad_x, lo, hi));
+    kt_bind(r, "y", kt_add_matrix(r, "y", t, KT_OUT, R, C, c->pad_y, 0, 0));
     break;
   }
   }
@@ -157,29 +169,16 @@ static void core_plan(kt_run *r, const kt_case *c) {
 
 /* ---- the call ---------------------------------------------------------------------------- */
 
-static kite_status core_call(kt_run *r) {
-  const kt_case *c = &r->c;
-  kite_ctx *ctx = r->ctx;
-  DLTensor *x = kt_arg(r, A_X), *y = kt_arg(r, A_Y), *dy = kt_arg(r, A_DY), *dx = kt_arg(r, A_DX);
-  switch (c->op) {
-  case KITE_OP_ROPE:
-    return kite_rope(ctx, kt_arg(r, A_Q), kt_arg(r, A_K), kt_arg(r, A_POS), kt_arg(r, A_COS_SIN),
-                     c->rot_dim, c->style);
-  case KITE_OP_ROPE_BACKWARD:
-    return kite_rope_backward(ctx, kt_arg(r, A_Q), kt_arg(r, A_K), kt_arg(r, A_POS),
-                              kt_arg(r, A_COS_SIN), c->rot_dim, c->style);
-  case KITE_OP_SOFTMAX:
-    return kite_softmax(ctx, x, c->scale, y);
-  case KITE_OP_SOFTMAX_BACKWARD:
-    return kite_softmax_backward(ctx, y, dy, c->scale, dx);
-  case KITE_OP_EMBEDDING:
-    return kite_embedding(ctx, kt_arg(r, A_IDS), kt_arg(r, A_TABLE), y);
-  case KITE_OP_EMBEDDING_BACKWARD:
-    return kite_embedding_backward(ctx, kt_arg(r, A_IDS), dy, dx);
-  default:
-    break;
-  }
-  return kite_set_error(KITE_ERR_UNSUPPORTED, "kite: the CLI has no driver for op %d", (int)c->op);
+static int core_scalar(const kt_case *c, const kite_arg_info *a, kite_value *out) {
+  if (strcmp(a->name, "scale") == 0)
+    out->f = c->scale;
+  else if (strcmp(a->name, "rot_dim") == 0)
+    out->i = c->rot_dim;
+  else if (strcmp(a->name, "style") == 0)
+    out->i = c->style;
+  else
+    return 1;
+  return 0;
 }
 
 /* ---- cases and bounds -------------------------------------------------------------------- */
@@ -397,7 +396,7 @@ const kt_family_ops kt_family_core = {
     .name = "core",
     .has = core_has,
     .plan = core_plan,
-    .call = core_call,
+    .scalar = core_scalar,
     .describe = core_describe,
     .shape = core_shape,
     .check_cases = core_check_cases,

@@ -16,12 +16,6 @@
 #include "kite/dtype.h"
 #include "util.h"
 
-/* argument slots */
-enum { A_X, A_W, A_B, A_Y, A_GS, A_WT, A_IDS, A_W2, A_Q, A_S, A_WS, A_EXTRA };
-/* fused_moe takes no bias, group sizes or quantized tensors: in bench its scratch for the
- * per-expert composition (alt_call) takes those slots */
-enum { M_ROWS = A_GS, M_XE = A_Q, M_H = A_S, M_ACT = A_WS, M_OT = A_B, M_COMB = A_EXTRA };
-
 static int kt_gemm_has(kite_op op) {
   switch (op) {
   case KITE_OP_LINEAR:
@@ -264,18 +258,26 @@ static void set_custom(kt_run *r, int v, kt_fill_fn fn) {
   r->view[v].fill_fn = fn;
 }
 
-/* Scratch of the per-expert composition: Tk = T * k rows routed, grouped by expert. */
+/* Scratch of the per-expert composition: Tk = T * k rows routed, grouped by expert. Views of no
+ * argument of fused_moe: alt_call finds them by name (scratch_view). */
 static void plan_moe_scratch(kt_run *r, const kt_case *c) {
   const kt_gemm_case *g = &c->gemm;
   kite_dtype t = c->dtype;
   int64_t tk = g->m * g->topk, h = g->n, in = g->k;
   int64_t rows[1] = {tk};
-  r->arg[M_ROWS] = kt_add_tensor(r, "rows", KITE_DTYPE_I32, KT_OUT, 1, rows, KT_FILL_IDS, 0, 0);
-  r->arg[M_XE] = kt_add_matrix(r, "x_routed", t, KT_OUT, tk, h, 0, 0, 0);
-  r->arg[M_H] = kt_add_matrix(r, "gate_up", t, KT_OUT, tk, 2 * in, 0, 0, 0);
-  r->arg[M_ACT] = kt_add_matrix(r, "act", t, KT_OUT, tk, in, 0, 0, 0);
-  r->arg[M_OT] = kt_add_matrix(r, "expert_out_t", t, KT_OUT, h, tk, 0, 0, 0); /* [H, Tk] */
-  r->arg[M_COMB] = kt_add_matrix(r, "combine", t, KT_OUT, g->m, tk, 0, 0, 0); /* [T, Tk] */
+  kt_add_tensor(r, "rows", KITE_DTYPE_I32, KT_OUT, 1, rows, KT_FILL_IDS, 0, 0);
+  kt_add_matrix(r, "x_routed", t, KT_OUT, tk, h, 0, 0, 0);
+  kt_add_matrix(r, "gate_up", t, KT_OUT, tk, 2 * in, 0, 0, 0);
+  kt_add_matrix(r, "act", t, KT_OUT, tk, in, 0, 0, 0);
+  kt_add_matrix(r, "expert_out_t", t, KT_OUT, h, tk, 0, 0, 0); /* [H, Tk] */
+  kt_add_matrix(r, "combine", t, KT_OUT, g->m, tk, 0, 0, 0);   /* [T, Tk] */
+}
+
+/* The view of that name (a scratch view of plan_moe_scratch), or -1. */
+static int scratch_view(const kt_run *r, const char *name) {
+  for (int i = 0; i < r->nviews; i++)
+    if (strcmp(r->view[i].name, name) == 0) return i;
+  return -1;
 }
 
 static void gemm_plan(kt_run *r, const kt_case *c) {
@@ -284,131 +286,124 @@ static void gemm_plan(kt_run *r, const kt_case *c) {
   int64_t M = g->m, N = g->n, K = g->k;
   switch (c->op) {
   case KITE_OP_LINEAR:
-    r->arg[A_X] = kt_add_matrix(r, "x", t, KT_IN, M, K, g->pad_x, -1, 1);
-    r->arg[A_W] = kt_add_matrix(r, "w", t, KT_IN, N, K, g->pad_w, -1, 1);
-    if (g->with_bias) r->arg[A_B] = add_vector(r, "bias", t, KT_IN, N, -1, 1);
-    r->arg[A_Y] = kt_add_matrix(r, "y", t, KT_OUT, M, N, g->pad_y, 0, 0);
+    kt_bind(r, "x", kt_add_matrix(r, "x", t, KT_IN, M, K, g->pad_x, -1, 1));
+    kt_bind(r, "w", kt_add_matrix(r, "w", t, KT_IN, N, K, g->pad_w, -1, 1));
+    if (g->with_bias) kt_bind(r, "bias", add_vector(r, "bias", t, KT_IN, N, -1, 1));
+    kt_bind(r, "y", kt_add_matrix(r, "y", t, KT_OUT, M, N, g->pad_y, 0, 0));
     break;
   case KITE_OP_GROUP_GEMM: {
     int64_t G = g->groups, ws = K + g->pad_w; /* w row stride */
     int64_t shape[3] = {G, N, K}, strides[3] = {N * ws, ws, 1}, gs[1] = {G};
-    r->arg[A_X] = kt_add_matrix(r, "x", t, KT_IN, M, K, g->pad_x, -1, 1);
+    kt_bind(r, "x", kt_add_matrix(r, "x", t, KT_IN, M, K, g->pad_x, -1, 1));
     int b = kt_add_buf(r, "w", t, G * N * ws);
-    r->arg[A_W] = kt_add_view(r, "w", b, t, KT_IN, 3, shape, strides, 0, KT_FILL_UNIFORM, -1, 1);
-    r->arg[A_GS] =
-        kt_add_tensor(r, "group_sizes", KITE_DTYPE_I32, KT_IN, 1, gs, KT_FILL_CUSTOM, 0, 0);
-    set_custom(r, r->arg[A_GS], fill_group_sizes);
-    r->arg[A_Y] = kt_add_matrix(r, "y", t, KT_OUT, M, N, g->pad_y, 0, 0);
+    kt_bind(r, "w", kt_add_view(r, "w", b, t, KT_IN, 3, shape, strides, 0, KT_FILL_UNIFORM, -1, 1));
+    int v = kt_bind(
+        r, "group_sizes",
+        kt_add_tensor(r, "group_sizes", KITE_DTYPE_I32, KT_IN, 1, gs, KT_FILL_CUSTOM, 0, 0));
+    set_custom(r, v, fill_group_sizes);
+    kt_bind(r, "y", kt_add_matrix(r, "y", t, KT_OUT, M, N, g->pad_y, 0, 0));
     break;
   }
-  case KITE_OP_TOPK_GATING:
-    r->arg[A_X] = kt_add_matrix(r, "logits", t, KT_IN, M, N, g->pad_x, -4, 4);
-    if (g->ties) set_custom(r, r->arg[A_X], fill_tied_logits);
-    r->arg[A_WT] = kt_add_matrix(r, "weights", KITE_DTYPE_F32, KT_OUT, M, g->topk, g->pad_y, 0, 0);
-    r->arg[A_IDS] = kt_add_matrix(r, "ids", KITE_DTYPE_I32, KT_OUT, M, g->topk, g->pad_y, 0, 0);
+  case KITE_OP_TOPK_GATING: {
+    int x = kt_bind(r, "logits", kt_add_matrix(r, "logits", t, KT_IN, M, N, g->pad_x, -4, 4));
+    if (g->ties) set_custom(r, x, fill_tied_logits);
+    kt_bind(r, "weights",
+            kt_add_matrix(r, "weights", KITE_DTYPE_F32, KT_OUT, M, g->topk, g->pad_y, 0, 0));
+    kt_bind(r, "ids", kt_add_matrix(r, "ids", KITE_DTYPE_I32, KT_OUT, M, g->topk, g->pad_y, 0, 0));
     break;
+  }
   case KITE_OP_FUSED_MOE: {
     /* x[T, H], w13[E, 2I, H], w2[E, H, I]; weights in [0, 1); with oob_ids the ids span
      * [-1, E + 1): about 2 in E + 2 contribute nothing */
     int64_t E = g->groups, w13[3] = {E, 2 * K, N}, w2[3] = {E, N, K};
     float wamp = 1.0f / sqrtf((float)(N > 0 ? N : 1)) * 2.0f; /* gate, up of order 1 */
-    r->arg[A_X] = kt_add_matrix(r, "x", t, KT_IN, M, N, g->pad_x, -1, 1);
-    r->arg[A_W] = kt_add_tensor(r, "w13", t, KT_IN, 3, w13, KT_FILL_UNIFORM, -wamp, wamp);
-    r->arg[A_W2] = kt_add_tensor(r, "w2", t, KT_IN, 3, w2, KT_FILL_UNIFORM, -0.5f, 0.5f);
-    r->arg[A_WT] = kt_add_matrix(r, "weights", KITE_DTYPE_F32, KT_IN, M, g->topk, 0, 0, 1);
+    kt_bind(r, "x", kt_add_matrix(r, "x", t, KT_IN, M, N, g->pad_x, -1, 1));
+    kt_bind(r, "w13", kt_add_tensor(r, "w13", t, KT_IN, 3, w13, KT_FILL_UNIFORM, -wamp, wamp));
+    kt_bind(r, "w2", kt_add_tensor(r, "w2", t, KT_IN, 3, w2, KT_FILL_UNIFORM, -0.5f, 0.5f));
+    kt_bind(r, "weights", kt_add_matrix(r, "weights", KITE_DTYPE_F32, KT_IN, M, g->topk, 0, 0, 1));
     int ids = kt_add_matrix(r, "ids", KITE_DTYPE_I32, KT_IN, M, g->topk, g->pad_w, 0, 0);
     r->view[ids].fill = KT_FILL_IDS;
     r->view[ids].lo = g->oob_ids ? -1.0f : 0.0f;
     r->view[ids].hi = (float)E + (g->oob_ids ? 1.0f : 0.0f);
     if (g->distinct_ids) set_custom(r, ids, fill_distinct_ids);
-    r->arg[A_IDS] = ids;
-    r->arg[A_Y] = kt_add_matrix(r, "y", t, KT_OUT, M, N, g->pad_y, 0, 0);
+    kt_bind(r, "ids", ids);
+    kt_bind(r, "y", kt_add_matrix(r, "y", t, KT_OUT, M, N, g->pad_y, 0, 0));
     if (g->alt_scratch) plan_moe_scratch(r, c);
     break;
   }
-  case KITE_OP_QUANT:
-    r->arg[A_X] = kt_add_matrix(r, "x", t, KT_IN, M, K, g->pad_x, -3, 3);
-    if (g->specials) set_custom(r, r->arg[A_X], fill_quant_specials);
-    r->arg[A_Q] = kt_add_matrix(r, "q", qt, KT_OUT, M, K, g->pad_y, 0, 0);
-    if (r->arg[A_Q] >= 0) r->view[r->arg[A_Q]].nan_ok = qt == KITE_DTYPE_FP8_E4M3;
-    r->arg[A_S] = add_vector(r, "scales", KITE_DTYPE_F32, KT_OUT, M, 0, 0);
+  case KITE_OP_QUANT: {
+    int x = kt_bind(r, "x", kt_add_matrix(r, "x", t, KT_IN, M, K, g->pad_x, -3, 3));
+    if (g->specials) set_custom(r, x, fill_quant_specials);
+    int q = kt_bind(r, "q", kt_add_matrix(r, "q", qt, KT_OUT, M, K, g->pad_y, 0, 0));
+    if (q >= 0) r->view[q].nan_ok = qt == KITE_DTYPE_FP8_E4M3;
+    kt_bind(r, "scales", add_vector(r, "scales", KITE_DTYPE_F32, KT_OUT, M, 0, 0));
     break;
-  case KITE_OP_DEQUANT:
-    r->arg[A_Q] = kt_add_matrix(r, "q", qt, KT_IN, M, K, g->pad_x, -128, 128);
-    if (r->arg[A_Q] >= 0) {
+  }
+  case KITE_OP_DEQUANT: {
+    int q = kt_bind(r, "q", kt_add_matrix(r, "q", qt, KT_IN, M, K, g->pad_x, -128, 128));
+    if (q >= 0) {
       if (qt == KITE_DTYPE_I8)
-        r->view[r->arg[A_Q]].fill = KT_FILL_IDS; /* every code, -128 included */
+        r->view[q].fill = KT_FILL_IDS; /* every code, -128 included */
       else
-        set_custom(r, r->arg[A_Q], fill_e4m3_codes);
+        set_custom(r, q, fill_e4m3_codes);
     }
-    r->arg[A_S] = add_vector(r, "scales", KITE_DTYPE_F32, KT_IN, M, 0, 0.05f);
-    r->arg[A_Y] = kt_add_matrix(r, "y", t, KT_OUT, M, K, g->pad_y, 0, 0);
-    if (r->arg[A_Y] >= 0) r->view[r->arg[A_Y]].nan_ok = qt == KITE_DTYPE_FP8_E4M3;
+    kt_bind(r, "scales", add_vector(r, "scales", KITE_DTYPE_F32, KT_IN, M, 0, 0.05f));
+    int y = kt_bind(r, "y", kt_add_matrix(r, "y", t, KT_OUT, M, K, g->pad_y, 0, 0));
+    if (y >= 0) r->view[y].nan_ok = qt == KITE_DTYPE_FP8_E4M3;
     break;
+  }
   case KITE_OP_LINEAR_QUANT: {
     /* every int8 code (-128 included); e4m3 values over their whole range, +-448 */
     int i8 = qt == KITE_DTYPE_I8;
     float lo = i8 ? -128.0f : -448.0f, hi = i8 ? 128.0f : 448.0f;
-    r->arg[A_Q] = kt_add_matrix(r, "xq", qt, KT_IN, M, K, g->pad_x, lo, hi);
-    r->arg[A_S] = add_vector(r, "x_scales", KITE_DTYPE_F32, KT_IN, M, 0.5e-3f, 2.5e-3f);
-    r->arg[A_W] = kt_add_matrix(r, "wq", qt, KT_IN, N, K, g->pad_w, lo, hi);
-    r->arg[A_WS] = add_vector(r, "w_scales", KITE_DTYPE_F32, KT_IN, N, 0.5e-3f, 2.5e-3f);
-    if (i8 && r->arg[A_Q] >= 0 && r->arg[A_W] >= 0)
-      r->view[r->arg[A_Q]].fill = r->view[r->arg[A_W]].fill = KT_FILL_IDS;
-    if (g->with_bias) r->arg[A_B] = add_vector(r, "bias", t, KT_IN, N, -1, 1);
-    r->arg[A_Y] = kt_add_matrix(r, "y", t, KT_OUT, M, N, g->pad_y, 0, 0);
+    int xq = kt_bind(r, "xq", kt_add_matrix(r, "xq", qt, KT_IN, M, K, g->pad_x, lo, hi));
+    kt_bind(r, "x_scales", add_vector(r, "x_scales", KITE_DTYPE_F32, KT_IN, M, 0.5e-3f, 2.5e-3f));
+    int wq = kt_bind(r, "wq", kt_add_matrix(r, "wq", qt, KT_IN, N, K, g->pad_w, lo, hi));
+    kt_bind(r, "w_scales", add_vector(r, "w_scales", KITE_DTYPE_F32, KT_IN, N, 0.5e-3f, 2.5e-3f));
+    if (i8 && xq >= 0 && wq >= 0) r->view[xq].fill = r->view[wq].fill = KT_FILL_IDS;
+    if (g->with_bias) kt_bind(r, "bias", add_vector(r, "bias", t, KT_IN, N, -1, 1));
+    kt_bind(r, "y", kt_add_matrix(r, "y", t, KT_OUT, M, N, g->pad_y, 0, 0));
     break;
   }
-  case KITE_OP_LINEAR_WQ4:
-    r->arg[A_X] = kt_add_matrix(r, "x", t, KT_IN, M, K, g->pad_x, -1, 1);
-    r->arg[A_W] = kt_add_matrix(r, "w", KITE_DTYPE_U8, KT_IN, N,
-                                K / 32 * kite_wq4_block_bytes(g->wq4), g->pad_w, 0, 0);
-    set_custom(r, r->arg[A_W], fill_wq4);
-    if (g->with_bias) r->arg[A_B] = add_vector(r, "bias", t, KT_IN, N, -1, 1);
-    r->arg[A_Y] = kt_add_matrix(r, "y", t, KT_OUT, M, N, g->pad_y, 0, 0);
+  case KITE_OP_LINEAR_WQ4: {
+    kt_bind(r, "x", kt_add_matrix(r, "x", t, KT_IN, M, K, g->pad_x, -1, 1));
+    int w = kt_bind(r, "w",
+                    kt_add_matrix(r, "w", KITE_DTYPE_U8, KT_IN, N,
+                                  K / 32 * kite_wq4_block_bytes(g->wq4), g->pad_w, 0, 0));
+    set_custom(r, w, fill_wq4);
+    if (g->with_bias) kt_bind(r, "bias", add_vector(r, "bias", t, KT_IN, N, -1, 1));
+    kt_bind(r, "y", kt_add_matrix(r, "y", t, KT_OUT, M, N, g->pad_y, 0, 0));
     break;
+  }
   default:
     r->bad = 1;
     break;
   }
 }
 
-/* ---- the call ---------------------------------------------------------------------------- */
+/* ---- the call's scalars ------------------------------------------------------------------ */
 
-static kite_status gemm_call(kt_run *r) {
-  const kt_gemm_case *g = &r->c.gemm;
-  kite_ctx *ctx = r->ctx;
-  DLTensor *x = kt_arg(r, A_X), *w = kt_arg(r, A_W), *b = kt_arg(r, A_B), *y = kt_arg(r, A_Y);
-  switch (r->c.op) {
-  case KITE_OP_LINEAR:
-    return kite_linear(ctx, x, w, b, y);
-  case KITE_OP_GROUP_GEMM:
-    return kite_group_gemm(ctx, x, w, kt_arg(r, A_GS), y);
-  case KITE_OP_TOPK_GATING:
-    return kite_topk_gating(ctx, x, g->topk, g->renormalize, kt_arg(r, A_WT), kt_arg(r, A_IDS));
-  case KITE_OP_FUSED_MOE:
-    return kite_fused_moe(ctx, x, w, kt_arg(r, A_W2), kt_arg(r, A_WT), kt_arg(r, A_IDS), g->act, y);
-  case KITE_OP_QUANT:
-    return kite_quant(ctx, x, kt_arg(r, A_Q), kt_arg(r, A_S));
-  case KITE_OP_DEQUANT:
-    return kite_dequant(ctx, kt_arg(r, A_Q), kt_arg(r, A_S), y);
-  case KITE_OP_LINEAR_QUANT:
-    return kite_linear_quant(ctx, kt_arg(r, A_Q), kt_arg(r, A_S), w, kt_arg(r, A_WS), b, y);
-  case KITE_OP_LINEAR_WQ4:
-    return kite_linear_wq4(ctx, x, w, g->wq4, b, y);
-  default:
-    break;
-  }
-  return kite_set_error(KITE_ERR_UNSUPPORTED, "kite: the CLI has no driver for op %d",
-                        (int)r->c.op);
+static int gemm_scalar(const kt_case *c, const kite_arg_info *a, kite_value *out) {
+  const kt_gemm_case *g = &c->gemm;
+  if (strcmp(a->name, "k") == 0)
+    out->i = g->topk;
+  else if (strcmp(a->name, "renormalize") == 0)
+    out->i = g->renormalize;
+  else if (strcmp(a->name, "act") == 0)
+    out->i = g->act;
+  else if (strcmp(a->name, "format") == 0)
+    out->i = g->wq4;
+  else
+    return 1;
+  return 0;
 }
 
 /* ---- fused_moe another way: per-expert calls of the public ops ----------------------------- */
 
-/* A 2-D window [rows, cols] of the view in slot, from its element (row0, col0). */
-static DLTensor window(const kt_run *r, int slot, int64_t row0, int64_t col0, int64_t *shape,
+/* A 2-D window [rows, cols] of view vi, from its element (row0, col0). */
+static DLTensor window(const kt_run *r, int vi, int64_t row0, int64_t col0, int64_t *shape,
                        int64_t *strides, int64_t rows, int64_t cols) {
-  const kt_view *v = &r->view[r->arg[slot]];
+  const kt_view *v = &r->view[vi];
   DLTensor t = v->t;
   shape[0] = rows, shape[1] = cols;
   strides[0] = v->strides[v->ndim - 2], strides[1] = 1;
@@ -417,9 +412,9 @@ static DLTensor window(const kt_run *r, int slot, int64_t row0, int64_t col0, in
   return t;
 }
 
-/* Expert e's matrix of a weight stack [E, R, C] as a [R, C] tensor. */
-static DLTensor expert(const kt_run *r, int slot, int64_t e, int64_t *shape, int64_t *strides) {
-  const kt_view *v = &r->view[r->arg[slot]];
+/* Expert e's matrix of a weight stack [E, R, C] (view vi) as a [R, C] tensor. */
+static DLTensor expert(const kt_run *r, int vi, int64_t e, int64_t *shape, int64_t *strides) {
+  const kt_view *v = &r->view[vi];
   DLTensor t = v->t;
   shape[0] = v->shape[1], shape[1] = v->shape[2];
   strides[0] = v->strides[1], strides[1] = 1;
@@ -441,9 +436,12 @@ static kite_status moe_alt_call(kt_run *r) {
   kite_ctx *ctx = r->ctx;
   kite_dtype t = r->c.dtype;
   int64_t T = g->m, k = g->topk, E = g->groups, tk = T * k, I = g->k;
-  const kt_view *vi = &r->view[r->arg[A_IDS]], *vw = &r->view[r->arg[A_WT]];
-  if (r->arg[M_COMB] < 0)
+  const int v_rows = scratch_view(r, "rows"), v_xe = scratch_view(r, "x_routed");
+  const int v_h = scratch_view(r, "gate_up"), v_act = scratch_view(r, "act");
+  const int v_ot = scratch_view(r, "expert_out_t"), v_comb = scratch_view(r, "combine");
+  if (v_rows < 0 || v_xe < 0 || v_h < 0 || v_act < 0 || v_ot < 0 || v_comb < 0)
     return kite_set_error(KITE_ERR_UNSUPPORTED, "kite: this fused_moe case has no scratch");
+  const kt_view *vi = &r->view[kt_arg_view(r, "ids")], *vw = &r->view[kt_arg_view(r, "weights")];
   size_t ib = (size_t)r->buf[vi->buf].count * 4, wb = (size_t)r->buf[vw->buf].count * 4;
   size_t cb = (size_t)(T * tk) * kite_dtype_size(t);
   int32_t *ids = malloc(ib + 4), *rows = malloc((size_t)tk * 4 + 4);
@@ -469,28 +467,29 @@ static kite_status moe_alt_call(kt_run *r) {
     count[e] = n - start;
   }
   if (s == KITE_OK && n > 0) {
-    const kt_view *vr = &r->view[r->arg[M_ROWS]];
+    const kt_view *vr = &r->view[v_rows];
     s = kite_memcpy(ctx, (char *)vr->t.data + KT_GUARD, rows, (size_t)n * 4,
                     KITE_COPY_HOST_TO_DEVICE);
   }
   if (s == KITE_OK) {
-    const kt_view *vc = &r->view[r->arg[M_COMB]];
+    const kt_view *vc = &r->view[v_comb];
     s = kite_memcpy(ctx, (char *)vc->t.data + KT_GUARD, comb, cb, KITE_COPY_HOST_TO_DEVICE);
   }
   int64_t start = 0;
   for (int64_t e = 0; e < E && s == KITE_OK; e++) {
     int64_t ne = count[e], sh[6][2], st[6][2];
     if (ne == 0) continue;
-    DLTensor sel = r->view[r->arg[M_ROWS]].t;
+    DLTensor sel = r->view[v_rows].t;
     int64_t sel_shape[1] = {ne}, sel_stride[1] = {1};
     sel.shape = sel_shape, sel.strides = sel_stride;
     sel.byte_offset += (uint64_t)start * 4;
-    DLTensor xe = window(r, M_XE, 0, 0, sh[0], st[0], ne, g->n);
-    DLTensor hu = window(r, M_H, 0, 0, sh[1], st[1], ne, 2 * I);
-    DLTensor act = window(r, M_ACT, 0, 0, sh[2], st[2], ne, I);
-    DLTensor out = window(r, M_OT, 0, start, sh[3], st[3], g->n, ne);
-    DLTensor w13 = expert(r, A_W, e, sh[4], st[4]), w2 = expert(r, A_W2, e, sh[5], st[5]);
-    s = kite_embedding(ctx, &sel, kt_arg(r, A_X), &xe);
+    DLTensor xe = window(r, v_xe, 0, 0, sh[0], st[0], ne, g->n);
+    DLTensor hu = window(r, v_h, 0, 0, sh[1], st[1], ne, 2 * I);
+    DLTensor act = window(r, v_act, 0, 0, sh[2], st[2], ne, I);
+    DLTensor out = window(r, v_ot, 0, start, sh[3], st[3], g->n, ne);
+    DLTensor w13 = expert(r, kt_arg_view(r, "w13"), e, sh[4], st[4]);
+    DLTensor w2 = expert(r, kt_arg_view(r, "w2"), e, sh[5], st[5]);
+    s = kite_embedding(ctx, &sel, kt_arg_named(r, "x"), &xe);
     if (s == KITE_OK) s = kite_linear(ctx, &xe, &w13, NULL, &hu);
     if (s == KITE_OK)
       s = g->act == KITE_MOE_GELU ? kite_gelu_and_mul(ctx, &hu, 0.0f, &act)
@@ -501,9 +500,9 @@ static kite_status moe_alt_call(kt_run *r) {
   if (s == KITE_OK) {
     /* with nothing routed the combine is all zeros over an empty K: y = 0 */
     int64_t sh[2][2], st[2][2];
-    DLTensor comb_t = window(r, M_COMB, 0, 0, sh[0], st[0], T, n);
-    DLTensor out_t = window(r, M_OT, 0, 0, sh[1], st[1], g->n, n);
-    s = kite_linear(ctx, &comb_t, &out_t, NULL, kt_arg(r, A_Y));
+    DLTensor comb_t = window(r, v_comb, 0, 0, sh[0], st[0], T, n);
+    DLTensor out_t = window(r, v_ot, 0, 0, sh[1], st[1], g->n, n);
+    s = kite_linear(ctx, &comb_t, &out_t, NULL, kt_arg_named(r, "y"));
   }
   free(ids), free(rows), free(wts), free(count), free(comb);
   return s;
@@ -901,7 +900,7 @@ const kt_family_ops kt_family_gemm = {
     .name = "gemm",
     .has = kt_gemm_has,
     .plan = gemm_plan,
-    .call = gemm_call,
+    .scalar = gemm_scalar,
     .describe = gemm_describe,
     .shape = gemm_shape,
     .check_cases = gemm_check_cases,

@@ -7,12 +7,12 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "rows.h"
 #include "util.h"
 
 /* argument slots */
-enum { A_X, A_DX, A_W, A_DW, A_DB, A_TG, A_LOSS, A_LSE, A_DLOSS, A_BIAS };
 
 static int is_ce(kite_op op) {
   return op == KITE_OP_CROSS_ENTROPY || op == KITE_OP_CROSS_ENTROPY_BACKWARD;
@@ -68,8 +68,9 @@ static void fill_targets(const kt_run *r, int vi, uint64_t seed, unsigned char *
 }
 
 static void add_targets(kt_run *r, int64_t rows) {
-  r->arg[A_TG] = kt_add_vector(r, "targets", KITE_DTYPE_I32, KT_IN, rows, KT_FILL_CUSTOM, 0, 0);
-  r->view[r->arg[A_TG]].fill_fn = fill_targets;
+  int tg = kt_bind(r, "targets",
+                   kt_add_vector(r, "targets", KITE_DTYPE_I32, KT_IN, rows, KT_FILL_CUSTOM, 0, 0));
+  r->view[tg].fill_fn = fill_targets;
 }
 
 static void loss_plan(kt_run *r, const kt_case *c) {
@@ -80,56 +81,55 @@ static void loss_plan(kt_run *r, const kt_case *c) {
   const int64_t nl = tc->ce.reduction == KITE_REDUCTION_NONE ? R : 1;
   if (c->op == KITE_OP_FUSED_LINEAR_CROSS_ENTROPY) {
     const int64_t H = tc->hidden, V = c->vocab;
-    r->arg[A_X] = kt_add_matrix(r, "h", t, KT_IN, R, H, c->pad_x, lo, hi);
-    r->arg[A_W] = kt_add_matrix(r, "w", t, KT_IN, V, H, c->pad_x, lo, hi);
+    kt_bind(r, "h", kt_add_matrix(r, "h", t, KT_IN, R, H, c->pad_x, lo, hi));
+    kt_bind(r, "w", kt_add_matrix(r, "w", t, KT_IN, V, H, c->pad_x, lo, hi));
     if (tc->with_bias)
-      r->arg[A_BIAS] = kt_add_vector(r, "bias", t, KT_IN, V, KT_FILL_UNIFORM, -1, 1);
+      kt_bind(r, "bias", kt_add_vector(r, "bias", t, KT_IN, V, KT_FILL_UNIFORM, -1, 1));
     add_targets(r, R);
-    r->arg[A_LOSS] = kt_add_vector(r, "loss", KITE_DTYPE_F32, KT_OUT, nl, KT_FILL_UNIFORM, 0, 0);
+    kt_bind(r, "loss", kt_add_vector(r, "loss", KITE_DTYPE_F32, KT_OUT, nl, KT_FILL_UNIFORM, 0, 0));
     if (tc->want_grads) {
-      r->arg[A_DX] = kt_add_matrix(r, "dh", t, KT_OUT, R, H, c->pad_y, 0, 0);
-      r->arg[A_DW] = kt_add_matrix(r, "dw", t, KT_OUT, V, H, c->pad_y, 0, 0);
-      if (tc->with_bias) r->arg[A_DB] = kt_add_vector(r, "db", t, KT_OUT, V, KT_FILL_UNIFORM, 0, 0);
+      kt_bind(r, "dh", kt_add_matrix(r, "dh", t, KT_OUT, R, H, c->pad_y, 0, 0));
+      kt_bind(r, "dw", kt_add_matrix(r, "dw", t, KT_OUT, V, H, c->pad_y, 0, 0));
+      if (tc->with_bias)
+        kt_bind(r, "db", kt_add_vector(r, "db", t, KT_OUT, V, KT_FILL_UNIFORM, 0, 0));
     }
     return;
   }
-  r->arg[A_X] = kt_add_matrix(r, "logits", t, KT_IN, R, C, c->pad_x, lo, hi);
+  int x = kt_bind(r, "logits", kt_add_matrix(r, "logits", t, KT_IN, R, C, c->pad_x, lo, hi));
   add_targets(r, R);
   if (c->op == KITE_OP_CROSS_ENTROPY) {
-    r->arg[A_LOSS] = kt_add_vector(r, "loss", KITE_DTYPE_F32, KT_OUT, nl, KT_FILL_UNIFORM, 0, 0);
-    r->arg[A_LSE] = kt_add_vector(r, "lse", KITE_DTYPE_F32, KT_OUT, R, KT_FILL_UNIFORM, 0, 0);
+    kt_bind(r, "loss", kt_add_vector(r, "loss", KITE_DTYPE_F32, KT_OUT, nl, KT_FILL_UNIFORM, 0, 0));
+    kt_bind(r, "lse", kt_add_vector(r, "lse", KITE_DTYPE_F32, KT_OUT, R, KT_FILL_UNIFORM, 0, 0));
     return;
   }
   /* any lse works for comparing kernels; one at least the largest z keeps p <= 1 */
   const float l0 = hi + logf((float)(C > 0 ? C : 1));
-  r->arg[A_LSE] = kt_add_vector(r, "lse", KITE_DTYPE_F32, KT_IN, R, KT_FILL_UNIFORM, l0, l0 + 1.0f);
-  r->arg[A_DLOSS] =
-      kt_add_vector(r, "dloss", KITE_DTYPE_F32, KT_IN, nl, KT_FILL_UNIFORM, 0.5f, 1.5f);
-  r->arg[A_DX] = kt_add_out_or_inplace(r, c, r->arg[A_X], "dlogits", R, C);
+  kt_bind(r, "lse",
+          kt_add_vector(r, "lse", KITE_DTYPE_F32, KT_IN, R, KT_FILL_UNIFORM, l0, l0 + 1.0f));
+  kt_bind(r, "dloss",
+          kt_add_vector(r, "dloss", KITE_DTYPE_F32, KT_IN, nl, KT_FILL_UNIFORM, 0.5f, 1.5f));
+  kt_bind(r, "dlogits", kt_add_out_or_inplace(r, c, x, "dlogits", R, C));
 }
 
 /* ---- the call ---------------------------------------------------------------------------- */
 
-static kite_status loss_call(kt_run *r) {
-  const kt_case *c = &r->c;
+static int loss_scalar(const kt_case *c, const kite_arg_info *a, kite_value *out) {
   const kt_train_case *t = &c->train;
-  kite_ctx *ctx = r->ctx;
-  DLTensor *x = kt_arg(r, A_X), *tg = kt_arg(r, A_TG), *loss = kt_arg(r, A_LOSS);
-  switch (c->op) {
-  case KITE_OP_CROSS_ENTROPY:
-    return kite_cross_entropy(ctx, x, tg, &t->ce, loss, kt_arg(r, A_LSE));
-  case KITE_OP_CROSS_ENTROPY_BACKWARD:
-    return kite_cross_entropy_backward(ctx, x, tg, kt_arg(r, A_LSE), kt_arg(r, A_DLOSS), &t->ce,
-                                       kt_arg(r, A_DX));
-  case KITE_OP_FUSED_LINEAR_CROSS_ENTROPY: {
-    kite_flce_opts o = {.ce = t->ce, .chunk_bytes = t->chunk_bytes};
-    return kite_fused_linear_cross_entropy(ctx, x, kt_arg(r, A_W), kt_arg(r, A_BIAS), tg, &o, loss,
-                                           kt_arg(r, A_DX), kt_arg(r, A_DW), kt_arg(r, A_DB));
-  }
-  default:
-    break;
-  }
-  return kite_set_error(KITE_ERR_UNSUPPORTED, "kite: the CLI has no driver for op %d", (int)c->op);
+  if (strcmp(a->name, "ignore_index") == 0)
+    out->i = t->ce.ignore_index;
+  else if (strcmp(a->name, "label_smoothing") == 0)
+    out->f = t->ce.label_smoothing;
+  else if (strcmp(a->name, "z_loss") == 0)
+    out->f = t->ce.z_loss;
+  else if (strcmp(a->name, "softcap") == 0)
+    out->f = t->ce.softcap;
+  else if (strcmp(a->name, "reduction") == 0)
+    out->i = t->ce.reduction;
+  else if (strcmp(a->name, "chunk_bytes") == 0)
+    out->u = t->chunk_bytes;
+  else
+    return 1;
+  return 0;
 }
 
 /* ---- bounds and cases -------------------------------------------------------------------- */
@@ -250,7 +250,7 @@ const kt_family_ops kt_family_loss = {
     .name = "loss",
     .has = loss_has,
     .plan = loss_plan,
-    .call = loss_call,
+    .scalar = loss_scalar,
     .describe = loss_describe,
     .shape = loss_shape,
     .check_cases = loss_check_cases,

@@ -6,11 +6,10 @@
  *                                    (+ dres) -> dx[rows, cols], dw[cols], db[cols]
  */
 
+#include <string.h>
+
 #include "rows.h"
 #include "util.h"
-
-/* argument slots */
-enum { A_X, A_Y, A_W, A_B, A_RES, A_DY, A_DX, A_DRES, A_DW, A_DB };
 
 static int is_bwd(kite_op op) {
   return op == KITE_OP_RMS_NORM_BACKWARD || op == KITE_OP_LAYER_NORM_BACKWARD;
@@ -69,15 +68,16 @@ static void plan_bwd(kt_run *r, const kt_case *c) {
   const kt_train_case *tc = &c->train;
   const float lo = c->shift - c->amp, hi = c->shift + c->amp;
   const int64_t R = c->rows, C = c->cols;
-  r->arg[A_X] = kt_add_matrix(r, "x", t, KT_IN, R, C, c->pad_x, lo, hi);
-  r->arg[A_DY] = kt_add_matrix(r, "dy", t, KT_IN, R, C, c->pad_x, -1, 1);
-  if (c->with_w) r->arg[A_W] = kt_add_vector(r, "w", t, KT_IN, C, KT_FILL_UNIFORM, -1, 1);
-  if (tc->with_dres) r->arg[A_DRES] = kt_add_matrix(r, "dres", t, KT_IN, R, C, 0, -1, 1);
-  r->arg[A_DX] = kt_add_out_or_inplace(r, c, r->arg[A_DY], "dx", R, C);
+  /* the fused functions name the saved input s (x + residual of the pre rule) */
+  kt_bind(r, tc->with_dres ? "s" : "x", kt_add_matrix(r, "x", t, KT_IN, R, C, c->pad_x, lo, hi));
+  int dy = kt_bind(r, "dy", kt_add_matrix(r, "dy", t, KT_IN, R, C, c->pad_x, -1, 1));
+  if (c->with_w) kt_bind(r, "w", kt_add_vector(r, "w", t, KT_IN, C, KT_FILL_UNIFORM, -1, 1));
+  if (tc->with_dres) kt_bind(r, "dres", kt_add_matrix(r, "dres", t, KT_IN, R, C, 0, -1, 1));
+  kt_bind(r, "dx", kt_add_out_or_inplace(r, c, dy, "dx", R, C));
   if (tc->want_dw && c->with_w)
-    r->arg[A_DW] = kt_add_vector(r, "dw", t, KT_OUT, C, KT_FILL_UNIFORM, 0, 0);
+    kt_bind(r, "dw", kt_add_vector(r, "dw", t, KT_OUT, C, KT_FILL_UNIFORM, 0, 0));
   if (tc->want_db && c->op == KITE_OP_LAYER_NORM_BACKWARD)
-    r->arg[A_DB] = kt_add_vector(r, "db", t, KT_OUT, C, KT_FILL_UNIFORM, 0, 0);
+    kt_bind(r, "db", kt_add_vector(r, "db", t, KT_OUT, C, KT_FILL_UNIFORM, 0, 0));
 }
 
 static void norm_plan(kt_run *r, const kt_case *c) {
@@ -88,50 +88,42 @@ static void norm_plan(kt_run *r, const kt_case *c) {
     plan_bwd(r, c);
     return;
   }
-  r->arg[A_X] = kt_add_matrix(r, "x", t, c->inplace ? KT_INOUT : KT_IN, R, C, c->pad_x, lo, hi);
+  int x = kt_bind(r, "x",
+                  kt_add_matrix(r, "x", t, c->inplace ? KT_INOUT : KT_IN, R, C, c->pad_x, lo, hi));
   if (c->step) {
-    r->view[r->arg[A_X]].fill = KT_FILL_CUSTOM;
-    r->view[r->arg[A_X]].fill_fn = fill_step;
+    r->view[x].fill = KT_FILL_CUSTOM;
+    r->view[x].fill_fn = fill_step;
   }
   if (has_residual(c->op))
-    r->arg[A_RES] = kt_add_matrix(r, "residual", t, KT_INOUT, R, C, c->pad_x, -c->amp, c->amp);
-  if (c->with_w) r->arg[A_W] = kt_add_vector(r, "w", t, KT_IN, C, KT_FILL_UNIFORM, -1.0f, 1.0f);
+    kt_bind(r, "residual",
+            kt_add_matrix(r, "residual", t, KT_INOUT, R, C, c->pad_x, -c->amp, c->amp));
+  if (c->with_w) kt_bind(r, "w", kt_add_vector(r, "w", t, KT_IN, C, KT_FILL_UNIFORM, -1.0f, 1.0f));
   if (c->with_b && is_layer_norm(c->op))
-    r->arg[A_B] = kt_add_vector(r, "b", t, KT_IN, C, KT_FILL_UNIFORM, -1.0f, 1.0f);
-  r->arg[A_Y] = c->inplace ? r->arg[A_X] : kt_add_matrix(r, "y", t, KT_OUT, R, C, c->pad_y, 0, 0);
+    kt_bind(r, "b", kt_add_vector(r, "b", t, KT_IN, C, KT_FILL_UNIFORM, -1.0f, 1.0f));
+  kt_bind(r, "y", c->inplace ? x : kt_add_matrix(r, "y", t, KT_OUT, R, C, c->pad_y, 0, 0));
 }
 
 /* ---- the call ---------------------------------------------------------------------------- */
 
-static kite_status norm_call(kt_run *r) {
-  const kt_case *c = &r->c;
-  const kt_train_case *t = &c->train;
-  kite_ctx *ctx = r->ctx;
-  DLTensor *x = kt_arg(r, A_X), *y = kt_arg(r, A_Y), *w = kt_arg(r, A_W), *b = kt_arg(r, A_B);
-  DLTensor *dy = kt_arg(r, A_DY), *dx = kt_arg(r, A_DX), *dres = kt_arg(r, A_DRES);
-  switch (c->op) {
-  case KITE_OP_RMS_NORM:
-    return kite_rms_norm(ctx, x, w, c->eps, c->offset, y);
-  case KITE_OP_LAYER_NORM:
-    return kite_layer_norm(ctx, x, w, b, c->eps, y);
-  case KITE_OP_ADD_RMS_NORM:
-    return kite_add_rms_norm(ctx, x, kt_arg(r, A_RES), w, c->eps, c->offset, c->pos, y);
-  case KITE_OP_ADD_LAYER_NORM:
-    return kite_add_layer_norm(ctx, x, kt_arg(r, A_RES), w, b, c->eps, c->pos, y);
-  case KITE_OP_RMS_NORM_BACKWARD:
-    if (t->with_dres)
-      return kite_add_rms_norm_backward(ctx, x, w, dy, dres, c->eps, c->offset, dx,
-                                        kt_arg(r, A_DW));
-    return kite_rms_norm_backward(ctx, x, w, dy, c->eps, c->offset, dx, kt_arg(r, A_DW));
-  case KITE_OP_LAYER_NORM_BACKWARD:
-    if (t->with_dres)
-      return kite_add_layer_norm_backward(ctx, x, w, dy, dres, c->eps, dx, kt_arg(r, A_DW),
-                                          kt_arg(r, A_DB));
-    return kite_layer_norm_backward(ctx, x, w, dy, c->eps, dx, kt_arg(r, A_DW), kt_arg(r, A_DB));
-  default:
-    break;
-  }
-  return kite_set_error(KITE_ERR_UNSUPPORTED, "kite: the CLI has no driver for op %d", (int)c->op);
+/* A backward case with dres calls the fused function of the pre rule (kite_add_rms_norm_backward,
+ * kite_add_layer_norm_backward); every other case its op's own. */
+static int norm_fn(const kt_case *c) {
+  if (is_bwd(c->op) && c->train.with_dres)
+    return kite_fn_find(c->op == KITE_OP_RMS_NORM_BACKWARD ? "add_rms_norm_backward"
+                                                           : "add_layer_norm_backward");
+  return (int)c->op;
+}
+
+static int norm_scalar(const kt_case *c, const kite_arg_info *a, kite_value *out) {
+  if (strcmp(a->name, "eps") == 0)
+    out->f = c->eps;
+  else if (strcmp(a->name, "offset") == 0)
+    out->f = c->offset;
+  else if (strcmp(a->name, "pos") == 0)
+    out->i = c->pos;
+  else
+    return 1;
+  return 0;
 }
 
 /* ---- bounds and cases -------------------------------------------------------------------- */
@@ -247,7 +239,8 @@ const kt_family_ops kt_family_norm = {
     .name = "norm",
     .has = norm_has,
     .plan = norm_plan,
-    .call = norm_call,
+    .fn = norm_fn,
+    .scalar = norm_scalar,
     .describe = norm_describe,
     .shape = kt_rows_shape,
     .check_cases = norm_check_cases,

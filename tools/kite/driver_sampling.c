@@ -45,9 +45,6 @@ enum {
 };
 
 /* Argument slots. */
-enum { A_LOGITS, A_TOKENS, A_TEMP, A_TOP_K, A_TOP_P, A_MIN_P, A_SEEDS, A_STEPS };
-enum { A_PROMPT = 1, A_OUTPUT, A_REP, A_PRES, A_FREQ };
-enum { A_LP_TOKENS = 1, A_LP_OUT, A_TOP_IDS, A_TOP_LP };
 
 /* ---- fills ------------------------------------------------------------------------------- */
 
@@ -120,53 +117,62 @@ static void sampling_plan(kt_run *r, const kt_case *c) {
   const int64_t B = c->rows, V = c->cols;
   const unsigned p = c->sample.params;
   const kt_role lrole = c->op == KITE_OP_APPLY_PENALTIES ? KT_INOUT : KT_IN;
-  r->arg[A_LOGITS] = kt_add_matrix(r, "logits", c->dtype, lrole, B, V, c->pad_x, 0, 0);
-  if (r->arg[A_LOGITS] >= 0) {
-    r->view[r->arg[A_LOGITS]].fill = KT_FILL_CUSTOM;
-    r->view[r->arg[A_LOGITS]].fill_fn = fill_logits;
+  int lg = kt_bind(r, "logits", kt_add_matrix(r, "logits", c->dtype, lrole, B, V, c->pad_x, 0, 0));
+  if (lg >= 0) {
+    r->view[lg].fill = KT_FILL_CUSTOM;
+    r->view[lg].fill_fn = fill_logits;
   }
   switch (c->op) {
   case KITE_OP_ARGMAX:
   case KITE_OP_SAMPLE:
-    r->arg[A_TOKENS] = kt_add_tensor(r, "tokens", KITE_DTYPE_I32, KT_OUT, 1, &B, KT_FILL_IDS, 0, 0);
-    if (p & KT_SP_TEMPERATURE) r->arg[A_TEMP] = add_param(r, "temperature", KITE_DTYPE_F32);
-    if (p & KT_SP_TOP_K) r->arg[A_TOP_K] = add_param(r, "top_k", KITE_DTYPE_I32);
-    if (p & KT_SP_TOP_P) r->arg[A_TOP_P] = add_param(r, "top_p", KITE_DTYPE_F32);
-    if (p & KT_SP_MIN_P) r->arg[A_MIN_P] = add_param(r, "min_p", KITE_DTYPE_F32);
-    if (p & KT_SP_SEEDS) r->arg[A_SEEDS] = add_param(r, "seeds", KITE_DTYPE_I64);
-    if (p & KT_SP_STEPS) r->arg[A_STEPS] = add_param(r, "steps", KITE_DTYPE_I64);
+    kt_bind(r, "tokens",
+            kt_add_tensor(r, "tokens", KITE_DTYPE_I32, KT_OUT, 1, &B, KT_FILL_IDS, 0, 0));
+    if (p & KT_SP_TEMPERATURE)
+      kt_bind(r, "temperature", add_param(r, "temperature", KITE_DTYPE_F32));
+    if (p & KT_SP_TOP_K) kt_bind(r, "top_k", add_param(r, "top_k", KITE_DTYPE_I32));
+    if (p & KT_SP_TOP_P) kt_bind(r, "top_p", add_param(r, "top_p", KITE_DTYPE_F32));
+    if (p & KT_SP_MIN_P) kt_bind(r, "min_p", add_param(r, "min_p", KITE_DTYPE_F32));
+    if (p & KT_SP_SEEDS) kt_bind(r, "seeds", add_param(r, "seeds", KITE_DTYPE_I64));
+    if (p & KT_SP_STEPS) kt_bind(r, "steps", add_param(r, "steps", KITE_DTYPE_I64));
     break;
   case KITE_OP_APPLY_PENALTIES: {
     /* prompt ids spill outside [0, V) on both sides (padding); output ids repeat */
     const float spill = (float)(V / 8 + 2);
     const float out_hi = (float)(2 * c->sample.n < V ? 2 * c->sample.n : V);
     if (p & KT_SP_PROMPT)
-      r->arg[A_PROMPT] = kt_add_matrix(r, "prompt_ids", KITE_DTYPE_I32, KT_IN, B, c->sample.n,
-                                       c->pad_y, -spill, (float)V + spill);
+      kt_bind(r, "prompt_ids",
+              kt_add_matrix(r, "prompt_ids", KITE_DTYPE_I32, KT_IN, B, c->sample.n, c->pad_y,
+                            -spill, (float)V + spill));
     if (p & KT_SP_OUTPUT)
-      r->arg[A_OUTPUT] = kt_add_matrix(r, "output_ids", KITE_DTYPE_I32, KT_IN, B, c->sample.n,
-                                       c->pad_y, -1.0f, out_hi);
-    for (int i = 0; i < 2; i++) /* id views are filled as integers */
-      if (r->arg[A_PROMPT + i] >= 0) r->view[r->arg[A_PROMPT + i]].fill = KT_FILL_IDS;
-    if (p & KT_SP_REPETITION) r->arg[A_REP] = add_param(r, "repetition", KITE_DTYPE_F32);
-    if (p & KT_SP_PRESENCE) r->arg[A_PRES] = add_param(r, "presence", KITE_DTYPE_F32);
-    if (p & KT_SP_FREQUENCY) r->arg[A_FREQ] = add_param(r, "frequency", KITE_DTYPE_F32);
+      kt_bind(r, "output_ids",
+              kt_add_matrix(r, "output_ids", KITE_DTYPE_I32, KT_IN, B, c->sample.n, c->pad_y, -1.0f,
+                            out_hi));
+    for (int i = 0; i < 2; i++) { /* id views are filled as integers */
+      int v = kt_arg_view(r, i ? "output_ids" : "prompt_ids");
+      if (v >= 0) r->view[v].fill = KT_FILL_IDS;
+    }
+    if (p & KT_SP_REPETITION) kt_bind(r, "repetition", add_param(r, "repetition", KITE_DTYPE_F32));
+    if (p & KT_SP_PRESENCE) kt_bind(r, "presence", add_param(r, "presence", KITE_DTYPE_F32));
+    if (p & KT_SP_FREQUENCY) kt_bind(r, "frequency", add_param(r, "frequency", KITE_DTYPE_F32));
     break;
   }
   case KITE_OP_LOGPROBS:
     if (p & KT_SP_TOKENS) {
       /* a few tokens outside [0, V): their logprob is NaN on every backend */
-      r->arg[A_LP_TOKENS] =
-          kt_add_tensor(r, "tokens", KITE_DTYPE_I32, KT_IN, 1, &B, KT_FILL_IDS, -1.0f, V + 1.0f);
-      r->arg[A_LP_OUT] =
-          kt_add_tensor(r, "token_logprobs", KITE_DTYPE_F32, KT_OUT, 1, &B, KT_FILL_IDS, 0, 0);
-      if (r->arg[A_LP_OUT] >= 0) r->view[r->arg[A_LP_OUT]].nan_ok = 1;
+      kt_bind(
+          r, "tokens",
+          kt_add_tensor(r, "tokens", KITE_DTYPE_I32, KT_IN, 1, &B, KT_FILL_IDS, -1.0f, V + 1.0f));
+      int lp = kt_bind(
+          r, "token_logprobs",
+          kt_add_tensor(r, "token_logprobs", KITE_DTYPE_F32, KT_OUT, 1, &B, KT_FILL_IDS, 0, 0));
+      if (lp >= 0) r->view[lp].nan_ok = 1;
     }
     if (c->sample.n > 0) {
-      r->arg[A_TOP_IDS] =
-          kt_add_matrix(r, "top_ids", KITE_DTYPE_I32, KT_OUT, B, c->sample.n, c->pad_y, 0, 0);
-      r->arg[A_TOP_LP] =
-          kt_add_matrix(r, "top_logprobs", KITE_DTYPE_F32, KT_OUT, B, c->sample.n, c->pad_y, 0, 0);
+      kt_bind(r, "top_ids",
+              kt_add_matrix(r, "top_ids", KITE_DTYPE_I32, KT_OUT, B, c->sample.n, c->pad_y, 0, 0));
+      kt_bind(
+          r, "top_logprobs",
+          kt_add_matrix(r, "top_logprobs", KITE_DTYPE_F32, KT_OUT, B, c->sample.n, c->pad_y, 0, 0));
     }
     break;
   default:
@@ -175,34 +181,17 @@ static void sampling_plan(kt_run *r, const kt_case *c) {
   }
 }
 
-static kite_status sampling_call(kt_run *r) {
-  const kt_case *c = &r->c;
-  DLTensor *logits = kt_arg(r, A_LOGITS);
-  switch (c->op) {
-  case KITE_OP_ARGMAX:
-    return kite_argmax(r->ctx, logits, kt_arg(r, A_TOKENS));
-  case KITE_OP_SAMPLE: {
-    kite_sampling_params p = kite_sampling_params_default();
-    p.temperature = kt_arg(r, A_TEMP);
-    p.top_k = kt_arg(r, A_TOP_K);
-    p.top_p = kt_arg(r, A_TOP_P);
-    p.min_p = kt_arg(r, A_MIN_P);
-    p.seeds = kt_arg(r, A_SEEDS);
-    p.steps = kt_arg(r, A_STEPS);
-    p.seed = 0x243f6a8885a308d3ull ^ (uint64_t)c->rows;
-    p.step = (uint64_t)c->cols * 7919u;
-    return kite_sample(r->ctx, logits, &p, kt_arg(r, A_TOKENS));
-  }
-  case KITE_OP_APPLY_PENALTIES:
-    return kite_apply_penalties(r->ctx, logits, kt_arg(r, A_PROMPT), kt_arg(r, A_OUTPUT),
-                                kt_arg(r, A_REP), kt_arg(r, A_PRES), kt_arg(r, A_FREQ));
-  case KITE_OP_LOGPROBS:
-    return kite_logprobs(r->ctx, logits, kt_arg(r, A_LP_TOKENS), c->sample.n, kt_arg(r, A_LP_OUT),
-                         kt_arg(r, A_TOP_IDS), kt_arg(r, A_TOP_LP));
-  default:
-    break;
-  }
-  return kite_set_error(KITE_ERR_UNSUPPORTED, "kite: the CLI has no driver for op %d", (int)c->op);
+/* sample's seed and step are fixed per shape; logprobs' n is the case's */
+static int sampling_scalar(const kt_case *c, const kite_arg_info *a, kite_value *out) {
+  if (strcmp(a->name, "seed") == 0)
+    out->u = 0x243f6a8885a308d3ull ^ (uint64_t)c->rows;
+  else if (strcmp(a->name, "step") == 0)
+    out->u = (uint64_t)c->cols * 7919u;
+  else if (strcmp(a->name, "n") == 0)
+    out->i = c->sample.n;
+  else
+    return 1;
+  return 0;
 }
 
 static void sampling_shape(const kt_case *c, char *buf, size_t n) {
@@ -421,7 +410,7 @@ const kt_family_ops kt_family_sampling = {
     .name = "sampling",
     .has = kt_sampling_has,
     .plan = sampling_plan,
-    .call = sampling_call,
+    .scalar = sampling_scalar,
     .describe = sampling_describe,
     .shape = sampling_shape,
     .check_cases = sampling_check_cases,

@@ -16,10 +16,13 @@ const kt_family_ops *kt_family(kite_op op);
 const char *kt_case_str(const kt_case *c, char *buf, size_t n);
 /* The main shape, e.g. "8192x4096" (rope: "TxHqxHkvxD"; gated: rows x I). */
 const char *kt_case_shape(const kt_case *c, char *buf, size_t n);
+/* The op table's function case c calls (kite_fn_get): its op's own, or the one its family
+ * names (the norm backward with dres: add_rms_norm_backward, add_layer_norm_backward). */
+int kt_fn_of(const kt_case *c);
 /* Lays out the buffers and views of case c (no memory yet). Returns 0, or 1 for a case the
  * driver cannot build (a bug in the case list). */
 int kt_plan(kt_run *r, const kt_case *c);
-/* One call of the op's public function with the case's arguments. */
+/* One call of the case's function through the op table (kite_fn_call) with its arguments. */
 kite_status kt_call(kt_run *r);
 /* The bytes, FLOPs and NMSE bound of c (its family's). */
 double kt_case_bytes(const kt_case *c);
