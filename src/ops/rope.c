@@ -23,11 +23,9 @@ static kite_status rope(kite_ctx *ctx, kite_op opid, DLTensor *q, DLTensor *k,
                         const DLTensor *positions, const DLTensor *cos_sin, int64_t rot_dim,
                         kite_rope_style style) {
   const char *op = kite_op_name(opid);
-  kite_clear_error();
-  kite_init();
   kite_tensor qt, kt = {0}, pt, ct;
   kite_status s;
-  if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
+  if ((s = kite_op_begin(ctx, op)) != KITE_OK) return s;
   if ((s = check_heads(ctx, op, "q", q, &qt)) != KITE_OK) return s;
   const int64_t tokens = qt.shape[0], head_dim = qt.shape[2];
   if (k) {
