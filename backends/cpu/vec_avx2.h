@@ -14,6 +14,7 @@
 #define VL 8
 #define CPU_VEC_UNROLL2 1
 #define CPU_VEC_STREAMS 1
+#define CPU_VEC_INT32 1
 #define CPU_INLINE static inline __attribute__((always_inline))
 
 typedef __m256 vf;

@@ -16,6 +16,7 @@
 #define VL 16
 #define CPU_VEC_UNROLL2 1
 #define CPU_VEC_STREAMS 1
+#define CPU_VEC_INT32 1
 #define CPU_INLINE static inline __attribute__((always_inline))
 
 typedef __m512 vf;

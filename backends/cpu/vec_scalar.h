@@ -33,6 +33,8 @@
  *   vu_mulhilo(a, b, &hi, &lo)     the 64-bit products a * b per lane, split in high and low
  *                                  32-bit halves
  *   vu_store(p, v)                 VL lanes to p[0...]
+ *   CPU_VEC_INT32                  1 when vu's lanes are vector registers (0 here: a template
+ *                                  then prefers plain scalar code where that is faster)
  *
  * Here a vf is a struct of 8 floats and every operation a loop over lanes: plain C that the
  * compiler turns into whatever vectors the target has, and that runs anywhere. exp and erfc are
@@ -49,6 +51,7 @@
 #define VL 8
 #define CPU_VEC_UNROLL2 0
 #define CPU_VEC_STREAMS 0
+#define CPU_VEC_INT32 0
 #define CPU_INLINE static inline __attribute__((always_inline))
 
 typedef struct vf {

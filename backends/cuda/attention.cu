@@ -469,11 +469,7 @@ extern "C" CUDA_RUN(cuda_store_kv_run) {
 extern "C" CUDA_SUPPORTS(cuda_paged_generic_supports) {
   const kite_paged_attn_args *a = (const kite_paged_attn_args *)args;
   if (!float_dtype(a->dtype, why)) return false;
-  if (a->head_dim > 256) {
-    *why = "head_dim must be at most 256";
-    return false;
-  }
-  return true;
+  return ok_unless(a->head_dim > 256, "head_dim must be at most 256", why);
 }
 
 /* 16-byte loads: head_dim of 8, 16 or 32 packs, aligned q rows and caches. */
@@ -482,12 +478,10 @@ extern "C" CUDA_SUPPORTS(cuda_paged_vec_supports) {
   if (!cuda_paged_generic_supports(k, args, why)) return false;
   const size_t es = kite_dtype_size(a->dtype);
   const int64_t qs[2] = {a->q_stride_t, a->q_stride_h};
-  if (!vec_tpk(a->dtype, a->head_dim) || !aligned16(a->q) || !strides_aligned(qs, 2, es) ||
-      !aligned16(a->key_cache) || !aligned16(a->value_cache)) {
-    *why = "needs head_dim 64/128/256 (16-bit) or 32/64/128 (f32) and 16-byte aligned rows";
-    return false;
-  }
-  return true;
+  return ok_unless(
+      !vec_tpk(a->dtype, a->head_dim) || !aligned16(a->q) || !strides_aligned(qs, 2, es) ||
+          !aligned16(a->key_cache) || !aligned16(a->value_cache),
+      "needs head_dim 64/128/256 (16-bit) or 32/64/128 (f32) and 16-byte aligned rows", why);
 }
 
 extern "C" CUDA_RUN(cuda_paged_generic_run) {
@@ -509,25 +503,20 @@ extern "C" CUDA_SUPPORTS(cuda_sdpa_generic_supports) {
     *why = "head_dim must be at most 256";
     return false;
   }
-  if (a->mask && a->mask_dtype != KITE_DTYPE_U8 && a->mask_dtype != KITE_DTYPE_F32 &&
-      a->mask_dtype != a->dtype) {
-    *why = "mask must be u8, f32 or the dtype";
-    return false;
-  }
-  return true;
+  return ok_unless(a->mask && a->mask_dtype != KITE_DTYPE_U8 && a->mask_dtype != KITE_DTYPE_F32 &&
+                       a->mask_dtype != a->dtype,
+                   "mask must be u8, f32 or the dtype", why);
 }
 
 extern "C" CUDA_SUPPORTS(cuda_sdpa_vec_supports) {
   const kite_sdpa_args *a = (const kite_sdpa_args *)args;
   if (!cuda_sdpa_generic_supports(k, args, why)) return false;
   const size_t es = kite_dtype_size(a->dtype);
-  if (!vec_tpk(a->dtype, a->head_dim) || !aligned16(a->q) || !aligned16(a->k) || !aligned16(a->v) ||
-      !strides_aligned(a->q_stride, 3, es) || !strides_aligned(a->k_stride, 3, es) ||
-      !strides_aligned(a->v_stride, 3, es)) {
-    *why = "needs head_dim 64/128/256 (16-bit) or 32/64/128 (f32) and 16-byte aligned rows";
-    return false;
-  }
-  return true;
+  return ok_unless(!vec_tpk(a->dtype, a->head_dim) || !aligned16(a->q) || !aligned16(a->k) ||
+                       !aligned16(a->v) || !strides_aligned(a->q_stride, 3, es) ||
+                       !strides_aligned(a->k_stride, 3, es) || !strides_aligned(a->v_stride, 3, es),
+                   "needs head_dim 64/128/256 (16-bit) or 32/64/128 (f32) and 16-byte aligned rows",
+                   why);
 }
 
 extern "C" CUDA_RUN(cuda_sdpa_generic_run) {

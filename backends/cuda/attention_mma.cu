@@ -510,12 +510,9 @@ extern "C" CUDA_SUPPORTS(cuda_paged_mma_supports) {
     *why = "needs 16-byte aligned q, o and caches and q/o strides";
     return false;
   }
-  if (a->tokens * (a->hq / (a->hkv > 0 ? a->hkv : 1)) > 0x3fffffff ||
-      a->max_blocks * a->block_size > 0x7fff0000) {
-    *why = "too many query rows or keys";
-    return false;
-  }
-  return true;
+  return ok_unless(a->tokens * (a->hq / (a->hkv > 0 ? a->hkv : 1)) > 0x3fffffff ||
+                       a->max_blocks * a->block_size > 0x7fff0000,
+                   "too many query rows or keys", why);
 }
 
 extern "C" CUDA_RUN(cuda_paged_mma_run) {
@@ -544,11 +541,9 @@ extern "C" CUDA_SUPPORTS(cuda_sdpa_mma_supports) {
     *why = "needs 16-byte aligned tensors and strides";
     return false;
   }
-  if (a->sk > 0x7fffffff || a->batch * a->sq * (a->hq / (a->hkv > 0 ? a->hkv : 1)) > 0x3fffffff) {
-    *why = "sequences too long";
-    return false;
-  }
-  return true;
+  return ok_unless(a->sk > 0x7fffffff ||
+                       a->batch * a->sq * (a->hq / (a->hkv > 0 ? a->hkv : 1)) > 0x3fffffff,
+                   "sequences too long", why);
 }
 
 extern "C" CUDA_RUN(cuda_sdpa_mma_run) {

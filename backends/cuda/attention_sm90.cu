@@ -696,11 +696,7 @@ bool sm90_common(int64_t head_dim, bool many_rows, const char **why) {
     *why = "needs more than 32 packed query rows per sequence";
     return false;
   }
-  if (!all_devices_sm90()) {
-    *why = "needs compute capability 9.0";
-    return false;
-  }
-  return true;
+  return ok_unless(!all_devices_sm90(), "needs compute capability 9.0", why);
 }
 
 } // namespace

@@ -254,6 +254,12 @@ inline bool is_float_dtype(kite_dtype t) {
   return t == KITE_DTYPE_F32 || t == KITE_DTYPE_F16 || t == KITE_DTYPE_BF16;
 }
 
+/* The last test of a supports function: true unless bad, which sets *why = msg. */
+inline bool ok_unless(bool bad, const char *msg, const char **why) {
+  if (bad) *why = msg;
+  return !bad;
+}
+
 /* For supports functions: an f32, f16 or bf16 dtype, else false with *why saying so (the one
  * check of the kernels that take any layout: cuda_float_supports, cuda_device.c). */
 inline bool float_dtype(kite_dtype t, const char **why) {

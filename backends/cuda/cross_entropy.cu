@@ -274,13 +274,10 @@ extern "C" CUDA_SUPPORTS(cuda_ce_vec_supports) {
   const kite_ce_args *a = (const kite_ce_args *)args;
   if (!float_dtype(a->dtype, why)) return false;
   const size_t es = kite_dtype_size(a->dtype);
-  if (!rows_aligned16(a->logits, a->rows, a->logits_stride, es) ||
-      (a->op == KITE_OP_CROSS_ENTROPY_BACKWARD &&
-       !rows_aligned16(a->dlogits, a->rows, a->dlogits_stride, es))) {
-    *why = "rows of logits (and dlogits) must start 16-byte aligned";
-    return false;
-  }
-  return true;
+  return ok_unless(!rows_aligned16(a->logits, a->rows, a->logits_stride, es) ||
+                       (a->op == KITE_OP_CROSS_ENTROPY_BACKWARD &&
+                        !rows_aligned16(a->dlogits, a->rows, a->dlogits_stride, es)),
+                   "rows of logits (and dlogits) must start 16-byte aligned", why);
 }
 
 extern "C" CUDA_RUN(cuda_ce_vec_run) {

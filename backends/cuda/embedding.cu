@@ -69,13 +69,10 @@ size_t elem_size(kite_dtype t) {
 extern "C" CUDA_SUPPORTS(cuda_embedding_vec_supports) {
   const kite_embedding_args *a = (const kite_embedding_args *)args;
   const size_t es = elem_size(a->dtype);
-  if (es == 0 || ((uint64_t)a->hidden * es) % 16 != 0 ||
-      !rows_aligned16(a->table, a->vocab, a->table_stride, es) ||
-      !rows_aligned16(a->y, a->tokens, a->y_stride, es)) {
-    *why = "needs 16-byte aligned rows of a multiple of 16 bytes";
-    return false;
-  }
-  return true;
+  return ok_unless(es == 0 || ((uint64_t)a->hidden * es) % 16 != 0 ||
+                       !rows_aligned16(a->table, a->vocab, a->table_stride, es) ||
+                       !rows_aligned16(a->y, a->tokens, a->y_stride, es),
+                   "needs 16-byte aligned rows of a multiple of 16 bytes", why);
 }
 
 extern "C" CUDA_RUN(cuda_embedding_vec_run) {
@@ -163,11 +160,7 @@ size_t round256(size_t n) {
 extern "C" CUDA_SUPPORTS(cuda_embedding_bwd_supports) {
   const kite_embedding_bwd_args *a = (const kite_embedding_bwd_args *)args;
   if (!float_dtype(a->dtype, why)) return false;
-  if (a->tokens > 0x7fffffff) {
-    *why = "CUB sorts at most 2^31 - 1 tokens";
-    return false;
-  }
-  return true;
+  return ok_unless(a->tokens > 0x7fffffff, "CUB sorts at most 2^31 - 1 tokens", why);
 }
 
 extern "C" CUDA_RUN(cuda_embedding_bwd_run) {

@@ -246,11 +246,8 @@ extern "C" CUDA_SUPPORTS(cuda_norm_vec_supports) {
                      {a->b, 0}},
                     why))
     return false;
-  if (pick_vpt(a->cols / vec_elems_of(a->dtype)) == 0) {
-    *why = "row longer than 4096 16-byte packs does not fit in registers";
-    return false;
-  }
-  return true;
+  return ok_unless(pick_vpt(a->cols / vec_elems_of(a->dtype)) == 0,
+                   "row longer than 4096 16-byte packs does not fit in registers", why);
 }
 
 extern "C" CUDA_RUN(cuda_norm_vec_run) {

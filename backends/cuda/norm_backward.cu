@@ -613,11 +613,8 @@ extern "C" CUDA_SUPPORTS(cuda_norm_bwd_vec_supports) {
   const kite_norm_bwd_args *a = (const kite_norm_bwd_args *)args;
   if (!packed_layout(k, args, why)) return false;
   const int n = vec_elems_of(a->dtype);
-  if (vec_vpt(a->cols / n) == 0) {
-    *why = "row longer than 1024 16-byte packs does not fit in registers";
-    return false;
-  }
-  return true;
+  return ok_unless(vec_vpt(a->cols / n) == 0,
+                   "row longer than 1024 16-byte packs does not fit in registers", why);
 }
 
 extern "C" CUDA_RUN(cuda_norm_bwd_vec_run) {
@@ -663,11 +660,8 @@ extern "C" CUDA_RUN(cuda_norm_bwd_generic_run) {
 extern "C" CUDA_SUPPORTS(cuda_norm_bwd_rows_supports) {
   const kite_norm_bwd_args *a = (const kite_norm_bwd_args *)args;
   if (!packed_layout(k, args, why)) return false;
-  if (rows_shape(a->cols / vec_elems_of(a->dtype)).wpr == 0) {
-    *why = "row longer than 8 warps of 4 16-byte packs per thread";
-    return false;
-  }
-  return true;
+  return ok_unless(rows_shape(a->cols / vec_elems_of(a->dtype)).wpr == 0,
+                   "row longer than 8 warps of 4 16-byte packs per thread", why);
 }
 
 /* rows and rows_prefetch: one kernel, the L2 prefetch of each group's next row on or off. */

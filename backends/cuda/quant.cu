@@ -106,11 +106,8 @@ __global__ void linear_quant_scale_kernel(kite_linear_quant_args a, const int32_
 }
 
 bool types_ok(kite_dtype t, kite_dtype q, const char **why) {
-  if (!is_float_dtype(t) || (q != KITE_DTYPE_I8 && q != KITE_DTYPE_FP8_E4M3)) {
-    *why = "dtype must be f32, f16 or bf16 and the code i8 or fp8_e4m3";
-    return false;
-  }
-  return true;
+  return ok_unless(!is_float_dtype(t) || (q != KITE_DTYPE_I8 && q != KITE_DTYPE_FP8_E4M3),
+                   "dtype must be f32, f16 or bf16 and the code i8 or fp8_e4m3", why);
 }
 
 /* The thread-per-output kernel: e4m3, and int8 where cuBLASLt takes no call. */
@@ -139,11 +136,7 @@ extern "C" CUDA_SUPPORTS(cuda_quant_supports) {
 extern "C" CUDA_SUPPORTS(cuda_linear_quant_supports) {
   const kite_linear_quant_args *a = (const kite_linear_quant_args *)args;
   if (!types_ok(a->dtype, a->qdtype, why)) return false;
-  if (a->k >= (1 << 17)) {
-    *why = "k must be below 131072 (int32 sums)";
-    return false;
-  }
-  return true;
+  return ok_unless(a->k >= (1 << 17), "k must be below 131072 (int32 sums)", why);
 }
 
 extern "C" CUDA_RUN(cuda_quant_run) {
@@ -182,11 +175,7 @@ extern "C" CUDA_RUN(cuda_quant_run) {
 extern "C" CUDA_SUPPORTS(cuda_linear_quant_lt_supports) {
   const kite_linear_quant_args *a = (const kite_linear_quant_args *)args;
   if (!types_ok(a->dtype, a->qdtype, why)) return false;
-  if (a->qdtype != KITE_DTYPE_I8) {
-    *why = "int8 only (e4m3 stays with cuda.generic)";
-    return false;
-  }
-  return true;
+  return ok_unless(a->qdtype != KITE_DTYPE_I8, "int8 only (e4m3 stays with cuda.generic)", why);
 }
 
 /* int8 x int8 -> int32 on cuBLASLt (IMMA) into the workspace, then the scales and bias; where

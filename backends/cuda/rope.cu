@@ -125,11 +125,9 @@ extern "C" CUDA_SUPPORTS(cuda_rope_vec_supports) {
                                    rows_aligned16(a->q, a->hq, a->q_stride_h, es));
   const bool k_ok = a->hkv == 0 || (rows_aligned16(a->k, a->tokens, a->k_stride_t, es) &&
                                     rows_aligned16(a->k, a->hkv, a->k_stride_h, es));
-  if (a->rot_dim % (2 * n) != 0 || !aligned16(a->cos_sin) || !q_ok || !k_ok) {
-    *why = "needs 16-byte aligned heads and cache, rot_dim a multiple of 2 * 16 bytes";
-    return false;
-  }
-  return true;
+  return ok_unless(a->rot_dim % (2 * n) != 0 || !aligned16(a->cos_sin) || !q_ok || !k_ok,
+                   "needs 16-byte aligned heads and cache, rot_dim a multiple of 2 * 16 bytes",
+                   why);
 }
 
 extern "C" CUDA_RUN(cuda_rope_vec_run) {

@@ -517,11 +517,8 @@ template <typename Args> cudaError_t launch(void (*kernel)(Args), const Args *a,
 
 bool vocab_fits(kite_dtype dtype, int64_t vocab, const char **why) {
   if (!float_dtype(dtype, why)) return false;
-  if (vocab < kMinVocab || slice_len(vocab) > kMaxSlice) {
-    *why = "only for vocabularies of 8192 to 8 * 40960 logits";
-    return false;
-  }
-  return true;
+  return ok_unless(vocab < kMinVocab || slice_len(vocab) > kMaxSlice,
+                   "only for vocabularies of 8192 to 8 * 40960 logits", why);
 }
 
 kite_status launched(const char *op, cudaError_t e) {

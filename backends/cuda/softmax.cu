@@ -174,11 +174,8 @@ extern "C" CUDA_SUPPORTS(cuda_softmax_vec_supports) {
   const kite_softmax_args *a = (const kite_softmax_args *)args;
   if (!vec_rows_fit(a->dtype, a->rows, a->cols, {{a->x, a->x_stride}, {a->y, a->y_stride}}, why))
     return false;
-  if ((uint64_t)a->cols * kite_dtype_size(a->dtype) > kSmemBytes) {
-    *why = "row longer than 96 KiB does not fit in shared memory";
-    return false;
-  }
-  return true;
+  return ok_unless((uint64_t)a->cols * kite_dtype_size(a->dtype) > kSmemBytes,
+                   "row longer than 96 KiB does not fit in shared memory", why);
 }
 
 extern "C" CUDA_RUN(cuda_softmax_vec_run) {
@@ -222,11 +219,8 @@ extern "C" CUDA_SUPPORTS(cuda_softmax_split_supports) {
   const kite_softmax_args *a = (const kite_softmax_args *)args;
   if (!vec_rows_fit(a->dtype, a->rows, a->cols, {{a->x, a->x_stride}, {a->y, a->y_stride}}, why))
     return false;
-  if (a->rows > kSplitMaxRows || a->cols < kSplitMinCols) {
-    *why = "only for at most 32 rows of at least 8192 elements";
-    return false;
-  }
-  return true;
+  return ok_unless(a->rows > kSplitMaxRows || a->cols < kSplitMinCols,
+                   "only for at most 32 rows of at least 8192 elements", why);
 }
 
 extern "C" CUDA_RUN(cuda_softmax_split_run) {

@@ -83,12 +83,9 @@ extern "C" CUDA_SUPPORTS(cuda_softmax_cluster_supports) {
   if (!vec_rows_fit(a->dtype, a->rows, a->cols, {{a->x, a->x_stride}, {a->y, a->y_stride}}, why))
     return false;
   const int n = vec_elems_of(a->dtype);
-  if (a->rows > kMaxRows || a->cols < kMinCols ||
-      a->cols / n > (int64_t)kClusterBlocks * kThreads * kClusterMaxVpt) {
-    *why = "only for at most 32 rows of 8192 to 8 * 1024 packs";
-    return false;
-  }
-  return true;
+  return ok_unless(a->rows > kMaxRows || a->cols < kMinCols ||
+                       a->cols / n > (int64_t)kClusterBlocks * kThreads * kClusterMaxVpt,
+                   "only for at most 32 rows of 8192 to 8 * 1024 packs", why);
 }
 
 extern "C" CUDA_RUN(cuda_softmax_cluster_run) {

@@ -94,6 +94,13 @@ const char *kite_shape_str(const kite_tensor *t, char *buf, size_t n);
 /* -- more validation helpers for the op front-ends (tensor.c) -- */
 /* NULL ctx -> INVALID_ARG "<op>: ctx is NULL". */
 kite_status kite_check_ctx(const kite_ctx *ctx, const char *op);
+/* The start of every op front-end: the thread's error cleared, the library initialized, ctx
+ * checked (kite_check_ctx). */
+static inline kite_status kite_op_begin(const kite_ctx *ctx, const char *op) {
+  kite_clear_error();
+  kite_init();
+  return kite_check_ctx(ctx, op);
+}
 /* Requires compact row-major strides (dims of size 1 may have any stride): for tensors handed to
  * kernels as a bare pointer (weights, ids, positions, caches). */
 kite_status kite_tensor_require_compact(const char *op, const char *arg, const kite_tensor *t);

@@ -148,11 +148,9 @@ static kite_status check_host_slots(const kite_store_kv_args *a) {
 kite_status kite_store_kv(kite_ctx *ctx, const DLTensor *k, const DLTensor *v, DLTensor *key_cache,
                           DLTensor *value_cache, const DLTensor *slots) {
   const char *op = "store_kv";
-  kite_clear_error();
-  kite_init();
   kite_tensor kt, vt, kc, vc, st;
   kite_status s;
-  if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
+  if ((s = kite_op_begin(ctx, op)) != KITE_OK) return s;
   if ((s = check_heads(ctx, op, "k", k, 3, &kt)) != KITE_OK) return s;
   if ((s = check_heads(ctx, op, "v", v, 3, &vt)) != KITE_OK) return s;
   if ((s = kite_tensor_require_same_shape(op, "v", &vt, &kt, "k")) != KITE_OK) return s;
@@ -391,11 +389,9 @@ kite_status kite_sdpa(kite_ctx *ctx, const DLTensor *q, const DLTensor *k, const
                       const DLTensor *mask, const kite_attn_opts *opts, DLTensor *o,
                       DLTensor *lse) {
   const char *op = "sdpa";
-  kite_clear_error();
-  kite_init();
   kite_tensor qt, kt, vt, mt = {0}, ot, lt = {0};
   kite_status s;
-  if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
+  if ((s = kite_op_begin(ctx, op)) != KITE_OK) return s;
   if ((s = check_heads(ctx, op, "q", q, 4, &qt)) != KITE_OK) return s;
   if ((s = check_heads(ctx, op, "k", k, 4, &kt)) != KITE_OK) return s;
   if ((s = check_heads(ctx, op, "v", v, 4, &vt)) != KITE_OK) return s;

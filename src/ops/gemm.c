@@ -4,13 +4,11 @@
 
 kite_status kite_linear(kite_ctx *ctx, const DLTensor *x, const DLTensor *w, const DLTensor *bias,
                         DLTensor *y) {
-  kite_clear_error();
-  kite_init();
   const char *op = "linear";
   kite_mat xm, wm, ym;
   kite_tensor bt;
   kite_status s;
-  if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
+  if ((s = kite_op_begin(ctx, op)) != KITE_OK) return s;
   if ((s = kite_float_mat_check(ctx, op, "x", x, &xm)) != KITE_OK) return s;
   if ((s = kite_typed_mat_check(ctx, op, "w", w, xm.t.dtype, &wm)) != KITE_OK) return s;
   if (wm.cols != xm.cols)
@@ -38,13 +36,11 @@ kite_status kite_linear(kite_ctx *ctx, const DLTensor *x, const DLTensor *w, con
 
 kite_status kite_group_gemm(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
                             const DLTensor *group_sizes, DLTensor *y) {
-  kite_clear_error();
-  kite_init();
   const char *op = "group_gemm";
   kite_mat xm, ym;
   kite_tensor wt, gt;
   kite_status s;
-  if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
+  if ((s = kite_op_begin(ctx, op)) != KITE_OK) return s;
   if ((s = kite_float_mat_check(ctx, op, "x", x, &xm)) != KITE_OK) return s;
 
   /* w[G, N, K]: K unit-stride, group and row strides free */

@@ -7,13 +7,11 @@ int64_t kite_wq4_block_bytes(kite_wq4_format format) {
 
 kite_status kite_linear_wq4(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
                             kite_wq4_format format, const DLTensor *bias, DLTensor *y) {
-  kite_clear_error();
-  kite_init();
   const char *op = "linear_wq4";
   kite_mat xm, wm, ym;
   kite_tensor bt;
   kite_status s;
-  if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
+  if ((s = kite_op_begin(ctx, op)) != KITE_OK) return s;
   const int64_t bb = kite_wq4_block_bytes(format);
   if (!bb)
     return kite_set_error(KITE_ERR_INVALID_ARG, "linear_wq4: format %d unknown (0 sym, 1 min)",

@@ -4,12 +4,10 @@
 
 kite_status kite_topk_gating(kite_ctx *ctx, const DLTensor *logits, int64_t k, int renormalize,
                              DLTensor *weights, DLTensor *ids) {
-  kite_clear_error();
-  kite_init();
   const char *op = "topk_gating";
   kite_mat lm, wm, im;
   kite_status s;
-  if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
+  if ((s = kite_op_begin(ctx, op)) != KITE_OK) return s;
   if ((s = kite_float_mat_check(ctx, op, "logits", logits, &lm)) != KITE_OK) return s;
   const int64_t t = lm.rows, e = lm.cols;
   if (k < 1 || k > e)
@@ -65,13 +63,11 @@ static kite_status check_experts(const kite_ctx *ctx, const char *arg, const DLT
 kite_status kite_fused_moe(kite_ctx *ctx, const DLTensor *x, const DLTensor *w13,
                            const DLTensor *w2, const DLTensor *weights, const DLTensor *ids,
                            kite_moe_act act, DLTensor *y) {
-  kite_clear_error();
-  kite_init();
   const char *op = "fused_moe";
   kite_mat xm, wm, im, ym;
   kite_tensor w13t, w2t;
   kite_status s;
-  if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
+  if ((s = kite_op_begin(ctx, op)) != KITE_OK) return s;
   if ((s = kite_float_mat_check(ctx, op, "x", x, &xm)) != KITE_OK) return s;
   const kite_dtype dt = xm.t.dtype;
   const int64_t t = xm.rows, h = xm.cols;

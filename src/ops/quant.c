@@ -13,13 +13,11 @@ static kite_status require_qdtype(const char *op, const char *arg, const kite_te
 }
 
 kite_status kite_quant(kite_ctx *ctx, const DLTensor *x, DLTensor *q, DLTensor *scales) {
-  kite_clear_error();
-  kite_init();
   const char *op = "quant";
   kite_mat xm, qm;
   kite_tensor st;
   kite_status s;
-  if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
+  if ((s = kite_op_begin(ctx, op)) != KITE_OK) return s;
   if ((s = kite_float_mat_check(ctx, op, "x", x, &xm)) != KITE_OK) return s;
   if ((s = kite_mat_check(ctx, op, "q", q, true, &qm)) != KITE_OK) return s;
   if ((s = require_qdtype(op, "q", &qm.t)) != KITE_OK) return s;
@@ -48,13 +46,11 @@ kite_status kite_quant(kite_ctx *ctx, const DLTensor *x, DLTensor *q, DLTensor *
 }
 
 kite_status kite_dequant(kite_ctx *ctx, const DLTensor *q, const DLTensor *scales, DLTensor *y) {
-  kite_clear_error();
-  kite_init();
   const char *op = "dequant";
   kite_mat qm, ym;
   kite_tensor st;
   kite_status s;
-  if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
+  if ((s = kite_op_begin(ctx, op)) != KITE_OK) return s;
   if ((s = kite_mat_check(ctx, op, "q", q, false, &qm)) != KITE_OK) return s;
   if ((s = require_qdtype(op, "q", &qm.t)) != KITE_OK) return s;
   if ((s = kite_vec_check(ctx, op, "scales", scales, false, KITE_DTYPE_F32, qm.rows, "M", &st)) !=
@@ -85,13 +81,11 @@ kite_status kite_dequant(kite_ctx *ctx, const DLTensor *q, const DLTensor *scale
 kite_status kite_linear_quant(kite_ctx *ctx, const DLTensor *xq, const DLTensor *x_scales,
                               const DLTensor *wq, const DLTensor *w_scales, const DLTensor *bias,
                               DLTensor *y) {
-  kite_clear_error();
-  kite_init();
   const char *op = "linear_quant";
   kite_mat xm, wm, ym;
   kite_tensor xst, wst, bt;
   kite_status s;
-  if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
+  if ((s = kite_op_begin(ctx, op)) != KITE_OK) return s;
   if ((s = kite_mat_check(ctx, op, "xq", xq, false, &xm)) != KITE_OK) return s;
   if ((s = require_qdtype(op, "xq", &xm.t)) != KITE_OK) return s;
   if ((s = kite_typed_mat_check(ctx, op, "wq", wq, xm.t.dtype, &wm)) != KITE_OK) return s;

@@ -26,11 +26,9 @@ static kite_status rope(kite_ctx *ctx, kite_op opid, DLTensor *q, DLTensor *k,
   /* the tensors by the names of the op's function: rope(q, k), rope_backward(dq, dk) */
   const int bwd = opid == KITE_OP_ROPE_BACKWARD;
   const char *qn = bwd ? "dq" : "q", *kn = bwd ? "dk" : "k";
-  kite_clear_error();
-  kite_init();
   kite_tensor qt, kt = {0}, pt, ct;
   kite_status s;
-  if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
+  if ((s = kite_op_begin(ctx, op)) != KITE_OK) return s;
   if ((s = check_heads(ctx, op, qn, q, &qt)) != KITE_OK) return s;
   const int64_t tokens = qt.shape[0], head_dim = qt.shape[2];
   if (k) {

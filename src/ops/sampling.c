@@ -27,13 +27,11 @@ static kite_status check_tokens(const kite_ctx *ctx, const char *op, const DLTen
 }
 
 kite_status kite_argmax(kite_ctx *ctx, const DLTensor *logits, DLTensor *tokens) {
-  kite_clear_error();
-  kite_init();
   const char *op = "argmax";
   kite_mat lm;
   kite_tensor tt;
   kite_status s;
-  if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
+  if ((s = kite_op_begin(ctx, op)) != KITE_OK) return s;
   if ((s = check_logits(ctx, op, logits, false, &lm)) != KITE_OK) return s;
   if ((s = check_tokens(ctx, op, tokens, &lm, &tt)) != KITE_OK) return s;
   kite_sample_args a = {.op = KITE_OP_ARGMAX,
@@ -53,13 +51,11 @@ kite_sampling_params kite_sampling_params_default(void) {
 
 kite_status kite_sample(kite_ctx *ctx, const DLTensor *logits, const kite_sampling_params *params,
                         DLTensor *tokens) {
-  kite_clear_error();
-  kite_init();
   const char *op = "sample";
   kite_mat lm;
   kite_tensor tt, temp, tk, tp, mp, seeds, steps;
   kite_status s;
-  if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
+  if ((s = kite_op_begin(ctx, op)) != KITE_OK) return s;
   if ((s = check_logits(ctx, op, logits, false, &lm)) != KITE_OK) return s;
   if ((s = check_tokens(ctx, op, tokens, &lm, &tt)) != KITE_OK) return s;
   const kite_sampling_params p = params ? *params : kite_sampling_params_default();
@@ -122,13 +118,11 @@ static kite_status check_ids(const kite_ctx *ctx, const char *arg, const DLTenso
 kite_status kite_apply_penalties(kite_ctx *ctx, DLTensor *logits, const DLTensor *prompt_ids,
                                  const DLTensor *output_ids, const DLTensor *repetition,
                                  const DLTensor *presence, const DLTensor *frequency) {
-  kite_clear_error();
-  kite_init();
   const char *op = "apply_penalties";
   kite_mat lm, pm, om;
   kite_tensor rep, pres, freq;
   kite_status s;
-  if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
+  if ((s = kite_op_begin(ctx, op)) != KITE_OK) return s;
   if ((s = check_logits(ctx, op, logits, true, &lm)) != KITE_OK) return s;
   const int64_t b = lm.rows;
   if ((s = check_ids(ctx, "prompt_ids", prompt_ids, b, &pm)) != KITE_OK) return s;
@@ -186,13 +180,11 @@ static bool no_columns(const DLTensor *t) {
 
 kite_status kite_logprobs(kite_ctx *ctx, const DLTensor *logits, const DLTensor *tokens, int64_t n,
                           DLTensor *token_logprobs, DLTensor *top_ids, DLTensor *top_logprobs) {
-  kite_clear_error();
-  kite_init();
   const char *op = "logprobs";
   kite_mat lm, im, vm;
   kite_tensor tt, lt;
   kite_status s;
-  if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
+  if ((s = kite_op_begin(ctx, op)) != KITE_OK) return s;
   if ((s = check_logits(ctx, op, logits, false, &lm)) != KITE_OK) return s;
   const int64_t b = lm.rows, v = lm.cols;
   if (n < 0 || n > KITE_LOGPROBS_MAX_N || (b > 0 && n > v))

@@ -127,6 +127,14 @@ typedef struct kt_family_ops {
   const char *(*alt_name)(const kt_case *c);
 } kt_family_ops;
 
+/* The fields of family f's kt_family_ops where its functions are named f_plan, f_call,
+ * f_describe, f_shape, f_check_cases, f_bench_cases, f_bytes and f_bound; has and flops (NULL:
+ * no compute-bound op) given. A family adds its alt_call / alt_name after them. */
+#define KT_FAMILY_FIELDS(f, has_fn, flops_fn)                                                      \
+  .name = #f, .has = has_fn, .plan = f##_plan, .scalar = f##_scalar, .describe = f##_describe,     \
+  .shape = f##_shape, .check_cases = f##_check_cases, .bench_cases = f##_bench_cases,              \
+  .bytes = f##_bytes, .flops = flops_fn, .bound = f##_bound
+
 /* ---- building a plan (for the families) -------------------------------------------------- */
 
 /* A buffer of count elements of t; returns its index (-1 and r->bad on a bad plan). */

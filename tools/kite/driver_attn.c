@@ -715,16 +715,4 @@ static void attn_bench_cases(kite_op op, kite_dtype t, int llm, kt_case_list *l)
   }
 }
 
-const kt_family_ops kt_family_attn = {
-    .name = "attn",
-    .has = kt_attn_has,
-    .plan = attn_plan,
-    .scalar = attn_scalar,
-    .describe = attn_describe,
-    .shape = attn_shape,
-    .check_cases = attn_check_cases,
-    .bench_cases = attn_bench_cases,
-    .bytes = attn_bytes,
-    .flops = attn_flops,
-    .bound = attn_bound,
-};
+const kt_family_ops kt_family_attn = {KT_FAMILY_FIELDS(attn, kt_attn_has, attn_flops)};

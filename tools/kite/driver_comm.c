@@ -150,17 +150,4 @@ static double comm_bound(kite_op op, kite_dtype t) {
   return t == KITE_DTYPE_F16 ? 1e-6 : t == KITE_DTYPE_BF16 ? 1e-4 : 1e-10;
 }
 
-const kt_family_ops kt_family_comm = {
-    .name = "comm",
-    .has = comm_has,
-    .plan = comm_plan,
-    .scalar = comm_scalar,
-    .comm = comm_of,
-    .describe = comm_describe,
-    .shape = comm_shape,
-    .check_cases = comm_check_cases,
-    .bench_cases = comm_bench_cases,
-    .bytes = comm_bytes,
-    .flops = NULL,
-    .bound = comm_bound,
-};
+const kt_family_ops kt_family_comm = {KT_FAMILY_FIELDS(comm, comm_has, NULL), .comm = comm_of};

@@ -896,18 +896,5 @@ static double gemm_flops(const kt_case *c) {
   }
 }
 
-const kt_family_ops kt_family_gemm = {
-    .name = "gemm",
-    .has = kt_gemm_has,
-    .plan = gemm_plan,
-    .scalar = gemm_scalar,
-    .describe = gemm_describe,
-    .shape = gemm_shape,
-    .check_cases = gemm_check_cases,
-    .bench_cases = gemm_bench_cases,
-    .bytes = gemm_bytes,
-    .flops = gemm_flops,
-    .bound = gemm_bound,
-    .alt_call = moe_alt_call,
-    .alt_name = gemm_alt_name,
-};
+const kt_family_ops kt_family_gemm = {KT_FAMILY_FIELDS(gemm, kt_gemm_has, gemm_flops),
+                                      .alt_call = moe_alt_call, .alt_name = gemm_alt_name};

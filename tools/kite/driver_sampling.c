@@ -406,16 +406,4 @@ static double sampling_bytes(const kt_case *c) {
   }
 }
 
-const kt_family_ops kt_family_sampling = {
-    .name = "sampling",
-    .has = kt_sampling_has,
-    .plan = sampling_plan,
-    .scalar = sampling_scalar,
-    .describe = sampling_describe,
-    .shape = sampling_shape,
-    .check_cases = sampling_check_cases,
-    .bench_cases = sampling_bench_cases,
-    .bytes = sampling_bytes,
-    .flops = NULL,
-    .bound = sampling_bound,
-};
+const kt_family_ops kt_family_sampling = {KT_FAMILY_FIELDS(sampling, kt_sampling_has, NULL)};
