@@ -122,18 +122,12 @@ static bool supports_amx_i8(const kite_kernel *k, const void *args, const char *
   ROW(op_id, "scalar", 10, 0, supports_float, cpu_##fn##_scalar, what ", portable C")
 
 static kite_kernel cpu_kernels[] = {
-    /* activations, gated activations, norms, rope, softmax, embedding, each with its backward
-     * (act_bwd serves activation_backward and gated_backward; rope serves rope_backward) */
-    ROW_FAMILY(KITE_OP_SILU, act),
-    ROW_FAMILY(KITE_OP_GELU, act),
-    ROW_FAMILY(KITE_OP_GELU_TANH, act),
-    ROW_FAMILY(KITE_OP_GELU_QUICK, act),
-    ROW_FAMILY(KITE_OP_RELU, act),
-    ROW_FAMILY(KITE_OP_ACTIVATION_BACKWARD, act_bwd),
-    ROW_FAMILY(KITE_OP_SILU_AND_MUL, gated),
-    ROW_FAMILY(KITE_OP_GELU_AND_MUL, gated),
-    ROW_FAMILY(KITE_OP_GELU_TANH_AND_MUL, gated),
-    ROW_FAMILY(KITE_OP_GATED_BACKWARD, act_bwd),
+/* activations, gated activations, norms, rope, softmax, embedding, each with its backward
+ * (act_bwd serves activation_backward and gated_backward; rope serves rope_backward) */
+#define ROW_ACT(ID, name) ROW_FAMILY(KITE_OP_##ID, act),
+#define ROW_GATED(ID, name, AID, aname) ROW_FAMILY(KITE_OP_##ID, gated),
+    KITE_ACTIVATION_OPS(ROW_ACT) ROW_FAMILY(KITE_OP_ACTIVATION_BACKWARD, act_bwd),
+    KITE_GATED_OPS(ROW_GATED) ROW_FAMILY(KITE_OP_GATED_BACKWARD, act_bwd),
     ROW_FAMILY(KITE_OP_RMS_NORM, norm),
     ROW_FAMILY(KITE_OP_LAYER_NORM, norm),
     ROW_FAMILY(KITE_OP_ADD_RMS_NORM, norm),

@@ -63,14 +63,12 @@ kite_status launch(kite_ctx *ctx, kite_op op, kite_dtype dtype, const ActParams 
     act_kernel<T, N, A, GATED><<<g.grid, g.block, 0, s>>>(p);                                      \
     break
     switch (op) {
-      ACT_CASE(KITE_OP_SILU, Act::silu, false);
-      ACT_CASE(KITE_OP_GELU, Act::gelu, false);
-      ACT_CASE(KITE_OP_GELU_TANH, Act::gelu_tanh, false);
-      ACT_CASE(KITE_OP_GELU_QUICK, Act::gelu_quick, false);
-      ACT_CASE(KITE_OP_RELU, Act::relu, false);
-      ACT_CASE(KITE_OP_SILU_AND_MUL, Act::silu, true);
-      ACT_CASE(KITE_OP_GELU_AND_MUL, Act::gelu, true);
-      ACT_CASE(KITE_OP_GELU_TANH_AND_MUL, Act::gelu_tanh, true);
+#define ACT_ITEM(ID, name) ACT_CASE(KITE_OP_##ID, Act::name, false);
+#define GATED_ITEM(ID, name, AID, aname) ACT_CASE(KITE_OP_##ID, Act::aname, true);
+      KITE_ACTIVATION_OPS(ACT_ITEM)
+      KITE_GATED_OPS(GATED_ITEM)
+#undef ACT_ITEM
+#undef GATED_ITEM
     default:
       return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda: not an activation", name);
     }
@@ -180,14 +178,12 @@ kite_status launch_bwd(kite_ctx *ctx, const kite_act_bwd_args *a, const char *va
     act_bwd_kernel<T, N, A, GATED><<<g.grid, g.block, 0, s>>>(*a);                                 \
     return KITE_OK
     switch (a->act) {
-      ACT_BWD_CASE(KITE_OP_SILU, Act::silu, false);
-      ACT_BWD_CASE(KITE_OP_GELU, Act::gelu, false);
-      ACT_BWD_CASE(KITE_OP_GELU_TANH, Act::gelu_tanh, false);
-      ACT_BWD_CASE(KITE_OP_GELU_QUICK, Act::gelu_quick, false);
-      ACT_BWD_CASE(KITE_OP_RELU, Act::relu, false);
-      ACT_BWD_CASE(KITE_OP_SILU_AND_MUL, Act::silu, true);
-      ACT_BWD_CASE(KITE_OP_GELU_AND_MUL, Act::gelu, true);
-      ACT_BWD_CASE(KITE_OP_GELU_TANH_AND_MUL, Act::gelu_tanh, true);
+#define ACT_ITEM(ID, name) ACT_BWD_CASE(KITE_OP_##ID, Act::name, false);
+#define GATED_ITEM(ID, name, AID, aname) ACT_BWD_CASE(KITE_OP_##ID, Act::aname, true);
+      KITE_ACTIVATION_OPS(ACT_ITEM)
+      KITE_GATED_OPS(GATED_ITEM)
+#undef ACT_ITEM
+#undef GATED_ITEM
     default:
       break;
     }

@@ -221,15 +221,11 @@ enum {
       GENERIC(op_id, norm, add "block per row, any layout and length")
 
 static const kite_kernel cuda_kernels[] = {
-    VEC_AND_GENERIC(KITE_OP_SILU, act, "silu"),
-    VEC_AND_GENERIC(KITE_OP_GELU, act, "gelu (erf)"),
-    VEC_AND_GENERIC(KITE_OP_GELU_TANH, act, "tanh gelu"),
-    VEC_AND_GENERIC(KITE_OP_GELU_QUICK, act, "quick gelu"),
-    VEC_AND_GENERIC(KITE_OP_RELU, act, "relu"),
-    /* gated */
-    VEC_AND_GENERIC(KITE_OP_SILU_AND_MUL, gated, "silu(gate) * up"),
-    VEC_AND_GENERIC(KITE_OP_GELU_AND_MUL, gated, "gelu(gate) * up"),
-    VEC_AND_GENERIC(KITE_OP_GELU_TANH_AND_MUL, gated, "tanh gelu(gate) * up"),
+/* the activations and gated activations of backend.h's lists */
+#define CUDA_ACT_ROWS(ID, name) VEC_AND_GENERIC(KITE_OP_##ID, act, #name),
+#define CUDA_GATED_ROWS(ID, name, AID, aname)                                                      \
+  VEC_AND_GENERIC(KITE_OP_##ID, gated, #aname "(gate) * up"),
+    KITE_ACTIVATION_OPS(CUDA_ACT_ROWS) KITE_GATED_OPS(CUDA_GATED_ROWS)
     /* norms */
     NORM_ROWS(KITE_OP_RMS_NORM, ""),
     NORM_ROWS(KITE_OP_LAYER_NORM, ""),

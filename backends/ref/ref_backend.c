@@ -28,18 +28,15 @@ static int ref_device_count(const kite_backend *b) {
 #define REF_COMM_KERNEL(op_id, desc) REF_ROW(op_id, ref_comm_supports, ref_comm_run, desc)
 
 static const kite_kernel ref_kernels[] = {
-    REF_KERNEL(KITE_OP_SILU, ref_act_run, "x * sigmoid(x), float64 scalar loop"),
-    REF_KERNEL(KITE_OP_GELU, ref_act_run, "x * Phi(x) with erf, float64 scalar loop"),
-    REF_KERNEL(KITE_OP_GELU_TANH, ref_act_run, "tanh-approximated gelu, float64 scalar loop"),
-    REF_KERNEL(KITE_OP_GELU_QUICK, ref_act_run, "x * sigmoid(1.702 x), float64 scalar loop"),
-    REF_KERNEL(KITE_OP_RELU, ref_act_run, "max(x, 0), scalar loop"),
-    REF_KERNEL(KITE_OP_ACTIVATION_BACKWARD, ref_act_bwd_run, "dy * act'(x) in float64"),
-    REF_KERNEL(KITE_OP_SILU_AND_MUL, ref_gated_run, "silu(gate) * up, float64 scalar loop"),
-    REF_KERNEL(KITE_OP_GELU_AND_MUL, ref_gated_run, "gelu(gate) * up, float64 scalar loop"),
-    REF_KERNEL(KITE_OP_GELU_TANH_AND_MUL, ref_gated_run,
-               "gelu_tanh(gate) * up, float64 scalar loop"),
-    REF_KERNEL(KITE_OP_GATED_BACKWARD, ref_gated_bwd_run,
-               "d gate, d up of act(gate) * up in float64, zero where clamped"),
+/* the activations of backend.h's lists, one row each */
+#define REF_ACT_ROW(ID, name) REF_KERNEL(KITE_OP_##ID, ref_act_run, #name ", float64 scalar loop"),
+#define REF_GATED_ROW(ID, name, AID, aname)                                                        \
+  REF_KERNEL(KITE_OP_##ID, ref_gated_run, #aname "(gate) * up, float64 scalar loop"),
+    KITE_ACTIVATION_OPS(REF_ACT_ROW)
+        REF_KERNEL(KITE_OP_ACTIVATION_BACKWARD, ref_act_bwd_run, "dy * act'(x) in float64"),
+    KITE_GATED_OPS(REF_GATED_ROW)
+        REF_KERNEL(KITE_OP_GATED_BACKWARD, ref_gated_bwd_run,
+                   "d gate, d up of act(gate) * up in float64, zero where clamped"),
     REF_KERNEL(KITE_OP_RMS_NORM, ref_norm_run, "rms norm, two passes per row in float64"),
     REF_KERNEL(KITE_OP_LAYER_NORM, ref_norm_run, "layer norm, two-pass mean/variance in float64"),
     REF_KERNEL(KITE_OP_ADD_RMS_NORM, ref_norm_run, "residual add + rms norm in float64"),

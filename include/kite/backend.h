@@ -82,22 +82,26 @@ static inline const kite_args_head *kite_args_head_of(const void *args) {
 }
 
 /* The activation ops, listed once for every layer that needs them (front-end checks, kernels,
- * the harness). KITE_ACTIVATION_OPS(X) expands X(op) for each elementwise activation, the act
- * that activation_backward takes; KITE_GATED_OPS(X) expands X(op, act) for each gated
- * activation, the act that gated_backward takes, with the activation of its gate. An
+ * the harness). KITE_ACTIVATION_OPS(X) expands X(ID, name) for each elementwise activation
+ * (KITE_OP_<ID>, kite_<name>), the act that activation_backward takes; KITE_GATED_OPS(X) expands
+ * X(ID, name, gate ID, gate name) for each gated activation, the act that gated_backward takes,
+ * with the activation of its gate. The backend tables, the front-ends and the harness expand
+ * them, so a new activation is a row here, not a row in each table. An
  * activation added to kite_op is added here once. */
 #define KITE_ACTIVATION_OPS(X)                                                                     \
-  X(KITE_OP_SILU) X(KITE_OP_GELU) X(KITE_OP_GELU_TANH) X(KITE_OP_GELU_QUICK) X(KITE_OP_RELU)
+  X(SILU, silu) X(GELU, gelu) X(GELU_TANH, gelu_tanh) X(GELU_QUICK, gelu_quick) X(RELU, relu)
 #define KITE_GATED_OPS(X)                                                                          \
-  X(KITE_OP_SILU_AND_MUL, KITE_OP_SILU)                                                            \
-  X(KITE_OP_GELU_AND_MUL, KITE_OP_GELU) X(KITE_OP_GELU_TANH_AND_MUL, KITE_OP_GELU_TANH)
+  X(SILU_AND_MUL, silu_and_mul, SILU, silu)                                                        \
+  X(GELU_AND_MUL, gelu_and_mul, GELU, gelu)                                                        \
+  X(GELU_TANH_AND_MUL, gelu_tanh_and_mul, GELU_TANH, gelu_tanh)
 
-/* The lists expanded for the helpers below (o: the op asked about). */
-#define KITE_OP_IS_(op) || o == op
-#define KITE_GATED_OP_IS_(op, act) || o == op
-#define KITE_GATED_CASE_(op, act)                                                                  \
-  case op:                                                                                         \
-    return act;
+/* The lists expanded for the helpers below (o: the op asked about). Items are (ID, name) of
+ * KITE_OP_<ID> and kite_<name>, gated ones followed by their gate's (ID, name). */
+#define KITE_OP_IS_(ID, name) || o == KITE_OP_##ID
+#define KITE_GATED_OP_IS_(ID, name, AID, aname) || o == KITE_OP_##ID
+#define KITE_GATED_CASE_(ID, name, AID, aname)                                                     \
+  case KITE_OP_##ID:                                                                               \
+    return KITE_OP_##AID;
 
 /* Whether o is one of KITE_ACTIVATION_OPS. */
 static inline bool kite_op_is_activation(kite_op o) {

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 
 from . import _C
-from ._table import OPS, REQUIRED
+from ._table import FAMILY_ROWS, OPS, REQUIRED
 
 
 @dataclass
@@ -49,8 +49,8 @@ _REQUIRED = REQUIRED  # a parameter without default (also in _table.py's extra)
 
 def specs():
     out = []
-    for index, (name, args, _op) in enumerate(_C.ops()):
-        row = OPS.get(name)
+    for index, (name, args, _op, family) in enumerate(_C.ops()):
+        row = OPS.get(name, FAMILY_ROWS.get((family, tuple(k for k, _ in args))))
         if row is None:
             raise ImportError(f"kite: op {name} of kite._C has no row in kite/_table.py")
         required = set(row.get("required", ()))

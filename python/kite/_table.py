@@ -19,7 +19,8 @@ and names; this table adds what Python needs on top:
   made into a [B] tensor of that dtype on the device of the op's first tensor (B its first dim)
   before the call. torch.ops.kite takes tensors only (a schema argument has one type).
 
-Adding an op: its row in include/kite/ops.def and a row here; kite.ops fails to import while an
+Adding an op: its row in include/kite/ops.def and a row here (none for an activation or a gated
+activation: FAMILY_ROWS); kite.ops fails to import while an
 op function of kite._C has no row here (kite._C.unbound() lists the functions not bound).
 """
 
@@ -29,18 +30,15 @@ ATTN = dict(scale=0.0, softcap=0.0, window_left=-1, gqa=0, causal=1)
 # kite_ce_opts_default(); reduction 0 none, 1 sum, 2 mean
 CE = dict(ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=0.0, reduction=2)
 
+# Rows shared by a family's ops, by (family, argument kinds): an activation or a gated activation
+# added to kite needs no row here.
+FAMILY_ROWS = {
+    ("activation", ("T", "W")): dict(out=dict(y="like(x)")),
+    ("gated", ("T", "f", "W")): dict(defaults=dict(limit=0.0),
+                                     out=dict(y="new(x, tuple(x.shape[:-1]) + (x.shape[-1] // 2,))")),
+}
+
 OPS = {
-    "silu": dict(out=dict(y="like(x)")),
-    "gelu": dict(out=dict(y="like(x)")),
-    "gelu_tanh": dict(out=dict(y="like(x)")),
-    "gelu_quick": dict(out=dict(y="like(x)")),
-    "relu": dict(out=dict(y="like(x)")),
-    "silu_and_mul": dict(defaults=dict(limit=0.0),
-                         out=dict(y="new(x, tuple(x.shape[:-1]) + (x.shape[-1] // 2,))")),
-    "gelu_and_mul": dict(defaults=dict(limit=0.0),
-                         out=dict(y="new(x, tuple(x.shape[:-1]) + (x.shape[-1] // 2,))")),
-    "gelu_tanh_and_mul": dict(defaults=dict(limit=0.0),
-                              out=dict(y="new(x, tuple(x.shape[:-1]) + (x.shape[-1] // 2,))")),
     "rms_norm": dict(defaults=dict(w=None, eps=1e-6, offset=0.0), out=dict(y="like(x)")),
     "layer_norm": dict(defaults=dict(w=None, b=None, eps=1e-5), out=dict(y="like(x)")),
     "add_rms_norm": dict(defaults=dict(w=None, eps=1e-6, offset=0.0, pos=0),

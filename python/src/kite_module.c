@@ -550,8 +550,7 @@ static PyObject *run_op(const op_desc *d, PyObject *const *args, void *stream,
     if (is_torch_tensor(o)) {
       rc = from_torch(d, n, o, &f, dl, kind == 'T' || kind == 't');
       if ((kind == 'W' || kind == 'w') && !(fresh & (1u << n))) written[nwritten++] = o;
-    }
-    else if (PyObject_HasAttr(o, s_dlpack))
+    } else if (PyObject_HasAttr(o, s_dlpack))
       rc = from_dlpack(d, n, o, &f, dl);
     else {
       raise_type("%s: %s: expected a tensor (torch, numpy or another DLPack producer)%s, got %s",
@@ -840,7 +839,8 @@ static PyObject *py_ops(PyObject *self, PyObject *unused) {
     for (int n = 0; n < d->nargs; n++)
       PyList_SET_ITEM(args, n, Py_BuildValue("(s#s)", &d->kinds[n], (Py_ssize_t)1, d->names[n]));
     PyList_SET_ITEM(list, k,
-                    Py_BuildValue("(sNs)", d->name, args, kite_op_name(kite_fn_get(d->fn)->op)));
+                    Py_BuildValue("(sNss)", d->name, args, kite_op_name(kite_fn_get(d->fn)->op),
+                                  kite_fn_get(d->fn)->family));
   }
   return list;
 fail:
@@ -1016,7 +1016,7 @@ static PyMethodDef methods[] = {
      "torch_kernel(op_index, defaults, src, like, alloc, autograd, fast_keysets): a torch.library "
      "kernel of one op (see kite/torch/__init__.py)"},
     {"ops", py_ops, METH_NOARGS,
-     "[(name, [(kind, arg name), ...], kernel op name), ...] in op-index order"},
+     "[(name, [(kind, arg name), ...], kernel op name, family), ...] in op-index order"},
     {"op_names", py_op_names, METH_NOARGS, "every op of the library, bound or not"},
     {"unbound", py_unbound, METH_NOARGS, "the op functions of the library not bound here"},
     {"kernels", py_kernels, METH_NOARGS, "every registered kernel, as dicts"},

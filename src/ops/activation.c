@@ -20,21 +20,13 @@ static kite_status activation(kite_ctx *ctx, kite_op op, const DLTensor *x, DLTe
   return kite_dispatch(ctx, op, a.dtype, &a);
 }
 
-kite_status kite_silu(kite_ctx *ctx, const DLTensor *x, DLTensor *y) {
-  return activation(ctx, KITE_OP_SILU, x, y);
-}
-kite_status kite_gelu(kite_ctx *ctx, const DLTensor *x, DLTensor *y) {
-  return activation(ctx, KITE_OP_GELU, x, y);
-}
-kite_status kite_gelu_tanh(kite_ctx *ctx, const DLTensor *x, DLTensor *y) {
-  return activation(ctx, KITE_OP_GELU_TANH, x, y);
-}
-kite_status kite_gelu_quick(kite_ctx *ctx, const DLTensor *x, DLTensor *y) {
-  return activation(ctx, KITE_OP_GELU_QUICK, x, y);
-}
-kite_status kite_relu(kite_ctx *ctx, const DLTensor *x, DLTensor *y) {
-  return activation(ctx, KITE_OP_RELU, x, y);
-}
+/* kite_silu ... kite_relu: one function per activation of backend.h's list */
+#define ACTIVATION_FN(ID, name)                                                                    \
+  kite_status kite_##name(kite_ctx *ctx, const DLTensor *x, DLTensor *y) {                         \
+    return activation(ctx, KITE_OP_##ID, x, y);                                                    \
+  }
+KITE_ACTIVATION_OPS(ACTIVATION_FN)
+#undef ACTIVATION_FN
 
 /* ---- backward ----------------------------------------------------------------------------- */
 

@@ -26,15 +26,13 @@ static kite_status gated(kite_ctx *ctx, kite_op op, const DLTensor *x, float lim
   return kite_dispatch(ctx, op, a.dtype, &a);
 }
 
-kite_status kite_silu_and_mul(kite_ctx *ctx, const DLTensor *x, float limit, DLTensor *y) {
-  return gated(ctx, KITE_OP_SILU_AND_MUL, x, limit, y);
-}
-kite_status kite_gelu_and_mul(kite_ctx *ctx, const DLTensor *x, float limit, DLTensor *y) {
-  return gated(ctx, KITE_OP_GELU_AND_MUL, x, limit, y);
-}
-kite_status kite_gelu_tanh_and_mul(kite_ctx *ctx, const DLTensor *x, float limit, DLTensor *y) {
-  return gated(ctx, KITE_OP_GELU_TANH_AND_MUL, x, limit, y);
-}
+/* kite_silu_and_mul ...: one function per gated activation of backend.h's list */
+#define GATED_FN(ID, name, AID, aname)                                                             \
+  kite_status kite_##name(kite_ctx *ctx, const DLTensor *x, float limit, DLTensor *y) {            \
+    return gated(ctx, KITE_OP_##ID, x, limit, y);                                                  \
+  }
+KITE_GATED_OPS(GATED_FN)
+#undef GATED_FN
 
 /* ---- backward ----------------------------------------------------------------------------- */
 

@@ -10,8 +10,8 @@
 #include "driver.h"
 
 /* Items of an array of the ops of kite/backend.h's lists: {KITE_ACTIVATION_OPS(KT_OP_ITEM)}. */
-#define KT_OP_ITEM(op) op,
-#define KT_GATED_ITEM(op, act) op,
+#define KT_OP_ITEM(ID, name) KITE_OP_##ID,
+#define KT_GATED_ITEM(ID, name, AID, aname) KITE_OP_##ID,
 
 typedef struct kt_shape2 {
   int64_t rows, cols;
