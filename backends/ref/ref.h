@@ -142,21 +142,12 @@ static inline double ref_d_relu(double x) {
  * any other op. */
 static inline bool ref_act_fns(kite_op op, double (**f)(double), double (**df)(double)) {
   switch (kite_op_is_gated(op) ? kite_gated_op_act(op) : op) {
-  case KITE_OP_SILU:
-    *f = ref_silu, *df = ref_d_silu;
+#define REF_ACT_CASE(ID, name)                                                                     \
+  case KITE_OP_##ID:                                                                               \
+    *f = ref_##name, *df = ref_d_##name;                                                           \
     return true;
-  case KITE_OP_GELU:
-    *f = ref_gelu, *df = ref_d_gelu;
-    return true;
-  case KITE_OP_GELU_TANH:
-    *f = ref_gelu_tanh, *df = ref_d_gelu_tanh;
-    return true;
-  case KITE_OP_GELU_QUICK:
-    *f = ref_gelu_quick, *df = ref_d_gelu_quick;
-    return true;
-  case KITE_OP_RELU:
-    *f = ref_relu, *df = ref_d_relu;
-    return true;
+    KITE_ACTIVATION_OPS(REF_ACT_CASE)
+#undef REF_ACT_CASE
   default:
     return false;
   }
