@@ -2,7 +2,7 @@
 that have a kite backward, and autograd Functions for the forms that update in place (rope,
 the residual add of add_rms_norm / add_layer_norm), which register_autograd does not take.
 
-Registered (imported by kite.torch): the activations (silu, gelu, gelu_tanh, gelu_quick, relu)
+Registered (imported by kite.torch): every activation of kite's table (silu, gelu, ...)
 -> activation_backward; the gated activations -> gated_backward; rms_norm -> rms_norm_backward;
 layer_norm -> layer_norm_backward; softmax -> softmax_backward (from the saved output);
 embedding -> embedding_backward (the table's gradient); cross_entropy -> cross_entropy_backward
@@ -178,10 +178,12 @@ def _register(register_autograd):
     """register_autograd(name, backward, setup_context): kite.torch's, over its library.
     Returns the names registered."""
     done = []
-    for name in ("silu", "gelu", "gelu_tanh", "gelu_quick", "relu"):
+    # every activation and gated activation of kite's table (its families' own functions)
+    family = {n: (f, tuple(k for k, _ in args)) for n, args, _, f in _C.ops()}
+    for name in [n for n, fk in family.items() if fk == ("activation", ("T", "W"))]:
         register_autograd(name, _once(name)(_act_backward(name)), _save_x)
         done.append(name)
-    for name in ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul"):
+    for name in [n for n, fk in family.items() if fk == ("gated", ("T", "f", "W"))]:
         register_autograd(name, _once(name)(_gated_backward(name)), _gated_setup)
         done.append(name)
     for name, bw, setup in (("rms_norm", _rms_backward, _rms_setup),
