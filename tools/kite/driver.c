@@ -362,3 +362,26 @@ void kt_release(kt_run *r) {
     r->buf[b].dev = NULL;
   }
 }
+
+int kt_scalar_from(const kt_scalar_field *fields, size_t n, const kt_case *c,
+                   const kite_arg_info *a, kite_value *out) {
+  for (size_t i = 0; i < n; i++) {
+    if (strcmp(fields[i].name, a->name) != 0) continue;
+    const char *p = (const char *)c + fields[i].offset;
+    switch (fields[i].type) {
+    case 'f':
+      out->f = *(const float *)p;
+      return 0;
+    case 'i':
+      out->i = *(const int32_t *)p;
+      return 0;
+    case 'l':
+      out->i = *(const int64_t *)p;
+      return 0;
+    default:
+      out->u = *(const size_t *)p;
+      return 0;
+    }
+  }
+  return 1;
+}

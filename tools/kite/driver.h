@@ -155,6 +155,25 @@ __attribute__((format(printf, 4, 5))) void kt_cat(char *buf, size_t n, size_t *l
 /* Binds view v to the argument of that name (the op table's) of the case's function: sets its
  * slot in r->arg. Returns v; an unknown name marks the plan bad (and says so on stderr). */
 int kt_bind(kt_run *r, const char *name, int v);
+
+/* A scalar argument of the op table read from a case field: its name in ops.def, the field's C
+ * type ('f' float, 'i' a 32-bit int or enum, 'l' int64_t, 'z' size_t) and offset in kt_case. */
+typedef struct kt_scalar_field {
+  const char *name;
+  char type;
+  size_t offset;
+} kt_scalar_field;
+#define KT_FIELD(name, type, field)                                                                \
+  { name, type, offsetof(kt_case, field) }
+/* The value of scalar argument a from fields[n]; 1 when no field has its name. */
+int kt_scalar_from(const kt_scalar_field *fields, size_t n, const kt_case *c,
+                   const kite_arg_info *a, kite_value *out);
+/* A family's scalar() over its table of fields. */
+#define KT_SCALARS(fn, ...)                                                                        \
+  static int fn(const kt_case *c, const kite_arg_info *a, kite_value *out) {                       \
+    static const kt_scalar_field fields[] = {__VA_ARGS__};                                         \
+    return kt_scalar_from(fields, sizeof fields / sizeof fields[0], c, a, out);                    \
+  }
 /* The slot of the argument of that name of the case's function, or -1. */
 int kt_slot(const kt_run *r, const char *name);
 /* The view bound to the argument of that name, or -1 when none is. */

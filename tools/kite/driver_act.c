@@ -92,15 +92,7 @@ static void act_plan(kt_run *r, const kt_case *c) {
 
 /* ---- the call's scalars ------------------------------------------------------------------ */
 
-static int act_scalar(const kt_case *c, const kite_arg_info *a, kite_value *out) {
-  if (strcmp(a->name, "limit") == 0)
-    out->f = c->limit;
-  else if (strcmp(a->name, "act") == 0)
-    out->i = c->train.act;
-  else
-    return 1;
-  return 0;
-}
+KT_SCALARS(act_scalar, KT_FIELD("limit", 'f', limit), KT_FIELD("act", 'i', train.act))
 
 /* ---- bounds and cases -------------------------------------------------------------------- */
 

@@ -369,22 +369,10 @@ static void attn_plan(kt_run *r, const kt_case *c) {
 
 /* ---- the call ---------------------------------------------------------------------------- */
 
-static int attn_scalar(const kt_case *c, const kite_arg_info *a, kite_value *out) {
-  const kite_attn_opts *o = &c->attn.opts;
-  if (strcmp(a->name, "scale") == 0)
-    out->f = o->scale;
-  else if (strcmp(a->name, "softcap") == 0)
-    out->f = o->softcap;
-  else if (strcmp(a->name, "window_left") == 0)
-    out->i = o->window_left;
-  else if (strcmp(a->name, "gqa") == 0)
-    out->i = o->gqa;
-  else if (strcmp(a->name, "causal") == 0)
-    out->i = o->causal;
-  else
-    return 1;
-  return 0;
-}
+KT_SCALARS(attn_scalar, KT_FIELD("scale", 'f', attn.opts.scale),
+           KT_FIELD("softcap", 'f', attn.opts.softcap),
+           KT_FIELD("window_left", 'i', attn.opts.window_left), KT_FIELD("gqa", 'i', attn.opts.gqa),
+           KT_FIELD("causal", 'i', attn.opts.causal))
 
 /* ---- bytes, FLOPs, bounds ---------------------------------------------------------------- */
 

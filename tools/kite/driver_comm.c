@@ -85,17 +85,8 @@ static kite_comm *comm_of(kt_run *r) {
   return comm_for(r->ctx);
 }
 
-static int comm_scalar(const kt_case *c, const kite_arg_info *a, kite_value *out) {
-  if (strcmp(a->name, "eps") == 0)
-    out->f = c->eps;
-  else if (strcmp(a->name, "offset") == 0)
-    out->f = c->offset;
-  else if (strcmp(a->name, "pos") == 0)
-    out->i = c->pos;
-  else
-    return 1;
-  return 0;
-}
+KT_SCALARS(comm_scalar, KT_FIELD("eps", 'f', eps), KT_FIELD("offset", 'f', offset),
+           KT_FIELD("pos", 'i', pos))
 
 typedef struct shape2 {
   int64_t rows, cols;

@@ -169,17 +169,8 @@ static void core_plan(kt_run *r, const kt_case *c) {
 
 /* ---- the call ---------------------------------------------------------------------------- */
 
-static int core_scalar(const kt_case *c, const kite_arg_info *a, kite_value *out) {
-  if (strcmp(a->name, "scale") == 0)
-    out->f = c->scale;
-  else if (strcmp(a->name, "rot_dim") == 0)
-    out->i = c->rot_dim;
-  else if (strcmp(a->name, "style") == 0)
-    out->i = c->style;
-  else
-    return 1;
-  return 0;
-}
+KT_SCALARS(core_scalar, KT_FIELD("scale", 'f', scale), KT_FIELD("rot_dim", 'l', rot_dim),
+           KT_FIELD("style", 'i', style))
 
 /* ---- cases and bounds -------------------------------------------------------------------- */
 

@@ -383,20 +383,9 @@ static void gemm_plan(kt_run *r, const kt_case *c) {
 
 /* ---- the call's scalars ------------------------------------------------------------------ */
 
-static int gemm_scalar(const kt_case *c, const kite_arg_info *a, kite_value *out) {
-  const kt_gemm_case *g = &c->gemm;
-  if (strcmp(a->name, "k") == 0)
-    out->i = g->topk;
-  else if (strcmp(a->name, "renormalize") == 0)
-    out->i = g->renormalize;
-  else if (strcmp(a->name, "act") == 0)
-    out->i = g->act;
-  else if (strcmp(a->name, "format") == 0)
-    out->i = g->wq4;
-  else
-    return 1;
-  return 0;
-}
+KT_SCALARS(gemm_scalar, KT_FIELD("k", 'l', gemm.topk),
+           KT_FIELD("renormalize", 'i', gemm.renormalize), KT_FIELD("act", 'i', gemm.act),
+           KT_FIELD("format", 'i', gemm.wq4))
 
 /* ---- fused_moe another way: per-expert calls of the public ops ----------------------------- */
 

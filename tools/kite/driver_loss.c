@@ -113,24 +113,11 @@ static void loss_plan(kt_run *r, const kt_case *c) {
 
 /* ---- the call ---------------------------------------------------------------------------- */
 
-static int loss_scalar(const kt_case *c, const kite_arg_info *a, kite_value *out) {
-  const kt_train_case *t = &c->train;
-  if (strcmp(a->name, "ignore_index") == 0)
-    out->i = t->ce.ignore_index;
-  else if (strcmp(a->name, "label_smoothing") == 0)
-    out->f = t->ce.label_smoothing;
-  else if (strcmp(a->name, "z_loss") == 0)
-    out->f = t->ce.z_loss;
-  else if (strcmp(a->name, "softcap") == 0)
-    out->f = t->ce.softcap;
-  else if (strcmp(a->name, "reduction") == 0)
-    out->i = t->ce.reduction;
-  else if (strcmp(a->name, "chunk_bytes") == 0)
-    out->u = t->chunk_bytes;
-  else
-    return 1;
-  return 0;
-}
+KT_SCALARS(loss_scalar, KT_FIELD("ignore_index", 'i', train.ce.ignore_index),
+           KT_FIELD("label_smoothing", 'f', train.ce.label_smoothing),
+           KT_FIELD("z_loss", 'f', train.ce.z_loss), KT_FIELD("softcap", 'f', train.ce.softcap),
+           KT_FIELD("reduction", 'i', train.ce.reduction),
+           KT_FIELD("chunk_bytes", 'z', train.chunk_bytes))
 
 /* ---- bounds and cases -------------------------------------------------------------------- */
 
