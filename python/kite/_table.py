@@ -30,6 +30,12 @@ ATTN = dict(scale=0.0, softcap=0.0, window_left=-1, gqa=0, causal=1)
 # kite_ce_opts_default(); reduction 0 none, 1 sum, 2 mean
 CE = dict(ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=0.0, reduction=2)
 
+def _norm_backward(x, grads, **defaults):
+    """A norm backward's row: dx like its input x, the weight gradients [H] always computed."""
+    out = dict(dx=f"like({x})", **{g: f"new({x}, ({x}.shape[-1],))" for g in grads})
+    return dict(required=grads, defaults=defaults, out=out)
+
+
 # Rows shared by a family's ops, by (family, argument kinds): an activation or a gated activation
 # added to kite needs no row here.
 FAMILY_ROWS = {
@@ -72,20 +78,10 @@ OPS = {
     # w and b are always computed (they do not depend on w or b)
     "activation_backward": dict(out=dict(dx="like(x)")),
     "gated_backward": dict(defaults=dict(limit=0.0), out=dict(dx="like(x)")),
-    "rms_norm_backward": dict(required=('dw',),
-                              defaults=dict(eps=1e-6, offset=0.0),
-                              out=dict(dx="like(x)", dw="new(x, (x.shape[-1],))")),
-    "layer_norm_backward": dict(required=('dw', 'db'),
-                                defaults=dict(eps=1e-5),
-                                out=dict(dx="like(x)", dw="new(x, (x.shape[-1],))",
-                                         db="new(x, (x.shape[-1],))")),
-    "add_rms_norm_backward": dict(required=('dw',),
-                                  defaults=dict(eps=1e-6, offset=0.0),
-                                  out=dict(dx="like(s)", dw="new(s, (s.shape[-1],))")),
-    "add_layer_norm_backward": dict(required=('dw', 'db'),
-                                    defaults=dict(eps=1e-5),
-                                    out=dict(dx="like(s)", dw="new(s, (s.shape[-1],))",
-                                             db="new(s, (s.shape[-1],))")),
+    "rms_norm_backward": _norm_backward("x", ("dw",), eps=1e-6, offset=0.0),
+    "layer_norm_backward": _norm_backward("x", ("dw", "db"), eps=1e-5),
+    "add_rms_norm_backward": _norm_backward("s", ("dw",), eps=1e-6, offset=0.0),
+    "add_layer_norm_backward": _norm_backward("s", ("dw", "db"), eps=1e-5),
     "rope_backward": dict(defaults=dict(style=0)),
     "softmax_backward": dict(defaults=dict(scale=1.0), out=dict(dx="like(y)")),
     "embedding_backward": dict(extra=dict(num_rows=("int", REQUIRED)),

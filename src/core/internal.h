@@ -125,6 +125,11 @@ typedef struct kite_rowwise {
 } kite_rowwise;
 kite_status kite_check_rowwise(const kite_ctx *ctx, const char *op, const DLTensor *x,
                                const DLTensor *y, int x_per_y, kite_rowwise *out);
+/* The fields every row-wise args struct takes from a kite_rowwise v (op, dtype, rows, cols = x's
+ * columns, x and y with their row strides), for its designated initializer. */
+#define KITE_ROWWISE_FIELDS(op_id, v)                                                              \
+  .op = (op_id), .dtype = (v).dtype, .rows = (v).rows, .cols = (v).x_cols, .x = (v).x,             \
+  .x_stride = (v).x_stride, .y = (v).y, .y_stride = (v).y_stride
 /* The checks of kite_add_rms_norm (and add_layer_norm with b) under the name `op` for messages,
  * into *out with out->op KITE_OP_ADD_RMS_NORM (norm.c; the fused collective shares them). */
 kite_status kite_add_norm_check(kite_ctx *ctx, const char *op, const DLTensor *x,

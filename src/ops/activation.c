@@ -8,14 +8,7 @@ static kite_status activation(kite_ctx *ctx, kite_op op, const DLTensor *x, DLTe
   kite_status s = kite_rowwise_begin(ctx, kite_op_name(op), x, y, 1, &v);
   if (s != KITE_OK) return s;
 
-  kite_act_args a = {.op = op,
-                     .dtype = v.dtype,
-                     .rows = v.rows,
-                     .cols = v.x_cols,
-                     .x = v.x,
-                     .x_stride = v.x_stride,
-                     .y = v.y,
-                     .y_stride = v.y_stride};
+  kite_act_args a = {KITE_ROWWISE_FIELDS(op, v)};
   if (a.rows == 0 || a.cols == 0) return KITE_OK;
   return kite_dispatch(ctx, op, a.dtype, &a);
 }

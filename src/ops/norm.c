@@ -20,17 +20,7 @@ static kite_status norm_check(kite_ctx *ctx, kite_op op, const char *name, bool 
   if ((s = kite_check_ctx(ctx, name)) != KITE_OK) return s;
   if ((s = kite_check_rowwise(ctx, name, x, y, 1, &v)) != KITE_OK) return s;
 
-  kite_norm_args a = {.op = op,
-                      .dtype = v.dtype,
-                      .rows = v.rows,
-                      .cols = v.x_cols,
-                      .x = v.x,
-                      .x_stride = v.x_stride,
-                      .y = v.y,
-                      .y_stride = v.y_stride,
-                      .eps = eps,
-                      .offset = offset,
-                      .pos = pos};
+  kite_norm_args a = {KITE_ROWWISE_FIELDS(op, v), .eps = eps, .offset = offset, .pos = pos};
   if (fused) {
     kite_tensor rt;
     int64_t rows, cols;

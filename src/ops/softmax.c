@@ -11,15 +11,7 @@ kite_status kite_softmax(kite_ctx *ctx, const DLTensor *x, float scale, DLTensor
   if (!isfinite(scale))
     return kite_set_error(KITE_ERR_INVALID_ARG, "softmax: scale: %g is not finite", (double)scale);
 
-  kite_softmax_args a = {.op = KITE_OP_SOFTMAX,
-                         .dtype = v.dtype,
-                         .rows = v.rows,
-                         .cols = v.x_cols,
-                         .x = v.x,
-                         .x_stride = v.x_stride,
-                         .y = v.y,
-                         .y_stride = v.y_stride,
-                         .scale = scale};
+  kite_softmax_args a = {KITE_ROWWISE_FIELDS(KITE_OP_SOFTMAX, v), .scale = scale};
   if (a.rows == 0 || a.cols == 0) return KITE_OK;
   return kite_dispatch(ctx, KITE_OP_SOFTMAX, a.dtype, &a);
 }
