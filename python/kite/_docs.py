@@ -389,9 +389,10 @@ _PARTS = [
         '- (1 - ls) [j = t] - ls / V, with p = softmax(z), times dz/dx = 1 - (z / softcap)^2.\n'
         'reduction: none (a loss per row), sum, or mean over the rows that are not ignored (0 when all\n'
         "are, and a zero gradient: never NaN; PyTorch's mean gives NaN there, 0 / 0). A target\n"
-        'outside [0, V) that is not ignore_index is an error where the backend can read targets (host memory), checked before anything is written; a device kernel\n'
-        'that cannot report it gives that row a NaN loss and a zero gradient and never reads outside the\n'
-        'row (KITE_CHECK_INDICES reports it at the next synchronization).'
+        'outside [0, V) that is not ignore_index is an error where the backend can read targets (host\n'
+        'memory), checked before anything is written; a device kernel that cannot report it gives that row\n'
+        'a NaN loss and a zero gradient and never reads outside the row (KITE_CHECK_INDICES reports it at\n'
+        'the next synchronization).'
     ),
     (
         'typedef enum kite_reduction {\n'
@@ -557,7 +558,8 @@ _PARTS = [
         'Log-softmax values of logits[B, V] for clients: token_logprobs[B] f32 = log softmax of row b\n'
         'at tokens[b] (int32 [B]; both NULL or both given; a token outside [0, V) gives NaN), and the\n'
         'n largest (0 <= n <= 20, n <= V): top_ids[B, n] int32 in descending logit order (the lower id\n'
-        'first on ties) with top_logprobs[B, n] f32 (when n = 0 both NULL, or both [B, 0]: nothing). NaN logits count as -inf.'
+        'first on ties) with top_logprobs[B, n] f32 (when n = 0 both NULL, or both [B, 0]: nothing). NaN\n'
+        'logits count as -inf.'
     ),
     (
         'C: kite_status kite_logprobs(kite_ctx *ctx, const DLTensor *logits, const DLTensor *tokens,\n'

@@ -166,8 +166,8 @@ typedef struct bench {
   kt_host_copy *copy;             /* the CPU ceiling, timed again beside every CPU row */
   int threads;
   int header_done;
-  int rows_asked;    /* rows timed of the backend or kernel --backend asked for */
-  int over_ceiling;  /* rows above 120 % of their copy ceiling: the ceiling was unstable */
+  int rows_asked;   /* rows timed of the backend or kernel --backend asked for */
+  int over_ceiling; /* rows above 120 % of their copy ceiling: the ceiling was unstable */
 } bench;
 
 static double ceiling_of(const bench *b, DLDeviceType t) {

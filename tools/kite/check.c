@@ -184,7 +184,7 @@ static kite_status run_pinned(kt_run *r, images *im, kite_ctx *ctx, const kt_ker
 
 typedef struct kstat {
   int pass, fail, skip, tested;
-  int oracle; /* ref's own runs of a case: the reference, not a comparison */
+  int oracle;                       /* ref's own runs of a case: the reference, not a comparison */
   double worst_ratio, worst_maxabs; /* worst NMSE / bound and max-abs over its cases */
 } kstat;
 
@@ -397,8 +397,7 @@ static int run_harness(const kt_opts *o, int brief) {
     if (unchecked)
       printf("%d kernel%s of ops without a case driver were not checked (failed).\n", unchecked,
              unchecked == 1 ? "" : "s");
-    if (h.oracle)
-      printf("ref ran %d cases as the reference (not counted as passes).\n", h.oracle);
+    if (h.oracle) printf("ref ran %d cases as the reference (not counted as passes).\n", h.oracle);
     printf("kite check: %.1f s\n", kt_now() - t0);
   } else if (unchecked) {
     printf("(%d kernels of ops without a case driver were not checked: failed)\n", unchecked);
