@@ -234,6 +234,9 @@ typedef struct frame {
   int64_t strides[MAX_ARGS][MAX_DIMS];
   PyObject *keep[2 * MAX_ARGS];
   int nkeep;
+  /* arguments from the torch dispatcher: its Negative-key fallback has resolved negative views
+   * already, so they need no check here (a Python method call per tensor on the hot path) */
+  int dispatched;
 } frame;
 
 static void frame_release(frame *f) {
@@ -246,10 +249,13 @@ static void frame_release(frame *f) {
 static int from_torch(const op_desc *d, int n, PyObject *o, frame *f, DLTensor *dl, int input) {
   /* a negative view (x._neg_view(), what conj() of a real tensor gives) shares x's memory with a
    * flag that DLPack does not carry: an input is read through a resolved copy, an output refused */
-  PyObject *neg = PyObject_CallMethodNoArgs(o, s_is_neg);
-  if (!neg) return -1;
-  int is_neg = neg == Py_True;
-  Py_DECREF(neg);
+  int is_neg = 0;
+  if (!f->dispatched) {
+    PyObject *neg = PyObject_CallMethodNoArgs(o, s_is_neg);
+    if (!neg) return -1;
+    is_neg = neg == Py_True;
+    Py_DECREF(neg);
+  }
   if (is_neg) {
     if (!input) {
       raise_invalid("%s: %s: a negative view (is_neg()) cannot be written: resolve_neg() first",
@@ -497,6 +503,7 @@ static PyObject *run_op(const op_desc *d, PyObject *const *args, void *stream,
                         int from_torch_stream, unsigned fresh) {
   frame f;
   f.nkeep = 0;
+  f.dispatched = from_torch_stream;
   kite_value a[MAX_ARGS];
   PyObject *written[MAX_ARGS];
   int nwritten = 0;
