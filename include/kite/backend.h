@@ -274,6 +274,63 @@ typedef struct kite_sdpa_args {
   float *lse;
 } kite_sdpa_args;
 
+/* sdpa_varlen: q/o[tq, hq, head_dim], k/v[tk, hkv, head_dim], strides [0] token, [1] head
+ * (head_dim unit-stride). Sequence b (< batch): q rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]),
+ * key rows [cu_seqlens_k[b], cu_seqlens_k[b + 1]); max_seqlen_q / max_seqlen_k bound every
+ * length. On a host ctx the front-end has checked the cu_seqlens values; in device memory they
+ * are not validated: a kernel must never read or write outside the tensors for any value (clamp
+ * to [0, tq] / [0, tk] and to the max_seqlen bounds). opts.scale resolved. lse NULL or compact
+ * f32 [tq, hq]. */
+typedef struct kite_sdpa_varlen_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t batch, tq, tk, hq, hkv, head_dim, max_seqlen_q, max_seqlen_k;
+  const int32_t *cu_seqlens_q, *cu_seqlens_k;
+  const void *q;
+  int64_t q_stride[2];
+  const void *k;
+  int64_t k_stride[2];
+  const void *v;
+  int64_t v_stride[2];
+  kite_attn_opts opts;
+  void *o;
+  int64_t o_stride[2];
+  float *lse;
+} kite_sdpa_varlen_args;
+
+/* sdpa_backward: fwd is the forward's call (fwd.o its output, fwd.lse its lse, never NULL; both
+ * read only). dout/dq[batch, hq, sq, head_dim], dk/dv[batch, hkv, sk, head_dim], strides [0]
+ * batch, [1] head, [2] sequence, head_dim unit-stride; dq, dk, dv are overwritten. */
+typedef struct kite_sdpa_backward_args {
+  kite_op op;
+  kite_dtype dtype;
+  kite_sdpa_args fwd;
+  const void *dout;
+  int64_t dout_stride[3];
+  void *dq;
+  int64_t dq_stride[3];
+  void *dk;
+  int64_t dk_stride[3];
+  void *dv;
+  int64_t dv_stride[3];
+} kite_sdpa_backward_args;
+
+/* sdpa_varlen_backward: as sdpa_backward over kite_sdpa_varlen_args (strides [0] token, [1]
+ * head). Key rows no sequence covers get zeros in dk / dv. */
+typedef struct kite_sdpa_varlen_backward_args {
+  kite_op op;
+  kite_dtype dtype;
+  kite_sdpa_varlen_args fwd;
+  const void *dout;
+  int64_t dout_stride[2];
+  void *dq;
+  int64_t dq_stride[2];
+  void *dk;
+  int64_t dk_stride[2];
+  void *dv;
+  int64_t dv_stride[2];
+} kite_sdpa_varlen_backward_args;
+
 /* linear: y[m, n] = x[m, k] w[n, k]^T + bias[n] (bias NULL or [n]); row strides. */
 typedef struct kite_linear_args {
   kite_op op;

@@ -323,6 +323,55 @@ KITE_API kite_status kite_sdpa(kite_ctx *ctx, const DLTensor *q, const DLTensor 
                                const DLTensor *v, const DLTensor *mask, const kite_attn_opts *opts,
                                DLTensor *o, DLTensor *lse);
 
+/* Dense attention over packed sequences (FlashAttention's varlen form, packed-sequence
+ * training). q[Tq, Hq, D], k/v[Tk, Hkv, D] (token and head strides free, D unit-stride) hold B
+ * sequences back to back: sequence b's queries are rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of
+ * q, its keys rows [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k and v (cu_seqlens_* [B + 1] int32,
+ * starting at 0, nondecreasing, ending at Tq / Tk). Within a sequence everything is kite_sdpa's
+ * rule with Sq, Sk its lengths (causal aligns its last query with its last key; the window is
+ * measured from query i's position i + Sk - Sq); no mask. max_seqlen_q / max_seqlen_k (>= 1 when
+ * the tensors are not empty) bound every sequence's length: device kernels size their grids by
+ * them. -> o[Tq, Hq, D], lse NULL or f32 [Tq, Hq].
+ * Index values: on a CPU ctx cu_seqlens not starting at 0, decreasing, not ending at Tq / Tk, or a
+ * length above its max_seqlen is INVALID_ARG. On a device they are read by the kernels, which
+ * never read or write outside the tensors whatever they hold (the rows of a sequence longer than
+ * its bound are unspecified). */
+KITE_API kite_status kite_sdpa_varlen(kite_ctx *ctx, const DLTensor *q, const DLTensor *k,
+                                      const DLTensor *v, const DLTensor *cu_seqlens_q,
+                                      const DLTensor *cu_seqlens_k, int64_t max_seqlen_q,
+                                      int64_t max_seqlen_k, const kite_attn_opts *opts, DLTensor *o,
+                                      DLTensor *lse);
+
+/* Backward of kite_sdpa. q, k, v, mask, opts: the forward's arguments; o and lse (f32 [B, Hq, Sq],
+ * required) its outputs; dout[B, Hq, Sq, D] the gradient of o (q's dtype). Writes (overwrites)
+ * dq[B, Hq, Sq, D] and dk, dv[B, Hkv, Sk, D], q's dtype, any strides with unit-stride D.
+ * With s the scaled score of the forward, t = softcap > 0 ? softcap * tanh(s / softcap) : s,
+ * u = t + float mask (masked-out keys have p = 0), p = exp(u - lse), delta_i = sum_d dout.o:
+ *   dv_j = sum_i p_ij dout_i          dp_ij = dout_i . v_j          du_ij = p_ij (dp_ij - delta_i)
+ *   ds_ij = du_ij (softcap > 0 ? 1 - tanh(s_ij / softcap)^2 : 1)
+ *   dq_i = scale sum_j ds_ij k_j      dk_j = scale sum_i ds_ij q_i
+ * dk and dv of a kv head sum over the query heads that read it (GQA) in a fixed order: the same
+ * bits run after run. A query that saw no key (lse = -inf) contributes nothing. The mask gets no
+ * gradient. Errors: those of kite_sdpa, dout / o not q's shape, dk / dv not k's shape, an output
+ * overlapping an input or another output. */
+KITE_API kite_status kite_sdpa_backward(kite_ctx *ctx, const DLTensor *q, const DLTensor *k,
+                                        const DLTensor *v, const DLTensor *mask,
+                                        const kite_attn_opts *opts, const DLTensor *o,
+                                        const DLTensor *lse, const DLTensor *dout, DLTensor *dq,
+                                        DLTensor *dk, DLTensor *dv);
+
+/* Backward of kite_sdpa_varlen, by kite_sdpa_backward's formulas within each sequence. o[Tq, Hq,
+ * D] and lse (f32 [Tq, Hq], required) from the forward, dout[Tq, Hq, D]; writes dq[Tq, Hq, D], dk,
+ * dv[Tk, Hkv, D]. Index values as for kite_sdpa_varlen; on a device the key rows that no sequence
+ * covers get zeros. */
+KITE_API kite_status kite_sdpa_varlen_backward(kite_ctx *ctx, const DLTensor *q, const DLTensor *k,
+                                               const DLTensor *v, const DLTensor *cu_seqlens_q,
+                                               const DLTensor *cu_seqlens_k, int64_t max_seqlen_q,
+                                               int64_t max_seqlen_k, const kite_attn_opts *opts,
+                                               const DLTensor *o, const DLTensor *lse,
+                                               const DLTensor *dout, DLTensor *dq, DLTensor *dk,
+                                               DLTensor *dv);
+
 /* --- GEMM, MoE, quantization ---------------------------------------------------------------- */
 /* y[M, N] = x[M, K] w[N, K]^T + bias[N]. x, w, y f32/f16/bf16, all the same dtype; bias NULL or
  * the same dtype. x, w and y may be row-strided. Accumulation in f32 or better. */
