@@ -754,7 +754,10 @@ def main():
     ap.add_argument("--only", default="core,compute,sampling,loss",
                     help="sections to run, comma-separated: core,compute,sampling,loss")
     args = ap.parse_args()
-    want = set(args.only.split(","))
+    sections = set(args.only.split(","))
+    unknown = sections - {"core", "compute", "sampling", "loss"}
+    if unknown:
+        ap.error(f"--only: unknown sections {sorted(unknown)}")
     os.makedirs(args.out, exist_ok=True)
     torch.manual_seed(0)
     kite = Kite(args.lib)
@@ -768,7 +771,7 @@ def main():
     bench_gbs = kite_bench_gbs(args.kite_bench)
     ops = ["rms_norm", "add_rms_norm", "silu_and_mul", "rope", "softmax", "embedding",
            "rms_norm_backward"]
-    for op in ops if "core" in want else []:
+    for op in ops if "core" in sections else []:
         # backward graphs are not replayed as CUDA graphs: the training size only
         for T in (8192,) if op.endswith("_backward") else (8192, 16, 1):
             shape, nbytes, kfn, eager, ref_fn, ref_args, check = make_case(kite, op, T)
@@ -804,7 +807,7 @@ def main():
             torch.cuda.empty_cache()
 
     try:
-        crows = compute_rows(kite) if "compute" in want else []
+        crows = compute_rows(kite) if "compute" in sections else []
     except Exception as ex:  # reported in the table's place, not fatal to the rows above
         print(f"compute rows failed: {ex}", flush=True)
         crows, failures = [], failures + 1
@@ -812,17 +815,23 @@ def main():
         print(json.dumps(r), flush=True)
         failures += not (r["rel_err"] < 2e-2)
     try:
-        srows = sampling_rows(kite) if "sampling" in want else []
+        srows = sampling_rows(kite) if "sampling" in sections else []
     except Exception as ex:  # reported, not fatal to the rows above
         print(f"sampling rows failed: {ex}", flush=True)
         srows, failures = [], failures + 1
     failures += sum(not r["in_kept_set"] for r in srows)
     try:
-        lrows = loss_rows(kite, not args.no_compile) if "loss" in want else []
+        lrows = loss_rows(kite, not args.no_compile) if "loss" in sections else []
     except Exception as ex:  # reported, not fatal to the rows above
         print(f"loss rows failed: {ex}", flush=True)
         lrows, failures = [], failures + 1
     failures += sum(not (r["rel_err"] < 2e-2) for r in lrows)
+    # a section asked for that produced no row failed somewhere: loudly, not as an empty table
+    for name, got_rows in (("core", rows), ("compute", crows), ("sampling", srows),
+                           ("loss", lrows)):
+        if name in sections and not got_rows:
+            print(f"section {name}: FAILED, no rows", flush=True)
+            failures += 1
 
     with open(os.path.join(args.out, "peers.json"), "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "copy_gbs": copy, "rows": rows,
