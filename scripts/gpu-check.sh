@@ -32,6 +32,11 @@
 #            CUDA and CPU into check.log; then scripts/py_overhead.py (host time per call at
 #            decode size) and scripts/py_peers.py (per-op table vs eager, torch.compile, Liger)
 #            into peers.log. Needs pytest (and transformers for the model tests) installed.
+#   train    scripts/train_bench.py: a training step of a Llama-shaped random-init model (hidden
+#            2048, 16 layers, seq 4096, vocab 128256, bf16, AdamW) for transformers, + Liger-Kernel
+#            (wheel carried in .gpuwheels/) and + kite.torch.patch: tokens/s and peak memory,
+#            alternated in separate processes (needs the python stage's kite._C build; TRAIN_ARGS
+#            passes options)
 #   comm     test_comm --device cuda: the collectives (cuda.nccl) against float64 sums at 1 rank,
 #            and at one rank per GPU when more than one is visible (threads in one process);
 #            then the bus bandwidth of all_reduce, 1 KB - 256 MB, beside ncclAllReduce called
@@ -47,7 +52,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
 BUILD=${BUILD:-build}
 JOBS=${JOBS:-$(nproc)}
-STAGES=${*:-build check seeds sanitize bench engine peers python comm}
+STAGES=${*:-build check seeds sanitize bench engine peers python train comm}
 mkdir -p "$OUT"
 # at most 8 files come back from the GPU machine: these, and kite_bench.jsonl, peers.{json,csv}
 # (the python stage adds py_overhead.json and py_peers.json: run it alone to get them back)
@@ -249,6 +254,17 @@ if want python; then
   run_logged peers.log 420 "$PY" scripts/py_peers.py --device cuda --json "$OUT/py_peers.json"
   sed -n '/^device cuda/,$p' "$OUT/peers.log" | head -12
   sed -n '/^---- kite (torch.ops.kite)/,$p' "$OUT/peers.log"
+fi
+if want train; then
+  stage "training step: transformers, + Liger-Kernel, + kite.torch.patch (scripts/train_bench.py)"
+  # Liger-Kernel is pure Python over Triton: its wheel travels in .gpuwheels/ (pip download
+  # liger-kernel --no-deps -d .gpuwheels) and is installed here without its dependencies.
+  ls .gpuwheels/*.whl > /dev/null 2>&1 && python3 -m pip install -q --no-deps .gpuwheels/*.whl
+  { cmake -S . -B "$BUILD" -DKITE_BUILD_PYTHON=ON -DPython3_EXECUTABLE="$(command -v python3)" &&
+    cmake --build "$BUILD" -j "$JOBS"; } >> "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; status=1; }
+  PYTHONPATH=$PWD/$BUILD/python run_logged peers.log 900 python3 scripts/train_bench.py \
+    ${TRAIN_ARGS:-} || echo "TRAIN BENCH FAILED (peers.log)"
+  sed -n '/^---- training step/,$p' "$OUT/peers.log"
 fi
 if want comm; then
   stage "collectives: test_comm --device cuda (cuda.nccl), all_reduce bus bandwidth"
