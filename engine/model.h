@@ -101,6 +101,23 @@ int kr_submit(kr_model *m, const int32_t *prompt, size_t n, int max_new, char *e
 int kr_generate(kr_model *m, const kr_sampling *s, kr_token_fn on_token, kr_stop_fn stop,
                 void *user, char *err, size_t err_len);
 
+/* A server's loop: kr_begin once (the default settings, NULL: greedy), then kr_submit_with for
+ * each request (its own settings and seed), kr_generate_step while anything runs, kr_cancel for a
+ * request that is dropped, kr_release once its tokens are read (its index is then reused). */
+int kr_begin(kr_model *m, const kr_sampling *s, char *err, size_t err_len);
+int kr_submit_with(kr_model *m, const int32_t *prompt, size_t n, int max_new, const kr_sampling *s,
+                   char *err, size_t err_len);
+/* One step over every running sequence; returns how many sequences it ran (0: none to run), or
+ * -1 with a message. */
+int kr_generate_step(kr_model *m, kr_token_fn on_token, kr_stop_fn stop, void *user, char *err,
+                     size_t err_len);
+void kr_cancel(kr_model *m, int seq);
+/* Whether sequence seq has finished (its last token generated, or cancelled). */
+int kr_done(const kr_model *m, int seq);
+void kr_release(kr_model *m, int seq);
+/* Sequences waiting or running. */
+int kr_active(const kr_model *m);
+
 typedef struct kr_stats {
   double prefill_s, decode_s; /* steps with prompt tokens, steps of decode tokens only */
   int64_t prefill_tokens, decode_tokens, steps;

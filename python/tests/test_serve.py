@@ -1,0 +1,247 @@
+"""kite serve through the official openai client, on the engine tests' small random-weight model
+(tests/engine/tiny_model.c, written by test_engine --write-seed): completions and chat, streams
+that assemble to the non-streamed text, 16 concurrent clients equal to their solo runs, a client
+that leaves mid-stream, and the refusals (malformed JSON, wrong types, unknown model, a prompt
+that does not fit the context)."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import kite
+import pytest
+
+openai = pytest.importorskip("openai")
+
+BUILD = Path(os.environ.get("KITE_BUILD", Path(kite.__file__).resolve().parents[2]))
+KITE = BUILD / "bin" / "kite"
+TEST_ENGINE = BUILD / "bin" / "test_engine"
+CTX = 256  # the small model's context length
+
+
+def as_text(b: bytes) -> str:
+    """The server's text for bytes b: whole UTF-8 characters kept, any other byte U+FFFD."""
+    out, i = [], 0
+    while i < len(b):
+        lead = b[i]
+        n = 1 if lead < 0x80 else 2 if 0xC0 <= lead < 0xE0 else 3 if 0xE0 <= lead < 0xF0 else 4
+        try:
+            ch = b[i : i + n].decode("utf-8")
+        except UnicodeDecodeError:
+            ch = ""
+        if len(ch) != 1:
+            out.append("\ufffd")
+            i += 1
+        else:
+            out.append("\ufffd" if ch == "\0" else ch)
+            i += n
+    return "".join(out)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    for exe in (KITE, TEST_ENGINE):
+        if not exe.exists():
+            pytest.fail(f"{exe} is not built (KITE_BUILD={BUILD})")
+    d = tmp_path_factory.mktemp("serve")
+    model = d / "tiny.gguf"
+    subprocess.run([str(TEST_ENGINE), "--write-seed", str(model)], check=True)
+    log = open(d / "serve.log", "w+")
+    proc = subprocess.Popen(
+        [str(KITE), "serve", str(model), "--port", "0", "--parallel", "16", "--threads", "1"],
+        stdout=log,
+        stderr=log,
+    )
+    port = None
+    for _ in range(300):
+        log.seek(0)
+        m = re.search(r"on http://127\.0\.0\.1:(\d+)", log.read())
+        if m:
+            port = int(m.group(1))
+            break
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    if port is None:
+        proc.kill()
+        log.seek(0)
+        pytest.fail("kite serve did not start:\n" + log.read())
+    url = f"http://127.0.0.1:{port}"
+    client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=60)
+    yield {"url": url, "client": client, "model": "tiny.gguf", "gguf": model, "proc": proc}
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0, "kite serve did not exit cleanly on SIGTERM"
+    log.seek(0)
+    assert "shutting down" in log.read()
+
+
+def health(server):
+    with urllib.request.urlopen(server["url"] + "/health", timeout=10) as r:
+        return json.load(r)
+
+
+def post_raw(server, path, data: bytes):
+    req = urllib.request.Request(
+        server["url"] + path, data=data, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def complete(server, prompt, n=24, **kw):
+    return server["client"].completions.create(
+        model=server["model"], prompt=prompt, max_tokens=n, temperature=0, **kw
+    )
+
+
+def streamed(server, chat, **kw):
+    c = server["client"]
+    if chat:
+        s = c.chat.completions.create(model=server["model"], stream=True, **kw)
+        parts, finish = [], None
+        for ch in s:
+            assert ch.object == "chat.completion.chunk"
+            if ch.choices:
+                parts.append(ch.choices[0].delta.content or "")
+                finish = ch.choices[0].finish_reason or finish
+        return "".join(parts), finish
+    s = c.completions.create(model=server["model"], stream=True, **kw)
+    parts, finish = [], None
+    for ch in s:
+        parts.append(ch.choices[0].text)
+        finish = ch.choices[0].finish_reason or finish
+    return "".join(parts), finish
+
+
+def test_models_and_health(server):
+    models = server["client"].models.list()
+    assert [m.id for m in models.data] == [server["model"]]
+    h = health(server)
+    assert h["status"] == "ok" and h["active_sequences"] >= 0
+
+
+def test_completion_matches_kite_run(server):
+    r = complete(server, "abc abc", n=20)
+    ch = r.choices[0]
+    assert r.object == "text_completion" and ch.finish_reason in ("stop", "length")
+    assert r.usage.prompt_tokens > 0 and 0 < r.usage.completion_tokens <= 20
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    # the same greedy tokens as kite run (which prints the prompt, then the text)
+    out = subprocess.run(
+        [str(KITE), "run", "--model", str(server["gguf"]), "--prompt", "abc abc", "-n", "20",
+         "--threads", "1"],
+        check=True, capture_output=True,
+    ).stdout
+    assert out.startswith(b"abc abc") and out.endswith(b"\n")
+    assert ch.text == as_text(out[len(b"abc abc") : -1])
+    if ch.finish_reason == "length":
+        assert r.usage.completion_tokens == 20
+
+
+def test_stream_assembles_to_the_same_text(server):
+    for chat in (False, True):
+        kw = dict(max_tokens=30, temperature=0)
+        if chat:
+            kw["messages"] = [{"role": "user", "content": "hello there"}]
+            whole = server["client"].chat.completions.create(model=server["model"], **kw)
+            text, finish = whole.choices[0].message.content, whole.choices[0].finish_reason
+            assert whole.choices[0].message.role == "assistant"
+            assert whole.object == "chat.completion"
+        else:
+            kw["prompt"] = "hello there"
+            whole = server["client"].completions.create(model=server["model"], **kw)
+            text, finish = whole.choices[0].text, whole.choices[0].finish_reason
+        assert streamed(server, chat, **kw) == (text, finish)
+    # sampled with a seed: the same draws streamed or not
+    kw = dict(prompt="xyz", max_tokens=30, temperature=0.9, top_k=40, top_p=0.95, seed=7)
+    text = server["client"].completions.create(model=server["model"], **kw).choices[0].text
+    assert streamed(server, False, **kw)[0] == text
+
+
+def test_stop_string(server):
+    full = complete(server, "abc", n=40).choices[0].text
+    assert len(full) >= 4
+    stop = full[2:4]
+    r = complete(server, "abc", n=40, stop=[stop, "\x01never"])
+    assert r.choices[0].finish_reason == "stop"
+    assert r.choices[0].text == full[: full.index(stop)]
+
+
+def test_sixteen_concurrent_clients_equal_their_solo_runs(server):
+    prompts = [f"prompt {i} " + "ab" * (i % 5) for i in range(16)]
+    solo = [complete(server, p).choices[0].text for p in prompts]
+
+    def one(i):
+        if i % 2:  # half of them stream
+            return streamed(server, False, prompt=prompts[i], max_tokens=24, temperature=0)[0]
+        return complete(server, prompts[i]).choices[0].text
+
+    with ThreadPoolExecutor(16) as ex:
+        together = list(ex.map(one, range(16)))
+    assert together == solo
+    assert health(server)["active_sequences"] == 0
+
+
+def test_client_leaving_mid_stream_frees_its_sequence(server):
+    before = health(server)["requests_dropped"]
+    # a long greedy run (the whole context), dropped after its first chunk
+    s = server["client"].completions.create(
+        model=server["model"], prompt="abc", max_tokens=CTX - 8, temperature=0, stream=True,
+        extra_body={"repeat_penalty": 1.0},
+    )
+    next(iter(s))
+    s.close()
+    for _ in range(200):
+        h = health(server)
+        if h["active_sequences"] == 0 and h["requests_dropped"] > before:
+            break
+        time.sleep(0.05)
+    assert h["active_sequences"] == 0 and h["requests_dropped"] == before + 1, h
+    assert complete(server, "still serving", n=4).usage.completion_tokens > 0
+
+
+def test_malformed_and_wrong_requests_are_json_errors(server):
+    status, body = post_raw(server, "/v1/completions", b'{"prompt": "a", ')
+    assert status == 400 and body["error"]["code"] == "invalid_json"
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    status, body = post_raw(server, "/v1/chat/completions", b"[1, 2]")
+    assert status == 400
+    status, body = post_raw(server, "/v1/nope", b"{}")
+    assert status == 404 and "error" in body
+    c = server["client"]
+    with pytest.raises(openai.BadRequestError) as e:
+        c.completions.create(model=server["model"], prompt="a", max_tokens="many")
+    assert e.value.body["param"] == "max_tokens"
+    with pytest.raises(openai.BadRequestError) as e:
+        c.completions.create(model=server["model"], prompt="a", temperature=-1)
+    assert e.value.body["param"] == "temperature"
+    with pytest.raises(openai.BadRequestError) as e:
+        c.completions.create(model=server["model"], prompt="a", n=2)
+    assert e.value.body["param"] == "n"
+    with pytest.raises(openai.NotFoundError) as e:
+        c.completions.create(model="gpt-4o", prompt="a")
+    assert e.value.body["code"] == "model_not_found"
+
+
+def test_prompt_past_the_context_is_refused(server):
+    c = server["client"]
+    with pytest.raises(openai.BadRequestError) as e:
+        c.completions.create(model=server["model"], prompt="a b c d " * 200, max_tokens=4)
+    assert e.value.body["code"] == "context_length_exceeded"
+    # a prompt that fits, with max_tokens that would run past the context: refused, not cut
+    with pytest.raises(openai.BadRequestError) as e:
+        c.completions.create(model=server["model"], prompt="abc", max_tokens=CTX)
+    assert e.value.body["code"] == "context_length_exceeded"
+    assert e.value.body["param"] == "max_tokens"
+    assert health(server)["active_sequences"] == 0
