@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "serve.h"
 #include "utf8.h"
@@ -24,6 +25,7 @@ struct sv_http {
   sv_engine *en;
   long long created;
   atomic_llong next_id;
+  atomic_int in_flight; /* requests submitted whose reply is not yet sent in full */
 };
 
 /* A POST body being received. */
@@ -169,15 +171,22 @@ static void stream_free(void *cls) {
   const int running = !s->r->done;
   pthread_mutex_unlock(&s->r->mu);
   if (running) sv_cancel(s->h->en, s->r);
+  atomic_fetch_sub(&s->h->in_flight, 1);
   sv_request_put(s->r);
   free(s->out);
   free(s);
 }
 
+/* Queues the stream of r, which it takes (its reference and its count in flight). */
 static enum MHD_Result start_stream(struct MHD_Connection *c, sv_http *h, sv_request *r,
                                     const sv_result *res) {
   stream *s = calloc(1, sizeof *s);
-  if (!s) return MHD_NO;
+  if (!s) {
+    sv_cancel(h->en, r);
+    atomic_fetch_sub(&h->in_flight, 1);
+    sv_request_put(r);
+    return MHD_NO;
+  }
   s->h = h;
   s->r = r;
   s->res = *res;
@@ -269,6 +278,7 @@ static enum MHD_Result completion(struct MHD_Connection *c, sv_http *h, const bo
     goto refuse;
   }
   if (sv_submit(h->en, r, &e)) goto refuse;
+  atomic_fetch_add(&h->in_flight, 1); /* until the reply is queued, or the stream freed */
   char id[48];
   snprintf(id, sizeof id, "%s-%lld", chat ? "chatcmpl" : "cmpl", num);
   sv_result res = {.id = id,
@@ -280,26 +290,27 @@ static enum MHD_Result completion(struct MHD_Connection *c, sv_http *h, const bo
   if (p.stream) {
     rc = start_stream(c, h, r, &res); /* the stream owns r now */
     r = NULL;
-  } else {
-    pthread_mutex_lock(&r->mu);
-    while (!r->done) pthread_cond_wait(&r->cv, &r->mu);
-    pthread_mutex_unlock(&r->mu);
-    if (!r->finish_reason) {
-      e = r->error;
-      goto refuse;
-    }
-    char *text;
-    if (clean_utf8(r->text ? r->text : "", r->len, &text, &res.text_len)) {
-      sv_fail(&e, 500, NULL, NULL, "out of memory");
-      goto refuse;
-    }
-    res.text = text;
-    res.finish_reason = r->finish_reason;
-    res.completion_tokens = r->n_gen;
-    res.usage = 1;
-    rc = send_json(c, MHD_HTTP_OK, sv_reply_json(&res));
-    free(text);
+    goto done;
   }
+  pthread_mutex_lock(&r->mu);
+  while (!r->done) pthread_cond_wait(&r->cv, &r->mu);
+  pthread_mutex_unlock(&r->mu);
+  atomic_fetch_sub(&h->in_flight, 1);
+  if (!r->finish_reason) {
+    e = r->error;
+    goto refuse;
+  }
+  char *text;
+  if (clean_utf8(r->text ? r->text : "", r->len, &text, &res.text_len)) {
+    sv_fail(&e, 500, NULL, NULL, "out of memory");
+    goto refuse;
+  }
+  res.text = text;
+  res.finish_reason = r->finish_reason;
+  res.completion_tokens = r->n_gen;
+  res.usage = 1;
+  rc = send_json(c, MHD_HTTP_OK, sv_reply_json(&res));
+  free(text);
   goto done;
 refuse:
   rc = send_error(c, &e);
@@ -409,6 +420,12 @@ int sv_http_port(const sv_http *h) {
 
 void sv_http_stop(sv_http *h) {
   if (!h) return;
+  /* no new connections; the replies in flight (ended by the engine's stop) go out first, for
+   * up to 10 s */
+  const MHD_socket listen = MHD_quiesce_daemon(h->d);
+  for (int i = 0; i < 1000 && atomic_load(&h->in_flight) > 0; i++)
+    nanosleep(&(struct timespec){0, 10000000}, NULL);
   MHD_stop_daemon(h->d);
+  if (listen != MHD_INVALID_SOCKET) close(listen);
   free(h);
 }

@@ -164,18 +164,23 @@ def test_stream_assembles_to_the_same_text(server):
             text, finish = whole.choices[0].text, whole.choices[0].finish_reason
         assert streamed(server, chat, **kw) == (text, finish)
     # sampled with a seed: the same draws streamed or not
-    kw = dict(prompt="xyz", max_tokens=30, temperature=0.9, top_k=40, top_p=0.95, seed=7)
+    kw = dict(prompt="xyz", max_tokens=30, temperature=0.9, top_p=0.95, seed=7,
+              extra_body={"top_k": 40, "min_p": 0.01, "repeat_penalty": 1.1},
+              presence_penalty=0.2)
     text = server["client"].completions.create(model=server["model"], **kw).choices[0].text
     assert streamed(server, False, **kw)[0] == text
 
 
 def test_stop_string(server):
     full = complete(server, "abc", n=40).choices[0].text
-    assert len(full) >= 4
-    stop = full[2:4]
-    r = complete(server, "abc", n=40, stop=[stop, "\x01never"])
+    m = re.search(r"[!-~]{3}", full[1:])  # printable ASCII past the first character
+    assert m, full
+    stop = m.group(0)
+    kw = dict(prompt="abc", max_tokens=40, temperature=0, stop=[stop, "\x01never"])
+    r = server["client"].completions.create(model=server["model"], **kw)
     assert r.choices[0].finish_reason == "stop"
     assert r.choices[0].text == full[: full.index(stop)]
+    assert streamed(server, False, **kw) == (r.choices[0].text, "stop")
 
 
 def test_sixteen_concurrent_clients_equal_their_solo_runs(server):
