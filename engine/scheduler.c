@@ -119,6 +119,7 @@ int kr_sched_submit_with(kr_scheduler *s, const int32_t *prompt, size_t n, int m
   memcpy(q->tok, prompt, n * sizeof *q->tok);
   q->n_tok = q->n_prompt = n;
   q->max_new = max_new;
+  q->order = ++s->n_submitted;
   q->state = max_new > 0 ? KR_SEQ_WAITING : KR_SEQ_DONE; /* nothing to generate: done at once */
   if (slot == s->n_seqs) s->n_seqs++;
   return slot;
@@ -158,6 +159,31 @@ static size_t chunk(const kr_scheduler *s, const kr_seq *q, int used) {
   return left < budget ? left : budget;
 }
 
+/* Adds a prompt chunk of sequence i to the step when its blocks can be had (else it waits).
+ * Returns -1 when the step's token budget is spent, else 0. */
+static int take_prefill(kr_scheduler *s, int i, int nd, int *n_prefill_tok, int *n_seq) {
+  if (s->max_tokens - nd - *n_prefill_tok <= 0) return -1;
+  kr_seq *q = &s->seqs[i];
+  const size_t take = chunk(s, q, nd + *n_prefill_tok);
+  if (kr_kv_grow(s->parts.kv, &q->table, q->n_cached + take)) return 0; /* waits for blocks */
+  q->state = KR_SEQ_RUNNING;
+  s->step_seq[(*n_seq)++] = i;
+  *n_prefill_tok += (int)take;
+  return 0;
+}
+
+/* The waiting sequence submitted first after submission number `after`, or -1. */
+static int next_waiting(const kr_scheduler *s, uint64_t after) {
+  int best = -1;
+  for (int i = 0; i < s->n_seqs; i++) {
+    const kr_seq *q = &s->seqs[i];
+    if (q->state == KR_SEQ_WAITING && q->order > after &&
+        (best < 0 || q->order < s->seqs[best].order))
+      best = i;
+  }
+  return best;
+}
+
 /* Chooses the step's sequences into step_seq: decode ones first (*n_decode of them), then
  * prefill ones. Returns how many. */
 static int plan_step(kr_scheduler *s, int *n_decode) {
@@ -173,20 +199,19 @@ static int plan_step(kr_scheduler *s, int *n_decode) {
     s->step_seq[n_seq++] = i;
     nd++;
   }
-  /* prefill: running sequences with prompt left, then waiting ones while blocks last */
-  for (int pass = 0; pass < 2; pass++)
-    for (int i = 0; i < s->n_seqs && n_seq < s->max_seqs; i++) {
-      kr_seq *q = &s->seqs[i];
-      if (pass == 0 ? !(q->state == KR_SEQ_RUNNING && q->n_cached + 1 < q->n_tok)
-                    : q->state != KR_SEQ_WAITING)
-        continue;
-      if (s->max_tokens - nd - n_prefill_tok <= 0) break;
-      const size_t take = chunk(s, q, nd + n_prefill_tok);
-      if (kr_kv_grow(s->parts.kv, &q->table, q->n_cached + take)) continue; /* waits for blocks */
-      q->state = KR_SEQ_RUNNING;
-      s->step_seq[n_seq++] = i;
-      n_prefill_tok += (int)take;
-    }
+  /* prefill: running sequences with prompt left, then waiting ones in the order they came (a
+   * slot reused by a later request must not let it pass earlier ones) while blocks last */
+  for (int i = 0; i < s->n_seqs && n_seq < s->max_seqs; i++) {
+    const kr_seq *q = &s->seqs[i];
+    if (q->state == KR_SEQ_RUNNING && q->n_cached + 1 < q->n_tok &&
+        take_prefill(s, i, nd, &n_prefill_tok, &n_seq))
+      break;
+  }
+  uint64_t after = 0;
+  for (int i; n_seq < s->max_seqs && (i = next_waiting(s, after)) >= 0;) {
+    after = s->seqs[i].order;
+    if (take_prefill(s, i, nd, &n_prefill_tok, &n_seq)) break;
+  }
   *n_decode = nd;
   return n_seq;
 }

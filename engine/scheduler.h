@@ -27,7 +27,8 @@ typedef struct kr_seq {
   int max_new, n_new;
   kr_block_table table;
   kr_seq_state state;
-  int has_sp; /* sp holds the sequence's own settings and seed (else the run's, seed + index) */
+  uint64_t order; /* submission number: waiting sequences start in this order */
+  int has_sp;     /* sp holds the sequence's own settings and seed (else the run's, seed + index) */
   kr_sampling sp;
 } kr_seq;
 
@@ -46,6 +47,7 @@ typedef struct kr_scheduler {
   int max_tokens, max_seqs, ctx_len, n_vocab;
   kr_seq *seqs;
   int n_seqs, cap_seqs;
+  uint64_t n_submitted;
   int32_t *h_index_buf;    /* the step's index arrays on the host (kr_step_index's layout) */
   void *d_index_buf;       /* and on the device */
   kr_step_index host, dev; /* views of the two buffers */

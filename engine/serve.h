@@ -98,7 +98,8 @@ typedef struct sv_request {
   char *text; /* the generated text so far, [len] */
   size_t len, cap;
   int n_gen;     /* tokens generated */
-  int done;      /* finished (finish_reason) or failed (error) */
+  int done;      /* finished (finish_reason) or failed (error): the waiter may reply */
+  int ended;     /* the engine's: ends after this step (a stop string, an error) */
   int cancelled; /* the client went away (set by the HTTP thread) */
   const char *finish_reason;
   sv_error error;
@@ -123,9 +124,9 @@ int sv_submit(sv_engine *en, sv_request *r, sv_error *e);
 /* Marks r as dropped by its client: the engine frees its sequence at its next step. */
 void sv_cancel(sv_engine *en, sv_request *r);
 /* Waits until r has more than `have` bytes that can be sent (a stream holds back a tail that may
- * still become a stop string, and incomplete UTF-8) or is done. Returns the sendable length;
- * r->mu must be held. */
-size_t sv_wait_text(sv_request *r, size_t have);
+ * still become a stop string, and incomplete UTF-8) or is done, for up to timeout_ms. Returns the
+ * sendable length (`have` when the time ran out); r->mu must be held. */
+size_t sv_wait_text(sv_request *r, size_t have, int timeout_ms);
 void sv_engine_counts(sv_engine *en, int *active, int *queued, long long *served,
                       long long *dropped);
 

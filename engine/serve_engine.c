@@ -6,9 +6,11 @@
  * and its KV blocks are freed before the next step). HTTP threads wait on their request's own
  * mutex and condition for more text.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "serve.h"
 
@@ -75,13 +77,18 @@ static size_t utf8_whole(const char *text, size_t len) {
   return len;
 }
 
-size_t sv_wait_text(sv_request *r, size_t have) {
+size_t sv_wait_text(sv_request *r, size_t have, int timeout_ms) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_nsec += (long)timeout_ms * 1000000L;
+  until.tv_sec += until.tv_nsec / 1000000000L;
+  until.tv_nsec %= 1000000000L;
   for (;;) {
     if (r->done) return r->len;
     size_t n = r->len > r->stop_hold ? r->len - r->stop_hold : 0;
     n = utf8_whole(r->text, n);
     if (n > have) return n;
-    pthread_cond_wait(&r->cv, &r->mu);
+    if (pthread_cond_timedwait(&r->cv, &r->mu, &until) == ETIMEDOUT) return have;
   }
 }
 
@@ -131,11 +138,11 @@ static void on_token(void *user, int seq, int32_t token) {
   if (n > sizeof buf) n = sizeof buf;
   pthread_mutex_lock(&r->mu);
   r->n_gen++;
-  if (!r->done) {
+  if (!r->ended) { /* reap ends it after the step, once its sequence is given back */
     if (append(r, buf, n))
-      sv_fail(&r->error, 500, NULL, NULL, "out of memory"), end_request(r, NULL);
+      r->ended = 1, sv_fail(&r->error, 500, NULL, NULL, "out of memory");
     else if (r->n_stop && find_stop(r))
-      end_request(r, "stop");
+      r->ended = 1, r->finish_reason = "stop";
     else
       pthread_cond_broadcast(&r->cv);
   }
@@ -147,14 +154,23 @@ static int on_stop(void *user, int32_t token) {
   return kr_tok_is_eog(en->tok, token);
 }
 
-/* Gives up seq's slot and the engine's reference to its request. */
-static void drop_seq(sv_engine *en, int seq) {
+/* Gives up seq's slot (and counts it: served, or dropped when its client left first), then ends
+ * its request with finish_reason (NULL: as the request says) and drops the engine's reference:
+ * a client that sees its reply also sees the counts without it. */
+static void drop_seq(sv_engine *en, int seq, int dropped, const char *finish_reason) {
   sv_request *r = en->by_seq[seq];
   en->by_seq[seq] = NULL;
   kr_release(en->m, seq);
   pthread_mutex_lock(&en->mu);
   en->n_active--;
+  if (dropped)
+    en->dropped++;
+  else
+    en->served++;
   pthread_mutex_unlock(&en->mu);
+  pthread_mutex_lock(&r->mu);
+  end_request(r, finish_reason);
+  pthread_mutex_unlock(&r->mu);
   sv_request_put(r);
 }
 
@@ -210,19 +226,11 @@ static void reap(sv_engine *en) {
     sv_request *r = en->by_seq[seq];
     if (!r) continue;
     pthread_mutex_lock(&r->mu);
-    const int done = kr_done(en->m, seq);
-    if (r->cancelled && !r->done) end_request(r, NULL);
-    if (done && !r->done) end_request(r, r->n_gen >= r->max_tokens ? "length" : "stop");
-    const int drop = r->done, gone = r->cancelled && !r->finish_reason;
+    const int done = kr_done(en->m, seq), gone = r->cancelled && !r->ended;
+    const int end = r->ended || gone || done;
+    const char *why = r->n_gen >= r->max_tokens ? "length" : "stop";
     pthread_mutex_unlock(&r->mu);
-    if (!drop) continue;
-    pthread_mutex_lock(&en->mu);
-    if (gone)
-      en->dropped++;
-    else
-      en->served++;
-    pthread_mutex_unlock(&en->mu);
-    drop_seq(en, seq);
+    if (end) drop_seq(en, seq, gone, r->ended || gone ? NULL : why);
   }
 }
 
@@ -232,9 +240,9 @@ static void fail_all(sv_engine *en, const char *why) {
     sv_request *r = en->by_seq[seq];
     if (!r) continue;
     pthread_mutex_lock(&r->mu);
-    if (!r->done) sv_fail(&r->error, 503, NULL, NULL, "%s", why), end_request(r, NULL);
+    if (!r->ended) r->ended = 1, sv_fail(&r->error, 503, NULL, NULL, "%s", why);
     pthread_mutex_unlock(&r->mu);
-    drop_seq(en, seq);
+    drop_seq(en, seq, 0, NULL);
   }
 }
 

@@ -6,6 +6,7 @@
  */
 #include <microhttpd.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,7 @@ typedef struct body {
 typedef struct stream {
   sv_http *h;
   sv_request *r;
+  int fd; /* the connection's socket, watched for the client going away while text is awaited */
   sv_result res; /* the chunks' fixed fields */
   char id[48];
   char *out;
@@ -108,11 +110,33 @@ static int emit(stream *s, char *json) {
   return 0;
 }
 
-/* Makes the next SSE events of s: waits for text past what was sent, or the end. */
+/* Whether the client closed its end (or the connection failed). */
+static int client_gone(int fd) {
+  struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+  return fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* Makes the next SSE events of s: waits for text past what was sent, or the end. Returns 0, 1
+ * when the client went away meanwhile, or -1 when out of memory. */
 static int next_events(stream *s) {
   sv_request *r = s->r;
+  s->out_n = s->out_sent = 0;
+  if (s->first) { /* a chat stream opens with the role, at once (OpenAI's first chunk) */
+    s->res.text = "";
+    s->res.text_len = 0;
+    s->res.first = 1;
+    s->first = 0;
+    return emit(s, sv_chunk_json(&s->res));
+  }
+  s->res.first = 0;
   pthread_mutex_lock(&r->mu);
-  const size_t upto = sv_wait_text(r, s->text_sent);
+  size_t upto;
+  /* a request waiting its turn, or between tokens, notices a client that left within 50 ms */
+  while ((upto = sv_wait_text(r, s->text_sent, 50)) == s->text_sent && !r->done)
+    if (client_gone(s->fd)) {
+      pthread_mutex_unlock(&r->mu);
+      return 1;
+    }
   char *delta = NULL;
   size_t delta_n = 0;
   const int rc = clean_utf8(r->text + s->text_sent, upto - s->text_sent, &delta, &delta_n);
@@ -123,16 +147,13 @@ static int next_events(stream *s) {
   s->res.completion_tokens = r->n_gen;
   pthread_mutex_unlock(&r->mu);
   if (rc) return -1;
-  s->out_n = s->out_sent = 0;
   int bad = 0;
   if (done && !s->res.finish_reason) {
     bad = emit(s, sv_error_json(&err)); /* failed mid-stream */
-  } else if (delta_n || s->first || done) {
+  } else if (delta_n || done) {
     s->res.text = delta;
     s->res.text_len = delta_n;
-    s->res.first = s->first;
     bad = emit(s, sv_chunk_json(&s->res));
-    s->first = 0;
   }
   free(delta);
   if (done && !bad) {
@@ -154,7 +175,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
   (void)pos;
   while (s->out_sent == s->out_n) {
     if (s->finished) return MHD_CONTENT_READER_END_OF_STREAM;
-    if (next_events(s)) return MHD_CONTENT_READER_END_WITH_ERROR;
+    if (next_events(s)) return MHD_CONTENT_READER_END_WITH_ERROR; /* closes: stream_free */
   }
   size_t n = s->out_n - s->out_sent;
   if (n > max) n = max;
@@ -189,6 +210,9 @@ static enum MHD_Result start_stream(struct MHD_Connection *c, sv_http *h, sv_req
   }
   s->h = h;
   s->r = r;
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  s->fd = ci ? ci->connect_fd : -1;
   s->res = *res;
   snprintf(s->id, sizeof s->id, "%s", res->id);
   s->res.id = s->id;
