@@ -92,7 +92,7 @@ static enum MHD_Result send_error(struct MHD_Connection *c, const sv_error *e) {
   return send_json(c, (unsigned)e->status, sv_error_json(e));
 }
 
-/* Appends "data: json\n\n" (json freed) to s's output. */
+/* Appends the event "data: json\n\n" (json freed; NULL: out of memory) to s's output. */
 static int emit(stream *s, char *json) {
   if (!json) return -1;
   const size_t n = strlen(json), need = s->out_n + n + 8;
@@ -139,7 +139,8 @@ static int next_events(stream *s) {
     }
   char *delta = NULL;
   size_t delta_n = 0;
-  const int rc = clean_utf8(r->text + s->text_sent, upto - s->text_sent, &delta, &delta_n);
+  const int rc =
+      clean_utf8(r->text ? r->text + s->text_sent : "", upto - s->text_sent, &delta, &delta_n);
   s->text_sent = upto;
   const int done = r->done && upto == r->len;
   sv_error err = r->error;
@@ -158,13 +159,7 @@ static int next_events(stream *s) {
   free(delta);
   if (done && !bad) {
     if (s->include_usage && s->res.finish_reason) bad = emit(s, sv_usage_chunk_json(&s->res));
-    const char tail[] = "data: [DONE]\n\n";
-    if (!bad && s->out_n + sizeof tail > s->out_cap) {
-      char *p = realloc(s->out, s->out_n + sizeof tail);
-      bad = !p;
-      if (p) s->out = p, s->out_cap = s->out_n + sizeof tail;
-    }
-    if (!bad) memcpy(s->out + s->out_n, tail, sizeof tail - 1), s->out_n += sizeof tail - 1;
+    if (!bad) bad = emit(s, strdup("[DONE]"));
     s->finished = 1;
   }
   return bad ? -1 : 0;
