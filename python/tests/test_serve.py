@@ -287,3 +287,21 @@ def test_prompt_past_the_context_is_refused(server):
     assert e.value.body["code"] == "context_length_exceeded"
     assert e.value.body["param"] == "max_tokens"
     assert health(server)["active_sequences"] == 0
+
+
+def test_command_line_refusals(tiny):
+    def serve(*args):
+        p = subprocess.run([str(KITE), "serve", *args], capture_output=True, text=True, timeout=30)
+        return p.returncode, p.stderr
+
+    assert serve() == (2, "kite serve: a model file is required (kite serve MODEL.gguf)\n")
+    rc, err = serve(str(tiny), "--port", "70000")
+    assert rc == 2 and "--port '70000' is not an integer in [0, 65535]" in err
+    rc, err = serve(str(tiny), "--parallel", "0")
+    assert rc == 2 and "--parallel '0'" in err
+    rc, err = serve(str(tiny), "--ctx", "100000")
+    assert rc == 2 and "more than the model's context length 256" in err
+    rc, err = serve(str(tiny.parent))
+    assert rc == 1 and "directory" in err
+    rc, err = serve(str(tiny), "--host", "256.1.1.1")
+    assert rc == 1 and "--host 256.1.1.1" in err
