@@ -43,7 +43,8 @@ static void usage(FILE *f) {
           "  --host H        address to listen on (default 127.0.0.1)\n"
           "  --port N        port, [0, 65535] (default 8080; 0: any free one, printed)\n"
           "  --ctx N         context per request in tokens (default: the model's, at most %d)\n"
-          "  --parallel N    requests decoded together in one batch, [1, %d] (default 8)\n"
+          "  --parallel N    requests decoded together in one batch, [1, %d] (default 4;\n"
+          "                  the KV cache holds a whole context for each)\n"
           "  --chunk T       prefill tokens per step, [1, %d] (default 512)\n"
           "  --threads N     CPU threads (default 0: all cores)\n"
           "  --device D      cpu (default) or cuda\n"
@@ -66,7 +67,7 @@ static int int_opt(const char *opt, const char *v, long lo, long hi, int *out) {
 /* Returns 0, or 2 (usage) after printing the problem. */
 static int parse(int argc, char **argv, serve_opts *o) {
   *o = (serve_opts){
-      .host = "127.0.0.1", .port = 8080, .parallel = 8, .chunk = 512, .device = kDLCPU};
+      .host = "127.0.0.1", .port = 8080, .parallel = 4, .chunk = 512, .device = kDLCPU};
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
