@@ -9,7 +9,6 @@ import os
 import re
 import signal
 import subprocess
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -17,9 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import kite
+import openai  # python/requirements-test.txt
 import pytest
-
-openai = pytest.importorskip("openai")
 
 BUILD = Path(os.environ.get("KITE_BUILD", Path(kite.__file__).resolve().parents[2]))
 KITE = BUILD / "bin" / "kite"
