@@ -110,6 +110,12 @@ static int emit(stream *s, char *json) {
   return 0;
 }
 
+static int connection_fd(struct MHD_Connection *c) {
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  return ci ? ci->connect_fd : -1;
+}
+
 /* Whether the client closed its end (or the connection failed). */
 static int client_gone(int fd) {
   struct pollfd p = {.fd = fd, .events = POLLRDHUP};
@@ -205,9 +211,7 @@ static enum MHD_Result start_stream(struct MHD_Connection *c, sv_http *h, sv_req
   }
   s->h = h;
   s->r = r;
-  const union MHD_ConnectionInfo *ci =
-      MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-  s->fd = ci ? ci->connect_fd : -1;
+  s->fd = connection_fd(c);
   s->res = *res;
   snprintf(s->id, sizeof s->id, "%s", res->id);
   s->res.id = s->id;
@@ -311,8 +315,20 @@ static enum MHD_Result completion(struct MHD_Connection *c, sv_http *h, const bo
     r = NULL;
     goto done;
   }
+  /* the whole reply: a client that leaves meanwhile is noticed within 50 ms and its request
+   * cancelled (which ends it at the engine's next step) */
+  const int fd = connection_fd(c);
+  int gone = 0;
   pthread_mutex_lock(&r->mu);
-  while (!r->done) pthread_cond_wait(&r->cv, &r->mu);
+  while (!r->done) {
+    sv_wait_text(r, (size_t)-1, 50);
+    if (!r->done && !gone && client_gone(fd)) {
+      gone = 1;
+      pthread_mutex_unlock(&r->mu);
+      sv_cancel(h->en, r);
+      pthread_mutex_lock(&r->mu);
+    }
+  }
   pthread_mutex_unlock(&r->mu);
   atomic_fetch_sub(&h->in_flight, 1);
   if (!r->finish_reason) {

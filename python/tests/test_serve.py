@@ -213,11 +213,12 @@ def test_sixteen_concurrent_clients_equal_their_solo_runs(server):
     assert health(server)["active_sequences"] == 0
 
 
-def test_client_leaving_mid_stream_frees_its_sequence(tiny):
-    # one sequence at a time: a stream opened behind many long requests waits its turn (their
-    # tokens take about a second in all), and its client leaves after the first chunk (the role)
+def test_clients_leaving_free_their_sequences(tiny):
+    # one sequence at a time: requests opened behind many long ones wait their turn (their tokens
+    # take about a second in all); one streaming client leaves after its first chunk (the role),
+    # one waiting for a whole reply gives up after 0.3 s
     s = start_server(tiny, tiny.parent / "serve1.log", "--parallel", "1")
-    n_busy = 48
+    n_busy = 64
     try:
         c = s["client"]
         body = json.dumps({"prompt": "abc", "max_tokens": CTX - 8}).encode()
@@ -234,12 +235,16 @@ def test_client_leaving_mid_stream_frees_its_sequence(tiny):
             first = next(iter(stream))
             assert first.choices[0].delta.role == "assistant"
             stream.close()
+            with pytest.raises(openai.APITimeoutError):
+                c.with_options(timeout=0.3).completions.create(
+                    model=s["model"], prompt="xyz", max_tokens=32
+                )
             for _ in range(400):
                 h = health(s)
-                if h["requests_dropped"] == 1:
+                if h["requests_dropped"] == 2:
                     break
                 time.sleep(0.01)
-            assert h["requests_dropped"] == 1, h
+            assert h["requests_dropped"] == 2, h
             # the others go on to the end
             for f in busy:
                 status, reply = f.result()
