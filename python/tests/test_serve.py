@@ -16,8 +16,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import kite
-import openai  # python/requirements-test.txt
 import pytest
+
+CI = os.environ.get("CI") == "true"  # there a missing piece fails the suite; elsewhere it skips
+try:
+    import openai  # python/requirements-test.txt
+except ImportError:
+    if CI:
+        raise
+    pytest.skip("the openai client is not installed", allow_module_level=True)
 
 BUILD = Path(os.environ.get("KITE_BUILD", Path(kite.__file__).resolve().parents[2]))
 KITE = BUILD / "bin" / "kite"
@@ -85,6 +92,10 @@ def tiny(tmp_path_factory):
     for exe in (KITE, TEST_ENGINE):
         if not exe.exists():
             pytest.fail(f"{exe} is not built (KITE_BUILD={BUILD})")
+    probe = subprocess.run([str(KITE), "serve", "--help"], capture_output=True, text=True)
+    if probe.returncode != 0 and "not built" in probe.stderr and not CI:
+        pytest.skip(probe.stderr.strip())
+    assert probe.returncode == 0, probe.stderr
     d = tmp_path_factory.mktemp("serve")
     model = d / "tiny.gguf"
     subprocess.run([str(TEST_ENGINE), "--write-seed", str(model)], check=True)
