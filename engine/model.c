@@ -43,6 +43,15 @@ const char *kr_weights_name(kr_weights w) {
   }
 }
 
+int kr_weights_parse(const char *s, kr_weights *out) {
+  for (int w = KR_WEIGHTS_AUTO; w <= KR_WEIGHTS_Q4; w++)
+    if (strcmp(s, kr_weights_name((kr_weights)w)) == 0) {
+      *out = (kr_weights)w;
+      return 0;
+    }
+  return -1;
+}
+
 int kr_config_int(const kr_gguf *g, const char *arch, const char *key, int64_t lo, int64_t hi,
                   int required, int def, int *out, char *err, size_t err_len) {
   char name[128], msg[256];

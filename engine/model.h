@@ -69,6 +69,8 @@ kr_model *kr_model_load(kite_ctx *ctx, const kr_gguf *g, const kr_model_params *
 void kr_model_free(kr_model *m);
 const kr_config *kr_model_config(const kr_model *m);
 const char *kr_weights_name(kr_weights w);
+/* The mode named s ("auto", "f32", "bf16", "int8", "q4") into *out: 0, or -1 when unknown. */
+int kr_weights_parse(const char *s, kr_weights *out);
 kr_weights kr_model_weights(const kr_model *m);
 size_t kr_model_weight_bytes(const kr_model *m);
 /* Positions per sequence (the prompt and its generated tokens). */

@@ -31,6 +31,7 @@ typedef struct serve_opts {
   const char *model, *host, *alias;
   int port, ctx, parallel, threads, chunk, help;
   DLDeviceType device;
+  kr_weights weights;
 } serve_opts;
 
 static void usage(FILE *f) {
@@ -48,6 +49,7 @@ static void usage(FILE *f) {
           "  --chunk T       prefill tokens per step, [1, %d] (default 512)\n"
           "  --threads N     CPU threads (default 0: all cores)\n"
           "  --device D      cpu (default) or cuda\n"
+          "  --weights W     auto | f32 | bf16 | int8 | q4 (as kite run; default auto)\n"
           "  --alias NAME    the model's id in the API (default: the file's name)\n",
           KR_DEFAULT_CTX_CAP, KR_MAX_BATCH, KR_MAX_TOKENS);
 }
@@ -104,7 +106,12 @@ static int parse(int argc, char **argv, serve_opts *o) {
       ok = int_opt(a, v, 1, KR_MAX_TOKENS, &o->chunk);
     else if (strcmp(a, "--threads") == 0)
       ok = int_opt(a, v, 0, 4096, &o->threads);
-    else if (strcmp(a, "--device") == 0 && (strcmp(v, "cpu") == 0 || strcmp(v, "cuda") == 0))
+    else if (strcmp(a, "--weights") == 0) {
+      if (kr_weights_parse(v, &o->weights)) {
+        fprintf(stderr, "kite serve: --weights %s unknown (auto, f32, bf16, int8, q4)\n", v);
+        return 2;
+      }
+    } else if (strcmp(a, "--device") == 0 && (strcmp(v, "cpu") == 0 || strcmp(v, "cuda") == 0))
       o->device = v[1] == 'p' ? kDLCPU : kDLCUDA;
     else {
       fprintf(stderr, "kite serve: unknown option '%s %s' (kite serve --help lists them)\n", a, v);
@@ -146,7 +153,8 @@ static int load(const serve_opts *o, const kr_gguf *g, const kr_tokenizer *tok, 
     return 1;
   }
   /* KV blocks for every request's whole context: a request that fits is never cut short */
-  const kr_model_params mp = {.max_batch = o->parallel,
+  const kr_model_params mp = {.weights = o->weights,
+                              .max_batch = o->parallel,
                               .max_tokens = o->chunk < o->parallel ? o->parallel : o->chunk,
                               .block_size = 16,
                               .ctx_len = o->ctx};

@@ -315,6 +315,8 @@ def test_command_line_refusals(tiny):
     assert rc == 2 and "--parallel '0'" in err
     rc, err = serve(str(tiny), "--ctx", "100000")
     assert rc == 2 and "more than the model's context length 256" in err
+    rc, err = serve(str(tiny), "--weights", "q3")
+    assert rc == 2 and "--weights q3 unknown" in err
     rc, err = serve(str(tiny.parent))
     assert rc == 1 and "directory" in err
     rc, err = serve(str(tiny), "--host", "256.1.1.1")
