@@ -43,6 +43,15 @@ const char *kr_weights_name(kr_weights w) {
   }
 }
 
+int kr_weights_parse(const char *s, kr_weights *out) {
+  for (int w = KR_WEIGHTS_AUTO; w <= KR_WEIGHTS_Q4; w++)
+    if (strcmp(s, kr_weights_name((kr_weights)w)) == 0) {
+      *out = (kr_weights)w;
+      return 0;
+    }
+  return -1;
+}
+
 int kr_config_int(const kr_gguf *g, const char *arch, const char *key, int64_t lo, int64_t hi,
                   int required, int def, int *out, char *err, size_t err_len) {
   char name[128], msg[256];
@@ -214,6 +223,30 @@ int kr_submit(kr_model *m, const int32_t *prompt, size_t n, int max_new, char *e
 int kr_generate(kr_model *m, const kr_sampling *s, kr_token_fn on_token, kr_stop_fn stop,
                 void *user, char *err, size_t err_len) {
   return kr_sched_run(&m->sched, s, on_token, stop, user, err, err_len);
+}
+
+int kr_begin(kr_model *m, const kr_sampling *s, char *err, size_t err_len) {
+  return kr_sampler_begin(&m->sampler, s, err, err_len);
+}
+int kr_submit_with(kr_model *m, const int32_t *prompt, size_t n, int max_new, const kr_sampling *s,
+                   char *err, size_t err_len) {
+  return kr_sched_submit_with(&m->sched, prompt, n, max_new, s, err, err_len);
+}
+int kr_generate_step(kr_model *m, kr_token_fn on_token, kr_stop_fn stop, void *user, char *err,
+                     size_t err_len) {
+  return kr_sched_step(&m->sched, on_token, stop, user, err, err_len);
+}
+void kr_cancel(kr_model *m, int seq) {
+  kr_sched_cancel(&m->sched, seq);
+}
+int kr_done(const kr_model *m, int seq) {
+  return seq >= 0 && seq < m->sched.n_seqs && m->sched.seqs[seq].state == KR_SEQ_DONE;
+}
+void kr_release(kr_model *m, int seq) {
+  kr_sched_release(&m->sched, seq);
+}
+int kr_active(const kr_model *m) {
+  return kr_sched_active(&m->sched);
 }
 
 void kr_reset(kr_model *m) {

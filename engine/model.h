@@ -69,6 +69,8 @@ kr_model *kr_model_load(kite_ctx *ctx, const kr_gguf *g, const kr_model_params *
 void kr_model_free(kr_model *m);
 const kr_config *kr_model_config(const kr_model *m);
 const char *kr_weights_name(kr_weights w);
+/* The mode named s ("auto", "f32", "bf16", "int8", "q4") into *out: 0, or -1 when unknown. */
+int kr_weights_parse(const char *s, kr_weights *out);
 kr_weights kr_model_weights(const kr_model *m);
 size_t kr_model_weight_bytes(const kr_model *m);
 /* Positions per sequence (the prompt and its generated tokens). */
@@ -100,6 +102,23 @@ int kr_submit(kr_model *m, const int32_t *prompt, size_t n, int max_new, char *e
  * call), then one sampling call. Returns 0, or -1 with a message. */
 int kr_generate(kr_model *m, const kr_sampling *s, kr_token_fn on_token, kr_stop_fn stop,
                 void *user, char *err, size_t err_len);
+
+/* A server's loop: kr_begin once (the default settings, NULL: greedy), then kr_submit_with for
+ * each request (its own settings and seed), kr_generate_step while anything runs, kr_cancel for a
+ * request that is dropped, kr_release once its tokens are read (its index is then reused). */
+int kr_begin(kr_model *m, const kr_sampling *s, char *err, size_t err_len);
+int kr_submit_with(kr_model *m, const int32_t *prompt, size_t n, int max_new, const kr_sampling *s,
+                   char *err, size_t err_len);
+/* One step over every running sequence; returns how many sequences it ran (0: none to run), or
+ * -1 with a message. */
+int kr_generate_step(kr_model *m, kr_token_fn on_token, kr_stop_fn stop, void *user, char *err,
+                     size_t err_len);
+void kr_cancel(kr_model *m, int seq);
+/* Whether sequence seq has finished (its last token generated, or cancelled). */
+int kr_done(const kr_model *m, int seq);
+void kr_release(kr_model *m, int seq);
+/* Sequences waiting or running. */
+int kr_active(const kr_model *m);
 
 typedef struct kr_stats {
   double prefill_s, decode_s; /* steps with prompt tokens, steps of decode tokens only */

@@ -87,7 +87,7 @@ static char *read_file(const char *path) {
 
 /* The ChatML turn llama.cpp's template applies for one user message with the generation
  * prompt (the model's own template adds its default system turn). */
-static char *chatml(const kr_gguf *g, const char *user) {
+char *kr_chatml(const kr_gguf *g, const char *user) {
   const char *tpl;
   uint64_t tl;
   const char *sys = NULL;
@@ -135,7 +135,7 @@ static int read_prompts(run *r) {
   } else {
     if (!(r->texts = calloc(1, sizeof *r->texts))) return 1;
     if (o->chat)
-      r->texts[0] = r->owned = chatml(&r->g, o->chat);
+      r->texts[0] = r->owned = kr_chatml(&r->g, o->chat);
     else
       r->texts[0] = (char *)(o->prompt ? o->prompt : "");
     r->n_prompts = 1;

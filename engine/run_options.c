@@ -96,19 +96,7 @@ static int parse_float(const char *opt, const char *s, double lo, double hi, flo
 }
 
 static int parse_weights(const char *s, kr_weights *out) {
-  static const struct {
-    const char *name;
-    kr_weights w;
-  } names[] = {{"auto", KR_WEIGHTS_AUTO},
-               {"f32", KR_WEIGHTS_F32},
-               {"bf16", KR_WEIGHTS_BF16},
-               {"int8", KR_WEIGHTS_INT8},
-               {"q4", KR_WEIGHTS_Q4}};
-  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-    if (strcmp(s, names[i].name) == 0) {
-      *out = names[i].w;
-      return 1;
-    }
+  if (kr_weights_parse(s, out) == 0) return 1;
   fprintf(stderr, "kite run: --weights %s unknown (auto, f32, bf16, int8, q4)\n", s);
   return 0;
 }

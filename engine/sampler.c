@@ -24,7 +24,9 @@ int kr_sampler_init(kr_sampler *s, kite_ctx *ctx, int max_rows, int64_t n_vocab,
     return -1;
   s->h_seeds = calloc(B, sizeof *s->h_seeds);
   s->h_steps = calloc(B, sizeof *s->h_steps);
-  if (!s->h_seeds || !s->h_steps) return kr_errf(err, err_len, "sampler: out of memory");
+  s->h_rows = calloc(B * KR_ROW_FIELDS, sizeof *s->h_rows);
+  if (!s->h_seeds || !s->h_steps || !s->h_rows)
+    return kr_errf(err, err_len, "sampler: out of memory");
   return 0;
 }
 
@@ -36,48 +38,83 @@ void kr_sampler_free(kr_sampler *s) {
   free(s->h_seeds);
   free(s->h_steps);
   free(s->h_history);
+  free(s->h_rows);
   memset(s, 0, sizeof *s);
 }
 
-/* Fills the device row buffer dst[max_rows] with copies of one 4-byte value. */
-static int fill_rows(kr_sampler *s, void *dst, const void *value, uint32_t *host, char *err,
-                     size_t err_len) {
-  for (int i = 0; i < s->max_rows; i++) memcpy(&host[i], value, 4);
-  KR_CALL(kite_memcpy(s->ctx, dst, host, (size_t)s->max_rows * 4, KITE_COPY_HOST_TO_DEVICE));
-  return 0;
+/* Which of the settings a step uses: off ones pass NULL to kite (their fast path). */
+typedef struct uses {
+  int sample, top_k, top_p, min_p; /* any row samples (temperature > 0), and its filters */
+  int repeat, presence, frequency; /* any row's penalties */
+} uses;
+
+static void add_uses(uses *u, const kr_sampling *p) {
+  u->sample |= p->temperature > 0;
+  u->top_k |= p->temperature > 0 && p->top_k > 0;
+  u->top_p |= p->temperature > 0 && p->top_p < 1;
+  u->min_p |= p->temperature > 0 && p->min_p > 0;
+  u->repeat |= p->repeat_penalty != 0 && p->repeat_penalty != 1;
+  u->presence |= p->presence_penalty != 0;
+  u->frequency |= p->frequency_penalty != 0;
 }
 
-static int penalty_on(float repeat, float presence, float frequency) {
-  return (repeat != 0 && repeat != 1) || presence != 0 || frequency != 0;
+static int penalizes(const uses *u) {
+  return u->repeat || u->presence || u->frequency;
+}
+
+/* The settings' device rows in h_rows' order, and the value of p each one takes (a repetition
+ * of 0 is off, which kite spells 1). */
+static void **row_buf(kr_sampler *s, int f) {
+  void **bufs[KR_ROW_FIELDS] = {&s->temperature, &s->top_k,    &s->top_p,    &s->min_p,
+                                &s->repetition,  &s->presence, &s->frequency};
+  return bufs[f];
+}
+
+static uint32_t row_value(const kr_sampling *p, int f) {
+  const float rep = p->repeat_penalty != 0 ? p->repeat_penalty : 1.0f;
+  const float vals[KR_ROW_FIELDS] = {
+      p->temperature, 0, p->top_p, p->min_p, rep, p->presence_penalty, p->frequency_penalty};
+  uint32_t v;
+  if (f == 1)
+    memcpy(&v, &p->top_k, 4);
+  else
+    memcpy(&v, &vals[f], 4);
+  return v;
+}
+
+/* Uploads field f of rows [0, n_rows) (row r's settings from ps[r]) into its device row. */
+static int upload_rows(kr_sampler *s, int f, const kr_sampling *const *ps, int n_rows, char *err,
+                       size_t err_len) {
+  uint32_t *host = s->h_rows + (size_t)f * (size_t)s->max_rows;
+  for (int r = 0; r < n_rows; r++) host[r] = row_value(ps[r], f);
+  KR_CALL(kite_memcpy(s->ctx, *row_buf(s, f), host, (size_t)n_rows * 4, KITE_COPY_HOST_TO_DEVICE));
+  return 0;
 }
 
 int kr_sampler_begin(kr_sampler *s, const kr_sampling *p, char *err, size_t err_len) {
   memset(&s->p, 0, sizeof s->p);
   if (p) s->p = *p;
-  s->greedy = s->p.temperature <= 0;
-  s->penalize = penalty_on(s->p.repeat_penalty, s->p.presence_penalty, s->p.frequency_penalty);
+  uses u = {0};
+  add_uses(&u, &s->p);
+  s->greedy = !u.sample;
+  s->penalize = penalizes(&u);
   if (s->greedy && !s->penalize) return 0;
-  uint32_t *host = malloc((size_t)s->max_rows * 4); /* [max_rows] one value repeated */
-  if (!host) return kr_errf(err, err_len, "sampler: out of memory");
+  /* the run's settings in every row, uploaded once */
+  const kr_sampling **ps = malloc((size_t)s->max_rows * sizeof *ps);
+  if (!ps) return kr_errf(err, err_len, "sampler: out of memory");
+  for (int r = 0; r < s->max_rows; r++) ps[r] = &s->p;
   int rc = 0;
-  if (!s->greedy)
-    rc = fill_rows(s, s->temperature, &s->p.temperature, host, err, err_len) ||
-         fill_rows(s, s->top_k, &s->p.top_k, host, err, err_len) ||
-         fill_rows(s, s->top_p, &s->p.top_p, host, err, err_len) ||
-         fill_rows(s, s->min_p, &s->p.min_p, host, err, err_len);
-  if (!rc && s->penalize)
-    rc = fill_rows(s, s->repetition, &s->p.repeat_penalty, host, err, err_len) ||
-         fill_rows(s, s->presence, &s->p.presence_penalty, host, err, err_len) ||
-         fill_rows(s, s->frequency, &s->p.frequency_penalty, host, err, err_len);
-  free(host);
-  return rc ? -1 : 0;
+  for (int f = s->greedy ? 4 : 0; f < (s->penalize ? KR_ROW_FIELDS : 4) && !rc; f++)
+    rc = upload_rows(s, f, ps, s->max_rows, err, err_len);
+  free(ps);
+  return rc;
 }
 
 /* kite_apply_penalties over each row's prompt [n_rows, Lp] and output [n_rows, Lo] ids, both
  * in one device buffer filled by one copy (ids of -1 pad the shorter rows). */
-static int penalize(kr_sampler *s, DLTensor *logits, int n_rows, const kr_sample_row *rows,
-                    char *err, size_t err_len) {
-  const int use_prompt = s->p.repeat_penalty != 0 && s->p.repeat_penalty != 1;
+static int penalize(kr_sampler *s, const uses *u, DLTensor *logits, int n_rows,
+                    const kr_sample_row *rows, char *err, size_t err_len) {
+  const int use_prompt = u->repeat;
   size_t lp = 0, lo = 0;
   for (int r = 0; r < n_rows; r++) {
     if (use_prompt && rows[r].n_prompt > lp) lp = rows[r].n_prompt;
@@ -105,17 +142,36 @@ static int penalize(kr_sampler *s, DLTensor *logits, int n_rows, const kr_sample
                         KITE_COPY_HOST_TO_DEVICE));
   kr_tensor tp, to, trep, tpres, tfreq;
   int32_t *d_prompt = s->d_history, *d_output = (int32_t *)s->d_history + (size_t)n_rows * lp;
-  const kr_sampling *p = &s->p;
   KR_CALL(kite_apply_penalties(
       s->ctx, logits,
       lp ? kr_view2(&tp, s->dev, d_prompt, KITE_DTYPE_I32, n_rows, (int64_t)lp) : NULL,
       lo ? kr_view2(&to, s->dev, d_output, KITE_DTYPE_I32, n_rows, (int64_t)lo) : NULL,
       use_prompt ? kr_view1(&trep, s->dev, s->repetition, KITE_DTYPE_F32, n_rows) : NULL,
-      p->presence_penalty != 0 ? kr_view1(&tpres, s->dev, s->presence, KITE_DTYPE_F32, n_rows)
-                               : NULL,
-      p->frequency_penalty != 0 ? kr_view1(&tfreq, s->dev, s->frequency, KITE_DTYPE_F32, n_rows)
-                                : NULL));
+      u->presence ? kr_view1(&tpres, s->dev, s->presence, KITE_DTYPE_F32, n_rows) : NULL,
+      u->frequency ? kr_view1(&tfreq, s->dev, s->frequency, KITE_DTYPE_F32, n_rows) : NULL));
   return 0;
+}
+
+/* The step's uses: the run's when no row has its own settings; else every row's, uploaded. */
+static int step_uses(kr_sampler *s, int n_rows, const kr_sample_row *rows, uses *u, char *err,
+                     size_t err_len) {
+  int own = 0;
+  for (int r = 0; r < n_rows; r++) own |= rows[r].sp != NULL;
+  memset(u, 0, sizeof *u);
+  if (!own) {
+    add_uses(u, &s->p);
+    return 0;
+  }
+  const kr_sampling **ps = malloc((size_t)n_rows * sizeof *ps);
+  if (!ps) return kr_errf(err, err_len, "sampler: out of memory");
+  for (int r = 0; r < n_rows; r++) add_uses(u, ps[r] = rows[r].sp ? rows[r].sp : &s->p);
+  const int used[KR_ROW_FIELDS] = {u->sample, u->top_k,    u->top_p,    u->min_p,
+                                   u->repeat, u->presence, u->frequency};
+  int rc = 0;
+  for (int f = 0; f < KR_ROW_FIELDS && !rc; f++)
+    if (used[f]) rc = upload_rows(s, f, ps, n_rows, err, err_len);
+  free(ps);
+  return rc;
 }
 
 int kr_sampler_run(kr_sampler *s, void *logits, int n_rows, const kr_sample_row *rows,
@@ -123,8 +179,10 @@ int kr_sampler_run(kr_sampler *s, void *logits, int n_rows, const kr_sample_row 
   kr_tensor tl, tt;
   DLTensor *L = kr_view2(&tl, s->dev, logits, s->logit_dtype, n_rows, s->n_vocab);
   DLTensor *T = kr_view1(&tt, s->dev, s->tokens, KITE_DTYPE_I32, n_rows);
-  if (s->penalize && penalize(s, L, n_rows, rows, err, err_len)) return -1;
-  if (s->greedy) {
+  uses u;
+  if (step_uses(s, n_rows, rows, &u, err, err_len)) return -1;
+  if (penalizes(&u) && penalize(s, &u, L, n_rows, rows, err, err_len)) return -1;
+  if (!u.sample) {
     KR_CALL(kite_argmax(s->ctx, L, T));
   } else {
     for (int r = 0; r < n_rows; r++) {
@@ -137,9 +195,9 @@ int kr_sampler_run(kr_sampler *s, void *logits, int n_rows, const kr_sample_row 
     kr_tensor ttemp, ttopk, ttopp, tminp, tseeds, tsteps;
     kite_sampling_params sp = kite_sampling_params_default();
     sp.temperature = kr_view1(&ttemp, s->dev, s->temperature, KITE_DTYPE_F32, n_rows);
-    if (s->p.top_k > 0) sp.top_k = kr_view1(&ttopk, s->dev, s->top_k, KITE_DTYPE_I32, n_rows);
-    if (s->p.top_p < 1) sp.top_p = kr_view1(&ttopp, s->dev, s->top_p, KITE_DTYPE_F32, n_rows);
-    if (s->p.min_p > 0) sp.min_p = kr_view1(&tminp, s->dev, s->min_p, KITE_DTYPE_F32, n_rows);
+    if (u.top_k) sp.top_k = kr_view1(&ttopk, s->dev, s->top_k, KITE_DTYPE_I32, n_rows);
+    if (u.top_p) sp.top_p = kr_view1(&ttopp, s->dev, s->top_p, KITE_DTYPE_F32, n_rows);
+    if (u.min_p) sp.min_p = kr_view1(&tminp, s->dev, s->min_p, KITE_DTYPE_F32, n_rows);
     sp.seeds = kr_view1(&tseeds, s->dev, s->seeds, KITE_DTYPE_I64, n_rows);
     sp.steps = kr_view1(&tsteps, s->dev, s->steps, KITE_DTYPE_I64, n_rows);
     KR_CALL(kite_sample(s->ctx, L, &sp, T));

@@ -34,11 +34,16 @@ typedef struct kr_sampler {
   int32_t *h_history;
   void *d_history;
   size_t history_cap; /* int32 elements of both */
+  uint32_t *h_rows;   /* [KR_ROW_FIELDS, max_rows] host: rows' own settings (4-byte values) */
 } kr_sampler;
 
-/* One row of a step: its sequence's seed and step (tokens generated so far), and its tokens so
- * far for the penalties. */
+/* The 4-byte per-row settings, in the order of h_rows. */
+enum { KR_ROW_FIELDS = 7 };
+
+/* One row of a step: its sequence's settings (NULL: the run's, kr_sampler_begin), seed and step
+ * (tokens generated so far), and its tokens so far for the penalties. */
 typedef struct kr_sample_row {
+  const kr_sampling *sp;
   uint64_t seed;
   int64_t step;
   const int32_t *prompt, *output;
@@ -51,7 +56,8 @@ void kr_sampler_free(kr_sampler *s);
 /* Takes the run's settings (NULL: greedy) and uploads the per-row constants. */
 int kr_sampler_begin(kr_sampler *s, const kr_sampling *p, char *err, size_t err_len);
 /* Draws tokens[n_rows] (host) from logits[n_rows, n_vocab] (device, logit_dtype; the penalties
- * change it in place). */
+ * change it in place). Rows that carry their own settings have them uploaded for this call (the
+ * others take the run's): requests with different settings share one step. */
 int kr_sampler_run(kr_sampler *s, void *logits, int n_rows, const kr_sample_row *rows,
                    int32_t *tokens, char *err, size_t err_len);
 

@@ -5,8 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
-# clang: the libFuzzer targets (scripts/fuzz.sh)
-for pkg in cmake make gcc clang libdlpack-dev libopenblas-dev libdnnl-dev; do
+# clang: the libFuzzer targets (scripts/fuzz.sh); libmicrohttpd, cJSON: kite serve
+for pkg in cmake make gcc clang libdlpack-dev libopenblas-dev libdnnl-dev libmicrohttpd-dev \
+  libcjson-dev pkg-config; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

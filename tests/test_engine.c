@@ -253,6 +253,63 @@ static void test_serving_bounds(kite_ctx *ctx, const kr_gguf *g) {
   kr_model_free(m);
 }
 
+/* A server's use of the scheduler: requests with their own settings beside the run's, stepped
+ * one at a time, one cancelled mid-way and its slot reused: each gives the tokens of its run
+ * alone, and every KV block comes back. */
+static void test_serving_steps(kite_ctx *ctx, const kr_gguf *g) {
+  const int32_t *pp[1] = {prompt7};
+  int lens[1] = {7};
+  const int n_new = 16;
+  const kr_sampling sp = {.temperature = 0.9f,
+                          .top_k = 40,
+                          .top_p = 0.95f,
+                          .repeat_penalty = 1.2f,
+                          .presence_penalty = 0.3f,
+                          .seed = 11};
+  collect greedy, sampled, c = {0};
+  if (generate(ctx, g, KR_WEIGHTS_F32, 1, 256, pp, lens, 1, n_new, NULL, &greedy) ||
+      generate(ctx, g, KR_WEIGHTS_F32, 1, 256, pp, lens, 1, n_new, &sp, &sampled))
+    return;
+  char err[512];
+  kr_model_params p = {
+      .weights = KR_WEIGHTS_F32, .max_batch = 3, .max_tokens = 8, .block_size = 4, .ctx_len = 128};
+  kr_model *m = kr_model_load(ctx, g, &p, err, sizeof err);
+  CHECK(m && kr_begin(m, NULL, err, sizeof err) == 0, "load: %s", err);
+  if (!m) return;
+  const int a = kr_submit_with(m, prompt7, 7, n_new, &sp, err, sizeof err);
+  const int b = kr_submit_with(m, prompt7, 7, n_new, NULL, err, sizeof err); /* the run's */
+  const int d = kr_submit_with(m, prompt7, 7, n_new, &sp, err, sizeof err);
+  CHECK(a == 0 && b == 1 && d == 2, "submit: %d %d %d: %s", a, b, d, err);
+  for (int i = 0; i < 4; i++) /* d, last in, has its prompt in after 3 steps of 8 tokens */
+    CHECK(kr_generate_step(m, on_tok, NULL, &c, err, sizeof err) > 0, "step: %s", err);
+  kr_cancel(m, d);
+  CHECK(kr_done(m, d) && !kr_done(m, a) && kr_active(m) == 2, "cancel: done %d, active %d",
+        kr_done(m, d), kr_active(m));
+  const int n_d = c.n[d];
+  int rc;
+  while ((rc = kr_generate_step(m, on_tok, NULL, &c, err, sizeof err)) > 0) {
+  }
+  CHECK(rc == 0, "step: %s", err);
+  CHECK(c.n[d] == n_d && n_d > 0 && n_d < n_new, "cancelled: %d tokens, then %d", n_d, c.n[d]);
+  CHECK(c.n[a] == n_new && memcmp(c.out[a], sampled.out[0], (size_t)n_new * 4) == 0,
+        "own settings: tokens differ from the run of those settings alone");
+  CHECK(c.n[b] == n_new && memcmp(c.out[b], greedy.out[0], (size_t)n_new * 4) == 0,
+        "the run's settings: tokens differ from the greedy run alone");
+  /* a released slot is reused, and its new sequence runs from the start */
+  kr_release(m, d);
+  c.n[d] = 0;
+  CHECK(kr_submit_with(m, prompt7, 7, n_new, &sp, err, sizeof err) == d, "slot not reused: %s",
+        err);
+  while ((rc = kr_generate_step(m, on_tok, NULL, &c, err, sizeof err)) > 0) {
+  }
+  CHECK(c.n[d] == n_new && memcmp(c.out[d], sampled.out[0], (size_t)n_new * 4) == 0,
+        "reused slot: tokens differ from the run alone");
+  CHECK(kr_active(m) == 0 && kr_model_free_blocks(m) == kr_model_num_blocks(m),
+        "after the run: %d active, %d of %d blocks free", kr_active(m), kr_model_free_blocks(m),
+        kr_model_num_blocks(m));
+  kr_model_free(m);
+}
+
 static int write_file(const char *path, const tm_buf *img) {
   FILE *f = fopen(path, "wb");
   const int bad = !f || fwrite(img->p, 1, img->n, f) != img->n;
@@ -299,6 +356,7 @@ int main(int argc, char **argv) {
     test_batching(ctx, &g);
     test_sampler(ctx, &g);
     test_serving_bounds(ctx, &g);
+    test_serving_steps(ctx, &g);
   }
   kite_ctx_destroy(ctx);
   kr_gguf_close(&g);

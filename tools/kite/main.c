@@ -5,12 +5,16 @@
  *   kite check      the conformance harness: every kernel against ref
  *   kite bench      GB/s of every kernel beside a memcpy ceiling and ref
  *   kite run        text generation with a GGUF model (engine/)
+ *   kite serve      an OpenAI-compatible HTTP server over that engine
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 #include "run.h"
+#ifdef KITE_HAVE_SERVE
+#include "serve.h"
+#endif
 #include "util.h"
 
 static void usage(void) {
@@ -24,6 +28,7 @@ static void usage(void) {
       "  check    conformance harness: every kernel that runs here against ref\n"
       "  bench    benchmark harness: time, GB/s vs memcpy, speedup over ref; --dispatch\n"
       "  run      generate text with a GGUF model (SmolLM2, llama, Mistral, Qwen2) on kite's ops\n"
+      "  serve    an OpenAI-compatible HTTP server over a GGUF model\n"
       "  help     this text (kite COMMAND --help for a command's options)\n"
       "\n"
       "Environment: KITE_KERNELS (kernel selection, e.g. \"rms_norm=cpu.avx2,-cuda\"),\n"
@@ -118,6 +123,15 @@ int main(int argc, char **argv) {
     return cmd[0] == 'c' ? kt_cmd_check(argc - 2, argv + 2) : kt_cmd_bench(argc - 2, argv + 2);
   }
   if (strcmp(cmd, "run") == 0) return kr_cmd_run(argc - 2, argv + 2);
+  if (strcmp(cmd, "serve") == 0) {
+#ifdef KITE_HAVE_SERVE
+    return kr_cmd_serve(argc - 2, argv + 2);
+#else
+    fprintf(stderr, "kite serve: not built (libmicrohttpd-dev and libcjson-dev were missing when "
+                    "this build was configured)\n");
+    return 1;
+#endif
+  }
   if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
     usage();
     return 0;
