@@ -336,6 +336,7 @@ int kr_cmd_run(int argc, char **argv) {
     fprintf(stderr, "kite run: %s\n", err);
     goto done;
   }
+  if (kr_tok_note(r.tok)) fprintf(stderr, "kite run: %s\n", kr_tok_note(r.tok));
   if (o.tokenize) {
     size_t n = 0;
     if (kr_tok_encode(r.tok, o.tokenize, strlen(o.tokenize), 1, &r.ids, &n, &r.cap_ids)) goto done;
