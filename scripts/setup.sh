@@ -5,8 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
-# clang: the libFuzzer targets (scripts/fuzz.sh)
-for pkg in cmake make gcc clang libdlpack-dev libopenblas-dev libdnnl-dev; do
+# clang: the libFuzzer targets (scripts/fuzz.sh); libcjson-dev: kite run's conversation files
+for pkg in cmake make gcc clang libdlpack-dev libopenblas-dev libdnnl-dev libcjson-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

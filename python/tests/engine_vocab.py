@@ -15,7 +15,7 @@ LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,
 QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
                r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
-SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<s>", "</s>"]
 
 
 def _split(regex):
@@ -93,8 +93,9 @@ def train(pre, vocab_size=600):
     return tok
 
 
-def write_gguf(tok, pre, path):
-    """tok's vocabulary, merges and special tokens as tokenizer.ggml.* metadata of a GGUF."""
+def write_gguf(tok, pre, path, chat_template=None, bos="<s>", eos="</s>"):
+    """tok's vocabulary, merges and special tokens as tokenizer.ggml.* metadata of a GGUF, with
+    a tokenizer.chat_template when given."""
     spec = json.loads(tok.to_str())
     vocab = tok.get_vocab(with_added_tokens=True)
     tokens = [None] * len(vocab)
@@ -109,8 +110,11 @@ def write_gguf(tok, pre, path):
     w.add_token_types([gguf.TokenType.CONTROL if t in special else gguf.TokenType.NORMAL
                        for t in tokens])
     w.add_token_merges(merges)
-    w.add_eos_token_id(vocab["<|endoftext|>"])
+    w.add_bos_token_id(vocab[bos])
+    w.add_eos_token_id(vocab[eos])
     w.add_add_bos_token(False)
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
