@@ -1,6 +1,9 @@
 """Small vocabularies for the engine's tokenizer tests, built here without downloads: a byte-level
-BPE trained with PyPI's `tokenizers` under each family's pre-tokenizer, written into a GGUF file
-(PyPI's `gguf`) holding only the tokenizer.ggml.* metadata that `kite run --tokenize` reads."""
+BPE trained with PyPI's `tokenizers` under each family's pre-tokenizer, or a SentencePiece BPE
+model trained with PyPI's `sentencepiece` (Llama 2 / Phi-3 with a space prefix, Gemma without),
+written into a GGUF file (PyPI's `gguf`) holding only the tokenizer.ggml.* metadata that
+`kite run --tokenize` reads."""
+import io
 import json
 import os
 import random
@@ -115,6 +118,40 @@ def write_gguf(tok, pre, path, chat_template=None, bos="<s>", eos="</s>"):
     w.add_add_bos_token(False)
     if chat_template is not None:
         w.add_chat_template(chat_template)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def train_spm(space_prefix, vocab_size=700):
+    """A SentencePiece BPE model (byte fallback, no normalization) trained on corpus texts."""
+    import sentencepiece as spm
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter([t for t in corpus(400, 1) + FIXED if t.strip()]),
+        model_writer=buf, vocab_size=vocab_size, model_type="bpe", byte_fallback=True,
+        normalization_rule_name="identity", add_dummy_prefix=space_prefix,
+        remove_extra_whitespaces=False, split_digits=False, character_coverage=1.0,
+        allow_whitespace_only_pieces=True, minloglevel=2)
+    return spm.SentencePieceProcessor(model_proto=buf.getvalue())
+
+
+def write_spm_gguf(sp, space_prefix, path):
+    """sp's pieces, scores and piece types as a tokenizer.ggml.model "llama" vocabulary."""
+    n = sp.get_piece_size()
+    types = [gguf.TokenType.UNKNOWN if sp.is_unknown(i) else gguf.TokenType.CONTROL
+             if sp.is_control(i) else gguf.TokenType.BYTE if sp.is_byte(i)
+             else gguf.TokenType.NORMAL for i in range(n)]
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_tokenizer_model("llama")
+    w.add_token_list([sp.id_to_piece(i) for i in range(n)])
+    w.add_token_scores([sp.get_score(i) for i in range(n)])
+    w.add_token_types(types)
+    w.add_bos_token_id(sp.bos_id())
+    w.add_eos_token_id(sp.eos_id())
+    w.add_add_bos_token(False)
+    w.add_add_space_prefix(space_prefix)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

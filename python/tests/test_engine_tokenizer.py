@@ -1,7 +1,8 @@
-"""`kite run --tokenize` against PyPI's `tokenizers`, token for token: for each pre-tokenizer
-family a byte-level BPE vocabulary is trained here (engine_vocab.py) and written into a GGUF with
-its tokenizer.ggml.pre name; the texts cover scripts, CJK, emoji, code, whitespace runs with
-CR LF, digit runs and contractions."""
+"""`kite run --tokenize` against PyPI's `tokenizers` and `sentencepiece`, token for token: for
+each pre-tokenizer family a byte-level BPE vocabulary is trained here (engine_vocab.py) and
+written into a GGUF with its tokenizer.ggml.pre name, and SentencePiece vocabularies with and
+without the space prefix; the texts cover scripts, CJK, emoji, code, whitespace runs with CR LF,
+digit runs and contractions."""
 import os
 
 import pytest
@@ -44,6 +45,20 @@ def test_vocabulary_is_exercised(family):
     pre, tok, path = family
     text = ev.FIXED[1]
     assert len(ev.kite_tokenize(path, text)) < len(text.encode()) * 2 // 3
+
+
+@pytest.mark.parametrize("space_prefix", [True, False], ids=["llama2-phi3", "gemma"])
+def test_sentencepiece_tokens_match(space_prefix, tmp_path):
+    sp = ev.train_spm(space_prefix)
+    path = str(tmp_path / "spm.gguf")
+    ev.write_spm_gguf(sp, space_prefix, path)
+    # texts without special tokens: after one, kite (as llama.cpp) starts the next text with the
+    # space prefix again, where sentencepiece, which knows no special tokens, does not
+    texts = [t for t in TEXTS if "<|" not in t]
+    bad = [(t, sp.encode(t), ev.kite_tokenize(path, t)) for t in texts]
+    bad = [b for b in bad if b[1] != b[2]]
+    assert not bad, "%d of %d texts differ, first %r:\n want %s\n got  %s" % (
+        len(bad), len(texts), bad[0][0], bad[0][1], bad[0][2])
 
 
 def test_unknown_pre_is_an_error(tmp_path):
