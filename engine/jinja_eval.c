@@ -212,8 +212,6 @@ int jv_contains(jctx *c, jv hay, jv needle) {
     return 0;
   }
   if (hay.t == JV_DICT) return item(c, hay, needle).t != JV_UNDEF;
-  if (hay.t == JV_UNDEF || hay.t == JV_NONE)
-    jfail(c->a, "chat template: 'in' of a %s", jv_type_name(hay));
   jfail(c->a, "chat template: 'in' of a %s", jv_type_name(hay));
 }
 

@@ -21,7 +21,14 @@ typedef struct parser {
   jarena *a;
   tok *toks;
   size_t n, cap, pos;
+  int depth;       /* nesting of expressions and blocks being parsed */
+  const char *src; /* the source, and the line of position lpos (lines are asked in order) */
+  const char *lpos;
+  int lline;
 } parser;
+
+/* Past this nesting a template is refused (the parser and the evaluator recurse). */
+#define JPARSE_MAX_DEPTH 200
 
 static void push_tok(parser *p, tok t) {
   if (p->n == p->cap) {
@@ -34,10 +41,11 @@ static void push_tok(parser *p, tok t) {
   p->toks[p->n++] = t;
 }
 
-static int count_lines(const char *s, const char *e) {
-  int n = 1;
-  for (; s < e; s++) n += *s == '\n';
-  return n;
+/* The line of position e of the source. */
+static int line_at(parser *p, const char *e) {
+  if (e < p->lpos) p->lpos = p->src, p->lline = 1;
+  for (; p->lpos < e; p->lpos++) p->lline += *p->lpos == '\n';
+  return p->lline;
 }
 
 /* A string literal's body src[0, n) with Python's escapes undone. */
@@ -81,13 +89,13 @@ static tok unescape(parser *p, const char *src, size_t n, int line) {
 /* The tokens of one tag's inside, up to its closing delimiter (close, 2 chars); returns the
  * position after it and sets *strip_after when it was "-<close>". */
 static const char *lex_tag(parser *p, const char *s, const char *end, const char *close,
-                           int *strip_after, const char *src) {
+                           int *strip_after) {
   static const char *ops[] = {"//", "==", "!=", "<=", ">=", "**", "+", "-", "*", "/", "%", "~", "<",
                               ">",  "(",  ")",  "[",  "]",  "{",  "}", ",", ":", ".", "|", "="};
   for (;;) {
     while (s < end && isspace((unsigned char)*s)) s++;
-    if (s >= end) jfail(p->a, "chat template: line %d: unclosed tag", count_lines(src, s));
-    int line = count_lines(src, s);
+    if (s >= end) jfail(p->a, "chat template: line %d: unclosed tag", line_at(p, s));
+    int line = line_at(p, s);
     if (*s == '-' && s + 2 < end + 1 && s[1] == close[0] && s[2] == close[1]) {
       *strip_after = 1;
       return s + 3;
@@ -124,6 +132,8 @@ static const char *lex_tag(parser *p, const char *s, const char *end, const char
 
 static void lex(parser *p, const char *src, size_t len) {
   const char *s = src, *end = src + len;
+  p->src = p->lpos = src;
+  p->lline = 1;
   /* jinja2 drops one trailing newline (newlines are "\n" by now) */
   if (end > s && end[-1] == '\n') end--;
   int strip_next = 0, trim_nl = 0;
@@ -148,7 +158,7 @@ static void lex(parser *p, const char *src, size_t len) {
         if (q == src || q[-1] == '\n') e = q;
       }
     }
-    if (e > b) push_tok(p, (tok){T_TEXT, count_lines(src, b), b, (size_t)(e - b)});
+    if (e > b) push_tok(p, (tok){T_TEXT, line_at(p, b), b, (size_t)(e - b)});
     if (t >= end) break;
     const char kind = t[1];
     const char *in = t + 2;
@@ -157,19 +167,18 @@ static void lex(parser *p, const char *src, size_t len) {
     if (kind == '#') {
       const char *c = in;
       while (c + 1 < end && !(c[0] == '#' && c[1] == '}')) c++;
-      if (c + 1 >= end)
-        jfail(p->a, "chat template: line %d: unclosed comment", count_lines(src, t));
+      if (c + 1 >= end) jfail(p->a, "chat template: line %d: unclosed comment", line_at(p, t));
       strip_next = c > in && c[-1] == '-';
       s = c + 2;
       trim_nl = 1;
       continue;
     }
-    push_tok(p, (tok){kind == '{' ? T_VAR : T_BLOCK, count_lines(src, t), NULL, 0});
-    s = lex_tag(p, in, end, kind == '{' ? "}}" : "%}", &strip_next, src);
+    push_tok(p, (tok){kind == '{' ? T_VAR : T_BLOCK, line_at(p, t), NULL, 0});
+    s = lex_tag(p, in, end, kind == '{' ? "}}" : "%}", &strip_next);
     push_tok(p, (tok){T_END, 0, NULL, 0});
     trim_nl = kind == '%';
   }
-  push_tok(p, (tok){T_EOF, count_lines(src, end), NULL, 0});
+  push_tok(p, (tok){T_EOF, line_at(p, end), NULL, 0});
 }
 
 /* ---- parser -------------------------------------------------------------------------------- */
@@ -229,6 +238,11 @@ static void add_kid(parser *p, jnode *n, jnode *k) {
 
 static jnode *expr(parser *p);
 static jnode *unary(parser *p, int with_filter);
+
+static void enter(parser *p) {
+  if (++p->depth > JPARSE_MAX_DEPTH)
+    jfail(p->a, "chat template: line %d: nested deeper than %d", peek(p)->line, JPARSE_MAX_DEPTH);
+}
 
 /* Call arguments after "(": positional and name=value. */
 static void call_args(parser *p, jnode *call) {
@@ -409,6 +423,7 @@ static jnode *filters(parser *p, jnode *n) {
 
 static jnode *unary(parser *p, int with_filter) {
   jnode *n;
+  enter(p);
   if (accept_op(p, "-")) {
     n = node(p, JN_NEG);
     n->a = unary(p, 0);
@@ -417,6 +432,7 @@ static jnode *unary(parser *p, int with_filter) {
   } else {
     n = postfix(p, primary(p));
   }
+  p->depth--;
   return with_filter ? filters(p, n) : n;
 }
 
@@ -485,7 +501,9 @@ static jnode *compare(parser *p) {
 static jnode *not_expr(parser *p) {
   if (accept_name(p, "not")) {
     jnode *n = node(p, JN_NOT);
+    enter(p);
     n->a = not_expr(p);
+    p->depth--;
     return n;
   }
   return compare(p);
@@ -502,14 +520,16 @@ static jnode *logic(parser *p, int is_or) {
   return n;
 }
 static jnode *expr(parser *p) {
+  enter(p);
   jnode *n = logic(p, 1);
   while (accept_name(p, "if")) {
     jnode *c = node(p, JN_COND);
     c->b = n;
     c->a = logic(p, 1);
-    if (accept_name(p, "else")) c->c = logic(p, 1);
+    if (accept_name(p, "else")) c->c = expr(p);
     n = c;
   }
+  p->depth--;
   return n;
 }
 
@@ -628,6 +648,7 @@ static jnode *macro_stmt(parser *p) {
 
 static jnode *body(parser *p, const char *const *stops) {
   jnode *blk = node(p, JN_BLOCK);
+  enter(p);
   for (;;) {
     tok *t = peek(p);
     if (t->t == T_EOF) {
@@ -636,9 +657,13 @@ static jnode *body(parser *p, const char *const *stops) {
         while (stops[last + 1]) last++;
         jfail(p->a, "chat template: missing {%% %s %%} at the end", stops[last]);
       }
+      p->depth--;
       return blk;
     }
-    if (at_stop(p, stops)) return blk;
+    if (at_stop(p, stops)) {
+      p->depth--;
+      return blk;
+    }
     jnode *s = NULL;
     if (t->t == T_TEXT) {
       s = node(p, JN_TEXT);

@@ -37,7 +37,12 @@ void jarena_free(jarena *a) {
   }
 }
 
+/* No text of a rendering grows past this: a template that loops or repeats without bound fails
+ * instead of taking the memory. */
+#define JBUF_MAX ((size_t)64 << 20)
+
 void jbuf_put(jarena *a, jbuf *b, const char *s, size_t n) {
+  if (n > JBUF_MAX || b->n + n > JBUF_MAX) jfail(a, "chat template: a text past 64 MiB");
   if (b->n + n + 1 > b->cap) {
     size_t cap = b->cap ? b->cap : 256;
     while (cap < b->n + n + 1) cap *= 2;
