@@ -96,6 +96,17 @@ def train(pre, vocab_size=600):
     return tok
 
 
+def _hparams(w):
+    """The llama.* keys every GGUF reader asks for before the vocabulary (llama.cpp's vocab-only
+    load reads them too); no tensors follow."""
+    w.add_context_length(256)
+    w.add_embedding_length(64)
+    w.add_block_count(1)
+    w.add_feed_forward_length(128)
+    w.add_head_count(4)
+    w.add_layer_norm_rms_eps(1e-5)
+
+
 def write_gguf(tok, pre, path, chat_template=None, bos="<s>", eos="</s>"):
     """tok's vocabulary, merges and special tokens as tokenizer.ggml.* metadata of a GGUF, with
     a tokenizer.chat_template when given."""
@@ -107,6 +118,7 @@ def write_gguf(tok, pre, path, chat_template=None, bos="<s>", eos="</s>"):
     merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
     special = {t["content"] for t in spec["added_tokens"]}
     w = gguf.GGUFWriter(path, "llama")
+    _hparams(w)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre(pre)
     w.add_token_list(tokens)
@@ -144,6 +156,7 @@ def write_spm_gguf(sp, space_prefix, path):
              if sp.is_control(i) else gguf.TokenType.BYTE if sp.is_byte(i)
              else gguf.TokenType.NORMAL for i in range(n)]
     w = gguf.GGUFWriter(path, "llama")
+    _hparams(w)
     w.add_tokenizer_model("llama")
     w.add_token_list([sp.id_to_piece(i) for i in range(n)])
     w.add_token_scores([sp.get_score(i) for i in range(n)])
