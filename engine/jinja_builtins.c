@@ -448,6 +448,7 @@ jv jcall_global(jctx *c, int global, const jnode *call) {
   case JG_NAMESPACE:
   case JG_DICT: {
     jv d = jv_dict(c->a);
+    d.u.d->ns = global == JG_NAMESPACE;
     jv first = arg(c, call, 0, NULL);
     if (first.t == JV_DICT)
       for (size_t i = 0; i < first.u.d->n; i++)

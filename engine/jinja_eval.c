@@ -431,9 +431,9 @@ static void exec_set(jctx *c, const jnode *n) {
     return;
   }
   jv ns = jeval(c, t->a);
-  if (ns.t != JV_DICT)
-    jfail(c->a, "chat template: line %d: cannot set an attribute of a %s", n->line,
-          jv_type_name(ns));
+  if (ns.t != JV_DICT || !ns.u.d->ns)
+    jfail(c->a, "chat template: line %d: cannot set an attribute of a %s (only of a namespace)",
+          n->line, jv_type_name(ns));
   jdict_set(c->a, ns.u.d, jv_str(c->a, t->s, t->n), v);
 }
 

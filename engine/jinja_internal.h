@@ -62,6 +62,7 @@ struct jlist {
 struct jdict {
   size_t n, cap;
   jv *k, *v;
+  int ns; /* a namespace(): the only dict `set d.x = ...` may change, as in jinja2 */
 };
 
 enum { JG_RANGE, JG_NAMESPACE, JG_DICT, JG_RAISE, JG_STRFTIME };

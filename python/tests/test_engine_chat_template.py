@@ -87,6 +87,7 @@ def test_no_template_is_chatml(vocab, tmp_path):
     ("{% if messages %}never closed", "missing {% endif %}"),
     ("{{ 1 / 0 }}", "division by zero"),
     ("{{ raise_exception('no ' ~ messages[0].role ~ ' here') }}", "no user here"),
+    ("{% set m = messages[0] %}{% set m.role = 'x' %}", "only of a namespace"),
 ])
 def test_template_errors_are_named(template, message, vocab, tmp_path):
     model = str(tmp_path / "bad.gguf")
