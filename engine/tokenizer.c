@@ -75,7 +75,9 @@ struct kr_tokenizer {
   char *merge_keys; /* the merges as stored ("a b"), one buffer */
   int32_t *special; /* ids of control / user-defined tokens, longest text first */
   int32_t n_special;
-  int32_t bos, eos, eot, im_end, eot_text;
+  int32_t bos, eos, eot;
+  /* the turn ends chat templates write, found by text as llama.cpp finds them (-1: none) */
+  int32_t eog[8];
   int add_bos, add_space_prefix;
   int32_t byte_token[256]; /* SPM: <0xXX>; BPE: the token of each byte's mapped character */
   uint32_t byte_to_cp[256];
@@ -103,7 +105,11 @@ int32_t kr_tok_find(const kr_tokenizer *t, const char *text) {
 }
 
 int kr_tok_is_eog(const kr_tokenizer *t, int32_t id) {
-  return id >= 0 && (id == t->eos || id == t->eot || id == t->im_end || id == t->eot_text);
+  if (id < 0) return 0;
+  if (id == t->eos || id == t->eot) return 1;
+  for (size_t i = 0; i < sizeof t->eog / sizeof *t->eog; i++)
+    if (id == t->eog[i]) return 1;
+  return 0;
 }
 
 /* ---- growable buffers ----------------------------------------------------------------------- */
@@ -488,8 +494,10 @@ kr_tokenizer *kr_tok_load(const kr_gguf *g, char *err, size_t err_len) {
       kr_gguf_meta_bool(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix, err, err_len) <
           0)
     goto fail;
-  t->im_end = kr_tok_find(t, "<|im_end|>");
-  t->eot_text = kr_tok_find(t, "<|endoftext|>");
+  /* the turn ends of ChatML, Llama 3, Phi-3, Gemma, and end-of-text */
+  static const char *const eog[] = {"<|im_end|>", "<|endoftext|>", "<|eot_id|>",      "<|eom_id|>",
+                                    "<|end|>",    "<end_of_turn>", "<|end_of_text|>", "<EOT>"};
+  for (size_t i = 0; i < sizeof eog / sizeof *eog; i++) t->eog[i] = kr_tok_find(t, eog[i]);
   return t;
 oom:
   snprintf(err, err_len, "tokenizer: out of memory");

@@ -32,7 +32,8 @@ int kr_tok_add_bos(const kr_tokenizer *t); /* tokenizer.ggml.add_bos_token */
 const char *kr_tok_note(const kr_tokenizer *t);
 /* The id of a token's exact text ("<|im_end|>"), or -1. */
 int32_t kr_tok_find(const kr_tokenizer *t, const char *text);
-/* Whether a token ends generation (eos, eot, <|im_end|>, <|endoftext|>). */
+/* Whether a token ends generation: eos, eot, and the turn ends chat templates write (<|im_end|>,
+ * <|eot_id|>, <|end|>, <end_of_turn>, <|endoftext|>, ...) where the vocabulary has them. */
 int kr_tok_is_eog(const kr_tokenizer *t, int32_t id);
 
 /* Appends the ids of text[0, len) to *ids (realloc'ed; *n and *cap updated). Returns 0, or -1 when
