@@ -5,15 +5,16 @@
  *   statements  for (with else, an `if` filter, loop.index/index0/first/last/length/revindex,
  *               tuple unpacking, break/continue), if/elif/else, set (names, namespace
  *               attributes, {% set x %}...{% endset %}), macro (with defaults), comments,
- *               whitespace control ({%- -%} {{- -}}) and trailing-newline removal;
+ *               whitespace control ({%- -%} {{- -}}), trailing-newline removal, and
+ *               transformers' {% generation %} markers (no output of their own);
  *   expressions literals (strings, numbers, true/false/none, lists, dicts), attribute, item and
  *               slice access (messages[1:], s[::-1]), calls, filters, tests (is / is not),
  *               not/and/or, comparisons, in / not in, + - * / // % ~, a if c else b;
- *   filters     trim length count tojson upper lower title capitalize default d first last join
- *               list items reverse replace string int float abs safe unique sort map selectattr
- *               rejectattr;
+ *   filters     trim length count tojson(indent) upper lower title capitalize default/d first
+ *               last join list items reverse replace string int float abs safe map(attribute)
+ *               selectattr/rejectattr (no test, equalto, defined, none);
  *   tests       defined undefined none string number integer float boolean true false mapping
- *               sequence iterable callable odd even divisibleby eq equalto in;
+ *               sequence iterable callable odd even divisibleby eq equalto sameas in;
  *   methods     of strings: strip lstrip rstrip startswith endswith split upper lower replace
  *               title capitalize find count; of dicts: items keys values get;
  *   globals     range namespace dict raise_exception strftime_now.
