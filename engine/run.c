@@ -136,10 +136,11 @@ static int read_prompts(run *r) {
     if (!(r->texts = calloc(1, sizeof *r->texts))) return 1;
     if (o->chat && strcmp(o->chat, "-") == 0)
       r->texts[0] = (char *)""; /* chat_loop reads the turns */
-    else if (o->chat)
-      r->texts[0] = r->owned = chat_prompt(r, o->chat);
-    else
+    else if (o->chat) {
+      if (!(r->texts[0] = r->owned = chat_prompt(r, o->chat))) return 1; /* it said why */
+    } else {
       r->texts[0] = (char *)(o->prompt ? o->prompt : "");
+    }
     r->n_prompts = 1;
   }
   if (r->n_prompts == 0 || !r->texts[0]) {
