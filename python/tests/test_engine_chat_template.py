@@ -95,3 +95,13 @@ def test_template_errors_are_named(template, message, vocab, tmp_path):
     r = kite_render(tmp_path, model, CONVERSATIONS[0])
     assert r.returncode != 0
     assert message in r.stderr.decode()
+
+
+def test_chat_stops_on_the_templates_error(vocab, tmp_path):
+    # --chat renders before the model loads: the template's own message, and nothing after it
+    model = str(tmp_path / "raise.gguf")
+    ev.write_gguf(vocab, "qwen2", model, chat_template="{{ raise_exception('no chat here') }}")
+    r = subprocess.run([ev.kite_binary(), "run", "--model", model, "--chat", "hi"],
+                       capture_output=True, text=True)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == ["kite run: chat template: no chat here"]
