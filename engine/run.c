@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "chat_template.h"
 #include "common.h"
 #include "gguf.h"
 #include "model.h"
@@ -24,6 +25,8 @@ typedef struct run {
   kr_sampling sampling; /* o's, with the seed drawn when none was given */
   kr_gguf g;
   kr_tokenizer *tok;
+  kr_chat_template *tpl; /* --chat's */
+  kr_chat_conv conv;     /* --chat's conversation so far */
   kite_ctx *ctx;
   kr_model *m;
   char *owned;  /* the --prompts file's text or the --chat turn, which texts point into */
@@ -85,30 +88,27 @@ static char *read_file(const char *path) {
   return buf;
 }
 
-/* The ChatML turn llama.cpp's template applies for one user message with the generation
- * prompt (the model's own template adds its default system turn). */
-char *kr_chatml(const kr_gguf *g, const char *user) {
-  const char *tpl;
-  uint64_t tl;
-  const char *sys = NULL;
-  static const char smol_sys[] = "You are a helpful AI assistant named SmolLM, trained by Hugging "
-                                 "Face";
-  if (!kr_gguf_get_str(g, "tokenizer.chat_template", &tpl, &tl)) {
-    /* the default system turn SmolLM2's template inserts */
-    for (uint64_t i = 0; i + sizeof smol_sys - 1 <= tl; i++)
-      if (memcmp(tpl + i, smol_sys, sizeof smol_sys - 1) == 0) sys = smol_sys;
+/* --chat's conversation (the --system message, then `user` when not NULL) as the model's chat
+ * template writes it, ready for generation; NULL after printing why. */
+static char *chat_prompt(run *r, const char *user) {
+  char err[1024];
+  char *s = NULL;
+  if (!r->tpl) {
+    if (!(r->tpl = kr_chat_template_load(&r->g, r->tok, err, sizeof err))) goto fail;
+    if (kr_chat_template_note(r->tpl))
+      fprintf(stderr, "kite run: %s\n", kr_chat_template_note(r->tpl));
+    if (r->o->system && kr_chat_add(&r->conv, "system", r->o->system, strlen(r->o->system)))
+      goto oom;
   }
-  const size_t n = strlen(user) + 256;
-  char *s = malloc(n);
-  if (!s) return NULL;
-  if (sys)
-    snprintf(s, n,
-             "<|im_start|>system\n%s<|im_end|>\n<|im_start|>user\n%s<|im_end|>\n"
-             "<|im_start|>assistant\n",
-             sys, user);
-  else
-    snprintf(s, n, "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n", user);
-  return s;
+  if (user && kr_chat_add(&r->conv, "user", user, strlen(user))) goto oom;
+  if ((s = kr_chat_prompt(r->tpl, r->tok, &r->conv, r->o->no_think ? 0 : -1, err, sizeof err)))
+    return s;
+fail:
+  fprintf(stderr, "kite run: %s\n", err);
+  return NULL;
+oom:
+  fprintf(stderr, "kite run: out of memory\n");
+  return NULL;
 }
 
 /* A seed from the system's entropy (the time and pid where that cannot be read). */
@@ -134,10 +134,13 @@ static int read_prompts(run *r) {
       if (line[0]) r->texts[r->n_prompts++] = line;
   } else {
     if (!(r->texts = calloc(1, sizeof *r->texts))) return 1;
-    if (o->chat)
-      r->texts[0] = r->owned = kr_chatml(&r->g, o->chat);
-    else
+    if (o->chat && strcmp(o->chat, "-") == 0)
+      r->texts[0] = (char *)""; /* chat_loop reads the turns */
+    else if (o->chat) {
+      if (!(r->texts[0] = r->owned = chat_prompt(r, o->chat))) return 1; /* it said why */
+    } else {
       r->texts[0] = (char *)(o->prompt ? o->prompt : "");
+    }
     r->n_prompts = 1;
   }
   if (r->n_prompts == 0 || !r->texts[0]) {
@@ -242,11 +245,14 @@ static int generate(run *r) {
   /* a sequence ends at the context's end: no more ids than that come back */
   const size_t ctx_len = (size_t)kr_model_ctx_len(r->m);
   r->out_cap = (size_t)o->n_predict < ctx_len ? (size_t)o->n_predict : ctx_len;
-  r->outs = calloc((size_t)r->n_prompts, sizeof *r->outs);
-  r->out_n = calloc((size_t)r->n_prompts, sizeof *r->out_n);
-  if (!r->outs || !r->out_n) return 1;
-  for (int i = 0; i < r->n_prompts; i++)
-    if (!(r->outs[i] = malloc((r->out_cap + 1) * sizeof **r->outs))) return 1;
+  if (!r->outs) {
+    r->outs = calloc((size_t)r->n_prompts, sizeof *r->outs);
+    r->out_n = calloc((size_t)r->n_prompts, sizeof *r->out_n);
+    if (!r->outs || !r->out_n) return 1;
+    for (int i = 0; i < r->n_prompts; i++)
+      if (!(r->outs[i] = malloc((r->out_cap + 1) * sizeof **r->outs))) return 1;
+  }
+  for (int i = 0; i < r->n_prompts; i++) r->out_n[i] = 0;
   if (submit_prompts(r, o->n_predict)) return 1;
   stream st = {r, r->n_prompts == 1, o->ignore_eos};
   if (r->n_prompts == 1 && !o->print_ids && !o->chat) printf("%s", r->texts[0]);
@@ -271,6 +277,67 @@ static int generate(run *r) {
       printf("\n");
     }
   fflush(stdout);
+  return 0;
+}
+
+/* --chat -: each user line (stdin; prompted with "> " on a terminal) is answered in turn. The
+ * conversation is rendered again with the template each turn and prefilled from the start: the
+ * model keeps no KV prefix across kr_reset. Returns 0, or 1 after printing why. */
+static int chat_loop(run *r) {
+  const int tty = isatty(fileno(stdin));
+  char *line = NULL, *reply = NULL;
+  size_t cap = 0;
+  ssize_t len;
+  int rc = 0;
+  while (!rc) {
+    if (tty) fputs("> ", stderr), fflush(stderr);
+    if ((len = getline(&line, &cap, stdin)) < 0) break;
+    while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+    if (!len) continue;
+    char *prompt = chat_prompt(r, line);
+    if (!prompt) {
+      rc = 1;
+      break;
+    }
+    free(r->owned);
+    r->texts[0] = r->owned = prompt;
+    kr_reset(r->m);
+    if (generate(r)) {
+      rc = 1;
+      break;
+    }
+    /* the reply joins the conversation as text, without the token that ended it */
+    size_t n = 0, piece;
+    free(reply);
+    if (!(reply = malloc(r->out_n[0] * 256 + 1))) rc = 1;
+    for (size_t i = 0; !rc && i < r->out_n[0]; i++)
+      if (!kr_tok_is_eog(r->tok, r->outs[0][i]) &&
+          (piece = kr_tok_piece(r->tok, r->outs[0][i], 0, reply + n, 256)) <= 256)
+        n += piece;
+    if (rc || kr_chat_add(&r->conv, "assistant", reply, n)) {
+      fprintf(stderr, "kite run: out of memory\n");
+      rc = 1;
+    }
+  }
+  free(line);
+  free(reply);
+  return rc;
+}
+
+/* --chat-render: the conversation file through the chat template, printed. */
+static int render_chat(run *r) {
+  char err[1024], *s;
+  if (kr_chat_read_json(r->o->chat_render, &r->conv, err, sizeof err) ||
+      !(r->tpl = kr_chat_template_load(&r->g, r->tok, err, sizeof err)) ||
+      kr_chat_format(r->tpl, r->conv.msgs, r->conv.n, 1, r->o->no_think ? 0 : -1, &s, err,
+                     sizeof err)) {
+    fprintf(stderr, "kite run: %s\n", err);
+    return 1;
+  }
+  if (kr_chat_template_note(r->tpl))
+    fprintf(stderr, "kite run: %s\n", kr_chat_template_note(r->tpl));
+  fputs(s, stdout);
+  free(s);
   return 0;
 }
 
@@ -314,6 +381,8 @@ static void run_free(run *r) {
   kr_tok_free(r->tok);
   free(r->texts);
   free(r->owned);
+  kr_chat_template_free(r->tpl);
+  kr_chat_conv_free(&r->conv);
   kr_gguf_close(&r->g);
 }
 
@@ -336,6 +405,7 @@ int kr_cmd_run(int argc, char **argv) {
     fprintf(stderr, "kite run: %s\n", err);
     goto done;
   }
+  if (kr_tok_note(r.tok)) fprintf(stderr, "kite run: %s\n", kr_tok_note(r.tok));
   if (o.tokenize) {
     size_t n = 0;
     if (kr_tok_encode(r.tok, o.tokenize, strlen(o.tokenize), 1, &r.ids, &n, &r.cap_ids)) goto done;
@@ -344,12 +414,16 @@ int kr_cmd_run(int argc, char **argv) {
     rc = 0;
     goto done;
   }
+  if (o.chat_render) {
+    rc = render_chat(&r);
+    goto done;
+  }
   if (!o.has_seed) r.sampling.seed = random_seed();
   if (read_prompts(&r) || (rc = load_model(&r)) != 0) goto done;
   rc = 1;
   r.load_s = kr_now_s() - t0;
   fprintf(stderr, "kite run: seed %llu\n", (unsigned long long)r.sampling.seed);
-  if (generate(&r)) goto done;
+  if (o.chat && strcmp(o.chat, "-") == 0 ? chat_loop(&r) : generate(&r)) goto done;
   report(&r);
   rc = 0;
 done:

@@ -4,10 +4,6 @@
 
 #include "gguf.h"
 
-/* The prompt text of one user turn in the model's ChatML form (what --chat runs); malloc'ed,
- * NULL when out of memory. */
-char *kr_chatml(const kr_gguf *g, const char *user);
-
 /* argv holds the options after "run"; returns the process exit code. */
 int kr_cmd_run(int argc, char **argv);
 

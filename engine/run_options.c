@@ -12,7 +12,16 @@ void kr_run_usage(FILE *f) {
       "usage: kite run --model FILE.gguf [--prompt TEXT | --chat TEXT | --prompts FILE] [OPTIONS]\n"
       "\n"
       "  --prompt TEXT          continue TEXT (streams the generated text)\n"
-      "  --chat TEXT            TEXT as a user turn of the model's ChatML template\n"
+      "  --chat TEXT            TEXT as a user turn of the model's chat template (its\n"
+      "                         tokenizer.chat_template; ChatML when it has none)\n"
+      "  --chat -               a conversation: on a terminal, read a line, answer, repeat; else\n"
+      "                         stdin holds one user message per line, each answered in turn\n"
+      "  --system TEXT          a system message first in --chat's conversation\n"
+      "  --no-think             enable_thinking=false for templates that read it (Qwen3)\n"
+      "  --chat-render FILE     print FILE's conversation (a JSON list of {\"role\", "
+      "\"content\"})\n"
+      "                         as the chat template renders it, with the generation prompt, and\n"
+      "                         exit\n"
       "  --prompts FILE         one prompt per line, generated together (continuous batching)\n"
       "  -n N                   tokens to generate per prompt (default 64; 0: none)\n"
       "  --ctx N                context size in tokens (default: the model's, at most %d)\n"
@@ -116,6 +125,8 @@ static const char *const value_opts[] = {"--model",
                                          "--chat",
                                          "--prompts",
                                          "--tokenize",
+                                         "--system",
+                                         "--chat-render",
                                          "-n",
                                          "--ctx",
                                          "--threads",
@@ -142,7 +153,8 @@ static int is_value_opt(const char *a) {
 static int take(const char *a, const char *v, kr_run_opts *o) {
   kr_sampling *sp = &o->sampling;
   const double big = 1e9; /* bounds of the unbounded float options: finite, and printable */
-  const char **strs[] = {&o->model, &o->prompt, &o->chat, &o->prompts_file, &o->tokenize};
+  const char **strs[] = {&o->model,    &o->prompt, &o->chat,       &o->prompts_file,
+                         &o->tokenize, &o->system, &o->chat_render};
   for (size_t i = 0; i < sizeof strs / sizeof *strs; i++)
     if (strcmp(a, value_opts[i]) == 0) {
       *strs[i] = v;
@@ -184,6 +196,7 @@ int kr_run_parse(int argc, char **argv, kr_run_opts *o) {
     int *flag = strcmp(a, "--bench") == 0                          ? &o->bench
                 : strcmp(a, "--ignore-eos") == 0                   ? &o->ignore_eos
                 : strcmp(a, "--tokens") == 0                       ? &o->print_ids
+                : strcmp(a, "--no-think") == 0                     ? &o->no_think
                 : strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0 ? &o->help
                                                                    : NULL;
     if (flag) {

@@ -11,6 +11,9 @@
 
 typedef struct kr_run_opts {
   const char *model, *prompt, *chat, *prompts_file, *tokenize;
+  const char *system;      /* --system: the conversation's system message, or NULL */
+  const char *chat_render; /* --chat-render FILE: print the conversation's prompt and exit */
+  int no_think;            /* --no-think: enable_thinking false for templates that read it */
   const char *device_name; /* as given: "cpu" or "cuda" */
   DLDeviceType device;
   kr_weights weights;

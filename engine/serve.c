@@ -13,17 +13,20 @@
 #include "run.h"
 #include "serve.h"
 
-char *sv_chat_prompt(const kr_gguf *g, const sv_message *msgs, size_t n, sv_error *e) {
-  /* the engine's chat formatting: one user turn (kr_chatml, as kite run --chat) */
-  if (n != 1 || strcmp(msgs[0].role, "user") != 0) {
-    sv_fail(e, 400, "messages", "unsupported_value",
-            "this server formats one user message per chat (the conversation has %zu messages, "
-            "the first of role '%s')",
-            n, msgs[0].role);
+char *sv_chat_prompt(const kr_chat_template *tpl, const kr_tokenizer *tok, const sv_message *msgs,
+                     size_t n, sv_error *e) {
+  /* a conversation that borrows the request's strings: kr_chat_prompt only reads it */
+  kr_chat_msg *m = malloc((n ? n : 1) * sizeof *m);
+  if (!m) {
+    sv_fail(e, 500, NULL, NULL, "out of memory");
     return NULL;
   }
-  char *s = kr_chatml(g, msgs[0].content);
-  if (!s) sv_fail(e, 500, NULL, NULL, "out of memory");
+  for (size_t i = 0; i < n; i++) m[i] = (kr_chat_msg){msgs[i].role, msgs[i].content};
+  const kr_chat_conv conv = {.msgs = m, .n = n, .cap = n};
+  char err[1024];
+  char *s = kr_chat_prompt(tpl, tok, &conv, -1, err, sizeof err);
+  free(m);
+  if (!s) sv_fail(e, 400, "messages", "invalid_value", "%s", err);
   return s;
 }
 
@@ -191,11 +194,13 @@ int kr_cmd_serve(int argc, char **argv) {
   kr_model *m = NULL;
   sv_engine *en = NULL;
   sv_http *h = NULL;
+  kr_chat_template *tpl = NULL;
   rc = 1;
-  if (!tok) {
+  if (!tok || !(tpl = kr_chat_template_load(&g, tok, err, sizeof err))) {
     fprintf(stderr, "kite serve: %s\n", err);
     goto done;
   }
+  if (kr_chat_template_note(tpl)) fprintf(stderr, "kite serve: %s\n", kr_chat_template_note(tpl));
   if ((rc = load(&o, &g, tok, &ctx, &m)) != 0) goto done;
   rc = 1;
   const char *base = strrchr(o.model, '/');
@@ -206,7 +211,8 @@ int kr_cmd_serve(int argc, char **argv) {
                                                  : o.model,
                              .ctx_len = kr_model_ctx_len(m),
                              .g = &g,
-                             .tok = tok};
+                             .tok = tok,
+                             .tpl = tpl};
   if (!(en = sv_engine_start(m, tok, err, sizeof err))) {
     fprintf(stderr, "kite serve: %s\n", err);
     goto done;
@@ -228,6 +234,7 @@ done:
   sv_engine_free(en);
   kr_model_free(m);
   if (ctx) kite_ctx_destroy(ctx);
+  kr_chat_template_free(tpl);
   kr_tok_free(tok);
   kr_gguf_close(&g);
   return rc;

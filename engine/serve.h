@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chat_template.h"
 #include "gguf.h"
 #include "model.h"
 #include "tokenizer.h"
@@ -138,6 +139,7 @@ typedef struct sv_server_opts {
   int ctx_len;
   const kr_gguf *g;
   const kr_tokenizer *tok;
+  const kr_chat_template *tpl; /* the model's chat template (read only: shared by the threads) */
 } sv_server_opts;
 typedef struct sv_http sv_http;
 sv_http *sv_http_start(const sv_server_opts *o, sv_engine *en, char *err, size_t err_len);
@@ -146,9 +148,12 @@ int sv_http_port(const sv_http *h);
 /* Closes the listening socket, waits for the connections' threads, frees h. */
 void sv_http_stop(sv_http *h);
 
-/* The prompt text of a conversation: the one place chat formatting is chosen. Returns a malloc'ed
- * string, or NULL with e filled. */
-char *sv_chat_prompt(const kr_gguf *g, const sv_message *msgs, size_t n, sv_error *e);
+/* The prompt text of a conversation through the model's chat template (kite run --chat's), ending
+ * with the assistant's turn header: the one place chat formatting is chosen. Returns a malloc'ed
+ * string, or NULL with e filled (400 with the template's own message for a conversation the
+ * template refuses). */
+char *sv_chat_prompt(const kr_chat_template *tpl, const kr_tokenizer *tok, const sv_message *msgs,
+                     size_t n, sv_error *e);
 
 /* `kite serve` (argv: the options after "serve"); returns the exit code. */
 int kr_cmd_serve(int argc, char **argv);

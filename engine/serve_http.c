@@ -252,7 +252,8 @@ static int prompt_ids(const sv_http *h, const sv_params *p, int32_t **ids, size_
   }
   char *chat = NULL;
   const char *text = p->prompt;
-  if (p->chat && !(text = chat = sv_chat_prompt(h->o.g, p->messages, p->n_messages, e))) return -1;
+  if (p->chat && !(text = chat = sv_chat_prompt(h->o.tpl, tok, p->messages, p->n_messages, e)))
+    return -1;
   int rc = 0;
   if (kr_tok_add_bos(tok) && kr_tok_bos(tok) >= 0) {
     if (!(*ids = malloc(16 * sizeof **ids))) rc = -1;

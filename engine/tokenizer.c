@@ -4,10 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pretok.h"
 #include "utf8.h"
 
 enum { KIND_BPE, KIND_SPM };
-enum { PRE_GPT2, PRE_SMOLLM, PRE_LLAMA3 };
 /* tokenizer.ggml.token_type values */
 enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
 
@@ -62,7 +62,10 @@ static int32_t map_get(const strmap *m, const char *k, size_t n) {
 }
 
 struct kr_tokenizer {
-  int kind, pre;
+  int kind;
+  kr_pretok pre;
+  int ignore_merges; /* a word the vocabulary holds is one token, unmerged */
+  const char *note;  /* what the loader chose that a user should know, or NULL */
   int32_t n_vocab;
   const char **text;
   uint32_t *len;
@@ -72,7 +75,9 @@ struct kr_tokenizer {
   char *merge_keys; /* the merges as stored ("a b"), one buffer */
   int32_t *special; /* ids of control / user-defined tokens, longest text first */
   int32_t n_special;
-  int32_t bos, eos, eot, im_end, eot_text;
+  int32_t bos, eos, eot;
+  /* the turn ends chat templates write, found by text as llama.cpp finds them (-1: none) */
+  int32_t eog[8];
   int add_bos, add_space_prefix;
   int32_t byte_token[256]; /* SPM: <0xXX>; BPE: the token of each byte's mapped character */
   uint32_t byte_to_cp[256];
@@ -91,13 +96,20 @@ int32_t kr_tok_eos(const kr_tokenizer *t) {
 int kr_tok_add_bos(const kr_tokenizer *t) {
   return t->add_bos;
 }
+const char *kr_tok_note(const kr_tokenizer *t) {
+  return t->note;
+}
 
 int32_t kr_tok_find(const kr_tokenizer *t, const char *text) {
   return map_get(&t->vocab, text, strlen(text));
 }
 
 int kr_tok_is_eog(const kr_tokenizer *t, int32_t id) {
-  return id >= 0 && (id == t->eos || id == t->eot || id == t->im_end || id == t->eot_text);
+  if (id < 0) return 0;
+  if (id == t->eos || id == t->eot) return 1;
+  for (size_t i = 0; i < sizeof t->eog / sizeof *t->eog; i++)
+    if (id == t->eog[i]) return 1;
+  return 0;
 }
 
 /* ---- growable buffers ----------------------------------------------------------------------- */
@@ -194,87 +206,26 @@ static int bpe_piece(const kr_tokenizer *t, const char *p, size_t n, int32_t **i
   if (!w) return -1;
   size_t m = 0;
   for (size_t i = 0; i < n; i++) m += kr_utf8_put(t->byte_to_cp[(uint8_t)p[i]], w + m);
-  int rc = bpe_word(t, w, m, ids, cnt, cap);
+  int32_t whole = t->ignore_merges ? map_get(&t->vocab, w, m) : -1;
+  int rc = whole >= 0 ? push_id(ids, cnt, cap, whole) : bpe_word(t, w, m, ids, cnt, cap);
   free(w);
   return rc;
 }
 
-/* GPT-2 / Llama 3 pre-tokenizer over cps[0, n) (code points; offs their byte offsets in text,
- * offs[n] the end): each word found goes through bpe_piece. */
-static int split_words(const kr_tokenizer *t, const char *text, const uint32_t *cps,
-                       const size_t *offs, size_t n, int32_t **ids, size_t *cnt, size_t *cap) {
-#define CP(i) ((i) < n ? cps[i] : 0xffffffffu)
-#define LET(i) ((i) < n && kr_is_letter(cps[i]))
-#define NUM(i) ((i) < n && kr_is_number(cps[i]))
-#define SPC(i) ((i) < n && kr_is_space(cps[i]))
-#define OTHER(i) ((i) < n && !kr_is_space(cps[i]) && !kr_is_letter(cps[i]) && !kr_is_number(cps[i]))
-  size_t pos = 0;
-  while (pos < n) {
-    size_t start = pos;
-    uint32_t c = cps[pos];
-    int llama3 = t->pre == PRE_LLAMA3;
-    if (c == '\'' && pos + 1 < n) {
-      uint32_t a = CP(pos + 1), b = CP(pos + 2);
-      if (llama3) {
-        a = a < 128 ? (uint32_t)(a | 0x20) : a;
-        b = b < 128 ? (uint32_t)(b | 0x20) : b;
-      }
-      if (a == 's' || a == 't' || a == 'm' || a == 'd')
-        pos += 2;
-      else if (pos + 2 < n &&
-               ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')))
-        pos += 3;
-    }
-    if (pos == start && llama3) {
-      if (c != '\r' && c != '\n' && !NUM(pos) && (LET(pos) || LET(pos + 1))) {
-        pos++;
-        while (LET(pos)) pos++;
-      } else if (NUM(pos)) {
-        while (NUM(pos) && pos - start < 3) pos++;
-      } else {
-        size_t q = pos + (c == ' ');
-        if (OTHER(q)) {
-          pos = q;
-          while (OTHER(pos)) pos++;
-          while (CP(pos) == '\r' || CP(pos) == '\n') pos++;
-        }
-      }
-    } else if (pos == start) {
-      size_t q = pos + (c == ' ');
-      if (LET(q)) {
-        pos = q;
-        while (LET(pos)) pos++;
-      } else if (NUM(q)) {
-        pos = q;
-        while (NUM(pos)) pos++;
-      } else if (OTHER(q)) {
-        pos = q;
-        while (OTHER(pos)) pos++;
-      }
-    }
-    if (pos == start) {
-      size_t ws = 0, last_nl = 0;
-      while (SPC(pos + ws)) {
-        if (llama3 && (cps[pos + ws] == '\r' || cps[pos + ws] == '\n')) last_nl = pos + ws + 1;
-        ws++;
-      }
-      if (last_nl)
-        pos = last_nl; /* \s*[\r\n]+ */
-      else if (ws > 1 && pos + ws < n)
-        pos += ws - 1; /* \s+(?!\S) leaves one space to the next word */
-      else if (ws > 0)
-        pos += ws;
-      else
-        pos++;
-    }
-    if (bpe_piece(t, text + offs[start], offs[pos] - offs[start], ids, cnt, cap)) return -1;
-  }
-  return 0;
-#undef CP
-#undef LET
-#undef NUM
-#undef SPC
-#undef OTHER
+/* The words of one text go through bpe_piece (the whole word first where the vocabulary holds it
+ * and the family ignores merges then). */
+typedef struct split_ctx {
+  const kr_tokenizer *t;
+  const char *text;
+  const size_t *offs; /* byte offset of each code point, and of the end */
+  int32_t **ids;
+  size_t *cnt, *cap;
+} split_ctx;
+
+static int on_word(void *user, size_t start, size_t end) {
+  const split_ctx *c = user;
+  return bpe_piece(c->t, c->text + c->offs[start], c->offs[end] - c->offs[start], c->ids, c->cnt,
+                   c->cap);
 }
 
 /* Encodes text without special tokens. */
@@ -311,19 +262,8 @@ static int encode_plain(const kr_tokenizer *t, const char *text, size_t len, int
     n++;
   }
   offs[n] = len;
-  int rc = 0;
-  if (t->pre == PRE_SMOLLM) {
-    /* every digit is a word of its own; GPT-2's split runs between them */
-    size_t a = 0;
-    for (size_t i = 0; i <= n && !rc; i++) {
-      if (i < n && !kr_is_number(cps[i])) continue;
-      rc = split_words(t, text, cps + a, offs + a, i - a, ids, cnt, cap);
-      if (!rc && i < n) rc = bpe_piece(t, text + offs[i], offs[i + 1] - offs[i], ids, cnt, cap);
-      a = i + 1;
-    }
-  } else {
-    rc = split_words(t, text, cps, offs, n, ids, cnt, cap);
-  }
+  split_ctx c = {t, text, offs, ids, cnt, cap};
+  int rc = kr_pretok_split(t->pre, cps, n, on_word, &c);
   free(cps);
   free(offs);
   return rc;
@@ -462,17 +402,22 @@ kr_tokenizer *kr_tok_load(const kr_gguf *g, char *err, size_t err_len) {
   }
   const char *pre;
   uint64_t pre_len;
-  t->pre = PRE_GPT2;
+  t->pre = KR_PRE_GPT2;
   rc = kr_gguf_meta_str(g, "tokenizer.ggml.pre", &pre, &pre_len, err, err_len);
   if (rc < 0) goto fail;
-  if (rc == 0) {
-    static const char *digit_split[] = {"smollm", "starcoder", "refact", "codeshell", "command-r"};
-    for (size_t i = 0; i < sizeof digit_split / sizeof *digit_split; i++)
-      if (pre_len == strlen(digit_split[i]) && memcmp(pre, digit_split[i], pre_len) == 0)
-        t->pre = PRE_SMOLLM;
-    if ((pre_len == 9 && memcmp(pre, "llama-bpe", 9) == 0) ||
-        (pre_len == 6 && memcmp(pre, "llama3", 6) == 0))
-      t->pre = PRE_LLAMA3;
+  /* SentencePiece vocabularies have no pre-tokenizer; a BPE one without a name (or "default")
+   * is split as GPT-2 splits, and says so */
+  if (t->kind == KIND_BPE && (rc > 0 || (pre_len == 7 && memcmp(pre, "default", 7) == 0)))
+    t->note = "tokenizer: no tokenizer.ggml.pre in the file (or \"default\"): words split as "
+              "GPT-2 splits them";
+  else if (t->kind == KIND_BPE) {
+    int kind = kr_pretok_from_name(pre, (size_t)pre_len, &t->ignore_merges);
+    if (kind < 0) {
+      snprintf(err, err_len, "tokenizer: pre-tokenizer '%.*s' (tokenizer.ggml.pre) not supported",
+               (int)(pre_len > 40 ? 40 : pre_len), pre);
+      goto fail;
+    }
+    t->pre = (kr_pretok)kind;
   }
 
   const kr_gguf_value *tok = NULL;
@@ -549,8 +494,10 @@ kr_tokenizer *kr_tok_load(const kr_gguf *g, char *err, size_t err_len) {
       kr_gguf_meta_bool(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix, err, err_len) <
           0)
     goto fail;
-  t->im_end = kr_tok_find(t, "<|im_end|>");
-  t->eot_text = kr_tok_find(t, "<|endoftext|>");
+  /* the turn ends of ChatML, Llama 3, Phi-3, Gemma, and end-of-text */
+  static const char *const eog[] = {"<|im_end|>", "<|endoftext|>", "<|eot_id|>",      "<|eom_id|>",
+                                    "<|end|>",    "<end_of_turn>", "<|end_of_text|>", "<EOT>"};
+  for (size_t i = 0; i < sizeof eog / sizeof *eog; i++) t->eog[i] = kr_tok_find(t, eog[i]);
   return t;
 oom:
   snprintf(err, err_len, "tokenizer: out of memory");

@@ -1,11 +1,12 @@
 /*
  * Tokenizers read from GGUF metadata (tokenizer.ggml.*):
- *   gpt2  byte-level BPE (tokens + merges), pre-tokenized as tokenizer.ggml.pre says: "smollm"
- *         (and the StarCoder family) splits every digit alone, then applies GPT-2's split
- *         ('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+);
- *         "llama-bpe" applies Llama 3's split; anything else GPT-2's;
- *   llama SentencePiece-style: spaces become U+2581, pieces merge by score, unknown bytes fall back
- *         to <0xXX> tokens.
+ *   gpt2  byte-level BPE (tokens + merges), the text first split into words as
+ *         tokenizer.ggml.pre says (pretok.h lists the kinds and the names of each); a name not
+ *         listed is an error, a missing one (or "default") splits as GPT-2 does, with a note
+ *         (kr_tok_note);
+ *   llama SentencePiece-style (Llama 2, Gemma, Phi-3): spaces become U+2581 (one prepended to
+ *         each text between special tokens when tokenizer.ggml.add_space_prefix, the default),
+ *         pieces merge by score, unknown bytes fall back to <0xXX> tokens.
  * Special tokens (control and user-defined types) are matched in the text first, longest first,
  * when encoding with parse_special.
  */
@@ -27,9 +28,12 @@ int32_t kr_tok_vocab(const kr_tokenizer *t);
 int32_t kr_tok_bos(const kr_tokenizer *t); /* -1 when none */
 int32_t kr_tok_eos(const kr_tokenizer *t);
 int kr_tok_add_bos(const kr_tokenizer *t); /* tokenizer.ggml.add_bos_token */
+/* A choice the loader made that a user should be told of (a fallback), or NULL. */
+const char *kr_tok_note(const kr_tokenizer *t);
 /* The id of a token's exact text ("<|im_end|>"), or -1. */
 int32_t kr_tok_find(const kr_tokenizer *t, const char *text);
-/* Whether a token ends generation (eos, eot, <|im_end|>, <|endoftext|>). */
+/* Whether a token ends generation: eos, eot, and the turn ends chat templates write (<|im_end|>,
+ * <|eot_id|>, <|end|>, <end_of_turn>, <|endoftext|>, ...) where the vocabulary has them. */
 int kr_tok_is_eog(const kr_tokenizer *t, int32_t id);
 
 /* Appends the ids of text[0, len) to *ids (realloc'ed; *n and *cap updated). Returns 0, or -1 when

@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
-# clang: the libFuzzer targets (scripts/fuzz.sh); libmicrohttpd, cJSON: kite serve
+# clang: the libFuzzer targets (scripts/fuzz.sh); libmicrohttpd: kite serve; cJSON: kite serve
+# and kite run's conversation files
 for pkg in cmake make gcc clang libdlpack-dev libopenblas-dev libdnnl-dev libmicrohttpd-dev \
   libcjson-dev pkg-config; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")

@@ -175,6 +175,26 @@ def test_completion_matches_kite_run(server):
         assert r.usage.completion_tokens == 20
 
 
+def test_chat_is_rendered_by_the_models_template(server, tmp_path):
+    # a multi-turn conversation: the chat reply is the greedy continuation of the conversation as
+    # kite run --chat-render renders it through the same template
+    msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "abc"},
+            {"role": "assistant", "content": "abc abc"}, {"role": "user", "content": "more"}]
+    conv = tmp_path / "conv.json"
+    conv.write_text(json.dumps(msgs))
+    rendered = subprocess.run(
+        [str(KITE), "run", "--model", str(server["gguf"]), "--chat-render", str(conv)],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    assert "be brief" in rendered and "abc abc" in rendered and rendered.index("more") > 0
+    chat = server["client"].chat.completions.create(
+        model=server["model"], messages=msgs, max_tokens=12, temperature=0)
+    plain = complete(server, rendered.rstrip("\n") if not rendered.endswith("\n\n") else
+                     rendered[:-1], n=12)
+    assert chat.usage.prompt_tokens == plain.usage.prompt_tokens
+    assert chat.choices[0].message.content == plain.choices[0].text
+
+
 def test_stream_assembles_to_the_same_text(server):
     for chat in (False, True):
         kw = dict(max_tokens=30, temperature=0)
