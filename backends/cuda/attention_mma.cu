@@ -88,7 +88,8 @@ __global__ void __launch_bounds__(kThreads, 2) attend_mma_kernel(AttnParams p) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int qg = lane >> 2, qt = lane & 3; /* mma fragment row and column pair */
   const int g = blockIdx.y, group = (int)p.group;
-  const int64_t x = p.kind == ATTN_PREFILL ? (int64_t)gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const bool packed_seqs = p.kind == ATTN_PREFILL || p.kind == ATTN_VARLEN;
+  const int64_t x = packed_seqs ? (int64_t)gridDim.x - 1 - blockIdx.x : blockIdx.x;
 
   KITE_CTA_TILE(BM, p, x);
   int klo = lo_first, khi = hi_last > lo_first ? hi_last : lo_first;
@@ -385,8 +386,9 @@ kite_status launch_mma(const AttnParams &p, dim3 grid, cudaStream_t s) {
     kernel<<<grid, kThreads, smem, s>>>(p);
     return true;
   };
-  const bool ok = p.kind == ATTN_SDPA ? run(attend_mma_kernel<T, D, MB, KEYS, STAGES, false>)
-                                      : run(attend_mma_kernel<T, D, MB, KEYS, STAGES, true>);
+  const bool dense = p.kind == ATTN_SDPA || p.kind == ATTN_VARLEN;
+  const bool ok = dense ? run(attend_mma_kernel<T, D, MB, KEYS, STAGES, false>)
+                        : run(attend_mma_kernel<T, D, MB, KEYS, STAGES, true>);
   if (!ok) {
     const cudaError_t e = cudaGetLastError();
     return kite_set_error(KITE_ERR_DEVICE, "cuda.mma: %zu bytes of shared memory: %s", smem,
@@ -417,7 +419,7 @@ kite_status run_mma(kite_ctx *ctx, AttnParams p, const char *op) {
   const bool keys = p.kind == ATTN_DECODE || packed <= 32 * p.batch;
   const int64_t bm = keys ? 16 : (p.head_dim <= 128 ? 128 : 64);
   int64_t tiles;
-  if (p.kind == ATTN_PREFILL)
+  if (p.kind == ATTN_PREFILL || p.kind == ATTN_VARLEN)
     tiles = (packed + bm - 1) / bm + p.batch; /* >= the sum of each sequence's tiles */
   else
     tiles = p.batch * (((p.kind == ATTN_SDPA ? p.sq : 1) * p.group + bm - 1) / bm);
@@ -518,4 +520,29 @@ extern "C" CUDA_SUPPORTS(cuda_sdpa_mma_supports) {
 
 extern "C" CUDA_RUN(cuda_sdpa_mma_run) {
   return run_mma(ctx, attn_sdpa_params((const kite_sdpa_args *)args), "sdpa");
+}
+
+extern "C" CUDA_SUPPORTS(cuda_sdpa_varlen_mma_supports) {
+  const kite_sdpa_varlen_args *a = (const kite_sdpa_varlen_args *)args;
+  if (a->dtype != KITE_DTYPE_BF16 && a->dtype != KITE_DTYPE_F16) {
+    *why = "dtype must be bf16 or f16";
+    return false;
+  }
+  if (!mma_head_dim(a->head_dim)) {
+    *why = "head_dim must be 64, 80, 96, 128 or 256";
+    return false;
+  }
+  if (!aligned16(a->q) || !aligned16(a->k) || !aligned16(a->v) || !aligned16(a->o) ||
+      !strides_aligned(a->q_stride, 2, 2) || !strides_aligned(a->k_stride, 2, 2) ||
+      !strides_aligned(a->v_stride, 2, 2) || !strides_aligned(a->o_stride, 2, 2)) {
+    *why = "needs 16-byte aligned tensors and strides";
+    return false;
+  }
+  return ok_unless(a->tk > 0x7fffffff || a->max_seqlen_k > 0x7fff0000 ||
+                       a->tq * (a->hq / (a->hkv > 0 ? a->hkv : 1)) > 0x3fffffff,
+                   "sequences too long", why);
+}
+
+extern "C" CUDA_RUN(cuda_sdpa_varlen_mma_run) {
+  return run_mma(ctx, attn_varlen_params((const kite_sdpa_varlen_args *)args), "sdpa_varlen");
 }
