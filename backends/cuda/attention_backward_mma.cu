@@ -23,13 +23,13 @@ using namespace kite_cuda;
 
 namespace {
 
-constexpr int kWarps = 4, kThreads = 128, kBN = 64; /* keys per CTA, 16 per warp */
-
-template <int D, int BQ> struct BwdSmem {
-  static constexpr int LD = D + 8, LDS = BQ + 8; /* +16 bytes: ldmatrix rows in distinct banks */
-  static constexpr size_t kv = (size_t)2 * kBN * LD * 2;    /* K, V */
+/* NW warps per CTA of 16 keys each: BN = 16 NW keys per CTA. Rows padded by 16 bytes: the 8
+ * rows of an ldmatrix phase land in distinct bank groups. */
+template <int D, int BQ, int NW> struct BwdSmem {
+  static constexpr int BN = 16 * NW, LD = D + 8, LDS = BQ + 8;
+  static constexpr size_t kv = (size_t)2 * BN * LD * 2;     /* K, V */
   static constexpr size_t qd = (size_t)2 * 2 * BQ * LD * 2; /* [buf][Q, dO] */
-  static constexpr size_t ds = (size_t)kBN * LDS * 2;       /* dS^T [key][query] */
+  static constexpr size_t ds = (size_t)BN * LDS * 2;        /* dS^T [key][query] */
   static constexpr size_t stat = (size_t)2 * 2 * BQ * 4;    /* [buf][lse2, delta] */
   static constexpr size_t total = kv + qd + ds + stat;
 };
@@ -45,9 +45,10 @@ __device__ __forceinline__ void atomic_add2(float *dst, float a, float b) {
 }
 
 /* Grid: x = key block, y = kv head, z = sequence. See the file comment. */
-template <typename T, int D, int BQ>
-__global__ void __launch_bounds__(kThreads, 2) attn_bwd_mma_kernel(BwdParams p) {
-  using SM = BwdSmem<D, BQ>;
+template <typename T, int D, int BQ, int NW>
+__global__ void __launch_bounds__(32 * NW, 8 / NW) attn_bwd_mma_kernel(BwdParams p) {
+  using SM = BwdSmem<D, BQ, NW>;
+  constexpr int kWarps = NW, kThreads = 32 * NW, kBN = SM::BN;
   constexpr int LD = SM::LD, LDS = SM::LDS, CH = D / 8;
   constexpr int KS = D / 16, DN = D / 8, NQ = BQ / 8; /* k-steps over D, n-blocks of D, of BQ */
   constexpr int MBQ = BQ / 16, WPM = kWarps / MBQ, DC = D / WPM, DCN = DC / 8; /* dQ split */
@@ -274,23 +275,31 @@ __global__ void __launch_bounds__(kThreads, 2) attn_bwd_mma_kernel(BwdParams p) 
   }
 }
 
-template <typename T, int D, int BQ> kite_status launch_bwd(const BwdParams &p, cudaStream_t s) {
-  const size_t smem = BwdSmem<D, BQ>::total;
-  auto kernel = attn_bwd_mma_kernel<T, D, BQ>;
+template <typename T, int D, int BQ, int NW>
+kite_status launch_bwd(const BwdParams &p, cudaStream_t s) {
+  using SM = BwdSmem<D, BQ, NW>;
+  const size_t smem = SM::total;
+  auto kernel = attn_bwd_mma_kernel<T, D, BQ, NW>;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
       cudaSuccess) {
     const cudaError_t e = cudaGetLastError();
     return kite_set_error(KITE_ERR_DEVICE, "cuda.mma: %zu bytes of shared memory: %s", smem,
                           cudaGetErrorString(e));
   }
-  const dim3 grid((unsigned)((p.sk + kBN - 1) / kBN), (unsigned)p.hkv, (unsigned)p.batch);
-  kernel<<<grid, kThreads, smem, s>>>(p);
+  const dim3 grid((unsigned)((p.sk + SM::BN - 1) / SM::BN), (unsigned)p.hkv, (unsigned)p.batch);
+  kernel<<<grid, 32 * NW, smem, s>>>(p);
   return KITE_OK;
 }
 
 /* Query tiles of 64 rows at head_dim 64, 32 at 128 (dK, dV and the S / dP tiles in registers). */
+int bwd_warps() {
+  return 8;
+}
+
 template <typename T> kite_status launch_bwd_d(const BwdParams &p, cudaStream_t s) {
-  return p.head_dim == 64 ? launch_bwd<T, 64, 64>(p, s) : launch_bwd<T, 128, 32>(p, s);
+  if (bwd_warps() == 4)
+    return p.head_dim == 64 ? launch_bwd<T, 64, 64, 4>(p, s) : launch_bwd<T, 128, 32, 4>(p, s);
+  return p.head_dim == 64 ? launch_bwd<T, 64, 64, 8>(p, s) : launch_bwd<T, 128, 32, 8>(p, s);
 }
 
 } // namespace
