@@ -54,7 +54,7 @@ class CtxParams(C.Structure):
 
 
 DTYPES = {torch.float32: (DL_FLOAT, 32), torch.float16: (DL_FLOAT, 16),
-          torch.bfloat16: (DL_BFLOAT, 16), torch.int32: (DL_INT, 32)}
+          torch.bfloat16: (DL_BFLOAT, 16), torch.int32: (DL_INT, 32), torch.uint8: (1, 8)}
 
 
 def dl_tensor(t):
@@ -89,6 +89,9 @@ class Kite:
                "kite_paged_decode": [T, T, T, T, T, T, T, T, T],
                "kite_paged_prefill": [T, T, T, T, T, T, T, T, T, T],
                "kite_sdpa": [T, T, T, T, T, T, T, T],
+               "kite_sdpa_backward": [T] * 12,
+               "kite_sdpa_varlen": [T] * 6 + [C.c_int64] * 2 + [T] * 3,
+               "kite_sdpa_varlen_backward": [T] * 6 + [C.c_int64] * 2 + [T] * 7,
                "kite_sample": [T, T, T, T],
                "kite_cross_entropy": [T, T, T, T, T, T],
                "kite_cross_entropy_backward": [T, T, T, T, T, T, T],
@@ -534,6 +537,64 @@ def sdpa_rows(kite):
     return rows
 
 
+def sdpa_backward_rows(kite):
+    """sdpa_backward, B 4, S 4096, Hq 32 / Hkv 8, D 128, causal and not, bf16: kite (its default
+    kernel) beside the backward of torch SDPA's flash and cuDNN backends (torch.autograd.grad of
+    their output, K and V given already repeated to Hq heads, so the peers' time is their backward
+    kernels alone), alternated. FLOPs 2.5 x the forward's 4 S^2 D Hq per sequence, halved for
+    causal. rel_err: kite's dq, dk, dv (one vector) against the flash backward's (dk, dv summed
+    over each GQA group)."""
+    from torch.nn.attention import sdpa_kernel, SDPBackend
+    rows, dt = [], torch.bfloat16
+    B, S, HQ, HKV, D = 4, 4096, 32, 8, 128
+    G = HQ // HKV
+    q = torch.randn(B, HQ, S, D, device="cuda", dtype=dt)
+    k = torch.randn(B, HKV, S, D, device="cuda", dtype=dt)
+    v = torch.randn(B, HKV, S, D, device="cuda", dtype=dt)
+    dout = torch.randn(B, HQ, S, D, device="cuda", dtype=dt)
+    o, lse = torch.empty_like(q), torch.empty(B, HQ, S, device="cuda", dtype=torch.float32)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    Q, K, V, O, L, G_, DQ, DK, DV = map(dl, (q, k, v, o, lse, dout, dq, dk, dv))
+    qr = q.detach().requires_grad_()
+    kr = k.repeat_interleave(G, 1).requires_grad_()
+    vr = v.repeat_interleave(G, 1).requires_grad_()
+    for causal in (1, 0):
+        opts = C.byref(AttnOpts(0.0, 0.0, -1, 0, causal))
+        kite.call("kite_sdpa", Q, K, V, None, opts, O, L)
+        kfn = lambda: kite.call("kite_sdpa_backward", Q, K, V, None, opts, O, L, G_, DQ, DK, DV)
+        kfn()
+        flop = 2.5 * 4.0 * B * S * S * D * HQ / (2 if causal else 1)
+        name = "causal" if causal else "non-causal"
+        err = None
+        for peer, be in (("torch SDPA flash bwd", SDPBackend.FLASH_ATTENTION),
+                         ("torch SDPA cuDNN bwd", SDPBackend.CUDNN_ATTENTION)):
+            try:
+                with sdpa_kernel(be):
+                    out = F.scaled_dot_product_attention(qr, kr, vr, is_causal=bool(causal))
+                    tfn = lambda: torch.autograd.grad(out, (qr, kr, vr), dout, retain_graph=True)
+                    if err is None:
+                        gq, gk, gv = tfn()
+                        gk = gk.float().view(B, HKV, G, S, D).sum(2)
+                        gv = gv.float().view(B, HKV, G, S, D).sum(2)
+                        err = rel_err(torch.cat([dq.flatten(), dk.flatten(), dv.flatten()]),
+                                      torch.cat([gq.flatten().float(), gk.flatten(),
+                                                 gv.flatten()]))
+                        del gq, gk, gv
+                    ku, tu = time_many([kfn, tfn], reps=6, warmup=2)
+                    del out
+            except RuntimeError as ex:  # a backend this torch build lacks is reported
+                print(f"sdpa_backward {name}: {peer}: {ex}", flush=True)
+                continue
+            rows.append({"op": "sdpa_backward", "shape": f"B{B}x{S} {name} {HQ}/{HKV} D{D}",
+                         "kite_us": ku, "kite_tflops": flop / ku / 1e6, "peer": peer,
+                         "peer_tflops": flop / tu / 1e6, "rel_err": err,
+                         "sm_mhz": sm_clock_mhz()})
+            print(json.dumps(rows[-1]), flush=True)
+    del q, k, v, dout, o, lse, dq, dk, dv, qr, kr, vr
+    torch.cuda.empty_cache()
+    return rows
+
+
 class SamplingParams(C.Structure):
     _fields_ = [("temperature", C.c_void_p), ("top_k", C.c_void_p), ("top_p", C.c_void_p),
                 ("min_p", C.c_void_p), ("seeds", C.c_void_p), ("steps", C.c_void_p),
@@ -751,11 +812,11 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
     ap.add_argument("--kite-bench", default=None, help="kite bench --json output to cross-check")
     ap.add_argument("--no-compile", action="store_true")
-    ap.add_argument("--only", default="core,compute,sampling,loss",
-                    help="sections to run, comma-separated: core,compute,sampling,loss")
+    ap.add_argument("--only", default="core,compute,attn_bwd,sampling,loss",
+                    help="sections to run, comma-separated: core,compute,attn_bwd,sampling,loss")
     args = ap.parse_args()
     sections = set(args.only.split(","))
-    unknown = sections - {"core", "compute", "sampling", "loss"}
+    unknown = sections - {"core", "compute", "attn_bwd", "sampling", "loss"}
     if unknown:
         ap.error(f"--only: unknown sections {sorted(unknown)}")
     os.makedirs(args.out, exist_ok=True)
@@ -815,6 +876,13 @@ def main():
         print(json.dumps(r), flush=True)
         failures += not (r["rel_err"] < 2e-2)
     try:
+        brows = sdpa_backward_rows(kite) if "attn_bwd" in sections else []
+    except Exception as ex:  # reported, not fatal to the rows above
+        print(f"sdpa_backward rows failed: {ex}", flush=True)
+        brows, failures = [], failures + 1
+    failures += sum(not (r["rel_err"] < 2e-2) for r in brows)
+    crows += brows
+    try:
         srows = sampling_rows(kite) if "sampling" in sections else []
     except Exception as ex:  # reported, not fatal to the rows above
         print(f"sampling rows failed: {ex}", flush=True)
@@ -827,8 +895,8 @@ def main():
         lrows, failures = [], failures + 1
     failures += sum(not (r["rel_err"] < 2e-2) for r in lrows)
     # a section asked for that produced no row failed somewhere: loudly, not as an empty table
-    for name, got_rows in (("core", rows), ("compute", crows), ("sampling", srows),
-                           ("loss", lrows)):
+    for name, got_rows in (("core", rows), ("compute", crows), ("attn_bwd", brows),
+                           ("sampling", srows), ("loss", lrows)):
         if name in sections and not got_rows:
             print(f"section {name}: FAILED, no rows", flush=True)
             failures += 1

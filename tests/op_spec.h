@@ -14,7 +14,7 @@
 #include "kite/kite.h"
 
 #define OP_SPEC_MAX_DIMS 9 /* a spec's rank, plus room for a test to add dims */
-#define OP_SPEC_MAX_ARGS 16
+#define OP_SPEC_MAX_ARGS 24
 
 /* What a spec is read with: the palette's sizes and the call's dtypes. */
 typedef struct op_spec_cfg {

@@ -31,21 +31,24 @@ __device__ __forceinline__ int64_t clamp64(int64_t v, int64_t lo, int64_t hi) {
   return v < lo ? lo : v > hi ? hi : v;
 }
 
-/* Where a query row sits: its sequence b, its index i for q/o/lse addressing, its position and
- * its visible keys [lo, hi). false when the row belongs to no sequence (bad cu_q_lens). */
+/* Where a query row sits: its sequence b, its index i for q/o/lse addressing, the row of its
+ * sequence's first key kf (varlen; else 0), its position and its visible keys [lo, hi). false
+ * when the row belongs to no sequence (bad cu_q_lens). */
 struct Row {
-  int64_t b, i, lo, hi;
+  int64_t b, i, kf, lo, hi;
 };
 
 __device__ bool locate_row(const AttnParams &p, int64_t row, Row *r) {
   int64_t n, pos;
   bool causal = p.causal;
   if (p.kind == ATTN_SDPA) {
-    r->b = row / p.sq, r->i = row % p.sq;
+    r->b = row / p.sq, r->i = row % p.sq, r->kf = 0;
     n = p.sk, pos = r->i + p.sk - p.sq;
   } else {
     int64_t b = row, q_len = 1, first = row;
-    if (p.kind == ATTN_PREFILL) { /* the last sequence whose first token is at or before row */
+    r->kf = 0;
+    if (p.kind == ATTN_PREFILL ||
+        p.kind == ATTN_VARLEN) { /* the last sequence whose first token is at or before row */
       const int32_t *cu = p.cu_q_lens;
       if (row < cu[0] || row >= cu[p.batch]) return false;
       int64_t lo = 0, hi = p.batch - 1;
@@ -61,7 +64,13 @@ __device__ bool locate_row(const AttnParams &p, int64_t row, Row *r) {
     } else {
       causal = false; /* every key is at or before the decode query */
     }
-    n = clamp64(p.seq_lens[b], 0, p.max_keys);
+    if (p.kind == ATTN_VARLEN) { /* keys outside [0, total_keys) make the sequence keyless */
+      const int64_t kf = p.cu_k_lens[b], kn = (int64_t)p.cu_k_lens[b + 1] - kf;
+      const bool bad = kf < 0 || kn < 0 || kf + kn > p.total_keys;
+      r->kf = bad ? 0 : kf, n = bad ? 0 : clamp64(kn, 0, p.max_keys);
+    } else {
+      n = clamp64(p.seq_lens[b], 0, p.max_keys);
+    }
     pos = n - q_len + (row - first);
     r->b = b, r->i = row;
   }
@@ -104,7 +113,7 @@ __global__ void __launch_bounds__(kThreads) attend_kernel(AttnParams p) {
     head[gi] = p.gqa_interleaved ? g + qi * p.hkv : g * p.group + qi;
   }
 
-  Row r = {0, row, 0, 0}; /* paged rows address q/o/lse by token alone */
+  Row r = {0, row, 0, 0, 0}; /* token rows address q/o/lse by token alone */
   const bool row_ok = locate_row(p, row, &r);
   int64_t lo = 0, hi = 0;
   if (row_ok) { /* this split's share of the visible keys */
@@ -130,8 +139,10 @@ __global__ void __launch_bounds__(kThreads) attend_kernel(AttnParams p) {
 
   const T *kc = (const T *)p.k, *vc = (const T *)p.v;
   const int32_t *blocks = PAGED && row_ok ? p.block_table + r.b * p.block_table_stride : nullptr;
-  const int64_t kv_head_off = PAGED ? 0 : r.b * p.k_stride[0] + g * p.k_stride[1];
-  const int64_t v_head_off = PAGED ? 0 : r.b * p.v_stride[0] + g * p.v_stride[1];
+  const int64_t kv_head_off =
+      PAGED ? 0 : r.b * p.k_stride[0] + g * p.k_stride[1] + r.kf * p.k_stride[2];
+  const int64_t v_head_off =
+      PAGED ? 0 : r.b * p.v_stride[0] + g * p.v_stride[1] + r.kf * p.v_stride[2];
 
   /* The loop bounds are the same for every thread, so the shuffles below never diverge. */
   for (int64_t base = lo; base < hi; base += (int64_t)NG * U) {
@@ -294,7 +305,7 @@ namespace {
 
 template <typename T, int TPK, int EPL, int GMAX, bool VEC>
 void launch_attend(const AttnParams &p, dim3 grid, cudaStream_t s) {
-  if (p.kind == ATTN_SDPA)
+  if (p.kind == ATTN_SDPA || p.kind == ATTN_VARLEN)
     attend_kernel<T, TPK, EPL, GMAX, VEC, false><<<grid, kThreads, 0, s>>>(p);
   else
     attend_kernel<T, TPK, EPL, GMAX, VEC, true><<<grid, kThreads, 0, s>>>(p);
@@ -431,6 +442,27 @@ AttnParams kite_cuda::attn_sdpa_params(const kite_sdpa_args *a) {
   return p;
 }
 
+AttnParams kite_cuda::attn_varlen_params(const kite_sdpa_varlen_args *a) {
+  AttnParams p = {};
+  p.kind = ATTN_VARLEN;
+  p.dtype = a->dtype;
+  p.batch = a->batch, p.rows = a->tq, p.hq = a->hq, p.hkv = a->hkv;
+  p.group = a->hkv > 0 ? a->hq / a->hkv : 0;
+  p.head_dim = a->head_dim, p.max_keys = a->max_seqlen_k, p.total_keys = a->tk;
+  /* [b, head, token] with b = 0: the rows are tokens */
+  p.q_stride[1] = a->q_stride[1], p.q_stride[2] = a->q_stride[0];
+  p.o_stride[1] = a->o_stride[1], p.o_stride[2] = a->o_stride[0];
+  p.k_stride[1] = a->k_stride[1], p.k_stride[2] = a->k_stride[0];
+  p.v_stride[1] = a->v_stride[1], p.v_stride[2] = a->v_stride[0];
+  p.q = a->q, p.k = a->k, p.v = a->v, p.o = a->o;
+  p.lse = a->lse, p.lse_stride[1] = 1, p.lse_stride[2] = a->hq;
+  p.cu_q_lens = a->cu_seqlens_q, p.cu_k_lens = a->cu_seqlens_k;
+  p.scale = a->opts.scale, p.softcap = a->opts.softcap, p.window_left = a->opts.window_left;
+  p.gqa_interleaved = a->opts.gqa == KITE_GQA_INTERLEAVED;
+  p.causal = a->opts.causal != 0;
+  return p;
+}
+
 namespace {
 
 /* store_kv: thread per element of (token, kv head, d); k and v in one launch. */
@@ -525,4 +557,31 @@ extern "C" CUDA_RUN(cuda_sdpa_generic_run) {
 
 extern "C" CUDA_RUN(cuda_sdpa_vec_run) {
   return run_attend(ctx, attn_sdpa_params((const kite_sdpa_args *)args), true, "sdpa", "vec");
+}
+
+extern "C" CUDA_SUPPORTS(cuda_sdpa_varlen_generic_supports) {
+  const kite_sdpa_varlen_args *a = (const kite_sdpa_varlen_args *)args;
+  if (!float_dtype(a->dtype, why)) return false;
+  return ok_unless(a->head_dim > 256, "head_dim must be at most 256", why);
+}
+
+extern "C" CUDA_SUPPORTS(cuda_sdpa_varlen_vec_supports) {
+  const kite_sdpa_varlen_args *a = (const kite_sdpa_varlen_args *)args;
+  if (!cuda_sdpa_varlen_generic_supports(k, args, why)) return false;
+  const size_t es = kite_dtype_size(a->dtype);
+  return ok_unless(!vec_tpk(a->dtype, a->head_dim) || !aligned16(a->q) || !aligned16(a->k) ||
+                       !aligned16(a->v) || !strides_aligned(a->q_stride, 2, es) ||
+                       !strides_aligned(a->k_stride, 2, es) || !strides_aligned(a->v_stride, 2, es),
+                   "needs head_dim 64/128/256 (16-bit) or 32/64/128 (f32) and 16-byte aligned rows",
+                   why);
+}
+
+extern "C" CUDA_RUN(cuda_sdpa_varlen_generic_run) {
+  return run_attend(ctx, attn_varlen_params((const kite_sdpa_varlen_args *)args), false,
+                    "sdpa_varlen", "generic");
+}
+
+extern "C" CUDA_RUN(cuda_sdpa_varlen_vec_run) {
+  return run_attend(ctx, attn_varlen_params((const kite_sdpa_varlen_args *)args), true,
+                    "sdpa_varlen", "vec");
 }

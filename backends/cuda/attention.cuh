@@ -1,7 +1,8 @@
 /*
- * Parameters of the attention kernels (attention.cu): paged decode and prefill and dense sdpa
- * in one shape. A query row is a token (paged) or (batch, query index) (sdpa); q, o and lse are
- * addressed as b * stride[0] + head * stride[1] + i * stride[2], with b = 0 for paged rows.
+ * Parameters of the attention kernels (attention.cu): paged decode and prefill, dense sdpa and
+ * sdpa_varlen in one shape. A query row is a token (paged, varlen) or (batch, query index)
+ * (sdpa); q, o and lse are addressed as b * stride[0] + head * stride[1] + i * stride[2], with
+ * b = 0 for token rows. Varlen keys are dense rows kfirst + j of sequence b (cu_k_lens).
  * Also the device helpers of the tensor-core kernels (attention_mma.cu, attention_sm90.cu): PTX
  * wrappers, the query tile of a CTA and the keys each query row sees.
  */
@@ -12,7 +13,7 @@
 
 namespace kite_cuda {
 
-enum AttnKind { ATTN_DECODE, ATTN_PREFILL, ATTN_SDPA };
+enum AttnKind { ATTN_DECODE, ATTN_PREFILL, ATTN_SDPA, ATTN_VARLEN };
 enum MaskKind { MASK_NONE, MASK_BOOL, MASK_F32, MASK_SAME };
 
 struct AttnParams {
@@ -33,6 +34,8 @@ struct AttnParams {
   const int32_t *block_table;
   int64_t block_table_stride;
   const int32_t *seq_lens, *cu_q_lens;
+  const int32_t *cu_k_lens; /* varlen: key rows of sequence b, [cu[b], cu[b + 1]) of total_keys */
+  int64_t total_keys;
   const void *mask;
   int mask_kind;
   int64_t mask_stride[4];
@@ -79,18 +82,47 @@ template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float 
   }
 }
 
-/* One sequence's view: its keys n, its query count, the token index of its first query. */
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+/* c[16x8] += a[16x16] b[16x8], f32 accumulators. */
+template <typename T>
+__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0,
+                                         uint32_t b1) {
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+/* One sequence's view: its keys n, its query count, the token index of its first query, the
+ * row of its first key (varlen; 0 otherwise). */
 struct Seq {
-  int b, q_len, n, first;
+  int b, q_len, n, first, kfirst;
 };
 
 /* The tile of packed rows that CTA x works on: false when x is past the last tile. For prefill,
- * the tiles of the sequences are laid end to end (ceil(q_len * group / BM) each) and every warp
- * finds its sequence by a prefix sum over 32 sequences at a time. */
+ * and varlen, the tiles of the sequences are laid end to end (ceil(q_len * group / BM) each) and
+ * every warp finds its sequence by a prefix sum over 32 sequences at a time. */
 template <int BM>
 __device__ __forceinline__ bool find_tile(const AttnParams &p, int64_t x, Seq *s, int *m0) {
   const int group = (int)p.group;
-  if (p.kind == ATTN_PREFILL) {
+  if (p.kind == ATTN_PREFILL || p.kind == ATTN_VARLEN) {
     const int lane = threadIdx.x & 31;
     int64_t before = 0;
     bool found = false;
@@ -129,9 +161,15 @@ __device__ __forceinline__ bool find_tile(const AttnParams &p, int64_t x, Seq *s
     s->b = (int)b, s->q_len = (int)q_len, *m0 = (int)(x % per) * BM;
     s->first = p.kind == ATTN_SDPA ? 0 : (int)b;
   }
-  int64_t n = p.kind == ATTN_SDPA ? p.sk : p.seq_lens[s->b];
+  int64_t n, kfirst = 0;
+  if (p.kind == ATTN_VARLEN) { /* keys outside [0, total_keys) make the sequence keyless */
+    kfirst = p.cu_k_lens[s->b], n = (int64_t)p.cu_k_lens[s->b + 1] - kfirst;
+    if (kfirst < 0 || n < 0 || kfirst + n > p.total_keys) kfirst = 0, n = 0;
+  } else {
+    n = p.kind == ATTN_SDPA ? p.sk : p.seq_lens[s->b];
+  }
   n = n < 0 ? 0 : n > p.max_keys ? p.max_keys : n;
-  s->n = (int)n;
+  s->n = (int)n, s->kfirst = (int)kfirst;
   return true;
 }
 
@@ -186,8 +224,9 @@ __device__ __forceinline__ void key_offsets(const AttnParams &p, const Seq &s, i
     if (blk < 0 || blk >= p.num_blocks) return;
     *ko = *vo = ((blk * p.hkv + g) * bs + (j - idx * bs)) * p.head_dim;
   } else {
-    *ko = (int64_t)s.b * p.k_stride[0] + g * p.k_stride[1] + (int64_t)j * p.k_stride[2];
-    *vo = (int64_t)s.b * p.v_stride[0] + g * p.v_stride[1] + (int64_t)j * p.v_stride[2];
+    const int64_t row = (int64_t)s.kfirst + j;
+    *ko = (int64_t)s.b * p.k_stride[0] + g * p.k_stride[1] + row * p.k_stride[2];
+    *vo = (int64_t)s.b * p.v_stride[0] + g * p.v_stride[1] + row * p.v_stride[2];
   }
 }
 
@@ -195,6 +234,7 @@ __device__ __forceinline__ void key_offsets(const AttnParams &p, const Seq &s, i
  * (part_o/part_lse of `splits` splits) into o and lse. */
 AttnParams attn_paged_params(const kite_paged_attn_args *a);
 AttnParams attn_sdpa_params(const kite_sdpa_args *a);
+AttnParams attn_varlen_params(const kite_sdpa_varlen_args *a);
 void attn_merge_splits(const AttnParams &p, int splits, cudaStream_t s);
 /* The key splits of `units` CTAs (> 0): enough to fill the GPU with >= 8 CTAs per SM, keeping
  * >= 256 keys per split, at most 64; with more than one, p.part_o / p.part_lse get the partials'

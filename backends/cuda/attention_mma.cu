@@ -27,36 +27,6 @@ namespace {
 
 constexpr int kWarps = 4, kThreads = 128, kBN = 64;
 
-/* ---- PTX wrappers -------------------------------------------------------------------------- */
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-/* c[16x8] += a[16x16] b[16x8], f32 accumulators. */
-template <typename T>
-__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0,
-                                         uint32_t b1) {
-  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
 /* Reduces the 2 * NB scores of row half h of an m-block's fragments (c[nb][2h], c[nb][2h+1])
  * in 4 interleaved chains: shorter dependency chains for the few warps of an SM, few registers. */
 template <int NB, typename Op>
@@ -118,7 +88,8 @@ __global__ void __launch_bounds__(kThreads, 2) attend_mma_kernel(AttnParams p) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int qg = lane >> 2, qt = lane & 3; /* mma fragment row and column pair */
   const int g = blockIdx.y, group = (int)p.group;
-  const int64_t x = p.kind == ATTN_PREFILL ? (int64_t)gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const bool packed_seqs = p.kind == ATTN_PREFILL || p.kind == ATTN_VARLEN;
+  const int64_t x = packed_seqs ? (int64_t)gridDim.x - 1 - blockIdx.x : blockIdx.x;
 
   KITE_CTA_TILE(BM, p, x);
   int klo = lo_first, khi = hi_last > lo_first ? hi_last : lo_first;
@@ -415,8 +386,9 @@ kite_status launch_mma(const AttnParams &p, dim3 grid, cudaStream_t s) {
     kernel<<<grid, kThreads, smem, s>>>(p);
     return true;
   };
-  const bool ok = p.kind == ATTN_SDPA ? run(attend_mma_kernel<T, D, MB, KEYS, STAGES, false>)
-                                      : run(attend_mma_kernel<T, D, MB, KEYS, STAGES, true>);
+  const bool dense = p.kind == ATTN_SDPA || p.kind == ATTN_VARLEN;
+  const bool ok = dense ? run(attend_mma_kernel<T, D, MB, KEYS, STAGES, false>)
+                        : run(attend_mma_kernel<T, D, MB, KEYS, STAGES, true>);
   if (!ok) {
     const cudaError_t e = cudaGetLastError();
     return kite_set_error(KITE_ERR_DEVICE, "cuda.mma: %zu bytes of shared memory: %s", smem,
@@ -447,7 +419,7 @@ kite_status run_mma(kite_ctx *ctx, AttnParams p, const char *op) {
   const bool keys = p.kind == ATTN_DECODE || packed <= 32 * p.batch;
   const int64_t bm = keys ? 16 : (p.head_dim <= 128 ? 128 : 64);
   int64_t tiles;
-  if (p.kind == ATTN_PREFILL)
+  if (p.kind == ATTN_PREFILL || p.kind == ATTN_VARLEN)
     tiles = (packed + bm - 1) / bm + p.batch; /* >= the sum of each sequence's tiles */
   else
     tiles = p.batch * (((p.kind == ATTN_SDPA ? p.sq : 1) * p.group + bm - 1) / bm);
@@ -548,4 +520,29 @@ extern "C" CUDA_SUPPORTS(cuda_sdpa_mma_supports) {
 
 extern "C" CUDA_RUN(cuda_sdpa_mma_run) {
   return run_mma(ctx, attn_sdpa_params((const kite_sdpa_args *)args), "sdpa");
+}
+
+extern "C" CUDA_SUPPORTS(cuda_sdpa_varlen_mma_supports) {
+  const kite_sdpa_varlen_args *a = (const kite_sdpa_varlen_args *)args;
+  if (a->dtype != KITE_DTYPE_BF16 && a->dtype != KITE_DTYPE_F16) {
+    *why = "dtype must be bf16 or f16";
+    return false;
+  }
+  if (!mma_head_dim(a->head_dim)) {
+    *why = "head_dim must be 64, 80, 96, 128 or 256";
+    return false;
+  }
+  if (!aligned16(a->q) || !aligned16(a->k) || !aligned16(a->v) || !aligned16(a->o) ||
+      !strides_aligned(a->q_stride, 2, 2) || !strides_aligned(a->k_stride, 2, 2) ||
+      !strides_aligned(a->v_stride, 2, 2) || !strides_aligned(a->o_stride, 2, 2)) {
+    *why = "needs 16-byte aligned tensors and strides";
+    return false;
+  }
+  return ok_unless(a->tk > 0x7fffffff || a->max_seqlen_k > 0x7fff0000 ||
+                       a->tq * (a->hq / (a->hkv > 0 ? a->hkv : 1)) > 0x3fffffff,
+                   "sequences too long", why);
+}
+
+extern "C" CUDA_RUN(cuda_sdpa_varlen_mma_run) {
+  return run_mma(ctx, attn_varlen_params((const kite_sdpa_varlen_args *)args), "sdpa_varlen");
 }

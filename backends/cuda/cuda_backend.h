@@ -116,7 +116,7 @@ CUDA_SUPPORTS(cuda_logprobs_cluster_supports);
 CUDA_RUN(cuda_sample_cluster_run);
 CUDA_RUN(cuda_logprobs_cluster_run);
 
-/* attention.cu: store_kv, paged_decode, paged_prefill, sdpa */
+/* attention.cu: store_kv, paged_decode, paged_prefill, sdpa, sdpa_varlen */
 CUDA_RUN(cuda_store_kv_run);
 CUDA_SUPPORTS(cuda_paged_vec_supports);
 CUDA_SUPPORTS(cuda_paged_generic_supports);
@@ -126,11 +126,27 @@ CUDA_SUPPORTS(cuda_sdpa_vec_supports);
 CUDA_SUPPORTS(cuda_sdpa_generic_supports);
 CUDA_RUN(cuda_sdpa_vec_run);
 CUDA_RUN(cuda_sdpa_generic_run);
-/* attention_mma.cu: paged_decode, paged_prefill, sdpa on tensor cores (bf16/f16) */
+CUDA_SUPPORTS(cuda_sdpa_varlen_vec_supports);
+CUDA_SUPPORTS(cuda_sdpa_varlen_generic_supports);
+CUDA_RUN(cuda_sdpa_varlen_vec_run);
+CUDA_RUN(cuda_sdpa_varlen_generic_run);
+/* attention_mma.cu: paged_decode, paged_prefill, sdpa, sdpa_varlen on tensor cores (bf16/f16) */
 CUDA_SUPPORTS(cuda_paged_mma_supports);
 CUDA_RUN(cuda_paged_mma_run);
 CUDA_SUPPORTS(cuda_sdpa_mma_supports);
 CUDA_RUN(cuda_sdpa_mma_run);
+CUDA_SUPPORTS(cuda_sdpa_varlen_mma_supports);
+CUDA_RUN(cuda_sdpa_varlen_mma_run);
+/* attention_backward.cu (delta, generic row kernels) and attention_backward_mma.cu (tensor
+ * cores, bf16/f16, head_dim 64 / 128): sdpa_backward, sdpa_varlen_backward */
+CUDA_SUPPORTS(cuda_sdpa_bwd_mma_supports);
+CUDA_SUPPORTS(cuda_sdpa_bwd_generic_supports);
+CUDA_RUN(cuda_sdpa_bwd_mma_run);
+CUDA_RUN(cuda_sdpa_bwd_generic_run);
+CUDA_SUPPORTS(cuda_sdpa_varlen_bwd_mma_supports);
+CUDA_SUPPORTS(cuda_sdpa_varlen_bwd_generic_supports);
+CUDA_RUN(cuda_sdpa_varlen_bwd_mma_run);
+CUDA_RUN(cuda_sdpa_varlen_bwd_generic_run);
 
 /* attention_sm90.cu: paged_prefill and sdpa on Hopper (wgmma, warp-specialized; bf16/f16, head_dim
  * 64/128/256, compute capability 9.0) */

@@ -1,5 +1,6 @@
 /*
- * Reference attention: store_kv, paged_decode, paged_prefill and sdpa, in double.
+ * Reference attention: store_kv, paged_decode, paged_prefill, sdpa, sdpa_varlen and the
+ * backwards of the two, in double.
  *
  * Every op comes down to ref_attend(): one query row against keys at positions 0..n-1, each
  * found either in the paged cache (through the sequence's block-table row) or in a dense [Sk, D]
@@ -49,6 +50,29 @@ typedef struct ref_mask {
   int64_t row, stride_j;
 } ref_mask;
 
+/* Whether the query q[q0 .. q0 + D) at position pos sees key j, and then its scores: *s the
+ * scaled dot product, *u the final score (softcapped, plus the float mask). */
+static bool ref_score(const void *q, int64_t q0, const ref_kv *kv, int64_t j, int64_t pos,
+                      const kite_attn_opts *opts, const ref_mask *mask, double *s, double *u) {
+  int64_t row, v_row;
+  if (!ref_kv_row(kv, j, &row, &v_row)) return false;
+  if (opts->causal && j > pos) return false;
+  if (opts->window_left >= 0 && (j < pos - opts->window_left || j > pos)) return false;
+  if (mask->data && mask->dtype == KITE_DTYPE_U8 &&
+      ((const uint8_t *)mask->data)[mask->row + j * mask->stride_j] == 0)
+    return false;
+  const kite_dtype t = kv->dtype;
+  double dot = 0.0;
+  for (int64_t d = 0; d < kv->head_dim; d++)
+    dot += (double)kite_load_f32(t, q, q0 + d) * (double)kite_load_f32(t, kv->k, row + d);
+  double score = *s = opts->scale * dot;
+  if (opts->softcap > 0.0f) score = opts->softcap * tanh(score / opts->softcap);
+  if (mask->data && mask->dtype != KITE_DTYPE_U8)
+    score += kite_load_f32(mask->dtype, mask->data, mask->row + j * mask->stride_j);
+  *u = score;
+  return true;
+}
+
 /* o[o0 .. o0 + D) and *lse for the query q[q0 .. q0 + D) at position pos; s holds kv->n doubles
  * of scratch. */
 static void ref_attend(const void *q, int64_t q0, const ref_kv *kv, int64_t pos,
@@ -58,23 +82,9 @@ static void ref_attend(const void *q, int64_t q0, const ref_kv *kv, int64_t pos,
   const int64_t D = kv->head_dim;
   double m = -INFINITY;
   for (int64_t j = 0; j < kv->n; j++) {
-    int64_t row, v_row;
-    bool seen = ref_kv_row(kv, j, &row, &v_row);
-    if (opts->causal && j > pos) seen = false;
-    if (opts->window_left >= 0 && (j < pos - opts->window_left || j > pos)) seen = false;
-    if (mask->data && mask->dtype == KITE_DTYPE_U8 &&
-        ((const uint8_t *)mask->data)[mask->row + j * mask->stride_j] == 0)
-      seen = false;
+    double raw, score;
     s[j] = -INFINITY;
-    if (!seen) continue;
-
-    double dot = 0.0;
-    for (int64_t d = 0; d < D; d++)
-      dot += (double)kite_load_f32(t, q, q0 + d) * (double)kite_load_f32(t, kv->k, row + d);
-    double score = opts->scale * dot;
-    if (opts->softcap > 0.0f) score = opts->softcap * tanh(score / opts->softcap);
-    if (mask->data && mask->dtype != KITE_DTYPE_U8)
-      score += kite_load_f32(mask->dtype, mask->data, mask->row + j * mask->stride_j);
+    if (!ref_score(q, q0, kv, j, pos, opts, mask, &raw, &score)) continue;
     s[j] = score;
     if (score > m || isnan(score)) m = score;
   }
@@ -204,40 +214,238 @@ kite_status ref_paged_attn_run(const kite_kernel *k, kite_ctx *ctx, const void *
   return KITE_OK;
 }
 
+/* Keys and values of kv head g of batch b of a dense problem. */
+static ref_kv ref_dense_kv(const kite_sdpa_args *a, int64_t b, int64_t g) {
+  const size_t es = kite_dtype_size(a->dtype);
+  ref_kv kv = {.dtype = a->dtype,
+               .k = (const char *)a->k + (b * a->k_stride[0] + g * a->k_stride[1]) * es,
+               .v = (const char *)a->v + (b * a->v_stride[0] + g * a->v_stride[1]) * es,
+               .n = a->sk,
+               .head_dim = a->head_dim,
+               .k_stride = a->k_stride[2],
+               .v_stride = a->v_stride[2]};
+  return kv;
+}
+
+/* The mask row of query i of head h of batch b. */
+static ref_mask ref_dense_mask(const kite_sdpa_args *a, int64_t b, int64_t h, int64_t i) {
+  ref_mask m = {.data = a->mask,
+                .dtype = a->mask_dtype,
+                .row = b * a->mask_stride[0] + h * a->mask_stride[1] + i * a->mask_stride[2],
+                .stride_j = a->mask_stride[3]};
+  return m;
+}
+
+/* One dense problem (sdpa, or one sequence of sdpa_varlen viewed as batch 1): the lse of
+ * (b, h, i) at a->lse[b * ls[0] + h * ls[1] + i * ls[2]]; scores holds sk doubles. */
+static void ref_sdpa_dense(const kite_sdpa_args *a, const int64_t ls[3], double *scores) {
+  for (int64_t b = 0; b < a->batch; b++)
+    for (int64_t h = 0; h < a->hq; h++) {
+      const ref_kv kv = ref_dense_kv(a, b, ref_kv_head(&a->opts, h, a->hq, a->hkv));
+      for (int64_t i = 0; i < a->sq; i++) {
+        const ref_mask mask = ref_dense_mask(a, b, h, i);
+        const int64_t pos = i + a->sk - a->sq; /* the last query sits at the last key */
+        const int64_t q0 = b * a->q_stride[0] + h * a->q_stride[1] + i * a->q_stride[2];
+        const int64_t o0 = b * a->o_stride[0] + h * a->o_stride[1] + i * a->o_stride[2];
+        float *lse = a->lse ? &a->lse[b * ls[0] + h * ls[1] + i * ls[2]] : NULL;
+        ref_attend(a->q, q0, &kv, pos, &a->opts, &mask, scores, a->o, o0, lse);
+      }
+    }
+}
+
+/* The gradients of one dense problem, kite.h's formulas literally: per (batch, kv head) the dk /
+ * dv sums over the query heads that read it, in head order, then over queries and keys; acc
+ * holds (2 sk + 1) D doubles. lse as in ref_sdpa_dense. */
+static void ref_sdpa_bwd_dense(const kite_sdpa_backward_args *a, const int64_t ls[3], double *acc) {
+  const kite_sdpa_args *f = &a->fwd;
+  const kite_dtype t = f->dtype;
+  const int64_t D = f->head_dim, sk = f->sk;
+  const double scale = f->opts.scale, cap = f->opts.softcap;
+  double *dk = acc, *dv = acc + sk * D, *dq = acc + 2 * sk * D;
+  for (int64_t b = 0; b < f->batch; b++)
+    for (int64_t g = 0; g < f->hkv; g++) {
+      const ref_kv kv = ref_dense_kv(f, b, g);
+      for (int64_t x = 0; x < 2 * sk * D; x++) acc[x] = 0.0;
+      for (int64_t h = 0; h < f->hq; h++) {
+        if (ref_kv_head(&f->opts, h, f->hq, f->hkv) != g) continue;
+        for (int64_t i = 0; i < f->sq; i++) {
+          const ref_mask mask = ref_dense_mask(f, b, h, i);
+          const int64_t pos = i + sk - f->sq;
+          const int64_t q0 = b * f->q_stride[0] + h * f->q_stride[1] + i * f->q_stride[2];
+          const int64_t o0 = b * f->o_stride[0] + h * f->o_stride[1] + i * f->o_stride[2];
+          const int64_t g0 = b * a->dout_stride[0] + h * a->dout_stride[1] + i * a->dout_stride[2];
+          const double lse = f->lse[b * ls[0] + h * ls[1] + i * ls[2]];
+          for (int64_t d = 0; d < D; d++) dq[d] = 0.0;
+          double delta = 0.0;
+          for (int64_t d = 0; d < D; d++)
+            delta += (double)kite_load_f32(t, a->dout, g0 + d) * kite_load_f32(t, f->o, o0 + d);
+          for (int64_t j = 0; lse != -INFINITY && j < sk; j++) {
+            double sc, u;
+            if (!ref_score(f->q, q0, &kv, j, pos, &f->opts, &mask, &sc, &u)) continue;
+            const double p = exp(u - lse);
+            if (p == 0.0) continue; /* masked out by a float mask of -inf */
+            double dp = 0.0;
+            for (int64_t d = 0; d < D; d++)
+              dp += (double)kite_load_f32(t, a->dout, g0 + d) *
+                    kite_load_f32(t, kv.v, j * kv.v_stride + d);
+            double ds = p * (dp - delta);
+            if (cap > 0.0) {
+              const double th = tanh(sc / cap);
+              ds *= 1.0 - th * th;
+            }
+            for (int64_t d = 0; d < D; d++) {
+              dq[d] += scale * ds * kite_load_f32(t, kv.k, j * kv.k_stride + d);
+              dk[j * D + d] += scale * ds * kite_load_f32(t, f->q, q0 + d);
+              dv[j * D + d] += p * kite_load_f32(t, a->dout, g0 + d);
+            }
+          }
+          const int64_t dq0 = b * a->dq_stride[0] + h * a->dq_stride[1] + i * a->dq_stride[2];
+          for (int64_t d = 0; d < D; d++) kite_store_f64(t, a->dq, dq0 + d, dq[d]);
+        }
+      }
+      for (int64_t j = 0; j < sk; j++) {
+        const int64_t k0 = b * a->dk_stride[0] + g * a->dk_stride[1] + j * a->dk_stride[2];
+        const int64_t v0 = b * a->dv_stride[0] + g * a->dv_stride[1] + j * a->dv_stride[2];
+        for (int64_t d = 0; d < D; d++) {
+          kite_store_f64(t, a->dk, k0 + d, dk[j * D + d]);
+          kite_store_f64(t, a->dv, v0 + d, dv[j * D + d]);
+        }
+      }
+    }
+}
+
 kite_status ref_sdpa_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
   const kite_sdpa_args *a = args;
   if (!a) return kite_set_error(KITE_ERR_INVALID_ARG, "sdpa: ref: NULL args");
   kite_status s = ref_check("sdpa", KITE_OP_SDPA, a->op, a->dtype);
   if (s != KITE_OK) return s;
-
   double *scores = malloc((size_t)(a->sk > 0 ? a->sk : 1) * sizeof *scores);
   if (!scores)
     return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "sdpa: ref: cannot allocate %lld scores",
                           (long long)a->sk);
-  const size_t es = kite_dtype_size(a->dtype);
-  for (int64_t b = 0; b < a->batch; b++)
-    for (int64_t h = 0; h < a->hq; h++) {
-      const int64_t g = ref_kv_head(&a->opts, h, a->hq, a->hkv);
-      ref_kv kv = {.dtype = a->dtype,
-                   .k = (const char *)a->k + (b * a->k_stride[0] + g * a->k_stride[1]) * es,
-                   .v = (const char *)a->v + (b * a->v_stride[0] + g * a->v_stride[1]) * es,
-                   .n = a->sk,
-                   .head_dim = a->head_dim,
-                   .k_stride = a->k_stride[2],
-                   .v_stride = a->v_stride[2]};
-      for (int64_t i = 0; i < a->sq; i++) {
-        const ref_mask mask = {.data = a->mask,
-                               .dtype = a->mask_dtype,
-                               .row = b * a->mask_stride[0] + h * a->mask_stride[1] +
-                                      i * a->mask_stride[2],
-                               .stride_j = a->mask_stride[3]};
-        const int64_t pos = i + a->sk - a->sq; /* the last query sits at the last key */
-        const int64_t q0 = b * a->q_stride[0] + h * a->q_stride[1] + i * a->q_stride[2];
-        const int64_t o0 = b * a->o_stride[0] + h * a->o_stride[1] + i * a->o_stride[2];
-        float *lse = a->lse ? &a->lse[(b * a->hq + h) * a->sq + i] : NULL;
-        ref_attend(a->q, q0, &kv, pos, &a->opts, &mask, scores, a->o, o0, lse);
-      }
-    }
+  const int64_t ls[3] = {a->hq * a->sq, a->sq, 1};
+  ref_sdpa_dense(a, ls, scores);
   free(scores);
+  return KITE_OK;
+}
+
+kite_status ref_sdpa_backward_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_sdpa_backward_args *a = args;
+  if (!a) return kite_set_error(KITE_ERR_INVALID_ARG, "sdpa_backward: ref: NULL args");
+  kite_status s = ref_check("sdpa_backward", KITE_OP_SDPA_BACKWARD, a->op, a->dtype);
+  if (s != KITE_OK) return s;
+  const int64_t n = (2 * a->fwd.sk + 1) * a->fwd.head_dim;
+  double *acc = malloc((size_t)n * sizeof *acc);
+  if (!acc)
+    return kite_set_error(KITE_ERR_OUT_OF_MEMORY,
+                          "sdpa_backward: ref: cannot allocate %lld "
+                          "accumulators",
+                          (long long)n);
+  const int64_t ls[3] = {a->fwd.hq * a->fwd.sq, a->fwd.sq, 1};
+  ref_sdpa_bwd_dense(a, ls, acc);
+  free(acc);
+  return KITE_OK;
+}
+
+/* Sequence b of a varlen call as a dense problem of batch 1 ([1, H, S, D] views with the token
+ * stride as the sequence stride); *ls its lse strides. Sequences are taken as the front-end
+ * checked them (host memory). */
+static kite_sdpa_args ref_varlen_seq(const kite_sdpa_varlen_args *a, int64_t b, int64_t ls[3]) {
+  const size_t es = kite_dtype_size(a->dtype);
+  const int64_t t0 = a->cu_seqlens_q[b], s0 = a->cu_seqlens_k[b];
+  kite_sdpa_args f = {.op = KITE_OP_SDPA,
+                      .dtype = a->dtype,
+                      .batch = 1,
+                      .hq = a->hq,
+                      .hkv = a->hkv,
+                      .sq = a->cu_seqlens_q[b + 1] - t0,
+                      .sk = a->cu_seqlens_k[b + 1] - s0,
+                      .head_dim = a->head_dim,
+                      .q = (const char *)a->q + t0 * a->q_stride[0] * es,
+                      .q_stride = {0, a->q_stride[1], a->q_stride[0]},
+                      .k = (const char *)a->k + s0 * a->k_stride[0] * es,
+                      .k_stride = {0, a->k_stride[1], a->k_stride[0]},
+                      .v = (const char *)a->v + s0 * a->v_stride[0] * es,
+                      .v_stride = {0, a->v_stride[1], a->v_stride[0]},
+                      .mask = NULL,
+                      .mask_dtype = KITE_DTYPE_U8,
+                      .opts = a->opts,
+                      .o = (char *)a->o + t0 * a->o_stride[0] * es,
+                      .o_stride = {0, a->o_stride[1], a->o_stride[0]},
+                      .lse = a->lse ? a->lse + t0 * a->hq : NULL};
+  ls[0] = 0, ls[1] = 1, ls[2] = a->hq;
+  return f;
+}
+
+/* The longest key sequence of a varlen call, or -1 when cu_seqlens_k does not hold what the
+ * front-end checks. */
+static int64_t ref_varlen_max_keys(const kite_sdpa_varlen_args *a) {
+  const int32_t *cq = a->cu_seqlens_q, *ck = a->cu_seqlens_k;
+  if (cq[0] != 0 || ck[0] != 0 || cq[a->batch] != a->tq || ck[a->batch] != a->tk) return -1;
+  int64_t longest = 0;
+  for (int64_t b = 0; b < a->batch; b++) {
+    if (cq[b + 1] < cq[b] || ck[b + 1] < ck[b]) return -1;
+    if (ck[b + 1] - ck[b] > longest) longest = ck[b + 1] - ck[b];
+  }
+  return longest;
+}
+
+kite_status ref_sdpa_varlen_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_sdpa_varlen_args *a = args;
+  if (!a) return kite_set_error(KITE_ERR_INVALID_ARG, "sdpa_varlen: ref: NULL args");
+  kite_status s = ref_check("sdpa_varlen", KITE_OP_SDPA_VARLEN, a->op, a->dtype);
+  if (s != KITE_OK) return s;
+  const int64_t longest = ref_varlen_max_keys(a);
+  if (longest < 0)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "sdpa_varlen: ref: cu_seqlens must start at 0, "
+                                                "not decrease and end at Tq / Tk");
+  double *scores = malloc((size_t)(longest > 0 ? longest : 1) * sizeof *scores);
+  if (!scores)
+    return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "sdpa_varlen: ref: cannot allocate %lld scores",
+                          (long long)longest);
+  for (int64_t b = 0; b < a->batch; b++) {
+    int64_t ls[3];
+    const kite_sdpa_args f = ref_varlen_seq(a, b, ls);
+    ref_sdpa_dense(&f, ls, scores);
+  }
+  free(scores);
+  return KITE_OK;
+}
+
+kite_status ref_sdpa_varlen_backward_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_sdpa_varlen_backward_args *a = args;
+  const char *op = "sdpa_varlen_backward";
+  if (!a) return kite_set_error(KITE_ERR_INVALID_ARG, "%s: ref: NULL args", op);
+  kite_status s = ref_check(op, KITE_OP_SDPA_VARLEN_BACKWARD, a->op, a->dtype);
+  if (s != KITE_OK) return s;
+  const int64_t longest = ref_varlen_max_keys(&a->fwd);
+  if (longest < 0)
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "%s: ref: cu_seqlens must start at 0, not "
+                          "decrease and end at Tq / Tk",
+                          op);
+  const int64_t n = (2 * longest + 1) * a->fwd.head_dim;
+  double *acc = malloc((size_t)n * sizeof *acc);
+  if (!acc)
+    return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "%s: ref: cannot allocate %lld accumulators", op,
+                          (long long)n);
+  const size_t es = kite_dtype_size(a->dtype);
+  for (int64_t b = 0; b < a->fwd.batch; b++) {
+    const int64_t t0 = a->fwd.cu_seqlens_q[b], s0 = a->fwd.cu_seqlens_k[b];
+    kite_sdpa_backward_args g = {.op = KITE_OP_SDPA_BACKWARD,
+                                 .dtype = a->dtype,
+                                 .dout = (const char *)a->dout + t0 * a->dout_stride[0] * es,
+                                 .dout_stride = {0, a->dout_stride[1], a->dout_stride[0]},
+                                 .dq = (char *)a->dq + t0 * a->dq_stride[0] * es,
+                                 .dq_stride = {0, a->dq_stride[1], a->dq_stride[0]},
+                                 .dk = (char *)a->dk + s0 * a->dk_stride[0] * es,
+                                 .dk_stride = {0, a->dk_stride[1], a->dk_stride[0]},
+                                 .dv = (char *)a->dv + s0 * a->dv_stride[0] * es,
+                                 .dv_stride = {0, a->dv_stride[1], a->dv_stride[0]}};
+    int64_t ls[3];
+    g.fwd = ref_varlen_seq(&a->fwd, b, ls);
+    ref_sdpa_bwd_dense(&g, ls, acc);
+  }
+  free(acc);
   return KITE_OK;
 }

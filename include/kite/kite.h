@@ -351,9 +351,11 @@ KITE_API kite_status kite_sdpa_varlen(kite_ctx *ctx, const DLTensor *q, const DL
  *   ds_ij = du_ij (softcap > 0 ? 1 - tanh(s_ij / softcap)^2 : 1)
  *   dq_i = scale sum_j ds_ij k_j      dk_j = scale sum_i ds_ij q_i
  * dk and dv of a kv head sum over the query heads that read it (GQA) in a fixed order: the same
- * bits run after run. A query that saw no key (lse = -inf) contributes nothing. The mask gets no
- * gradient. Errors: those of kite_sdpa, dout / o not q's shape, dk / dv not k's shape, an output
- * overlapping an input or another output. */
+ * bits run after run. dq is the same bits run after run on the host; on CUDA the tensor-core
+ * kernel adds the key blocks' dq terms in f32 by atomics, in no fixed order, so dq may differ in
+ * its last bits from run to run there. A query that saw no key (lse = -inf) contributes nothing.
+ * The mask gets no gradient. Errors: those of kite_sdpa, dout / o not q's shape, dk / dv not k's
+ * shape, an output overlapping an input or another output. */
 KITE_API kite_status kite_sdpa_backward(kite_ctx *ctx, const DLTensor *q, const DLTensor *k,
                                         const DLTensor *v, const DLTensor *mask,
                                         const kite_attn_opts *opts, const DLTensor *o,

@@ -20,7 +20,7 @@
 #include <kite/backend.h>
 #include <kite/kite.h>
 
-#define MAX_ARGS 16
+#define MAX_ARGS 24
 #define MAX_DIMS 8
 #define MAX_CTX 16
 /* Workspace a device ctx reserves when made, so that ops under CUDA-graph capture find it

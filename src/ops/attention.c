@@ -7,10 +7,9 @@
  */
 #include <math.h>
 
-#include "core/internal.h"
+#include <string.h>
 
-/* Head dims above this are refused: kernels keep a query row and an output row on the stack. */
-#define ATTN_MAX_HEAD_DIM 256
+#include "ops/attention.h"
 
 kite_attn_opts kite_attn_opts_default(void) {
   kite_attn_opts o = {
@@ -20,8 +19,8 @@ kite_attn_opts kite_attn_opts_default(void) {
 
 /* opts NULL means the defaults. On success *out holds the options with scale resolved
  * (0 -> 1/sqrt(head_dim)) and causal as 0 or 1. */
-static kite_status check_opts(const char *op, const kite_attn_opts *opts, int64_t head_dim,
-                              kite_attn_opts *out) {
+kite_status kite_attn_check_opts(const char *op, const kite_attn_opts *opts, int64_t head_dim,
+                                 kite_attn_opts *out) {
   kite_attn_opts o = opts ? *opts : kite_attn_opts_default();
   if (!isfinite(o.scale) || o.scale < 0.0f)
     return kite_set_error(KITE_ERR_INVALID_ARG, "%s: opts.scale: %g must be finite and >= 0", op,
@@ -42,8 +41,8 @@ static kite_status check_opts(const char *op, const kite_attn_opts *opts, int64_
 }
 
 /* A float tensor of rank ndim whose last (head) dim is unit-stride; other strides are free. */
-static kite_status check_heads(const kite_ctx *ctx, const char *op, const char *arg,
-                               const DLTensor *t, int ndim, kite_tensor *out) {
+kite_status kite_attn_check_heads(const kite_ctx *ctx, const char *op, const char *arg,
+                                  const DLTensor *t, int ndim, kite_tensor *out) {
   kite_status s;
   if ((s = kite_tensor_check(ctx, op, arg, t, out)) != KITE_OK) return s;
   if ((s = kite_tensor_require_ndim(op, arg, out, ndim)) != KITE_OK) return s;
@@ -94,7 +93,7 @@ static kite_status check_caches(const kite_ctx *ctx, const char *op, const DLTen
 }
 
 /* hq query heads over hkv kv heads: hkv >= 1 and hq a multiple of it; 1 <= D <= 256. */
-static kite_status check_heads_fit(const char *op, int64_t hq, int64_t hkv, int64_t head_dim) {
+kite_status kite_attn_check_heads_fit(const char *op, int64_t hq, int64_t hkv, int64_t head_dim) {
   if (hkv < 1)
     return kite_set_error(KITE_ERR_INVALID_ARG, "%s: the number of kv heads must be >= 1", op);
   if (hq % hkv != 0)
@@ -108,8 +107,9 @@ static kite_status check_heads_fit(const char *op, int64_t hq, int64_t hkv, int6
 }
 
 /* An output the kernel writes: distinct elements, no byte shared with any of the n inputs. */
-static kite_status check_output(const char *op, const char *arg, const kite_tensor *t,
-                                const kite_tensor *const *inputs, const char *const *names, int n) {
+kite_status kite_attn_check_output(const char *op, const char *arg, const kite_tensor *t,
+                                   const kite_tensor *const *inputs, const char *const *names,
+                                   int n) {
   kite_status s;
   if ((s = kite_tensor_require_no_overlap(op, arg, t)) != KITE_OK) return s;
   for (int i = 0; i < n; i++)
@@ -118,8 +118,8 @@ static kite_status check_output(const char *op, const char *arg, const kite_tens
 }
 
 /* lse: NULL, or compact f32 of shape dims[0..ndim). */
-static kite_status check_lse(const kite_ctx *ctx, const char *op, const DLTensor *lse, int ndim,
-                             const int64_t *dims, kite_tensor *out) {
+kite_status kite_attn_check_lse(const kite_ctx *ctx, const char *op, const DLTensor *lse, int ndim,
+                                const int64_t *dims, kite_tensor *out) {
   kite_status s;
   if (!lse) return KITE_OK;
   if ((s = kite_tensor_check(ctx, op, "lse", lse, out)) != KITE_OK) return s;
@@ -151,8 +151,8 @@ kite_status kite_store_kv(kite_ctx *ctx, const DLTensor *k, const DLTensor *v, D
   kite_tensor kt, vt, kc, vc, st;
   kite_status s;
   if ((s = kite_op_begin(ctx, op)) != KITE_OK) return s;
-  if ((s = check_heads(ctx, op, "k", k, 3, &kt)) != KITE_OK) return s;
-  if ((s = check_heads(ctx, op, "v", v, 3, &vt)) != KITE_OK) return s;
+  if ((s = kite_attn_check_heads(ctx, op, "k", k, 3, &kt)) != KITE_OK) return s;
+  if ((s = kite_attn_check_heads(ctx, op, "v", v, 3, &vt)) != KITE_OK) return s;
   if ((s = kite_tensor_require_same_shape(op, "v", &vt, &kt, "k")) != KITE_OK) return s;
   if ((s = kite_tensor_require_dtype(op, "v", &vt, kt.dtype)) != KITE_OK) return s;
   if ((s = check_caches(ctx, op, key_cache, value_cache, kt.dtype, &kc, &vc)) != KITE_OK) return s;
@@ -166,8 +166,8 @@ kite_status kite_store_kv(kite_ctx *ctx, const DLTensor *k, const DLTensor *v, D
   if ((s = check_i32_vec(ctx, op, "slots", slots, tokens, "T", &st)) != KITE_OK) return s;
   const kite_tensor *in[] = {&kt, &vt, &st};
   const char *in_names[] = {"k", "v", "slots"};
-  if ((s = check_output(op, "key_cache", &kc, in, in_names, 3)) != KITE_OK) return s;
-  if ((s = check_output(op, "value_cache", &vc, in, in_names, 3)) != KITE_OK) return s;
+  if ((s = kite_attn_check_output(op, "key_cache", &kc, in, in_names, 3)) != KITE_OK) return s;
+  if ((s = kite_attn_check_output(op, "value_cache", &vc, in, in_names, 3)) != KITE_OK) return s;
 
   kite_store_kv_args a = {.op = KITE_OP_STORE_KV,
                           .dtype = kt.dtype,
@@ -201,13 +201,13 @@ static kite_status check_paged(kite_ctx *ctx, const char *op, const DLTensor *q,
   kite_tensor qt, kc, vc, bt, sl, cu = {0}, ot, lt = {0};
   kite_status s;
   if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
-  if ((s = check_heads(ctx, op, "q", q, 3, &qt)) != KITE_OK) return s;
+  if ((s = kite_attn_check_heads(ctx, op, "q", q, 3, &qt)) != KITE_OK) return s;
   if ((s = check_caches(ctx, op, key_cache, value_cache, qt.dtype, &kc, &vc)) != KITE_OK) return s;
   const int64_t tokens = qt.shape[0], hq = qt.shape[1], head_dim = qt.shape[2];
   if (kc.shape[3] != head_dim)
     return kite_set_error(KITE_ERR_INVALID_ARG, "%s: key_cache: head_dim %lld, q has %lld", op,
                           (long long)kc.shape[3], (long long)head_dim);
-  if ((s = check_heads_fit(op, hq, kc.shape[1], head_dim)) != KITE_OK) return s;
+  if ((s = kite_attn_check_heads_fit(op, hq, kc.shape[1], head_dim)) != KITE_OK) return s;
 
   if ((s = kite_tensor_check(ctx, op, "block_table", block_table, &bt)) != KITE_OK) return s;
   if ((s = kite_tensor_require_ndim(op, "block_table", &bt, 2)) != KITE_OK) return s;
@@ -223,22 +223,16 @@ static kite_status check_paged(kite_ctx *ctx, const char *op, const DLTensor *q,
       (s = check_i32_vec(ctx, op, "cu_q_lens", cu_q_lens, batch + 1, "B + 1", &cu)) != KITE_OK)
     return s;
 
-  if ((s = kite_tensor_check(ctx, op, "o", o, &ot)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_dtype(op, "o", &ot, qt.dtype)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_ndim(op, "o", &ot, 3)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_same_shape(op, "o", &ot, &qt, "q")) != KITE_OK) return s;
-  if (head_dim > 1 && ot.strides[2] != 1)
-    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: o: head dim must be unit-stride (stride %lld)",
-                          op, (long long)ot.strides[2]);
+  if ((s = kite_attn_check_like(ctx, op, "o", o, &qt, "q", &ot)) != KITE_OK) return s;
   const int64_t lse_dims[2] = {tokens, hq};
-  if ((s = check_lse(ctx, op, lse, 2, lse_dims, &lt)) != KITE_OK) return s;
+  if ((s = kite_attn_check_lse(ctx, op, lse, 2, lse_dims, &lt)) != KITE_OK) return s;
 
   const kite_tensor *in[] = {&qt, &kc, &vc, &bt, &sl, &cu};
   const char *in_names[] = {"q",           "key_cache", "value_cache",
                             "block_table", "seq_lens",  "cu_q_lens"};
-  if ((s = check_output(op, "o", &ot, in, in_names, 6)) != KITE_OK) return s;
+  if ((s = kite_attn_check_output(op, "o", &ot, in, in_names, 6)) != KITE_OK) return s;
   if (lse) {
-    if ((s = check_output(op, "lse", &lt, in, in_names, 6)) != KITE_OK) return s;
+    if ((s = kite_attn_check_output(op, "lse", &lt, in, in_names, 6)) != KITE_OK) return s;
     if ((s = kite_tensor_require_disjoint(op, "lse", &lt, &ot, "o")) != KITE_OK) return s;
   }
 
@@ -264,7 +258,7 @@ static kite_status check_paged(kite_ctx *ctx, const char *op, const DLTensor *q,
                             .o_stride_t = ot.strides[0],
                             .o_stride_h = ot.strides[1],
                             .lse = lse ? lt.data : NULL};
-  if ((s = check_opts(op, opts, head_dim, &r.opts)) != KITE_OK) return s;
+  if ((s = kite_attn_check_opts(op, opts, head_dim, &r.opts)) != KITE_OK) return s;
   *a = r;
   return KITE_OK;
 }
@@ -350,14 +344,14 @@ kite_status kite_paged_prefill(kite_ctx *ctx, const DLTensor *q, const DLTensor 
 
 /* sdpa's mask: [Sq, Sk] or [B|1, Hq|1, Sq, Sk], bool/u8, f32 or q's dtype; size-1 dims
  * broadcast (their stride becomes 0), as do dims the caller gave stride 0. */
-static kite_status check_mask(const kite_ctx *ctx, const DLTensor *mask, kite_dtype qdtype,
-                              const int64_t want[4], kite_sdpa_args *a, kite_tensor *mt) {
-  const char *op = "sdpa";
+static kite_status check_mask(const kite_ctx *ctx, const char *op, const DLTensor *mask,
+                              kite_dtype qdtype, const int64_t want[4], kite_sdpa_args *a,
+                              kite_tensor *mt) {
   kite_status s;
   if ((s = kite_tensor_check(ctx, op, "mask", mask, mt)) != KITE_OK) return s;
   if (mt->dtype != KITE_DTYPE_U8 && mt->dtype != KITE_DTYPE_F32 && mt->dtype != qdtype)
     return kite_set_error(KITE_ERR_INVALID_ARG,
-                          "sdpa: mask: dtype %s, expected bool/u8, f32 or q's %s",
+                          "%s: mask: dtype %s, expected bool/u8, f32 or q's %s", op,
                           kite_dtype_name(mt->dtype), kite_dtype_name(qdtype));
   int64_t shape[4] = {1, 1, 1, 1}, stride[4] = {0, 0, 0, 0};
   if (mt->ndim == 2) {
@@ -366,16 +360,16 @@ static kite_status check_mask(const kite_ctx *ctx, const DLTensor *mask, kite_dt
   } else if (mt->ndim == 4) {
     for (int i = 0; i < 4; i++) shape[i] = mt->shape[i], stride[i] = mt->strides[i];
   } else {
-    return kite_set_error(KITE_ERR_INVALID_ARG, "sdpa: mask: rank %d, expected 2 or 4", mt->ndim);
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: mask: rank %d, expected 2 or 4", op, mt->ndim);
   }
   for (int i = 0; i < 4; i++) {
     const bool broadcast = i < 2 && shape[i] == 1;
     if (shape[i] != want[i] && !broadcast) {
       char buf[160];
       return kite_set_error(KITE_ERR_INVALID_ARG,
-                            "sdpa: mask: shape %s does not broadcast to [B=%lld, Hq=%lld, "
+                            "%s: mask: shape %s does not broadcast to [B=%lld, Hq=%lld, "
                             "Sq=%lld, Sk=%lld]",
-                            kite_shape_str(mt, buf, sizeof buf), (long long)want[0],
+                            op, kite_shape_str(mt, buf, sizeof buf), (long long)want[0],
                             (long long)want[1], (long long)want[2], (long long)want[3]);
     }
     a->mask_stride[i] = shape[i] == 1 ? 0 : stride[i];
@@ -385,74 +379,93 @@ static kite_status check_mask(const kite_ctx *ctx, const DLTensor *mask, kite_dt
   return KITE_OK;
 }
 
-kite_status kite_sdpa(kite_ctx *ctx, const DLTensor *q, const DLTensor *k, const DLTensor *v,
-                      const DLTensor *mask, const kite_attn_opts *opts, DLTensor *o,
-                      DLTensor *lse) {
-  const char *op = "sdpa";
-  kite_tensor qt, kt, vt, mt = {0}, ot, lt = {0};
+kite_status kite_attn_check_like(const kite_ctx *ctx, const char *op, const char *arg,
+                                 const DLTensor *t, const kite_tensor *like, const char *like_arg,
+                                 kite_tensor *out) {
   kite_status s;
-  if ((s = kite_op_begin(ctx, op)) != KITE_OK) return s;
-  if ((s = check_heads(ctx, op, "q", q, 4, &qt)) != KITE_OK) return s;
-  if ((s = check_heads(ctx, op, "k", k, 4, &kt)) != KITE_OK) return s;
-  if ((s = check_heads(ctx, op, "v", v, 4, &vt)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_dtype(op, "k", &kt, qt.dtype)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_dtype(op, "v", &vt, qt.dtype)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_same_shape(op, "v", &vt, &kt, "k")) != KITE_OK) return s;
-  const int64_t batch = qt.shape[0], hq = qt.shape[1], sq = qt.shape[2], head_dim = qt.shape[3];
-  const int64_t hkv = kt.shape[1], sk = kt.shape[2];
-  if (kt.shape[0] != batch || kt.shape[3] != head_dim) {
-    char a[160], b[160];
-    return kite_set_error(KITE_ERR_INVALID_ARG, "sdpa: k: shape %s does not fit q %s",
-                          kite_shape_str(&kt, a, sizeof a), kite_shape_str(&qt, b, sizeof b));
-  }
-  if ((s = check_heads_fit(op, hq, hkv, head_dim)) != KITE_OK) return s;
+  if ((s = kite_attn_check_heads(ctx, op, arg, t, like->ndim, out)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_dtype(op, arg, out, like->dtype)) != KITE_OK) return s;
+  return kite_tensor_require_same_shape(op, arg, out, like, like_arg);
+}
 
-  kite_sdpa_args a = {.op = KITE_OP_SDPA,
-                      .dtype = qt.dtype,
+kite_status kite_attn_check_sdpa(kite_ctx *ctx, const char *op, const DLTensor *q,
+                                 const DLTensor *k, const DLTensor *v, const DLTensor *mask,
+                                 const kite_attn_opts *opts, const DLTensor *o, const DLTensor *lse,
+                                 bool lse_required, kite_sdpa_args *a, kite_tensor t[6]) {
+  kite_tensor *qt = &t[0], *kt = &t[1], *vt = &t[2], *mt = &t[3], *ot = &t[4], *lt = &t[5];
+  kite_status s;
+  memset(t, 0, 6 * sizeof *t);
+  if ((s = kite_attn_check_heads(ctx, op, "q", q, 4, qt)) != KITE_OK) return s;
+  if ((s = kite_attn_check_heads(ctx, op, "k", k, 4, kt)) != KITE_OK) return s;
+  if ((s = kite_attn_check_heads(ctx, op, "v", v, 4, vt)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_dtype(op, "k", kt, qt->dtype)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_dtype(op, "v", vt, qt->dtype)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_same_shape(op, "v", vt, kt, "k")) != KITE_OK) return s;
+  const int64_t batch = qt->shape[0], hq = qt->shape[1], sq = qt->shape[2], head_dim = qt->shape[3];
+  const int64_t hkv = kt->shape[1], sk = kt->shape[2];
+  if (kt->shape[0] != batch || kt->shape[3] != head_dim) {
+    char x[160], y[160];
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: k: shape %s does not fit q %s", op,
+                          kite_shape_str(kt, x, sizeof x), kite_shape_str(qt, y, sizeof y));
+  }
+  if ((s = kite_attn_check_heads_fit(op, hq, hkv, head_dim)) != KITE_OK) return s;
+
+  kite_sdpa_args r = {.op = KITE_OP_SDPA,
+                      .dtype = qt->dtype,
                       .batch = batch,
                       .hq = hq,
                       .hkv = hkv,
                       .sq = sq,
                       .sk = sk,
                       .head_dim = head_dim,
-                      .q = qt.data,
-                      .k = kt.data,
-                      .v = vt.data,
+                      .q = qt->data,
+                      .k = kt->data,
+                      .v = vt->data,
                       .mask = NULL,
                       .mask_dtype = KITE_DTYPE_U8};
   for (int i = 0; i < 3; i++) {
-    a.q_stride[i] = qt.strides[i];
-    a.k_stride[i] = kt.strides[i];
-    a.v_stride[i] = vt.strides[i];
+    r.q_stride[i] = qt->strides[i];
+    r.k_stride[i] = kt->strides[i];
+    r.v_stride[i] = vt->strides[i];
   }
   if (mask) {
     const int64_t want[4] = {batch, hq, sq, sk};
-    if ((s = check_mask(ctx, mask, qt.dtype, want, &a, &mt)) != KITE_OK) return s;
+    if ((s = check_mask(ctx, op, mask, qt->dtype, want, &r, mt)) != KITE_OK) return s;
   }
 
-  if ((s = kite_tensor_check(ctx, op, "o", o, &ot)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_dtype(op, "o", &ot, qt.dtype)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_ndim(op, "o", &ot, 4)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_same_shape(op, "o", &ot, &qt, "q")) != KITE_OK) return s;
-  if (head_dim > 1 && ot.strides[3] != 1)
+  if ((s = kite_attn_check_like(ctx, op, "o", o, qt, "q", ot)) != KITE_OK) return s;
+  if (!lse && lse_required)
     return kite_set_error(KITE_ERR_INVALID_ARG,
-                          "sdpa: o: head dim must be unit-stride (stride %lld)",
-                          (long long)ot.strides[3]);
+                          "%s: lse: tensor is NULL (the forward's lse is "
+                          "required)",
+                          op);
   const int64_t lse_dims[3] = {batch, hq, sq};
-  if ((s = check_lse(ctx, op, lse, 3, lse_dims, &lt)) != KITE_OK) return s;
+  if ((s = kite_attn_check_lse(ctx, op, lse, 3, lse_dims, lt)) != KITE_OK) return s;
 
-  const kite_tensor *in[] = {&qt, &kt, &vt, &mt};
+  const kite_tensor *in[] = {qt, kt, vt, mt};
   const char *in_names[] = {"q", "k", "v", "mask"};
-  if ((s = check_output(op, "o", &ot, in, in_names, 4)) != KITE_OK) return s;
+  if ((s = kite_attn_check_output(op, "o", ot, in, in_names, 4)) != KITE_OK) return s;
   if (lse) {
-    if ((s = check_output(op, "lse", &lt, in, in_names, 4)) != KITE_OK) return s;
-    if ((s = kite_tensor_require_disjoint(op, "lse", &lt, &ot, "o")) != KITE_OK) return s;
+    if ((s = kite_attn_check_output(op, "lse", lt, in, in_names, 4)) != KITE_OK) return s;
+    if ((s = kite_tensor_require_disjoint(op, "lse", lt, ot, "o")) != KITE_OK) return s;
   }
-  a.o = ot.data;
-  for (int i = 0; i < 3; i++) a.o_stride[i] = ot.strides[i];
-  a.lse = lse ? lt.data : NULL;
-  if ((s = check_opts(op, opts, head_dim, &a.opts)) != KITE_OK) return s;
+  r.o = ot->data;
+  for (int i = 0; i < 3; i++) r.o_stride[i] = ot->strides[i];
+  r.lse = lse ? lt->data : NULL;
+  if ((s = kite_attn_check_opts(op, opts, head_dim, &r.opts)) != KITE_OK) return s;
+  *a = r;
+  return KITE_OK;
+}
 
-  if (batch == 0 || hq == 0 || sq == 0) return KITE_OK;
+kite_status kite_sdpa(kite_ctx *ctx, const DLTensor *q, const DLTensor *k, const DLTensor *v,
+                      const DLTensor *mask, const kite_attn_opts *opts, DLTensor *o,
+                      DLTensor *lse) {
+  kite_tensor t[6];
+  kite_sdpa_args a;
+  kite_status s;
+  if ((s = kite_op_begin(ctx, "sdpa")) != KITE_OK) return s;
+  if ((s = kite_attn_check_sdpa(ctx, "sdpa", q, k, v, mask, opts, o, lse, false, &a, t)) != KITE_OK)
+    return s;
+  if (a.batch == 0 || a.hq == 0 || a.sq == 0) return KITE_OK;
   return kite_dispatch(ctx, KITE_OP_SDPA, a.dtype, &a);
 }

@@ -79,7 +79,7 @@ typedef struct kt_buf {
 /* Argument slots: slot i is argument i of the case's function in the op table (kite/ops.def,
  * kite_fn_get(r->fn)->args[i]); a tensor's slot holds its view index, -1 when absent (NULL).
  * A family's plan() fills them by name with kt_bind. */
-#define KT_MAX_ARGS 16
+#define KT_MAX_ARGS 24
 
 typedef struct kt_run {
   kt_case c;

@@ -19,21 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "driver.h"
+#include "driver_attn.h"
 #include "util.h"
-
-/* sdpa mask kinds (kt_attn_case.mask) */
-enum {
-  MASK_NONE,
-  MASK_BOOL,     /* [Sq, Sk] kDLBool */
-  MASK_U8,       /* [B, Hq, Sq, Sk] uint8, one mask per head */
-  MASK_F32,      /* [Sq, Sk] f32, added to the scores */
-  MASK_QT_BCAST, /* [1, Hq, Sq, Sk] in q's dtype with batch and head strides 0 */
-  MASK_F32_B1,   /* [B, 1, Sq, Sk] f32: the head dim broadcast by its shape */
-  MASK_KINDS
-};
-static const char *const g_mask_name[MASK_KINDS] = {
-    "", "bool[Sq,Sk]", "u8[B,H,Sq,Sk]", "f32[Sq,Sk]", "qt[1,H,Sq,Sk]/s0", "f32[B,1,Sq,Sk]"};
 
 static int kt_attn_has(kite_op op) {
   return op == KITE_OP_STORE_KV || op == KITE_OP_PAGED_DECODE || op == KITE_OP_PAGED_PREFILL ||
@@ -100,7 +87,7 @@ static void attn_describe(const kt_case *c, char *buf, size_t n) {
          (long long)a->hkv, (long long)a->head_dim);
   if (c->op == KITE_OP_SDPA) {
     kt_cat(buf, n, &len, " Sq=%lld Sk=%lld", (long long)a->sq, (long long)a->sk);
-    if (a->mask) kt_cat(buf, n, &len, " mask=%s", g_mask_name[a->mask]);
+    if (a->mask) kt_cat(buf, n, &len, " mask=%s", kt_mask_name[a->mask]);
     if (a->bshd) kt_cat(buf, n, &len, " bshd");
   } else {
     kt_cat(buf, n, &len, " bs=%lld", (long long)a->block_size);
@@ -179,19 +166,25 @@ static void fill_slots(const kt_run *r, int vi, uint64_t seed, unsigned char *bo
  * (stride 0) read one consistent mask. Query row 1 sees no key (o = 0, lse = -inf); elsewhere
  * a bool mask hides about a quarter of the keys and a float mask adds values in [-2, 2] with
  * about a fifth at -inf. */
-static void fill_mask(const kt_run *r, int vi, uint64_t seed, unsigned char *body) {
+double kt_attn_mask_value(int is_bool, uint64_t seed, int64_t at, int64_t i) {
+  uint64_t h = kt_hash(seed, (uint64_t)at);
+  int hidden = i == 1 || (is_bool ? h % 4 == 0 : h % 5 == 0);
+  if (is_bool) return !hidden;
+  return hidden ? -INFINITY : -2.0 + 4.0 * kt_unit(h, 1);
+}
+
+void kt_attn_fill_mask(const kt_run *r, int vi, uint64_t seed, unsigned char *body) {
   const kt_attn_case *a = &r->c.attn;
   const kt_view *v = &r->view[vi];
   int64_t n = kt_view_numel(v);
   int is_bool = v->dtype == KITE_DTYPE_U8;
   for (int64_t e = 0; e < n; e++) {
-    int64_t at = kt_view_at(v, e), i = e / a->sk % a->sq;
-    uint64_t h = kt_hash(seed, (uint64_t)at);
-    int hidden = i == 1 || (is_bool ? h % 4 == 0 : h % 5 == 0);
+    int64_t at = kt_view_at(v, e);
+    double x = kt_attn_mask_value(is_bool, seed, at, e / a->sk % a->sq);
     if (is_bool)
-      body[at] = (unsigned char)!hidden;
+      body[at] = (unsigned char)x;
     else
-      kt_store(v->dtype, body, at, hidden ? -INFINITY : -2.0 + 4.0 * kt_unit(h, 1));
+      kt_store(v->dtype, body, at, x);
   }
 }
 
@@ -212,16 +205,16 @@ static int add_ints(kt_run *r, const char *name, int64_t n, kt_fill_fn fn) {
 }
 
 /* x[N, H, D] with head stride D + pad, in a buffer of its own. */
-static int add_heads(kt_run *r, const char *name, kite_dtype t, kt_role role, int64_t N, int64_t H,
-                     int64_t D, int64_t pad, float lo, float hi) {
+int kt_attn_add_heads(kt_run *r, const char *name, kite_dtype t, kt_role role, int64_t N, int64_t H,
+                      int64_t D, int64_t pad, float lo, float hi) {
   int64_t shape[3] = {N, H, D}, strides[3] = {H * (D + pad), D + pad, 1};
   int b = kt_add_buf(r, name, t, N * H * (D + pad));
   return kt_add_view(r, name, b, t, role, 3, shape, strides, 0, KT_FILL_UNIFORM, lo, hi);
 }
 
 /* x[B, H, S, D] with row stride D + pad; bshd: the memory is [B, S, H, D + pad]. */
-static int add_bhsd(kt_run *r, const char *name, kite_dtype t, kt_role role, int64_t B, int64_t H,
-                    int64_t S, int64_t D, int64_t pad, int bshd, float lo, float hi) {
+int kt_attn_add_bhsd(kt_run *r, const char *name, kite_dtype t, kt_role role, int64_t B, int64_t H,
+                     int64_t S, int64_t D, int64_t pad, int bshd, float lo, float hi) {
   int64_t row = D + pad, shape[4] = {B, H, S, D};
   int64_t bhsd[4] = {H * S * row, S * row, row, 1}, bshd_s[4] = {S * H * row, row, H * row, 1};
   int b = kt_add_buf(r, name, t, B * H * S * row);
@@ -275,7 +268,7 @@ static void plan_paged(kt_run *r, const kt_case *c) {
     r->bad = 1;
     return;
   }
-  kt_bind(r, "q", add_heads(r, "q", t, KT_IN, N, a->hq, a->head_dim, a->pad, -2, 2));
+  kt_bind(r, "q", kt_attn_add_heads(r, "q", t, KT_IN, N, a->hq, a->head_dim, a->pad, -2, 2));
   plan_caches(r, c, KT_IN);
   int64_t shape[2] = {a->batch, a->max_blocks}, strides[2] = {a->max_blocks + a->pad, 1};
   int b = kt_add_buf(r, "block_table", KITE_DTYPE_I32, a->batch * (a->max_blocks + a->pad));
@@ -285,7 +278,7 @@ static void plan_paged(kt_run *r, const kt_case *c) {
   set_custom(r, bt, fill_block_table);
   kt_bind(r, "seq_lens", add_ints(r, "seq_lens", a->batch, fill_seq_lens));
   if (prefill) kt_bind(r, "cu_q_lens", add_ints(r, "cu_q_lens", a->batch + 1, fill_cu_q_lens));
-  kt_bind(r, "o", add_heads(r, "o", t, KT_OUT, N, a->hq, a->head_dim, a->pad, 0, 0));
+  kt_bind(r, "o", kt_attn_add_heads(r, "o", t, KT_OUT, N, a->hq, a->head_dim, a->pad, 0, 0));
   if (a->with_lse) {
     int64_t lshape[2] = {N, a->hq};
     kt_bind(r, "lse",
@@ -293,7 +286,7 @@ static void plan_paged(kt_run *r, const kt_case *c) {
   }
 }
 
-static void plan_mask(kt_run *r, const kt_case *c) {
+int kt_attn_plan_mask(kt_run *r, const kt_case *c) {
   const kt_attn_case *a = &c->attn;
   int64_t B = a->batch, H = a->hq, Sq = a->sq, Sk = a->sk;
   kite_dtype t = a->mask == MASK_BOOL || a->mask == MASK_U8 ? KITE_DTYPE_U8
@@ -322,26 +315,27 @@ static void plan_mask(kt_run *r, const kt_case *c) {
     n = B * Sq * Sk;
     break;
   default:
-    return;
+    return -1;
   }
   int b = kt_add_buf(r, "mask", t, n);
   int m =
       kt_bind(r, "mask",
               kt_add_view(r, "mask", b, t, KT_IN, ndim, shape, strides, 0, KT_FILL_CUSTOM, 0, 0));
-  set_custom(r, m, fill_mask);
+  set_custom(r, m, kt_attn_fill_mask);
   /* the buffer is uint8 to the harness; the op is told it holds DLPack booleans */
-  r->view[m].dl_bool = a->mask == MASK_BOOL;
+  if (m >= 0) r->view[m].dl_bool = a->mask == MASK_BOOL;
+  return m;
 }
 
 static void plan_sdpa(kt_run *r, const kt_case *c) {
   const kt_attn_case *a = &c->attn;
   kite_dtype t = c->dtype;
   int64_t B = a->batch, D = a->head_dim;
-  kt_bind(r, "q", add_bhsd(r, "q", t, KT_IN, B, a->hq, a->sq, D, a->pad, a->bshd, -2, 2));
-  kt_bind(r, "k", add_bhsd(r, "k", t, KT_IN, B, a->hkv, a->sk, D, a->pad, a->bshd, -1, 1));
-  kt_bind(r, "v", add_bhsd(r, "v", t, KT_IN, B, a->hkv, a->sk, D, a->pad, a->bshd, -1, 1));
-  plan_mask(r, c);
-  kt_bind(r, "o", add_bhsd(r, "o", t, KT_OUT, B, a->hq, a->sq, D, a->pad, a->bshd, 0, 0));
+  kt_bind(r, "q", kt_attn_add_bhsd(r, "q", t, KT_IN, B, a->hq, a->sq, D, a->pad, a->bshd, -2, 2));
+  kt_bind(r, "k", kt_attn_add_bhsd(r, "k", t, KT_IN, B, a->hkv, a->sk, D, a->pad, a->bshd, -1, 1));
+  kt_bind(r, "v", kt_attn_add_bhsd(r, "v", t, KT_IN, B, a->hkv, a->sk, D, a->pad, a->bshd, -1, 1));
+  kt_attn_plan_mask(r, c);
+  kt_bind(r, "o", kt_attn_add_bhsd(r, "o", t, KT_OUT, B, a->hq, a->sq, D, a->pad, a->bshd, 0, 0));
   if (a->with_lse) {
     int64_t lshape[3] = {B, a->hq, a->sq};
     kt_bind(r, "lse",

@@ -25,7 +25,7 @@
 
 typedef struct fd_t {
   float p[FD_MAX];
-  int64_t shape[3];
+  int64_t shape[4];
   int ndim;
   int64_t n;
 } fd_t;
@@ -74,7 +74,24 @@ typedef struct fd_case {
   kite_ce_opts ce;
   fd_t x, w, b, res, q, k, ids, dy, dy2, out, out2, pos, cs;
   int32_t idv[FD_MAX];
+  /* attention: k, x = v, w = a float mask or bmask a bool one (variant 1); varlen: idv holds
+   * cu_seqlens_q then cu_seqlens_k (nseq + 1 each) */
+  kite_attn_opts attn;
+  uint8_t bmask[FD_MAX];
+  int nseq;
+  int64_t cu_shape[1];
 } fd_case;
+
+/* cu_seqlens_q (which 0) or cu_seqlens_k (1) of a varlen case: nseq + 1 int32 in idv. */
+static DLTensor fd_cu(fd_case *f, int which) {
+  f->cu_shape[0] = f->nseq + 1;
+  DLTensor d = {.data = f->idv + which * (f->nseq + 1),
+                .device = {kDLCPU, 0},
+                .ndim = 1,
+                .dtype = {kDLInt, 32, 1},
+                .shape = f->cu_shape};
+  return d;
+}
 
 /* L for the current inputs, through ref's forward op; NaN when the call fails. */
 static double fd_loss(fd_case *f) {
@@ -148,6 +165,18 @@ static double fd_loss(fd_case *f) {
       kite_flce_opts o = {.ce = f->ce, .chunk_bytes = 0};
       s = kite_fused_linear_cross_entropy(f->ctx, &x, &w, &b, &tg, &o, &y, NULL, NULL, NULL);
     }
+    break;
+  }
+  case KITE_OP_SDPA_BACKWARD:
+  case KITE_OP_SDPA_VARLEN_BACKWARD: {
+    DLTensor q = fd_dl(&f->q), k = fd_dl(&f->k), m = fd_dl(&f->w);
+    if (f->op == KITE_OP_SDPA_VARLEN_BACKWARD) {
+      DLTensor cq = fd_cu(f, 0), ck = fd_cu(f, 1);
+      s = kite_sdpa_varlen(f->ctx, &q, &k, &x, &cq, &ck, 16, 16, &f->attn, &y, NULL);
+      break;
+    }
+    if (f->variant == 1) m.data = f->bmask, m.dtype = (DLDataType){KITE_DL_BOOL, 8, 1};
+    s = kite_sdpa(f->ctx, &q, &k, &x, &m, &f->attn, &y, NULL);
     break;
   }
   default:
@@ -355,6 +384,71 @@ static void fd_flce(const fd_report *rp, kite_ctx *ctx, int v, uint64_t seed) {
   fd_judge(rp, &f, what, "bias", s, s == KITE_OK ? fd_nmse(&f, &f.b, &db) : 0);
 }
 
+/* sdpa_backward on [1, 4, 3, 5] x 4 (GQA 2): variant 0 grouped, causal, softcap 2, window 3,
+ * a float mask with a -inf entry and a fully hidden row 1 (lse -inf); variant 1 interleaved,
+ * not causal, a bool mask, Sq 4 > Sk 3. varlen (variant 2): sequences of (2, 3), (0, 1),
+ * (2, 0), (1, 2) queries and keys, grouped, causal, softcap 3. */
+static void fd_attn(const fd_report *rp, kite_ctx *ctx, int v, uint64_t seed) {
+  const int vl = v == 2;
+  fd_case f = {
+      .ctx = ctx, .op = vl ? KITE_OP_SDPA_VARLEN_BACKWARD : KITE_OP_SDPA_BACKWARD, .variant = v};
+  f.attn = kite_attn_opts_default();
+  const int64_t hq = vl ? 2 : 4, hkv = vl ? 1 : 2, D = 4, sq = v == 1 ? 4 : 3, sk = v == 1 ? 3 : 5;
+  if (vl) {
+    static const int32_t cu[10] = {0, 2, 2, 4, 5, 0, 3, 4, 4, 6};
+    f.nseq = 4, memcpy(f.idv, cu, sizeof cu);
+    f.attn.softcap = 3.0f;
+    fd_make(&f.q, 3, 5, hq, D), fd_make(&f.k, 3, 6, hkv, D);
+  } else {
+    fd_make(&f.q, 3, hq, sq, D), fd_make(&f.k, 3, hkv, sk, D);
+    /* [1, H, S, D] */
+    for (fd_t *t = &f.q; t; t = t == &f.q ? &f.k : NULL) {
+      t->ndim = 4, t->shape[3] = t->shape[2], t->shape[2] = t->shape[1];
+      t->shape[1] = t->shape[0], t->shape[0] = 1;
+    }
+    fd_make(&f.w, 2, sq, sk, 0);
+    for (int64_t i = 0; i < f.w.n; i++) {
+      f.w.p[i] = -1.0f + 2.0f * kt_unit(seed + 9, (uint64_t)i);
+      f.bmask[i] = kt_hash(seed + 9, (uint64_t)i) % 4 != 0;
+      if (i / sk == 1) f.w.p[i] = -INFINITY, f.bmask[i] = 0;
+    }
+    f.w.p[2] = -INFINITY;
+    if (v == 0) f.attn.softcap = 2.0f, f.attn.window_left = 3;
+    if (v == 1) f.attn.gqa = KITE_GQA_INTERLEAVED, f.attn.causal = 0;
+  }
+  f.x = f.k;
+  fd_fill(&f.q, seed, -1.5f, 1.5f), fd_fill(&f.k, seed + 1, -1.5f, 1.5f);
+  fd_fill(&f.x, seed + 2, -1, 1);
+  f.dy = f.out = f.q;
+  fd_fill(&f.dy, seed + 3, -1, 1);
+  fd_t lse, dq = f.q, dk = f.k, dv = f.k;
+  if (vl)
+    fd_make(&lse, 2, 5, hq, 0);
+  else
+    fd_make(&lse, 3, 1, hq, sq);
+  DLTensor Q = fd_dl(&f.q), K = fd_dl(&f.k), V = fd_dl(&f.x), M = fd_dl(&f.w), O = fd_dl(&f.out);
+  DLTensor L = fd_dl(&lse), DY = fd_dl(&f.dy), DQ = fd_dl(&dq), DK = fd_dl(&dk), DV = fd_dl(&dv);
+  if (v == 1) M.data = f.bmask, M.dtype = (DLDataType){KITE_DL_BOOL, 8, 1};
+  kite_status s;
+  if (vl) {
+    DLTensor cq = fd_cu(&f, 0), ck = fd_cu(&f, 1);
+    s = kite_sdpa_varlen(ctx, &Q, &K, &V, &cq, &ck, 16, 16, &f.attn, &O, &L);
+    if (s == KITE_OK)
+      s = kite_sdpa_varlen_backward(ctx, &Q, &K, &V, &cq, &ck, 16, 16, &f.attn, &O, &L, &DY, &DQ,
+                                    &DK, &DV);
+  } else {
+    s = kite_sdpa(ctx, &Q, &K, &V, &M, &f.attn, &O, &L);
+    if (s == KITE_OK)
+      s = kite_sdpa_backward(ctx, &Q, &K, &V, &M, &f.attn, &O, &L, &DY, &DQ, &DK, &DV);
+  }
+  static const char *const what[3] = {"grouped causal softcap window f32 mask, a row unseen",
+                                      "interleaved bool mask Sq>Sk, a row unseen",
+                                      "varlen causal softcap, empty sides"};
+  fd_judge(rp, &f, what[v], "q", s, s == KITE_OK ? fd_nmse(&f, &f.q, &dq) : 0);
+  fd_judge(rp, &f, what[v], "k", s, s == KITE_OK ? fd_nmse(&f, &f.k, &dk) : 0);
+  fd_judge(rp, &f, what[v], "v", s, s == KITE_OK ? fd_nmse(&f, &f.x, &dv) : 0);
+}
+
 int kt_fd_covers(kite_op op) {
   switch (op) {
   case KITE_OP_ACTIVATION_BACKWARD:
@@ -367,6 +461,8 @@ int kt_fd_covers(kite_op op) {
   case KITE_OP_CROSS_ENTROPY:
   case KITE_OP_CROSS_ENTROPY_BACKWARD:
   case KITE_OP_FUSED_LINEAR_CROSS_ENTROPY:
+  case KITE_OP_SDPA_BACKWARD:
+  case KITE_OP_SDPA_VARLEN_BACKWARD:
     return 1;
   default:
     return 0;
@@ -410,6 +506,9 @@ void kt_fd_check(kite_ctx *ctx, int verbose, int only_op, int *passed, int *fail
     if (FD_WANT(KITE_OP_CROSS_ENTROPY_BACKWARD)) fd_ce(&rp, ctx, v, seed + 70 + (uint64_t)v);
     if (FD_WANT(KITE_OP_FUSED_LINEAR_CROSS_ENTROPY)) fd_flce(&rp, ctx, v, seed + 80 + (uint64_t)v);
   }
+  for (int v = 0; v < 2 && FD_WANT(KITE_OP_SDPA_BACKWARD); v++)
+    fd_attn(&rp, ctx, v, seed + 90 + (uint64_t)v);
+  if (FD_WANT(KITE_OP_SDPA_VARLEN_BACKWARD)) fd_attn(&rp, ctx, 2, seed + 95);
 #undef FD_WANT
   kite_config_set("");
 }

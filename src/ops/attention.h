@@ -1,0 +1,44 @@
+/*
+ * Validation shared by the attention front-ends (attention.c: store_kv, the paged ops, sdpa;
+ * attention_backward.c: sdpa_varlen and the two backwards). Every helper sets "<op>: <arg>:
+ * <problem>" and returns INVALID_ARG (UNSUPPORTED for a dtype no kernel runs) on failure.
+ */
+#ifndef KITE_OPS_ATTENTION_H
+#define KITE_OPS_ATTENTION_H
+
+#include "core/internal.h"
+
+/* Head dims above this are refused: kernels keep a query row and an output row on the stack. */
+#define ATTN_MAX_HEAD_DIM 256
+
+/* opts NULL means the defaults. On success *out holds the options with scale resolved
+ * (0 -> 1/sqrt(head_dim)) and causal as 0 or 1. */
+kite_status kite_attn_check_opts(const char *op, const kite_attn_opts *opts, int64_t head_dim,
+                                 kite_attn_opts *out);
+/* A float tensor of rank ndim whose last (head) dim is unit-stride; other strides are free. */
+kite_status kite_attn_check_heads(const kite_ctx *ctx, const char *op, const char *arg,
+                                  const DLTensor *t, int ndim, kite_tensor *out);
+/* kite_attn_check_heads of t with like's rank, dtype and shape (o of q, dq of q, dk of k ...). */
+kite_status kite_attn_check_like(const kite_ctx *ctx, const char *op, const char *arg,
+                                 const DLTensor *t, const kite_tensor *like, const char *like_arg,
+                                 kite_tensor *out);
+/* hq query heads over hkv kv heads: hkv >= 1 and hq a multiple of it; 1 <= D <= 256. */
+kite_status kite_attn_check_heads_fit(const char *op, int64_t hq, int64_t hkv, int64_t head_dim);
+/* An output the kernel writes: distinct elements, no byte shared with any of the n inputs. */
+kite_status kite_attn_check_output(const char *op, const char *arg, const kite_tensor *t,
+                                   const kite_tensor *const *inputs, const char *const *names,
+                                   int n);
+/* lse: NULL, or compact f32 of shape dims[0..ndim). */
+kite_status kite_attn_check_lse(const kite_ctx *ctx, const char *op, const DLTensor *lse, int ndim,
+                                const int64_t *dims, kite_tensor *out);
+
+/* Everything kite_sdpa checks, under the name op: q, k, v, mask, opts, o (written by sdpa, read
+ * by its backward: distinct elements, disjoint from q, k, v, mask either way) and lse (NULL
+ * allowed unless lse_required). Fills *a (op KITE_OP_SDPA) and t[6], the checked q, k, v, mask,
+ * o, lse (zeroed when absent), for the caller's further overlap checks. */
+kite_status kite_attn_check_sdpa(kite_ctx *ctx, const char *op, const DLTensor *q,
+                                 const DLTensor *k, const DLTensor *v, const DLTensor *mask,
+                                 const kite_attn_opts *opts, const DLTensor *o, const DLTensor *lse,
+                                 bool lse_required, kite_sdpa_args *a, kite_tensor t[6]);
+
+#endif

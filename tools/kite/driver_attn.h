@@ -1,0 +1,37 @@
+/*
+ * What the attention drivers share: driver_attn.c (store_kv, the paged ops, sdpa) and
+ * driver_attn_train.c (sdpa_varlen and the backwards of sdpa and sdpa_varlen).
+ */
+#ifndef KITE_TOOLS_DRIVER_ATTN_H
+#define KITE_TOOLS_DRIVER_ATTN_H
+
+#include "driver.h"
+
+/* sdpa mask kinds (kt_attn_case.mask) */
+enum {
+  MASK_NONE,
+  MASK_BOOL,     /* [Sq, Sk] kDLBool */
+  MASK_U8,       /* [B, Hq, Sq, Sk] uint8, one mask per head */
+  MASK_F32,      /* [Sq, Sk] f32, added to the scores */
+  MASK_QT_BCAST, /* [1, Hq, Sq, Sk] in q's dtype with batch and head strides 0 */
+  MASK_F32_B1,   /* [B, 1, Sq, Sk] f32: the head dim broadcast by its shape */
+  MASK_KINDS
+};
+static const char *const kt_mask_name[MASK_KINDS] = {
+    "", "bool[Sq,Sk]", "u8[B,H,Sq,Sk]", "f32[Sq,Sk]", "qt[1,H,Sq,Sk]/s0", "f32[B,1,Sq,Sk]"};
+
+/* x[N, H, D] with head stride D + pad, in a buffer of its own. */
+int kt_attn_add_heads(kt_run *r, const char *name, kite_dtype t, kt_role role, int64_t N, int64_t H,
+                      int64_t D, int64_t pad, float lo, float hi);
+/* x[B, H, S, D] with row stride D + pad; bshd: the memory is [B, S, H, D + pad]. */
+int kt_attn_add_bhsd(kt_run *r, const char *name, kite_dtype t, kt_role role, int64_t B, int64_t H,
+                     int64_t S, int64_t D, int64_t pad, int bshd, float lo, float hi);
+/* sdpa's mask of kind c->attn.mask bound to "mask" (its view, -1 for MASK_NONE), filled by
+ * kt_attn_fill_mask. */
+int kt_attn_plan_mask(kt_run *r, const kt_case *c);
+void kt_attn_fill_mask(const kt_run *r, int vi, uint64_t seed, unsigned char *body);
+/* The mask element at buffer element `at`, in query row i: for bool masks 0 / 1, else the
+ * added value (-inf hides). Query row 1 sees no key. */
+double kt_attn_mask_value(int is_bool, uint64_t seed, int64_t at, int64_t i);
+
+#endif
