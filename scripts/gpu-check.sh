@@ -37,7 +37,13 @@
 #            then the bus bandwidth of all_reduce, 1 KB - 256 MB, beside ncclAllReduce called
 #            directly (with one GPU only the local copy path). Output in check.log and peers.log.
 #            Without NCCL (libnccl.so.2, KITE_NCCL_PATH) it says so and counts as skipped.
-# Stages run in that order; pass some of their names to run only those (default: all).
+#   opencl   (only when named) the OpenCL backend on NVIDIA's OpenCL driver: installs this build,
+#            builds backends-external/opencl against the install (scripts/opencl-check.sh), runs
+#            the installed kite check --backend opencl, then kite bench --backend opencl beside
+#            --backend cuda on the same ops (llm shapes, T up to 8192; bench's copy ceiling is
+#            a clEnqueueCopyBuffer on the OpenCL rows). Without libOpenCL.so.1 or an ICD file it
+#            says so and fails.
+# Stages run in that order; pass some of their names to run only those (default: all but opencl).
 # Results go to $OUT (default ./out): logs, kite_bench.jsonl, peers.json, peers.csv.
 # Environment: BUILD (build folder, default build), JOBS (default: all cores), KITE_CMAKE_ARGS
 # (more configure arguments, e.g. -DKITE_BUILTIN_BACKENDS=ref).
@@ -249,6 +255,35 @@ if want python; then
   run_logged peers.log 420 "$PY" scripts/py_peers.py --device cuda --json "$OUT/py_peers.json"
   sed -n '/^device cuda/,$p' "$OUT/peers.log" | head -12
   sed -n '/^---- kite (torch.ops.kite)/,$p' "$OUT/peers.log"
+fi
+if want opencl; then
+  stage "OpenCL backend: built against the installed kite, kite check and bench beside cuda"
+  ocl_prefix=$(mktemp -d)
+  PREFIX=$ocl_prefix BUILD=$BUILD QUICK= run_logged check.log 900 bash scripts/opencl-check.sh
+  tail -4 "$OUT/check.log"
+  if [ -x "$ocl_prefix/lib/libkite-opencl.so" ]; then
+    for op in rms_norm add_rms_norm silu_and_mul rope softmax embedding paged_decode linear argmax; do
+      case $op in argmax) dt=f32 ;; *) dt=bf16 ;; esac
+      for be in opencl cuda; do
+        kite_bin="$KITE"
+        [ $be = opencl ] && kite_bin="$ocl_prefix/bin/kite"
+        timeout 300 "$kite_bin" bench --backend $be --json --dtype $dt --op "$op" >> "$OUT/kite_bench.jsonl" 2>&1 ||
+          status=1
+      done
+    done
+    python3 - "$OUT/kite_bench.jsonl" << 'EOF'
+import json, sys
+for line in open(sys.argv[1]):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    if str(r.get("kernel", "")).split(".")[0] in ("opencl", "cuda") and "us" in r:
+        print(f"{r['op']:<13} {r['kernel']:<16} {r['shape']:<26} {r['us']:>9.2f} us "
+              f"{r['gb_s']:>7.0f} GB/s of {r['ceiling_gb_s']:.0f}")
+EOF
+  fi
+  rm -rf "$ocl_prefix"
 fi
 if want comm; then
   stage "collectives: test_comm --device cuda (cuda.nccl), all_reduce bus bandwidth"

@@ -5,8 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
-# clang: the libFuzzer targets (scripts/fuzz.sh)
-for pkg in cmake make gcc clang libdlpack-dev libopenblas-dev libdnnl-dev; do
+# clang: the libFuzzer targets (scripts/fuzz.sh); OpenCL (loader, PoCL's CPU driver, CLBlast): the
+# out-of-tree OpenCL backend (scripts/opencl-check.sh)
+for pkg in cmake make gcc clang libdlpack-dev libopenblas-dev libdnnl-dev ocl-icd-opencl-dev \
+  pocl-opencl-icd libclblast-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
