@@ -47,7 +47,8 @@
 # Results go to $OUT (default ./out): logs, kite_bench.jsonl, peers.json, peers.csv.
 # Environment: BUILD (build folder, default build), JOBS (default: all cores), KITE_CMAKE_ARGS
 # (more configure arguments, e.g. -DKITE_BUILTIN_BACKENDS=ref).
-# Where dlpack/dlpack.h is not installed, a copy in .deps/dlpack/ is used.
+# Where dlpack/dlpack.h is not installed, a copy in .deps/dlpack/ is used (and for the opencl
+# stage, a copy of libclblast-dev's files in .deps/clblast/ where CLBlast is not installed).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -259,6 +260,24 @@ fi
 if want opencl; then
   stage "OpenCL backend: built against the installed kite, kite check and bench beside cuda"
   ocl_prefix=$(mktemp -d)
+  # NVIDIA's OpenCL library without its ICD file (an image with the driver's libraries but no
+  # /etc/OpenCL/vendors/nvidia.icd): said, and registered for this run only
+  if ! grep -qs nvidia /etc/OpenCL/vendors/*.icd; then
+    if ldconfig -p | grep -q libnvidia-opencl.so.1; then
+      echo "opencl: libnvidia-opencl.so.1 is here but /etc/OpenCL/vendors has no nvidia.icd:" \
+        "registering it for this run (OCL_ICD_VENDORS)"
+      mkdir -p "$ocl_prefix/icd"
+      echo libnvidia-opencl.so.1 > "$ocl_prefix/icd/nvidia.icd"
+      export OCL_ICD_VENDORS="$ocl_prefix/icd"
+    else
+      echo "opencl: NVIDIA's OpenCL driver (libnvidia-opencl.so.1) is not on this image"
+    fi
+  fi
+  # CLBlast where libclblast-dev is not installed: a copy in .deps/clblast (as .deps/dlpack)
+  if [ ! -e /usr/include/clblast_c.h ] && [ -d .deps/clblast ]; then
+    export CMAKE_PREFIX_PATH="$PWD/.deps/clblast${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+    export LD_LIBRARY_PATH="$PWD/.deps/clblast/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
   PREFIX=$ocl_prefix BUILD=$BUILD QUICK= run_logged check.log 900 bash scripts/opencl-check.sh
   tail -4 "$OUT/check.log"
   if [ -x "$ocl_prefix/lib/libkite-opencl.so" ]; then

@@ -22,8 +22,8 @@ if ! ldconfig -p | grep -q 'libOpenCL\.so\.1'; then
     "and a driver (pocl-opencl-icd for the CPU; the GPU vendor's ICD)" >&2
   exit 1
 fi
-if ! ls /etc/OpenCL/vendors/*.icd > /dev/null 2>&1; then
-  echo "opencl-check: no OpenCL driver registered (/etc/OpenCL/vendors/*.icd is empty)" >&2
+if [ -z "${OCL_ICD_VENDORS:-}" ] && ! ls /etc/OpenCL/vendors/*.icd > /dev/null 2>&1; then
+  echo "opencl-check: no OpenCL driver registered (no /etc/OpenCL/vendors/*.icd, no OCL_ICD_VENDORS)" >&2
   exit 1
 fi
 t0=$(date +%s)

@@ -34,6 +34,7 @@ static const kite_kernel ocl_kernels[] = {
     GENERIC(KITE_OP_LAYER_NORM, ocl_norm_run, "a work-group per row, two-pass variance"),
     GENERIC(KITE_OP_ADD_LAYER_NORM, ocl_norm_run, "fused add, a work-group per row"),
     GENERIC(KITE_OP_ROPE, ocl_rope_run, "neox/gptj, an item per pair, q and k in one launch"),
+    GENERIC(KITE_OP_ROPE_BACKWARD, ocl_rope_run, "rotation by -theta, an item per pair"),
     GENERIC(KITE_OP_SOFTMAX, ocl_softmax_run, "a work-group per row, three passes"),
     GENERIC(KITE_OP_EMBEDDING, ocl_embedding_run, "an item per element, zeros for bad ids"),
     GENERIC(KITE_OP_STORE_KV, ocl_store_kv_run, "k and v in one launch, bad slots skipped"),
