@@ -1,7 +1,8 @@
 # Writes OUT, a C file defining `const char ocl_program_source[]`: the OpenCL C program of the
-# backend, made of the files in INPUTS (';'-separated, in order) with their #include lines
+# backend, made of the files in INPUTS (','-separated, in order) with their #include lines
 # dropped (an OpenCL compiler has no C library headers; the typedefs those headers gave come
 # first). Run as: cmake -DOUT=... -DINPUTS=... -P embed.cmake
+string(REPLACE "," ";" INPUTS "${INPUTS}")
 set(text "/* the C integer types kite/philox.h uses, in OpenCL C */\ntypedef uint uint32_t;\ntypedef ulong uint64_t;\n")
 foreach(f IN LISTS INPUTS)
   file(READ "${f}" body)

@@ -177,7 +177,7 @@ static void save_cached(cl_program prog, const char *path) {
     return;
   unsigned char *bin = malloc(n);
   unsigned char *bins[1] = {bin};
-  char tmp[600];
+  char tmp[760];
   snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
   if (bin && clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL) == CL_SUCCESS) {
     FILE *f = fopen(tmp, "wb");
