@@ -66,14 +66,13 @@ kernel void sample(int dt, int is_argmax, long vocab, global const uchar *x, ulo
   /* the row's parameters (kite_sample_row_get's rules) */
   float t = temp ? ((global const float *)AT(temp, tpo))[r] : 1.0f;
   if (!(t >= 0.0f) || t - t != 0.0f) t = 0.0f;
-  const int greedy = is_argmax || t < 1e-5f; /* KITE_SAMPLE_GREEDY_BELOW */
-  if (greedy || isinf(m)) {
-    if (lid == 0) ((global int *)AT(tokens, too))[r] = (int)best;
-    return;
-  }
-  long k = topk ? ((global const int *)AT(topk, tko))[r] : 0;
+  /* greedy (below KITE_SAMPLE_GREEDY_BELOW), or a row of -inf / holding +inf: the largest.
+   * No early return: every item reaches every barrier (PoCL hangs on a group that returns
+   * before one, even all together), so such rows skip the filters and the race instead. */
+  const int greedy = is_argmax || t < 1e-5f || isinf(m);
+  long k = topk && !greedy ? ((global const int *)AT(topk, tko))[r] : 0;
   if (!(k > 0 && k < vocab)) k = 0;
-  float tp = topp ? ((global const float *)AT(topp, tpp))[r] : 1.0f;
+  float tp = topp && !greedy ? ((global const float *)AT(topp, tpp))[r] : 1.0f;
   tp = tp != tp || tp >= 1.0f ? 1.0f : tp <= 0.0f ? 0.0f : tp;
   float mp = minp ? ((global const float *)AT(minp, mpo))[r] : 0.0f;
   mp = mp > 0.0f ? mp : 0.0f; /* NaN too */
@@ -125,7 +124,7 @@ kernel void sample(int dt, int is_argmax, long vocab, global const uchar *x, ulo
   /* the exponential race over the kept tokens */
   float bs = -INFINITY;
   long bi = vocab;
-  for (long i = lid; i < vocab; i += n) {
+  for (long i = greedy ? vocab : lid; i < vocab; i += n) {
     const float v = row_val(row, x0 + i, dt);
     if (fkey(v) < lo_key) continue;
     const float zi = (v - m) / t;
@@ -138,5 +137,5 @@ kernel void sample(int dt, int is_argmax, long vocab, global const uchar *x, ulo
     if (s > bs || (s == bs && i < bi)) bs = s, bi = i;
   }
   group_best(&bs, &bi, sv, si);
-  if (lid == 0) ((global int *)AT(tokens, too))[r] = (int)(bi < vocab ? bi : best);
+  if (lid == 0) ((global int *)AT(tokens, too))[r] = (int)(!greedy && bi < vocab ? bi : best);
 }
