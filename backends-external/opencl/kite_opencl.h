@@ -3,8 +3,9 @@
  * OpenCL buffers and queues. Link with -lkite-opencl (or look the functions up with dlsym in the
  * plugin kite loaded: it is the same library).
  *
- * Devices: every OpenCL device of every platform, in platform order; a kite_ctx on device
- * {kDLOpenCL, i} uses device i. The backend makes one cl_context per device; every buffer and
+ * Devices: every OpenCL device of every platform, GPUs and accelerators first, then the others
+ * (CPU drivers such as PoCL), each group in platform order; a kite_ctx on device {kDLOpenCL, i}
+ * uses device i. The backend makes one cl_context per device; every buffer and
  * queue used with kite must belong to it (kite_opencl_device gives it).
  *
  * Queues: kite_ctx_params.stream is a cl_command_queue of that context (in order), or NULL for

@@ -1,10 +1,11 @@
 /*
- * Platforms and devices: every OpenCL device of every platform, numbered in platform order (a
- * ctx's device_id). Each device gets, at its first use, one cl_context, one in-order queue with
- * profiling (the default stream) and the backend's program built for it: loaded from the binary
- * cache on disk when the same source was built for the same device and driver before, else
- * compiled with clBuildProgram and saved there. The cache lives in $KITE_OPENCL_CACHE, else
- * $XDG_CACHE_HOME/kite/opencl, else ~/.cache/kite/opencl; KITE_OPENCL_CACHE=off disables it.
+ * Platforms and devices: every OpenCL device of every platform, GPUs and accelerators first, then
+ * the others, each group in platform order (a ctx's device_id). Each device gets, at its first use,
+ * one cl_context, one in-order queue with profiling (the default stream) and the backend's program
+ * built for it: loaded from the binary cache on disk when the same source was built for the same
+ * device and driver before, else compiled with clBuildProgram and saved there. The cache lives in
+ * $KITE_OPENCL_CACHE, else $XDG_CACHE_HOME/kite/opencl, else ~/.cache/kite/opencl;
+ * KITE_OPENCL_CACHE=off disables it.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -29,27 +30,39 @@ static ocl_dev g_devs[MAX_DEVICES];
 static int g_ndevs;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
+static void add_device(cl_platform_id plat, cl_device_id id) {
+  ocl_dev *d = &g_devs[g_ndevs++];
+  d->platform = plat;
+  d->id = id;
+  if (clGetDeviceInfo(id, CL_DEVICE_NAME, sizeof d->name, d->name, NULL) != CL_SUCCESS)
+    snprintf(d->name, sizeof d->name, "device %d", g_ndevs - 1);
+  size_t maxg = 0;
+  clGetDeviceInfo(id, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof maxg, &maxg, NULL);
+  d->row_group = OCL_ROW_GROUP_MAX;
+  while (d->row_group > 1 && d->row_group > maxg) d->row_group /= 2;
+  pthread_mutex_init(&d->lock, NULL);
+}
+
+/* GPUs and accelerators first, then the rest (CPU drivers such as PoCL), each in platform order:
+ * device 0 is the first GPU where a machine has both. */
 static void enumerate(void) {
   cl_platform_id plats[8];
   cl_uint np = 0;
   if (clGetPlatformIDs(8, plats, &np) != CL_SUCCESS) return;
-  for (cl_uint p = 0; p < np && p < 8; p++) {
-    cl_device_id ids[MAX_DEVICES];
-    cl_uint nd = 0;
-    if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, MAX_DEVICES, ids, &nd) != CL_SUCCESS) continue;
-    for (cl_uint i = 0; i < nd && i < MAX_DEVICES && g_ndevs < MAX_DEVICES; i++) {
-      ocl_dev *d = &g_devs[g_ndevs++];
-      d->platform = plats[p];
-      d->id = ids[i];
-      if (clGetDeviceInfo(ids[i], CL_DEVICE_NAME, sizeof d->name, d->name, NULL) != CL_SUCCESS)
-        snprintf(d->name, sizeof d->name, "device %d", g_ndevs - 1);
-      size_t maxg = 0;
-      clGetDeviceInfo(ids[i], CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof maxg, &maxg, NULL);
-      d->row_group = OCL_ROW_GROUP_MAX;
-      while (d->row_group > 1 && d->row_group > maxg) d->row_group /= 2;
-      pthread_mutex_init(&d->lock, NULL);
+  if (np > 8) np = 8;
+  for (int pass = 0; pass < 2; pass++)
+    for (cl_uint p = 0; p < np; p++) {
+      cl_device_id ids[MAX_DEVICES];
+      cl_uint nd = 0;
+      if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, MAX_DEVICES, ids, &nd) != CL_SUCCESS)
+        continue;
+      for (cl_uint i = 0; i < nd && i < MAX_DEVICES && g_ndevs < MAX_DEVICES; i++) {
+        cl_device_type t = 0;
+        clGetDeviceInfo(ids[i], CL_DEVICE_TYPE, sizeof t, &t, NULL);
+        const int fast = (t & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)) != 0;
+        if (fast == (pass == 0)) add_device(plats[p], ids[i]);
+      }
     }
-  }
 }
 
 int ocl_device_count(void) {
