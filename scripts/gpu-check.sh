@@ -263,7 +263,7 @@ if want opencl; then
   # NVIDIA's OpenCL library without its ICD file (an image with the driver's libraries but no
   # /etc/OpenCL/vendors/nvidia.icd): said, and registered for this run only
   if ! grep -qs nvidia /etc/OpenCL/vendors/*.icd; then
-    if ldconfig -p | grep -q libnvidia-opencl.so.1; then
+    if ldconfig -p | grep libnvidia-opencl.so.1 > /dev/null; then
       echo "opencl: libnvidia-opencl.so.1 is here but /etc/OpenCL/vendors has no nvidia.icd:" \
         "registering it for this run (OCL_ICD_VENDORS)"
       mkdir -p "$ocl_prefix/icd"

@@ -17,7 +17,7 @@ if [ -z "${PREFIX:-}" ]; then
   trap 'rm -rf "$PREFIX"' EXIT
 fi
 # an OpenCL loader and at least one driver (ICD) are needed before anything else
-if ! ldconfig -p | grep -q 'libOpenCL\.so\.1'; then
+if ! ldconfig -p | grep 'libOpenCL\.so\.1' > /dev/null; then # no -q: pipefail and SIGPIPE
   echo "opencl-check: no OpenCL loader (libOpenCL.so.1) on this machine: install ocl-icd-libopencl1" \
     "and a driver (pocl-opencl-icd for the CPU; the GPU vendor's ICD)" >&2
   exit 1
