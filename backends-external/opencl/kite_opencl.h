@@ -1,7 +1,8 @@
 /*
  * kite's OpenCL backend (libkite-opencl.so): what a caller needs beyond kite.h to hand kite its
- * OpenCL buffers and queues. Link with -lkite-opencl (or look the functions up with dlsym in the
- * plugin kite loaded: it is the same library).
+ * OpenCL buffers and queues. Link the installed libkite-opencl.so, the file kite loads from
+ * beside libkite.so (or look the functions up with dlsym in the plugin kite loaded): a second copy
+ * of the library keeps an address table of its own, and its addresses mean nothing to kite.
  *
  * Devices: every OpenCL device of every platform, GPUs and accelerators first, then the others
  * (CPU drivers such as PoCL), each group in platform order; a kite_ctx on device {kDLOpenCL, i}
