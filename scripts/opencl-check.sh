@@ -34,8 +34,8 @@ cmake -S backends-external/opencl -B "$PREFIX/build-opencl" -DCMAKE_BUILD_TYPE=R
 cmake --build "$PREFIX/build-opencl" -j"$(nproc)" > "$PREFIX/opencl-build.log" 2>&1 ||
   { cat "$PREFIX/opencl-build.log"; exit 1; }
 cmake --install "$PREFIX/build-opencl" --prefix "$PREFIX" > /dev/null
-# the kernels' binary cache stays inside the prefix: a clean check compiles them once
-export KITE_OPENCL_CACHE="$PREFIX/opencl-cache"
+# the kernels' binaries are cached in ~/.cache/kite/opencl (keyed by source, device and driver)
+# and PoCL's in ~/.cache/pocl, as the Python venv is: only the first run on a machine compiles
 # a caller's own queue and buffer through kite_opencl.h, against the installed plugin (the file
 # kite loads, as a program linking -lkite-opencl from the prefix gets it)
 LD_LIBRARY_PATH="$PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$PREFIX/build-opencl/test_opencl_wrap"
