@@ -48,7 +48,8 @@
 # Environment: BUILD (build folder, default build), JOBS (default: all cores), KITE_CMAKE_ARGS
 # (more configure arguments, e.g. -DKITE_BUILTIN_BACKENDS=ref).
 # Where dlpack/dlpack.h is not installed, a copy in .deps/dlpack/ is used (and for the opencl
-# stage, a copy of libclblast-dev's files in .deps/clblast/ where CLBlast is not installed).
+# stage, a copy of libclblast-dev's files in .deps/clblast/ where CLBlast is not installed: its
+# /usr tree, include/clblast*.h and lib/x86_64-linux-gnu/{libclblast.so*,cmake/CLBlast/}).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
