@@ -42,11 +42,19 @@
 #            then the bus bandwidth of all_reduce, 1 KB - 256 MB, beside ncclAllReduce called
 #            directly (with one GPU only the local copy path). Output in check.log and peers.log.
 #            Without NCCL (libnccl.so.2, KITE_NCCL_PATH) it says so and counts as skipped.
-# Stages run in that order; pass some of their names to run only those (default: all).
+#   opencl   (only when named) the OpenCL backend on NVIDIA's OpenCL driver: installs this build,
+#            builds backends-external/opencl against the install (scripts/opencl-check.sh), runs
+#            the installed kite check --backend opencl, then kite bench --backend opencl beside
+#            --backend cuda on the same ops (llm shapes, T up to 8192; bench's copy ceiling is
+#            a clEnqueueCopyBuffer on the OpenCL rows). Without libOpenCL.so.1 or an ICD file it
+#            says so and fails.
+# Stages run in that order; pass some of their names to run only those (default: all but opencl).
 # Results go to $OUT (default ./out): logs, kite_bench.jsonl, peers.json, peers.csv.
 # Environment: BUILD (build folder, default build), JOBS (default: all cores), KITE_CMAKE_ARGS
 # (more configure arguments, e.g. -DKITE_BUILTIN_BACKENDS=ref).
-# Where dlpack/dlpack.h is not installed, a copy in .deps/dlpack/ is used.
+# Where dlpack/dlpack.h is not installed, a copy in .deps/dlpack/ is used (and for the opencl
+# stage, a copy of libclblast-dev's files in .deps/clblast/ where CLBlast is not installed: its
+# /usr tree, include/clblast*.h and lib/x86_64-linux-gnu/{libclblast.so*,cmake/CLBlast/}).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -265,6 +273,53 @@ if want train; then
   PYTHONPATH=$PWD/$BUILD/python run_logged peers.log 900 python3 scripts/train_bench.py \
     ${TRAIN_ARGS:-} || echo "TRAIN BENCH FAILED (peers.log)"
   sed -n '/^---- training step/,$p' "$OUT/peers.log"
+fi
+if want opencl; then
+  stage "OpenCL backend: built against the installed kite, kite check and bench beside cuda"
+  ocl_prefix=$(mktemp -d)
+  # NVIDIA's OpenCL library without its ICD file (an image with the driver's libraries but no
+  # /etc/OpenCL/vendors/nvidia.icd): said, and registered for this run only
+  if ! grep -qs nvidia /etc/OpenCL/vendors/*.icd; then
+    if ldconfig -p | grep libnvidia-opencl.so.1 > /dev/null; then
+      echo "opencl: libnvidia-opencl.so.1 is here but /etc/OpenCL/vendors has no nvidia.icd:" \
+        "registering it for this run (OCL_ICD_VENDORS)"
+      mkdir -p "$ocl_prefix/icd"
+      echo libnvidia-opencl.so.1 > "$ocl_prefix/icd/nvidia.icd"
+      export OCL_ICD_VENDORS="$ocl_prefix/icd"
+    else
+      echo "opencl: NVIDIA's OpenCL driver (libnvidia-opencl.so.1) is not on this image"
+    fi
+  fi
+  # CLBlast where libclblast-dev is not installed: a copy in .deps/clblast (as .deps/dlpack)
+  if [ ! -e /usr/include/clblast_c.h ] && [ -d .deps/clblast ]; then
+    export CMAKE_PREFIX_PATH="$PWD/.deps/clblast${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+    export LD_LIBRARY_PATH="$PWD/.deps/clblast/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+  PREFIX=$ocl_prefix BUILD=$BUILD QUICK= run_logged check.log 900 bash scripts/opencl-check.sh
+  tail -4 "$OUT/check.log"
+  if [ -x "$ocl_prefix/lib/libkite-opencl.so" ]; then
+    for op in rms_norm add_rms_norm silu_and_mul rope softmax embedding paged_decode linear argmax; do
+      case $op in argmax) dt=f32 ;; *) dt=bf16 ;; esac
+      for be in opencl cuda; do
+        kite_bin="$KITE"
+        [ $be = opencl ] && kite_bin="$ocl_prefix/bin/kite"
+        timeout 300 "$kite_bin" bench --backend $be --json --dtype $dt --op "$op" >> "$OUT/kite_bench.jsonl" 2>&1 ||
+          status=1
+      done
+    done
+    python3 - "$OUT/kite_bench.jsonl" << 'EOF'
+import json, sys
+for line in open(sys.argv[1]):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    if str(r.get("kernel", "")).split(".")[0] in ("opencl", "cuda") and "us" in r:
+        print(f"{r['op']:<13} {r['kernel']:<16} {r['shape']:<26} {r['us']:>9.2f} us "
+              f"{r['gb_s']:>7.0f} GB/s of {r['ceiling_gb_s']:.0f}")
+EOF
+  fi
+  rm -rf "$ocl_prefix"
 fi
 if want comm; then
   stage "collectives: test_comm --device cuda (cuda.nccl), all_reduce bus bandwidth"

@@ -5,10 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
-# clang: the libFuzzer targets (scripts/fuzz.sh); libmicrohttpd: kite serve; cJSON: kite serve
-# and kite run's conversation files
+# clang: the libFuzzer targets (scripts/fuzz.sh); libmicrohttpd, cJSON: kite serve (and kite run's
+# conversation files); OpenCL (loader, PoCL's CPU driver, CLBlast): the out-of-tree OpenCL backend
+# (scripts/opencl-check.sh)
 for pkg in cmake make gcc clang libdlpack-dev libopenblas-dev libdnnl-dev libmicrohttpd-dev \
-  libcjson-dev pkg-config; do
+  libcjson-dev pkg-config ocl-icd-opencl-dev pocl-opencl-icd libclblast-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -9,6 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 ctest --test-dir build --output-on-failure -j2
+# the OpenCL backend, built out of tree against the installed Release build, on PoCL's CPU device
+bash scripts/opencl-check.sh
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKITE_SANITIZE=address,undefined \
   -DKITE_BUILD_CUDA=OFF -DKITE_BUILD_PYTHON=OFF >/dev/null
 cmake --build build-asan -j"$(nproc)"
