@@ -23,7 +23,7 @@ import kite  # noqa: E402
 import tiny_gguf  # noqa: E402
 
 N_NEW = 16
-MARGIN = 1e-3
+MARGIN = 1e-4
 MIN_CHECKED = 12
 PROMPT = "hello world, hello kite"
 

@@ -18,9 +18,9 @@ import transformers
 
 VOCAB = 320
 COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-              num_key_value_heads=2, max_position_embeddings=256)
-LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
-               "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+              num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.15)
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 16.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
 
 CONFIGS = {
     "llama": lambda: transformers.LlamaConfig(**COMMON, num_hidden_layers=2,
@@ -104,10 +104,12 @@ def model(arch, seed):
     cfg = CONFIGS[arch]()
     cfg._attn_implementation = "eager"
     m = transformers.AutoModelForCausalLM.from_config(cfg).float().eval()
-    with torch.no_grad():  # norms away from 1 (and Gemma's away from 0), so they matter
+    with torch.no_grad():
         for n, p in m.named_parameters():
-            if "norm" in n:
-                p.copy_(torch.randn_like(p) * 0.3 + (0.0 if arch.startswith("gemma") else 1.0))
+            if "norm" in n:  # norm weights about 1 (Gemma's 1 + w about 2), each its own
+                p.copy_(torch.randn_like(p) * 0.3 + 1.0)
+        if arch.startswith("gemma"):  # the scaled embedding would drown the layers' sums
+            m.model.embed_tokens.weight.mul_(0.2)
     return m
 
 
