@@ -58,11 +58,11 @@ def _reference(m, ids, n_new):
     return out, margins
 
 
-@pytest.mark.parametrize("arch", sorted(tiny_gguf.CONFIGS))
-def test_greedy_tokens_match_float64(arch, tmp_path):
+@pytest.mark.parametrize("name", sorted(tiny_gguf.CONFIGS))
+def test_greedy_tokens_match_float64(name, tmp_path):
     cli = _kite_cli()
-    path = str(tmp_path / f"{arch}.gguf")
-    m = tiny_gguf.write(arch, path, seed=0)
+    path = str(tmp_path / f"{name}.gguf")
+    m = tiny_gguf.write(name, path, seed=0)
     rc, out, err = _run(cli, "--model", path, "--tokenize", PROMPT)
     assert rc == 0, err
     ids = [int(x) for x in out.split()]
@@ -74,8 +74,8 @@ def test_greedy_tokens_match_float64(arch, tmp_path):
     want, margins = _reference(m, ids, N_NEW)
     assert len(got) == N_NEW
     clear = next((i for i, d in enumerate(margins) if d < MARGIN), N_NEW)
-    assert clear >= MIN_CHECKED, f"{arch}: float64 near-tie at step {clear}: {margins}"
-    assert got[:clear] == want[:clear], f"{arch}: kite {got} float64 {want} margins {margins}"
+    assert clear >= MIN_CHECKED, f"{name}: float64 near-tie at step {clear}: {margins}"
+    assert got[:clear] == want[:clear], f"{name}: kite {got} float64 {want} margins {margins}"
 
 
 def test_gemma2_sampling_is_refused(tmp_path):

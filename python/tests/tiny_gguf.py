@@ -1,7 +1,7 @@
 """Tiny random-init transformers models written to GGUF the way llama.cpp's converter lays them
 out (its tensor names and metadata keys, from gguf-py's tables), for `kite run` tests that need
-no download. One config per architecture kite runs; `write(arch, path, seed)` returns the
-transformers model the file holds (float32, eval mode).
+no download. One config per architecture kite runs (a name past "-" is a variant of it);
+`write(name, path, seed)` returns the transformers model the file holds (float32, eval mode).
 
 The vocabulary is GPT-2's 256 byte tokens, a few merges and unused tokens up to the embedding's
 rows, so that `kite run` loads it as a byte-level BPE tokenizer.
@@ -34,6 +34,12 @@ CONFIGS = {
                                                 final_logit_softcapping=3.0),
     "gemma3": lambda: transformers.Gemma3TextConfig(**COMMON, num_hidden_layers=6, head_dim=16,
                                                     query_pre_attn_scalar=16, sliding_window=6),
+    # Gemma 3's larger models scale the global layers' positions linearly
+    "gemma3-linear": lambda: transformers.Gemma3TextConfig(
+        **COMMON, num_hidden_layers=6, head_dim=16, query_pre_attn_scalar=16, sliding_window=6,
+        rope_parameters={"full_attention": {"rope_type": "linear", "factor": 4.0,
+                                            "rope_theta": 1000000.0},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}),
     "phi3": lambda: transformers.Phi3Config(**COMMON, num_hidden_layers=2,
                                             tie_word_embeddings=False,
                                             rope_parameters={"rope_type": "default",
@@ -99,9 +105,10 @@ def _llama3_divisors(rope, head_dim):
     return np.array(out, dtype=np.float32)
 
 
-def model(arch, seed):
+def model(name, seed):
+    arch = name.split("-")[0]
     torch.manual_seed(seed)
-    cfg = CONFIGS[arch]()
+    cfg = CONFIGS[name]()
     cfg._attn_implementation = "eager"
     m = transformers.AutoModelForCausalLM.from_config(cfg).float().eval()
     with torch.no_grad():
@@ -113,10 +120,11 @@ def model(arch, seed):
     return m
 
 
-def write(arch, path, seed=0, meta=None, extra_tensors=None):
-    """The model of `arch` and `seed` into path. meta: {key: None (left out) or (value,
+def write(name, path, seed=0, meta=None, extra_tensors=None):
+    """The model of config `name` and `seed` into path. meta: {key: None (left out) or (value,
     gguf.GGUFValueType)} over the metadata written; extra_tensors: {name: array} added."""
-    m = model(arch, seed)
+    arch = name.split("-")[0]
+    m = model(name, seed)
     cfg = m.config
     sd = {k: v.detach().numpy().astype(np.float32) for k, v in m.state_dict().items()}
     gemma = arch.startswith("gemma")
@@ -136,6 +144,9 @@ def write(arch, path, seed=0, meta=None, extra_tensors=None):
     rope = rope.get("full_attention", rope)
     w.add_rope_freq_base(rope["rope_theta"])
     w.add_rope_dimension_count(int(hd * rope.get("partial_rotary_factor", 1.0)))
+    if rope.get("rope_type") == "linear":
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(rope["factor"])
     if gemma:
         w.add_sliding_window(cfg.sliding_window)
     if arch == "gemma2":
