@@ -91,7 +91,8 @@ def _llama3_divisors(rope, head_dim):
     """What llama.cpp's converter writes as rope_freqs.weight: each frequency's divisor under
     Llama 3.1's wavelength-dependent scaling."""
     base, factor = rope["rope_theta"], rope["factor"]
-    lo, hi, old = rope["low_freq_factor"], rope["high_freq_factor"], rope["original_max_position_embeddings"]
+    lo, hi = rope["low_freq_factor"], rope["high_freq_factor"]
+    old = rope["original_max_position_embeddings"]
     out = []
     for i in range(0, head_dim, 2):
         wavelen = 2 * math.pi * base ** (i / head_dim)
@@ -172,7 +173,8 @@ def write(name, path, seed=0, meta=None, extra_tensors=None):
     for l in range(cfg.num_hidden_layers):
         p = f"model.layers.{l}."
         names = {
-            T.ATTN_NORM: "input_layernorm", T.ATTN_OUT: "self_attn.o_proj", T.FFN_DOWN: "mlp.down_proj",
+            T.ATTN_NORM: "input_layernorm", T.ATTN_OUT: "self_attn.o_proj",
+            T.FFN_DOWN: "mlp.down_proj",
         }
         if gemma:
             names.update({T.ATTN_POST_NORM: "post_attention_layernorm",
