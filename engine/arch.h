@@ -1,7 +1,9 @@
 /*
- * The model families the engine runs. A family is one file (llama.c) that fills a kr_arch: it
- * reads its geometry from the GGUF metadata, loads its weights with the step buffers its forward
- * pass needs, and runs that forward pass over one step of the scheduler. A new family adds a
+ * The model families the engine runs. A family is one file (llama.c, gemma.c, phi3.c) that fills
+ * a kr_arch: it reads its geometry from the GGUF metadata, loads its weights with the step
+ * buffers its forward pass needs, and runs that forward pass over one step of the scheduler.
+ * The families so far differ only in what kr_config says and share the decoder of decoder.h
+ * for load and forward; a family with a different block writes its own. A new family adds a
  * file and a line in model.c's table.
  */
 #ifndef KITE_ENGINE_ARCH_H
@@ -64,7 +66,7 @@ typedef struct kr_arch {
   void (*free)(void *net);
 } kr_arch;
 
-extern const kr_arch kr_arch_llama;
+extern const kr_arch kr_arch_llama, kr_arch_gemma, kr_arch_phi3;
 
 /* Reads arch.key, an integer in [lo, hi] (def when absent and not required). A present key of
  * another type is an error naming both types; "missing" only when it is absent. */

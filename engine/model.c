@@ -13,7 +13,7 @@
 #include "scheduler.h"
 
 /* The families, matched by general.architecture. */
-static const kr_arch *const archs[] = {&kr_arch_llama};
+static const kr_arch *const archs[] = {&kr_arch_llama, &kr_arch_gemma, &kr_arch_phi3};
 
 struct kr_model {
   kite_ctx *ctx;
@@ -222,6 +222,15 @@ int kr_submit(kr_model *m, const int32_t *prompt, size_t n, int max_new, char *e
 
 int kr_generate(kr_model *m, const kr_sampling *s, kr_token_fn on_token, kr_stop_fn stop,
                 void *user, char *err, size_t err_len) {
+  /* kite has no elementwise tanh to cap the logits with: the cap keeps their order, so greedy
+   * decoding picks what the capped logits would; sampling and penalties would not */
+  const int penalties = (s->repeat_penalty != 0 && s->repeat_penalty != 1) ||
+                        s->presence_penalty != 0 || s->frequency_penalty != 0;
+  if (m->c.logit_softcap > 0 && (s->temperature > 0 || penalties))
+    return kr_errf(err, err_len,
+                   "model: %s caps its logits (final_logit_softcapping %g), which kite runs for "
+                   "greedy decoding without penalties only",
+                   m->c.arch, m->c.logit_softcap);
   return kr_sched_run(&m->sched, s, on_token, stop, user, err, err_len);
 }
 

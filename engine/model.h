@@ -7,7 +7,10 @@
  * The pieces (each a file of engine/):
  *   weights.c    GGUF tensors into kite weights (dense, int8, 4-bit) and the linear layer
  *   kv_cache.c   the paged KV cache: blocks, free list, block tables, slots
- *   llama.c      the llama family (llama, SmolLM, Mistral, Qwen2): config, weights, forward
+ *   decoder.c    the decoder forward pass every family shares: weights, step buffers, layers
+ *   llama.c      the llama family (llama, SmolLM, Mistral, Qwen2, Qwen3): its config
+ *   gemma.c      Gemma 2 and Gemma 3: their config
+ *   phi3.c       Phi-3: its config
  *   sampler.c    penalties and sampling of a step's rows
  *   scheduler.c  sequences, continuous batching: admitting, prefill / decode steps, finishing
  *   model.c      this interface: picks the family, sizes and owns the pieces
@@ -38,6 +41,22 @@ typedef struct kr_config {
   double rope_theta, rms_eps;
   kite_rope_style rope_style;
   int has_qkv_bias, tied_embeddings;
+  /* What sets a family apart from the plain pre-norm decoder (0 / off unless the family sets
+   * it; engine/decoder.h runs them all) */
+  int qk_norm;         /* RMSNorm over each head's q and k before RoPE (attn_q_norm, attn_k_norm) */
+  int post_norms;      /* RMSNorm of each block's attention and FFN outputs (Gemma) */
+  int gelu;            /* GELU-tanh gated FFN (else SiLU) */
+  int fused;           /* attn_qkv and ffn_up hold the fused q|k|v and gate|up rows (Phi-3) */
+  double embd_scale;   /* embedding rows times this (0: 1) */
+  double attn_scale;   /* scores q.k times this (0: 1 / sqrt(head_dim)) */
+  double attn_softcap; /* scores softcap * tanh(s / softcap) (0: off) */
+  double logit_softcap;  /* the same on the output logits (0: off) */
+  int swa_window;        /* keys a local layer sees, the query's included (0: no local layers) */
+  int swa_pattern;       /* with a window: layer l is local when l % swa_pattern < swa_pattern - 1
+                            (1: every layer) */
+  double rope_theta_swa; /* local layers' RoPE base */
+  double rope_linear;    /* global layers' positions divided by this (1: none) */
+  int rope_freqs;        /* rope_freqs.weight divides the frequencies (Llama 3.1 scaling) */
 } kr_config;
 
 typedef struct kr_model kr_model;

@@ -110,7 +110,8 @@ int kr_load_vector(kr_loader *ld, const kr_gguf_tensor *const *parts, int n_part
       dequant_row(parts[i], 0, f32 + at);
       at += parts[i]->ne[0];
     }
-    for (int64_t i = 0; i < total; i++) kite_store_f32(ld->act, dev, i, f32[i]);
+    const float scale = ld->scale != 0 ? ld->scale : 1.0f;
+    for (int64_t i = 0; i < total; i++) kite_store_f32(ld->act, dev, i, f32[i] * scale);
     rc = upload(ld, dev, (size_t)total * es, out, err, err_len);
   }
   free(f32);
@@ -165,7 +166,8 @@ int kr_load_matrix(kr_loader *ld, const kr_gguf_tensor *const *parts, int n_part
       dequant_row(parts[i], j, row);
       uint8_t *dst = mat + (size_t)r * (size_t)k * es;
       if (kind == KR_W_DENSE) {
-        for (int64_t x = 0; x < k; x++) kite_store_f32(ld->act, dst, x, row[x]);
+        const float scale = ld->scale != 0 ? ld->scale : 1.0f;
+        for (int64_t x = 0; x < k; x++) kite_store_f32(ld->act, dst, x, row[x] * scale);
         continue;
       }
       /* per-row symmetric int8, as kite_quant does for activations */

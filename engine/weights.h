@@ -32,11 +32,13 @@ typedef struct kr_weight {
 } kr_weight;
 
 /* Where loads go: the ctx, the dtype of vectors and dense matrices, and the running count of
- * bytes uploaded (the model's weight size). */
+ * bytes uploaded (the model's weight size). Vectors and dense matrices are stored times scale
+ * (0 or 1: as in the file; Gemma's embedding table is scaled by sqrt(n_embd)). */
 typedef struct kr_loader {
   kite_ctx *ctx;
   kite_dtype act;
   size_t bytes;
+  float scale;
 } kr_loader;
 
 /* Whether a ggml type is one of the 4-bit block types kite_linear_wq4 runs as stored. */

@@ -1,0 +1,128 @@
+"""`kite run` on tiny random-init models of each architecture it runs (tiny_gguf.py: written from
+transformers configs to GGUF, no download): its greedy tokens (f32 weights, CPU) against the
+same transformers model run in float64, step by step (argmax of the full sequence's last logits).
+
+Near-ties: a random-init model can have two logits within f32 rounding of each other, where
+kite's f32 forward may pick either. The float64 reference records each step's top-2 margin;
+the tokens must agree up to the first step whose margin is below MARGIN (past it the sequences
+may part legitimately), and the seeds and prompts below keep that point at or past MIN_CHECKED
+tokens, so each test checks at least that many.
+"""
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+gguf = pytest.importorskip("gguf")
+transformers = pytest.importorskip("transformers")
+
+import kite  # noqa: E402
+import tiny_gguf  # noqa: E402
+
+N_NEW = 16
+MARGIN = 1e-4
+MIN_CHECKED = 12
+PROMPT = "hello world, hello kite"
+
+
+def _kite_cli():
+    here = os.path.dirname(kite.__file__)  # <build>/python/kite
+    path = os.path.join(here, "..", "..", "bin", "kite")
+    if not os.path.exists(path):
+        path = shutil.which("kite")
+    if not path:
+        pytest.skip("the kite command is not built next to kite._C")
+    return path
+
+
+def _run(cli, *args):
+    r = subprocess.run([cli, "run", *args], capture_output=True, text=True, timeout=120)
+    return r.returncode, r.stdout, r.stderr
+
+
+def _reference(m, ids, n_new):
+    """float64 greedy tokens and each step's top-2 logit margin."""
+    m = m.double()
+    seq, out, margins = list(ids), [], []
+    with torch.no_grad():
+        for _ in range(n_new):
+            logits = m(torch.tensor([seq])).logits[0, -1]
+            top = torch.topk(logits, 2).values
+            tok = int(torch.argmax(logits))
+            out.append(tok)
+            margins.append(float(top[0] - top[1]))
+            seq.append(tok)
+    return out, margins
+
+
+@pytest.mark.parametrize("name", sorted(tiny_gguf.CONFIGS))
+def test_greedy_tokens_match_float64(name, tmp_path):
+    cli = _kite_cli()
+    path = str(tmp_path / f"{name}.gguf")
+    m = tiny_gguf.write(name, path, seed=0)
+    rc, out, err = _run(cli, "--model", path, "--tokenize", PROMPT)
+    assert rc == 0, err
+    ids = [int(x) for x in out.split()]
+    assert len(ids) > 4
+    rc, out, err = _run(cli, "--model", path, "--prompt", PROMPT, "-n", str(N_NEW), "--tokens",
+                        "--ignore-eos", "--weights", "f32", "--threads", "1")
+    assert rc == 0, err
+    got = [int(x) for x in out.split()]
+    want, margins = _reference(m, ids, N_NEW)
+    assert len(got) == N_NEW
+    clear = next((i for i, d in enumerate(margins) if d < MARGIN), N_NEW)
+    assert clear >= MIN_CHECKED, f"{name}: float64 near-tie at step {clear}: {margins}"
+    assert got[:clear] == want[:clear], f"{name}: kite {got} float64 {want} margins {margins}"
+
+
+def test_gemma2_sampling_is_refused(tmp_path):
+    """Gemma 2's output softcap has no kite op: greedy runs (the cap keeps the logits' order),
+    sampling is refused with a message rather than run on uncapped logits."""
+    cli = _kite_cli()
+    path = str(tmp_path / "gemma2.gguf")
+    tiny_gguf.write("gemma2", path, seed=0)
+    rc, _, err = _run(cli, "--model", path, "--prompt", PROMPT, "-n", "4", "--temperature", "0.8",
+                      "--seed", "1")
+    assert rc != 0
+    assert "final_logit_softcapping" in err
+
+
+S, F32, U32 = gguf.GGUFValueType.STRING, gguf.GGUFValueType.FLOAT32, gguf.GGUFValueType.UINT32
+
+
+@pytest.mark.parametrize("arch,meta,extra,message", [
+    # each required key missing, or present with another type, is named with the type wanted
+    ("gemma2", {"gemma2.attention.sliding_window": None}, None,
+     "gemma2.attention.sliding_window missing"),
+    ("gemma2", {"gemma2.attention.sliding_window": ("6", S)}, None,
+     "gemma2.attention.sliding_window is a string, expected an integer"),
+    ("gemma2", {"gemma2.final_logit_softcapping": ("30", S)}, None,
+     "gemma2.final_logit_softcapping is a string, expected a number"),
+    ("gemma2", {"gemma2.attn_logit_softcapping": (-1.0, F32)}, None,
+     "gemma2.attn_logit_softcapping -1"),
+    ("gemma3", {"gemma3.rope.freq_base_swa": ("1e4", S)}, None,
+     "gemma3.rope.freq_base_swa is a string, expected a number"),
+    ("gemma3", {"gemma3.rope.scaling.type": ("yarn", S)}, None,
+     "gemma3.rope.scaling.type 'yarn' not supported"),
+    ("gemma3", {"gemma3.rope.scaling.type": (3, U32)}, None,
+     "gemma3.rope.scaling.type is a u32, expected a string"),
+    ("qwen3", {"qwen3.attention.key_length": ("32", S)}, None,
+     "qwen3.attention.key_length is a string, expected an integer"),
+    ("qwen3", {"qwen3.attention.value_length": (16, U32)}, None,
+     "value_length 16 differs from key_length 32"),
+    ("llama", {"llama.embedding_length": (64.0, F32)}, None,
+     "llama.embedding_length is a f32, expected an integer"),
+    ("phi3", None, {"rope_factors_long.weight": [1.0] * 4}, "LongRoPE"),
+    ("qwen3", None, {"rope_freqs.weight": [1.0] * 3}, "rope_freqs.weight is not f32 [16]"),
+])
+def test_bad_metadata_is_refused(arch, meta, extra, message, tmp_path):
+    cli = _kite_cli()
+    path = str(tmp_path / f"{arch}.gguf")
+    extra = {k: np.array(v, dtype=np.float32) for k, v in (extra or {}).items()}
+    tiny_gguf.write(arch, path, seed=0, meta=meta, extra_tensors=extra)
+    rc, _, err = _run(cli, "--model", path, "--prompt", PROMPT, "-n", "2")
+    assert rc != 0
+    assert message in err, err
