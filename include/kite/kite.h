@@ -450,13 +450,13 @@ KITE_API kite_route_opts kite_route_opts_default(void);
  *   5. weights: w_j = s_{ids_j}; SOFTMAX_TOPK: w = softmax over the k chosen z. renormalize:
  *      w_j /= (sum of the k w) + 1e-20 (DeepSeek-V3's guard; a sum of 0 gives 0 weights).
  *      Then w_j *= scaling.
- * opts NULL = defaults (which need k = 1; pass opts). The forms of the models:
+ * opts is required (k has no default: start from kite_route_opts_default()). The models:
  *   Mixtral / Qwen3-MoE: SOFTMAX, renormalize = norm_topk_prob, bias NULL.
  *   DeepSeek-V3: SIGMOID, bias = e_score_correction_bias, n_group 8, topk_group 4, renormalize,
  *                scaling = routed_scaling_factor (2.5).
  *   gpt-oss: SOFTMAX_TOPK, bias = the router's bias (or NULL when the logits include it).
- * Errors (INVALID_ARG, nothing written): shapes and dtypes, k, n_group or topk_group out of
- * range, E not a multiple of n_group, fewer than k experts in topk_group groups. */
+ * Errors (INVALID_ARG, nothing written): opts NULL, shapes and dtypes, k, n_group or topk_group out
+ * of range, E not a multiple of n_group, fewer than k experts in topk_group groups. */
 KITE_API kite_status kite_moe_route(kite_ctx *ctx, const DLTensor *logits, const DLTensor *bias,
                                     const kite_route_opts *opts, DLTensor *weights, DLTensor *ids);
 

@@ -635,13 +635,13 @@ _PARTS = [
         '  5. weights: w_j = s_{ids_j}; SOFTMAX_TOPK: w = softmax over the k chosen z. renormalize:\n'
         "     w_j /= (sum of the k w) + 1e-20 (DeepSeek-V3's guard; a sum of 0 gives 0 weights).\n"
         '     Then w_j *= scaling.\n'
-        'opts NULL = defaults (which need k = 1; pass opts). The forms of the models:\n'
+        'opts is required (k has no default: start from kite_route_opts_default()). The models:\n'
         '  Mixtral / Qwen3-MoE: SOFTMAX, renormalize = norm_topk_prob, bias NULL.\n'
         '  DeepSeek-V3: SIGMOID, bias = e_score_correction_bias, n_group 8, topk_group 4, renormalize,\n'
         '               scaling = routed_scaling_factor (2.5).\n'
         "  gpt-oss: SOFTMAX_TOPK, bias = the router's bias (or NULL when the logits include it).\n"
-        'Errors (INVALID_ARG, nothing written): shapes and dtypes, k, n_group or topk_group out of\n'
-        'range, E not a multiple of n_group, fewer than k experts in topk_group groups.'
+        'Errors (INVALID_ARG, nothing written): opts NULL, shapes and dtypes, k, n_group or topk_group out\n'
+        'of range, E not a multiple of n_group, fewer than k experts in topk_group groups.'
     ),
     (
         'C: kite_status kite_moe_route(kite_ctx *ctx, const DLTensor *logits, const DLTensor *bias,\n'
