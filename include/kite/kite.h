@@ -502,10 +502,11 @@ KITE_API kite_status kite_fused_moe_ex(kite_ctx *ctx, const DLTensor *x, const D
                                        const kite_moe_opts *opts, DLTensor *y);
 
 /* The auxiliary load-balancing loss of Switch Transformer / Mixtral, as transformers'
- * load_balancing_loss_func computes it: logits[T, E] (the router logits; for several layers,
- * their rows stacked), ids[T, k] int32 (the experts each token was sent to: the top-k of
- * softmax(logits), kite_topk_gating's ids, or any router's), mask NULL or f32 [T] (token
- * weights, 1 for real tokens and 0 for padding; NULL: all 1):
+ * load_balancing_loss_func computes it: logits[T, E] (f32/f16/bf16, row-strided allowed: the
+ * router logits; for several layers, their rows stacked), ids[T, k] int32 (row-strided allowed;
+ * the experts each token was sent to: the top-k of softmax(logits), kite_topk_gating's ids, or
+ * any router's), mask NULL or f32 [T] (token weights, 1 for real tokens and 0 for padding; NULL:
+ * all 1):
  *   p_t = softmax(logits_t) (f32 or better),  M = sum_t m_t,
  *   c_e = sum_t m_t * #{j : ids[t, j] = e}    (ids outside [0, E) count nowhere),
  *   P_e = sum_t m_t p_t,e,

@@ -689,10 +689,11 @@ _PARTS = [
     ),
     (
         "The auxiliary load-balancing loss of Switch Transformer / Mixtral, as transformers'\n"
-        'load_balancing_loss_func computes it: logits[T, E] (the router logits; for several layers,\n'
-        'their rows stacked), ids[T, k] int32 (the experts each token was sent to: the top-k of\n'
-        "softmax(logits), kite_topk_gating's ids, or any router's), mask NULL or f32 [T] (token\n"
-        'weights, 1 for real tokens and 0 for padding; NULL: all 1):\n'
+        'load_balancing_loss_func computes it: logits[T, E] (f32/f16/bf16, row-strided allowed: the\n'
+        'router logits; for several layers, their rows stacked), ids[T, k] int32 (row-strided allowed;\n'
+        "the experts each token was sent to: the top-k of softmax(logits), kite_topk_gating's ids, or\n"
+        "any router's), mask NULL or f32 [T] (token weights, 1 for real tokens and 0 for padding; NULL:\n"
+        'all 1):\n'
         '  p_t = softmax(logits_t) (f32 or better),  M = sum_t m_t,\n'
         '  c_e = sum_t m_t * #{j : ids[t, j] = e}    (ids outside [0, E) count nowhere),\n'
         '  P_e = sum_t m_t p_t,e,\n'
