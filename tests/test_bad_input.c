@@ -416,6 +416,34 @@ static const bad_case g_cases[] = {
     P("fused_moe", "act", KITE_MOE_GELU, OK),
     T("fused_moe", "ids", SET_INT, OK, 0, 9), /* an expert outside [0, E) contributes nothing */
 
+    /* MoE of today's models: moe_route(logits[3, 32], bias[32], k 4, groups), fused_moe_ex with
+     * b13[E, 2I], b2[E, H], the load-balancing loss over ids[3, 4] and mask[3]. */
+    P("moe_route", "k", 0, INV), P("moe_route", "k", 33, INV), P("moe_route", "score", 3, INV),
+    P("moe_route", "score", 1, OK), P("moe_route", "score", 2, OK),
+    P("moe_route", "n_group", 0, INV), P("moe_route", "n_group", 5, INV),
+    P("moe_route", "n_group", 8, OK), P("moe_route", "n_group", 16, INV), /* 2 experts < k */
+    P("moe_route", "topk_group", 2, INV), P("moe_route", "topk_group", 0, INV),
+    P("moe_route", "scaling", NAN, INV), P("moe_route", "renormalize", 1, OK),
+    T("moe_route", "bias", SET_DIM, INV, 0, 31), T("moe_route", "bias", SET_DTYPE, INV, I32),
+    ALIAS("moe_route", "weights", "logits", INV), ALIAS("moe_route", "ids", "weights", INV),
+    ALIAS("moe_route", "ids", "bias", INV), T("fused_moe_ex", "b13", SET_DIM, INV, 1, 7),
+    T("fused_moe_ex", "b2", SET_DIM, INV, 0, 3), T("fused_moe_ex", "b13", SET_DTYPE, INV, I32),
+    T("fused_moe_ex", "w13", SET_DIM, INV, 1, 7), P("fused_moe_ex", "act", 3, INV),
+    P("fused_moe_ex", "act", KITE_MOE_SWIGLU_OAI, OK), P("fused_moe_ex", "layout", 2, INV),
+    P("fused_moe_ex", "layout", 1, OK), P("fused_moe_ex", "limit", -1, INV),
+    P("fused_moe_ex", "limit", 7, OK), P("fused_moe_ex", "alpha", INFINITY, INV),
+    ALIAS("fused_moe_ex", "y", "b2", INV), ALIAS("fused_moe_ex", "y", "x", INV),
+    T("fused_moe_ex", "ids", SET_INT, OK, 0, 9),
+    T("moe_aux_loss moe_aux_loss_backward", "mask", SET_DIM, INV, 0, 4),
+    T("moe_aux_loss moe_aux_loss_backward", "ids", SET_DIM, INV, 0, 2),
+    T("moe_aux_loss moe_aux_loss_backward", "ids", SET_INT, OK, 0, 99),
+    T("moe_aux_loss moe_aux_loss_backward", "ids", SET_INT, OK, 0, -1),
+    T("moe_aux_loss", "loss", SET_DIM, INV, 0, 2), ALIAS("moe_aux_loss", "loss", "mask", INV),
+    T("moe_aux_loss_backward", "dloss", SET_DIM, INV, 0, 3),
+    T("moe_aux_loss_backward", "dlogits", SET_DIM, INV, 1, 31),
+    T("moe_aux_loss_backward", "dlogits", SET_DTYPE, INV, I32),
+    ALIAS("moe_aux_loss_backward", "dlogits", "logits", INV),
+
     /* Quantization: x[M, K] float <-> q[M, K] i8/fp8 with scales[M]; linear on quantized x, w. */
     T("quant dequant", "q", SET_DTYPE, UNS, F32), T("quant", "x", SET_DTYPE, UNS, I8),
     T("quant", "q", SET_DIM, INV, 1, 4), T("dequant", "y", SET_DIM, INV, 1, 4),

@@ -237,6 +237,14 @@ static kite_kernel cpu_kernels[] = {
 #endif
     ROW(KITE_OP_LINEAR_WQ4, "scalar", 10, 0, supports_float, cpu_linear_wq4_scalar,
         "4-bit blocks widened in plain C, 4 rows of x per decoded block"),
+    ROW(KITE_OP_MOE_ROUTE, "scalar", 10, 0, supports_float, cpu_moe_route_scalar,
+        "f32 scores and keys, groups by top-2 sums, k arg-max passes, tokens over threads"),
+    ROW(KITE_OP_FUSED_MOE_EX, "scalar", 10, 0, supports_float, cpu_fused_moe_ex_scalar,
+        "per token: chosen experts' gate/up dots, clamp, act, w2 dots + biases, f32"),
+    ROW(KITE_OP_MOE_AUX_LOSS, "scalar", 10, 0, supports_float, cpu_moe_aux_loss_scalar,
+        "expert counts and softmax sums in row order, float64 accumulators"),
+    ROW(KITE_OP_MOE_AUX_LOSS_BACKWARD, "scalar", 10, 0, supports_float, cpu_moe_aux_loss_scalar,
+        "counts in row order, then p (c - c.p) per row, rows over threads"),
 #if defined(__x86_64__)
     ROW(KITE_OP_LINEAR_WQ4, "avx512", 22, CPU_ISA_AVX512, supports_float, cpu_linear_wq4_avx512,
         "a block decoded to d q + c in two zmm once per 8 x rows, 2 FMAs per row"),

@@ -45,6 +45,10 @@ CPU_RUN_DECL(cpu_flce_chunked);
 CPU_RUN_DECL(cpu_apply_penalties_scalar);
 /* linear_wq4, portable (cpu_wq4.c). */
 CPU_RUN_DECL(cpu_linear_wq4_scalar);
+/* moe_route, fused_moe_ex, moe_aux_loss (+ backward), portable (cpu_moe_route.c). */
+CPU_RUN_DECL(cpu_moe_route_scalar);
+CPU_RUN_DECL(cpu_fused_moe_ex_scalar);
+CPU_RUN_DECL(cpu_moe_aux_loss_scalar);
 
 CPU_ROW_KERNELS(scalar);
 CPU_ATTN_KERNELS(scalar);

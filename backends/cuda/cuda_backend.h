@@ -165,6 +165,10 @@ CUDA_RUN(cuda_group_gemm_cublaslt_run);
 /* moe.cu: topk_gating, fused_moe */
 CUDA_RUN(cuda_topk_gating_run);
 CUDA_RUN(cuda_fused_moe_run);
+/* moe_route.cu: moe_route, fused_moe_ex, moe_aux_loss (+ backward) */
+CUDA_RUN(cuda_moe_route_run);
+CUDA_RUN(cuda_fused_moe_ex_run);
+CUDA_RUN(cuda_moe_aux_loss_run);
 
 /* quant.cu: quant, dequant, linear_quant */
 CUDA_SUPPORTS(cuda_quant_supports);

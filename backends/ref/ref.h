@@ -36,6 +36,10 @@ kite_status ref_linear_run(const kite_kernel *k, kite_ctx *ctx, const void *args
 kite_status ref_group_gemm_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_topk_gating_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_fused_moe_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_fused_moe_ex_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+/* ref_moe_route.c */
+kite_status ref_moe_route_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_moe_aux_loss_run(const kite_kernel *k, kite_ctx *ctx, const void *args); /* + bwd */
 kite_status ref_quant_run(const kite_kernel *k, kite_ctx *ctx, const void *args); /* + dequant */
 kite_status ref_linear_quant_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 /* ref_loss.c */

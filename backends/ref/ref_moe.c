@@ -6,8 +6,9 @@
  * every backend's choice identical however its exp rounds. The weights are those probabilities,
  * renormalized over the k on request.
  *
- * fused_moe: per token, for each chosen expert e with weight p:
- *   [gate; up] = w13[e] x, a = act(gate) * up rounded to the dtype, y += p * (w2[e] a).
+ * fused_moe (and fused_moe_ex): per token, for each chosen expert e with weight p:
+ *   [gate; up] = w13[e] x + b13[e], a = act(gate, up) rounded to the dtype,
+ *   y += p * (w2[e] a + b2[e]).
  */
 #include <stdlib.h>
 
@@ -73,15 +74,17 @@ kite_status ref_topk_gating_run(const kite_kernel *k, kite_ctx *ctx, const void 
   return KITE_OK;
 }
 
-kite_status ref_fused_moe_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
-  const kite_moe_args *a = args;
-  if (!a || a->op != KITE_OP_FUSED_MOE)
-    return kite_set_error(KITE_ERR_INVALID_ARG, "fused_moe: ref: bad args");
+/* fused_moe and fused_moe_ex: b13, b2 NULL when absent; o the options (fused_moe's: its act, the
+ * split layout, no clamp). */
+static kite_status moe_run(const kite_moe_args *a, const void *b13, const void *b2,
+                           const kite_moe_opts *o) {
   if (!ref_is_float(a->dtype))
     return kite_set_error(KITE_ERR_UNSUPPORTED, "fused_moe: ref: dtype %s is not supported",
                           ref_dtype_str(a->dtype));
   const kite_dtype t = a->dtype;
   const int64_t h = a->hidden, in = a->inter;
+  const bool il = o->layout == KITE_MOE_INTERLEAVED;
+  const double lim = o->limit;
   double *acc = malloc((size_t)h * sizeof *acc);
   float *act = malloc((size_t)(in > 0 ? in : 1) * sizeof *act);
   if (!acc || !act) {
@@ -98,20 +101,27 @@ kite_status ref_fused_moe_run(const kite_kernel *k, kite_ctx *ctx, const void *a
       if (e < 0 || e >= a->experts) continue;
       const int64_t w13_0 = e * 2 * in * h, w2_0 = e * h * in;
       for (int64_t i = 0; i < in; i++) {
-        double gate = 0.0, up = 0.0;
+        const int64_t gr = il ? 2 * i : i, ur = il ? 2 * i + 1 : in + i; /* rows of gate, up */
+        double gate = b13 ? kite_load_f32(t, b13, e * 2 * in + gr) : 0.0;
+        double up = b13 ? kite_load_f32(t, b13, e * 2 * in + ur) : 0.0;
         for (int64_t c = 0; c < h; c++) {
           const double xv = kite_load_f32(t, a->x, x0 + c);
-          gate += xv * kite_load_f32(t, a->w13, w13_0 + i * h + c);
-          up += xv * kite_load_f32(t, a->w13, w13_0 + (in + i) * h + c);
+          gate += xv * kite_load_f32(t, a->w13, w13_0 + gr * h + c);
+          up += xv * kite_load_f32(t, a->w13, w13_0 + ur * h + c);
         }
-        const double g = a->act == KITE_MOE_GELU ? ref_gelu(gate) : ref_silu(gate);
-        act[i] = round_to(t, g * up); /* the intermediate, stored in the dtype */
+        if (lim > 0) gate = fmin(gate, lim), up = fmax(fmin(up, lim), -lim);
+        double g;
+        if (a->act == KITE_MOE_SWIGLU_OAI)
+          g = gate * ref_sigmoid((double)o->alpha * gate) * (up + 1.0);
+        else
+          g = (a->act == KITE_MOE_GELU ? ref_gelu(gate) : ref_silu(gate)) * up;
+        act[i] = round_to(t, g); /* the intermediate, stored in the dtype */
       }
       for (int64_t c = 0; c < h; c++) {
-        double o = 0.0;
+        double v = b2 ? kite_load_f32(t, b2, e * h + c) : 0.0;
         for (int64_t i = 0; i < in; i++)
-          o += (double)act[i] * kite_load_f32(t, a->w2, w2_0 + c * in + i);
-        acc[c] += p * o;
+          v += (double)act[i] * kite_load_f32(t, a->w2, w2_0 + c * in + i);
+        acc[c] += p * v;
       }
     }
     for (int64_t c = 0; c < h; c++) kite_store_f64(t, a->y, r * a->y_stride + c, acc[c]);
@@ -119,4 +129,19 @@ kite_status ref_fused_moe_run(const kite_kernel *k, kite_ctx *ctx, const void *a
   free(acc);
   free(act);
   return KITE_OK;
+}
+
+kite_status ref_fused_moe_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_moe_args *a = args;
+  if (!a || a->op != KITE_OP_FUSED_MOE)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "fused_moe: ref: bad args");
+  const kite_moe_opts o = {.act = a->act, .layout = KITE_MOE_SPLIT, .alpha = 0, .limit = 0};
+  return moe_run(a, NULL, NULL, &o);
+}
+
+kite_status ref_fused_moe_ex_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_moe_ex_args *a = args;
+  if (!a || a->op != KITE_OP_FUSED_MOE_EX || a->moe.op != KITE_OP_FUSED_MOE_EX)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "fused_moe_ex: ref: bad args");
+  return moe_run(&a->moe, a->b13, a->b2, &a->opts);
 }

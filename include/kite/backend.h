@@ -395,6 +395,52 @@ typedef struct kite_moe_args {
   int64_t y_stride;
 } kite_moe_args;
 
+/* moe_route: logits[tokens, experts] (row stride), bias f32 [experts] or NULL -> weights[tokens,
+ * k] f32, ids[tokens, k] int32 (row strides); opts validated (groups divide the experts, enough
+ * experts in the kept groups). */
+typedef struct kite_route_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t tokens, experts;
+  kite_route_opts opts;
+  const void *logits;
+  int64_t logits_stride;
+  const float *bias;
+  float *weights;
+  int64_t weights_stride;
+  int32_t *ids;
+  int64_t ids_stride;
+} kite_route_args;
+
+/* fused_moe_ex: kite_moe_args (op KITE_OP_FUSED_MOE_EX; its act is opts.act) plus b13[experts,
+ * 2*inter] and b2[experts, hidden] compact or NULL, and the options. */
+typedef struct kite_moe_ex_args {
+  kite_op op;
+  kite_dtype dtype;
+  kite_moe_args moe;
+  const void *b13;
+  const void *b2;
+  kite_moe_opts opts;
+} kite_moe_ex_args;
+
+/* moe_aux_loss (-> loss f32 [1]) and moe_aux_loss_backward (dloss f32 [1] -> dlogits, row
+ * stride): logits[tokens, experts] (row stride), ids[tokens, k] (row stride), mask f32 [tokens]
+ * compact or NULL. */
+typedef struct kite_aux_loss_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t tokens, experts, k;
+  const void *logits;
+  int64_t logits_stride;
+  const int32_t *ids;
+  int64_t ids_stride;
+  const float *mask;
+  float *loss;
+  const float *dloss;
+  void *dlogits;
+  int64_t dlogits_stride;
+} kite_aux_loss_args;
+
 /* quant (x -> q, scales) and dequant (q, scales -> y): dtype is the float side's, qdtype I8 or
  * FP8_E4M3; x/y and q with row strides; scales compact f32 [rows]. */
 typedef struct kite_quant_args {

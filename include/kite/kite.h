@@ -395,8 +395,12 @@ KITE_API kite_status kite_topk_gating(kite_ctx *ctx, const DLTensor *logits, int
                                       int renormalize, DLTensor *weights, DLTensor *ids);
 
 /* Activation of the gated MoE MLP: silu, or gelu with erf (x * Phi(x), kite_gelu's; not the tanh
- * approximation). */
-typedef enum kite_moe_act { KITE_MOE_SILU = 0, KITE_MOE_GELU = 1 } kite_moe_act;
+ * approximation); swiglu_oai (gpt-oss's, kite_fused_moe_ex only: see there). */
+typedef enum kite_moe_act {
+  KITE_MOE_SILU = 0,
+  KITE_MOE_GELU = 1,
+  KITE_MOE_SWIGLU_OAI = 2
+} kite_moe_act;
 
 /* y[T, H] = sum over j < k of weights[t, j] * w2[e] (act(gate) * up), with e = ids[t, j],
  * [gate; up] = w13[e] x[t] (w13[E, 2I, H]: rows [0, I) gate, [I, 2I) up; w2[E, H, I]).
@@ -405,6 +409,121 @@ typedef enum kite_moe_act { KITE_MOE_SILU = 0, KITE_MOE_GELU = 1 } kite_moe_act;
 KITE_API kite_status kite_fused_moe(kite_ctx *ctx, const DLTensor *x, const DLTensor *w13,
                                     const DLTensor *w2, const DLTensor *weights,
                                     const DLTensor *ids, kite_moe_act act, DLTensor *y);
+
+/* --- MoE routing of today's models, gpt-oss experts, the load-balancing loss -----------------
+ * kite_moe_route is one router for the families of routers in use; kite_topk_gating stays as the
+ * Mixtral form's short name (KITE_ROUTE_SOFTMAX, renormalize, no bias, no groups). */
+typedef enum kite_route_score {
+  /* Mixtral, Qwen2/3-MoE: s = softmax(logits) over all E experts */
+  KITE_ROUTE_SOFTMAX = 0,
+  /* DeepSeek-V3: s = sigmoid(logits) per expert */
+  KITE_ROUTE_SIGMOID = 1,
+  /* gpt-oss: top-k on z = logits + bias (the router's linear bias), then the weights are the
+   * softmax of the k chosen z alone */
+  KITE_ROUTE_SOFTMAX_TOPK = 2,
+} kite_route_score;
+
+typedef struct kite_route_opts {
+  int64_t k;              /* experts per token, 1 <= k <= E */
+  kite_route_score score; /* how a logit becomes a score */
+  int32_t n_group;        /* >= 1; E % n_group == 0; 1: no groups */
+  int32_t topk_group;     /* groups kept, 1 <= topk_group <= n_group; k <= topk_group * E/n_group */
+  int32_t renormalize;    /* != 0: divide the k weights by their sum (norm_topk_prob) */
+  float scaling;          /* routed_scaling_factor: multiplies the final weights (1: off) */
+} kite_route_opts;
+
+/* k 1, softmax, n_group 1, topk_group 1, renormalize 0, scaling 1. */
+KITE_API kite_route_opts kite_route_opts_default(void);
+
+/* Router: logits[T, E] (f32/f16/bf16, row-strided allowed), bias NULL or f32 [E] (compact) ->
+ * weights[T, k] f32 and ids[T, k] int32 (row-strided allowed), per token:
+ *   1. scores s_e: softmax over E, or sigmoid, in f32 or better; SOFTMAX_TOPK: s_e = z_e =
+ *      logit_e + bias_e.
+ *   2. choice keys c_e = s_e + bias_e in f32 (s_e rounded to f32 first; SOFTMAX_TOPK: c_e =
+ *      z_e), NaN counting as -inf. The bias (DeepSeek-V3's e_score_correction_bias) steers the
+ *      choice only: the weights come from s. With bias NULL and n_group 1 the keys are the
+ *      logits themselves, which order the experts as s does (so every backend chooses alike
+ *      however its exp rounds).
+ *   3. groups (n_group = G > 1): experts [g E/G, (g+1) E/G) form group g; a group's key is the
+ *      f32 sum of its two largest c (its one c when E/G is 1); the topk_group groups with the
+ *      largest keys are kept (ties: lower group id), the experts of the others are out.
+ *   4. ids: the k experts with the largest c among those left, in descending c order (ties:
+ *      lower expert id first; NaN counts as -inf).
+ *   5. weights: w_j = s_{ids_j}; SOFTMAX_TOPK: w = softmax over the k chosen z. renormalize:
+ *      w_j /= (sum of the k w) + 1e-20 (DeepSeek-V3's guard; a sum of 0 gives 0 weights).
+ *      Then w_j *= scaling.
+ * opts is required (k has no default: start from kite_route_opts_default()). The models:
+ *   Mixtral / Qwen3-MoE: SOFTMAX, renormalize = norm_topk_prob, bias NULL.
+ *   DeepSeek-V3: SIGMOID, bias = e_score_correction_bias, n_group 8, topk_group 4, renormalize,
+ *                scaling = routed_scaling_factor (2.5).
+ *   gpt-oss: SOFTMAX_TOPK, bias = the router's bias (or NULL when the logits include it).
+ * Errors (INVALID_ARG, nothing written): opts NULL, shapes and dtypes, k, n_group or topk_group out
+ * of range, E not a multiple of n_group, fewer than k experts in topk_group groups. */
+KITE_API kite_status kite_moe_route(kite_ctx *ctx, const DLTensor *logits, const DLTensor *bias,
+                                    const kite_route_opts *opts, DLTensor *weights, DLTensor *ids);
+
+/* KITE_MOE_SWIGLU_OAI, gpt-oss's clamped SwiGLU (with kite_moe_opts' alpha and limit):
+ *   a = (up + 1) * gate * sigmoid(alpha * gate)   (gate and up clamped first when limit > 0);
+ * silu and gelu are the plain gated forms a = act(gate) * up. */
+
+/* Layout of the 2I rows of each w13[e] (and of b13[e]). */
+typedef enum kite_moe_layout {
+  KITE_MOE_SPLIT = 0,      /* rows [0, I) gate, [I, 2I) up (kite_fused_moe's) */
+  KITE_MOE_INTERLEAVED = 1 /* row 2i gate i, row 2i+1 up i: gpt-oss's gate_up_proj, whose
+                            * [E, H, 2I] transposed to [E, 2I, H] needs no de-interleaving */
+} kite_moe_layout;
+
+typedef struct kite_moe_opts {
+  kite_moe_act act;       /* KITE_MOE_SILU, KITE_MOE_GELU or KITE_MOE_SWIGLU_OAI */
+  kite_moe_layout layout; /* of w13 and b13 */
+  float alpha;            /* SWIGLU_OAI's sigmoid slope (gpt-oss: 1.702); unused otherwise */
+  float limit;            /* > 0: gate clamped to <= limit, up to [-limit, limit] before the
+                           * activation, for every act (gpt-oss: 7.0); 0: no clamp */
+} kite_moe_opts;
+
+/* act silu, split layout, alpha 1.702, limit 0. */
+KITE_API kite_moe_opts kite_moe_opts_default(void);
+
+/* kite_fused_moe with expert biases, the clamp, gpt-oss's activation and the interleaved layout:
+ *   [gate; up] = w13[e] x[t] + b13[e]  (the 2I rows in opts.layout's order),
+ *   a = the activation of opts (clamped first when limit > 0), rounded to the dtype once,
+ *   y[t] = sum over j < k of weights[t, j] * (w2[e] a + b2[e]),  e = ids[t, j].
+ * b13 NULL or [E, 2I], b2 NULL or [E, H], compact, of x's dtype; the rest as kite_fused_moe
+ * (ids outside [0, E) contribute nothing, bias included). opts NULL = defaults, which with
+ * b13 = b2 = NULL is kite_fused_moe(act silu).
+ * Shared experts (DeepSeek, Qwen2-MoE) are not routed: a caller computes them as a plain gated
+ * MLP, kite_linear(x, w_gate_up) -> kite_silu_and_mul -> kite_linear(., w_down), scales it (Qwen2-
+ * MoE's sigmoid shared_expert_gate: a [T, 1] column) and adds it to y; or passes the shared
+ * expert as one more expert of w13/w2 with weight 1 (or its gate) in an extra column of
+ * weights/ids.
+ * Errors: as kite_fused_moe, plus bias shapes and dtypes, act, layout, alpha not finite,
+ * limit < 0 or not finite. */
+KITE_API kite_status kite_fused_moe_ex(kite_ctx *ctx, const DLTensor *x, const DLTensor *w13,
+                                       const DLTensor *b13, const DLTensor *w2, const DLTensor *b2,
+                                       const DLTensor *weights, const DLTensor *ids,
+                                       const kite_moe_opts *opts, DLTensor *y);
+
+/* The auxiliary load-balancing loss of Switch Transformer / Mixtral, as transformers'
+ * load_balancing_loss_func computes it: logits[T, E] (f32/f16/bf16, row-strided allowed: the
+ * router logits; for several layers, their rows stacked), ids[T, k] int32 (row-strided allowed;
+ * the experts each token was sent to: the top-k of softmax(logits), kite_topk_gating's ids, or
+ * any router's), mask NULL or f32 [T] (token weights, 1 for real tokens and 0 for padding; NULL:
+ * all 1):
+ *   p_t = softmax(logits_t) (f32 or better),  M = sum_t m_t,
+ *   c_e = sum_t m_t * #{j : ids[t, j] = e}    (ids outside [0, E) count nowhere),
+ *   P_e = sum_t m_t p_t,e,
+ *   loss = E * sum_e (c_e / M) (P_e / M)      -> loss f32 [1]; 0 when M = 0 (or T = 0).
+ * Each token's k choices all count (the loss of k-hot routing is about k at balance). */
+KITE_API kite_status kite_moe_aux_loss(kite_ctx *ctx, const DLTensor *logits, const DLTensor *ids,
+                                       const DLTensor *mask, DLTensor *loss);
+
+/* Its backward w.r.t. the logits (ids and mask are constants): dloss f32 [1] ->
+ *   dlogits_t,e = dloss * (E / M^2) * m_t * p_t,e * (c_e - sum_j c_j p_t,j)
+ * of logits' dtype and shape (row-strided allowed; 0 everywhere when M = 0). dlogits never
+ * overlaps the inputs. Errors: as the forward's, plus dloss and dlogits shapes. */
+KITE_API kite_status kite_moe_aux_loss_backward(kite_ctx *ctx, const DLTensor *logits,
+                                                const DLTensor *ids, const DLTensor *mask,
+                                                const DLTensor *dloss, DLTensor *dlogits);
 
 /* Dynamic per-token symmetric quantization: x[M, K] float -> q[M, K] int8 or fp8-e4m3
  * (KITE_DL_FLOAT8_E4M3FN), scales[M] f32 with scale = amax(|x row|) / qmax (qmax 127 for int8,

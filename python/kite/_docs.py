@@ -227,10 +227,14 @@ _PARTS = [
     ),
     (
         "Activation of the gated MoE MLP: silu, or gelu with erf (x * Phi(x), kite_gelu's; not the tanh\n"
-        'approximation).'
+        "approximation); swiglu_oai (gpt-oss's, kite_fused_moe_ex only: see there)."
     ),
     (
-        'typedef enum kite_moe_act { KITE_MOE_SILU = 0, KITE_MOE_GELU = 1 } kite_moe_act;'
+        'typedef enum kite_moe_act {\n'
+        '  KITE_MOE_SILU = 0,\n'
+        '  KITE_MOE_GELU = 1,\n'
+        '  KITE_MOE_SWIGLU_OAI = 2\n'
+        '} kite_moe_act;'
     ),
     (
         'y[T, H] = sum over j < k of weights[t, j] * w2[e] (act(gate) * up), with e = ids[t, j],\n'
@@ -242,6 +246,11 @@ _PARTS = [
         'C: kite_status kite_fused_moe(kite_ctx *ctx, const DLTensor *x, const DLTensor *w13,\n'
         '    const DLTensor *w2, const DLTensor *weights, const DLTensor *ids, kite_moe_act act,\n'
         '    DLTensor *y);'
+    ),
+    (
+        "MoE routing of today's models, gpt-oss experts, the load-balancing loss\n"
+        'kite_moe_route is one router for the families of routers in use; kite_topk_gating stays as the\n'
+        "Mixtral form's short name (KITE_ROUTE_SOFTMAX, renormalize, no bias, no groups)."
     ),
     (
         'Dynamic per-token symmetric quantization: x[M, K] float -> q[M, K] int8 or fp8-e4m3\n'
@@ -641,6 +650,124 @@ _PARTS = [
         '    int64_t max_seqlen_q, int64_t max_seqlen_k, const kite_attn_opts *opts, const DLTensor *o,\n'
         '    const DLTensor *lse, const DLTensor *dout, DLTensor *dq, DLTensor *dk, DLTensor *dv);'
     ),
+    (
+        'typedef enum kite_route_score {\n'
+        '  /* Mixtral, Qwen2/3-MoE: s = softmax(logits) over all E experts */\n'
+        '  KITE_ROUTE_SOFTMAX = 0,\n'
+        '  /* DeepSeek-V3: s = sigmoid(logits) per expert */\n'
+        '  KITE_ROUTE_SIGMOID = 1,\n'
+        "  /* gpt-oss: top-k on z = logits + bias (the router's linear bias), then the weights are the\n"
+        '   * softmax of the k chosen z alone */\n'
+        '  KITE_ROUTE_SOFTMAX_TOPK = 2,\n'
+        '} kite_route_score;'
+    ),
+    (
+        'typedef struct kite_route_opts {\n'
+        '  int64_t k;              /* experts per token, 1 <= k <= E */\n'
+        '  kite_route_score score; /* how a logit becomes a score */\n'
+        '  int32_t n_group;        /* >= 1; E % n_group == 0; 1: no groups */\n'
+        '  int32_t topk_group;     /* groups kept, 1 <= topk_group <= n_group; k <= topk_group * E/n_group */\n'
+        '  int32_t renormalize;    /* != 0: divide the k weights by their sum (norm_topk_prob) */\n'
+        '  float scaling;          /* routed_scaling_factor: multiplies the final weights (1: off) */\n'
+        '} kite_route_opts;'
+    ),
+    (
+        'Router: logits[T, E] (f32/f16/bf16, row-strided allowed), bias NULL or f32 [E] (compact) ->\n'
+        'weights[T, k] f32 and ids[T, k] int32 (row-strided allowed), per token:\n'
+        '  1. scores s_e: softmax over E, or sigmoid, in f32 or better; SOFTMAX_TOPK: s_e = z_e =\n'
+        '     logit_e + bias_e.\n'
+        '  2. choice keys c_e = s_e + bias_e in f32 (s_e rounded to f32 first; SOFTMAX_TOPK: c_e =\n'
+        "     z_e), NaN counting as -inf. The bias (DeepSeek-V3's e_score_correction_bias) steers the\n"
+        '     choice only: the weights come from s. With bias NULL and n_group 1 the keys are the\n'
+        '     logits themselves, which order the experts as s does (so every backend chooses alike\n'
+        '     however its exp rounds).\n'
+        "  3. groups (n_group = G > 1): experts [g E/G, (g+1) E/G) form group g; a group's key is the\n"
+        '     f32 sum of its two largest c (its one c when E/G is 1); the topk_group groups with the\n'
+        '     largest keys are kept (ties: lower group id), the experts of the others are out.\n'
+        '  4. ids: the k experts with the largest c among those left, in descending c order (ties:\n'
+        '     lower expert id first; NaN counts as -inf).\n'
+        '  5. weights: w_j = s_{ids_j}; SOFTMAX_TOPK: w = softmax over the k chosen z. renormalize:\n'
+        "     w_j /= (sum of the k w) + 1e-20 (DeepSeek-V3's guard; a sum of 0 gives 0 weights).\n"
+        '     Then w_j *= scaling.\n'
+        'opts is required (k has no default: start from kite_route_opts_default()). The models:\n'
+        '  Mixtral / Qwen3-MoE: SOFTMAX, renormalize = norm_topk_prob, bias NULL.\n'
+        '  DeepSeek-V3: SIGMOID, bias = e_score_correction_bias, n_group 8, topk_group 4, renormalize,\n'
+        '               scaling = routed_scaling_factor (2.5).\n'
+        "  gpt-oss: SOFTMAX_TOPK, bias = the router's bias (or NULL when the logits include it).\n"
+        'Errors (INVALID_ARG, nothing written): opts NULL, shapes and dtypes, k, n_group or topk_group out\n'
+        'of range, E not a multiple of n_group, fewer than k experts in topk_group groups.'
+    ),
+    (
+        'C: kite_status kite_moe_route(kite_ctx *ctx, const DLTensor *logits, const DLTensor *bias,\n'
+        '    const kite_route_opts *opts, DLTensor *weights, DLTensor *ids);'
+    ),
+    (
+        'Layout of the 2I rows of each w13[e] (and of b13[e]).'
+    ),
+    (
+        'typedef enum kite_moe_layout {\n'
+        "  KITE_MOE_SPLIT = 0,      /* rows [0, I) gate, [I, 2I) up (kite_fused_moe's) */\n"
+        "  KITE_MOE_INTERLEAVED = 1 /* row 2i gate i, row 2i+1 up i: gpt-oss's gate_up_proj, whose\n"
+        '                            * [E, H, 2I] transposed to [E, 2I, H] needs no de-interleaving */\n'
+        '} kite_moe_layout;'
+    ),
+    (
+        'typedef struct kite_moe_opts {\n'
+        '  kite_moe_act act;       /* KITE_MOE_SILU, KITE_MOE_GELU or KITE_MOE_SWIGLU_OAI */\n'
+        '  kite_moe_layout layout; /* of w13 and b13 */\n'
+        "  float alpha;            /* SWIGLU_OAI's sigmoid slope (gpt-oss: 1.702); unused otherwise */\n"
+        '  float limit;            /* > 0: gate clamped to <= limit, up to [-limit, limit] before the\n'
+        '                           * activation, for every act (gpt-oss: 7.0); 0: no clamp */\n'
+        '} kite_moe_opts;'
+    ),
+    (
+        "kite_fused_moe with expert biases, the clamp, gpt-oss's activation and the interleaved layout:\n"
+        "  [gate; up] = w13[e] x[t] + b13[e]  (the 2I rows in opts.layout's order),\n"
+        '  a = the activation of opts (clamped first when limit > 0), rounded to the dtype once,\n'
+        '  y[t] = sum over j < k of weights[t, j] * (w2[e] a + b2[e]),  e = ids[t, j].\n'
+        "b13 NULL or [E, 2I], b2 NULL or [E, H], compact, of x's dtype; the rest as kite_fused_moe\n"
+        '(ids outside [0, E) contribute nothing, bias included). opts NULL = defaults, which with\n'
+        'b13 = b2 = NULL is kite_fused_moe(act silu).\n'
+        'Shared experts (DeepSeek, Qwen2-MoE) are not routed: a caller computes them as a plain gated\n'
+        'MLP, kite_linear(x, w_gate_up) -> kite_silu_and_mul -> kite_linear(., w_down), scales it (Qwen2-\n'
+        "MoE's sigmoid shared_expert_gate: a [T, 1] column) and adds it to y; or passes the shared\n"
+        'expert as one more expert of w13/w2 with weight 1 (or its gate) in an extra column of\n'
+        'weights/ids.\n'
+        'Errors: as kite_fused_moe, plus bias shapes and dtypes, act, layout, alpha not finite,\n'
+        'limit < 0 or not finite.'
+    ),
+    (
+        'C: kite_status kite_fused_moe_ex(kite_ctx *ctx, const DLTensor *x, const DLTensor *w13,\n'
+        '    const DLTensor *b13, const DLTensor *w2, const DLTensor *b2, const DLTensor *weights,\n'
+        '    const DLTensor *ids, const kite_moe_opts *opts, DLTensor *y);'
+    ),
+    (
+        "The auxiliary load-balancing loss of Switch Transformer / Mixtral, as transformers'\n"
+        'load_balancing_loss_func computes it: logits[T, E] (f32/f16/bf16, row-strided allowed: the\n'
+        'router logits; for several layers, their rows stacked), ids[T, k] int32 (row-strided allowed;\n'
+        "the experts each token was sent to: the top-k of softmax(logits), kite_topk_gating's ids, or\n"
+        "any router's), mask NULL or f32 [T] (token weights, 1 for real tokens and 0 for padding; NULL:\n"
+        'all 1):\n'
+        '  p_t = softmax(logits_t) (f32 or better),  M = sum_t m_t,\n'
+        '  c_e = sum_t m_t * #{j : ids[t, j] = e}    (ids outside [0, E) count nowhere),\n'
+        '  P_e = sum_t m_t p_t,e,\n'
+        '  loss = E * sum_e (c_e / M) (P_e / M)      -> loss f32 [1]; 0 when M = 0 (or T = 0).\n'
+        "Each token's k choices all count (the loss of k-hot routing is about k at balance)."
+    ),
+    (
+        'C: kite_status kite_moe_aux_loss(kite_ctx *ctx, const DLTensor *logits, const DLTensor *ids,\n'
+        '    const DLTensor *mask, DLTensor *loss);'
+    ),
+    (
+        'Its backward w.r.t. the logits (ids and mask are constants): dloss f32 [1] ->\n'
+        '  dlogits_t,e = dloss * (E / M^2) * m_t * p_t,e * (c_e - sum_j c_j p_t,j)\n'
+        "of logits' dtype and shape (row-strided allowed; 0 everywhere when M = 0). dlogits never\n"
+        "overlaps the inputs. Errors: as the forward's, plus dloss and dlogits shapes."
+    ),
+    (
+        'C: kite_status kite_moe_aux_loss_backward(kite_ctx *ctx, const DLTensor *logits,\n'
+        '    const DLTensor *ids, const DLTensor *mask, const DLTensor *dloss, DLTensor *dlogits);'
+    ),
 ]
 
 # op -> its parts, in order
@@ -668,29 +795,33 @@ _INDEX = {
     'group_gemm': (38, 39),
     'topk_gating': (40, 41),
     'fused_moe': (42, 43, 44, 45),
-    'quant': (46, 47),
-    'dequant': (48, 49),
-    'linear_quant': (50, 51),
-    'activation_backward': (52, 53, 54, 55),
-    'gated_backward': (52, 56, 54, 57),
-    'rms_norm_backward': (52, 58, 59),
-    'add_rms_norm_backward': (52, 60, 61),
-    'layer_norm_backward': (52, 62, 63),
-    'add_layer_norm_backward': (52, 60, 64),
-    'rope_backward': (18, 19, 52, 65, 66),
-    'softmax_backward': (52, 67, 68),
-    'embedding_backward': (52, 69, 70),
-    'cross_entropy': (71, 72, 73, 74, 75),
-    'cross_entropy_backward': (71, 72, 73, 76, 77),
-    'fused_linear_cross_entropy': (71, 72, 73, 78, 79, 80, 81),
-    'argmax': (82, 83, 84),
-    'sample': (82, 85, 86, 87, 88),
-    'apply_penalties': (82, 89, 90),
-    'logprobs': (82, 91, 92),
-    'linear_wq4': (93, 94, 95, 96),
-    'sdpa_varlen': (25, 28, 29, 97, 98),
-    'sdpa_backward': (25, 28, 29, 99, 100),
-    'sdpa_varlen_backward': (25, 28, 29, 101, 102),
+    'quant': (46, 47, 48),
+    'dequant': (46, 49, 50),
+    'linear_quant': (46, 51, 52),
+    'activation_backward': (53, 54, 55, 56),
+    'gated_backward': (53, 57, 55, 58),
+    'rms_norm_backward': (53, 59, 60),
+    'add_rms_norm_backward': (53, 61, 62),
+    'layer_norm_backward': (53, 63, 64),
+    'add_layer_norm_backward': (53, 61, 65),
+    'rope_backward': (18, 19, 53, 66, 67),
+    'softmax_backward': (53, 68, 69),
+    'embedding_backward': (53, 70, 71),
+    'cross_entropy': (72, 73, 74, 75, 76),
+    'cross_entropy_backward': (72, 73, 74, 77, 78),
+    'fused_linear_cross_entropy': (72, 73, 74, 79, 80, 81, 82),
+    'argmax': (83, 84, 85),
+    'sample': (83, 86, 87, 88, 89),
+    'apply_penalties': (83, 90, 91),
+    'logprobs': (83, 92, 93),
+    'linear_wq4': (94, 95, 96, 97),
+    'sdpa_varlen': (25, 28, 29, 98, 99),
+    'sdpa_backward': (25, 28, 29, 100, 101),
+    'sdpa_varlen_backward': (25, 28, 29, 102, 103),
+    'moe_route': (46, 104, 105, 106, 107),
+    'fused_moe_ex': (42, 43, 46, 108, 109, 110, 111, 112),
+    'moe_aux_loss': (46, 113, 114),
+    'moe_aux_loss_backward': (46, 115, 116),
 }
 
 DOCS = {name: "\n\n".join(_PARTS[i] for i in ids) for name, ids in _INDEX.items()}

@@ -115,4 +115,14 @@ OPS = {
                               top_logprobs="new(logits, (logits.shape[0], n), 'float32')")),
     "linear_wq4": dict(defaults=dict(format=0, bias=None),
                        out=dict(y="new(x, (x.shape[0], w.shape[0]))")),
+    # MoE of today's models: score 0 softmax, 1 sigmoid, 2 softmax_topk; act 0 silu, 1 gelu,
+    # 2 swiglu_oai; layout 0 split, 1 interleaved
+    "moe_route": dict(defaults=dict(score=0, n_group=1, topk_group=1, renormalize=0, scaling=1.0),
+                      out=dict(weights="new(logits, (logits.shape[0], k), 'float32')",
+                               ids="new(logits, (logits.shape[0], k), 'int32')")),
+    "fused_moe_ex": dict(defaults=dict(act=0, layout=0, alpha=1.702, limit=0.0),
+                         out=dict(y="like(x)")),
+    "moe_aux_loss": dict(defaults=dict(mask=None),
+                         out=dict(loss="new(logits, (1,), 'float32')")),
+    "moe_aux_loss_backward": dict(out=dict(dlogits="like(logits)")),
 }

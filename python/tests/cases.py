@@ -553,6 +553,106 @@ def linear_wq4(dt, dev, fmt=0):
     w, wd = _wq4(12, 64, fmt, dev)
     return Case([x, w, fmt, b], lambda a: [a[0].double().cpu() @ wd.T + a[3].double().cpu()])
 
+# --- MoE routing of today's models, gpt-oss experts, load-balancing loss ----------------------
+
+def _route_ref(z, bias, k, score, n_group, topk_group, renorm, scaling):
+    """kite_moe_route's definition in float64 (no ties in the cases: torch.topk's order)."""
+    z = z.double()
+    b = torch.zeros(z.shape[-1], dtype=torch.float64) if bias is None else bias.double().cpu()
+    s = torch.softmax(z, -1) if score == 0 else torch.sigmoid(z) if score == 1 else z + b
+    c = s if score == 2 else s + b
+    if n_group > 1:
+        T, E = c.shape
+        gk = c.view(T, n_group, E // n_group).topk(2, -1)[0].sum(-1)
+        keep = torch.zeros_like(gk).scatter_(1, gk.topk(topk_group, -1)[1], 1)
+        c = c.masked_fill(keep.repeat_interleave(E // n_group, 1) == 0, float("-inf"))
+    ids = c.topk(k, -1)[1]
+    w = s.gather(1, ids)
+    if score == 2:
+        w = torch.softmax(w, -1)
+    if renorm:
+        w = w / (w.sum(-1, keepdim=True) + 1e-20)
+    return [w * scaling, ids]
+
+
+def moe_route(dt, dev):
+    """DeepSeek-V3's form: sigmoid, correction bias, 4 groups keep 2, renormalized, scaled."""
+    logits = _r(6, 16, dtype=dt, device=dev, scale=2.0)
+    bias = torch.rand(16, device=dev) * 0.5
+    args = [logits, bias, 4, 1, 4, 2, 1, 2.5]
+    return Case(args, lambda a: _route_ref(a[0].cpu(), a[1], *a[2:8]))
+
+
+def moe_route_gpt_oss(dt, dev):
+    logits = _r(7, 32, dtype=dt, device=dev, scale=2.0)
+    bias = torch.randn(32, device=dev)
+    args = [logits, bias, 4, 2, 1, 1, 0, 1.0]
+    return Case(args, lambda a: _route_ref(a[0].cpu(), a[1], *a[2:8]))
+
+
+def _swiglu_oai(gate, up, alpha, limit):
+    gate = gate.clamp(max=limit)
+    up = up.clamp(-limit, limit)
+    return (up + 1) * gate * torch.sigmoid(alpha * gate)
+
+
+def fused_moe_ex(dt, dev):
+    """gpt-oss's experts: interleaved gate/up, biases, clamped SwiGLU (limit 1 clamps often)."""
+    T, H, I, E, k = 5, 32, 24, 4, 2
+    x = _r(T, H, dtype=dt, device=dev)
+    w13 = _r(E, 2 * I, H, dtype=dt, device=dev, scale=H ** -0.5)
+    b13 = _r(E, 2 * I, dtype=dt, device=dev, scale=0.5)
+    w2 = _r(E, H, I, dtype=dt, device=dev, scale=I ** -0.5)
+    b2 = _r(E, H, dtype=dt, device=dev, scale=0.5)
+    wts = torch.rand(T, k, device=dev)
+    ids = torch.randint(0, E, (T, k), dtype=torch.int32, device=dev)
+
+    def ref(a):
+        x, w13, b13, w2, b2, wts, ids = (t.double().cpu() for t in a[:7])
+        y = torch.zeros(T, H, dtype=torch.float64)
+        for t in range(T):
+            for j in range(k):
+                e = int(ids[t, j])
+                gu = w13[e] @ x[t] + b13[e]
+                h = _swiglu_oai(gu[0::2], gu[1::2], 1.702, 1.0).to(dt).double()
+                y[t] += wts[t, j] * (w2[e] @ h + b2[e])
+        return [y]
+    return Case([x, w13, b13, w2, b2, wts, ids, 2, 1, 1.702, 1.0], ref)
+
+
+def _aux_ref(z, ids, mask):
+    """The Switch / Mixtral load-balancing loss (kite_moe_aux_loss) in float64."""
+    T, E = z.shape
+    p = torch.softmax(z.double(), -1)
+    m = torch.ones(T, dtype=torch.float64) if mask is None else mask.double().cpu()
+    hot = F.one_hot(ids.long().cpu(), E).double().sum(1)  # [T, E]
+    M = m.sum()
+    return E * ((m[:, None] * hot).sum(0) / M * (m[:, None] * p.cpu()).sum(0) / M).sum()
+
+
+def _aux_args(dt, dev):
+    logits = _r(12, 8, dtype=dt, device=dev, scale=2.0)
+    ids = torch.topk(logits.float(), 2, -1)[1].to(torch.int32)
+    mask = (torch.rand(12, device=dev) > 0.25).float()
+    return logits, ids, mask
+
+
+def moe_aux_loss(dt, dev):
+    logits, ids, mask = _aux_args(dt, dev)
+    return Case([logits, ids, mask], lambda a: [_aux_ref(a[0].cpu(), a[1], a[2]).reshape(1)])
+
+
+def moe_aux_loss_backward(dt, dev):
+    logits, ids, mask = _aux_args(dt, dev)
+    dloss = torch.full((1,), 0.75, device=dev)
+
+    def ref(a):
+        z = a[0].double().cpu().requires_grad_()
+        (_aux_ref(z, a[1], a[2]) * float(a[3])).backward()
+        return [z.grad]
+    return Case([logits, ids, mask, dloss], ref)
+
+
 CASES = {
     "silu": _act(F.silu),
     "gelu": _act(F.gelu),
@@ -597,13 +697,18 @@ CASES = {
     "apply_penalties": apply_penalties,
     "logprobs": logprobs,
     "linear_wq4": linear_wq4,
+    "moe_route": moe_route,
+    "fused_moe_ex": fused_moe_ex,
+    "moe_aux_loss": moe_aux_loss,
+    "moe_aux_loss_backward": moe_aux_loss_backward,
 }
 # more than one case for some ops
 EXTRA = {"rope_gptj": ("rope", lambda dt, dev: rope(dt, dev, style=1)),
          "sdpa_mask": ("sdpa", sdpa_mask),
          "activation_backward_silu": ("activation_backward", activation_backward_silu),
          "cross_entropy_none": ("cross_entropy", cross_entropy_none),
-         "linear_wq4_min": ("linear_wq4", lambda dt, dev: linear_wq4(dt, dev, fmt=1))}
+         "linear_wq4_min": ("linear_wq4", lambda dt, dev: linear_wq4(dt, dev, fmt=1)),
+         "moe_route_gpt_oss": ("moe_route", moe_route_gpt_oss)}
 
 TOL = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 

@@ -67,6 +67,20 @@ static inline kite_status kite_vec_check(const kite_ctx *ctx, const char *op, co
   return kite_tensor_require_compact(op, arg, t);
 }
 
+/* A router's outputs: weights[T, k] f32 and ids[T, k] int32, written, apart from each other. */
+static inline kite_status kite_route_out_check(const kite_ctx *ctx, const char *op,
+                                               const DLTensor *weights, const DLTensor *ids,
+                                               int64_t t, int64_t k, kite_mat *wm, kite_mat *im) {
+  kite_status s;
+  if ((s = kite_mat_check(ctx, op, "weights", weights, true, wm)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_dtype(op, "weights", &wm->t, KITE_DTYPE_F32)) != KITE_OK) return s;
+  if ((s = kite_mat_require_shape(op, "weights", wm, t, k, "T", "k")) != KITE_OK) return s;
+  if ((s = kite_mat_check(ctx, op, "ids", ids, true, im)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_dtype(op, "ids", &im->t, KITE_DTYPE_I32)) != KITE_OK) return s;
+  if ((s = kite_mat_require_shape(op, "ids", im, t, k, "T", "k")) != KITE_OK) return s;
+  return kite_tensor_require_disjoint(op, "ids", &im->t, &wm->t, "weights");
+}
+
 /* An output must not share bytes with any input it is computed from (absent inputs skipped). */
 static inline kite_status kite_require_apart(const char *op, const char *arg,
                                              const kite_tensor *out, const kite_tensor *const *in,

@@ -82,6 +82,20 @@ typedef struct kt_sample_case {
   int32_t top_k;
 } kt_sample_case;
 
+/* MoE routing, fused_moe_ex and the load-balancing loss (driver_moe.c): logits[tokens,
+ * experts] for moe_route and the losses (ids[tokens, k]); x[tokens, hidden], inter I, experts E
+ * for fused_moe_ex. */
+typedef struct kt_moe_case {
+  int64_t tokens, experts, k, hidden, inter;
+  kite_route_opts route; /* moe_route (its k is k) */
+  kite_moe_opts opts;    /* fused_moe_ex */
+  int with_bias;         /* moe_route: bias; fused_moe_ex: b13 and b2 */
+  int ties;              /* moe_route: integer logits, many exact ties */
+  int oob_ids;           /* fused_moe_ex, the losses: some ids outside [0, E) */
+  int with_mask;         /* the losses: a 0/1 mask, about a quarter of the tokens off */
+  int64_t pad;           /* row padding of logits / x and the outputs */
+} kt_moe_case;
+
 typedef struct kt_case {
   kite_op op;
   kite_dtype dtype;
@@ -114,6 +128,7 @@ typedef struct kt_case {
   kt_gemm_case gemm;
   kt_train_case train;
   kt_sample_case sample;
+  kt_moe_case moe;
 } kt_case;
 
 /* A growing list of cases. */

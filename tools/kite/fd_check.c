@@ -1,7 +1,7 @@
 /*
  * The check of the oracle itself: every ref backward op against central finite differences of
  * ref's forward ops (kt_fd_check). The drivers of the backward ops live with their forward
- * families (driver_act.c, driver_norm.c, driver_core.c, driver_loss.c).
+ * families (driver_act.c, driver_norm.c, driver_core.c, driver_loss.c, driver_moe.c).
  */
 #include <math.h>
 #include <stdio.h>
@@ -177,6 +177,12 @@ static double fd_loss(fd_case *f) {
     }
     if (f->variant == 1) m.data = f->bmask, m.dtype = (DLDataType){KITE_DL_BOOL, 8, 1};
     s = kite_sdpa(f->ctx, &q, &k, &x, &m, &f->attn, &y, NULL);
+    break;
+  }
+  case KITE_OP_MOE_AUX_LOSS_BACKWARD: {
+    DLTensor ids = fd_dl(&f->ids), mask = fd_dl(&f->w);
+    ids.data = f->idv, ids.dtype = (DLDataType){kDLInt, 32, 1};
+    s = kite_moe_aux_loss(f->ctx, &x, &ids, f->variant ? &mask : NULL, &y);
     break;
   }
   default:
@@ -449,6 +455,25 @@ static void fd_attn(const fd_report *rp, kite_ctx *ctx, int v, uint64_t seed) {
   fd_judge(rp, &f, what[v], "v", s, s == KITE_OK ? fd_nmse(&f, &f.x, &dv) : 0);
 }
 
+/* The load-balancing loss over T=5 E=6 k=2 (ids fixed: the selection is a constant of the
+ * gradient), without and with a mask that drops a token. */
+static void fd_aux(const fd_report *rp, kite_ctx *ctx, int masked, uint64_t seed) {
+  fd_case f = {.ctx = ctx, .op = KITE_OP_MOE_AUX_LOSS_BACKWARD, .variant = masked};
+  static const int32_t ids[10] = {0, 3, 1, 3, 5, 2, 3, 0, 4, 6}; /* 6 is outside [0, 6) */
+  memcpy(f.idv, ids, sizeof ids);
+  fd_make(&f.ids, 2, 5, 2, 0);
+  fd_make(&f.x, 2, 5, 6, 0), fd_fill(&f.x, seed, -2, 2);
+  fd_make(&f.w, 1, 5, 0, 0);
+  for (int i = 0; i < 5; i++) f.w.p[i] = i == 2 ? 0.0f : 1.0f;
+  fd_make(&f.out, 1, 1, 0, 0), fd_make(&f.dy, 1, 1, 0, 0), fd_fill(&f.dy, seed + 1, 0.5f, 1.5f);
+  fd_t dx = f.x;
+  DLTensor X = fd_dl(&f.x), I = fd_dl(&f.ids), M = fd_dl(&f.w), DL = fd_dl(&f.dy), DX = fd_dl(&dx);
+  I.data = f.idv, I.dtype = (DLDataType){kDLInt, 32, 1};
+  kite_status s = kite_moe_aux_loss_backward(ctx, &X, &I, masked ? &M : NULL, &DL, &DX);
+  fd_judge(rp, &f, masked ? "T=5 E=6 k=2, a token masked, an id out of range" : "T=5 E=6 k=2",
+           "logits", s, s == KITE_OK ? fd_nmse(&f, &f.x, &dx) : 0);
+}
+
 int kt_fd_covers(kite_op op) {
   switch (op) {
   case KITE_OP_ACTIVATION_BACKWARD:
@@ -463,6 +488,8 @@ int kt_fd_covers(kite_op op) {
   case KITE_OP_FUSED_LINEAR_CROSS_ENTROPY:
   case KITE_OP_SDPA_BACKWARD:
   case KITE_OP_SDPA_VARLEN_BACKWARD:
+  case KITE_OP_MOE_AUX_LOSS:
+  case KITE_OP_MOE_AUX_LOSS_BACKWARD:
     return 1;
   default:
     return 0;
@@ -509,6 +536,9 @@ void kt_fd_check(kite_ctx *ctx, int verbose, int only_op, int *passed, int *fail
   for (int v = 0; v < 2 && FD_WANT(KITE_OP_SDPA_BACKWARD); v++)
     fd_attn(&rp, ctx, v, seed + 90 + (uint64_t)v);
   if (FD_WANT(KITE_OP_SDPA_VARLEN_BACKWARD)) fd_attn(&rp, ctx, 2, seed + 95);
+  for (int v = 0;
+       v < 2 && (FD_WANT(KITE_OP_MOE_AUX_LOSS) || FD_WANT(KITE_OP_MOE_AUX_LOSS_BACKWARD)); v++)
+    fd_aux(&rp, ctx, v, seed + 90 + (uint64_t)v);
 #undef FD_WANT
   kite_config_set("");
 }

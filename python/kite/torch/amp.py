@@ -3,8 +3,9 @@ policy PyTorch's own ops of the same kind have, through AutocastCPU / AutocastCU
 cast the op's floating-point tensor arguments and run it with autocast off:
 
 - LOWER (the autocast dtype, as torch's linear, matmul and scaled_dot_product_attention):
-  linear, group_gemm, fused_moe, sdpa, fused_linear_cross_entropy (its products are a linear's);
-- FP32 (as torch's cross_entropy, on every device): cross_entropy;
+  linear, group_gemm, fused_moe, fused_moe_ex, sdpa, fused_linear_cross_entropy (its products
+  are a linear's);
+- FP32 (as torch's cross_entropy, on every device): cross_entropy, moe_aux_loss;
 - FP32 on CUDA only (torch's CUDA list; on the CPU torch runs them in their input dtype):
   softmax, layer_norm.
 
@@ -13,8 +14,9 @@ Float64 tensors and tensors of another device type are left as they are, as torc
 """
 import torch
 
-LOWER = ("linear", "group_gemm", "fused_moe", "sdpa", "fused_linear_cross_entropy")
-FP32 = ("cross_entropy",)
+LOWER = ("linear", "group_gemm", "fused_moe", "fused_moe_ex", "sdpa",
+         "fused_linear_cross_entropy")
+FP32 = ("cross_entropy", "moe_aux_loss")
 FP32_CUDA = ("softmax", "layer_norm")
 
 

@@ -6,7 +6,8 @@ Registered (imported by kite.torch): every activation of kite's table (silu, gel
 -> activation_backward; the gated activations -> gated_backward; rms_norm -> rms_norm_backward;
 layer_norm -> layer_norm_backward; softmax -> softmax_backward (from the saved output);
 embedding -> embedding_backward (the table's gradient); cross_entropy -> cross_entropy_backward
-(the loss's gradient; lse is a by-product and gets none).
+(the loss's gradient; lse is a by-product and gets none); moe_aux_loss -> moe_aux_loss_backward
+(the router logits' gradient; ids and mask are constants).
 
 Functions: rope(q, k, positions, cos_sin, rot_dim, style) returns rotated copies (the backward
 is rope_backward); add_rms_norm / add_layer_norm(x, residual, ...) return (y, s) with s = x +
@@ -17,7 +18,7 @@ runs once (under no_grad); with create_graph=True its results carry a node that 
 naming kite when differentiated, instead of a second-order gradient silently missing terms.
 
 The functional ops with no kite backward (sdpa, the paged attention ops, linear, group_gemm,
-topk_gating, fused_moe, the quantized and sampling ops, the backward ops themselves, and the
+topk_gating, fused_moe, moe_route, fused_moe_ex, the quantized and sampling ops, the backward ops themselves, and the
 in-place ops called directly), and the .out forms of every op (as torch's out= ops), raise
 kite.Unsupported when called on tensors that require grad with grad mode on, rather than
 returning results cut off from the graph; under no_grad, inference mode or on tensors that need
@@ -174,6 +175,20 @@ def _ce_backward(ctx, dloss, dlse):
     return (dl,) + (None,) * 6
 
 
+# ---- the MoE load-balancing loss ---------------------------------------------------------------
+def _aux_setup(ctx, inputs, output):
+    logits, ids, mask = inputs
+    ctx.has_mask = mask is not None
+    ctx.save_for_backward(logits, ids, *((mask,) if ctx.has_mask else ()))
+
+
+def _aux_backward(ctx, dloss):
+    logits, ids, *mask = ctx.saved_tensors
+    dl = _ops.moe_aux_loss_backward(logits, ids, mask[0] if ctx.has_mask else None,
+                                    _c(dloss.float()))
+    return dl, None, None
+
+
 def _register(register_autograd):
     """register_autograd(name, backward, setup_context): kite.torch's, over its library.
     Returns the names registered."""
@@ -190,7 +205,8 @@ def _register(register_autograd):
                             ("layer_norm", _ln_backward, _ln_setup),
                             ("softmax", _softmax_backward, _softmax_setup),
                             ("embedding", _embedding_backward, _embedding_setup),
-                            ("cross_entropy", _ce_backward, _ce_setup)):
+                            ("cross_entropy", _ce_backward, _ce_setup),
+                            ("moe_aux_loss", _aux_backward, _aux_setup)):
         register_autograd(name, _once(name)(bw), setup)
         done.append(name)
     return done
