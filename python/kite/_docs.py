@@ -587,6 +587,58 @@ _PARTS = [
         'C: kite_status kite_linear_wq4(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,\n'
         '    kite_wq4_format format, const DLTensor *bias, DLTensor *y);'
     ),
+    (
+        "Dense attention over packed sequences (FlashAttention's varlen form, packed-sequence\n"
+        'training). q[Tq, Hq, D], k/v[Tk, Hkv, D] (token and head strides free, D unit-stride) hold B\n'
+        "sequences back to back: sequence b's queries are rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of\n"
+        'q, its keys rows [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k and v (cu_seqlens_* [B + 1] int32,\n'
+        "starting at 0, nondecreasing, ending at Tq / Tk). Within a sequence everything is kite_sdpa's\n"
+        'rule with Sq, Sk its lengths (causal aligns its last query with its last key; the window is\n'
+        "measured from query i's position i + Sk - Sq); no mask. max_seqlen_q / max_seqlen_k (>= 1 when\n"
+        "the tensors are not empty) bound every sequence's length: device kernels size their grids by\n"
+        'them. -> o[Tq, Hq, D], lse NULL or f32 [Tq, Hq].\n'
+        'Index values: on a CPU ctx cu_seqlens not starting at 0, decreasing, not ending at Tq / Tk, or a\n'
+        'length above its max_seqlen is INVALID_ARG. On a device they are read by the kernels, which\n'
+        'never read or write outside the tensors whatever they hold (the rows of a sequence longer than\n'
+        'its bound are unspecified).'
+    ),
+    (
+        'C: kite_status kite_sdpa_varlen(kite_ctx *ctx, const DLTensor *q, const DLTensor *k,\n'
+        '    const DLTensor *v, const DLTensor *cu_seqlens_q, const DLTensor *cu_seqlens_k,\n'
+        '    int64_t max_seqlen_q, int64_t max_seqlen_k, const kite_attn_opts *opts, DLTensor *o,\n'
+        '    DLTensor *lse);'
+    ),
+    (
+        "Backward of kite_sdpa. q, k, v, mask, opts: the forward's arguments; o and lse (f32 [B, Hq, Sq],\n"
+        "required) its outputs; dout[B, Hq, Sq, D] the gradient of o (q's dtype). Writes (overwrites)\n"
+        "dq[B, Hq, Sq, D] and dk, dv[B, Hkv, Sk, D], q's dtype, any strides with unit-stride D.\n"
+        'With s the scaled score of the forward, t = softcap > 0 ? softcap * tanh(s / softcap) : s,\n'
+        'u = t + float mask (masked-out keys have p = 0), p = exp(u - lse), delta_i = sum_d dout.o:\n'
+        '  dv_j = sum_i p_ij dout_i          dp_ij = dout_i . v_j          du_ij = p_ij (dp_ij - delta_i)\n'
+        '  ds_ij = du_ij (softcap > 0 ? 1 - tanh(s_ij / softcap)^2 : 1)\n'
+        '  dq_i = scale sum_j ds_ij k_j      dk_j = scale sum_i ds_ij q_i\n'
+        'dk and dv of a kv head sum over the query heads that read it (GQA) in a fixed order: the same\n'
+        'bits run after run. A query that saw no key (lse = -inf) contributes nothing. The mask gets no\n'
+        "gradient. Errors: those of kite_sdpa, dout / o not q's shape, dk / dv not k's shape, an output\n"
+        'overlapping an input or another output.'
+    ),
+    (
+        'C: kite_status kite_sdpa_backward(kite_ctx *ctx, const DLTensor *q, const DLTensor *k,\n'
+        '    const DLTensor *v, const DLTensor *mask, const kite_attn_opts *opts, const DLTensor *o,\n'
+        '    const DLTensor *lse, const DLTensor *dout, DLTensor *dq, DLTensor *dk, DLTensor *dv);'
+    ),
+    (
+        "Backward of kite_sdpa_varlen, by kite_sdpa_backward's formulas within each sequence. o[Tq, Hq,\n"
+        'D] and lse (f32 [Tq, Hq], required) from the forward, dout[Tq, Hq, D]; writes dq[Tq, Hq, D], dk,\n'
+        'dv[Tk, Hkv, D]. Index values as for kite_sdpa_varlen; on a device the key rows that no sequence\n'
+        'covers get zeros.'
+    ),
+    (
+        'C: kite_status kite_sdpa_varlen_backward(kite_ctx *ctx, const DLTensor *q, const DLTensor *k,\n'
+        '    const DLTensor *v, const DLTensor *cu_seqlens_q, const DLTensor *cu_seqlens_k,\n'
+        '    int64_t max_seqlen_q, int64_t max_seqlen_k, const kite_attn_opts *opts, const DLTensor *o,\n'
+        '    const DLTensor *lse, const DLTensor *dout, DLTensor *dq, DLTensor *dk, DLTensor *dv);'
+    ),
 ]
 
 # op -> its parts, in order
@@ -634,6 +686,9 @@ _INDEX = {
     'apply_penalties': (82, 89, 90),
     'logprobs': (82, 91, 92),
     'linear_wq4': (93, 94, 95, 96),
+    'sdpa_varlen': (25, 28, 29, 97, 98),
+    'sdpa_backward': (25, 28, 29, 99, 100),
+    'sdpa_varlen_backward': (25, 28, 29, 101, 102),
 }
 
 DOCS = {name: "\n\n".join(_PARTS[i] for i in ids) for name, ids in _INDEX.items()}
