@@ -159,7 +159,9 @@ def kite_attention_forward(module, query, key, value, attention_mask, **kwargs):
     """transformers attention function on kite's sdpa: query[B, Hq, Sq, D], key/value
     [B, Hkv, Sk, D], attention_mask None / bool (True = attend) / additive float
     [B|1, 1, Sq, >= Sk]; kwargs scaling, dropout, softcap, sliding_window, is_causal.
-    Returns (o[B, Sq, Hq, D], None), differentiable through kite's sdpa_backward. A call with
+    Returns (o[B, Sq, Hq, D], None), differentiable through kite's sdpa_backward. Packed
+    sequences (batch 1 with transformers' cu_seq_lens_q / cu_seq_lens_k / max_length_q /
+    max_length_k kwargs, as its flattening collator gives them) run kite's sdpa_varlen. A call with
     dropout (kite's sdpa has none) runs the same attention in torch ops instead
     (_torch_attention)."""
     scaling, softcap = kwargs.get("scaling"), kwargs.get("softcap")
@@ -170,6 +172,15 @@ def kite_attention_forward(module, query, key, value, attention_mask, **kwargs):
     causal = bool(getattr(module, "is_causal", True) if is_causal is None else is_causal)
     window = int(sliding_window) - 1 if sliding_window else -1
     dropout = float(kwargs.get("dropout") or 0.0)
+    cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
+    if cu_q is not None and cu_k is not None and query.shape[0] == 1 and not dropout:
+        # packed sequences (FlashAttention's varlen kwargs): kite's sdpa_varlen over [T, H, D]
+        q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))
+        o = _ops.sdpa_varlen(q, k, v, cu_q.to(torch.int32), cu_k.to(torch.int32),
+                             int(kwargs.get("max_length_q") or q.shape[0]),
+                             int(kwargs.get("max_length_k") or k.shape[0]),
+                             float(scaling or 0.0), float(softcap or 0.0), window, 0, int(causal))
+        return o[None], None
     if dropout:
         o = _torch_attention(query, key, value, mask, scaling, float(softcap or 0.0), window,
                              causal, dropout)
