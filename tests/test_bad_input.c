@@ -220,6 +220,8 @@ typedef struct bad_case {
 #define FUSED "add_rms_norm add_layer_norm"
 #define LAYER "layer_norm add_layer_norm"
 #define PAGED "paged_decode paged_prefill"
+#define VARLEN "sdpa_varlen sdpa_varlen_backward"
+#define ATTN_BWD "sdpa_backward sdpa_varlen_backward"
 #define ATTN PAGED " sdpa"
 #define BWD_ROWWISE "activation_backward softmax_backward rms_norm_backward layer_norm_backward"
 #define NORM_BWD                                                                                   \
@@ -385,6 +387,23 @@ static const bad_case g_cases[] = {
     T("sdpa", "mask", SET_DTYPE, OK, KITE_DL_BOOL, 8, 1),
     T("sdpa", "mask", SET_STRIDES, OK, 0, 1), /* one mask row for every query */
     T("sdpa", "q", SET_STRIDES, OK, 256, 8, 32, 1), T("sdpa", "q,k,v,o,lse", SET_DIM, OK, 0, 0),
+
+    /* sdpa_varlen and the backwards: q [5, 4, 8], k, v [5, 2, 8], cu_seqlens [0, 5, 5, 5, 5, 5]
+     * (max_seqlen 5); sdpa_backward as sdpa, o, lse, dout, dq, dk, dv shaped as its tensors. */
+    T(VARLEN, "cu_seqlens_q", SET_INT, INV, 0, 1), /* does not start at 0 */
+    T(VARLEN, "cu_seqlens_k", SET_INT, INV, 5, 4), /* does not end at Tk */
+    T(VARLEN, "cu_seqlens_k", SET_INT, INV, 2, 4), /* decreases */
+    T(VARLEN, "cu_seqlens_k", SET_DIM, INV, 0, 5), /* not cu_seqlens_q's B + 1 */
+    T(VARLEN, "cu_seqlens_q", SET_DTYPE, INV, I8), P(VARLEN, "max_seqlen_q", 0, INV),
+    P(VARLEN, "max_seqlen_k", -1, INV), P(VARLEN, "max_seqlen_k", 4, INV),
+    P(VARLEN, "max_seqlen_q", 100, OK), /* a loose bound */
+    T(VARLEN, "k,v", SET_DIM, INV, 2, 4), T(VARLEN, "q", SET_DIM, INV, 1, 3),
+    ALIAS(VARLEN, "o", "q", INV), ALIAS(VARLEN, "lse", "o", INV),
+    T(ATTN_BWD, "dout", SET_DIM, INV, 1, 3), T(ATTN_BWD, "dk", SET_DTYPE, INV, F16),
+    T(ATTN_BWD, "dv", SET_DIM, INV, 1, 4), T(ATTN_BWD, "lse", SET_DTYPE, INV, F16),
+    ALIAS(ATTN_BWD, "dv", "dk", INV), ALIAS(ATTN_BWD, "dq", "dout", INV),
+    ALIAS(ATTN_BWD, "dv", "k", INV), ALIAS(ATTN_BWD, "dq", "lse", INV),
+    ALIAS(ATTN_BWD, "dq", "o", INV), T("sdpa_backward", "mask", SET_DTYPE, INV, I32),
 
     /* GEMM: x[M, K], w[N, K] (group_gemm: w[G, N, K], group_sizes[G]), bias[N], y[M, N]. */
     T("linear group_gemm", "x", SET_DTYPE, UNS, I32), T("linear", "w", SET_DIM, INV, 1, 7),
@@ -601,7 +620,9 @@ static const setup_row g_setups[] = {
     {"paged_decode", {2, 2, 8, 4, 4, 3}},
     /* q [3, 4, 8], caches [4, 2, 4, 8], block_table [2, 8] */
     {"paged_prefill", {2, 2, 8, 4, 3, 4}},
-    {"sdpa", {1, 2, 3, 8, 5, 1}}, /* q [1, 4, 3, 8], k, v [1, 2, 5, 8], mask [3, 5] */
+    /* q [1, 4, 3, 8], k, v [1, 2, 5, 8], mask [3, 5] */
+    {"sdpa sdpa_backward", {1, 2, 3, 8, 5, 1}},
+    {VARLEN, {5, 2, 4, 8, 5, 1}}, /* q [5, 4, 8], k, v [5, 2, 8], cu_seqlens [6] */
     {"linear linear_quant fused_linear_cross_entropy", {4, 8, 6, 1, 1, 1}}, /* x [4, 8], w [6, 8] */
     {"group_gemm", {5, 8, 6, 2, 1, 1}},  /* x [5, 8], w [2, 6, 8] */
     {"topk_gating", {3, 6, 2, 1, 1, 1}}, /* logits [3, 6], k = 2 */

@@ -157,6 +157,13 @@ static kite_kernel cpu_kernels[] = {
                 "online softmax over (query tile, kv head) items, unseen keys skipped"),
     ATTN_FAMILY(KITE_OP_SDPA, sdpa,
                 "online softmax over (query tile, kv head) items, masks per tile"),
+    ATTN_FAMILY(KITE_OP_SDPA_VARLEN, sdpa_varlen,
+                "sdpa's online softmax over (sequence query tile, kv head) items"),
+    ATTN_FAMILY(KITE_OP_SDPA_BACKWARD, sdpa_bwd,
+                "dq over (query tile, q head), dk / dv over (key tile, kv head) items, scores "
+                "recomputed, fixed summation order"),
+    ATTN_FAMILY(KITE_OP_SDPA_VARLEN_BACKWARD, sdpa_bwd,
+                "sdpa_backward's two passes per packed sequence"),
 
     /* sampling: sample serves argmax too */
     SAMPLING_FAMILY(KITE_OP_ARGMAX, sample, "one pass per row, rows or column ranges over threads"),

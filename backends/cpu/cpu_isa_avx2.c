@@ -12,4 +12,5 @@
 #include "kernels/embedding.inc"
 #include "kernels/loss.inc"
 #include "kernels/attention.inc"
+#include "kernels/attention_train.inc"
 #include "kernels/sampling.inc"

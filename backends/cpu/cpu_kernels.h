@@ -31,11 +31,14 @@
 /* fused_linear_cross_entropy, every ISA (cpu_flce.c): vocabulary chunks through kite_linear. */
 CPU_RUN_DECL(cpu_flce_chunked);
 
-/* Attention (paged serves paged_decode and paged_prefill). */
+/* Attention (paged serves paged_decode and paged_prefill; sdpa_bwd sdpa_backward and
+ * sdpa_varlen_backward). */
 #define CPU_ATTN_KERNELS(isa)                                                                      \
   CPU_RUN_DECL(cpu_store_kv_##isa);                                                                \
   CPU_RUN_DECL(cpu_paged_##isa);                                                                   \
-  CPU_RUN_DECL(cpu_sdpa_##isa)
+  CPU_RUN_DECL(cpu_sdpa_##isa);                                                                    \
+  CPU_RUN_DECL(cpu_sdpa_varlen_##isa);                                                             \
+  CPU_RUN_DECL(cpu_sdpa_bwd_##isa)
 
 /* Sampling (sample also serves argmax; kernels/sampling.inc) and apply_penalties (one portable
  * build, cpu_penalties.c). */

@@ -210,6 +210,74 @@ def sdpa_mask(dt, dev):
     return Case([q, k, v, mask, 0.0, 0.0, -1, 0, 0], ref)
 
 
+# ---- attention training: packed sequences and the backwards ----------------------------------
+_VL_Q, _VL_K = [3, 0, 4, 2], [5, 2, 4, 0]  # an empty query side, an empty key side, Sq > Sk
+
+
+def _cu(lens, dev):
+    return torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32, device=dev)
+
+
+def _varlen_ref(q, k, v, scale):
+    """o[Tq, Hq, D] in double of causal grouped attention per sequence of _VL_Q / _VL_K (a query
+    that sees no key: zeros)."""
+    out, t, s = [], 0, 0
+    for lq, lk in zip(_VL_Q, _VL_K):
+        qb = q[t:t + lq].transpose(0, 1)
+        if lk == 0:
+            out.append(torch.zeros_like(qb.transpose(0, 1), dtype=torch.float64))
+        else:
+            kb, vb = k[s:s + lk].transpose(0, 1), v[s:s + lk].transpose(0, 1)
+            out.append(_attn_ref(qb, kb, vb, scale, causal_offset=lk - lq).transpose(0, 1))
+        t, s = t + lq, s + lk
+    return torch.cat(out)
+
+
+def sdpa_varlen(dt, dev):
+    D = 16
+    q = _r(sum(_VL_Q), 4, D, dtype=dt, device=dev)
+    k, v = _r(sum(_VL_K), 2, D, dtype=dt, device=dev), _r(sum(_VL_K), 2, D, dtype=dt, device=dev)
+    args = [q, k, v, _cu(_VL_Q, dev), _cu(_VL_K, dev), max(_VL_Q), max(_VL_K)]
+    return Case(args, lambda a: [_varlen_ref(*(t.cpu() for t in a[:3]), D ** -0.5)])
+
+
+def _grads(fn, inputs, dout):
+    """The gradients of sum(fn(*inputs) * dout) by torch's autograd, in double."""
+    xs = [t.detach().cpu().double().requires_grad_() for t in inputs]
+    o = fn(*xs)
+    return list(torch.autograd.grad(o, xs, dout.cpu().double()))
+
+
+def sdpa_backward(dt, dev):
+    D = 16
+    q = _r(2, 4, 5, D, dtype=dt, device=dev)
+    k, v = _r(2, 2, 7, D, dtype=dt, device=dev), _r(2, 2, 7, D, dtype=dt, device=dev)
+    opts = [0.0, 0.0, -1, 0, 1]
+    o = torch.empty_like(q)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=dev)
+    torch.ops.kite.sdpa.out(q, k, v, None, *opts, o, lse)
+    dout = _r(*q.shape, dtype=dt, device=dev)
+
+    def fwd(q, k, v):
+        return torch.stack([_attn_ref(q[b], k[b], v[b], D ** -0.5, causal_offset=2)
+                            for b in range(2)])
+    return Case([q, k, v, None, *opts, o, lse, dout], lambda a: _grads(fwd, a[:3], a[11]))
+
+
+def sdpa_varlen_backward(dt, dev):
+    D = 16
+    q = _r(sum(_VL_Q), 4, D, dtype=dt, device=dev)
+    k, v = _r(sum(_VL_K), 2, D, dtype=dt, device=dev), _r(sum(_VL_K), 2, D, dtype=dt, device=dev)
+    cu = [_cu(_VL_Q, dev), _cu(_VL_K, dev), max(_VL_Q), max(_VL_K)]
+    opts = [0.0, 0.0, -1, 0, 1]
+    o = torch.empty_like(q)
+    lse = torch.empty(q.shape[:2], dtype=torch.float32, device=dev)
+    torch.ops.kite.sdpa_varlen.out(q, k, v, *cu, *opts, o, lse)
+    dout = _r(*q.shape, dtype=dt, device=dev)
+    return Case([q, k, v, *cu, *opts, o, lse, dout],
+                lambda a: _grads(lambda q, k, v: _varlen_ref(q, k, v, D ** -0.5), a[:3], a[14]))
+
+
 def store_kv(dt, dev):
     kc, vc, _, _ = _paged(dt, dev, [8], bs=4)
     kc.zero_(), vc.zero_()
@@ -673,6 +741,9 @@ CASES = {
     "paged_decode": paged_decode,
     "paged_prefill": paged_prefill,
     "sdpa": sdpa,
+    "sdpa_varlen": sdpa_varlen,
+    "sdpa_backward": sdpa_backward,
+    "sdpa_varlen_backward": sdpa_varlen_backward,
     "linear": linear,
     "group_gemm": group_gemm,
     "topk_gating": topk_gating,

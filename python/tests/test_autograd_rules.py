@@ -77,8 +77,6 @@ def test_results_of_a_call_are_fresh():
 def test_no_backward_ops_refuse_a_gradient(device):
     q = torch.randn(1, 4, 5, 16, device=device, requires_grad=True)
     k, v = torch.randn(1, 2, 5, 16, device=device), torch.randn(1, 2, 5, 16, device=device)
-    with pytest.raises(kite.Unsupported, match=r"kite.sdpa: kite has no backward"):
-        ops.sdpa(q, k, v)
     x, w = torch.randn(3, 8, device=device), torch.randn(6, 8, device=device, requires_grad=True)
     with pytest.raises(kite.Unsupported, match=r"kite.linear: kite has no backward"):
         ops.linear(x, w)
@@ -87,11 +85,16 @@ def test_no_backward_ops_refuse_a_gradient(device):
     with pytest.raises(kite.Unsupported, match=r"silu.out"):  # as torch's out= ops refuse
         ops.silu.out(w, torch.empty_like(w))
     with torch.no_grad():
-        ops.sdpa(q, k, v)
         ops.linear(x, w)
     with torch.inference_mode():
-        ops.sdpa(q, k, v)
-    ops.sdpa(q.detach(), k, v)
+        ops.linear(x, w)
+    ops.linear(x, w.detach())
+    # sdpa differentiates q, k, v but not its mask: a mask that requires grad is refused
+    mask = torch.zeros(5, 5, device=device, requires_grad=True)
+    with pytest.raises(kite.Unsupported, match=r"kite.sdpa: the mask requires grad"):
+        ops.sdpa(q, k, v, mask, 0.0, 0.0, -1, 0, 0)
+    with torch.no_grad():
+        ops.sdpa(q, k, v, mask, 0.0, 0.0, -1, 0, 0)
     # the in-place ops called directly on tensors that require grad: the differentiable forms
     # (kite.torch.autograd.rope / add_rms_norm) are the ones to use
     pos = torch.arange(5, dtype=torch.int32, device=device)
@@ -134,6 +137,11 @@ def test_double_backward_raises():
                                                      torch.randn(8))),
         (lambda h, w: knn.FusedLinearCrossEntropyLoss()(w, h, t),
          (torch.randn(4, 8), torch.randn(10, 8))),
+        (lambda q, k, v: ops.sdpa(q, k, v), (torch.randn(1, 4, 3, 8), torch.randn(1, 2, 5, 8),
+                                             torch.randn(1, 2, 5, 8))),
+        (lambda q, k, v: ops.sdpa_varlen(q, k, v, torch.tensor([0, 1, 3], dtype=torch.int32),
+                                         torch.tensor([0, 2, 5], dtype=torch.int32), 2, 3),
+         (torch.randn(3, 4, 8), torch.randn(5, 2, 8), torch.randn(5, 2, 8))),
     ]
     for fn, xs in cases:
         _second_order_raises(fn, *xs)

@@ -1,7 +1,7 @@
 """Training through kite.torch.patch: tiny random-init transformers models (built from configs,
 no downloads) in f32, once plain and once patched with the default kite.torch.patch(model) in
-training mode (norms, gated MLP and rotary through kite's forward and backward ops, the loss of
-forward(labels=...) through kite's fused linear cross-entropy; attention and the MoE router and
+training mode (norms, gated MLP, rotary and attention through kite's forward and backward ops,
+the loss of forward(labels=...) through kite's fused linear cross-entropy; the MoE router and
 experts left to torch, which patch reports). 20 AdamW steps: each step's loss within 1e-4
 relative of the plain model's, and the step-1 gradient of every parameter within 1e-4 (max
 error relative to the largest magnitude); the same with a PEFT LoRA model (when peft is
@@ -10,6 +10,7 @@ unpatch, the no-gradient guards of the kite modules patch installs on an eval mo
 causal-LM loss wiring (shift, ignore_index, num_items_in_batch, logits None in training)."""
 import gc
 import os
+import types
 
 import pytest
 import torch
@@ -93,8 +94,8 @@ def test_default_patch_trains_like_torch(family):
     done = kite.torch.patch(patched)
     kinds = "\n".join(done)
     assert "-> RMSNorm" in kinds and "-> rope" in kinds and "fused linear cross-entropy" in kinds
-    assert "attention: left to torch" in kinds and "no backward" in kinds
-    assert "kite sdpa" not in kinds and "-> fused_moe" not in kinds and "-> topk_gating" not in kinds
+    assert "kite sdpa" in kinds and "attention: left to torch" not in kinds
+    assert "-> fused_moe" not in kinds and "-> topk_gating" not in kinds
     if family in ("mixtral", "qwen2_moe"):
         assert "Experts left to torch" in kinds and "TopKRouter left to torch" in kinds
     if family != "mixtral":
@@ -378,3 +379,35 @@ def test_torch_attention_is_kites_sdpa(opts):
     want = torch.ops.kite.sdpa(q, k, v, mask, 0.25, cap, window, 0, int(causal and mask is None))
     got = kite.torch.patch_module._torch_attention(q, k, v, mask, 0.25, cap, window, causal, 0.0)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_packed_sequences_run_sdpa_varlen():
+    """A packed batch (one row of two sequences, position_ids restarting, transformers'
+    cu_seq_lens_* kwargs as its flattening collator passes them) through the patched model:
+    kite's sdpa_varlen, the same logits and parameter gradients as the plain model run on each
+    sequence alone."""
+    plain, patched = _model("llama"), _model("llama")
+    kite.torch.patch(patched)
+    g = torch.Generator().manual_seed(5)
+    lens = [10, 14]
+    seqs = [torch.randint(0, 256, (1, n), generator=g) for n in lens]
+    ids = torch.cat(seqs, 1)
+    pos = torch.cat([torch.arange(n) for n in lens])[None]
+    cu = torch.tensor([0, lens[0], sum(lens)], dtype=torch.int32)
+    kw = dict(position_ids=pos, cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max(lens),
+              max_length_k=max(lens))
+    calls = []
+    varlen = torch.ops.kite.sdpa_varlen
+    try:
+        kite.torch.patch_module._ops = types.SimpleNamespace(
+            sdpa=torch.ops.kite.sdpa, sdpa_varlen=lambda *a: calls.append(1) or varlen(*a))
+        got = patched(input_ids=ids, **kw).logits
+    finally:
+        kite.torch.patch_module._ops = torch.ops.kite
+    assert calls, "the packed batch did not reach sdpa_varlen"
+    want = torch.cat([plain(input_ids=s).logits for s in seqs], 1)
+    assert _rel(got, want) <= TOL
+    got.float().square().mean().backward()
+    torch.cat([plain(input_ids=s).logits for s in seqs], 1).float().square().mean().backward()
+    for (n, p), (_, q) in zip(plain.named_parameters(), patched.named_parameters()):
+        assert _rel(q.grad, p.grad) <= TOL, f"{n}: {_rel(q.grad, p.grad):.3g}"

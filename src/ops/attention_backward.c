@@ -129,8 +129,8 @@ static kite_status check_host_cu(const char *op, const char *arg, const int32_t 
                             (long long)b, arg, (int)cu[b], (int)cu[b + 1]);
     if (len > max_seqlen)
       return kite_set_error(KITE_ERR_INVALID_ARG,
-                            "%s: %s: sequence %lld: length %lld is above %s = %lld", op, arg,
-                            (long long)b, (long long)len, max_name, (long long)max_seqlen);
+                            "%s: %s: %lld is below the length %lld of sequence %lld (%s)", op,
+                            max_name, (long long)max_seqlen, (long long)len, (long long)b, arg);
   }
   return KITE_OK;
 }
@@ -178,7 +178,7 @@ static kite_status check_grads(const kite_ctx *ctx, const char *op, const kite_t
   /* each output against the inputs and the outputs before it */
   const char *names[] = {"dq", "dk", "dv"};
   for (int i = 0; i < 3; i++) {
-    if ((s = kite_attn_check_output(op, names[i], &g[1 + i], in, in_names, n + 1)) != KITE_OK)
+    if ((s = kite_attn_check_output(op, names[i], &g[1 + i], in, in_names, n + 1 + i)) != KITE_OK)
       return s;
     in[n + 1 + i] = &g[1 + i], in_names[n + 1 + i] = names[i];
   }

@@ -11,7 +11,8 @@ on the call path):
 help(torch.ops.kite.<op>) gives the schemas and the op's text from kite.h.
 
 The forward ops that have a kite backward (activations, gated activations, rms_norm,
-layer_norm, softmax, embedding, cross_entropy) get autograd formulas (kite.torch.autograd, which
+layer_norm, softmax, embedding, cross_entropy, sdpa, sdpa_varlen) get autograd formulas
+(kite.torch.autograd, which
 also holds differentiable forms of rope and the add-and-norm ops); their backward runs once
 (double backward raises). Every other functional op, and every .out form, gets an Autograd-key
 kernel that raises kite.Unsupported where a gradient is wanted (an input requires grad with grad
@@ -131,7 +132,16 @@ del _s, _doc, _packet, _obj
 
 from . import autograd  # noqa: E402
 
-_differentiable = set(autograd._register(register_autograd))
+
+
+def _register_function(name, autograd_impl):
+    """The Autograd-key kernel of _kernel in front of autograd_impl (kite.torch.autograd's
+    Function-based ops)."""
+    lib.impl(name, _kernel(name, autograd=autograd_impl), "Autograd", with_keyset=True)
+
+
+_differentiable = set(autograd._register(register_autograd)) | set(
+    autograd._register_functions(_register_function))
 
 
 def _register_no_backward():

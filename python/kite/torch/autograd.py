@@ -7,7 +7,10 @@ Registered (imported by kite.torch): every activation of kite's table (silu, gel
 layer_norm -> layer_norm_backward; softmax -> softmax_backward (from the saved output);
 embedding -> embedding_backward (the table's gradient); cross_entropy -> cross_entropy_backward
 (the loss's gradient; lse is a by-product and gets none); moe_aux_loss -> moe_aux_loss_backward
-(the router logits' gradient; ids and mask are constants).
+(the router logits' gradient; ids and mask are constants); sdpa -> sdpa_backward and
+sdpa_varlen -> sdpa_varlen_backward (gradients of q, k, v: the forward computes its lse when a
+gradient is wanted and saves it; the mask gets no gradient, and a mask that requires grad raises
+kite.Unsupported rather than getting a silent zero).
 
 Functions: rope(q, k, positions, cos_sin, rot_dim, style) returns rotated copies (the backward
 is rope_backward); add_rms_norm / add_layer_norm(x, residual, ...) return (y, s) with s = x +
@@ -17,8 +20,9 @@ No double backward: kite's backward ops are not differentiable themselves, so ev
 runs once (under no_grad); with create_graph=True its results carry a node that raises an error
 naming kite when differentiated, instead of a second-order gradient silently missing terms.
 
-The functional ops with no kite backward (sdpa, the paged attention ops, linear, group_gemm,
-topk_gating, fused_moe, moe_route, fused_moe_ex, the quantized and sampling ops, the backward ops themselves, and the
+The functional ops with no kite backward (the paged attention ops, linear, group_gemm,
+topk_gating, fused_moe, moe_route, fused_moe_ex, the quantized and sampling ops, the backward ops
+themselves, and the
 in-place ops called directly), and the .out forms of every op (as torch's out= ops), raise
 kite.Unsupported when called on tensors that require grad with grad mode on, rather than
 returning results cut off from the graph; under no_grad, inference mode or on tensors that need
@@ -187,6 +191,85 @@ def _aux_backward(ctx, dloss):
     dl = _ops.moe_aux_loss_backward(logits, ids, mask[0] if ctx.has_mask else None,
                                     _c(dloss.float()))
     return dl, None, None
+
+
+# ---- attention ---------------------------------------------------------------------------------
+class _Sdpa(torch.autograd.Function):
+    """sdpa with its lse kept: the forward runs kite's sdpa.out (o and lse), the backward
+    kite's sdpa_backward from them."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, scale, softcap, window_left, gqa, causal):
+        o = torch.empty_like(q, memory_format=torch.contiguous_format)
+        lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+        opts = (scale, softcap, window_left, gqa, causal)
+        _ops.sdpa.out(q, k, v, mask, *opts, o, lse)
+        ctx.save_for_backward(q, k, v, mask, o, lse)
+        ctx.opts = opts
+        return o
+
+    @staticmethod
+    @_once("sdpa")
+    def backward(ctx, do):
+        q, k, v, mask, o, lse = ctx.saved_tensors
+        dq, dk, dv = _ops.sdpa_backward(q, k, v, mask, *ctx.opts, o, lse, _c(do))
+        return (dq, dk, dv) + (None,) * 6
+
+
+class _SdpaVarlen(torch.autograd.Function):
+    """sdpa_varlen likewise (lse [Tq, Hq]), backward by sdpa_varlen_backward."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, scale, softcap, window_left, gqa, causal):
+        o = torch.empty_like(q, memory_format=torch.contiguous_format)
+        lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
+        args = (cu_q, cu_k, max_q, max_k, scale, softcap, window_left, gqa, causal)
+        _ops.sdpa_varlen.out(q, k, v, *args, o, lse)
+        ctx.save_for_backward(q, k, v, cu_q, cu_k, o, lse)
+        ctx.scalars = args[2:]
+        return o
+
+    @staticmethod
+    @_once("sdpa_varlen")
+    def backward(ctx, do):
+        q, k, v, cu_q, cu_k, o, lse = ctx.saved_tensors
+        dq, dk, dv = _ops.sdpa_varlen_backward(q, k, v, cu_q, cu_k, *ctx.scalars, o, lse, _c(do))
+        return (dq, dk, dv) + (None,) * 9
+
+
+def _function_autograd(op, name, function, no_grad_args=()):
+    """The Python half of the Autograd-key kernel of a functional op whose gradient comes from an
+    autograd Function (the C kernel in front of it runs the op itself when no gradient is
+    wanted): the Function when one is; the arguments at no_grad_args (a mask) get none, and
+    requiring one raises kite.Unsupported."""
+    C = torch._C
+    # the dispatcher leaves out trailing arguments equal to their defaults
+    defaults = [a.default_value if a.has_default_value() else None for a in op._schema.arguments]
+
+    def autograd_impl(keyset, *args):
+        if C.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad
+                                       for a in args):
+            args = args + tuple(defaults[len(args):])
+            for i in no_grad_args:
+                if isinstance(args[i], torch.Tensor) and args[i].requires_grad:
+                    raise Unsupported(
+                        f"torch.ops.kite.{name}: the mask requires grad, and kite's "
+                        f"{name}_backward gives the mask no gradient: detach the mask (or build "
+                        "it under torch.no_grad())")
+            return function.apply(*args)
+        with C._AutoDispatchBelowAutograd():
+            return op.redispatch(keyset & C._after_autograd_keyset, *args)
+    return autograd_impl
+
+
+def _register_functions(register):
+    """register(name, autograd_impl): the ops differentiated by an autograd Function of this
+    module (their lse is an optional result that the functional op does not compute). Returns
+    the names registered."""
+    register("sdpa", _function_autograd(_ops.sdpa.default, "sdpa", _Sdpa, no_grad_args=(3,)))
+    register("sdpa_varlen", _function_autograd(_ops.sdpa_varlen.default, "sdpa_varlen",
+                                               _SdpaVarlen))
+    return ["sdpa", "sdpa_varlen"]
 
 
 def _register(register_autograd):

@@ -1,9 +1,9 @@
 """torch.nn modules over torch.ops.kite.
 
-Gradients flow through the norms, the gated activations, GatedMLP and the losses
-(kite.torch.autograd); RotaryEmbedding differentiates through copies; Attention and MoE are for
-inference (kite has no backward for sdpa, topk_gating or fused_moe): called where a gradient is
-wanted they raise kite.Unsupported.
+Gradients flow through the norms, the gated activations, GatedMLP, Attention (sdpa_backward)
+and the losses (kite.torch.autograd); RotaryEmbedding differentiates through copies; MoE is for
+inference (kite has no backward for topk_gating or fused_moe): called where a gradient is wanted
+it raises kite.Unsupported.
 
 Weights are stored in the module's dtype; each op needs its tensors in one dtype, so cast the
 module with .to(dtype) together with its inputs.
@@ -157,6 +157,7 @@ class Attention(nn.Module):
     forward(q[B, Hq, Sq, D], k[B, Hkv, Sk, D], v, mask=None) -> o[B, Hq, Sq, D]. causal aligns
     the last query with the last key; mask: bool (True = attend) or additive float,
     [Sq, Sk] or [B|1, Hq|1, Sq, Sk]. window_left = W - 1 for a sliding window of W keys.
+    Differentiable in q, k and v (kite's sdpa_backward); the mask gets no gradient.
     """
 
     def __init__(self, scale=None, softcap=0.0, window_left=-1, causal=True):

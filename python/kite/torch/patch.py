@@ -21,18 +21,21 @@ qwen2_moe. What is swapped:
   softcap; Mixtral / Qwen2-MoE's router aux loss added as the model adds it); in eval mode, without
   labels, with a custom loss_function or a wrapped lm_head, the model's own forward runs;
 - the attention core: "kite" registered in transformers' AttentionInterface (with sdpa's mask
-  function) and selected, running kite's sdpa (GQA, causal, bool masks, sliding window, softcap);
+  function) and selected, running kite's sdpa (GQA, causal, bool masks, sliding window, softcap),
+  differentiable (kite's sdpa_backward); a call with attention dropout runs the same attention in
+  torch ops (kite's sdpa has no dropout);
 - MoE: the router (<Family>TopKRouter) -> kite's topk_gating, the experts (<Family>Experts,
   gate_up_proj [E, 2I, H], down_proj [E, H, I]) -> kite's fused_moe.
 
 Training: every module installed has a correct backward for every parameter and input, or is not
-installed. kite has no backward for attention, topk_gating or fused_moe, so on a model in
-training mode (model.training) patch leaves attention and the MoE router and experts to torch and
-says so in the list it returns. On a model in eval mode whose parameters require grad (as
-from_pretrained leaves them), they are installed, and a call that needs a gradient (grad mode on
-and an input or parameter requiring grad, or attention dropout) runs torch instead: the same
-attention in torch ops (scaled_dot_product_attention, or the explicit softmax with a softcap),
-the model's original router and experts. No weight is copied: state_dict() keys,
+installed. Attention trains on kite (sdpa_backward) in both modes; with attention dropout > 0 (a
+model in training mode whose config has attention_dropout) its calls run the same attention in
+torch ops (scaled_dot_product_attention, or the explicit softmax with a softcap), which patch
+reports. kite has no backward for topk_gating or fused_moe, so on a model in training mode
+(model.training) patch leaves the MoE router and experts to torch and says so in the list it
+returns. On a model in eval mode whose parameters require grad (as from_pretrained leaves them),
+they are installed, and a call that needs a gradient (grad mode on and an input or parameter
+requiring grad) runs the model's original router and experts. No weight is copied: state_dict() keys,
 save_pretrained / from_pretrained, PEFT adapters, optimizers, torch.compile and gradient
 checkpointing see the model's own parameters.
 
@@ -156,8 +159,11 @@ def kite_attention_forward(module, query, key, value, attention_mask, **kwargs):
     """transformers attention function on kite's sdpa: query[B, Hq, Sq, D], key/value
     [B, Hkv, Sk, D], attention_mask None / bool (True = attend) / additive float
     [B|1, 1, Sq, >= Sk]; kwargs scaling, dropout, softcap, sliding_window, is_causal.
-    Returns (o[B, Sq, Hq, D], None). A call that needs a gradient (kite has no attention backward
-    yet) or dropout runs the same attention in torch ops instead (_torch_attention)."""
+    Returns (o[B, Sq, Hq, D], None), differentiable through kite's sdpa_backward. Packed
+    sequences (batch 1 with transformers' cu_seq_lens_q / cu_seq_lens_k / max_length_q /
+    max_length_k kwargs, as its flattening collator gives them) run kite's sdpa_varlen. A call with
+    dropout (kite's sdpa has none) runs the same attention in torch ops instead
+    (_torch_attention)."""
     scaling, softcap = kwargs.get("scaling"), kwargs.get("softcap")
     sliding_window, is_causal = kwargs.get("sliding_window"), kwargs.get("is_causal")
     mask = attention_mask
@@ -166,7 +172,16 @@ def kite_attention_forward(module, query, key, value, attention_mask, **kwargs):
     causal = bool(getattr(module, "is_causal", True) if is_causal is None else is_causal)
     window = int(sliding_window) - 1 if sliding_window else -1
     dropout = float(kwargs.get("dropout") or 0.0)
-    if dropout or _needs_grad(query, key, value, mask):
+    cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
+    if cu_q is not None and cu_k is not None and query.shape[0] == 1 and not dropout:
+        # packed sequences (FlashAttention's varlen kwargs): kite's sdpa_varlen over [T, H, D]
+        q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))
+        o = _ops.sdpa_varlen(q, k, v, cu_q.to(torch.int32), cu_k.to(torch.int32),
+                             int(kwargs.get("max_length_q") or q.shape[0]),
+                             int(kwargs.get("max_length_k") or k.shape[0]),
+                             float(scaling or 0.0), float(softcap or 0.0), window, 0, int(causal))
+        return o[None], None
+    if dropout:
         o = _torch_attention(query, key, value, mask, scaling, float(softcap or 0.0), window,
                              causal, dropout)
         return o.transpose(1, 2).contiguous(), None
@@ -420,18 +435,19 @@ def patch(model, norms=True, mlp=True, rope=True, attention=True, moe=True, loss
         done.append(f"{mod.__name__}.apply_rotary_pos_emb -> rope")
     if attention:
         before = getattr(cfg, "_attn_implementation", None) or "eager"
-        if training:
-            done.append(f"attention: left to torch ({before!r}): {_NO_BACKWARD} and the model is "
-                        "in training mode")
-        elif before != "kite":
+        if before != "kite":
             _register_attention()
             if hasattr(model, "set_attn_implementation"):
                 model.set_attn_implementation("kite")
             else:
                 cfg._attn_implementation = "kite"
             state.attn = before
-            done.append("attention: -> kite sdpa (attn_implementation='kite'; a call that needs a "
-                        f"gradient runs the same attention in torch ops: {_NO_BACKWARD})")
+            done.append("attention: -> kite sdpa (attn_implementation='kite'; differentiable: "
+                        "kite's sdpa_backward)")
+            dropout = float(getattr(cfg, "attention_dropout", 0.0) or 0.0)
+            if dropout:
+                done.append(f"attention: dropout {dropout:g} in training mode runs the same "
+                            "attention in torch ops (kite's sdpa has no dropout)")
     lm = _causal_lm(model) if loss else None
     if lm is not None and not getattr(lm.forward, "_kite_lm_forward", False):
         state.forward = (lm, lm.__dict__.get("forward"))
