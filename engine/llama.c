@@ -155,7 +155,7 @@ static int load_weights(llama_net *n, kr_loader *ld, const kr_gguf *g, kr_weight
   const kr_wkind mat = mode == KR_WEIGHTS_INT8 ? KR_W_INT8
                        : mode == KR_WEIGHTS_Q4 ? KR_W_Q4
                                                : KR_W_DENSE;
-  /* matrices that are not 4-bit in the file (the embedding, Q8_0) go int8 in q4 mode */
+  /* matrices not in a block type (f16, f32 embeddings) go int8 in q4 (as stored) mode */
   const kr_wkind other = mode == KR_WEIGHTS_Q4 ? KR_W_INT8 : mat;
   const kr_gguf_tensor *emb = kr_need_tensor(g, "token_embd.weight", H, V, err, err_len);
   if (!emb) return -1;
@@ -167,8 +167,8 @@ static int load_weights(llama_net *n, kr_loader *ld, const kr_gguf *g, kr_weight
   if (!outw) return -1;
   if (other == KR_W_DENSE && c->tied_embeddings)
     n->lm_head = table;
-  else if (kr_load_matrix(ld, &outw, 1, kr_ggml_is_q4(outw->type) ? mat : other, &n->lm_head, err,
-                          err_len))
+  else if (kr_load_matrix(ld, &outw, 1, kr_ggml_is_block(outw->type) ? mat : other, &n->lm_head,
+                          err, err_len))
     return -1;
   const kr_gguf_tensor *on = kr_need_tensor(g, "output_norm.weight", H, 1, err, err_len);
   if (!on || kr_load_vector(ld, &on, 1, &n->out_norm, err, err_len)) return -1;
@@ -228,9 +228,9 @@ static void *llama_load(kite_ctx *ctx, const kr_gguf *g, const kr_config *c, con
   const kr_gguf_tensor *q0 = kr_gguf_tensor_find(g, "blk.0.attn_q.weight");
   kr_weights mode = p->weights;
   if (mode == KR_WEIGHTS_AUTO)
-    mode = q0 && kr_ggml_is_q4(q0->type)  ? KR_WEIGHTS_Q4
-           : n->dev.device_type == kDLCPU ? KR_WEIGHTS_F32
-                                          : KR_WEIGHTS_BF16;
+    mode = q0 && kr_ggml_default_as_stored(q0->type) ? KR_WEIGHTS_Q4
+           : n->dev.device_type == kDLCPU            ? KR_WEIGHTS_F32
+                                                     : KR_WEIGHTS_BF16;
   n->act = mode == KR_WEIGHTS_BF16 ? KITE_DTYPE_BF16 : KITE_DTYPE_F32;
   kr_loader ld = {ctx, n->act, 0};
   if (load_weights(n, &ld, g, mode, err, err_len) || alloc_buffers(n, p, err, err_len)) {

@@ -13,3 +13,4 @@
 #include "kernels/loss.inc"
 #include "kernels/attention.inc"
 #include "kernels/sampling.inc"
+#include "kernels/gguf.inc"

@@ -45,6 +45,8 @@ CPU_RUN_DECL(cpu_flce_chunked);
 CPU_RUN_DECL(cpu_apply_penalties_scalar);
 /* linear_wq4, portable (cpu_wq4.c). */
 CPU_RUN_DECL(cpu_linear_wq4_scalar);
+/* linear_gguf and dequant_gguf (kernels/gguf.inc), one per ISA. */
+CPU_RUN_DECL(cpu_gguf_scalar);
 
 CPU_ROW_KERNELS(scalar);
 CPU_ATTN_KERNELS(scalar);
@@ -72,6 +74,8 @@ CPU_RUN_DECL(cpu_linear_amx);
 CPU_RUN_DECL(cpu_linear_quant_amx);
 CPU_RUN_DECL(cpu_linear_wq4_avx2);
 CPU_RUN_DECL(cpu_linear_wq4_avx512);
+CPU_RUN_DECL(cpu_gguf_avx2);
+CPU_RUN_DECL(cpu_gguf_avx512);
 /* Whether this process may use the AMX tiles (asks Linux once); false where it may not. */
 bool cpu_amx_ready(void);
 #endif

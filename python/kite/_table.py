@@ -115,4 +115,7 @@ OPS = {
                               top_logprobs="new(logits, (logits.shape[0], n), 'float32')")),
     "linear_wq4": dict(defaults=dict(format=0, bias=None),
                        out=dict(y="new(x, (x.shape[0], w.shape[0]))")),
+    # GGUF blocks: type is GGUF's number (kite_gguf_type); dequant_gguf writes a given y[N, K]
+    "linear_gguf": dict(defaults=dict(bias=None), out=dict(y="new(x, (x.shape[0], w.shape[0]))")),
+    "dequant_gguf": dict(),
 }

@@ -553,6 +553,19 @@ def linear_wq4(dt, dev, fmt=0):
     w, wd = _wq4(12, 64, fmt, dev)
     return Case([x, w, fmt, b], lambda a: [a[0].double().cpu() @ wd.T + a[3].double().cpu()])
 
+
+# GGUF blocks: Q4_0 (type 2) is linear_wq4's sym layout; every type against gguf-py: test_gguf.py
+def linear_gguf(dt, dev):
+    x, b = _r(5, 64, dtype=dt, device=dev), _r(12, dtype=dt, device=dev)
+    w, wd = _wq4(12, 64, 0, dev)
+    return Case([x, w, 2, b], lambda a: [a[0].double().cpu() @ wd.T + a[3].double().cpu()])
+
+
+def dequant_gguf(dt, dev):
+    w, wd = _wq4(12, 64, 0, dev)
+    y = torch.empty(12, 64, dtype=dt, device=dev)
+    return Case([w, 2, y], lambda a: [wd], lambda out, a: [a[2]], mutated=[2])
+
 CASES = {
     "silu": _act(F.silu),
     "gelu": _act(F.gelu),
@@ -597,6 +610,8 @@ CASES = {
     "apply_penalties": apply_penalties,
     "logprobs": logprobs,
     "linear_wq4": linear_wq4,
+    "linear_gguf": linear_gguf,
+    "dequant_gguf": dequant_gguf,
 }
 # more than one case for some ops
 EXTRA = {"rope_gptj": ("rope", lambda dt, dev: rope(dt, dev, style=1)),
