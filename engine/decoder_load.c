@@ -194,8 +194,8 @@ static int load_weights(dec_net *n, kr_loader *ld, const kr_gguf *g, kr_weights 
   const int shared = other == KR_W_DENSE && c->tied_embeddings;
   if (shared)
     n->lm_head = table;
-  else if (kr_load_matrix(ld, &outw, 1, kr_ggml_is_q4(outw->type) ? mat : other, &n->lm_head, err,
-                          err_len))
+  else if (kr_load_matrix(ld, &outw, 1, kr_ggml_is_block(outw->type) ? mat : other, &n->lm_head,
+                          err, err_len))
     return -1;
   /* a shared scaled table scales the logits: the output norm takes it back out */
   const kr_gguf_tensor *on = kr_need_tensor(g, "output_norm.weight", H, 1, err, err_len);
@@ -300,9 +300,9 @@ void *kr_decoder_load(kite_ctx *ctx, const kr_gguf *g, const kr_config *c, const
       kr_gguf_tensor_find(g, c->fused ? "blk.0.attn_qkv.weight" : "blk.0.attn_q.weight");
   kr_weights mode = p->weights;
   if (mode == KR_WEIGHTS_AUTO)
-    mode = q0 && kr_ggml_is_q4(q0->type)  ? KR_WEIGHTS_Q4
-           : n->dev.device_type == kDLCPU ? KR_WEIGHTS_F32
-                                          : KR_WEIGHTS_BF16;
+    mode = q0 && kr_ggml_default_as_stored(q0->type) ? KR_WEIGHTS_Q4
+           : n->dev.device_type == kDLCPU            ? KR_WEIGHTS_F32
+                                                     : KR_WEIGHTS_BF16;
   n->act = mode == KR_WEIGHTS_BF16 ? KITE_DTYPE_BF16 : KITE_DTYPE_F32;
   kr_loader ld = {ctx, n->act, 0, 1.0f};
   if (load_weights(n, &ld, g, mode, err, err_len) || alloc_buffers(n, g, p, err, err_len)) {

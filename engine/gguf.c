@@ -16,16 +16,17 @@ static const struct {
   const char *name;
   uint32_t values, bytes;
 } ggml_types[] = {
-    {KR_GGML_F32, "f32", 1, 4},       {KR_GGML_F16, "f16", 1, 2},
-    {KR_GGML_Q4_0, "q4_0", 32, 18},   {KR_GGML_Q4_1, "q4_1", 32, 20},
-    {KR_GGML_Q5_0, "q5_0", 32, 22},   {KR_GGML_Q5_1, "q5_1", 32, 24},
-    {KR_GGML_Q8_0, "q8_0", 32, 34},   {KR_GGML_Q8_1, "q8_1", 32, 36},
-    {KR_GGML_Q2_K, "q2_k", 256, 84},  {KR_GGML_Q3_K, "q3_k", 256, 110},
-    {KR_GGML_Q4_K, "q4_k", 256, 144}, {KR_GGML_Q5_K, "q5_k", 256, 176},
-    {KR_GGML_Q6_K, "q6_k", 256, 210}, {KR_GGML_Q8_K, "q8_k", 256, 292},
-    {KR_GGML_I8, "i8", 1, 1},         {KR_GGML_I16, "i16", 1, 2},
-    {KR_GGML_I32, "i32", 1, 4},       {KR_GGML_I64, "i64", 1, 8},
-    {KR_GGML_F64, "f64", 1, 8},       {KR_GGML_BF16, "bf16", 1, 2},
+    {KR_GGML_F32, "f32", 1, 4},         {KR_GGML_F16, "f16", 1, 2},
+    {KR_GGML_Q4_0, "q4_0", 32, 18},     {KR_GGML_Q4_1, "q4_1", 32, 20},
+    {KR_GGML_Q5_0, "q5_0", 32, 22},     {KR_GGML_Q5_1, "q5_1", 32, 24},
+    {KR_GGML_Q8_0, "q8_0", 32, 34},     {KR_GGML_Q8_1, "q8_1", 32, 36},
+    {KR_GGML_Q2_K, "q2_k", 256, 84},    {KR_GGML_Q3_K, "q3_k", 256, 110},
+    {KR_GGML_Q4_K, "q4_k", 256, 144},   {KR_GGML_Q5_K, "q5_k", 256, 176},
+    {KR_GGML_Q6_K, "q6_k", 256, 210},   {KR_GGML_Q8_K, "q8_k", 256, 292},
+    {KR_GGML_I8, "i8", 1, 1},           {KR_GGML_I16, "i16", 1, 2},
+    {KR_GGML_I32, "i32", 1, 4},         {KR_GGML_I64, "i64", 1, 8},
+    {KR_GGML_F64, "f64", 1, 8},         {KR_GGML_BF16, "bf16", 1, 2},
+    {KR_GGML_IQ4_NL, "iq4_nl", 32, 18},
 };
 
 const char *kr_ggml_type_name(uint32_t type) {

@@ -51,6 +51,7 @@ typedef enum kr_ggml_type {
   KR_GGML_Q5_K = 13,
   KR_GGML_Q6_K = 14,
   KR_GGML_Q8_K = 15,
+  KR_GGML_IQ4_NL = 20, /* 32 values: f16 d, 16 bytes of nibbles indexing a 16-entry table */
   KR_GGML_I8 = 24,
   KR_GGML_I16 = 25,
   KR_GGML_I32 = 26,

@@ -27,11 +27,13 @@
 
 /* How weights are held on the device. */
 typedef enum kr_weights {
-  KR_WEIGHTS_AUTO = 0, /* q4 when the file's matrices are 4-bit, else bf16 on CUDA, f32 on CPU */
+  KR_WEIGHTS_AUTO = 0, /* q4 when the file's matrices are 4/5-bit or K-quants, else bf16 on CUDA,
+                          f32 on CPU */
   KR_WEIGHTS_F32,
   KR_WEIGHTS_BF16, /* bf16 weights and activations (dequantized at load) */
   KR_WEIGHTS_INT8, /* int8 per-row weights, activations quantized per token (linear_quant) */
-  KR_WEIGHTS_Q4,   /* Q4_0 / Q4_1 blocks as stored (linear_wq4); other matrices as int8 */
+  KR_WEIGHTS_Q4,   /* GGUF blocks as stored (linear_wq4 for Q4_0 / Q4_1, linear_gguf for any
+                      other block type); other matrices as int8 */
 } kr_weights;
 
 /* A model's geometry, from the file's metadata and tensor shapes. */

@@ -13,57 +13,62 @@ int kr_ggml_is_q4(uint32_t type) {
   return type == KR_GGML_Q4_0 || type == KR_GGML_Q4_1;
 }
 
-static int readable(uint32_t type) {
-  return type == KR_GGML_F32 || type == KR_GGML_F16 || type == KR_GGML_BF16 ||
-         type == KR_GGML_Q8_0 || kr_ggml_is_q4(type);
+int kr_ggml_is_block(uint32_t type) {
+  return type <= 0xffff && kite_gguf_type_name((kite_gguf_type)type) != NULL;
 }
 
-/* Row r of a GGUF tensor (ne[0] = cols values) as f32 out[cols]. A quantized row is cols / bv
- * blocks of bb bytes: f16 d, (Q4_1: f16 m,) then the values: Q8_0 bv int8, Q4 bv / 2 bytes whose
- * low nibbles are values [0, bv / 2) and high nibbles [bv / 2, bv). */
-static void dequant_row(const kr_gguf_tensor *t, int64_t r, float *out) {
+int kr_ggml_default_as_stored(uint32_t type) {
+  return kr_ggml_is_block(type) && type != KR_GGML_Q8_0;
+}
+
+static int readable(uint32_t type) {
+  return type == KR_GGML_F32 || type == KR_GGML_F16 || type == KR_GGML_BF16 ||
+         kr_ggml_is_block(type);
+}
+
+/* A ctx on the host for decoding blocks at load (kite_dequant_gguf), when one of parts needs it;
+ * NULL and *rc = 0 when none does, *rc = -1 with the message when it cannot be made. */
+static kite_ctx *host_ctx(const kr_gguf_tensor *const *parts, int n_parts, int *rc, char *err,
+                          size_t err_len) {
+  *rc = 0;
+  int blocks = 0;
+  for (int i = 0; i < n_parts; i++) blocks |= kr_ggml_is_block(parts[i]->type);
+  kite_ctx *host = NULL;
+  if (blocks && kite_ctx_create(NULL, &host) != KITE_OK)
+    *rc = kr_errf(err, err_len, "model: %s", kite_last_error());
+  return host;
+}
+
+/* Row r of a GGUF tensor (ne[0] = cols values) as f32 out[cols]; a block type is decoded by
+ * kite_dequant_gguf on the host ctx `host`. */
+static int dequant_row(const kr_gguf_tensor *t, int64_t r, float *out, kite_ctx *host, char *err,
+                       size_t err_len) {
   const int64_t cols = t->ne[0];
   uint64_t bv, bb;
   kr_ggml_block(t->type, &bv, &bb);
-  const uint8_t *row = (const uint8_t *)t->data + (uint64_t)r * ((uint64_t)cols / bv * bb);
+  const int64_t width = cols / (int64_t)bv * (int64_t)bb;
+  const uint8_t *row = (const uint8_t *)t->data + (uint64_t)r * (uint64_t)width;
   uint16_t h;
   switch (t->type) {
   case KR_GGML_F32:
     memcpy(out, row, (size_t)cols * sizeof(float));
-    return;
+    return 0;
   case KR_GGML_F16:
   case KR_GGML_BF16:
     for (int64_t i = 0; i < cols; i++) {
       memcpy(&h, row + 2 * i, 2);
       out[i] = t->type == KR_GGML_F16 ? kite_f16_to_f32(h) : kite_bf16_to_f32(h);
     }
-    return;
+    return 0;
   default:
     break;
   }
-  const int64_t half = (int64_t)bv / 2;
-  for (int64_t b = 0; b < cols / (int64_t)bv; b++) {
-    const uint8_t *blk = row + b * (int64_t)bb;
-    float *o = out + b * (int64_t)bv;
-    memcpy(&h, blk, 2);
-    const float d = kite_f16_to_f32(h);
-    if (t->type == KR_GGML_Q8_0) {
-      for (int64_t i = 0; i < (int64_t)bv; i++) o[i] = d * (float)(int8_t)blk[2 + i];
-      continue;
-    }
-    float mn = 0;
-    const uint8_t *qs = blk + 2;
-    if (t->type == KR_GGML_Q4_1) {
-      memcpy(&h, blk + 2, 2);
-      mn = kite_f16_to_f32(h);
-      qs = blk + 4;
-    }
-    const int off = t->type == KR_GGML_Q4_0 ? 8 : 0; /* Q4_0 is symmetric around 8 */
-    for (int64_t i = 0; i < half; i++) {
-      o[i] = (float)((qs[i] & 15) - off) * d + mn;
-      o[i + half] = (float)((qs[i] >> 4) - off) * d + mn;
-    }
-  }
+  const DLDevice cpu = {kDLCPU, 0};
+  kr_tensor tw, ty;
+  KR_CALL(kite_dequant_gguf(host, kr_view2(&tw, cpu, (void *)row, KITE_DTYPE_U8, 1, width),
+                            (kite_gguf_type)t->type,
+                            kr_view2(&ty, cpu, out, KITE_DTYPE_F32, 1, cols)));
+  return 0;
 }
 
 const kr_gguf_tensor *kr_need_tensor(const kr_gguf *g, const char *name, int64_t cols, int64_t rows,
@@ -80,8 +85,10 @@ const kr_gguf_tensor *kr_need_tensor(const kr_gguf *g, const char *name, int64_t
   }
   if (!readable(t->type)) {
     const char *tn = kr_ggml_type_name(t->type);
-    kr_errf(err, err_len, "model: tensor %s has type %s (f32, f16, bf16, q8_0, q4_0, q4_1 load)",
-            name, tn ? tn : "?");
+    kr_errf(err, err_len,
+            "model: tensor %s has type %s (%u), which kite does not load (f32, f16, bf16, q4_0, "
+            "q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl load)",
+            name, tn ? tn : "?", (unsigned)t->type);
     return NULL;
   }
   return t;
@@ -101,28 +108,36 @@ int kr_load_vector(kr_loader *ld, const kr_gguf_tensor *const *parts, int n_part
   const size_t es = kite_dtype_size(ld->act);
   float *f32 = malloc((size_t)total * sizeof(float)); /* [total] */
   uint8_t *dev = malloc((size_t)total * es);          /* [total] in ld->act */
-  int rc = -1;
-  if (!f32 || !dev) {
-    kr_errf(err, err_len, "model: out of memory");
+  int rc;
+  kite_ctx *host = host_ctx(parts, n_parts, &rc, err, err_len);
+  if (rc) {
+  } else if (!f32 || !dev) {
+    rc = kr_errf(err, err_len, "model: out of memory");
   } else {
     int64_t at = 0;
-    for (int i = 0; i < n_parts; i++) {
-      dequant_row(parts[i], 0, f32 + at);
+    for (int i = 0; i < n_parts && !rc; i++) {
+      rc = dequant_row(parts[i], 0, f32 + at, host, err, err_len);
       at += parts[i]->ne[0];
     }
     const float scale = ld->scale != 0 ? ld->scale : 1.0f;
-    for (int64_t i = 0; i < total; i++) kite_store_f32(ld->act, dev, i, f32[i] * scale);
-    rc = upload(ld, dev, (size_t)total * es, out, err, err_len);
+    for (int64_t i = 0; i < total && !rc; i++) kite_store_f32(ld->act, dev, i, f32[i] * scale);
+    if (!rc) rc = upload(ld, dev, (size_t)total * es, out, err, err_len);
   }
+  kite_ctx_destroy(host);
   free(f32);
   free(dev);
   return rc;
 }
 
-/* The 4-bit blocks of every part, concatenated as stored. */
-static int load_q4(kr_loader *ld, const kr_gguf_tensor *const *parts, int n_parts, kr_weight *w,
-                   char *err, size_t err_len) {
+/* The blocks of every part, concatenated as stored (KR_W_Q4, KR_W_GGUF). */
+static int load_blocks(kr_loader *ld, const kr_gguf_tensor *const *parts, int n_parts, kr_weight *w,
+                       char *err, size_t err_len) {
   w->format = parts[0]->type == KR_GGML_Q4_0 ? KITE_WQ4_SYM : KITE_WQ4_MIN;
+  w->nparts = n_parts;
+  for (int i = 0; i < n_parts; i++) {
+    w->types[i] = (kite_gguf_type)parts[i]->type;
+    w->part_rows[i] = parts[i]->ne[1];
+  }
   size_t bytes = 0;
   for (int i = 0; i < n_parts; i++) bytes += parts[i]->nbytes;
   uint8_t *blocks = malloc(bytes); /* [n, k / 32 * block bytes] */
@@ -145,17 +160,27 @@ int kr_load_matrix(kr_loader *ld, const kr_gguf_tensor *const *parts, int n_part
   memset(w, 0, sizeof *w);
   w->n = n;
   w->k = k;
-  if (kind == KR_W_Q4)
-    for (int i = 0; i < n_parts; i++)
-      if (parts[i]->type != parts[0]->type || !kr_ggml_is_q4(parts[i]->type)) kind = KR_W_INT8;
+  if (n_parts > KR_MAX_PARTS) return kr_errf(err, err_len, "model: %d tensors fused", n_parts);
+  if (kind == KR_W_Q4) { /* as stored: one 4-bit type, else blocks of any types, else int8 */
+    for (int i = 0; i < n_parts; i++) {
+      if (parts[i]->type != parts[0]->type || !kr_ggml_is_q4(parts[i]->type)) kind = KR_W_GGUF;
+      if (!kr_ggml_is_block(parts[i]->type)) {
+        kind = KR_W_INT8;
+        break;
+      }
+    }
+  }
   w->kind = kind;
-  if (kind == KR_W_Q4) return load_q4(ld, parts, n_parts, w, err, err_len);
+  if (kind == KR_W_Q4 || kind == KR_W_GGUF) return load_blocks(ld, parts, n_parts, w, err, err_len);
   w->dtype = ld->act;
   const size_t es = kind == KR_W_INT8 ? 1 : kite_dtype_size(ld->act);
   float *row = malloc((size_t)k * sizeof(float));    /* [k] one dequantized row */
   uint8_t *mat = malloc((size_t)n * (size_t)k * es); /* [n, k] i8 or ld->act */
   float *scales = malloc((size_t)n * sizeof(float)); /* [n] int8 row scales */
   int rc = -1;
+  kite_ctx *host = host_ctx(parts, n_parts, &rc, err, err_len);
+  if (rc) goto done;
+  rc = -1;
   if (!row || !mat || !scales) {
     kr_errf(err, err_len, "model: out of memory");
     goto done;
@@ -163,7 +188,7 @@ int kr_load_matrix(kr_loader *ld, const kr_gguf_tensor *const *parts, int n_part
   int64_t r = 0;
   for (int i = 0; i < n_parts; i++)
     for (int64_t j = 0; j < parts[i]->ne[1]; j++, r++) {
-      dequant_row(parts[i], j, row);
+      if (dequant_row(parts[i], j, row, host, err, err_len)) goto done;
       uint8_t *dst = mat + (size_t)r * (size_t)k * es;
       if (kind == KR_W_DENSE) {
         const float scale = ld->scale != 0 ? ld->scale : 1.0f;
@@ -182,6 +207,7 @@ int kr_load_matrix(kr_loader *ld, const kr_gguf_tensor *const *parts, int n_part
   if (!rc && kind == KR_W_INT8)
     rc = upload(ld, scales, (size_t)n * sizeof(float), &w->scales, err, err_len);
 done:
+  kite_ctx_destroy(host);
   free(row);
   free(mat);
   free(scales);
@@ -210,6 +236,24 @@ int kr_linear(kite_ctx *ctx, const kr_weight *w, kite_dtype act, const void *x, 
     KR_CALL(kite_quant(ctx, X, XQ, XS));
     KR_CALL(kite_linear_quant(ctx, XQ, XS, kr_view2(&tw, dev, w->data, KITE_DTYPE_I8, w->n, w->k),
                               kr_view1(&tscales, dev, w->scales, KITE_DTYPE_F32, w->n), B, Y));
+    return 0;
+  }
+  case KR_W_GGUF: { /* a call per part, into its columns of y (and of the bias) */
+    const size_t es = kite_dtype_size(act);
+    int64_t col = 0;
+    const uint8_t *data = w->data;
+    for (int p = 0; p < w->nparts; p++) {
+      int64_t bv, bb;
+      KR_CALL(kite_gguf_block_info(w->types[p], &bv, &bb));
+      const int64_t np = w->part_rows[p], width = w->k / bv * bb;
+      const int64_t ysh[2] = {rows, np}, yst[2] = {w->n, 1};
+      DLTensor *YP = kr_view(&ty, dev, (char *)y + (size_t)col * es, act, 2, ysh, yst);
+      DLTensor *BP = bias ? kr_view1(&tbias, dev, (char *)bias + (size_t)col * es, act, np) : NULL;
+      KR_CALL(kite_linear_gguf(ctx, X, kr_view2(&tw, dev, (void *)data, KITE_DTYPE_U8, np, width),
+                               w->types[p], BP, YP));
+      data += (size_t)(np * width);
+      col += np;
+    }
     return 0;
   }
   case KR_W_Q4: {

@@ -19,7 +19,10 @@ typedef enum kr_wkind {
   KR_W_DENSE, /* the activation dtype, through kite_linear */
   KR_W_INT8,  /* int8 per row + f32 scales; activations quantized per row (kite_linear_quant) */
   KR_W_Q4,    /* Q4_0 / Q4_1 blocks as stored in the file (kite_linear_wq4) */
+  KR_W_GGUF,  /* GGUF blocks as stored, a type per part of the rows (kite_linear_gguf) */
 } kr_wkind;
+
+#define KR_MAX_PARTS 4 /* tensors fused into one matrix (q, k, v) */
 
 /* A matrix w[n, k] (n outputs, k inputs) on the device. */
 typedef struct kr_weight {
@@ -29,6 +32,11 @@ typedef struct kr_weight {
   int64_t n, k;
   void *data;   /* DENSE [n, k] dtype; INT8 i8 [n, k]; Q4 u8 [n, k / 32 * block bytes] */
   void *scales; /* INT8: f32 [n]; else NULL */
+  /* GGUF: rows [0, part_rows[0]) are blocks of types[0], the next part_rows[1] of types[1]...;
+   * data holds each part's blocks as stored, one after another */
+  int nparts;
+  kite_gguf_type types[KR_MAX_PARTS];
+  int64_t part_rows[KR_MAX_PARTS];
 } kr_weight;
 
 /* Where loads go: the ctx, the dtype of vectors and dense matrices, and the running count of
@@ -43,9 +51,15 @@ typedef struct kr_loader {
 
 /* Whether a ggml type is one of the 4-bit block types kite_linear_wq4 runs as stored. */
 int kr_ggml_is_q4(uint32_t type);
+/* Whether a ggml type is a block type kite runs as stored (kite_gguf_block_info knows it). */
+int kr_ggml_is_block(uint32_t type);
+/* Whether a model whose matrices are of this type runs them as stored by default (the 4- and
+ * 5-bit types and the K-quants; Q8_0 files keep the dequantized default). */
+int kr_ggml_default_as_stored(uint32_t type);
 
-/* The 2-D tensor `name` of g with ne = [cols, rows] in a type the loader reads (f32, f16, bf16,
- * q8_0, q4_0, q4_1); NULL with a message naming it otherwise. */
+/* The 2-D tensor `name` of g with ne = [cols, rows] in a type the loader reads (f32, f16, bf16
+ * and the block types of kr_ggml_is_block); NULL with a message naming it and its type
+ * otherwise. */
 const kr_gguf_tensor *kr_need_tensor(const kr_gguf *g, const char *name, int64_t cols, int64_t rows,
                                      char *err, size_t err_len);
 
@@ -54,8 +68,8 @@ const kr_gguf_tensor *kr_need_tensor(const kr_gguf *g, const char *name, int64_t
 int kr_load_vector(kr_loader *ld, const kr_gguf_tensor *const *parts, int n_parts, void **out,
                    char *err, size_t err_len);
 /* The rows of `parts` one after another ([sum of ne[1], ne[0]], e.g. the fused q, k, v
- * projection) as a matrix of the given kind. KR_W_Q4 falls back to KR_W_INT8 unless every part
- * is of one 4-bit type. */
+ * projection) as a matrix of the given kind. KR_W_Q4 means "as stored": KR_W_Q4 when every part
+ * is of one 4-bit type, else KR_W_GGUF when every part is of a block type, else KR_W_INT8. */
 int kr_load_matrix(kr_loader *ld, const kr_gguf_tensor *const *parts, int n_parts, kr_wkind kind,
                    kr_weight *w, char *err, size_t err_len);
 void kr_weight_free(kite_ctx *ctx, kr_weight *w);

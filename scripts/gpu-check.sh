@@ -157,10 +157,10 @@ if want bench; then
   for op in rms_norm add_rms_norm silu_and_mul rope softmax embedding rms_norm_backward \
     layer_norm_backward activation_backward gated_backward rope_backward softmax_backward \
     embedding_backward paged_decode paged_prefill \
-    sdpa linear linear_wq4 group_gemm fused_moe argmax sample logprobs apply_penalties \
-    cross_entropy cross_entropy_backward fused_linear_cross_entropy; do
-    # the sampling family as engines hand it over: f32 logits
-    case $op in argmax | sample | logprobs | apply_penalties) dt=f32 ;; *) dt=bf16 ;; esac
+    sdpa linear linear_wq4 linear_gguf group_gemm fused_moe argmax sample logprobs \
+    apply_penalties cross_entropy cross_entropy_backward fused_linear_cross_entropy; do
+    # the sampling family as engines hand it over: f32 logits; linear_gguf's bench rows are f32
+    case $op in argmax | sample | logprobs | apply_penalties | linear_gguf) dt=f32 ;; *) dt=bf16 ;; esac
     # the losses' 2 GB of logits (and ref's one timed call on them) take longer to set up
     lim=120
     case $op in cross_entropy*) lim=300 ;; esac

@@ -258,6 +258,20 @@ static kite_kernel cpu_kernels[] = {
     ROW(KITE_OP_LINEAR_WQ4, "avx2", 20, CPU_ISA_AVX2, supports_float, cpu_linear_wq4_avx2,
         "4-bit blocks widened to 4 x 8 floats, FMA, 4 rows of x per block"),
 #endif
+    ROW(KITE_OP_LINEAR_GGUF, "scalar", 10, 0, supports_float, cpu_gguf_scalar,
+        "4 rows of w decoded to f32 in portable C, every row of x against them"),
+    ROW(KITE_OP_DEQUANT_GGUF, "scalar", 10, 0, supports_float, cpu_gguf_scalar,
+        "blocks decoded to f32 in portable C, stored in y's dtype"),
+#if defined(__x86_64__)
+    ROW(KITE_OP_LINEAR_GGUF, "avx512", 22, CPU_ISA_AVX512, supports_float, cpu_gguf_avx512,
+        "4 rows of w decoded to f32, every row of x against them, 16-lane FMA"),
+    ROW(KITE_OP_LINEAR_GGUF, "avx2", 20, CPU_ISA_AVX2, supports_float, cpu_gguf_avx2,
+        "4 rows of w decoded to f32, every row of x against them, 8-lane FMA"),
+    ROW(KITE_OP_DEQUANT_GGUF, "avx512", 22, CPU_ISA_AVX512, supports_float, cpu_gguf_avx512,
+        "blocks decoded to f32 in 16-lane vectors, stored in y's dtype"),
+    ROW(KITE_OP_DEQUANT_GGUF, "avx2", 20, CPU_ISA_AVX2, supports_float, cpu_gguf_avx2,
+        "blocks decoded to f32 in 8-lane vectors, stored in y's dtype"),
+#endif
 };
 #define CPU_NUM_KERNELS (sizeof cpu_kernels / sizeof cpu_kernels[0])
 

@@ -12,3 +12,4 @@
 #include "kernels/embedding.inc"
 #include "kernels/loss.inc"
 #include "kernels/sampling.inc"
+#include "kernels/gguf.inc"

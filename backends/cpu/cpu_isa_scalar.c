@@ -14,3 +14,4 @@
 #include "kernels/attention.inc"
 #include "kernels/attention_train.inc"
 #include "kernels/sampling.inc"
+#include "kernels/gguf.inc"

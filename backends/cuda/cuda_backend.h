@@ -194,6 +194,8 @@ CUDA_RUN(cuda_nccl_run);
 
 /* wq4.cu: linear_wq4 */
 CUDA_RUN(cuda_linear_wq4_run);
+/* gguf.cu: linear_gguf, dequant_gguf */
+CUDA_RUN(cuda_gguf_run);
 
 /* cross_entropy.cu: cross_entropy, cross_entropy_backward */
 CUDA_SUPPORTS(cuda_ce_vec_supports);

@@ -102,6 +102,9 @@ static const kite_kernel ref_kernels[] = {
     REF_COMM_KERNEL(KITE_OP_REDUCE_SCATTER, "float64 sums of each rank's slice, rounded once"),
     REF_COMM_KERNEL(KITE_OP_ALL_REDUCE_ADD_RMS_NORM,
                     "float64 sum rounded once, then the ref add_rms_norm per rank"),
+    REF_KERNEL(KITE_OP_LINEAR_GGUF, ref_gguf_run,
+               "GGUF blocks decoded by kite.h's formula in float64, float64 dots, bias"),
+    REF_KERNEL(KITE_OP_DEQUANT_GGUF, ref_gguf_run, "GGUF blocks decoded by kite.h's formula"),
 };
 
 static const kite_backend ref_backend_def = {

@@ -654,6 +654,24 @@ typedef struct kite_linear_wq4_args {
   int64_t y_stride;
 } kite_linear_wq4_args;
 
+/* linear_gguf and dequant_gguf: w rows of k / bv blocks of `type` (kite.h: bv values in bb
+ * bytes each), w_stride in bytes between rows. linear_gguf: y[m, n] (dtype) = x[m, k] w^T +
+ * bias[n]; dequant_gguf: y[n, k] (dtype) = w's values, m 0 and x, bias NULL. */
+typedef struct kite_gguf_args {
+  kite_op op;
+  kite_dtype dtype;
+  kite_gguf_type type;
+  int64_t bv, bb;
+  int64_t m, n, k;
+  const void *x;
+  int64_t x_stride;
+  const uint8_t *w;
+  int64_t w_stride;
+  const void *bias;
+  void *y;
+  int64_t y_stride;
+} kite_gguf_args;
+
 /* ---- communication (kite.h "Communication between ranks") ----------------------------------- */
 
 /* The comm a collective runs on: the backend that created it (kite_backend.comm_create) and that

@@ -824,6 +824,84 @@ KITE_API int64_t kite_wq4_block_bytes(kite_wq4_format format);
 KITE_API kite_status kite_linear_wq4(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
                                      kite_wq4_format format, const DLTensor *bias, DLTensor *y);
 
+/* --- GGUF block weights ----------------------------------------------------------------------
+ * Weights in the block types of GGUF files, used as stored. A row of K values is K / V blocks
+ * of B bytes (V values each, in order); a block's fields follow one another without padding,
+ * little endian; f16 is IEEE half, int8 two's complement. In every formula below d, m (dmin)
+ * are the block's f16 fields as exact numbers, and the value of each weight is the formula in
+ * exact arithmetic rounded once to f32 (what GGUF's reference dequantization gives, bit for bit).
+ * Q4_0 and Q4_1 are the blocks of kite_linear_wq4 (SYM, MIN). Below, juxtaposition multiplies
+ * (2 j is 2 * j), / is integer division and the bit operators are C's.
+ *
+ *   Q4_0    (2)  V 32,  B 18: f16 d, u8 qs[16]. Value j < 16: q = qs[j] & 15, value j + 16:
+ *                q = qs[j] >> 4; w = (q - 8) d.
+ *   Q4_1    (3)  V 32,  B 20: f16 d, f16 m, u8 qs[16]; q as Q4_0; w = q d + m.
+ *   Q5_0    (6)  V 32,  B 22: f16 d, u8 qh[4], u8 qs[16]. h = qh as a u32 (little endian);
+ *                value j < 16: q = (qs[j] & 15) | ((h >> j) & 1) << 4, value j + 16:
+ *                q = (qs[j] >> 4) | ((h >> (j + 16)) & 1) << 4; w = (q - 16) d.
+ *   Q5_1    (7)  V 32,  B 24: f16 d, f16 m, u8 qh[4], u8 qs[16]; q as Q5_0; w = q d + m.
+ *   Q8_0    (8)  V 32,  B 34: f16 d, i8 qs[32]; w = qs[j] d.
+ *   Q2_K   (10)  V 256, B 84: u8 scales[16], u8 qs[64], f16 d, f16 dmin. Value i = 128 h + 32 j + l
+ *                (h < 2, j < 4, l < 32): q = (qs[32 h + l] >> 2 j) & 3, sub-block s = 8 h + 2 j +
+ *                l / 16 (16 values each); w = d (scales[s] & 15) q - dmin (scales[s] >> 4).
+ *   Q3_K   (11)  V 256, B 110: u8 hmask[32], u8 qs[64], u8 scales[12], f16 d. Value i = 128 h +
+ *                32 j + l as Q2_K: q = ((qs[32 h + l] >> 2 j) & 3) - (bit 4 h + j of hmask[l] ?
+ *                0 : 4), s = 8 h + 2 j + l / 16; 16 signed 6-bit scales: lo = s < 8 ?
+ *                scales[s] & 15 : scales[s - 8] >> 4, hi = (scales[8 + s % 4] >> 2 (s / 4)) & 3,
+ *                sc = (lo | hi << 4) - 32; w = d sc q.
+ *   Q4_K   (12)  V 256, B 144: f16 d, f16 dmin, u8 scales[12], u8 qs[128]. Eight sub-blocks of
+ *                32, each with a 6-bit scale sc and a 6-bit min mn, packed: for s < 4,
+ *                sc = scales[s] & 63, mn = scales[s + 4] & 63; for 4 <= s < 8,
+ *                sc = (scales[s + 4] & 15) | (scales[s - 4] >> 6) << 4,
+ *                mn = (scales[s + 4] >> 4) | (scales[s] >> 6) << 4.
+ *                Value i = 64 c + l (c < 4, l < 64): l < 32: q = qs[32 c + l] & 15, s = 2 c;
+ *                l >= 32: q = qs[32 c + l - 32] >> 4, s = 2 c + 1; w = d sc q - dmin mn.
+ *   Q5_K   (13)  V 256, B 176: f16 d, f16 dmin, u8 scales[12] (as Q4_K), u8 qh[32], u8 qs[128].
+ *                Value 64 c + l as Q4_K with a fifth bit: q |= ((qh[l % 32] >> s) & 1) << 4
+ *                (s = 2 c or 2 c + 1, the sub-block); w = d sc q - dmin mn.
+ *   Q6_K   (14)  V 256, B 210: u8 ql[128], u8 qh[64], i8 scales[16], f16 d. Value i = 128 h +
+ *                32 j + l (h < 2, j < 4, l < 32): lo = ql[64 h + 32 (j % 2) + l], low nibble for
+ *                j < 2, high nibble for j >= 2; q = (lo | ((qh[32 h + l] >> 2 j) & 3) << 4) - 32;
+ *                w = d scales[8 h + 2 j + l / 16] q.
+ *   Q8_K   (15)  V 256, B 292: f32 d, i8 qs[256], i16 bsums[16] (not read); w = qs[i] d.
+ *   IQ4_NL (20)  V 32,  B 18: f16 d, u8 qs[16]; q as Q4_0; w = d T[q] with T = {-127, -104, -83,
+ *                -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}.
+ */
+typedef enum kite_gguf_type {
+  KITE_GGUF_Q4_0 = 2,
+  KITE_GGUF_Q4_1 = 3,
+  KITE_GGUF_Q5_0 = 6,
+  KITE_GGUF_Q5_1 = 7,
+  KITE_GGUF_Q8_0 = 8,
+  KITE_GGUF_Q2_K = 10,
+  KITE_GGUF_Q3_K = 11,
+  KITE_GGUF_Q4_K = 12,
+  KITE_GGUF_Q5_K = 13,
+  KITE_GGUF_Q6_K = 14,
+  KITE_GGUF_Q8_K = 15,
+  KITE_GGUF_IQ4_NL = 20,
+} kite_gguf_type;
+/* Values (V) and bytes (B) of one block of `type` (either pointer may be NULL); KITE_OK, or
+ * INVALID_ARG naming the type when kite does not run it (both set to 0 then). */
+KITE_API kite_status kite_gguf_block_info(kite_gguf_type type, int64_t *block_values,
+                                          int64_t *block_bytes);
+/* "q4_k" for KITE_GGUF_Q4_K (GGUF's own lower-case names); NULL for a type kite does not run. */
+KITE_API const char *kite_gguf_type_name(kite_gguf_type type);
+
+/* y[M, N] = x[M, K] w^T + bias[N] with w in GGUF blocks of `type` as stored: w is uint8
+ * [N, K / V * B] (V, B from kite_gguf_block_info), row n the blocks of output n in order
+ * (row-strided allowed). K must be a multiple of V. x, y and bias (NULL or [N]) f32/f16/bf16, all
+ * the same dtype; x and y may be row-strided. Weights are decoded as above, the dot products
+ * accumulate in f32 or better and y is rounded once. Errors: a type kite does not run, K not a
+ * multiple of V, w's width not K / V blocks. For Q4_0 / Q4_1 the result is kite_linear_wq4's. */
+KITE_API kite_status kite_linear_gguf(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
+                                      kite_gguf_type type, const DLTensor *bias, DLTensor *y);
+/* y[N, K] = the weights of w (uint8 [N, K / V * B] of `type`, row-strided allowed) as above: each
+ * weight's f32 value, rounded to y's dtype (f32/f16/bf16; y may be row-strided). Errors as
+ * kite_linear_gguf's, and y's width not a multiple of V. */
+KITE_API kite_status kite_dequant_gguf(kite_ctx *ctx, const DLTensor *w, kite_gguf_type type,
+                                       DLTensor *y);
+
 /* ---------------------------------------------------------------------------------------------
  * Communication between ranks (tensor parallelism): a communicator and collectives over it.
  *

@@ -768,6 +768,86 @@ _PARTS = [
         'C: kite_status kite_moe_aux_loss_backward(kite_ctx *ctx, const DLTensor *logits,\n'
         '    const DLTensor *ids, const DLTensor *mask, const DLTensor *dloss, DLTensor *dlogits);'
     ),
+    (
+        'GGUF block weights\n'
+        'Weights in the block types of GGUF files, used as stored. A row of K values is K / V blocks\n'
+        "of B bytes (V values each, in order); a block's fields follow one another without padding,\n"
+        "little endian; f16 is IEEE half, int8 two's complement. In every formula below d, m (dmin)\n"
+        "are the block's f16 fields as exact numbers, and the value of each weight is the formula in\n"
+        "exact arithmetic rounded once to f32 (what GGUF's reference dequantization gives, bit for bit).\n"
+        'Q4_0 and Q4_1 are the blocks of kite_linear_wq4 (SYM, MIN). Below, juxtaposition multiplies\n'
+        "(2 j is 2 * j), / is integer division and the bit operators are C's.\n"
+        '  Q4_0    (2)  V 32,  B 18: f16 d, u8 qs[16]. Value j < 16: q = qs[j] & 15, value j + 16:\n'
+        '               q = qs[j] >> 4; w = (q - 8) d.\n'
+        '  Q4_1    (3)  V 32,  B 20: f16 d, f16 m, u8 qs[16]; q as Q4_0; w = q d + m.\n'
+        '  Q5_0    (6)  V 32,  B 22: f16 d, u8 qh[4], u8 qs[16]. h = qh as a u32 (little endian);\n'
+        '               value j < 16: q = (qs[j] & 15) | ((h >> j) & 1) << 4, value j + 16:\n'
+        '               q = (qs[j] >> 4) | ((h >> (j + 16)) & 1) << 4; w = (q - 16) d.\n'
+        '  Q5_1    (7)  V 32,  B 24: f16 d, f16 m, u8 qh[4], u8 qs[16]; q as Q5_0; w = q d + m.\n'
+        '  Q8_0    (8)  V 32,  B 34: f16 d, i8 qs[32]; w = qs[j] d.\n'
+        '  Q2_K   (10)  V 256, B 84: u8 scales[16], u8 qs[64], f16 d, f16 dmin. Value i = 128 h + 32 j + l\n'
+        '               (h < 2, j < 4, l < 32): q = (qs[32 h + l] >> 2 j) & 3, sub-block s = 8 h + 2 j +\n'
+        '               l / 16 (16 values each); w = d (scales[s] & 15) q - dmin (scales[s] >> 4).\n'
+        '  Q3_K   (11)  V 256, B 110: u8 hmask[32], u8 qs[64], u8 scales[12], f16 d. Value i = 128 h +\n'
+        '               32 j + l as Q2_K: q = ((qs[32 h + l] >> 2 j) & 3) - (bit 4 h + j of hmask[l] ?\n'
+        '               0 : 4), s = 8 h + 2 j + l / 16; 16 signed 6-bit scales: lo = s < 8 ?\n'
+        '               scales[s] & 15 : scales[s - 8] >> 4, hi = (scales[8 + s % 4] >> 2 (s / 4)) & 3,\n'
+        '               sc = (lo | hi << 4) - 32; w = d sc q.\n'
+        '  Q4_K   (12)  V 256, B 144: f16 d, f16 dmin, u8 scales[12], u8 qs[128]. Eight sub-blocks of\n'
+        '               32, each with a 6-bit scale sc and a 6-bit min mn, packed: for s < 4,\n'
+        '               sc = scales[s] & 63, mn = scales[s + 4] & 63; for 4 <= s < 8,\n'
+        '               sc = (scales[s + 4] & 15) | (scales[s - 4] >> 6) << 4,\n'
+        '               mn = (scales[s + 4] >> 4) | (scales[s] >> 6) << 4.\n'
+        '               Value i = 64 c + l (c < 4, l < 64): l < 32: q = qs[32 c + l] & 15, s = 2 c;\n'
+        '               l >= 32: q = qs[32 c + l - 32] >> 4, s = 2 c + 1; w = d sc q - dmin mn.\n'
+        '  Q5_K   (13)  V 256, B 176: f16 d, f16 dmin, u8 scales[12] (as Q4_K), u8 qh[32], u8 qs[128].\n'
+        '               Value 64 c + l as Q4_K with a fifth bit: q |= ((qh[l % 32] >> s) & 1) << 4\n'
+        '               (s = 2 c or 2 c + 1, the sub-block); w = d sc q - dmin mn.\n'
+        '  Q6_K   (14)  V 256, B 210: u8 ql[128], u8 qh[64], i8 scales[16], f16 d. Value i = 128 h +\n'
+        '               32 j + l (h < 2, j < 4, l < 32): lo = ql[64 h + 32 (j % 2) + l], low nibble for\n'
+        '               j < 2, high nibble for j >= 2; q = (lo | ((qh[32 h + l] >> 2 j) & 3) << 4) - 32;\n'
+        '               w = d scales[8 h + 2 j + l / 16] q.\n'
+        '  Q8_K   (15)  V 256, B 292: f32 d, i8 qs[256], i16 bsums[16] (not read); w = qs[i] d.\n'
+        '  IQ4_NL (20)  V 32,  B 18: f16 d, u8 qs[16]; q as Q4_0; w = d T[q] with T = {-127, -104, -83,\n'
+        '               -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}.'
+    ),
+    (
+        'typedef enum kite_gguf_type {\n'
+        '  KITE_GGUF_Q4_0 = 2,\n'
+        '  KITE_GGUF_Q4_1 = 3,\n'
+        '  KITE_GGUF_Q5_0 = 6,\n'
+        '  KITE_GGUF_Q5_1 = 7,\n'
+        '  KITE_GGUF_Q8_0 = 8,\n'
+        '  KITE_GGUF_Q2_K = 10,\n'
+        '  KITE_GGUF_Q3_K = 11,\n'
+        '  KITE_GGUF_Q4_K = 12,\n'
+        '  KITE_GGUF_Q5_K = 13,\n'
+        '  KITE_GGUF_Q6_K = 14,\n'
+        '  KITE_GGUF_Q8_K = 15,\n'
+        '  KITE_GGUF_IQ4_NL = 20,\n'
+        '} kite_gguf_type;'
+    ),
+    (
+        'y[M, N] = x[M, K] w^T + bias[N] with w in GGUF blocks of `type` as stored: w is uint8\n'
+        '[N, K / V * B] (V, B from kite_gguf_block_info), row n the blocks of output n in order\n'
+        '(row-strided allowed). K must be a multiple of V. x, y and bias (NULL or [N]) f32/f16/bf16, all\n'
+        'the same dtype; x and y may be row-strided. Weights are decoded as above, the dot products\n'
+        'accumulate in f32 or better and y is rounded once. Errors: a type kite does not run, K not a\n'
+        "multiple of V, w's width not K / V blocks. For Q4_0 / Q4_1 the result is kite_linear_wq4's."
+    ),
+    (
+        'C: kite_status kite_linear_gguf(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,\n'
+        '    kite_gguf_type type, const DLTensor *bias, DLTensor *y);'
+    ),
+    (
+        'y[N, K] = the weights of w (uint8 [N, K / V * B] of `type`, row-strided allowed) as above: each\n'
+        "weight's f32 value, rounded to y's dtype (f32/f16/bf16; y may be row-strided). Errors as\n"
+        "kite_linear_gguf's, and y's width not a multiple of V."
+    ),
+    (
+        'C: kite_status kite_dequant_gguf(kite_ctx *ctx, const DLTensor *w, kite_gguf_type type,\n'
+        '    DLTensor *y);'
+    ),
 ]
 
 # op -> its parts, in order
@@ -822,6 +902,8 @@ _INDEX = {
     'fused_moe_ex': (42, 43, 46, 108, 109, 110, 111, 112),
     'moe_aux_loss': (46, 113, 114),
     'moe_aux_loss_backward': (46, 115, 116),
+    'linear_gguf': (117, 118, 119, 120),
+    'dequant_gguf': (117, 118, 121, 122),
 }
 
 DOCS = {name: "\n\n".join(_PARTS[i] for i in ids) for name, ids in _INDEX.items()}

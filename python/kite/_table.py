@@ -129,4 +129,7 @@ OPS = {
     "moe_aux_loss": dict(defaults=dict(mask=None),
                          out=dict(loss="new(logits, (1,), 'float32')")),
     "moe_aux_loss_backward": dict(out=dict(dlogits="like(logits)")),
+    # GGUF blocks: type is GGUF's number (kite_gguf_type); dequant_gguf writes a given y[N, K]
+    "linear_gguf": dict(defaults=dict(bias=None), out=dict(y="new(x, (x.shape[0], w.shape[0]))")),
+    "dequant_gguf": dict(),
 }

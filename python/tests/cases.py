@@ -721,6 +721,18 @@ def moe_aux_loss_backward(dt, dev):
     return Case([logits, ids, mask, dloss], ref)
 
 
+# GGUF blocks: Q4_0 (type 2) is linear_wq4's sym layout; every type against gguf-py: test_gguf.py
+def linear_gguf(dt, dev):
+    x, b = _r(5, 64, dtype=dt, device=dev), _r(12, dtype=dt, device=dev)
+    w, wd = _wq4(12, 64, 0, dev)
+    return Case([x, w, 2, b], lambda a: [a[0].double().cpu() @ wd.T + a[3].double().cpu()])
+
+
+def dequant_gguf(dt, dev):
+    w, wd = _wq4(12, 64, 0, dev)
+    y = torch.empty(12, 64, dtype=dt, device=dev)
+    return Case([w, 2, y], lambda a: [wd], lambda out, a: [a[2]], mutated=[2])
+
 CASES = {
     "silu": _act(F.silu),
     "gelu": _act(F.gelu),
@@ -772,6 +784,8 @@ CASES = {
     "fused_moe_ex": fused_moe_ex,
     "moe_aux_loss": moe_aux_loss,
     "moe_aux_loss_backward": moe_aux_loss_backward,
+    "linear_gguf": linear_gguf,
+    "dequant_gguf": dequant_gguf,
 }
 # more than one case for some ops
 EXTRA = {"rope_gptj": ("rope", lambda dt, dev: rope(dt, dev, style=1)),

@@ -187,7 +187,7 @@ void tm_free_tensors(void) {
 /* ---- the image ---------------------------------------------------------------------------- */
 /* Byte tokens for every byte (GPT-2's printable mapping), then merges "a b" -> "ab",
  * "ab c" -> "abc", "Ġ a" -> "Ġa", and <|im_end|> as a control token. */
-static void write_tokenizer(tm_buf *b, int n_vocab, tm_variant variant, int *n_kv) {
+void tm_write_tokenizer(tm_buf *b, int n_vocab, tm_variant variant, int *n_kv) {
   tm_kv_str(b, "tokenizer.ggml.model", "gpt2");
   tm_kv_str(b, "tokenizer.ggml.pre", "smollm");
   (*n_kv) += 2;
@@ -266,7 +266,7 @@ tm_buf tm_write_gguf(tm_variant variant) {
     tm_kv_f32(&b, "llama.rope.freq_base", 10000.0f);
   tm_kv_f32(&b, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
   n_kv += variant == TM_NO_BLOCK_COUNT ? 8 : 9;
-  write_tokenizer(&b, variant == TM_SMALL_VOCAB ? V - 20 : V, variant, &n_kv);
+  tm_write_tokenizer(&b, variant == TM_SMALL_VOCAB ? V - 20 : V, variant, &n_kv);
   uint64_t nk = (uint64_t)n_kv;
   memcpy(b.p + kv_count_at, &nk, 8);
   uint64_t off = 0;

@@ -67,6 +67,9 @@ typedef enum tm_variant {
   TM_EOS_STRING,         /* tokenizer.ggml.eos_token_id is a string */
 } tm_variant;
 
+/* The tokenizer's metadata (n_vocab tokens: 256 bytes, merges, <|im_end|> = 259), adding the
+ * count of keys written to *n_kv; the variant may make eos_token_id a string. */
+void tm_write_tokenizer(tm_buf *b, int n_vocab, tm_variant variant, int *n_kv);
 /* The GGUF image of the model with the variant's defect; free .p. */
 tm_buf tm_write_gguf(tm_variant v);
 /* The variant named on a command line ("good", "small-vocab", ...); -1 when unknown. */

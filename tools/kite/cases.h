@@ -55,6 +55,7 @@ typedef struct kt_gemm_case {
   kite_dtype qtype;    /* quant, dequant, linear_quant: KITE_DTYPE_I8 or KITE_DTYPE_FP8_E4M3 */
   int specials;        /* quant: NaN, inf, zero rows, ties, saturation; dequant: NaN codes */
   kite_wq4_format wq4; /* linear_wq4: block format */
+  kite_gguf_type gguf; /* linear_gguf, dequant_gguf (driver_gguf.c): block type */
 } kt_gemm_case;
 
 /* The fields of the training ops' cases, the backward ops (driver_act.c, driver_norm.c,

@@ -1,0 +1,113 @@
+/*
+ * linear_gguf and dequant_gguf: each weight computed from kite.h's formula for its block type in
+ * float64 (exact: the products of f16 scales and small integers fit in 53 bits) and rounded once
+ * to f32, the weight's defined value; linear_gguf's dot products in float64, bias, one rounding to
+ * y's dtype; dequant_gguf stores the f32 value in y's dtype.
+ */
+#include <string.h>
+
+#include "ref.h"
+
+static double f16_at(const uint8_t *p) {
+  return kite_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+}
+
+/* The 6-bit scale (want_min 0) or min (1) of sub-block s of Q4_K / Q5_K. */
+static int k4_scale(const uint8_t *sc, int s, int want_min) {
+  if (s < 4) return want_min ? sc[s + 4] & 63 : sc[s] & 63;
+  if (want_min) return (sc[s + 4] >> 4) | (sc[s] >> 6) << 4;
+  return (sc[s + 4] & 15) | (sc[s - 4] >> 6) << 4;
+}
+
+/* Weight i of a block, exactly. */
+static double gguf_exact(kite_gguf_type t, const uint8_t *b, int i) {
+  static const int iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                1,    13,   25,  38,  53,  69,  89,  113};
+  const int j32 = i % 16, hi32 = i >= 16; /* 32-value blocks: byte j32, high nibble or not */
+  switch (t) {
+  case KITE_GGUF_Q4_0:
+  case KITE_GGUF_IQ4_NL: {
+    const int q = hi32 ? b[2 + j32] >> 4 : b[2 + j32] & 15;
+    return t == KITE_GGUF_Q4_0 ? (q - 8) * f16_at(b) : iq4nl[q] * f16_at(b);
+  }
+  case KITE_GGUF_Q4_1: {
+    const int q = hi32 ? b[4 + j32] >> 4 : b[4 + j32] & 15;
+    return q * f16_at(b) + f16_at(b + 2);
+  }
+  case KITE_GGUF_Q5_0:
+  case KITE_GGUF_Q5_1: {
+    const int off = t == KITE_GGUF_Q5_0 ? 2 : 4; /* qh's offset */
+    const uint32_t h = (uint32_t)b[off] | (uint32_t)b[off + 1] << 8 | (uint32_t)b[off + 2] << 16 |
+                       (uint32_t)b[off + 3] << 24;
+    const uint8_t *qs = b + off + 4;
+    const int q = (hi32 ? qs[j32] >> 4 : qs[j32] & 15) | (int)((h >> i) & 1) << 4;
+    if (t == KITE_GGUF_Q5_0) return (q - 16) * f16_at(b);
+    return q * f16_at(b) + f16_at(b + 2);
+  }
+  case KITE_GGUF_Q8_0:
+    return (int8_t)b[2 + i] * f16_at(b);
+  case KITE_GGUF_Q2_K: {
+    const int h = i / 128, j = i % 128 / 32, l = i % 32, s = 8 * h + 2 * j + l / 16;
+    const int q = (b[16 + 32 * h + l] >> (2 * j)) & 3;
+    return f16_at(b + 80) * (b[s] & 15) * q - f16_at(b + 82) * (b[s] >> 4);
+  }
+  case KITE_GGUF_Q3_K: {
+    const int h = i / 128, j = i % 128 / 32, l = i % 32, s = 8 * h + 2 * j + l / 16;
+    const uint8_t *sc = b + 96;
+    const int q = ((b[32 + 32 * h + l] >> (2 * j)) & 3) - ((b[l] >> (4 * h + j)) & 1 ? 0 : 4);
+    const int low = s < 8 ? sc[s] & 15 : sc[s - 8] >> 4;
+    const int scale = (low | ((sc[8 + s % 4] >> (2 * (s / 4))) & 3) << 4) - 32;
+    return f16_at(b + 108) * scale * q;
+  }
+  case KITE_GGUF_Q4_K:
+  case KITE_GGUF_Q5_K: {
+    const int c = i / 64, l = i % 64, s = 2 * c + l / 32;
+    const uint8_t *qs = b + (t == KITE_GGUF_Q4_K ? 16 : 48);
+    int q = l < 32 ? qs[32 * c + l] & 15 : qs[32 * c + l - 32] >> 4;
+    if (t == KITE_GGUF_Q5_K) q |= ((b[16 + l % 32] >> s) & 1) << 4;
+    return f16_at(b) * k4_scale(b + 4, s, 0) * q - f16_at(b + 2) * k4_scale(b + 4, s, 1);
+  }
+  case KITE_GGUF_Q6_K: {
+    const int h = i / 128, j = i % 128 / 32, l = i % 32;
+    const uint8_t lo = b[64 * h + 32 * (j % 2) + l];
+    const int q = ((j < 2 ? lo & 15 : lo >> 4) | ((b[128 + 32 * h + l] >> (2 * j)) & 3) << 4) - 32;
+    return f16_at(b + 208) * (int8_t)b[192 + 8 * h + 2 * j + l / 16] * q;
+  }
+  case KITE_GGUF_Q8_K: {
+    float d;
+    memcpy(&d, b, 4);
+    return (double)d * (int8_t)b[4 + i];
+  }
+  }
+  return NAN;
+}
+
+/* Weight i of a row of blocks: its defined value, the exact one rounded once to f32. */
+static double gguf_weight(const kite_gguf_args *a, const uint8_t *row, int64_t i) {
+  return (float)gguf_exact(a->type, row + i / a->bv * a->bb, (int)(i % a->bv));
+}
+
+kite_status ref_gguf_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_gguf_args *a = args;
+  if (!a || (a->op != KITE_OP_LINEAR_GGUF && a->op != KITE_OP_DEQUANT_GGUF))
+    return kite_set_error(KITE_ERR_INVALID_ARG, "linear_gguf: ref: bad args");
+  const char *op = ref_op_str(a->op);
+  if (!ref_is_float(a->dtype))
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: ref: dtype %s is not supported", op,
+                          ref_dtype_str(a->dtype));
+  for (int64_t n = 0; n < a->n; n++) {
+    const uint8_t *row = a->w + n * a->w_stride;
+    if (a->op == KITE_OP_DEQUANT_GGUF) {
+      for (int64_t i = 0; i < a->k; i++)
+        kite_store_f32(a->dtype, a->y, n * a->y_stride + i, (float)gguf_weight(a, row, i));
+      continue;
+    }
+    for (int64_t m = 0; m < a->m; m++) {
+      double acc = a->bias ? kite_load_f32(a->dtype, a->bias, n) : 0.0;
+      for (int64_t i = 0; i < a->k; i++)
+        acc += (double)kite_load_f32(a->dtype, a->x, m * a->x_stride + i) * gguf_weight(a, row, i);
+      kite_store_f32(a->dtype, a->y, m * a->y_stride + n, (float)acc);
+    }
+  }
+  return KITE_OK;
+}
