@@ -27,6 +27,7 @@ typedef struct range {
   size_t size; /* the buffer's bytes (what kite_malloc was asked for) */
   size_t span; /* bytes of address space taken, page-rounded */
   cl_mem mem;
+  int device_id; /* whose context the buffer belongs to */
 } range;
 
 /* A handle's range start, for looking handles up (sorted by mem). */
@@ -91,7 +92,7 @@ static const range *range_of_locked(cl_mem mem) {
 }
 
 /* Enters mem (size bytes) as a new range; the caller holds g_lock. */
-static kite_status insert_locked(cl_mem mem, size_t size) {
+static kite_status insert_locked(cl_mem mem, size_t size, int device_id) {
   kite_status s = reserve_locked();
   if (s != KITE_OK) return s;
   const size_t span = ((size ? size : 1) + PAGE - 1) / PAGE * PAGE + PAGE; /* + a free page */
@@ -113,7 +114,7 @@ static kite_status insert_locked(cl_mem mem, size_t size) {
     g_cap = cap;
   }
   memmove(&g_ranges[i + 1], &g_ranges[i], (g_n - i) * sizeof *g_ranges);
-  g_ranges[i] = (range){at, size, span, mem};
+  g_ranges[i] = (range){at, size, span, mem, device_id};
   const size_t h = handle_at_locked(mem);
   memmove(&g_handles[h + 1], &g_handles[h], (g_n - h) * sizeof *g_handles);
   g_handles[h] = (handle){mem, at};
@@ -137,10 +138,10 @@ static void CL_CALLBACK forget(cl_mem mem, void *user) {
 
 /* Enters mem (a buffer of size bytes) unless it is in already (two threads meeting a caller's
  * buffer first at once), and has it forgotten when OpenCL destroys it. */
-static kite_status enter(const char *op, cl_mem mem, size_t size) {
+static kite_status enter(const char *op, cl_mem mem, size_t size, int device_id) {
   pthread_mutex_lock(&g_lock);
   const int known = range_of_locked(mem) != NULL;
-  kite_status s = known ? KITE_OK : insert_locked(mem, size);
+  kite_status s = known ? KITE_OK : insert_locked(mem, size, device_id);
   pthread_mutex_unlock(&g_lock);
   if (s != KITE_OK || known) return s;
   cl_int e = clSetMemObjectDestructorCallback(mem, forget, NULL);
@@ -190,7 +191,7 @@ static kite_status enter_caller_buffer(ocl_dev *d, int device_id, cl_mem mem) {
                           "cl_mem %p is not a buffer (images and sub-buffers are not taken: pass "
                           "the buffer and the view's byte_offset)",
                           (void *)mem);
-  return enter("opencl", mem, size);
+  return enter("opencl", mem, size, device_id);
 }
 
 kite_status ocl_tensor_address(const kite_backend *b, int device_id, void *data,
@@ -202,7 +203,12 @@ kite_status ocl_tensor_address(const kite_backend *b, int device_id, void *data,
     const range *r = range_of_locked(mem);
     const uintptr_t addr = r ? r->addr : 0;
     const size_t size = r ? r->size : 0;
+    const int owner = r ? r->device_id : device_id;
     pthread_mutex_unlock(&g_lock);
+    if (owner != device_id)
+      return kite_set_error(KITE_ERR_INVALID_ARG,
+                            "cl_mem %p is a buffer of OpenCL device %d, not of device %d",
+                            (void *)mem, owner, device_id);
     if (r) {
       if (byte_offset > size || bytes > size - byte_offset)
         return kite_set_error(KITE_ERR_INVALID_ARG,
@@ -258,7 +264,7 @@ kite_status ocl_alloc(const kite_backend *b, int device_id, size_t bytes, void *
   cl_int e;
   cl_mem mem = clCreateBuffer(d->context, CL_MEM_READ_WRITE, bytes ? bytes : 256, NULL, &e);
   if (!mem) return ocl_error("alloc", "clCreateBuffer", e);
-  if ((s = enter("alloc", mem, bytes)) != KITE_OK) {
+  if ((s = enter("alloc", mem, bytes, device_id)) != KITE_OK) {
     clReleaseMemObject(mem);
     return s;
   }
