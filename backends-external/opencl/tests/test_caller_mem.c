@@ -4,9 +4,9 @@
  * the caller's, on a ctx whose stream is the caller's queue, read back with the caller's own
  * clEnqueueReadBuffer and compared with a float64 rms_norm. Also: views of one buffer are
  * compared for overlap, views of two buffers are not; a view past the buffer's end, a misaligned
- * one and a host pointer are refused naming the op and the argument; kite_malloc gives a cl_mem
- * that kite_memcpy_offset fills and reads at offsets; buffers released and created again (whose
- * handles OpenCL may reuse) are taken with their own sizes.
+ * one and a host pointer are refused (an empty one past the end is taken) naming the op and the
+ * argument; kite_malloc gives a cl_mem that kite_memcpy_offset fills and reads at offsets; buffers
+ * released and created again (whose handles OpenCL may reuse) are taken with their own sizes.
  */
 #define _GNU_SOURCE /* dladdr */
 #include <dlfcn.h>
@@ -128,6 +128,8 @@ int main(void) {
         "a view one element past the buffer's end");
   CHECK(refused(rms(ctx, other, ROWS + 1, 0, 0), "rms_norm: x", "past the end"),
         "a view one row past the buffer's end");
+  CHECK(rms(ctx, other, 0, 5 * ROWS * COLS, 7 * ROWS * COLS) == KITE_OK,
+        "an empty view past the buffer's end addresses nothing");
   x.byte_offset = 2;
   CHECK(refused(kite_rms_norm(ctx, &x, NULL, 1e-6f, 0.0f, &y), "rms_norm: x", "aligned"),
         "a misaligned byte_offset");
