@@ -36,9 +36,9 @@ cmake --build "$PREFIX/build-opencl" -j"$(nproc)" > "$PREFIX/opencl-build.log" 2
 cmake --install "$PREFIX/build-opencl" --prefix "$PREFIX" > /dev/null
 # the kernels' binaries are cached in ~/.cache/kite/opencl (keyed by source, device and driver)
 # and PoCL's in ~/.cache/pocl, as the Python venv is: only the first run on a machine compiles
-# a caller's own queue and buffer through kite_opencl.h, against the installed plugin (the file
+# a caller's own queue and cl_mem as DLPack tensors, against the installed plugin (the file
 # kite loads, as a program linking -lkite-opencl from the prefix gets it)
-LD_LIBRARY_PATH="$PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$PREFIX/build-opencl/test_opencl_wrap"
+LD_LIBRARY_PATH="$PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$PREFIX/build-opencl/test_opencl_caller_mem"
 # which ops the plugin serves (every other op stays on the backends that had it)
 "$PREFIX/bin/kite" list --backend opencl
 # shellcheck disable=SC2086

@@ -38,8 +38,12 @@ extern "C" {
 /* Bumped whenever a struct below or the op argument layout changes incompatibly. */
 /* 2: kite_backend gained timer_start / timer_stop and host_memory.
  * 3: kite_backend gained the communicator operations (comm_unique_id, comm_create,
- *    comm_create_all, comm_destroy) and kernel_unavailable; kite_comm_args, kite_comm_norm_args. */
-#define KITE_BACKEND_ABI_VERSION 3u
+ *    comm_create_all, comm_destroy) and kernel_unavailable; kite_comm_args, kite_comm_norm_args.
+ * 4: kite_backend gained tensor_address, for device types whose memory is named by a handle
+ *    (DLPack's OpenCL: DLTensor.data is a cl_mem, byte_offset the offset in it): data +
+ *    byte_offset names nothing there, so the backend maps (handle, offset) to the address its
+ *    kernels get; copy and memset take such addresses too. */
+#define KITE_BACKEND_ABI_VERSION 4u
 
 typedef struct kite_backend kite_backend;
 
@@ -747,7 +751,10 @@ struct kite_backend {
 
   /* Memory operations. May be NULL when another registered backend drives the same device type
    * (the first backend registered with memory operations for a type serves it); host memory
-   * (kDLCPU) is served by the core when no backend brings its own. */
+   * (kDLCPU) is served by the core when no backend brings its own. alloc returns, and free
+   * takes, what DLTensor.data holds (a handle where tensor_address is set); copy and memset take
+   * device addresses: data + byte_offset, or tensor_address's result where it is set (the core
+   * maps kite_memcpy's handles first). */
   kite_status (*alloc)(const kite_backend *b, int device_id, size_t bytes, void **out);
   void (*free)(const kite_backend *b, int device_id, void *ptr);
   /* Asynchronous on `stream` where the device allows; the core synchronizes after it when a
@@ -795,6 +802,21 @@ struct kite_backend {
    * can. kite list shows the reason; dispatch skips the kernel. Called under the registry lock:
    * it must not call back into kite. */
   const char *(*kernel_unavailable)(const kite_backend *b, const kite_kernel *k);
+
+  /* Optional (ABI 4), on the backend that serves the memory of its device type: the device
+   * address of the tensor whose DLTensor.data is `data` (never NULL) and byte_offset
+   * `byte_offset`, spanning `bytes` bytes from there (0 for an empty tensor), in *out. For
+   * device types whose memory is a handle (an OpenCL cl_mem), where data + byte_offset names
+   * nothing. The core calls it once per tensor of an op (in the front-end's checks) and for each
+   * device side of kite_memcpy, and uses the address as it uses data + byte_offset otherwise:
+   * kernels get it, the overlap and disjointness checks compare it, alignment is checked on it.
+   * So the same (data, byte_offset) must always give the same address, addresses of one handle
+   * must be offsets into one range (address(data, o) == address(data, 0) + o) and ranges of
+   * different handles must not meet. Errors (INVALID_ARG: not a handle of this device, the range
+   * runs past its end) refuse the call with the backend's message, which the core prefixes with
+   * "<op>: <arg>: ". May be called from any thread. NULL: the address is data + byte_offset. */
+  kite_status (*tensor_address)(const kite_backend *b, int device_id, void *data,
+                                uint64_t byte_offset, uint64_t bytes, void **out);
 };
 
 /* Registers a backend and its kernels (copied by reference: both must outlive the library).

@@ -119,7 +119,12 @@ KITE_API void kite_ctx_destroy(kite_ctx *ctx);
  * synchronizes too, reports it the same way. */
 KITE_API kite_status kite_ctx_synchronize(kite_ctx *ctx);
 
-/* Device memory on the ctx's device, through the backend that drives that device type. */
+/* Device memory on the ctx's device, through the backend that drives that device type.
+ * kite_malloc returns in *out what a DLTensor's data holds for memory of that device, as DLPack
+ * says: a device pointer, or on a device whose memory is named by a handle the handle itself (a
+ * cl_mem for kDLOpenCL); a view bytes into it is data = that value with byte_offset = bytes,
+ * never a pointer computed from it. kite_free takes what kite_malloc returned (NULL is a
+ * no-op). Errors: INVALID_ARG (NULL ctx or out, bytes past INT64_MAX), OUT_OF_MEMORY, DEVICE. */
 KITE_API kite_status kite_malloc(kite_ctx *ctx, size_t bytes, void **out);
 KITE_API kite_status kite_free(kite_ctx *ctx, void *ptr);
 typedef enum kite_copy_kind {
@@ -127,10 +132,19 @@ typedef enum kite_copy_kind {
   KITE_COPY_DEVICE_TO_HOST = 1,
   KITE_COPY_DEVICE_TO_DEVICE = 2,
 } kite_copy_kind;
-/* Copies bytes; synchronous with respect to the host (the stream is synchronized).
- * Errors: INVALID_ARG for NULL pointers, a bad kind, a range past the end of the address space,
- * and overlapping ranges in one address space (any copy on a CPU ctx, DEVICE_TO_DEVICE on a
- * device): such a copy has no single meaning, so it is refused rather than done as memmove. */
+/* Copies bytes from src at byte src_offset to dst at byte dst_offset; synchronous with respect
+ * to the host (the stream is synchronized). A device side is what a DLTensor's data holds (a
+ * kite_malloc result, a device pointer, or a handle such as a cl_mem on a handle device) and its
+ * offset is that tensor's byte_offset; a host side is a host pointer plus its offset.
+ * Errors: INVALID_ARG for NULL pointers, a bad kind, a range past the end of the address space
+ * or of the device buffer (as the backend knows it), a device side that is no memory of the
+ * ctx's device (where the backend can tell), and overlapping ranges in one address space (any
+ * copy on a CPU ctx, DEVICE_TO_DEVICE on a device, compared as the op front-ends compare
+ * tensors): such a copy has no single meaning, so it is refused rather than done as memmove. */
+KITE_API kite_status kite_memcpy_offset(kite_ctx *ctx, void *dst, size_t dst_offset,
+                                        const void *src, size_t src_offset, size_t bytes,
+                                        kite_copy_kind kind);
+/* kite_memcpy_offset with both offsets 0. */
 KITE_API kite_status kite_memcpy(kite_ctx *ctx, void *dst, const void *src, size_t bytes,
                                  kite_copy_kind kind);
 

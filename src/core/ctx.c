@@ -1,5 +1,6 @@
 /* kite_ctx: device, stream, threads, seed, workspace; device memory through the backend that
  * serves the ctx's device type. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -93,8 +94,48 @@ kite_status kite_free(kite_ctx *ctx, void *ptr) {
   return KITE_OK;
 }
 
-kite_status kite_memcpy(kite_ctx *ctx, void *dst, const void *src, size_t bytes,
-                        kite_copy_kind kind) {
+kite_status kite_device_address(const kite_ctx *ctx, void *data, uint64_t byte_offset,
+                                uint64_t bytes, uintptr_t *out) {
+  uintptr_t addr, end;
+  if (ctx->mem->tensor_address) {
+    void *p = NULL;
+    kite_status s =
+        ctx->mem->tensor_address(ctx->mem, ctx->p.device.device_id, data, byte_offset, bytes, &p);
+    if (s != KITE_OK) return s;
+    addr = (uintptr_t)p;
+  } else if (__builtin_add_overflow((uintptr_t)data, byte_offset, &addr)) {
+    addr = UINTPTR_MAX; /* fails the check below */
+    bytes = 1;
+  }
+  if (__builtin_add_overflow(addr, bytes, &end))
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "byte_offset %llu runs past the end of the address space",
+                          (unsigned long long)byte_offset);
+  *out = addr;
+  return KITE_OK;
+}
+
+/* The address of one side of a copy: a device side through kite_device_address, a host side
+ * (or any side on host memory) as ptr + offset. */
+static kite_status copy_side(const kite_ctx *ctx, const char *arg, bool device, const void *ptr,
+                             size_t offset, size_t bytes, uintptr_t *out) {
+  uintptr_t end;
+  kite_status s = KITE_OK;
+  if (device)
+    s = kite_device_address(ctx, (void *)ptr, offset, bytes, out);
+  else if (__builtin_add_overflow((uintptr_t)ptr, offset, out) ||
+           __builtin_add_overflow(*out, bytes, &end))
+    s = kite_set_error(KITE_ERR_INVALID_ARG,
+                       "%zu bytes at offset %zu run past the end of the address space", bytes,
+                       offset);
+  if (s == KITE_OK) return s;
+  char why[256];
+  snprintf(why, sizeof why, "%s", kite_last_error());
+  return kite_set_error(s, "kite_memcpy: %s: %s", arg, why);
+}
+
+kite_status kite_memcpy_offset(kite_ctx *ctx, void *dst, size_t dst_offset, const void *src,
+                               size_t src_offset, size_t bytes, kite_copy_kind kind) {
   kite_clear_error();
   if (!ctx) return kite_set_error(KITE_ERR_INVALID_ARG, "kite_memcpy: ctx is NULL");
   if (bytes == 0) return KITE_OK;
@@ -103,21 +144,29 @@ kite_status kite_memcpy(kite_ctx *ctx, void *dst, const void *src, size_t bytes,
       kind != KITE_COPY_DEVICE_TO_DEVICE)
     return kite_set_error(KITE_ERR_INVALID_ARG, "kite_memcpy: kind %d is not a kite_copy_kind",
                           (int)kind);
+  uintptr_t d0, s0;
+  kite_status s;
+  if ((s = copy_side(ctx, "dst", kind != KITE_COPY_DEVICE_TO_HOST, dst, dst_offset, bytes, &d0)) !=
+          KITE_OK ||
+      (s = copy_side(ctx, "src", kind != KITE_COPY_HOST_TO_DEVICE, src, src_offset, bytes, &s0)) !=
+          KITE_OK)
+    return s;
   /* Host ranges (a CPU ctx) and two device ranges share one address space; a copy between
    * overlapping ranges has no single meaning (memcpy and cudaMemcpy leave it undefined). */
   const bool one_space = ctx->mem->host_memory || kind == KITE_COPY_DEVICE_TO_DEVICE;
-  const uintptr_t d0 = (uintptr_t)dst, s0 = (uintptr_t)src;
-  if (s0 + bytes < s0 || d0 + bytes < d0)
-    return kite_set_error(KITE_ERR_INVALID_ARG,
-                          "kite_memcpy: %zu bytes run past the end of the address space", bytes);
   if (one_space && d0 < s0 + bytes && s0 < d0 + bytes)
     return kite_set_error(KITE_ERR_INVALID_ARG,
-                          "kite_memcpy: dst %p and src %p overlap (%zu bytes each)", dst, src,
-                          bytes);
-  kite_status s =
-      ctx->mem->copy(ctx->mem, ctx->p.device.device_id, dst, src, bytes, kind, ctx->p.stream);
+                          "kite_memcpy: dst %p and src %p overlap (%zu bytes each)", (void *)d0,
+                          (void *)s0, bytes);
+  s = ctx->mem->copy(ctx->mem, ctx->p.device.device_id, (void *)d0, (const void *)s0, bytes, kind,
+                     ctx->p.stream);
   if (s != KITE_OK || !ctx->mem->synchronize) return s;
   return ctx->mem->synchronize(ctx->mem, ctx->p.device.device_id, ctx->p.stream);
+}
+
+kite_status kite_memcpy(kite_ctx *ctx, void *dst, const void *src, size_t bytes,
+                        kite_copy_kind kind) {
+  return kite_memcpy_offset(ctx, dst, 0, src, 0, bytes, kind);
 }
 
 DLDevice kite_ctx_device(const kite_ctx *ctx) {
@@ -138,22 +187,29 @@ uint32_t kite_ctx_checks(const kite_ctx *ctx) {
 
 kite_status kite_ctx_workspace(kite_ctx *ctx, size_t bytes, void **out) {
   if (bytes <= ctx->workspace_bytes) {
-    *out = ctx->workspace;
+    *out = ctx->workspace_addr;
     return KITE_OK;
   }
   void *p = NULL;
+  uintptr_t addr = 0;
   kite_status s = ctx->mem->alloc(ctx->mem, ctx->p.device.device_id, bytes, &p);
   if (s != KITE_OK) return s;
+  if ((s = kite_device_address(ctx, p, 0, bytes, &addr)) != KITE_OK) {
+    ctx->mem->free(ctx->mem, ctx->p.device.device_id, p);
+    return s;
+  }
   if (ctx->workspace) ctx->mem->free(ctx->mem, ctx->p.device.device_id, ctx->workspace);
   ctx->workspace = p;
+  ctx->workspace_addr = (void *)addr;
   ctx->workspace_bytes = bytes;
-  *out = p;
+  *out = (void *)addr;
 #ifndef NDEBUG
   /* Debug builds fill a new workspace with 0xff bytes (NaN as f32, f16 and bf16): a kernel that
    * reads scratch it did not write then fails its conformance check every time, instead of only
    * when an earlier call happened to leave a NaN there. */
   if (ctx->mem->memset)
-    return ctx->mem->memset(ctx->mem, ctx->p.device.device_id, p, 0xff, bytes, ctx->p.stream);
+    return ctx->mem->memset(ctx->mem, ctx->p.device.device_id, (void *)addr, 0xff, bytes,
+                            ctx->p.stream);
 #endif
   return KITE_OK;
 }

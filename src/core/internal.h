@@ -181,11 +181,18 @@ struct kite_dispatch_cache; /* per-ctx selection cache, owned by registry.c */
 struct kite_ctx {
   kite_ctx_params p;
   const kite_backend *mem; /* memory operations for p.device */
-  void *workspace;
+  void *workspace;         /* what the memory backend's alloc returned (a handle on some devices) */
+  void *workspace_addr;    /* its device address, for kernels (kite_device_address) */
   size_t workspace_bytes;
   struct kite_dispatch_cache *cache;
 };
 void kite_dispatch_cache_free(struct kite_dispatch_cache *c);
+/* The device address kernels get for the memory at byte_offset in data (what DLTensor.data
+ * holds) on ctx's device, spanning bytes from there: the memory backend's tensor_address where
+ * it has one, else data + byte_offset. Errors: INVALID_ARG with a message naming no op (the
+ * caller prefixes it): the backend's, or the range running past the end of the address space. */
+kite_status kite_device_address(const kite_ctx *ctx, void *data, uint64_t byte_offset,
+                                uint64_t bytes, uintptr_t *out);
 
 /* ---- comm (comm.c) ------------------------------------------------------------------------- */
 struct kite_comm {

@@ -137,17 +137,18 @@ kite_status kite_tensor_check(const kite_ctx *ctx, const char *op, const char *a
                           "%s: %s: data is NULL but the tensor has %lld elements", op, arg,
                           (long long)numel);
   if (t->data) {
-    uintptr_t addr, end;
-    if (__builtin_add_overflow((uintptr_t)t->data, t->byte_offset, &addr) ||
-        __builtin_add_overflow(addr, (uintptr_t)bytes, &end))
-      return kite_set_error(KITE_ERR_INVALID_ARG,
-                            "%s: %s: byte_offset %llu runs past the end of the address space", op,
-                            arg, (unsigned long long)t->byte_offset);
+    uintptr_t addr;
+    kite_status s = kite_device_address(ctx, t->data, t->byte_offset, (uint64_t)bytes, &addr);
+    if (s != KITE_OK) {
+      char why[256];
+      snprintf(why, sizeof why, "%s", kite_last_error());
+      return kite_set_error(s, "%s: %s: %s", op, arg, why);
+    }
     if (addr % (uintptr_t)esize != 0)
       return kite_set_error(KITE_ERR_INVALID_ARG,
                             "%s: %s: address %p is not aligned to %s (%lld bytes)", op, arg,
                             (void *)addr, dtype_str(dt), (long long)esize);
-    r->data = (char *)t->data + t->byte_offset;
+    r->data = (void *)addr;
   } else {
     /* an empty tensor may come without data; kernels still form (empty) ranges from it */
     static max_align_t nothing;

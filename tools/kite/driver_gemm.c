@@ -441,9 +441,9 @@ static kite_status moe_alt_call(kt_run *r) {
   if (!ids || !rows || !wts || !count || !comb)
     s = kite_set_error(KITE_ERR_OUT_OF_MEMORY, "kite: fused_moe: out of host memory");
   if (s == KITE_OK)
-    s = kite_memcpy(ctx, ids, (char *)vi->t.data + KT_GUARD, ib, KITE_COPY_DEVICE_TO_HOST);
+    s = kite_memcpy_offset(ctx, ids, 0, vi->t.data, KT_GUARD, ib, KITE_COPY_DEVICE_TO_HOST);
   if (s == KITE_OK)
-    s = kite_memcpy(ctx, wts, (char *)vw->t.data + KT_GUARD, wb, KITE_COPY_DEVICE_TO_HOST);
+    s = kite_memcpy_offset(ctx, wts, 0, vw->t.data, KT_GUARD, wb, KITE_COPY_DEVICE_TO_HOST);
   int64_t n = 0;
   for (int64_t e = 0; e < E && s == KITE_OK; e++) {
     int64_t start = n;
@@ -457,12 +457,12 @@ static kite_status moe_alt_call(kt_run *r) {
   }
   if (s == KITE_OK && n > 0) {
     const kt_view *vr = &r->view[v_rows];
-    s = kite_memcpy(ctx, (char *)vr->t.data + KT_GUARD, rows, (size_t)n * 4,
-                    KITE_COPY_HOST_TO_DEVICE);
+    s = kite_memcpy_offset(ctx, vr->t.data, KT_GUARD, rows, 0, (size_t)n * 4,
+                           KITE_COPY_HOST_TO_DEVICE);
   }
   if (s == KITE_OK) {
     const kt_view *vc = &r->view[v_comb];
-    s = kite_memcpy(ctx, (char *)vc->t.data + KT_GUARD, comb, cb, KITE_COPY_HOST_TO_DEVICE);
+    s = kite_memcpy_offset(ctx, vc->t.data, KT_GUARD, comb, 0, cb, KITE_COPY_HOST_TO_DEVICE);
   }
   int64_t start = 0;
   for (int64_t e = 0; e < E && s == KITE_OK; e++) {

@@ -2,8 +2,8 @@
  * The OpenCL backend's internals, shared by its files:
  *   ocl_device.c   platforms, devices, one cl_context / default queue / program per device
  *                  (built at first use, cached on disk), error messages
- *   ocl_memory.c   kite's device addresses for cl_mem buffers, the memory ops, timers,
- *                  the functions of kite_opencl.h
+ *   ocl_memory.c   the address ranges behind cl_mem buffers (tensor_address), the memory
+ *                  ops, timers, kite_opencl_device
  *   ocl_ops.c      the host side of each kernel: resolve buffers, set arguments, enqueue
  *   ocl_linear.c   linear through CLBlast
  *   ocl_plugin.c   the kernel table and kite_plugin_init
@@ -72,10 +72,14 @@ kite_status ocl_copy(const kite_backend *b, int device_id, void *dst, const void
 kite_status ocl_memset(const kite_backend *b, int device_id, void *dst, int value, size_t bytes,
                        void *stream);
 kite_status ocl_synchronize(const kite_backend *b, int device_id, void *stream);
+/* kite_backend.tensor_address: (cl_mem, byte_offset) -> the address kernels get; a caller's
+ * cl_mem is entered at first sight. */
+kite_status ocl_tensor_address(const kite_backend *b, int device_id, void *data,
+                               uint64_t byte_offset, uint64_t bytes, void **out);
 kite_status ocl_timer_start(const kite_backend *b, int device_id, void *stream, void **timer);
 kite_status ocl_timer_stop(const kite_backend *b, int device_id, void *stream, void *timer,
                            double *seconds);
-/* The buffer and byte offset behind a kite device address (NULL gives a NULL buffer). */
+/* The buffer and byte offset behind a device address of a tensor (NULL gives a NULL buffer). */
 typedef struct ocl_buf {
   cl_mem mem;
   cl_ulong off;

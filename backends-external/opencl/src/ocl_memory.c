@@ -1,17 +1,21 @@
 /*
- * Device memory. kite's op front-ends add a tensor's byte_offset to its data pointer and hand
- * kernels plain addresses, so the backend cannot give out cl_mem handles as kite device pointers
- * (a handle plus an offset names nothing). Instead every buffer gets a range of addresses in a
- * span of virtual address space reserved here (PROT_NONE: never host memory, never touched):
- * kite_malloc returns the start of a new buffer's range, a caller's own cl_mem is entered with
- * kite_opencl_wrap, and a kernel resolves any address inside a range to (cl_mem, offset).
+ * Device memory. A kDLOpenCL tensor is (cl_mem, byte_offset), as DLPack says, but kernels get
+ * one address per tensor (backend.h, tensor_address) and the front-ends compare those addresses
+ * for overlaps. So every buffer gets a range of addresses in a span of virtual address space
+ * reserved here (PROT_NONE: never host memory, never touched): the address of (mem, offset) is
+ * the start of mem's range + offset, and a kernel resolves an address back to (cl_mem, offset).
+ * A buffer enters the table when kite_malloc creates it or, for a caller's own cl_mem, when kite
+ * first sees it; it leaves when OpenCL destroys it (clSetMemObjectDestructorCallback), so kite
+ * never retains a caller's buffer and a later buffer reusing the handle is entered afresh.
  * Ranges are page-aligned with a free page between them, so an address past one buffer's end
  * resolves to nothing rather than to its neighbour.
  */
-#define _DEFAULT_SOURCE /* MAP_ANONYMOUS, MAP_NORESERVE */
+#define _GNU_SOURCE /* MAP_ANONYMOUS, MAP_NORESERVE, process_vm_readv */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include "kite_opencl.h"
 #include "ocl_internal.h"
@@ -20,15 +24,22 @@
 
 typedef struct range {
   uintptr_t addr;
-  size_t size; /* bytes the caller asked for */
+  size_t size; /* the buffer's bytes (what kite_malloc was asked for) */
   size_t span; /* bytes of address space taken, page-rounded */
   cl_mem mem;
-  int device_id;
+  int device_id; /* whose context the buffer belongs to */
 } range;
+
+/* A handle's range start, for looking handles up (sorted by mem). */
+typedef struct handle {
+  cl_mem mem;
+  uintptr_t addr;
+} handle;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static uintptr_t g_base, g_end; /* the reserved span */
 static range *g_ranges;         /* sorted by addr */
+static handle *g_handles;       /* the same buffers, sorted by mem */
 static size_t g_n, g_cap;
 
 static kite_status reserve_locked(void) {
@@ -45,31 +56,17 @@ static kite_status reserve_locked(void) {
   return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "opencl: cannot reserve an address span");
 }
 
-/* Enters mem (size bytes) as a new range; the caller holds g_lock. */
-static kite_status insert_locked(cl_mem mem, size_t size, int device_id, void **out) {
-  kite_status s = reserve_locked();
-  if (s != KITE_OK) return s;
-  const size_t span = ((size ? size : 1) + PAGE - 1) / PAGE * PAGE + PAGE; /* + a free page */
-  uintptr_t at = g_base;
-  size_t i = 0;
-  for (; i < g_n; i++) { /* first fit */
-    if (g_ranges[i].addr - at >= span) break;
-    at = g_ranges[i].addr + g_ranges[i].span;
+/* The index in g_handles where mem is or would go; the caller holds g_lock. */
+static size_t handle_at_locked(cl_mem mem) {
+  size_t lo = 0, hi = g_n;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if ((uintptr_t)g_handles[mid].mem < (uintptr_t)mem)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
-  if (g_end - at < span)
-    return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "opencl: address span exhausted");
-  if (g_n == g_cap) {
-    size_t cap = g_cap ? 2 * g_cap : 64;
-    range *r = realloc(g_ranges, cap * sizeof *r);
-    if (!r) return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "opencl: out of host memory");
-    g_ranges = r;
-    g_cap = cap;
-  }
-  memmove(&g_ranges[i + 1], &g_ranges[i], (g_n - i) * sizeof *g_ranges);
-  g_ranges[i] = (range){at, size, span, mem, device_id};
-  g_n++;
-  *out = (void *)at;
-  return KITE_OK;
+  return lo;
 }
 
 /* The range holding p (p == its end allowed: an empty view), or -1; the caller holds g_lock. */
@@ -87,6 +84,153 @@ static long find_locked(uintptr_t p) {
   return p - r->addr <= r->size ? (long)(lo - 1) : -1;
 }
 
+/* mem's range, or NULL; the caller holds g_lock. */
+static const range *range_of_locked(cl_mem mem) {
+  const size_t h = handle_at_locked(mem);
+  if (h == g_n || g_handles[h].mem != mem) return NULL;
+  return &g_ranges[find_locked(g_handles[h].addr)];
+}
+
+/* Enters mem (size bytes) as a new range; the caller holds g_lock. */
+static kite_status insert_locked(cl_mem mem, size_t size, int device_id) {
+  kite_status s = reserve_locked();
+  if (s != KITE_OK) return s;
+  const size_t span = ((size ? size : 1) + PAGE - 1) / PAGE * PAGE + PAGE; /* + a free page */
+  uintptr_t at = g_base;
+  size_t i = 0;
+  for (; i < g_n; i++) { /* first fit */
+    if (g_ranges[i].addr - at >= span) break;
+    at = g_ranges[i].addr + g_ranges[i].span;
+  }
+  if (g_end - at < span)
+    return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "opencl: address span exhausted");
+  if (g_n == g_cap) {
+    const size_t cap = g_cap ? 2 * g_cap : 64;
+    range *r = realloc(g_ranges, cap * sizeof *r);
+    if (r) g_ranges = r;
+    handle *h = r ? realloc(g_handles, cap * sizeof *h) : NULL;
+    if (!h) return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "opencl: out of host memory");
+    g_handles = h;
+    g_cap = cap;
+  }
+  memmove(&g_ranges[i + 1], &g_ranges[i], (g_n - i) * sizeof *g_ranges);
+  g_ranges[i] = (range){at, size, span, mem, device_id};
+  const size_t h = handle_at_locked(mem);
+  memmove(&g_handles[h + 1], &g_handles[h], (g_n - h) * sizeof *g_handles);
+  g_handles[h] = (handle){mem, at};
+  g_n++;
+  return KITE_OK;
+}
+
+/* OpenCL destroys mem: its range goes (called by the runtime, on any thread). */
+static void CL_CALLBACK forget(cl_mem mem, void *user) {
+  (void)user;
+  pthread_mutex_lock(&g_lock);
+  const size_t h = handle_at_locked(mem);
+  if (h < g_n && g_handles[h].mem == mem) {
+    const size_t i = (size_t)find_locked(g_handles[h].addr);
+    memmove(&g_ranges[i], &g_ranges[i + 1], (g_n - i - 1) * sizeof *g_ranges);
+    memmove(&g_handles[h], &g_handles[h + 1], (g_n - h - 1) * sizeof *g_handles);
+    g_n--;
+  }
+  pthread_mutex_unlock(&g_lock);
+}
+
+/* Enters mem (a buffer of size bytes) unless it is in already (two threads meeting a caller's
+ * buffer first at once), and has it forgotten when OpenCL destroys it. */
+static kite_status enter(const char *op, cl_mem mem, size_t size, int device_id) {
+  pthread_mutex_lock(&g_lock);
+  const int known = range_of_locked(mem) != NULL;
+  kite_status s = known ? KITE_OK : insert_locked(mem, size, device_id);
+  pthread_mutex_unlock(&g_lock);
+  if (s != KITE_OK || known) return s;
+  cl_int e = clSetMemObjectDestructorCallback(mem, forget, NULL);
+  if (e != CL_SUCCESS) {
+    forget(mem, NULL);
+    return ocl_error(op, "clSetMemObjectDestructorCallback", e);
+  }
+  return KITE_OK;
+}
+
+/* Whether data may be a cl_mem of device d: its first word is readable (process_vm_readv fails
+ * instead of faulting where it is not) and is the ICD dispatch table of d's context, as every
+ * OpenCL object of one driver starts with it. Anything else (a host pointer, say) is refused
+ * before OpenCL dereferences it. */
+static int looks_like_mem(const ocl_dev *d, const void *data) {
+  void *first = NULL;
+  struct iovec local = {&first, sizeof first}, remote = {(void *)data, sizeof first};
+  if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != (ssize_t)sizeof first) return 0;
+  return first == *(void *const *)d->context;
+}
+
+/* First sight of a caller's buffer: checked (a buffer of device d's context, not a sub-buffer)
+ * and entered with its CL_MEM_SIZE. */
+static kite_status enter_caller_buffer(ocl_dev *d, int device_id, cl_mem mem) {
+  if (!looks_like_mem(d, mem))
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "%p is not a cl_mem of OpenCL device %d (kDLOpenCL tensors hold a "
+                          "cl_mem in data and the view's offset in byte_offset)",
+                          (void *)mem, device_id);
+  cl_context c = NULL;
+  cl_mem_object_type type = 0;
+  cl_mem parent = NULL;
+  size_t size = 0;
+  cl_int e = clGetMemObjectInfo(mem, CL_MEM_CONTEXT, sizeof c, &c, NULL);
+  if (e == CL_SUCCESS) e = clGetMemObjectInfo(mem, CL_MEM_TYPE, sizeof type, &type, NULL);
+  if (e == CL_SUCCESS)
+    e = clGetMemObjectInfo(mem, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL);
+  if (e == CL_SUCCESS) e = clGetMemObjectInfo(mem, CL_MEM_SIZE, sizeof size, &size, NULL);
+  if (e != CL_SUCCESS) return ocl_error("opencl", "clGetMemObjectInfo", e);
+  if (c != d->context)
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "cl_mem %p is not of device %d's context (create it on the context "
+                          "kite_opencl_device gives)",
+                          (void *)mem, device_id);
+  if (type != CL_MEM_OBJECT_BUFFER || parent)
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "cl_mem %p is not a buffer (images and sub-buffers are not taken: pass "
+                          "the buffer and the view's byte_offset)",
+                          (void *)mem);
+  return enter("opencl", mem, size, device_id);
+}
+
+kite_status ocl_tensor_address(const kite_backend *b, int device_id, void *data,
+                               uint64_t byte_offset, uint64_t bytes, void **out) {
+  (void)b;
+  cl_mem mem = data;
+  for (int pass = 0;; pass++) {
+    pthread_mutex_lock(&g_lock);
+    const range *r = range_of_locked(mem);
+    const uintptr_t addr = r ? r->addr : 0;
+    const size_t size = r ? r->size : 0;
+    const int owner = r ? r->device_id : device_id;
+    pthread_mutex_unlock(&g_lock);
+    if (owner != device_id)
+      return kite_set_error(KITE_ERR_INVALID_ARG,
+                            "cl_mem %p is a buffer of OpenCL device %d, not of device %d",
+                            (void *)mem, owner, device_id);
+    if (r) {
+      /* an empty view addresses nothing, so its byte_offset may lie past the buffer's end (k of
+       * a fused qkv with no tokens), as nothing checks it on a pointer device either: it gets
+       * the buffer's end, aligned for any dtype */
+      if (bytes == 0 && byte_offset > size) byte_offset = size / 64 * 64;
+      if (byte_offset > size || bytes > size - byte_offset)
+        return kite_set_error(KITE_ERR_INVALID_ARG,
+                              "byte_offset %llu + %llu bytes run past the end of cl_mem %p "
+                              "(%zu bytes)",
+                              (unsigned long long)byte_offset, (unsigned long long)bytes,
+                              (void *)mem, size);
+      *out = (void *)(addr + (uintptr_t)byte_offset);
+      return KITE_OK;
+    }
+    if (pass) return kite_set_error(KITE_ERR_INTERNAL, "opencl: cl_mem %p was not entered", data);
+    ocl_dev *d;
+    kite_status s = ocl_device_get(device_id, "opencl", &d);
+    if (s == KITE_OK) s = enter_caller_buffer(d, device_id, mem);
+    if (s != KITE_OK) return s;
+  }
+}
+
 kite_status ocl_resolve(const char *op, const char *arg, const void *p, ocl_buf *out) {
   out->mem = NULL;
   out->off = 0;
@@ -100,9 +244,7 @@ kite_status ocl_resolve(const char *op, const char *arg, const void *p, ocl_buf 
   pthread_mutex_unlock(&g_lock);
   if (i < 0)
     return kite_set_error(KITE_ERR_INVALID_ARG,
-                          "%s: %s: %p is not in an OpenCL buffer of kite (kite_malloc or "
-                          "kite_opencl_wrap gives device addresses)",
-                          op, arg, p);
+                          "%s: %s: %p is no address of an OpenCL buffer kite knows", op, arg, p);
   return KITE_OK;
 }
 
@@ -126,32 +268,20 @@ kite_status ocl_alloc(const kite_backend *b, int device_id, size_t bytes, void *
   cl_int e;
   cl_mem mem = clCreateBuffer(d->context, CL_MEM_READ_WRITE, bytes ? bytes : 256, NULL, &e);
   if (!mem) return ocl_error("alloc", "clCreateBuffer", e);
-  pthread_mutex_lock(&g_lock);
-  s = insert_locked(mem, bytes, device_id, out);
-  pthread_mutex_unlock(&g_lock);
-  if (s != KITE_OK) clReleaseMemObject(mem);
-  return s;
-}
-
-/* Removes the range starting exactly at p and releases its buffer (kite_free, unwrap). */
-static int remove_range(void *p) {
-  cl_mem mem = NULL;
-  pthread_mutex_lock(&g_lock);
-  long i = find_locked((uintptr_t)p);
-  if (i >= 0 && g_ranges[i].addr == (uintptr_t)p) {
-    mem = g_ranges[i].mem;
-    memmove(&g_ranges[i], &g_ranges[i + 1], (g_n - (size_t)i - 1) * sizeof *g_ranges);
-    g_n--;
+  if ((s = enter("alloc", mem, bytes, device_id)) != KITE_OK) {
+    clReleaseMemObject(mem);
+    return s;
   }
-  pthread_mutex_unlock(&g_lock);
-  if (mem) clReleaseMemObject(mem);
-  return mem != NULL;
+  *out = mem; /* DLTensor.data: the cl_mem itself */
+  return KITE_OK;
 }
 
+/* kite_free: the buffer's one reference goes; its range goes when OpenCL destroys it (after the
+ * commands queued on it). */
 void ocl_free(const kite_backend *b, int device_id, void *ptr) {
   (void)b;
   (void)device_id;
-  if (ptr) remove_range(ptr);
+  if (ptr) clReleaseMemObject((cl_mem)ptr);
 }
 
 kite_status ocl_copy(const kite_backend *b, int device_id, void *dst, const void *src, size_t bytes,
@@ -262,48 +392,5 @@ kite_status kite_opencl_device(int device_id, cl_context *context, cl_device_id 
   if (context) *context = d->context;
   if (device) *device = d->id;
   if (queue) *queue = d->queue;
-  return KITE_OK;
-}
-
-kite_status kite_opencl_wrap(int device_id, cl_mem buffer, void **data) {
-  if (!buffer || !data)
-    return kite_set_error(KITE_ERR_INVALID_ARG, "kite_opencl_wrap: NULL buffer or data");
-  *data = NULL;
-  ocl_dev *d;
-  kite_status s = ocl_device_get(device_id, "kite_opencl_wrap", &d);
-  if (s != KITE_OK) return s;
-  cl_context c = NULL;
-  size_t size = 0;
-  cl_int e = clGetMemObjectInfo(buffer, CL_MEM_CONTEXT, sizeof c, &c, NULL);
-  if (e == CL_SUCCESS) e = clGetMemObjectInfo(buffer, CL_MEM_SIZE, sizeof size, &size, NULL);
-  if (e != CL_SUCCESS) return ocl_error("kite_opencl_wrap", "clGetMemObjectInfo", e);
-  if (c != d->context)
-    return kite_set_error(KITE_ERR_INVALID_ARG,
-                          "kite_opencl_wrap: buffer: not of device %d's context (create it on "
-                          "the context kite_opencl_device gives)",
-                          device_id);
-  clRetainMemObject(buffer);
-  pthread_mutex_lock(&g_lock);
-  s = insert_locked(buffer, size, device_id, data);
-  pthread_mutex_unlock(&g_lock);
-  if (s != KITE_OK) clReleaseMemObject(buffer);
-  return s;
-}
-
-kite_status kite_opencl_unwrap(void *data) {
-  if (!data || !remove_range(data))
-    return kite_set_error(KITE_ERR_INVALID_ARG, "kite_opencl_unwrap: %p is not a wrapped buffer",
-                          data);
-  return KITE_OK;
-}
-
-kite_status kite_opencl_buffer(const void *data, cl_mem *buffer, size_t *offset) {
-  if (!data || !buffer || !offset)
-    return kite_set_error(KITE_ERR_INVALID_ARG, "kite_opencl_buffer: NULL argument");
-  ocl_buf b;
-  kite_status s = ocl_resolve("kite_opencl_buffer", "data", data, &b);
-  if (s != KITE_OK) return s;
-  *buffer = b.mem;
-  *offset = (size_t)b.off;
   return KITE_OK;
 }

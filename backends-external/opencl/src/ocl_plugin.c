@@ -69,6 +69,7 @@ static const kite_backend ocl_backend = {
     .timer_start = ocl_timer_start,
     .timer_stop = ocl_timer_stop,
     .host_memory = false,
+    .tensor_address = ocl_tensor_address,
 };
 
 EXPORT const uint32_t kite_plugin_abi_version = KITE_BACKEND_ABI_VERSION;
