@@ -3,7 +3,8 @@
 transformers as it comes ("hf": its sdpa attention, its loss over the full logits), transformers
 with Liger-Kernel (`apply_liger_kernel_to_llama`: RMSNorm, RoPE, SwiGLU, fused linear
 cross-entropy) and transformers with `kite.torch.patch` (norms, gated MLP, rope, attention with
-its backward, fused linear cross-entropy). Same model, same data, same AdamW.
+its backward, fused linear cross-entropy; `kite-torch-attn`, asked for with --only, is the same
+patch with the attention core left to torch's SDPA). Same model, same data, same AdamW.
 
 Each contestant runs in a process of its own (no patch leaks into another, peak memory is its
 own), the contestants alternate (hf, liger, kite, hf, liger, kite, ...: a clock or thermal drift
@@ -22,7 +23,7 @@ import subprocess
 import sys
 import time
 
-CONTESTANTS = ("hf", "liger", "kite")
+CONTESTANTS = ("hf", "liger", "kite", "kite-torch-attn")
 
 
 def build_model(args):
@@ -47,9 +48,10 @@ def one(args, who):
         apply_liger_kernel_to_llama()  # before the model is built: it swaps the module classes
     model = build_model(args)
     report = []
-    if who == "kite":
+    if who.startswith("kite"):
         import kite.torch
-        report = kite.torch.patch(model)
+        # kite-torch-attn: everything but the attention core (torch's SDPA keeps it)
+        report = kite.torch.patch(model, attention=who == "kite")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=args.device == "cuda")
     g = torch.Generator(device=args.device).manual_seed(1)
     ids = torch.randint(0, args.vocab, (args.batch, args.seq), device=args.device, generator=g)
@@ -89,7 +91,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--only", default=",".join(CONTESTANTS))
+    ap.add_argument("--only", default="hf,liger,kite")
     ap.add_argument("--device", default="cuda", help="cuda; cpu only to try the script")
     ap.add_argument("--one", choices=CONTESTANTS, help="run one contestant in this process")
     args = ap.parse_args()
@@ -120,11 +122,11 @@ def main():
           f"Llama hidden {args.hidden}, {args.layers} layers, heads {args.heads}/{args.kv_heads}, "
           f"vocab {args.vocab}, batch {args.batch} x seq {args.seq}, bf16, AdamW (fused); "
           f"{args.steps} timed steps after {args.warmup}, best of {args.rounds} alternated runs")
-    print(f"{'who':<6} {'tokens/s':>9} {'step ms':>8} {'peak GiB':>9} {'loss step 1':>12}")
+    print(f"{'who':<16} {'tokens/s':>9} {'step ms':>8} {'peak GiB':>9} {'loss step 1':>12}")
     for who in who_list:
         if results[who]:
             b = max(results[who], key=lambda x: x["tokens_per_s"])
-            print(f"{who:<6} {b['tokens_per_s']:>9.0f} {b['step_ms']:>8.1f} {b['peak_gib']:>9.2f} "
+            print(f"{who:<16} {b['tokens_per_s']:>9.0f} {b['step_ms']:>8.1f} {b['peak_gib']:>9.2f} "
                   f"{b['loss_step1']:>12.5f}")
             for left in b["left"]:
                 print(f"       left: {left}")
