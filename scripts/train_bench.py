@@ -2,9 +2,10 @@
 """One training step of a Llama-shaped random-init model, three ways, on one CUDA device:
 transformers as it comes ("hf": its sdpa attention, its loss over the full logits), transformers
 with Liger-Kernel (`apply_liger_kernel_to_llama`: RMSNorm, RoPE, SwiGLU, fused linear
-cross-entropy) and transformers with `kite.torch.patch` (norms, gated MLP, rope, attention with
-its backward, fused linear cross-entropy; `kite-torch-attn`, asked for with --only, is the same
-patch with the attention core left to torch's SDPA). Same model, same data, same AdamW.
+cross-entropy) and transformers with `kite.torch.patch` (norms, gated MLP, rope,
+fused linear cross-entropy; its attention core in training on CUDA runs torch's SDPA, as patch's
+default does; `kite-sdpa`, asked for with --only, is patch(attention="kite": kite's sdpa and
+sdpa_backward)). Same model, same data, same AdamW.
 
 Each contestant runs in a process of its own (no patch leaks into another, peak memory is its
 own), the contestants alternate (hf, liger, kite, hf, liger, kite, ...: a clock or thermal drift
@@ -23,7 +24,7 @@ import subprocess
 import sys
 import time
 
-CONTESTANTS = ("hf", "liger", "kite", "kite-torch-attn")
+CONTESTANTS = ("hf", "liger", "kite", "kite-sdpa")
 
 
 def build_model(args):
@@ -50,8 +51,9 @@ def one(args, who):
     report = []
     if who.startswith("kite"):
         import kite.torch
-        # kite-torch-attn: everything but the attention core (torch's SDPA keeps it)
-        report = kite.torch.patch(model, attention=who == "kite")
+        # kite: the default patch (in training on CUDA its attention core runs torch's SDPA);
+        # kite-sdpa: attention="kite", kite's sdpa and sdpa_backward
+        report = kite.torch.patch(model, attention="kite" if who == "kite-sdpa" else True)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=args.device == "cuda")
     g = torch.Generator(device=args.device).manual_seed(1)
     ids = torch.randint(0, args.vocab, (args.batch, args.seq), device=args.device, generator=g)

@@ -281,6 +281,22 @@ def test_unpatch_restores(family, train):
     assert kite.torch.unpatch(m) == []  # twice: nothing left to undo
 
 
+def test_attention_mode_is_checked_set_and_undone():
+    m = _model("llama", train=True)
+    with pytest.raises(kite.InvalidArgument, match="attention="):
+        kite.torch.patch(m, attention="flash")
+    attn = [x for x in m.modules() if type(x).__name__.endswith("Attention")]
+    assert attn
+    report = kite.torch.patch(m)  # auto: kite's sdpa here (CPU), torch's SDPA for CUDA training
+    assert all(x._kite_attention == "auto" for x in attn)
+    assert any("CUDA" in r and "scaled_dot_product_attention" in r for r in report)
+    kite.torch.unpatch(m)
+    assert not any("_kite_attention" in x.__dict__ for x in attn)
+    kite.torch.patch(m, attention="kite")
+    assert all(x._kite_attention == "kite" for x in attn)
+    kite.torch.unpatch(m)
+
+
 def test_unpatch_keeps_adapters_added_after_patch():
     peft = pytest.importorskip("peft")
     base = _model("llama")

@@ -28,7 +28,9 @@ qwen2_moe. What is swapped:
   gate_up_proj [E, 2I, H], down_proj [E, H, I]) -> kite's fused_moe.
 
 Training: every module installed has a correct backward for every parameter and input, or is not
-installed. Attention trains on kite (sdpa_backward) in both modes; with attention dropout > 0 (a
+installed. Attention trains on kite (sdpa_backward) in both modes (on CUDA only with
+attention="kite": by default a call there that needs a gradient runs torch's SDPA, whose flash /
+cuDNN backward is faster than kite's today, and patch says so); with attention dropout > 0 (a
 model in training mode whose config has attention_dropout) its calls run the same attention in
 torch ops (scaled_dot_product_attention, or the explicit softmax with a softcap), which patch
 reports. kite has no backward for topk_gating or fused_moe, so on a model in training mode
@@ -162,8 +164,8 @@ def kite_attention_forward(module, query, key, value, attention_mask, **kwargs):
     Returns (o[B, Sq, Hq, D], None), differentiable through kite's sdpa_backward. Packed
     sequences (batch 1 with transformers' cu_seq_lens_q / cu_seq_lens_k / max_length_q /
     max_length_k kwargs, as its flattening collator gives them) run kite's sdpa_varlen. A call with
-    dropout (kite's sdpa has none) runs the same attention in torch ops instead
-    (_torch_attention)."""
+    dropout (kite's sdpa has none), or one on CUDA that needs a gradient under patch's
+    attention="auto", runs the same attention in torch ops instead (_torch_attention)."""
     scaling, softcap = kwargs.get("scaling"), kwargs.get("softcap")
     sliding_window, is_causal = kwargs.get("sliding_window"), kwargs.get("is_causal")
     mask = attention_mask
@@ -181,7 +183,9 @@ def kite_attention_forward(module, query, key, value, attention_mask, **kwargs):
                              int(kwargs.get("max_length_k") or k.shape[0]),
                              float(scaling or 0.0), float(softcap or 0.0), window, 0, int(causal))
         return o[None], None
-    if dropout:
+    torch_backward = (getattr(module, "_kite_attention", "auto") == "auto" and query.is_cuda
+                      and _needs_grad(query, key, value))
+    if dropout or torch_backward:
         o = _torch_attention(query, key, value, mask, scaling, float(softcap or 0.0), window,
                              causal, dropout)
         return o.transpose(1, 2).contiguous(), None
@@ -366,6 +370,9 @@ class _PatchState:
 
 def patch(model, norms=True, mlp=True, rope=True, attention=True, moe=True, loss=True):
     """Swaps, in place, the parts of a transformers model that kite runs (see the module doc);
+    attention: True / "auto" (kite's sdpa, except calls on CUDA that need a gradient, which run
+    torch's SDPA while its backward is the faster one), "kite" (kite's sdpa for every call) or
+    False (the model's own attention);
     returns the list of replacements and of the parts left to torch (with the reason). Raises
     kite.Unsupported for a model family it does not know, and kite.InvalidArgument for a model
     that is not a transformers model. kite.torch.unpatch(model) undoes it."""
@@ -433,7 +440,14 @@ def patch(model, norms=True, mlp=True, rope=True, attention=True, moe=True, loss
         _rope_users.setdefault(mt, weakref.WeakSet()).add(model)
         state.rope = mt
         done.append(f"{mod.__name__}.apply_rotary_pos_emb -> rope")
+    if attention not in (True, False, "auto", "kite"):
+        raise kite.InvalidArgument(f"kite.torch.patch: attention={attention!r}: expected True / "
+                                   "'auto', 'kite' or False")
     if attention:
+        mode = "kite" if attention == "kite" else "auto"
+        for m in model.modules():  # read by kite_attention_forward (module attributes: no state)
+            if type(m).__name__.endswith("Attention"):
+                m._kite_attention = mode
         before = getattr(cfg, "_attn_implementation", None) or "eager"
         if before != "kite":
             _register_attention()
@@ -444,6 +458,11 @@ def patch(model, norms=True, mlp=True, rope=True, attention=True, moe=True, loss
             state.attn = before
             done.append("attention: -> kite sdpa (attn_implementation='kite'; differentiable: "
                         "kite's sdpa_backward)")
+            if mode == "auto":
+                done.append("attention: a call on CUDA that needs a gradient runs torch's "
+                            "scaled_dot_product_attention (its flash / cuDNN backward is faster "
+                            "than kite's sdpa_backward on Hopper today; attention='kite' keeps "
+                            "kite's)")
             dropout = float(getattr(cfg, "attention_dropout", 0.0) or 0.0)
             if dropout:
                 done.append(f"attention: dropout {dropout:g} in training mode runs the same "
@@ -483,6 +502,8 @@ def unpatch(model):
         orig.train(new.training)
         _set(model, name, orig)
         done.append(f"{name}: {type(new).__name__} -> {type(orig).__name__}")
+    for m in model.modules():
+        m.__dict__.pop("_kite_attention", None)
     if state.attn is not None:
         if hasattr(model, "set_attn_implementation"):
             model.set_attn_implementation(state.attn)
