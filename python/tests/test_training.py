@@ -297,6 +297,20 @@ def test_attention_mode_is_checked_set_and_undone():
     kite.torch.unpatch(m)
 
 
+@pytest.mark.parametrize("family", ["llama", "gemma2"])
+def test_auto_attention_torch_path_trains_like_torch(family, monkeypatch):
+    # the path patch(attention="auto") takes for a call on CUDA that needs a gradient, forced here
+    # on the CPU: transformers' own SDPA attention (or the explicit softcap form for Gemma 2)
+    monkeypatch.setattr(kite.torch.patch_module, "_torch_backward", lambda *a: True)
+    ref, m = _model(family, train=True), _model(family, train=True)
+    kite.torch.patch(m)
+    ids, labels = _batch()
+    ref(ids, labels=labels).loss.backward()
+    m(ids, labels=labels).loss.backward()
+    for (n, p), q in zip(ref.named_parameters(), m.parameters()):
+        assert _rel(q.grad, p.grad) <= TOL, f"{n}: {_rel(q.grad, p.grad):.3g}"
+
+
 def test_unpatch_keeps_adapters_added_after_patch():
     peft = pytest.importorskip("peft")
     base = _model("llama")

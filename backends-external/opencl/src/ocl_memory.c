@@ -34,6 +34,7 @@ typedef struct range {
 typedef struct handle {
   cl_mem mem;
   uintptr_t addr;
+  uintptr_t gen; /* which entering of mem this is: a driver reuses a released handle's value */
 } handle;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -41,6 +42,7 @@ static uintptr_t g_base, g_end; /* the reserved span */
 static range *g_ranges;         /* sorted by addr */
 static handle *g_handles;       /* the same buffers, sorted by mem */
 static size_t g_n, g_cap;
+static uintptr_t g_gen; /* the last entering's number */
 
 static kite_status reserve_locked(void) {
   if (g_base) return KITE_OK;
@@ -92,7 +94,7 @@ static const range *range_of_locked(cl_mem mem) {
 }
 
 /* Enters mem (size bytes) as a new range; the caller holds g_lock. */
-static kite_status insert_locked(cl_mem mem, size_t size, int device_id) {
+static kite_status insert_locked(cl_mem mem, size_t size, int device_id, uintptr_t *gen) {
   kite_status s = reserve_locked();
   if (s != KITE_OK) return s;
   const size_t span = ((size ? size : 1) + PAGE - 1) / PAGE * PAGE + PAGE; /* + a free page */
@@ -117,17 +119,16 @@ static kite_status insert_locked(cl_mem mem, size_t size, int device_id) {
   g_ranges[i] = (range){at, size, span, mem, device_id};
   const size_t h = handle_at_locked(mem);
   memmove(&g_handles[h + 1], &g_handles[h], (g_n - h) * sizeof *g_handles);
-  g_handles[h] = (handle){mem, at};
+  g_handles[h] = (handle){mem, at, *gen = ++g_gen};
   g_n++;
   return KITE_OK;
 }
 
-/* OpenCL destroys mem: its range goes (called by the runtime, on any thread). */
-static void CL_CALLBACK forget(cl_mem mem, void *user) {
-  (void)user;
+/* mem's range goes, if it is still the entering numbered gen (0: whichever). */
+static void forget_gen(cl_mem mem, uintptr_t gen) {
   pthread_mutex_lock(&g_lock);
   const size_t h = handle_at_locked(mem);
-  if (h < g_n && g_handles[h].mem == mem) {
+  if (h < g_n && g_handles[h].mem == mem && (!gen || g_handles[h].gen == gen)) {
     const size_t i = (size_t)find_locked(g_handles[h].addr);
     memmove(&g_ranges[i], &g_ranges[i + 1], (g_n - i - 1) * sizeof *g_ranges);
     memmove(&g_handles[h], &g_handles[h + 1], (g_n - h - 1) * sizeof *g_handles);
@@ -136,17 +137,26 @@ static void CL_CALLBACK forget(cl_mem mem, void *user) {
   pthread_mutex_unlock(&g_lock);
 }
 
+/* OpenCL destroys a caller's buffer (called by the runtime, on any thread, possibly after the
+ * driver has given the handle's value to a new buffer that kite has entered again: user holds
+ * the entering's number, so only that one goes). */
+static void CL_CALLBACK forget(cl_mem mem, void *user) {
+  forget_gen(mem, (uintptr_t)user);
+}
+
 /* Enters mem (a buffer of size bytes) unless it is in already (two threads meeting a caller's
- * buffer first at once), and has it forgotten when OpenCL destroys it. */
-static kite_status enter(const char *op, cl_mem mem, size_t size, int device_id) {
+ * buffer first at once). A caller's buffer (watch) is forgotten when OpenCL destroys it; kite's
+ * own (kite_malloc) when kite_free releases it. */
+static kite_status enter(const char *op, cl_mem mem, size_t size, int device_id, int watch) {
+  uintptr_t gen = 0;
   pthread_mutex_lock(&g_lock);
   const int known = range_of_locked(mem) != NULL;
-  kite_status s = known ? KITE_OK : insert_locked(mem, size, device_id);
+  kite_status s = known ? KITE_OK : insert_locked(mem, size, device_id, &gen);
   pthread_mutex_unlock(&g_lock);
-  if (s != KITE_OK || known) return s;
-  cl_int e = clSetMemObjectDestructorCallback(mem, forget, NULL);
+  if (s != KITE_OK || known || !watch) return s;
+  cl_int e = clSetMemObjectDestructorCallback(mem, forget, (void *)gen);
   if (e != CL_SUCCESS) {
-    forget(mem, NULL);
+    forget_gen(mem, gen);
     return ocl_error(op, "clSetMemObjectDestructorCallback", e);
   }
   return KITE_OK;
@@ -191,7 +201,7 @@ static kite_status enter_caller_buffer(ocl_dev *d, int device_id, cl_mem mem) {
                           "cl_mem %p is not a buffer (images and sub-buffers are not taken: pass "
                           "the buffer and the view's byte_offset)",
                           (void *)mem);
-  return enter("opencl", mem, size, device_id);
+  return enter("opencl", mem, size, device_id, 1);
 }
 
 kite_status ocl_tensor_address(const kite_backend *b, int device_id, void *data,
@@ -214,6 +224,15 @@ kite_status ocl_tensor_address(const kite_backend *b, int device_id, void *data,
        * a fused qkv with no tokens), as nothing checks it on a pointer device either: it gets
        * the buffer's end, aligned for any dtype */
       if (bytes == 0 && byte_offset > size) byte_offset = size / 64 * 64;
+      size_t now = size;
+      if ((byte_offset > size || bytes > size - byte_offset) && pass == 0 &&
+          clGetMemObjectInfo(mem, CL_MEM_SIZE, sizeof now, &now, NULL) == CL_SUCCESS &&
+          now != size) {
+        /* a released buffer's handle value given to a new buffer before OpenCL told kite of
+         * the release: the stale entry goes, the buffer is entered afresh */
+        forget_gen(mem, 0);
+        continue;
+      }
       if (byte_offset > size || bytes > size - byte_offset)
         return kite_set_error(KITE_ERR_INVALID_ARG,
                               "byte_offset %llu + %llu bytes run past the end of cl_mem %p "
@@ -223,7 +242,8 @@ kite_status ocl_tensor_address(const kite_backend *b, int device_id, void *data,
       *out = (void *)(addr + (uintptr_t)byte_offset);
       return KITE_OK;
     }
-    if (pass) return kite_set_error(KITE_ERR_INTERNAL, "opencl: cl_mem %p was not entered", data);
+    if (pass > 1) /* entered, then gone again at once */
+      return kite_set_error(KITE_ERR_INTERNAL, "opencl: cl_mem %p was not entered", data);
     ocl_dev *d;
     kite_status s = ocl_device_get(device_id, "opencl", &d);
     if (s == KITE_OK) s = enter_caller_buffer(d, device_id, mem);
@@ -268,7 +288,7 @@ kite_status ocl_alloc(const kite_backend *b, int device_id, size_t bytes, void *
   cl_int e;
   cl_mem mem = clCreateBuffer(d->context, CL_MEM_READ_WRITE, bytes ? bytes : 256, NULL, &e);
   if (!mem) return ocl_error("alloc", "clCreateBuffer", e);
-  if ((s = enter("alloc", mem, bytes, device_id)) != KITE_OK) {
+  if ((s = enter("alloc", mem, bytes, device_id, 0)) != KITE_OK) {
     clReleaseMemObject(mem);
     return s;
   }
@@ -276,12 +296,15 @@ kite_status ocl_alloc(const kite_backend *b, int device_id, size_t bytes, void *
   return KITE_OK;
 }
 
-/* kite_free: the buffer's one reference goes; its range goes when OpenCL destroys it (after the
- * commands queued on it). */
+/* kite_free: the buffer's range goes now (the address is only read when a command is
+ * enqueued, so commands already queued are unaffected), then its one reference: the driver may
+ * give the handle's value to the next buffer at once. */
 void ocl_free(const kite_backend *b, int device_id, void *ptr) {
   (void)b;
   (void)device_id;
-  if (ptr) clReleaseMemObject((cl_mem)ptr);
+  if (!ptr) return;
+  forget_gen((cl_mem)ptr, 0);
+  clReleaseMemObject((cl_mem)ptr);
 }
 
 kite_status ocl_copy(const kite_backend *b, int device_id, void *dst, const void *src, size_t bytes,

@@ -157,6 +157,13 @@ def _torch_attention(query, key, value, mask, scaling, softcap, window, causal, 
     return o
 
 
+def _torch_backward(module, query, key, value):
+    """patch(attention="auto"): a call on CUDA that needs a gradient runs torch's attention, whose
+    flash / cuDNN backward is faster than kite's sdpa_backward on Hopper today."""
+    return (getattr(module, "_kite_attention", "auto") == "auto" and query.is_cuda
+            and _needs_grad(query, key, value))
+
+
 def kite_attention_forward(module, query, key, value, attention_mask, **kwargs):
     """transformers attention function on kite's sdpa: query[B, Hq, Sq, D], key/value
     [B, Hkv, Sk, D], attention_mask None / bool (True = attend) / additive float
@@ -183,9 +190,12 @@ def kite_attention_forward(module, query, key, value, attention_mask, **kwargs):
                              int(kwargs.get("max_length_k") or k.shape[0]),
                              float(scaling or 0.0), float(softcap or 0.0), window, 0, int(causal))
         return o[None], None
-    torch_backward = (getattr(module, "_kite_attention", "auto") == "auto" and query.is_cuda
-                      and _needs_grad(query, key, value))
-    if dropout or torch_backward:
+    if _torch_backward(module, query, key, value) and not softcap and not dropout:
+        # the model's own SDPA attention, as attn_implementation="sdpa" runs it (the mask kite's
+        # mask function made is sdpa's): torch picks its flash / cuDNN / efficient backward
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    if dropout or _torch_backward(module, query, key, value):
         o = _torch_attention(query, key, value, mask, scaling, float(softcap or 0.0), window,
                              causal, dropout)
         return o.transpose(1, 2).contiguous(), None
