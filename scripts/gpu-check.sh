@@ -297,7 +297,8 @@ if want opencl; then
   fi
   PREFIX=$ocl_prefix BUILD=$BUILD QUICK= run_logged check.log 900 bash scripts/opencl-check.sh
   tail -4 "$OUT/check.log"
-  if [ -x "$ocl_prefix/lib/libkite-opencl.so" ]; then
+  # the install's library folder is lib, lib64 or lib/<multiarch> (GNUInstallDirs, by system)
+  if find "$ocl_prefix" -name libkite-opencl.so -not -path "*/build-opencl/*" | grep -q .; then
     for op in rms_norm add_rms_norm silu_and_mul rope softmax embedding paged_decode linear argmax; do
       case $op in argmax) dt=f32 ;; *) dt=bf16 ;; esac
       for be in opencl cuda; do
