@@ -119,39 +119,38 @@ static int act_code(kite_op op) {
   }
 }
 
+/* An activation (kernel OCL_K_ACT) or a gated activation (OCL_K_GATED, which takes the clamp
+ * limit last): the same arguments otherwise. */
+static kite_status act_launch(kite_ctx *ctx, kite_op op, ocl_kernel_id kernel, int act,
+                              kite_dtype dtype, int64_t rows, int64_t cols, const void *x,
+                              int64_t x_stride, void *y, int64_t y_stride, const float *limit) {
+  ocl_launch L;
+  kite_status s = ocl_begin(&L, ctx, op, kernel);
+  if (s != KITE_OK) return s;
+  ocl_arg_i32(&L, act);
+  ocl_arg_i32(&L, (int)dtype);
+  ocl_arg_i64(&L, rows);
+  ocl_arg_i64(&L, cols);
+  ocl_arg_buf(&L, "x", x);
+  ocl_arg_i64(&L, x_stride);
+  ocl_arg_buf(&L, "y", y);
+  ocl_arg_i64(&L, y_stride);
+  if (limit) ocl_arg_f32(&L, *limit);
+  return end_2d(&L, cols, rows);
+}
+
 OCL_RUN(ocl_act_run) {
   (void)k;
   const kite_act_args *a = args;
-  ocl_launch L;
-  kite_status s = ocl_begin(&L, ctx, a->op, OCL_K_ACT);
-  if (s != KITE_OK) return s;
-  ocl_arg_i32(&L, act_code(a->op));
-  ocl_arg_i32(&L, (int)a->dtype);
-  ocl_arg_i64(&L, a->rows);
-  ocl_arg_i64(&L, a->cols);
-  ocl_arg_buf(&L, "x", a->x);
-  ocl_arg_i64(&L, a->x_stride);
-  ocl_arg_buf(&L, "y", a->y);
-  ocl_arg_i64(&L, a->y_stride);
-  return end_2d(&L, a->cols, a->rows);
+  return act_launch(ctx, a->op, OCL_K_ACT, act_code(a->op), a->dtype, a->rows, a->cols, a->x,
+                    a->x_stride, a->y, a->y_stride, NULL);
 }
 
 OCL_RUN(ocl_gated_run) {
   (void)k;
   const kite_gated_args *a = args;
-  ocl_launch L;
-  kite_status s = ocl_begin(&L, ctx, a->op, OCL_K_GATED);
-  if (s != KITE_OK) return s;
-  ocl_arg_i32(&L, act_code(kite_gated_op_act(a->op)));
-  ocl_arg_i32(&L, (int)a->dtype);
-  ocl_arg_i64(&L, a->rows);
-  ocl_arg_i64(&L, a->cols);
-  ocl_arg_buf(&L, "x", a->x);
-  ocl_arg_i64(&L, a->x_stride);
-  ocl_arg_buf(&L, "y", a->y);
-  ocl_arg_i64(&L, a->y_stride);
-  ocl_arg_f32(&L, a->limit);
-  return end_2d(&L, a->cols, a->rows);
+  return act_launch(ctx, a->op, OCL_K_GATED, act_code(kite_gated_op_act(a->op)), a->dtype, a->rows,
+                    a->cols, a->x, a->x_stride, a->y, a->y_stride, &a->limit);
 }
 
 OCL_RUN(ocl_norm_run) {

@@ -190,12 +190,13 @@ def kite_attention_forward(module, query, key, value, attention_mask, **kwargs):
                              int(kwargs.get("max_length_k") or k.shape[0]),
                              float(scaling or 0.0), float(softcap or 0.0), window, 0, int(causal))
         return o[None], None
-    if _torch_backward(module, query, key, value) and not softcap and not dropout:
+    torch_backward = _torch_backward(module, query, key, value)
+    if torch_backward and not softcap and not dropout:
         # the model's own SDPA attention, as attn_implementation="sdpa" runs it (the mask kite's
         # mask function made is sdpa's): torch picks its flash / cuDNN / efficient backward
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-    if dropout or _torch_backward(module, query, key, value):
+    if dropout or torch_backward:
         o = _torch_attention(query, key, value, mask, scaling, float(softcap or 0.0), window,
                              causal, dropout)
         return o.transpose(1, 2).contiguous(), None
