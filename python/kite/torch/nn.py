@@ -314,8 +314,10 @@ class _FusedLinearCE(torch.autograd.Function):
             g = g.reshape(-1)[0]
         g = g.reshape(()).to(dh.dtype)
         need = ctx.needs_input_grad
-        return (dh * g if need[0] else None, dw * g if need[1] else None,
-                db * g if ctx.has_bias and need[2] else None, None, None)
+        # Scaled in place: the held gradients are this node's own (backward runs once), and a
+        # new dw * g would be a second [V, H] tensor beside dw at the backward's memory peak.
+        return (dh.mul_(g) if need[0] else None, dw.mul_(g) if need[1] else None,
+                db.mul_(g) if ctx.has_bias and need[2] else None, None, None)
 
 
 _FLCE_CHUNK = 256 << 20  # kite_flce_opts' default chunk_bytes
