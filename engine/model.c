@@ -163,7 +163,8 @@ static int build(kr_model *m, const kr_gguf *g, const kr_model_params *asked, ch
       kr_dev_alloc(m->ctx, logits_bytes, &m->logits, err, err_len) ||
       kr_sampler_init(&m->sampler, m->ctx, p.max_batch, c->n_vocab, m->info.act, err, err_len))
     return -1;
-  const kr_sched_parts parts = {m->ctx, &m->kv, m->arch, m->net, m->logits, &m->sampler};
+  const kr_sched_parts parts = {m->ctx,    &m->kv,      m->arch,          m->net,
+                                m->logits, &m->sampler, !asked->no_graphs};
   return kr_sched_init(&m->sched, &parts, p.max_tokens, p.max_batch, p.ctx_len, c->n_vocab, err,
                        err_len);
 }

@@ -78,6 +78,7 @@ typedef struct kr_model_params {
   int num_blocks; /* KV cache blocks (0: enough for max_batch full contexts) */
   int ctx_len;    /* positions per sequence, at most the model's context length (0: the model's,
                      capped at KR_DEFAULT_CTX_CAP) */
+  int no_graphs;  /* 1: never replay decode steps as device graphs (engine/step_graph.h) */
 } kr_model_params;
 
 /* Reads the model's geometry from g (metadata and tensor shapes) without loading anything.
@@ -144,6 +145,7 @@ int kr_active(const kr_model *m);
 typedef struct kr_stats {
   double prefill_s, decode_s; /* steps with prompt tokens, steps of decode tokens only */
   int64_t prefill_tokens, decode_tokens, steps;
+  int64_t graph_steps; /* decode steps replayed as a device graph (engine/step_graph.h) */
 } kr_stats;
 void kr_model_stats(const kr_model *m, kr_stats *out);
 /* KV cache blocks, and how many are free now. */

@@ -186,7 +186,8 @@ static int load_model(run *r) {
                               .max_batch = batch,
                               .max_tokens = o->chunk < batch ? batch : o->chunk,
                               .block_size = 16,
-                              .ctx_len = o->ctx};
+                              .ctx_len = o->ctx,
+                              .no_graphs = o->no_graphs};
   if (!(r->m = kr_model_load(r->ctx, &r->g, &mp, err, sizeof err))) {
     fprintf(stderr, "kite run: %s\n", err);
     return 1;
@@ -363,11 +364,12 @@ static void report(const run *r) {
   if (r->o->bench)
     fprintf(stderr,
             "kite run: prompt %lld tokens in %.3f s = %.1f tok/s; decode %lld tokens in %.3f s "
-            "= %.1f tok/s (%lld steps)\n",
+            "= %.1f tok/s (%lld steps, %lld replayed as graphs)\n",
             (long long)s.prefill_tokens, s.prefill_s,
             s.prefill_s > 0 ? (double)s.prefill_tokens / s.prefill_s : 0.0,
             (long long)s.decode_tokens, s.decode_s,
-            s.decode_s > 0 ? (double)s.decode_tokens / s.decode_s : 0.0, (long long)s.steps);
+            s.decode_s > 0 ? (double)s.decode_tokens / s.decode_s : 0.0, (long long)s.steps,
+            (long long)s.graph_steps);
 }
 
 static void run_free(run *r) {

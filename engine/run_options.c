@@ -41,6 +41,8 @@ void kr_run_usage(FILE *f) {
       "  --batch B              sequences decoded together, [0, %d] (default 0: the number of\n"
       "                         prompts, at most 64)\n"
       "  --chunk T              prefill tokens per step, [1, %d] (default 512)\n"
+      "  --no-graphs            run every decode step's calls one by one (default: a device that\n"
+      "                         records graphs replays each batch size's decode step as one)\n"
       "output:\n"
       "  --bench                print prompt and decode tokens per second (stderr), after an\n"
       "                         untimed pass over the same prompts (2 tokens each)\n"
@@ -197,6 +199,7 @@ int kr_run_parse(int argc, char **argv, kr_run_opts *o) {
                 : strcmp(a, "--ignore-eos") == 0                   ? &o->ignore_eos
                 : strcmp(a, "--tokens") == 0                       ? &o->print_ids
                 : strcmp(a, "--no-think") == 0                     ? &o->no_think
+                : strcmp(a, "--no-graphs") == 0                    ? &o->no_graphs
                 : strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0 ? &o->help
                                                                    : NULL;
     if (flag) {

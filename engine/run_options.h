@@ -25,6 +25,7 @@ typedef struct kr_run_opts {
   kr_sampling sampling;
   int has_seed; /* --seed given; else a random seed is drawn (and printed) */
   int bench, ignore_eos, print_ids, help;
+  int no_graphs; /* --no-graphs */
 } kr_run_opts;
 
 /* Fills o from argv (the options after "run"). Returns 0, or 2 (the usage exit code) after

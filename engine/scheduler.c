@@ -41,7 +41,7 @@ int kr_sched_init(kr_scheduler *s, const kr_sched_parts *parts, int max_tokens, 
   s->rows = calloc(B, sizeof *s->rows);
   s->next = calloc(B, sizeof *s->next);
   if (!s->step_seq || !s->rows || !s->next) return kr_errf(err, err_len, "model: out of memory");
-  return 0;
+  return kr_step_graphs_init(&s->graphs, max_seqs, parts->graphs, err, err_len);
 }
 
 static void forget_seqs(kr_scheduler *s) {
@@ -54,6 +54,7 @@ static void forget_seqs(kr_scheduler *s) {
 
 void kr_sched_free(kr_scheduler *s) {
   forget_seqs(s);
+  kr_step_graphs_free(&s->graphs);
   free(s->seqs);
   if (s->parts.ctx) kr_dev_free(s->parts.ctx, &s->d_index_buf);
   free(s->h_index_buf);
@@ -272,7 +273,9 @@ int kr_sched_step(kr_scheduler *s, kr_token_fn on_token, kr_stop_fn stop, void *
                (const char *)s->h_index_buf);
   KR_CALL(kite_memcpy(P->ctx, s->d_index_buf, s->h_index_buf, idx_bytes, KITE_COPY_HOST_TO_DEVICE));
   const kr_step step = {n_tok, nd, n_seq, &s->dev};
-  if (P->arch->forward(P->net, &step, P->kv, P->logits, err, err_len) ||
+  const int replays = s->graphs.replays;
+  if (kr_step_graphs_forward(&s->graphs, P->ctx, P->arch, P->net, &step, P->kv, P->logits, err,
+                             err_len) ||
       kr_sampler_run(P->sampler, P->logits, n_seq, s->rows, s->next, err, err_len))
     return -1;
   for (int j = 0; j < n_seq; j++) {
@@ -287,6 +290,7 @@ int kr_sched_step(kr_scheduler *s, kr_token_fn on_token, kr_stop_fn stop, void *
   }
   const double dt = kr_now_s() - t0;
   s->stats.steps++;
+  s->stats.graph_steps += s->graphs.replays - replays;
   if (nd == n_seq) {
     s->stats.decode_s += dt;
     s->stats.decode_tokens += n_tok;

@@ -15,6 +15,7 @@
 #include "kv_cache.h"
 #include "model.h"
 #include "sampler.h"
+#include "step_graph.h"
 
 /* FREE: a released slot, which the next submit reuses. */
 typedef enum kr_seq_state { KR_SEQ_WAITING, KR_SEQ_RUNNING, KR_SEQ_DONE, KR_SEQ_FREE } kr_seq_state;
@@ -40,6 +41,7 @@ typedef struct kr_sched_parts {
   void *net;
   void *logits; /* [max_seqs, n_vocab] device: the step's rows that predict tokens */
   kr_sampler *sampler;
+  int graphs; /* replay decode steps as device graphs where the device records them */
 } kr_sched_parts;
 
 typedef struct kr_scheduler {
@@ -55,6 +57,7 @@ typedef struct kr_scheduler {
   kr_sample_row *rows;     /* [max_seqs] what the sampler needs of each */
   int32_t *next;           /* [max_seqs] host: the sampled tokens */
   kr_stats stats;
+  kr_step_graphs graphs;
 } kr_scheduler;
 
 int kr_sched_init(kr_scheduler *s, const kr_sched_parts *parts, int max_tokens, int max_seqs,

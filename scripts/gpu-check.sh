@@ -210,6 +210,17 @@ if want engine; then
           timeout 120 "$KITE" run --model "$MODEL" --device cuda --weights $w "${args[@]}" -n 128 --ignore-eos \
             --bench --tokens > /dev/null 2> "$OUT/run.tmp" || status=1
           echo "kite $w, batch $b: $(tail -1 "$OUT/run.tmp" | sed 's/^kite run: //')"
+          # the same steps one call at a time (no graph replay), and the tokens of both ways
+          timeout 120 "$KITE" run --model "$MODEL" --device cuda --weights $w "${args[@]}" -n 128 --ignore-eos \
+            --bench --tokens --no-graphs > "$OUT/ids_nograph.tmp" 2> "$OUT/run.tmp" || status=1
+          echo "kite $w, batch $b, --no-graphs: $(tail -1 "$OUT/run.tmp" | sed 's/^kite run: //')"
+          timeout 120 "$KITE" run --model "$MODEL" --device cuda --weights $w "${args[@]}" -n 128 --ignore-eos \
+            --tokens > "$OUT/ids_graph.tmp" 2> /dev/null || status=1
+          if cmp -s "$OUT/ids_graph.tmp" "$OUT/ids_nograph.tmp"; then
+            echo "graph replay, $w batch $b: same tokens as --no-graphs"
+          else
+            echo "FAIL: graph replay, $w batch $b: tokens differ from --no-graphs"; status=1
+          fi
         done
         timeout 120 "$KITE" run --model "$MODEL" --device cuda --weights $w --prompt "$prompt" -n 2 \
           --bench > /dev/null 2> "$OUT/run.tmp" || status=1
@@ -221,7 +232,7 @@ if want engine; then
       echo "==== kite run --device cuda against llama.cpp's ids (tests/engine/llama_ref_f32.txt)"
       timeout 300 python3 tests/engine/check_llama_ref.py --strict --device cuda "$KITE" \
         tests/engine/llama_ref_f32.txt "$MODEL" || status=1
-      rm -f "$OUT/run.tmp" "$OUT/prompts64.tmp"
+      rm -f "$OUT/run.tmp" "$OUT/prompts64.tmp" "$OUT"/ids_*graph.tmp
       echo "==== transformers peer (scripts/hf_peer.py)"
       timeout 420 python3 scripts/hf_peer.py --model "$MODEL" --device cuda --dtype bfloat16 \
         --kite "$KITE" -n 128 || status=1

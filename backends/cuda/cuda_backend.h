@@ -28,6 +28,12 @@ kite_status cuda_use_device(const char *op, int device_id);
 /* DEVICE "<op>: <what>: <CUDA's message for e>" (e a cudaError_t), the error cleared. */
 kite_status cuda_device_error(const char *op, const char *what, int e);
 
+/* cuda_graph.c: the backend's graph operations (backend.h graph_*). */
+kite_status cuda_graph_begin(const kite_backend *b, int device_id, void *stream, void **recording);
+kite_status cuda_graph_end(const kite_backend *b, int device_id, void *recording, void **graph);
+kite_status cuda_graph_launch(const kite_backend *b, int device_id, void *stream, void *graph);
+void cuda_graph_destroy(const kite_backend *b, int device_id, void *graph);
+
 /* index_check.cu: under KITE_CHECK_INDICES (kite_ctx_checks), launches the check of the index
  * values of args (store_kv, paged_decode, paged_prefill, group_gemm) on the ctx's stream before
  * the op's kernels; a no-op otherwise. cuda_index_report, after a stream synchronization,

@@ -412,6 +412,10 @@ static const kite_backend cuda_backend = {
     .comm_create_all = cuda_comm_create_all,
     .comm_destroy = cuda_comm_destroy,
     .kernel_unavailable = cuda_nccl_unavailable,
+    .graph_begin = cuda_graph_begin,
+    .graph_end = cuda_graph_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_destroy = cuda_graph_destroy,
 };
 
 EXPORT const uint32_t kite_plugin_abi_version = KITE_BACKEND_ABI_VERSION;

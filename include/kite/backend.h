@@ -42,8 +42,10 @@ extern "C" {
  * 4: kite_backend gained tensor_address, for device types whose memory is named by a handle
  *    (DLPack's OpenCL: DLTensor.data is a cl_mem, byte_offset the offset in it): data +
  *    byte_offset names nothing there, so the backend maps (handle, offset) to the address its
- *    kernels get; copy and memset take such addresses too. */
-#define KITE_BACKEND_ABI_VERSION 4u
+ *    kernels get; copy and memset take such addresses too.
+ * 5: kite_backend gained graph_begin / graph_end / graph_launch / graph_destroy (kite.h
+ *    "Graphs"). */
+#define KITE_BACKEND_ABI_VERSION 5u
 
 typedef struct kite_backend kite_backend;
 
@@ -817,6 +819,17 @@ struct kite_backend {
    * "<op>: <arg>: ". May be called from any thread. NULL: the address is data + byte_offset. */
   kite_status (*tensor_address)(const kite_backend *b, int device_id, void *data,
                                 uint64_t byte_offset, uint64_t bytes, void **out);
+
+  /* Optional (ABI 5), on the backend that serves the memory of its device type: graphs
+   * (kite.h "Graphs"). graph_begin returns in *recording a stream of device_id whose work is
+   * recorded, not run; the core hands it to kernels as the ctx's stream until graph_end, which
+   * ends the recording, frees that stream and returns the replayable graph in *graph (on error
+   * too it frees the stream and leaves *graph NULL). graph_launch queues graph on stream;
+   * graph_destroy frees it. All four set or all four NULL (the core then refuses recording). */
+  kite_status (*graph_begin)(const kite_backend *b, int device_id, void *stream, void **recording);
+  kite_status (*graph_end)(const kite_backend *b, int device_id, void *recording, void **graph);
+  kite_status (*graph_launch)(const kite_backend *b, int device_id, void *stream, void *graph);
+  void (*graph_destroy)(const kite_backend *b, int device_id, void *graph);
 };
 
 /* Registers a backend and its kernels (copied by reference: both must outlive the library).

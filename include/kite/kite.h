@@ -149,6 +149,47 @@ KITE_API kite_status kite_memcpy(kite_ctx *ctx, void *dst, const void *src, size
                                  kite_copy_kind kind);
 
 /* ---------------------------------------------------------------------------------------------
+ * Graphs: record the device work of a sequence of kite calls on a ctx once, replay it many times
+ * (a CUDA graph on CUDA). A decode step of a small model is hundreds of short kernels whose launch
+ * costs more than their work; a replay launches them all at once.
+ *
+ *   kite_graph_begin(ctx);            // recording: calls validate and queue, nothing runs
+ *   ... kite op calls on ctx ...
+ *   kite_graph_end(ctx, &g);          // the recorded work, or the first error met
+ *   kite_graph_launch(ctx, g);        // runs it on ctx's stream, as often as wanted
+ *   kite_graph_destroy(g);
+ *
+ * What is recorded is the work with its arguments as they were: the same device addresses, the
+ * same shapes and scalars. A replay reads whatever those addresses hold when it runs, so inputs
+ * change between replays by writing into the same buffers (kite_memcpy before the launch), never
+ * by passing other tensors. Rules while recording:
+ * - kite_memcpy, kite_memcpy_offset and kite_ctx_synchronize on the ctx are INVALID_ARG (they wait
+ *   on the host, and nothing has run);
+ * - the ctx's workspace cannot grow (a call that needs more than the workspace has is
+ *   INVALID_ARG): make the same calls once before recording, which sizes it;
+ * - an op call that fails returns its error as always and records nothing (a caller that needs
+ *   every call in the graph ends and destroys the recording); a device failure while recording
+ *   breaks the recording, and kite_graph_end then returns DEVICE and no graph;
+ * - ops whose kernels read index values on the host cannot be recorded (host backends); a device
+ *   backend that has no graphs makes kite_graph_begin UNSUPPORTED.
+ * A graph belongs to the device of the ctx it was recorded on and runs on any ctx of that device.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct kite_graph kite_graph;
+
+/* Starts recording on ctx. Errors: INVALID_ARG (NULL ctx, ctx already recording), UNSUPPORTED
+ * (the backend serving ctx's device type records no graphs: every CPU ctx), DEVICE. */
+KITE_API kite_status kite_graph_begin(kite_ctx *ctx);
+/* Ends the recording begun on ctx and returns the graph in *out (NULL on error). The ctx is back
+ * to running calls either way. Errors: INVALID_ARG (NULL argument, ctx not recording), DEVICE
+ * (the recording was broken: a call failed or did something a recording cannot hold). */
+KITE_API kite_status kite_graph_end(kite_ctx *ctx, kite_graph **out);
+/* Queues the recorded work on ctx's stream (asynchronous, like the calls it holds).
+ * Errors: INVALID_ARG (NULL argument, ctx recording, ctx on another device than g's), DEVICE. */
+KITE_API kite_status kite_graph_launch(kite_ctx *ctx, const kite_graph *g);
+/* Frees a graph (NULL is a no-op); it must not be running (synchronize first). */
+KITE_API void kite_graph_destroy(kite_graph *g);
+
+/* ---------------------------------------------------------------------------------------------
  * Operators. Every op has an id, a name ("rms_norm") and a public function below; the list is
  * the op table, kite/ops.def, which also gives each function's arguments (kite_fn_get).
  * ------------------------------------------------------------------------------------------- */

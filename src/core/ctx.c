@@ -66,6 +66,11 @@ kite_status kite_ctx_create(const kite_ctx_params *params, kite_ctx **out) {
 
 void kite_ctx_destroy(kite_ctx *ctx) {
   if (!ctx) return;
+  if (ctx->recording) { /* a recording never ended: free its stream and what it held */
+    void *g = NULL;
+    if (ctx->mem->graph_end(ctx->mem, ctx->p.device.device_id, ctx->p.stream, &g) == KITE_OK)
+      ctx->mem->graph_destroy(ctx->mem, ctx->p.device.device_id, g);
+  }
   if (ctx->workspace) ctx->mem->free(ctx->mem, ctx->p.device.device_id, ctx->workspace);
   kite_dispatch_cache_free(ctx->cache);
   free(ctx);
@@ -74,6 +79,8 @@ void kite_ctx_destroy(kite_ctx *ctx) {
 kite_status kite_ctx_synchronize(kite_ctx *ctx) {
   kite_clear_error();
   if (!ctx) return kite_set_error(KITE_ERR_INVALID_ARG, "kite_ctx_synchronize: ctx is NULL");
+  kite_status r = kite_ctx_not_recording(ctx, "kite_ctx_synchronize");
+  if (r != KITE_OK) return r;
   if (!ctx->mem->synchronize) return KITE_OK;
   return ctx->mem->synchronize(ctx->mem, ctx->p.device.device_id, ctx->p.stream);
 }
@@ -138,6 +145,8 @@ kite_status kite_memcpy_offset(kite_ctx *ctx, void *dst, size_t dst_offset, cons
                                size_t src_offset, size_t bytes, kite_copy_kind kind) {
   kite_clear_error();
   if (!ctx) return kite_set_error(KITE_ERR_INVALID_ARG, "kite_memcpy: ctx is NULL");
+  kite_status r = kite_ctx_not_recording(ctx, "kite_memcpy");
+  if (r != KITE_OK) return r;
   if (bytes == 0) return KITE_OK;
   if (!dst || !src) return kite_set_error(KITE_ERR_INVALID_ARG, "kite_memcpy: dst or src is NULL");
   if (kind != KITE_COPY_HOST_TO_DEVICE && kind != KITE_COPY_DEVICE_TO_HOST &&
@@ -190,6 +199,11 @@ kite_status kite_ctx_workspace(kite_ctx *ctx, size_t bytes, void **out) {
     *out = ctx->workspace_addr;
     return KITE_OK;
   }
+  if (ctx->recording) /* the recorded calls hold the old workspace's address */
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "workspace: %zu bytes needed while recording a graph, %zu held: make "
+                          "the same calls once before kite_graph_begin",
+                          bytes, ctx->workspace_bytes);
   void *p = NULL;
   uintptr_t addr = 0;
   kite_status s = ctx->mem->alloc(ctx->mem, ctx->p.device.device_id, bytes, &p);

@@ -185,7 +185,13 @@ struct kite_ctx {
   void *workspace_addr;    /* its device address, for kernels (kite_device_address) */
   size_t workspace_bytes;
   struct kite_dispatch_cache *cache;
+  /* Recording a graph (graph.c): p.stream is the backend's recording stream until
+   * kite_graph_end, which puts stream_saved back. */
+  bool recording;
+  void *stream_saved;
 };
+/* INVALID_ARG naming fn when ctx is recording a graph (calls that wait on the host). */
+kite_status kite_ctx_not_recording(const kite_ctx *ctx, const char *fn);
 void kite_dispatch_cache_free(struct kite_dispatch_cache *c);
 /* The device address kernels get for the memory at byte_offset in data (what DLTensor.data
  * holds) on ctx's device, spanning bytes from there: the memory backend's tensor_address where
