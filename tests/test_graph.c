@@ -19,6 +19,7 @@ typedef struct rec {
   int magic;
   int n;
   kite_norm_args calls[8];
+  float *scratch[8]; /* each call's workspace, written at each replay as a kernel would */
 } rec;
 enum { REC_MAGIC = 0x6b677261 };
 
@@ -44,9 +45,11 @@ static kite_status run_rms(const kite_kernel *k, kite_ctx *ctx, const void *args
   rec *r = kite_ctx_stream(ctx);
   if (r && r->magic == REC_MAGIC) {
     if (r->n == 8) return kite_set_error(KITE_ERR_DEVICE, "rms_norm: recording full");
+    r->scratch[r->n] = ws;
     r->calls[r->n++] = *a;
     return KITE_OK;
   }
+  *(float *)ws = 1.0f;
   rms(a);
   return KITE_OK;
 }
@@ -102,7 +105,10 @@ static kite_status g_end(const kite_backend *b, int dev, void *recording, void *
 static kite_status g_launch(const kite_backend *b, int dev, void *stream, void *graph) {
   (void)b, (void)dev, (void)stream;
   const rec *r = graph;
-  for (int i = 0; i < r->n; i++) rms(&r->calls[i]);
+  for (int i = 0; i < r->n; i++) {
+    r->scratch[i][0] = 1.0f;
+    rms(&r->calls[i]);
+  }
   return KITE_OK;
 }
 static void g_destroy(const kite_backend *b, int dev, void *graph) {
@@ -215,8 +221,15 @@ int main(void) {
   CHECK(matches(x, w, y, 2), "replay with new inputs\n");
   CHECK(big[0] == 0, "the refused call left no trace in the graph\n");
 
-  /* a graph runs on its own device only */
-  expect("launch on cpu", kite_graph_launch(cpu, g), KITE_ERR_INVALID_ARG, "recorded on");
+  /* a graph runs on its own ctx only */
+  expect("launch on cpu", kite_graph_launch(cpu, g), KITE_ERR_INVALID_ARG, "another ctx");
+
+  /* the ctx grows its workspace after the recording: the graph keeps the one it recorded with
+   * (AddressSanitizer builds see a use after free otherwise), and still replays */
+  expect("a larger eager call", norm(ctx, d, big, w, big, 16, 4), KITE_OK, NULL);
+  for (int i = 0; i < 8; i++) x[i] = (float)(i % 3 + 1);
+  expect("launch after growth", kite_graph_launch(ctx, g), KITE_OK, NULL);
+  CHECK(matches(x, w, y, 2), "replay after the workspace grew\n");
   kite_graph_destroy(g);
 
   /* a ctx destroyed while recording frees the recording */

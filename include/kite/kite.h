@@ -172,7 +172,9 @@ KITE_API kite_status kite_memcpy(kite_ctx *ctx, void *dst, const void *src, size
  *   breaks the recording, and kite_graph_end then returns DEVICE and no graph;
  * - ops whose kernels read index values on the host cannot be recorded (host backends); a device
  *   backend that has no graphs makes kite_graph_begin UNSUPPORTED.
- * A graph belongs to the device of the ctx it was recorded on and runs on any ctx of that device.
+ * A graph runs on the ctx it was recorded on only (its calls use that ctx's scratch memory, which
+ * the graph keeps alive while it lives, even after the ctx has grown a larger one). Destroy a
+ * ctx's graphs before the ctx.
  * ------------------------------------------------------------------------------------------- */
 typedef struct kite_graph kite_graph;
 
@@ -184,7 +186,7 @@ KITE_API kite_status kite_graph_begin(kite_ctx *ctx);
  * (the recording was broken: a call failed or did something a recording cannot hold). */
 KITE_API kite_status kite_graph_end(kite_ctx *ctx, kite_graph **out);
 /* Queues the recorded work on ctx's stream (asynchronous, like the calls it holds).
- * Errors: INVALID_ARG (NULL argument, ctx recording, ctx on another device than g's), DEVICE. */
+ * Errors: INVALID_ARG (NULL argument, ctx recording, g recorded on another ctx), DEVICE. */
 KITE_API kite_status kite_graph_launch(kite_ctx *ctx, const kite_graph *g);
 /* Frees a graph (NULL is a no-op); it must not be running (synchronize first). */
 KITE_API void kite_graph_destroy(kite_graph *g);

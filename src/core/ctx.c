@@ -1,5 +1,6 @@
 /* kite_ctx: device, stream, threads, seed, workspace; device memory through the backend that
  * serves the ctx's device type. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,7 +72,7 @@ void kite_ctx_destroy(kite_ctx *ctx) {
     if (ctx->mem->graph_end(ctx->mem, ctx->p.device.device_id, ctx->p.stream, &g) == KITE_OK)
       ctx->mem->graph_destroy(ctx->mem, ctx->p.device.device_id, g);
   }
-  if (ctx->workspace) ctx->mem->free(ctx->mem, ctx->p.device.device_id, ctx->workspace);
+  kite_workspace_release(ctx->workspace);
   kite_dispatch_cache_free(ctx->cache);
   free(ctx);
 }
@@ -194,6 +195,13 @@ uint32_t kite_ctx_checks(const kite_ctx *ctx) {
   return ctx->p.checks;
 }
 
+void kite_workspace_release(struct kite_workspace *w) {
+  if (w && atomic_fetch_sub(&w->refs, 1) == 1) {
+    w->mem->free(w->mem, w->device_id, w->handle);
+    free(w);
+  }
+}
+
 kite_status kite_ctx_workspace(kite_ctx *ctx, size_t bytes, void **out) {
   if (bytes <= ctx->workspace_bytes) {
     *out = ctx->workspace_addr;
@@ -212,8 +220,14 @@ kite_status kite_ctx_workspace(kite_ctx *ctx, size_t bytes, void **out) {
     ctx->mem->free(ctx->mem, ctx->p.device.device_id, p);
     return s;
   }
-  if (ctx->workspace) ctx->mem->free(ctx->mem, ctx->p.device.device_id, ctx->workspace);
-  ctx->workspace = p;
+  struct kite_workspace *w = malloc(sizeof *w);
+  if (!w) {
+    ctx->mem->free(ctx->mem, ctx->p.device.device_id, p);
+    return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "workspace: out of memory");
+  }
+  *w = (struct kite_workspace){ctx->mem, ctx->p.device.device_id, p, 1};
+  kite_workspace_release(ctx->workspace); /* graphs recorded with it keep it */
+  ctx->workspace = w;
   ctx->workspace_addr = (void *)addr;
   ctx->workspace_bytes = bytes;
   *out = (void *)addr;

@@ -1,6 +1,7 @@
 /* Graphs (kite.h "Graphs"): a ctx records the device work of its calls through the backend that
  * serves its device type, and replays it. While recording, the ctx's stream is the backend's
  * recording stream, so every kernel queues there without knowing it is being recorded. */
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "core/internal.h"
@@ -9,6 +10,8 @@ struct kite_graph {
   const kite_backend *mem; /* the backend that recorded it, and frees it */
   int device_id;
   void *handle;
+  const kite_ctx *ctx;              /* the ctx it was recorded on: it runs there only */
+  struct kite_workspace *workspace; /* the ctx's scratch memory the recorded calls use */
 };
 
 static bool has_graphs(const kite_backend *b) {
@@ -59,7 +62,8 @@ kite_status kite_graph_end(kite_ctx *ctx, kite_graph **out) {
     ctx->mem->graph_destroy(ctx->mem, ctx->p.device.device_id, handle);
     return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "kite_graph_end: out of memory");
   }
-  *g = (kite_graph){ctx->mem, ctx->p.device.device_id, handle};
+  *g = (kite_graph){ctx->mem, ctx->p.device.device_id, handle, ctx, ctx->workspace};
+  if (g->workspace) atomic_fetch_add(&g->workspace->refs, 1);
   *out = g;
   return KITE_OK;
 }
@@ -72,16 +76,17 @@ kite_status kite_graph_launch(kite_ctx *ctx, const kite_graph *g) {
   if (ctx->recording)
     return kite_set_error(KITE_ERR_INVALID_ARG,
                           "kite_graph_launch: the ctx is recording (a graph inside a graph)");
-  if (g->mem != ctx->mem || g->device_id != ctx->p.device.device_id)
+  if (g->ctx != ctx)
     return kite_set_error(KITE_ERR_INVALID_ARG,
-                          "kite_graph_launch: the graph was recorded on %s:%d, the ctx is on %s:%d",
-                          kite_device_name(g->mem->device_type), g->device_id,
-                          kite_device_name(ctx->p.device.device_type), ctx->p.device.device_id);
+                          "kite_graph_launch: the graph was recorded on another ctx (%s:%d); it "
+                          "runs on that ctx only, whose scratch memory it uses",
+                          kite_device_name(g->mem->device_type), g->device_id);
   return ctx->mem->graph_launch(ctx->mem, g->device_id, ctx->p.stream, g->handle);
 }
 
 void kite_graph_destroy(kite_graph *g) {
   if (!g) return;
   g->mem->graph_destroy(g->mem, g->device_id, g->handle);
+  kite_workspace_release(g->workspace);
   free(g);
 }

@@ -180,9 +180,9 @@ static inline bool kite_indices_on_host(const kite_ctx *ctx);
 struct kite_dispatch_cache; /* per-ctx selection cache, owned by registry.c */
 struct kite_ctx {
   kite_ctx_params p;
-  const kite_backend *mem; /* memory operations for p.device */
-  void *workspace;         /* what the memory backend's alloc returned (a handle on some devices) */
-  void *workspace_addr;    /* its device address, for kernels (kite_device_address) */
+  const kite_backend *mem;          /* memory operations for p.device */
+  struct kite_workspace *workspace; /* NULL until a kernel asks for scratch memory */
+  void *workspace_addr;             /* its device address, for kernels (kite_device_address) */
   size_t workspace_bytes;
   struct kite_dispatch_cache *cache;
   /* Recording a graph (graph.c): p.stream is the backend's recording stream until
@@ -190,6 +190,16 @@ struct kite_ctx {
   bool recording;
   void *stream_saved;
 };
+/* A ctx's scratch memory, shared with the graphs recorded while it was the ctx's: a recorded
+ * call holds its address, so a graph keeps it alive (refs) after the ctx has grown a larger one. */
+struct kite_workspace {
+  const kite_backend *mem;
+  int device_id;
+  void *handle; /* what mem->alloc returned */
+  _Atomic int refs;
+};
+/* Drops one reference; the last frees the memory. NULL is a no-op. */
+void kite_workspace_release(struct kite_workspace *w);
 /* INVALID_ARG naming fn when ctx is recording a graph (calls that wait on the host). */
 kite_status kite_ctx_not_recording(const kite_ctx *ctx, const char *fn);
 void kite_dispatch_cache_free(struct kite_dispatch_cache *c);
