@@ -47,6 +47,17 @@ CONFIGS = {
                                                              "partial_rotary_factor": 0.5},
                                             pad_token_id=0, bos_token_id=1, eos_token_id=2),
 }
+
+# Published models' shapes with random weights, for timing (`kite run --bench --ignore-eos`):
+# not in the test parametrization over CONFIGS.
+SHAPES = {
+    "llama-smollm2-135m": lambda: transformers.LlamaConfig(
+        vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+        num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
+        rope_parameters={"rope_type": "default", "rope_theta": 100000.0}, rms_norm_eps=1e-5,
+        tie_word_embeddings=True, initializer_range=0.04),
+}
+
 T = gguf.MODEL_TENSOR
 
 
@@ -67,11 +78,11 @@ def _byte_tokens():
     return [out[b] for b in range(256)]
 
 
-def _tokenizer(w):
+def _tokenizer(w, n_vocab):
     merges = ["h e", "l l", "o \u0120", "he ll"]
     tokens = _byte_tokens() + ["he", "ll", "o\u0120", "hell"]
     types = [gguf.TokenType.NORMAL] * len(tokens)
-    while len(tokens) < VOCAB:
+    while len(tokens) < n_vocab:
         tokens.append(f"<unused{len(tokens)}>")
         types.append(gguf.TokenType.UNUSED)
     w.add_tokenizer_model("gpt2")
@@ -109,7 +120,7 @@ def _llama3_divisors(rope, head_dim):
 def model(name, seed):
     arch = name.split("-")[0]
     torch.manual_seed(seed)
-    cfg = CONFIGS[name]()
+    cfg = (CONFIGS.get(name) or SHAPES[name])()
     cfg._attn_implementation = "eager"
     m = transformers.AutoModelForCausalLM.from_config(cfg).float().eval()
     with torch.no_grad():
@@ -153,7 +164,7 @@ def write(name, path, seed=0, meta=None, extra_tensors=None):
     if arch == "gemma2":
         w.add_attn_logit_softcapping(cfg.attn_logit_softcapping)
         w.add_final_logit_softcapping(cfg.final_logit_softcapping)
-    _tokenizer(w)
+    _tokenizer(w, cfg.vocab_size)
     for key, v in (meta or {}).items():
         w.kv_data[0].pop(key, None)
         if v is not None:
