@@ -49,6 +49,14 @@ static kite_status check_caches(const kite_ctx *ctx, const char *op, const DLTen
   return kite_tensor_require_disjoint(op, "kpe_cache", pt, ct, "ckv_cache");
 }
 
+/* The cache's last dim equals the width of the tensor `of`. */
+static kite_status check_width(const char *op, const kite_tensor *cache, const char *arg,
+                               int64_t width, const char *of) {
+  if (cache->shape[2] == width) return KITE_OK;
+  return kite_set_error(KITE_ERR_INVALID_ARG, "%s: %s: width %lld, %s has %lld", op, arg,
+                        (long long)cache->shape[2], of, (long long)width);
+}
+
 /* A float matrix [rows, cols] (rows with one stride, unit-stride last dim) of like's dtype, or
  * of any float dtype when like is NULL. */
 static kite_status check_rows(const kite_ctx *ctx, const char *op, const char *arg,
@@ -78,12 +86,9 @@ kite_status kite_mla_store_kv(kite_ctx *ctx, const DLTensor *c_kv, const DLTenso
     return kite_set_error(KITE_ERR_INVALID_ARG, "%s: k_pe: %lld tokens, c_kv has %lld", op,
                           (long long)p_tokens, (long long)tokens);
   if ((s = check_caches(ctx, op, ckv_cache, kpe_cache, ct.dtype, &cc, &pc)) != KITE_OK) return s;
-  if (cc.shape[2] != rank || pc.shape[2] != rope)
-    return kite_set_error(KITE_ERR_INVALID_ARG,
-                          "%s: ckv_cache / kpe_cache: widths %lld / %lld, c_kv / k_pe have %lld / "
-                          "%lld",
-                          op, (long long)cc.shape[2], (long long)pc.shape[2], (long long)rank,
-                          (long long)rope);
+  if ((s = check_width(op, &cc, "ckv_cache", rank, "c_kv")) != KITE_OK ||
+      (s = check_width(op, &pc, "kpe_cache", rope, "k_pe")) != KITE_OK)
+    return s;
   if ((s = kite_attn_check_i32_vec(ctx, op, "slots", slots, tokens, "T", &st)) != KITE_OK) return s;
   const kite_tensor *in[] = {&ct, &pt, &st};
   const char *in_names[] = {"c_kv", "k_pe", "slots"};
@@ -129,12 +134,9 @@ kite_status kite_mla_decode(kite_ctx *ctx, const DLTensor *q_nope, const DLTenso
                           kite_shape_str(&qp, x, sizeof x), kite_shape_str(&qn, y, sizeof y));
   }
   if ((s = check_caches(ctx, op, ckv_cache, kpe_cache, qn.dtype, &cc, &pc)) != KITE_OK) return s;
-  if (cc.shape[2] != qn.shape[2] || pc.shape[2] != qp.shape[2])
-    return kite_set_error(KITE_ERR_INVALID_ARG,
-                          "%s: ckv_cache / kpe_cache: widths %lld / %lld, q_nope / q_pe have %lld "
-                          "/ %lld",
-                          op, (long long)cc.shape[2], (long long)pc.shape[2],
-                          (long long)qn.shape[2], (long long)qp.shape[2]);
+  if ((s = check_width(op, &cc, "ckv_cache", qn.shape[2], "q_nope")) != KITE_OK ||
+      (s = check_width(op, &pc, "kpe_cache", qp.shape[2], "q_pe")) != KITE_OK)
+    return s;
   int64_t bt_rows, max_blocks, bt_stride;
   if ((s = kite_attn_check_block_table(ctx, op, block_table, &bt, &bt_rows, &max_blocks,
                                        &bt_stride)) != KITE_OK)
