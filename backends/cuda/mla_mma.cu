@@ -294,6 +294,14 @@ extern "C" CUDA_SUPPORTS(cuda_mla_decode_mma_supports) {
     *why = "needs 16-byte aligned queries, output and caches, and query / output strides";
     return false;
   }
+  int dev = 0, optin = 0; /* the shared memory a block may opt in to (227 KB on Hopper) */
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+    (void)cudaGetLastError();
+  if ((size_t)optin < kSmem) {
+    *why = "needs 183 KB of shared memory per block (Hopper)";
+    return false;
+  }
   return ok_unless(a->batch > 0x7fffffff || (a->heads + BM - 1) / BM > 65535 ||
                        a->max_blocks * a->block_size > 0x7fff0000,
                    "too many sequences, heads or keys", why);
