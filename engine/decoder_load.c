@@ -226,7 +226,7 @@ static int rope_cache(dec_net *n, const kr_gguf *g, double theta, int local, voi
   }
   float *cs = malloc(count * sizeof(float)); /* [ctx_len, rot_dim] */
   if (!cs) return kr_errf(err, err_len, "model: out of memory");
-  const kite_rope_scaling lin = {KITE_ROPE_SCALING_LINEAR, c->rope_linear, 0, 0, 0};
+  const kite_rope_scaling lin = {.type = KITE_ROPE_SCALING_LINEAR, .factor = c->rope_linear};
   const kite_rope_scaling *scaling = !local && c->rope_linear != 1.0 ? &lin : NULL;
   if (kite_rope_cache_build(cs, n->ctx_len, c->rot_dim, theta, scaling) != KITE_OK) {
     free(cs);

@@ -603,6 +603,34 @@ static const bad_case g_cases[] = {
     ALIAS("logprobs", "top_logprobs", "top_ids", INV),
     T("logprobs", "tokens,token_logprobs", NULL_TENSOR, OK), /* both absent */
     T("logprobs", "tokens", SET_INT, OK, 0, 99),             /* NaN logprob, not an error */
+    /* MLA: c_kv[T, R], k_pe[T, P] into ckv_cache[blocks, bs, R], kpe_cache[blocks, bs, P];
+     * decode q_nope[B, H, R], q_pe[B, H, P] over them with block_table[B, max_blocks]. */
+    T("mla_store_kv", "slots", SET_INT, INV, 1, 16), /* past the 4 blocks of 4 */
+    T("mla_store_kv", "slots", SET_INT, OK, 1, -1),  /* padding: skipped */
+    T("mla_store_kv", "c_kv", SET_STRIDES, OK, 40, 1),
+    T("mla_store_kv", "c_kv", SET_DTYPE, UNS, I32), T("mla_store_kv", "k_pe", SET_DTYPE, INV, F16),
+    T("mla_store_kv", "k_pe", SET_DIM, INV, 0, 4),
+    T("mla_store_kv", "ckv_cache", SET_STRIDES, INV, 256, 32, 2),
+    T("mla_store_kv", "ckv_cache,kpe_cache", SET_DIM, INV, 1, 0), /* block_size 0 */
+    T("mla_store_kv", "ckv_cache", SET_DIM, INV, 2, 2048),        /* R above 1024 */
+    ALIAS("mla_store_kv", "kpe_cache", "ckv_cache", INV),
+    ALIAS("mla_store_kv", "ckv_cache", "c_kv", INV),
+    T("mla_store_kv", "c_kv,k_pe,slots", SET_DIM, OK, 0, 0), P("mla_decode", "scale", 0.0, INV),
+    P("mla_decode", "scale", -1.0, INV), P("mla_decode", "scale", NAN, INV),
+    P("mla_decode", "scale", INFINITY, INV), T("mla_decode", "q_pe", SET_DTYPE, INV, F16),
+    T("mla_decode", "q_pe", SET_DIM, INV, 1, 3),
+    T("mla_decode", "kpe_cache", SET_DIM, INV, 2, 300), /* P above 256 */
+    T("mla_decode", "kpe_cache", SET_DIM, INV, 0, 5),   /* blocks unlike ckv_cache's */
+    T("mla_decode", "block_table", SET_DIM, INV, 0, 3), T("mla_decode", "o", SET_DTYPE, INV, F16),
+    T("mla_decode", "lse", SET_DTYPE, INV, F16), ALIAS("mla_decode", "o", "q_nope", INV),
+    ALIAS("mla_decode", "o", "ckv_cache", INV), ALIAS("mla_decode", "lse", "o", INV),
+    T("mla_decode", "seq_lens", SET_INT, INV, 0, -1),    /* negative */
+    T("mla_decode", "seq_lens", SET_INT, INV, 1, 13),    /* past the table's 3 blocks of 4 */
+    T("mla_decode", "block_table", SET_INT, INV, 0, 4),  /* past the cache's 4 blocks */
+    T("mla_decode", "block_table", SET_INT, INV, 0, -1), /* inside sequence 0 */
+    T("mla_decode", "q_nope", SET_STRIDES, OK, 256, 64, 1),
+    T("mla_decode", "q_nope,q_pe,block_table,seq_lens,o,lse", SET_DIM, OK, 0, 0),
+    T("mla_decode", "seq_lens", SET_INT, OK, 0, 0), /* zeros */
 };
 
 /* The shapes the rows of g_cases are written for: per function the sizes of the palette letters
@@ -638,6 +666,11 @@ static const setup_row g_setups[] = {
     {"fused_moe", {3, 8, 3, 2, 1, 1}},
     {"argmax sample logprobs", {3, 6, 2, 1, 1, 1}}, /* logits [3, 6], n = 2 */
     {"apply_penalties", {3, 6, 4, 2, 1, 1}},        /* prompt_ids [3, 4], output_ids [3, 2] */
+    /* c_kv [3, 32], k_pe [3, 8], ckv_cache [4 blocks, block_size 4, 32], kpe_cache [4, 4, 8] */
+    {"mla_store_kv", {3, 32, 8, 4, 4, 1}},
+    /* q_nope [2, 4, 32], q_pe [2, 4, 8], caches [4 blocks, block_size 4 (A), 32 | 8],
+     * block_table [2, 3] */
+    {"mla_decode", {2, 32, 4, 8, 4, 3}},
 };
 
 typedef struct values_row {
@@ -651,6 +684,7 @@ static const values_row g_values[] = {
     {"store_kv", "slots", 3, {5, 0, 11}},       /* block ids 0, 1, 2 */
     {"paged_decode", "seq_lens", 2, {5, 12}},   {"paged_prefill", "cu_q_lens", 3, {0, 1, 3}},
     {"paged_prefill", "seq_lens", 2, {4, 9}},   {"group_gemm", "group_sizes", 2, {2, 3}},
+    {"mla_store_kv", "slots", 3, {5, 0, 11}},   {"mla_decode", "seq_lens", 2, {5, 12}},
 };
 
 static bool has_word(const char *list, const char *word) {
@@ -1123,8 +1157,12 @@ static void test_memcpy_overlap(kite_ctx *ctx) {
 static void test_rope_cache(void) {
   static float buf[16 * 8];
   const char *who = "rope_cache_build";
-  const kite_rope_scaling linear = {KITE_ROPE_SCALING_LINEAR, 2.0, 0, 0, 0};
-  const kite_rope_scaling llama3 = {KITE_ROPE_SCALING_LLAMA3, 8.0, 1.0, 4.0, 8192};
+  const kite_rope_scaling linear = {.type = KITE_ROPE_SCALING_LINEAR, .factor = 2.0};
+  const kite_rope_scaling llama3 = {.type = KITE_ROPE_SCALING_LLAMA3,
+                                    .factor = 8.0,
+                                    .low_freq_factor = 1.0,
+                                    .high_freq_factor = 4.0,
+                                    .original_max_pos = 8192};
   kite_rope_scaling bad;
   expect("cache NULL", kite_rope_cache_build(NULL, 16, 8, 1e4, NULL), INV,
          "rope_cache_build: cos_sin");
@@ -1174,6 +1212,43 @@ static void test_rope_cache(void) {
   /* pair 3 of rot_dim 8: inv = 5e5^-0.75 ~ 5.3e-5, wavelength ~ 1.2e5 > 8192: divided by 8 */
   CHECK(fabsf(buf[15 * 8 + 3] - (float)cos(15.0 * pow(5e5, -0.75) / 8.0)) < 1e-6f,
         "llama3 divides low frequencies by factor");
+
+  /* yarn (DeepSeek-V3's values over rot_dim 64): every bad field, then the attention factor */
+  const kite_rope_scaling yarn = {.type = KITE_ROPE_SCALING_YARN,
+                                  .factor = 40.0,
+                                  .original_max_pos = 4096,
+                                  .beta_fast = 32.0,
+                                  .beta_slow = 1.0,
+                                  .mscale = 1.0,
+                                  .mscale_all_dim = 1.0};
+  double freq[32], att = 0.0;
+  const char *inv_who = "rope_inv_freq";
+  bad = yarn, bad.original_max_pos = 0;
+  expect("yarn original_max_pos 0", kite_rope_inv_freq(freq, 64, 1e4, &bad, &att), INV, inv_who);
+  bad = yarn, bad.beta_fast = 0.5;
+  expect("yarn beta_fast < beta_slow", kite_rope_inv_freq(freq, 64, 1e4, &bad, &att), INV,
+         "rope_inv_freq: scaling");
+  bad = yarn, bad.beta_slow = -1.0;
+  expect("yarn beta_slow < 0", kite_rope_inv_freq(freq, 64, 1e4, &bad, &att), INV, inv_who);
+  bad = yarn, bad.mscale = NAN;
+  expect("yarn mscale NaN", kite_rope_inv_freq(freq, 64, 1e4, &bad, &att), INV, inv_who);
+  bad = yarn, bad.attention_factor = -1.0;
+  expect("yarn attention_factor < 0", kite_rope_inv_freq(freq, 64, 1e4, &bad, &att), INV, inv_who);
+  bad = yarn, bad.factor = 0.0;
+  expect("yarn factor 0", kite_rope_cache_build(buf, 16, 8, 1e4, &bad), INV, who);
+  expect("inv_freq NULL", kite_rope_inv_freq(NULL, 64, 1e4, &yarn, &att), INV,
+         "rope_inv_freq: inv_freq");
+  expect("inv_freq rot_dim 3", kite_rope_inv_freq(freq, 3, 1e4, &yarn, &att), INV,
+         "rope_inv_freq: rot_dim");
+  expect("yarn", kite_rope_inv_freq(freq, 64, 1e4, &yarn, &att), OK, NULL);
+  CHECK(att == 1.0, "yarn with mscale == mscale_all_dim has attention factor 1");
+  CHECK(freq[0] == 1.0, "yarn keeps the highest frequency");
+  CHECK(fabs(freq[31] - pow(1e4, -62.0 / 64.0) / 40.0) < 1e-18,
+        "yarn divides the lowest by factor");
+  bad = yarn, bad.mscale = 0.0;
+  expect("yarn no mscale", kite_rope_inv_freq(freq, 64, 1e4, &bad, &att), OK, NULL);
+  CHECK(fabs(att - (0.1 * log(40.0) + 1.0)) < 1e-15, "yarn attention factor 0.1 ln(factor) + 1");
+  CHECK(kite_rope_yarn_mscale(0.5, 1.0) == 1.0, "yarn mscale is 1 for factor <= 1");
 }
 
 static void test_ctx_and_memory(kite_ctx *ctx) {

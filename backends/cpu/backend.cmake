@@ -5,7 +5,7 @@ set(_cpu_dir ${CMAKE_CURRENT_LIST_DIR})
 list(APPEND KITE_BUILTIN_SOURCES
   ${_cpu_dir}/cpu_backend.c ${_cpu_dir}/cpu_features.c ${_cpu_dir}/cpu_threadpool.c
   ${_cpu_dir}/cpu_isa_scalar.c ${_cpu_dir}/cpu_flce.c ${_cpu_dir}/cpu_penalties.c
-  ${_cpu_dir}/cpu_wq4.c ${_cpu_dir}/cpu_moe_route.c)
+  ${_cpu_dir}/cpu_wq4.c ${_cpu_dir}/cpu_moe_route.c ${_cpu_dir}/cpu_mla.c)
 # Each file gets exactly the flags of the entries it serves (cpu_backend.c's table gives each
 # entry the same feature bits); cpu_gemm_avx512.c enables the extensions of its bf16, VNNI and
 # AMX micro-kernels per function.

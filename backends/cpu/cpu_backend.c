@@ -252,6 +252,10 @@ static kite_kernel cpu_kernels[] = {
         "expert counts and softmax sums in row order, float64 accumulators"),
     ROW(KITE_OP_MOE_AUX_LOSS_BACKWARD, "scalar", 10, 0, supports_float, cpu_moe_aux_loss_scalar,
         "counts in row order, then p (c - c.p) per row, rows over threads"),
+    ROW(KITE_OP_MLA_STORE_KV, "scalar", 10, 0, supports_float, cpu_mla_store_kv_scalar,
+        "row copy per token into the latent caches, tokens over threads"),
+    ROW(KITE_OP_MLA_DECODE, "scalar", 10, 0, supports_float, cpu_mla_decode_scalar,
+        "a latent row converted once per 16 heads, f32 online softmax, items over threads"),
 #if defined(__x86_64__)
     ROW(KITE_OP_LINEAR_WQ4, "avx512", 22, CPU_ISA_AVX512, supports_float, cpu_linear_wq4_avx512,
         "a block decoded to d q + c in two zmm once per 8 x rows, 2 FMAs per row"),

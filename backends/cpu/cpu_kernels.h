@@ -52,6 +52,9 @@ CPU_RUN_DECL(cpu_linear_wq4_scalar);
 CPU_RUN_DECL(cpu_moe_route_scalar);
 CPU_RUN_DECL(cpu_fused_moe_ex_scalar);
 CPU_RUN_DECL(cpu_moe_aux_loss_scalar);
+/* mla_store_kv and mla_decode, portable (cpu_mla.c). */
+CPU_RUN_DECL(cpu_mla_store_kv_scalar);
+CPU_RUN_DECL(cpu_mla_decode_scalar);
 /* linear_gguf and dequant_gguf (kernels/gguf.inc), one per ISA. */
 CPU_RUN_DECL(cpu_gguf_scalar);
 

@@ -347,7 +347,7 @@ kite_status run_attend(kite_ctx *ctx, AttnParams p, bool vec, const char *op, co
     return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.%s: %lld query rows x heads is too many",
                           op, variant, (long long)units);
   int64_t splits;
-  if ((st = attn_split_keys(ctx, p, units, &splits)) != KITE_OK) return st;
+  if ((st = attn_split_keys(ctx, p, units, 8, &splits)) != KITE_OK) return st;
   const dim3 grid((unsigned)units, (unsigned)splits);
   st = with_float_type(p.dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -377,9 +377,9 @@ kite_status run_attend(kite_ctx *ctx, AttnParams p, bool vec, const char *op, co
 
 } // namespace
 
-kite_status kite_cuda::attn_split_keys(kite_ctx *ctx, AttnParams &p, int64_t units,
+kite_status kite_cuda::attn_split_keys(kite_ctx *ctx, AttnParams &p, int64_t units, int per_sm,
                                        int64_t *splits) {
-  const int64_t target = 8LL * sm_count();
+  const int64_t target = (int64_t)per_sm * sm_count();
   int64_t n = units >= target ? 1 : (target + units - 1) / units;
   const int64_t by_keys = p.max_keys / 256;
   if (n > by_keys) n = by_keys;

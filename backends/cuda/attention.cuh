@@ -236,10 +236,11 @@ AttnParams attn_paged_params(const kite_paged_attn_args *a);
 AttnParams attn_sdpa_params(const kite_sdpa_args *a);
 AttnParams attn_varlen_params(const kite_sdpa_varlen_args *a);
 void attn_merge_splits(const AttnParams &p, int splits, cudaStream_t s);
-/* The key splits of `units` CTAs (> 0): enough to fill the GPU with >= 8 CTAs per SM, keeping
- * >= 256 keys per split, at most 64; with more than one, p.part_o / p.part_lse get the partials'
- * room in the ctx's workspace. */
-kite_status attn_split_keys(kite_ctx *ctx, AttnParams &p, int64_t units, int64_t *splits);
+/* The key splits of `units` CTAs (> 0): enough to fill the GPU with >= per_sm CTAs per SM,
+ * keeping >= 256 keys per split, at most 64; with more than one, p.part_o / p.part_lse get the
+ * partials' room in the ctx's workspace. */
+kite_status attn_split_keys(kite_ctx *ctx, AttnParams &p, int64_t units, int per_sm,
+                            int64_t *splits);
 
 } // namespace kite_cuda
 

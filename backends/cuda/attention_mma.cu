@@ -427,7 +427,7 @@ kite_status run_mma(kite_ctx *ctx, AttnParams p, const char *op) {
     return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.mma: too many query tiles or kv heads",
                           op);
   int64_t splits = 1; /* keys mode splits the keys to fill the GPU; rows mode has CTAs enough */
-  if (keys && (st = attn_split_keys(ctx, p, tiles * p.hkv, &splits)) != KITE_OK) return st;
+  if (keys && (st = attn_split_keys(ctx, p, tiles * p.hkv, 8, &splits)) != KITE_OK) return st;
   const dim3 grid((unsigned)tiles, (unsigned)p.hkv, (unsigned)splits);
   st = with_float_type(p.dtype, op, [&](auto tag) -> kite_status {
     using T = typename decltype(tag)::type;

@@ -35,8 +35,8 @@ kite_status cuda_graph_launch(const kite_backend *b, int device_id, void *stream
 void cuda_graph_destroy(const kite_backend *b, int device_id, void *graph);
 
 /* index_check.cu: under KITE_CHECK_INDICES (kite_ctx_checks), launches the check of the index
- * values of args (store_kv, paged_decode, paged_prefill, group_gemm) on the ctx's stream before
- * the op's kernels; a no-op otherwise. cuda_index_report, after a stream synchronization,
+ * values of args (store_kv, paged_decode, paged_prefill, mla_*, group_gemm) on the ctx's stream
+ * before the op's kernels; a no-op otherwise. cuda_index_report, after a stream synchronization,
  * returns INVALID_ARG for the first bad value recorded on the device since the last report. */
 kite_status cuda_index_check(kite_ctx *ctx, const void *args);
 kite_status cuda_index_report(int device_id);
@@ -136,6 +136,13 @@ CUDA_SUPPORTS(cuda_sdpa_varlen_vec_supports);
 CUDA_SUPPORTS(cuda_sdpa_varlen_generic_supports);
 CUDA_RUN(cuda_sdpa_varlen_vec_run);
 CUDA_RUN(cuda_sdpa_varlen_generic_run);
+/* mla.cu: mla_store_kv, mla_decode on CUDA cores (any dtype and size); mla_mma.cu: mla_decode on
+ * tensor cores (bf16/f16, kv_lora_rank 512, rope dim 64) */
+CUDA_RUN(cuda_mla_store_kv_run);
+CUDA_SUPPORTS(cuda_mla_decode_generic_supports);
+CUDA_RUN(cuda_mla_decode_generic_run);
+CUDA_SUPPORTS(cuda_mla_decode_mma_supports);
+CUDA_RUN(cuda_mla_decode_mma_run);
 /* attention_mma.cu: paged_decode, paged_prefill, sdpa, sdpa_varlen on tensor cores (bf16/f16) */
 CUDA_SUPPORTS(cuda_paged_mma_supports);
 CUDA_RUN(cuda_paged_mma_run);

@@ -129,6 +129,9 @@ CHECKED(cuda_paged_mma_run)
 CHECKED(cuda_paged_sm90_run)
 CHECKED(cuda_paged_vec_run)
 CHECKED(cuda_paged_generic_run)
+CHECKED(cuda_mla_store_kv_run)
+CHECKED(cuda_mla_decode_generic_run)
+CHECKED(cuda_mla_decode_mma_run)
 CHECKED(cuda_group_gemm_cublaslt_run)
 CHECKED(cuda_group_gemm_tiles_run)
 CHECKED(cuda_ce_vec_run)
@@ -245,6 +248,15 @@ static const kite_kernel cuda_kernels[] = {
            "row copy per element, zeros for bad ids"),
     KERNEL(KITE_OP_STORE_KV, "generic", PRIORITY_GENERIC, cuda_float_supports,
            checked_cuda_store_kv_run, "k and v into the caches in one launch, bad slots skipped"),
+    KERNEL(KITE_OP_MLA_STORE_KV, "generic", PRIORITY_GENERIC, cuda_float_supports,
+           checked_cuda_mla_store_kv_run,
+           "c_kv and k_pe into the latent caches, bad slots skipped"),
+    KERNEL(KITE_OP_MLA_DECODE, "mma", PRIORITY_SPLIT, cuda_mla_decode_mma_supports,
+           checked_cuda_mla_decode_mma_run,
+           "tensor cores, 64 heads of a sequence per CTA, split-KV, cp.async (R 512, P 64)"),
+    KERNEL(KITE_OP_MLA_DECODE, "generic", PRIORITY_GENERIC, cuda_mla_decode_generic_supports,
+           checked_cuda_mla_decode_generic_run,
+           "a warp per head, 8 heads of a sequence per CTA, f32 online softmax, any size"),
     KERNEL(KITE_OP_PAGED_DECODE, "mma", PRIORITY_SPLIT, cuda_paged_mma_supports,
            checked_cuda_paged_mma_run,
            "tensor cores, GQA rows of a kv head per CTA, split-KV, cp.async"),

@@ -1,6 +1,7 @@
 /*
  * KITE_CHECK_INDICES on the device (kite.h): before an op that reads index values from device
- * memory (store_kv's slots; paged_decode / paged_prefill's seq_lens, cu_q_lens and block ids;
+ * memory (store_kv's and mla_store_kv's slots; paged_decode / paged_prefill / mla_decode's
+ * seq_lens, cu_q_lens and block ids;
  * group_gemm's sizes; the cross-entropy ops' targets), a small kernel looks at every value and
  * records the first bad one in a 64-bit word of the device; the op's own kernels then run
  * unchanged, never out of bounds. The next synchronization of that device (kite_ctx_synchronize, or
@@ -167,6 +168,22 @@ extern "C" kite_status cuda_index_check(kite_ctx *ctx, const void *args) {
       slots_check_kernel<<<
           (unsigned)((a->tokens + 255) / 256 < 1024 ? (a->tokens + 255) / 256 : 1024), 256, 0, s>>>(
           *a, word);
+  } else if (op == KITE_OP_MLA_DECODE) { /* the paged check over the same block-table fields */
+    const kite_mla_decode_args *m = (const kite_mla_decode_args *)args;
+    kite_paged_attn_args a = {};
+    a.op = op, a.batch = a.tokens = m->batch, a.num_blocks = m->num_blocks;
+    a.block_size = m->block_size, a.block_table = m->block_table, a.max_blocks = m->max_blocks;
+    a.block_table_stride = m->block_table_stride, a.seq_lens = m->seq_lens;
+    if (a.batch > 0) paged_check_kernel<<<(unsigned)a.batch, 128, 0, s>>>(a, word);
+  } else if (op == KITE_OP_MLA_STORE_KV) { /* the slots check of store_kv */
+    const kite_mla_store_kv_args *m = (const kite_mla_store_kv_args *)args;
+    kite_store_kv_args a = {};
+    a.op = op, a.tokens = m->tokens, a.num_blocks = m->num_blocks, a.block_size = m->block_size;
+    a.slots = m->slots;
+    if (a.tokens > 0)
+      slots_check_kernel<<<
+          (unsigned)((a.tokens + 255) / 256 < 1024 ? (a.tokens + 255) / 256 : 1024), 256, 0, s>>>(
+          a, word);
   } else if (op == KITE_OP_GROUP_GEMM) {
     groups_check_kernel<<<1, 1, 0, s>>>(*(const kite_group_gemm_args *)args, word);
   } else if (op == KITE_OP_CROSS_ENTROPY || op == KITE_OP_CROSS_ENTROPY_BACKWARD ||

@@ -50,6 +50,12 @@ kite_status ref_penalties_run(const kite_kernel *k, kite_ctx *ctx, const void *a
 kite_status ref_logprobs_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_linear_wq4_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_gguf_run(const kite_kernel *k, kite_ctx *ctx, const void *args); /* + dequant */
+/* Every slot < capacity (negative: padding), else INVALID_ARG "<op>: slots[i] = ...": the
+ * store ops' own check, for kernels called directly (ref_attention.c). */
+kite_status ref_check_slots(const char *op, const int32_t *slots, int64_t tokens, int64_t capacity);
+/* ref_mla.c */
+kite_status ref_mla_store_kv_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_mla_decode_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 /* ref_comm.c: all_reduce, all_gather, reduce_scatter, all_reduce_add_rms_norm over the ranks of
  * a ref comm (threads of this process), and the comm operations of kite_backend */
 bool ref_comm_supports(const kite_kernel *k, const void *args, const char **why);

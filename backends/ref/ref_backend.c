@@ -105,6 +105,10 @@ static const kite_kernel ref_kernels[] = {
     REF_KERNEL(KITE_OP_LINEAR_GGUF, ref_gguf_run,
                "GGUF blocks decoded by kite.h's formula in float64, float64 dots, bias"),
     REF_KERNEL(KITE_OP_DEQUANT_GGUF, ref_gguf_run, "GGUF blocks decoded by kite.h's formula"),
+    REF_KERNEL(KITE_OP_MLA_STORE_KV, ref_mla_store_kv_run,
+               "row copy per token into the latent caches"),
+    REF_KERNEL(KITE_OP_MLA_DECODE, ref_mla_decode_run,
+               "absorbed MLA decode, two-pass softmax in float64"),
 };
 
 static const kite_backend ref_backend_def = {

@@ -304,6 +304,48 @@ typedef struct kite_sdpa_varlen_args {
   float *lse;
 } kite_sdpa_varlen_args;
 
+/* mla_store_kv: c_kv[tokens, kv_rank] and k_pe[tokens, rope_dim] with row strides (last dim
+ * unit-stride) into the compact caches ckv_cache[num_blocks, block_size, kv_rank] and
+ * kpe_cache[num_blocks, block_size, rope_dim] at slots[tokens] (negative: skipped). Slots in
+ * device memory are not validated: a kernel skips a slot >= num_blocks * block_size. */
+typedef struct kite_mla_store_kv_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t tokens, kv_rank, rope_dim;
+  const void *c_kv;
+  int64_t c_kv_stride;
+  const void *k_pe;
+  int64_t k_pe_stride;
+  void *ckv_cache, *kpe_cache;
+  int64_t num_blocks, block_size;
+  const int32_t *slots;
+} kite_mla_store_kv_args;
+
+/* mla_decode: q_nope[batch, heads, kv_rank] and q_pe[batch, heads, rope_dim] with batch and head
+ * strides, the compact caches of mla_store_kv, block_table[batch, max_blocks] with a row stride,
+ * seq_lens[batch]; scale finite and > 0. o[batch, heads, kv_rank] with batch and head strides;
+ * lse NULL or compact f32 [batch, heads]. Index values in device memory are not validated (as
+ * kite_paged_attn_args: never read outside the caches; an out-of-range block's keys are absent,
+ * seq_len clamped to [0, max_blocks * block_size]). */
+typedef struct kite_mla_decode_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t batch, heads, kv_rank, rope_dim;
+  const void *q_nope;
+  int64_t q_nope_stride_b, q_nope_stride_h;
+  const void *q_pe;
+  int64_t q_pe_stride_b, q_pe_stride_h;
+  const void *ckv_cache, *kpe_cache;
+  int64_t num_blocks, block_size;
+  const int32_t *block_table;
+  int64_t max_blocks, block_table_stride;
+  const int32_t *seq_lens;
+  float scale;
+  void *o;
+  int64_t o_stride_b, o_stride_h;
+  float *lse;
+} kite_mla_decode_args;
+
 /* sdpa_backward: fwd is the forward's call (fwd.o its output, fwd.lse its lse, never NULL; both
  * read only). dout/dq[batch, hq, sq, head_dim], dk/dv[batch, hkv, sk, head_dim], strides [0]
  * batch, [1] head, [2] sequence, head_dim unit-stride; dq, dk, dv are overwritten. */

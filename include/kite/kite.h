@@ -274,18 +274,59 @@ typedef enum kite_rope_scaling_type {
   KITE_ROPE_SCALING_NONE = 0,
   KITE_ROPE_SCALING_LINEAR = 1, /* positions divided by factor */
   KITE_ROPE_SCALING_LLAMA3 = 2, /* Llama 3.1 wavelength-dependent scaling */
+  KITE_ROPE_SCALING_YARN = 3,   /* YaRN (DeepSeek-V2/V3, Qwen, gpt-oss): ramp + attention factor */
 } kite_rope_scaling_type;
+/* The fields after original_max_pos are read only for yarn (older callers that never ask for
+ * yarn may pass the shorter struct). Zero means "absent" for each yarn field, as a missing key of
+ * a Hugging Face rope_parameters dict does. */
 typedef struct kite_rope_scaling {
   kite_rope_scaling_type type;
-  double factor;            /* linear and llama3 */
+  double factor;            /* linear, llama3 and yarn */
   double low_freq_factor;   /* llama3 (1.0 in Llama 3.1) */
   double high_freq_factor;  /* llama3 (4.0 in Llama 3.1) */
-  int64_t original_max_pos; /* llama3 (8192 in Llama 3.1) */
+  int64_t original_max_pos; /* llama3 (8192 in Llama 3.1); yarn (4096 in DeepSeek-V3) */
+  double beta_fast;         /* yarn: 0 -> 32 */
+  double beta_slow;         /* yarn: 0 -> 1 */
+  double mscale;            /* yarn: 0 -> absent (DeepSeek-V3: 1.0) */
+  double mscale_all_dim;    /* yarn: 0 -> absent (DeepSeek-V3: 1.0) */
+  double attention_factor;  /* yarn: 0 -> derived from factor, mscale, mscale_all_dim */
+  int32_t no_truncate;      /* yarn: 1 keeps the correction range unrounded (gpt-oss's
+                               truncate: false); 0 rounds it (floor, ceil) */
 } kite_rope_scaling;
 
-/* Fills a host buffer cos_sin[max_pos * rot_dim] (f32) for kite_rope:
- * inv_freq[i] = theta^(-2i/rot_dim), scaled as `scaling` says (NULL = none); row p holds
- * cos(p * inv_freq[i]) for i < rot_dim/2, then the sines. Copy it to the device with kite_memcpy.
+/* The scaled inverse frequencies inv_freq[rot_dim / 2] (double) and the attention factor
+ * (*attention_factor, may be NULL; 1 unless yarn) of kite_rope_cache_build:
+ *   none: inv_freq[i] = theta^(-2i/rot_dim) (= base_i);  linear: base_i / factor;
+ *   llama3: Llama 3.1's rule (wavelength 2 pi / base_i below original_max_pos / high_freq_factor
+ *     kept, above original_max_pos / low_freq_factor divided by factor, a linear blend in
+ *     original_max_pos / wavelength between);
+ *   yarn (transformers' _compute_yarn_parameters): with
+ *     corr(r) = rot_dim ln(original_max_pos / (2 pi r)) / (2 ln theta),
+ *     low = max(floor(corr(beta_fast)), 0), high = min(ceil(corr(beta_slow)), rot_dim - 1)
+ *     (no_truncate: no floor / ceil), high += 0.001 when low == high,
+ *     ramp_i = clamp((i - low) / (high - low), 0, 1),
+ *     inv_freq[i] = base_i / factor * ramp_i + base_i * (1 - ramp_i);
+ *     attention factor: attention_factor when nonzero, else with
+ *     m(s, k) = s <= 1 ? 1 : 0.1 k ln(s) + 1: m(factor, mscale) / m(factor, mscale_all_dim) when
+ *     both are nonzero, else m(factor, 1).
+ * The cache's cosines and sines are multiplied by the attention factor (as transformers does).
+ * DeepSeek-V2/V3 also multiply the softmax scale by m(factor, mscale_all_dim)^2 (see
+ * kite_mla_decode): kite_rope_yarn_mscale gives m.
+ * Errors: NULL inv_freq, rot_dim odd or < 2, theta <= 0 or not finite, bad scaling values
+ * (factor <= 0 or not finite; llama3: low_freq_factor <= 0, high <= low, original_max_pos < 1;
+ * yarn: original_max_pos < 1, beta_fast <= beta_slow after the defaults, negative or non-finite
+ * mscale, mscale_all_dim or attention_factor). */
+KITE_API kite_status kite_rope_inv_freq(double *inv_freq, int64_t rot_dim, double theta,
+                                        const kite_rope_scaling *scaling, double *attention_factor);
+
+/* YaRN's magnitude scale m(factor, mscale) = factor <= 1 ? 1 : 0.1 mscale ln(factor) + 1 (the
+ * yarn_get_mscale of DeepSeek-V2/V3). */
+KITE_API double kite_rope_yarn_mscale(double factor, double mscale);
+
+/* Fills a host buffer cos_sin[max_pos * rot_dim] (f32) for kite_rope: row p holds
+ * a cos(p * inv_freq[i]) for i < rot_dim/2, then the sines a sin(p * inv_freq[i]), with inv_freq
+ * and the attention factor a of kite_rope_inv_freq (scaling NULL = none; a = 1 unless yarn).
+ * Copy it to the device with kite_memcpy.
  * Errors: NULL buffer, max_pos < 1, rot_dim odd or < 2, theta <= 0, bad scaling values. */
 KITE_API kite_status kite_rope_cache_build(float *cos_sin, int64_t max_pos, int64_t rot_dim,
                                            double theta, const kite_rope_scaling *scaling);
@@ -430,6 +471,55 @@ KITE_API kite_status kite_sdpa_varlen_backward(kite_ctx *ctx, const DLTensor *q,
                                                const DLTensor *o, const DLTensor *lse,
                                                const DLTensor *dout, DLTensor *dq, DLTensor *dk,
                                                DLTensor *dv);
+
+/* --- MLA: multi-head latent attention (DeepSeek-V2/V3) ----------------------------------------
+ * The cache keeps, per token, the compressed latent c_kv[R] (R = kv_lora_rank, the output of
+ * kv_a_layernorm) and the shared rope key k_pe[P] (P = qk_rope_head_dim, already rotated): one
+ * key/value "head" that every query head reads. Per layer two caches, compact, one dtype (f32,
+ * f16 or bf16): ckv_cache[num_blocks, block_size, R] and kpe_cache[num_blocks, block_size, P]
+ * (paged_decode's layout with Hkv = 1, the head dim dropped). Slots, block tables and seq_lens
+ * follow the paged ops: slot = block * block_size + offset; block_table[B, max_blocks] int32
+ * (row-strided allowed) maps sequence b's logical block j to a physical block. 1 <= R <= 1024,
+ * 1 <= P <= 256.
+ *
+ * Decode runs in the absorbed form (DeepSeek-V2, section 2.1.3): with q_nope[H, Dn] of a head,
+ * W_UK[H, Dn, R] and W_UV[H, Dv, R] the two halves of kv_b_proj, the caller passes
+ * q_lat = q_nope W_UK (R wide) and multiplies the output by W_UV^T; then
+ *   score_j = scale (q_lat . c_kv_j + q_pe . k_pe_j),   o = sum_j softmax(score)_j c_kv_j,
+ * which equals attention over the decompressed keys [W_UK c_kv_j, k_pe_j] and values W_UV c_kv_j.
+ * scale: 1/sqrt(qk_nope_head_dim + qk_rope_head_dim) (1/sqrt(192) in DeepSeek-V3), times
+ * kite_rope_yarn_mscale(factor, mscale_all_dim)^2 when the model uses yarn; the op has no
+ * default since R + P is not the head dim the scale belongs to.
+ * Prefill expands: k = [W_UK c_kv, k_pe] (Dqk = 192), v = W_UV c_kv (Dv = 128), then kite_sdpa /
+ * kite_sdpa_varlen, whose head dims must agree: pad v with Dqk - Dv zero columns and keep the
+ * first Dv columns of o (zero columns of v add nothing to the others, so this is exact). */
+
+/* Writes c_kv[T, R] and k_pe[T, P] (row-strided allowed, e.g. the two slices of
+ * kv_a_proj_with_mqa's output after the norm and rope) into the caches at slots[T] int32, by
+ * copy. A negative slot skips the token (padding). A slot >= num_blocks * block_size is an error
+ * on a CPU ctx (nothing is written); on a device the token is skipped (KITE_CHECK_INDICES
+ * reports it). Errors: dtypes that differ, caches not [num_blocks, block_size, R | P] compact,
+ * the two caches' blocks differing, slots not int32 [T], caches overlapping inputs or each
+ * other. */
+KITE_API kite_status kite_mla_store_kv(kite_ctx *ctx, const DLTensor *c_kv, const DLTensor *k_pe,
+                                       DLTensor *ckv_cache, DLTensor *kpe_cache,
+                                       const DLTensor *slots);
+
+/* Absorbed MLA decode, one query token per sequence: q_nope[B, H, R] (already multiplied by
+ * W_UK) and q_pe[B, H, P] (rotated), any batch and head strides, unit-stride last dim; the two
+ * caches; block_table[B, max_blocks], seq_lens[B] int32 (0 gives zeros; the keys are positions
+ * 0 .. seq_len - 1) -> o[B, H, R] (the cache's dtype; multiply by W_UV outside), lse NULL or f32
+ * [B, H] (natural log of sum_j exp(score_j)). Softmax in f32 or better, o rounded once.
+ * scale: finite and > 0 (see above). Index values as kite_paged_decode: on a CPU ctx a seq_len
+ * outside [0, max_blocks * block_size] or a block id outside [0, num_blocks) among a sequence's
+ * first ceil(seq_len / block_size) entries is INVALID_ARG; on a device a negative seq_len counts
+ * as 0, one past the table is clamped, the keys of an out-of-range block id are absent.
+ * Errors: dtypes that differ, shapes that do not fit, scale <= 0 or not finite, o or lse
+ * overlapping an input or each other. */
+KITE_API kite_status kite_mla_decode(kite_ctx *ctx, const DLTensor *q_nope, const DLTensor *q_pe,
+                                     const DLTensor *ckv_cache, const DLTensor *kpe_cache,
+                                     const DLTensor *block_table, const DLTensor *seq_lens,
+                                     float scale, DLTensor *o, DLTensor *lse);
 
 /* --- GEMM, MoE, quantization ---------------------------------------------------------------- */
 /* y[M, N] = x[M, K] w[N, K]^T + bias[N]. x, w, y f32/f16/bf16, all the same dtype; bias NULL or

@@ -105,27 +105,61 @@ def load_backend(path):
     _C.backend_load(str(path))
 
 
+_YARN_KEYS = ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor")
+
+
+def _rope_scaling_fields(scaling):
+    """kite_rope_scaling's fields (type, factor, low_freq_factor, high_freq_factor,
+    original_max_pos, beta_fast, beta_slow, mscale, mscale_all_dim, attention_factor, no_truncate)
+    from None, ("linear", factor), ("llama3", factor, low_freq_factor, high_freq_factor,
+    original_max_pos) or ("yarn", factor, original_max_pos, {optional keys of a Hugging Face
+    rope_parameters dict: beta_fast, beta_slow, mscale, mscale_all_dim, attention_factor,
+    truncate})."""
+    if not scaling:
+        return (0, 1.0, 1.0, 4.0, 8192, 0.0, 0.0, 0.0, 0.0, 0.0, 0)
+    if scaling[0] == "linear":
+        return (1, float(scaling[1]), 1.0, 4.0, 8192, 0.0, 0.0, 0.0, 0.0, 0.0, 0)
+    if scaling[0] == "llama3":
+        f, lo, hi, orig = scaling[1:5]
+        return (2, float(f), float(lo), float(hi), int(orig), 0.0, 0.0, 0.0, 0.0, 0.0, 0)
+    if scaling[0] == "yarn":
+        extra = dict(scaling[3]) if len(scaling) > 3 and scaling[3] else {}
+        yarn = tuple(float(extra.get(k) or 0.0) for k in _YARN_KEYS)
+        no_truncate = 0 if extra.get("truncate", True) else 1
+        return (3, float(scaling[1]), 1.0, 4.0, int(scaling[2])) + yarn + (no_truncate,)
+    raise InvalidArgument(f"rope scaling: unknown type {scaling[0]!r}")
+
+
 def rope_cache(max_pos, rot_dim, theta=10000.0, scaling=None, like=None):
     """The cos/sin cache kite.ops.rope reads: [max_pos, rot_dim] float32 (cosines then sines per
-    row). scaling: None, ("linear", factor) or ("llama3", factor, low_freq_factor,
-    high_freq_factor, original_max_pos). A torch tensor on like's device when like is a torch
-    tensor (or like is "torch"), else a numpy array."""
-    kind, args = 0, (1.0, 1.0, 4.0, 8192)
-    if scaling:
-        if scaling[0] == "linear":
-            kind, args = 1, (float(scaling[1]), 1.0, 4.0, 8192)
-        elif scaling[0] == "llama3":
-            kind, args = 2, tuple(scaling[1:5])
-        else:
-            raise InvalidArgument(f"rope_cache: unknown scaling {scaling[0]!r}")
-    raw = _C.rope_cache_build(int(max_pos), int(rot_dim), float(theta), kind, float(args[0]),
-                              float(args[1]), float(args[2]), int(args[3]))
+    row, times yarn's attention factor). scaling: None, ("linear", factor), ("llama3", factor,
+    low_freq_factor, high_freq_factor, original_max_pos) or ("yarn", factor, original_max_pos,
+    rope_parameters) where rope_parameters may hold beta_fast, beta_slow, mscale, mscale_all_dim,
+    attention_factor and truncate. A torch tensor on like's device when like is a torch tensor
+    (or like is "torch"), else a numpy array."""
+    raw = _C.rope_cache_build(int(max_pos), int(rot_dim), float(theta),
+                              *_rope_scaling_fields(scaling))
     if like is not None and (like == "torch" or type(like).__module__.startswith("torch")):
         import torch
         t = torch.frombuffer(bytearray(raw), dtype=torch.float32).reshape(max_pos, rot_dim)
         return t if like == "torch" else t.to(like.device)
     import numpy
     return numpy.frombuffer(raw, dtype=numpy.float32).reshape(max_pos, rot_dim).copy()
+
+
+def rope_inv_freq(rot_dim, theta=10000.0, scaling=None):
+    """(inv_freq, attention_factor): the scaled inverse frequencies [rot_dim / 2] (numpy float64)
+    and the attention factor that rope_cache uses (scaling as for rope_cache)."""
+    import numpy
+    raw, att = _C.rope_inv_freq(int(rot_dim), float(theta), *_rope_scaling_fields(scaling))
+    return numpy.frombuffer(raw, dtype=numpy.float64).copy(), att
+
+
+def rope_yarn_mscale(factor, mscale=1.0):
+    """YaRN's magnitude scale: 1 for factor <= 1, else 0.1 mscale ln(factor) + 1. DeepSeek-V2/V3
+    multiply the softmax scale by rope_yarn_mscale(factor, mscale_all_dim) ** 2."""
+    import math
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 
 
 from . import ops  # noqa: E402

@@ -848,6 +848,59 @@ _PARTS = [
         'C: kite_status kite_dequant_gguf(kite_ctx *ctx, const DLTensor *w, kite_gguf_type type,\n'
         '    DLTensor *y);'
     ),
+    (
+        'MLA: multi-head latent attention (DeepSeek-V2/V3)\n'
+        'The cache keeps, per token, the compressed latent c_kv[R] (R = kv_lora_rank, the output of\n'
+        'kv_a_layernorm) and the shared rope key k_pe[P] (P = qk_rope_head_dim, already rotated): one\n'
+        'key/value "head" that every query head reads. Per layer two caches, compact, one dtype (f32,\n'
+        'f16 or bf16): ckv_cache[num_blocks, block_size, R] and kpe_cache[num_blocks, block_size, P]\n'
+        "(paged_decode's layout with Hkv = 1, the head dim dropped). Slots, block tables and seq_lens\n"
+        'follow the paged ops: slot = block * block_size + offset; block_table[B, max_blocks] int32\n'
+        "(row-strided allowed) maps sequence b's logical block j to a physical block. 1 <= R <= 1024,\n"
+        '1 <= P <= 256.\n'
+        'Decode runs in the absorbed form (DeepSeek-V2, section 2.1.3): with q_nope[H, Dn] of a head,\n'
+        'W_UK[H, Dn, R] and W_UV[H, Dv, R] the two halves of kv_b_proj, the caller passes\n'
+        'q_lat = q_nope W_UK (R wide) and multiplies the output by W_UV^T; then\n'
+        '  score_j = scale (q_lat . c_kv_j + q_pe . k_pe_j),   o = sum_j softmax(score)_j c_kv_j,\n'
+        'which equals attention over the decompressed keys [W_UK c_kv_j, k_pe_j] and values W_UV c_kv_j.\n'
+        'scale: 1/sqrt(qk_nope_head_dim + qk_rope_head_dim) (1/sqrt(192) in DeepSeek-V3), times\n'
+        'kite_rope_yarn_mscale(factor, mscale_all_dim)^2 when the model uses yarn; the op has no\n'
+        'default since R + P is not the head dim the scale belongs to.\n'
+        'Prefill expands: k = [W_UK c_kv, k_pe] (Dqk = 192), v = W_UV c_kv (Dv = 128), then kite_sdpa /\n'
+        'kite_sdpa_varlen, whose head dims must agree: pad v with Dqk - Dv zero columns and keep the\n'
+        'first Dv columns of o (zero columns of v add nothing to the others, so this is exact).'
+    ),
+    (
+        'Writes c_kv[T, R] and k_pe[T, P] (row-strided allowed, e.g. the two slices of\n'
+        "kv_a_proj_with_mqa's output after the norm and rope) into the caches at slots[T] int32, by\n"
+        'copy. A negative slot skips the token (padding). A slot >= num_blocks * block_size is an error\n'
+        'on a CPU ctx (nothing is written); on a device the token is skipped (KITE_CHECK_INDICES\n'
+        'reports it). Errors: dtypes that differ, caches not [num_blocks, block_size, R | P] compact,\n'
+        "the two caches' blocks differing, slots not int32 [T], caches overlapping inputs or each\n"
+        'other.'
+    ),
+    (
+        'C: kite_status kite_mla_store_kv(kite_ctx *ctx, const DLTensor *c_kv, const DLTensor *k_pe,\n'
+        '    DLTensor *ckv_cache, DLTensor *kpe_cache, const DLTensor *slots);'
+    ),
+    (
+        'Absorbed MLA decode, one query token per sequence: q_nope[B, H, R] (already multiplied by\n'
+        'W_UK) and q_pe[B, H, P] (rotated), any batch and head strides, unit-stride last dim; the two\n'
+        'caches; block_table[B, max_blocks], seq_lens[B] int32 (0 gives zeros; the keys are positions\n'
+        "0 .. seq_len - 1) -> o[B, H, R] (the cache's dtype; multiply by W_UV outside), lse NULL or f32\n"
+        '[B, H] (natural log of sum_j exp(score_j)). Softmax in f32 or better, o rounded once.\n'
+        'scale: finite and > 0 (see above). Index values as kite_paged_decode: on a CPU ctx a seq_len\n'
+        "outside [0, max_blocks * block_size] or a block id outside [0, num_blocks) among a sequence's\n"
+        'first ceil(seq_len / block_size) entries is INVALID_ARG; on a device a negative seq_len counts\n'
+        'as 0, one past the table is clamped, the keys of an out-of-range block id are absent.\n'
+        'Errors: dtypes that differ, shapes that do not fit, scale <= 0 or not finite, o or lse\n'
+        'overlapping an input or each other.'
+    ),
+    (
+        'C: kite_status kite_mla_decode(kite_ctx *ctx, const DLTensor *q_nope, const DLTensor *q_pe,\n'
+        '    const DLTensor *ckv_cache, const DLTensor *kpe_cache, const DLTensor *block_table,\n'
+        '    const DLTensor *seq_lens, float scale, DLTensor *o, DLTensor *lse);'
+    ),
 ]
 
 # op -> its parts, in order
@@ -904,6 +957,8 @@ _INDEX = {
     'moe_aux_loss_backward': (46, 115, 116),
     'linear_gguf': (117, 118, 119, 120),
     'dequant_gguf': (117, 118, 121, 122),
+    'mla_store_kv': (123, 124, 125),
+    'mla_decode': (123, 126, 127),
 }
 
 DOCS = {name: "\n\n".join(_PARTS[i] for i in ids) for name, ids in _INDEX.items()}

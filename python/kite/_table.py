@@ -132,4 +132,8 @@ OPS = {
     # GGUF blocks: type is GGUF's number (kite_gguf_type); dequant_gguf writes a given y[N, K]
     "linear_gguf": dict(defaults=dict(bias=None), out=dict(y="new(x, (x.shape[0], w.shape[0]))")),
     "dequant_gguf": dict(),
+    # MLA (DeepSeek-V2/V3): the latent caches are written in place; scale has no default
+    "mla_store_kv": dict(),
+    "mla_decode": dict(out=dict(o="like(q_nope)",
+                                lse="new(q_nope, tuple(q_nope.shape[:2]), 'float32')")),
 }

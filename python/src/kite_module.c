@@ -983,16 +983,23 @@ static PyObject *py_backend_load(PyObject *self, PyObject *arg) {
   Py_RETURN_NONE;
 }
 
-/* rope_cache_build(max_pos, rot_dim, theta, scaling_type, factor, low, high, original) -> bytes
- * of max_pos * rot_dim f32 */
+/* The scaling fields after theta: type, factor, low, high, original, beta_fast, beta_slow, mscale,
+ * mscale_all_dim, attention_factor, no_truncate (kite_rope_scaling's order). */
+#define ROPE_SCALING_FMT "idddLdddddi"
+#define ROPE_SCALING_ARGS(sc, type, orig)                                                          \
+  &type, &sc.factor, &sc.low_freq_factor, &sc.high_freq_factor, &orig, &sc.beta_fast,              \
+      &sc.beta_slow, &sc.mscale, &sc.mscale_all_dim, &sc.attention_factor, &sc.no_truncate
+
+/* rope_cache_build(max_pos, rot_dim, theta, <scaling fields>) -> bytes of max_pos * rot_dim f32 */
 static PyObject *py_rope_cache_build(PyObject *self, PyObject *args) {
   long long max_pos, rot_dim, orig;
-  double theta, factor, low, high;
+  double theta;
   int type;
-  if (!PyArg_ParseTuple(args, "LLdidddL", &max_pos, &rot_dim, &theta, &type, &factor, &low, &high,
-                        &orig))
+  kite_rope_scaling sc = {0};
+  if (!PyArg_ParseTuple(args, "LLd" ROPE_SCALING_FMT, &max_pos, &rot_dim, &theta,
+                        ROPE_SCALING_ARGS(sc, type, orig)))
     return NULL;
-  kite_rope_scaling sc = {(kite_rope_scaling_type)type, factor, low, high, (int64_t)orig};
+  sc.type = (kite_rope_scaling_type)type, sc.original_max_pos = (int64_t)orig;
   if (max_pos < 1 || rot_dim < 2 || max_pos > (1LL << 40) / rot_dim) {
     kite_status st = kite_rope_cache_build(NULL, max_pos, rot_dim, theta, &sc);
     return raise_status(st == KITE_OK ? KITE_ERR_INVALID_ARG : st);
@@ -1006,6 +1013,31 @@ static PyObject *py_rope_cache_build(PyObject *self, PyObject *args) {
     return raise_status(st);
   }
   return b;
+}
+
+/* rope_inv_freq(rot_dim, theta, <scaling fields>) -> (bytes of rot_dim / 2 f64, attention
+ * factor) */
+static PyObject *py_rope_inv_freq(PyObject *self, PyObject *args) {
+  long long rot_dim, orig;
+  double theta, att = 0.0;
+  int type;
+  kite_rope_scaling sc = {0};
+  if (!PyArg_ParseTuple(args, "Ld" ROPE_SCALING_FMT, &rot_dim, &theta,
+                        ROPE_SCALING_ARGS(sc, type, orig)))
+    return NULL;
+  sc.type = (kite_rope_scaling_type)type, sc.original_max_pos = (int64_t)orig;
+  if (rot_dim < 2 || rot_dim > (1LL << 30)) {
+    kite_status st = kite_rope_inv_freq(NULL, rot_dim, theta, &sc, &att);
+    return raise_status(st == KITE_OK ? KITE_ERR_INVALID_ARG : st);
+  }
+  PyObject *b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(rot_dim / 2 * 8));
+  if (!b) return NULL;
+  kite_status st = kite_rope_inv_freq((double *)PyBytes_AS_STRING(b), rot_dim, theta, &sc, &att);
+  if (st != KITE_OK) {
+    Py_DECREF(b);
+    return raise_status(st);
+  }
+  return Py_BuildValue("(Nd)", b, att);
 }
 
 static PyObject *py_synchronize_all(PyObject *self, PyObject *unused) {
@@ -1037,6 +1069,8 @@ static PyMethodDef methods[] = {
     {"last_dispatch", py_last_dispatch, METH_NOARGS, "backend.variant of this thread's last op"},
     {"backend_load", py_backend_load, METH_O, "loads a plugin by path"},
     {"rope_cache_build", py_rope_cache_build, METH_VARARGS, "cos/sin cache as f32 bytes"},
+    {"rope_inv_freq", py_rope_inv_freq, METH_VARARGS,
+     "(inverse frequencies as f64 bytes, attention factor)"},
     {"synchronize", py_synchronize_all, METH_NOARGS, "synchronizes this thread's ctxs"},
     {NULL, NULL, 0, NULL},
 };

@@ -294,6 +294,73 @@ def store_kv(dt, dev):
     return Case([k, v, kc, vc, slots], ref, lambda out, a: [a[2], a[3]], mutated=[2, 3])
 
 
+def mla_expanded_attention(q_nope, q_pe, c_kv, k_pe, w_uk, w_uv, scale):
+    """DeepSeek-V3's eager attention on the decompressed keys and values, in float64, for one
+    sequence's query token: q_nope[H, Dn], q_pe[H, P], c_kv[n, R], k_pe[n, P] (the cache rows in
+    position order), w_uk[H, Dn, R] and w_uv[H, Dv, R] (kv_b_proj's two halves per head).
+    Keys [W_UK c_kv, k_pe] (k_pe shared by every head), values W_UV c_kv -> o[H, Dv]."""
+    q_nope, q_pe, c_kv, k_pe = (t.double().cpu() for t in (q_nope, q_pe, c_kv, k_pe))
+    w_uk, w_uv = w_uk.double().cpu(), w_uv.double().cpu()
+    H = q_nope.shape[0]
+    k_nope = torch.einsum("nr,hdr->hnd", c_kv, w_uk)              # [H, n, Dn]
+    keys = torch.cat([k_nope, k_pe.expand(H, -1, -1)], dim=-1)     # [H, n, Dn + P]
+    values = torch.einsum("nr,hvr->hnv", c_kv, w_uv)               # [H, n, Dv]
+    query = torch.cat([q_nope, q_pe], dim=-1)[:, None, :]          # [H, 1, Dn + P]
+    p = torch.softmax(query @ keys.transpose(-1, -2) * scale, -1)  # [H, 1, n]
+    return (p @ values)[:, 0]
+
+
+def _mla_cache(dt, dev, lens, bs, R, P):
+    """Shuffled latent caches ckv[nblocks, bs, R], kpe[nblocks, bs, P], table, seq_lens."""
+    maxb = max(math.ceil(n / bs) for n in lens) or 1
+    nblocks = len(lens) * maxb + 3
+    perm = torch.randperm(nblocks)[: len(lens) * maxb].reshape(len(lens), maxb)
+    ckv, kpe = _r(nblocks, bs, R, dtype=dt, device=dev), _r(nblocks, bs, P, dtype=dt, device=dev)
+    return ckv, kpe, perm.to(torch.int32).to(dev), torch.tensor(lens, dtype=torch.int32, device=dev)
+
+
+def _mla_rows(cache, table, b, n, bs):
+    """[n, width] rows of sequence b's latent cache, in position order."""
+    idx = torch.arange(n)
+    return cache.double().cpu()[table[b].long().cpu()[idx // bs], idx % bs]
+
+
+def mla_decode(dt, dev):
+    """Absorbed decode against the expanded form: kite gets q_nope W_UK and returns o[B, H, R];
+    o W_UV^T must equal attention over the decompressed keys and values."""
+    lens, bs, H, R, P, Dn, Dv = [5, 9, 1], 4, 4, 64, 16, 32, 24
+    ckv, kpe, table, seq = _mla_cache(dt, dev, lens, bs, R, P)
+    w_uk, w_uv = _r(H, Dn, R, scale=R ** -0.5), _r(H, Dv, R, scale=R ** -0.5)
+    q_nope, q_pe = _r(3, H, Dn), _r(3, H, P, dtype=dt, device=dev)
+    q_lat = torch.einsum("bhd,hdr->bhr", q_nope.double(), w_uk.double()).to(dt).to(dev)
+    scale = (Dn + P) ** -0.5
+
+    def ref(a):
+        return [torch.stack([mla_expanded_attention(q_nope[b], a[1][b], _mla_rows(a[2], a[4], b, n, bs),
+                                                    _mla_rows(a[3], a[4], b, n, bs), w_uk, w_uv, scale)
+                             for b, n in enumerate(lens)])]
+
+    def observe(res, a):
+        o = res[0] if isinstance(res, (tuple, list)) else res
+        return [torch.einsum("bhr,hvr->bhv", o.double().cpu(), w_uv.double())]
+    return Case([q_lat, q_pe, ckv, kpe, table, seq, scale], ref, observe)
+
+
+def mla_store_kv(dt, dev):
+    ckv, kpe, _, _ = _mla_cache(dt, dev, [8], 4, 64, 16)
+    ckv.zero_(), kpe.zero_()
+    kv_a = _r(3, 64 + 16, dtype=dt, device=dev)  # kv_a_proj_with_mqa's output: [c_kv | k_pe]
+    slots = torch.tensor([5, -1, 12], dtype=torch.int32, device=dev)
+
+    def ref(a):
+        ec, ep = a[2].double().cpu().clone(), a[3].double().cpu().clone()
+        for t, s in enumerate(slots.tolist()):
+            if s >= 0:
+                ec[s // 4, s % 4], ep[s // 4, s % 4] = a[0][t].double().cpu(), a[1][t].double().cpu()
+        return [ec, ep]
+    return Case([kv_a[:, :64], kv_a[:, 64:], ckv, kpe, slots], ref, lambda out, a: [a[2], a[3]],
+                mutated=[2, 3])
+
 def linear(dt, dev):
     x, w, b = _r(5, 64, dtype=dt, device=dev), _r(24, 64, dtype=dt, device=dev), _r(24, dtype=dt, device=dev)
     return Case([x, w, b], lambda a: [F.linear(a[0].double(), a[1].double(), a[2].double())])
@@ -786,6 +853,8 @@ CASES = {
     "moe_aux_loss_backward": moe_aux_loss_backward,
     "linear_gguf": linear_gguf,
     "dequant_gguf": dequant_gguf,
+    "mla_store_kv": mla_store_kv,
+    "mla_decode": mla_decode,
 }
 # more than one case for some ops
 EXTRA = {"rope_gptj": ("rope", lambda dt, dev: rope(dt, dev, style=1)),

@@ -54,10 +54,9 @@ kite_status kite_attn_check_heads(const kite_ctx *ctx, const char *op, const cha
   return KITE_OK;
 }
 
-/* A compact int32 vector of length n (slots, seq_lens, cu_q_lens). */
-static kite_status check_i32_vec(const kite_ctx *ctx, const char *op, const char *arg,
-                                 const DLTensor *t, int64_t n, const char *n_name,
-                                 kite_tensor *out) {
+kite_status kite_attn_check_i32_vec(const kite_ctx *ctx, const char *op, const char *arg,
+                                    const DLTensor *t, int64_t n, const char *n_name,
+                                    kite_tensor *out) {
   kite_status s;
   if ((s = kite_tensor_check(ctx, op, arg, t, out)) != KITE_OK) return s;
   if ((s = kite_tensor_require_ndim(op, arg, out, 1)) != KITE_OK) return s;
@@ -134,14 +133,13 @@ kite_status kite_attn_check_lse(const kite_ctx *ctx, const char *op, const DLTen
   return kite_tensor_require_compact(op, "lse", out);
 }
 
-/* slots[tokens] in host memory: each < capacity (negative = padding). */
-static kite_status check_host_slots(const kite_store_kv_args *a) {
-  const int64_t capacity = a->num_blocks * a->block_size;
-  for (int64_t i = 0; i < a->tokens; i++)
-    if (a->slots[i] >= capacity)
+kite_status kite_attn_check_host_slots(const char *op, const int32_t *slots, int64_t tokens,
+                                       int64_t capacity) {
+  for (int64_t i = 0; i < tokens; i++)
+    if (slots[i] >= capacity)
       return kite_set_error(KITE_ERR_INVALID_ARG,
-                            "store_kv: slots[%lld] = %d is past the cache's %lld slots",
-                            (long long)i, (int)a->slots[i], (long long)capacity);
+                            "%s: slots[%lld] = %d is past the cache's %lld slots", op, (long long)i,
+                            (int)slots[i], (long long)capacity);
   return KITE_OK;
 }
 
@@ -163,7 +161,7 @@ kite_status kite_store_kv(kite_ctx *ctx, const DLTensor *k, const DLTensor *v, D
                           "[T, %lld, %lld]",
                           (long long)kc.shape[1], (long long)kc.shape[3], (long long)hkv,
                           (long long)head_dim);
-  if ((s = check_i32_vec(ctx, op, "slots", slots, tokens, "T", &st)) != KITE_OK) return s;
+  if ((s = kite_attn_check_i32_vec(ctx, op, "slots", slots, tokens, "T", &st)) != KITE_OK) return s;
   const kite_tensor *in[] = {&kt, &vt, &st};
   const char *in_names[] = {"k", "v", "slots"};
   if ((s = kite_attn_check_output(op, "key_cache", &kc, in, in_names, 3)) != KITE_OK) return s;
@@ -186,8 +184,34 @@ kite_status kite_store_kv(kite_ctx *ctx, const DLTensor *k, const DLTensor *v, D
                           .block_size = kc.shape[2],
                           .slots = st.data};
   if (tokens == 0 || hkv == 0 || head_dim == 0) return KITE_OK;
-  if (kite_indices_on_host(ctx) && (s = check_host_slots(&a)) != KITE_OK) return s;
+  if (kite_indices_on_host(ctx) &&
+      (s = kite_attn_check_host_slots(op, a.slots, tokens, a.num_blocks * a.block_size)) != KITE_OK)
+    return s;
   return kite_dispatch(ctx, KITE_OP_STORE_KV, a.dtype, &a);
+}
+
+kite_status kite_attn_check_block_table(const kite_ctx *ctx, const char *op, const DLTensor *t,
+                                        kite_tensor *out, int64_t *batch, int64_t *max_blocks,
+                                        int64_t *stride) {
+  kite_status s;
+  if ((s = kite_tensor_check(ctx, op, "block_table", t, out)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_ndim(op, "block_table", out, 2)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_dtype(op, "block_table", out, KITE_DTYPE_I32)) != KITE_OK) return s;
+  return kite_tensor_rows(op, "block_table", out, batch, max_blocks, stride);
+}
+
+/* The index values of a paged_decode / paged_prefill call in host memory. */
+static kite_status check_host_indices(const char *op, const kite_paged_attn_args *a) {
+  const kite_host_table t = {.batch = a->batch,
+                             .tokens = a->tokens,
+                             .seq_lens = a->seq_lens,
+                             .cu_q_lens = a->cu_q_lens,
+                             .block_table = a->block_table,
+                             .block_table_stride = a->block_table_stride,
+                             .max_blocks = a->max_blocks,
+                             .block_size = a->block_size,
+                             .num_blocks = a->num_blocks};
+  return kite_attn_check_host_table(op, &t);
 }
 
 /* What paged_decode and paged_prefill share: q[T, Hq, D], the caches, block_table[B, max_blocks]
@@ -209,18 +233,17 @@ static kite_status check_paged(kite_ctx *ctx, const char *op, const DLTensor *q,
                           (long long)kc.shape[3], (long long)head_dim);
   if ((s = kite_attn_check_heads_fit(op, hq, kc.shape[1], head_dim)) != KITE_OK) return s;
 
-  if ((s = kite_tensor_check(ctx, op, "block_table", block_table, &bt)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_ndim(op, "block_table", &bt, 2)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_dtype(op, "block_table", &bt, KITE_DTYPE_I32)) != KITE_OK) return s;
   int64_t batch, max_blocks, bt_stride;
-  if ((s = kite_tensor_rows(op, "block_table", &bt, &batch, &max_blocks, &bt_stride)) != KITE_OK)
+  if ((s = kite_attn_check_block_table(ctx, op, block_table, &bt, &batch, &max_blocks,
+                                       &bt_stride)) != KITE_OK)
     return s;
   if (!cu_q_lens && batch != tokens)
     return kite_set_error(KITE_ERR_INVALID_ARG, "%s: block_table: %lld rows, q has B = %lld", op,
                           (long long)batch, (long long)tokens);
-  if ((s = check_i32_vec(ctx, op, "seq_lens", seq_lens, batch, "B", &sl)) != KITE_OK) return s;
-  if (cu_q_lens &&
-      (s = check_i32_vec(ctx, op, "cu_q_lens", cu_q_lens, batch + 1, "B + 1", &cu)) != KITE_OK)
+  if ((s = kite_attn_check_i32_vec(ctx, op, "seq_lens", seq_lens, batch, "B", &sl)) != KITE_OK)
+    return s;
+  if (cu_q_lens && (s = kite_attn_check_i32_vec(ctx, op, "cu_q_lens", cu_q_lens, batch + 1, "B + 1",
+                                                &cu)) != KITE_OK)
     return s;
 
   if ((s = kite_attn_check_like(ctx, op, "o", o, &qt, "q", &ot)) != KITE_OK) return s;
@@ -267,7 +290,7 @@ static kite_status check_paged(kite_ctx *ctx, const char *op, const DLTensor *q,
  * starts at 0, does not decrease and ends at T; 0 <= seq_len <= max_blocks * block_size; a query
  * chunk is no longer than its sequence; every block id a sequence's keys use is in
  * [0, num_blocks). */
-static kite_status check_host_indices(const char *op, const kite_paged_attn_args *a) {
+kite_status kite_attn_check_host_table(const char *op, const kite_host_table *a) {
   const int32_t *cu = a->cu_q_lens;
   if (cu && (cu[0] != 0 || cu[a->batch] != a->tokens))
     return kite_set_error(KITE_ERR_INVALID_ARG,

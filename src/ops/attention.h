@@ -32,6 +32,25 @@ kite_status kite_attn_check_output(const char *op, const char *arg, const kite_t
 kite_status kite_attn_check_lse(const kite_ctx *ctx, const char *op, const DLTensor *lse, int ndim,
                                 const int64_t *dims, kite_tensor *out);
 
+/* A compact int32 vector of length n (slots, seq_lens, cu_q_lens); n_name names n in messages. */
+kite_status kite_attn_check_i32_vec(const kite_ctx *ctx, const char *op, const char *arg,
+                                    const DLTensor *t, int64_t n, const char *n_name,
+                                    kite_tensor *out);
+/* block_table[B, max_blocks] int32, rows with one stride. */
+kite_status kite_attn_check_block_table(const kite_ctx *ctx, const char *op, const DLTensor *t,
+                                        kite_tensor *out, int64_t *batch, int64_t *max_blocks,
+                                        int64_t *stride);
+/* slots[tokens] in host memory: each < capacity (negative = padding). */
+kite_status kite_attn_check_host_slots(const char *op, const int32_t *slots, int64_t tokens,
+                                       int64_t capacity);
+/* The index values of a paged call in host memory (cu_q_lens NULL for decode). */
+typedef struct kite_host_table {
+  int64_t batch, tokens;
+  const int32_t *seq_lens, *cu_q_lens, *block_table;
+  int64_t block_table_stride, max_blocks, block_size, num_blocks;
+} kite_host_table;
+kite_status kite_attn_check_host_table(const char *op, const kite_host_table *a);
+
 /* Everything kite_sdpa checks, under the name op: q, k, v, mask, opts, o (written by sdpa, read
  * by its backward: distinct elements, disjoint from q, k, v, mask either way) and lse (NULL
  * allowed unless lse_required). Fills *a (op KITE_OP_SDPA) and t[6], the checked q, k, v, mask,

@@ -31,13 +31,34 @@ static int64_t cdiv(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-/* ---- descriptions ------------------------------------------------------------------------ */
-
-static int32_t max_len(const kt_attn_case *a) {
+int32_t kt_attn_max_len(const kt_attn_case *a) {
   int32_t m = 0;
   for (int64_t b = 0; b < a->batch; b++) m = a->seq_lens[b] > m ? a->seq_lens[b] : m;
   return m;
 }
+
+void kt_attn_count_keys(const kt_attn_case *a, double *keys, double *blocks) {
+  *keys = *blocks = 0;
+  for (int64_t b = 0; b < a->batch; b++) {
+    *keys += a->seq_lens[b];
+    *blocks += (double)cdiv(a->seq_lens[b], a->block_size > 0 ? a->block_size : 1);
+  }
+}
+
+void kt_attn_set_lens(kt_attn_case *a, int batch, const int32_t *lens) {
+  int64_t used = 0, widest = 0;
+  a->batch = batch;
+  for (int b = 0; b < batch && b < KT_MAX_SEQS; b++) {
+    a->seq_lens[b] = lens[b];
+    const int64_t nb = cdiv(lens[b], a->block_size);
+    used += nb;
+    widest = nb > widest ? nb : widest;
+  }
+  a->num_blocks = used + 3;
+  a->max_blocks = widest + 1;
+}
+
+/* ---- descriptions ------------------------------------------------------------------------ */
 
 static void attn_shape(const kt_case *c, char *buf, size_t n) {
   const kt_attn_case *a = &c->attn;
@@ -48,11 +69,12 @@ static void attn_shape(const kt_case *c, char *buf, size_t n) {
              (long long)a->block_size);
     break;
   case KITE_OP_PAGED_DECODE:
-    snprintf(buf, n, "B%lld L%d %lld/%lldx%lld", (long long)a->batch, (int)max_len(a), hq, hkv, D);
+    snprintf(buf, n, "B%lld L%d %lld/%lldx%lld", (long long)a->batch, (int)kt_attn_max_len(a), hq,
+             hkv, D);
     break;
   case KITE_OP_PAGED_PREFILL:
     snprintf(buf, n, "B%lld T%lld L%d %lld/%lldx%lld%s", (long long)a->batch, (long long)a->tokens,
-             (int)max_len(a), hq, hkv, D, a->opts.causal ? "" : " nc");
+             (int)kt_attn_max_len(a), hq, hkv, D, a->opts.causal ? "" : " nc");
     break;
   default: /* "nc": not causal */
     snprintf(buf, n, "B%lld %lld/%lld %lldx%lldx%lld%s", (long long)a->batch, hq, hkv,
@@ -120,7 +142,7 @@ static int32_t *permutation(uint64_t seed, int64_t n) {
 
 /* block_table[B, max_blocks]: sequence b's blocks are the next ceil(L_b / bs) entries of a
  * permutation of the physical blocks; entries past them are -1 (never read). */
-static void fill_block_table(const kt_run *r, int vi, uint64_t seed, unsigned char *body) {
+void kt_attn_fill_block_table(const kt_run *r, int vi, uint64_t seed, unsigned char *body) {
   const kt_attn_case *a = &r->c.attn;
   const kt_view *v = &r->view[vi];
   int32_t *perm = permutation(seed, a->num_blocks), *bt = (int32_t *)body;
@@ -135,7 +157,7 @@ static void fill_block_table(const kt_run *r, int vi, uint64_t seed, unsigned ch
   free(perm);
 }
 
-static void fill_seq_lens(const kt_run *r, int vi, uint64_t seed, unsigned char *body) {
+void kt_attn_fill_seq_lens(const kt_run *r, int vi, uint64_t seed, unsigned char *body) {
   const kt_attn_case *a = &r->c.attn;
   for (int64_t b = 0; b < a->batch; b++) ((int32_t *)body)[r->view[vi].offset + b] = a->seq_lens[b];
 }
@@ -150,7 +172,7 @@ static void fill_cu_q_lens(const kt_run *r, int vi, uint64_t seed, unsigned char
 
 /* slots[T]: distinct slots of the cache in random order (two tokens on one slot would make
  * the result depend on the kernel's write order); with skip_slots about a fifth are -1..-3. */
-static void fill_slots(const kt_run *r, int vi, uint64_t seed, unsigned char *body) {
+void kt_attn_fill_slots(const kt_run *r, int vi, uint64_t seed, unsigned char *body) {
   const kt_attn_case *a = &r->c.attn;
   int64_t capacity = a->num_blocks * a->block_size;
   int32_t *perm = permutation(seed, capacity), *slots = (int32_t *)body + r->view[vi].offset;
@@ -190,17 +212,16 @@ void kt_attn_fill_mask(const kt_run *r, int vi, uint64_t seed, unsigned char *bo
 
 /* ---- plans ------------------------------------------------------------------------------- */
 
-static void set_custom(kt_run *r, int vi, kt_fill_fn fn) {
+void kt_attn_set_custom(kt_run *r, int vi, kt_fill_fn fn) {
   if (vi < 0) return;
   r->view[vi].fill = KT_FILL_CUSTOM;
   r->view[vi].fill_fn = fn;
 }
 
-/* An int32 vector [n] with a custom fill, in a buffer of its own. */
-static int add_ints(kt_run *r, const char *name, int64_t n, kt_fill_fn fn) {
+int kt_attn_add_ints(kt_run *r, const char *name, int64_t n, kt_fill_fn fn) {
   int64_t shape[1] = {n};
   int vi = kt_add_tensor(r, name, KITE_DTYPE_I32, KT_IN, 1, shape, KT_FILL_CUSTOM, 0, 0);
-  set_custom(r, vi, fn);
+  kt_attn_set_custom(r, vi, fn);
   return vi;
 }
 
@@ -254,7 +275,17 @@ static void plan_store_kv(kt_run *r, const kt_case *c) {
             kt_add_view(r, "v", bv, t, KT_IN, 3, shape, strides, 0, KT_FILL_UNIFORM, -1, 1));
   }
   plan_caches(r, c, KT_INOUT);
-  kt_bind(r, "slots", add_ints(r, "slots", T, fill_slots));
+  kt_bind(r, "slots", kt_attn_add_ints(r, "slots", T, kt_attn_fill_slots));
+}
+
+void kt_attn_plan_table(kt_run *r, const kt_attn_case *a) {
+  int64_t shape[2] = {a->batch, a->max_blocks}, strides[2] = {a->max_blocks + a->pad, 1};
+  int b = kt_add_buf(r, "block_table", KITE_DTYPE_I32, a->batch * (a->max_blocks + a->pad));
+  int bt = kt_bind(r, "block_table",
+                   kt_add_view(r, "block_table", b, KITE_DTYPE_I32, KT_IN, 2, shape, strides, 0,
+                               KT_FILL_CUSTOM, 0, 0));
+  kt_attn_set_custom(r, bt, kt_attn_fill_block_table);
+  kt_bind(r, "seq_lens", kt_attn_add_ints(r, "seq_lens", a->batch, kt_attn_fill_seq_lens));
 }
 
 /* paged_decode (N = B queries) and paged_prefill (N = T). q and o have head stride D + pad, the
@@ -270,14 +301,9 @@ static void plan_paged(kt_run *r, const kt_case *c) {
   }
   kt_bind(r, "q", kt_attn_add_heads(r, "q", t, KT_IN, N, a->hq, a->head_dim, a->pad, -2, 2));
   plan_caches(r, c, KT_IN);
-  int64_t shape[2] = {a->batch, a->max_blocks}, strides[2] = {a->max_blocks + a->pad, 1};
-  int b = kt_add_buf(r, "block_table", KITE_DTYPE_I32, a->batch * (a->max_blocks + a->pad));
-  int bt = kt_bind(r, "block_table",
-                   kt_add_view(r, "block_table", b, KITE_DTYPE_I32, KT_IN, 2, shape, strides, 0,
-                               KT_FILL_CUSTOM, 0, 0));
-  set_custom(r, bt, fill_block_table);
-  kt_bind(r, "seq_lens", add_ints(r, "seq_lens", a->batch, fill_seq_lens));
-  if (prefill) kt_bind(r, "cu_q_lens", add_ints(r, "cu_q_lens", a->batch + 1, fill_cu_q_lens));
+  kt_attn_plan_table(r, a);
+  if (prefill)
+    kt_bind(r, "cu_q_lens", kt_attn_add_ints(r, "cu_q_lens", a->batch + 1, fill_cu_q_lens));
   kt_bind(r, "o", kt_attn_add_heads(r, "o", t, KT_OUT, N, a->hq, a->head_dim, a->pad, 0, 0));
   if (a->with_lse) {
     int64_t lshape[2] = {N, a->hq};
@@ -321,7 +347,7 @@ int kt_attn_plan_mask(kt_run *r, const kt_case *c) {
   int m =
       kt_bind(r, "mask",
               kt_add_view(r, "mask", b, t, KT_IN, ndim, shape, strides, 0, KT_FILL_CUSTOM, 0, 0));
-  set_custom(r, m, kt_attn_fill_mask);
+  kt_attn_set_custom(r, m, kt_attn_fill_mask);
   /* the buffer is uint8 to the harness; the op is told it holds DLPack booleans */
   if (m >= 0) r->view[m].dl_bool = a->mask == MASK_BOOL;
   return m;
@@ -381,11 +407,8 @@ KT_SCALARS(attn_scalar, KT_FIELD("scale", 'f', attn.opts.scale),
 static double attn_bytes(const kt_case *c) {
   const kt_attn_case *a = &c->attn;
   double e = (double)kite_dtype_size(c->dtype), D = (double)a->head_dim;
-  double hq = (double)a->hq, hkv = (double)a->hkv, keys = 0, blocks = 0;
-  for (int64_t b = 0; b < a->batch; b++) {
-    keys += a->seq_lens[b];
-    blocks += (double)cdiv(a->seq_lens[b], a->block_size > 0 ? a->block_size : 1);
-  }
+  double hq = (double)a->hq, hkv = (double)a->hkv, keys, blocks;
+  kt_attn_count_keys(a, &keys, &blocks);
   double lse = a->with_lse ? 4 : 0;
   switch (c->op) {
   case KITE_OP_STORE_KV:
@@ -465,18 +488,12 @@ static kt_case paged_case(kite_op op, kite_dtype t, int64_t hq, int64_t hkv, int
                           int batch, const int32_t *lens, const int32_t *qlens) {
   kt_case c = attn_case(op, t);
   kt_attn_case *a = &c.attn;
-  a->batch = batch, a->hq = hq, a->hkv = hkv, a->head_dim = D, a->block_size = bs;
-  int64_t used = 0, widest = 0;
+  a->hq = hq, a->hkv = hkv, a->head_dim = D, a->block_size = bs;
+  kt_attn_set_lens(a, batch, lens);
   for (int b = 0; b < batch && b < KT_MAX_SEQS; b++) {
-    a->seq_lens[b] = lens[b];
     a->q_lens[b] = qlens ? qlens[b] : 1;
     a->tokens += a->q_lens[b];
-    int64_t nb = cdiv(lens[b], bs);
-    used += nb;
-    widest = nb > widest ? nb : widest;
   }
-  a->num_blocks = used + 3;
-  a->max_blocks = widest + 1;
   return c;
 }
 

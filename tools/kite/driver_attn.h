@@ -34,4 +34,25 @@ void kt_attn_fill_mask(const kt_run *r, int vi, uint64_t seed, unsigned char *bo
  * added value (-inf hides). Query row 1 sees no key. */
 double kt_attn_mask_value(int is_bool, uint64_t seed, int64_t at, int64_t i);
 
+/* The paged ops' custom fills, shared with the MLA driver (driver_mla.c), over kt_attn_case's
+ * batch, seq_lens, block_size, num_blocks, max_blocks, tokens and skip_slots:
+ * block_table[B, max_blocks]: sequence b's blocks are the next ceil(L_b / bs) entries of a
+ * seeded permutation of the physical blocks, entries past them -1; seq_lens[B]; slots[T]:
+ * distinct slots in random order, about a fifth negative with skip_slots. */
+void kt_attn_fill_block_table(const kt_run *r, int vi, uint64_t seed, unsigned char *body);
+void kt_attn_fill_seq_lens(const kt_run *r, int vi, uint64_t seed, unsigned char *body);
+void kt_attn_fill_slots(const kt_run *r, int vi, uint64_t seed, unsigned char *body);
+/* Gives view vi (>= 0) the custom fill fn. */
+void kt_attn_set_custom(kt_run *r, int vi, kt_fill_fn fn);
+/* An int32 vector [n] with a custom fill, in a buffer of its own. */
+int kt_attn_add_ints(kt_run *r, const char *name, int64_t n, kt_fill_fn fn);
+/* The longest of a's sequences; the keys of all of them and the blocks those fill. */
+int32_t kt_attn_max_len(const kt_attn_case *a);
+void kt_attn_count_keys(const kt_attn_case *a, double *keys, double *blocks);
+/* a's batch and seq_lens from lens[batch], and a pool (with a->block_size set) of their blocks
+ * plus 3 that no sequence owns, each block-table row one unused entry past its blocks. */
+void kt_attn_set_lens(kt_attn_case *a, int batch, const int32_t *lens);
+/* block_table (row stride max_blocks + pad) and seq_lens of a's sequences, bound by name. */
+void kt_attn_plan_table(kt_run *r, const kt_attn_case *a);
+
 #endif

@@ -123,7 +123,8 @@ class RotaryEmbedding(nn.Module):
 
     head_dim: D; rot_dim: the leading dims of each head that rotate (default D); style "neox"
     (pairs i, i + rot_dim/2) or "gptj" (pairs 2i, 2i + 1); scaling None, ("linear", factor) or
-    ("llama3", factor, low_freq_factor, high_freq_factor, original_max_pos).
+    ("llama3", factor, low_freq_factor, high_freq_factor, original_max_pos) or ("yarn", factor,
+    original_max_pos, rope_parameters) (kite.rope_cache).
     forward(positions[T] int32, q[T, Hq, D], k[T, Hkv, D] or None) rotates q and k in place and
     returns them (when a gradient is wanted: returns rotated copies, differentiable); q/k may
     also be [T, H * D] (viewed as heads).
