@@ -18,10 +18,13 @@ import kite.torch
 transformers = pytest.importorskip("transformers")
 
 F32_TOL = 1e-6
-# kite's ops round bf16 where torch's do, but not always the same way (the f32 accumulation of
-# fused_moe_ex, one rounding in rms_norm): the patched bf16 model's error against the f32 model may
-# differ a little from the unpatched bf16 model's, either way
-BF16_MARGIN = 1.5
+# bf16: kite's ops round where torch's do, not always alike (one rounding in rms_norm, the f32
+# accumulation of fused_moe_ex), so per token the patched bf16 model's error against the f32 model
+# is held to the unpatched bf16 model's (median and 90th percentile within BF16_MARGIN). A bf16
+# rounding can also flip a near-tie expert choice of a token (the unpatched bf16 model flips some
+# too): that token's logits then differ by a different expert, not by rounding; at most
+# EXTRA_FLIPS more such tokens (error above FLIP x torch's median) than torch's bf16 model has.
+BF16_MARGIN, FLIP, EXTRA_FLIPS = 1.25, 4.0, 1
 
 COMMON = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
               num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False)
@@ -38,8 +41,8 @@ FAMILIES = {
     # layer 0 dense (first_k_dense_replace), layer 1 MoE with a shared expert; sigmoid router with
     # grouped top-k and the correction bias; MLA with interleaved rope
     "deepseek_v3": lambda: transformers.DeepseekV3Config(
-        **dict(COMMON, num_key_value_heads=4), intermediate_size=128, moe_intermediate_size=48, n_routed_experts=8,
-        num_experts_per_tok=2, n_group=4, topk_group=2, first_k_dense_replace=1,
+        **dict(COMMON, num_key_value_heads=4), intermediate_size=128, moe_intermediate_size=48,
+        n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2, first_k_dense_replace=1,
         n_shared_experts=1, q_lora_rank=32, kv_lora_rank=32, qk_nope_head_dim=16,
         qk_rope_head_dim=8, v_head_dim=16, routed_scaling_factor=2.5, rope_parameters=ROPE),
 }
@@ -93,9 +96,14 @@ def _logits(m, ids, mask):
         return m(ids, attention_mask=mask).logits.float()
 
 
-def _err(got, want, mask):
+def _token_err(got, want, mask):
+    """Per valid token: the max error of its logits relative to the largest magnitude."""
     valid = mask.bool()
-    return ((got - want).abs()[valid].max() / want.abs()[valid].max()).item()
+    return (got - want).abs()[valid].amax(-1) / want.abs()[valid].max()
+
+
+def _err(got, want, mask):
+    return _token_err(got, want, mask).max().item()
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
@@ -111,16 +119,46 @@ def test_patched_logits_f32(family):
     assert err <= F32_TOL, f"{family} f32: {err:.3g}"
 
 
+@pytest.mark.parametrize("patch_first", [False, True], ids=["after_a_call", "before_any_call"])
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_router_logits_recorded(family, patch_first):
+    """output_router_logits (and Qwen3-MoE's / gpt-oss's aux loss) of an eval model: kite's
+    router records its logits as the model's router does, patched before or after the model's
+    first call (transformers puts its recording hooks in place at the first call)."""
+    m = _model(family)
+    ids, mask = _inputs()
+    kw = dict(attention_mask=mask, output_router_logits=True, labels=ids)
+    if patch_first:
+        with torch.no_grad():
+            want = _model(family)(ids, **kw)
+        kite.torch.patch(m)
+    with torch.no_grad():
+        if not patch_first:
+            want = m(ids, **kw)
+            kite.torch.patch(m)
+        got = m(ids, **kw)
+    assert len(got.router_logits) == len(want.router_logits) > 0
+    valid = mask.reshape(-1).bool()  # padding rows: kite's sdpa gives zeros, eager the mean
+    for a, b in zip(got.router_logits, want.router_logits):
+        assert _rel(a[valid], b[valid]) <= F32_TOL
+    if getattr(want, "aux_loss", None) is not None:
+        assert abs(got.aux_loss.item() - want.aux_loss.item()) <= F32_TOL * want.aux_loss.item()
+
+
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_patched_logits_bf16_within_torch_bf16_error(family):
     ids, mask = _inputs()
     ref = _logits(_model(family), ids, mask)
     m = _model(family, torch.bfloat16)
-    plain = _err(_logits(m, ids, mask), ref, mask)
+    plain = _token_err(_logits(m, ids, mask), ref, mask)
     kite.torch.patch(m)
-    err = _err(_logits(m, ids, mask), ref, mask)
-    print(f"{family} bf16: error against f32 {err:.3g} (kite) vs {plain:.3g} (torch)")
-    assert err <= BF16_MARGIN * plain, f"{family} bf16: {err:.3g} vs torch's {plain:.3g}"
+    err = _token_err(_logits(m, ids, mask), ref, mask)
+    for q in (0.5, 0.9):
+        e, p = err.quantile(q).item(), plain.quantile(q).item()
+        print(f"{family} bf16: quantile {q} of the token errors {e:.3g} (kite) vs {p:.3g} (torch)")
+        assert e <= BF16_MARGIN * p, f"{family} bf16: quantile {q}: {e:.3g} vs torch's {p:.3g}"
+    flips = [int((x > FLIP * plain.median()).sum()) for x in (err, plain)]
+    assert flips[0] <= flips[1] + EXTRA_FLIPS, f"{family} bf16: {flips} tokens off (kite, torch)"
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))

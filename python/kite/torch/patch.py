@@ -2,7 +2,8 @@
 has ops for; kite.torch.unpatch(model) puts the originals back.
 
 Known families (config.model_type): llama, mistral, qwen2, qwen3, gemma, gemma2, mixtral,
-qwen2_moe. What is swapped:
+qwen2_moe, and qwen3_moe, gpt_oss, deepseek_v3 (their routers, experts, gpt-oss's norm, DeepSeek's
+interleaved rope and which attention stays transformers': patch_moe.py). What is swapped:
 
 - norms: every <Family>RMSNorm module -> kite.torch.nn.RMSNorm sharing its weight (Gemma's
   1 + w form as offset 1); differentiable (kite's rms_norm_backward);
@@ -413,7 +414,8 @@ def patch(model, norms=True, mlp=True, rope=True, attention=True, moe=True, loss
             handled, new = patch_moe.replace(name, m, mt, cfg, training, done, norms, moe)
         if handled:
             pass
-        elif norms and cls.endswith("RMSNorm") and isinstance(getattr(m, "weight", None), nn.Parameter):
+        elif (norms and cls.endswith("RMSNorm")
+              and isinstance(getattr(m, "weight", None), nn.Parameter)):
             eps = getattr(m, "variance_epsilon", getattr(m, "eps", 1e-6))
             new = knn.RMSNorm(m.weight.shape[0], eps=eps, offset=1.0 if mt in _GEMMA else 0.0,
                               weight=False)

@@ -9,7 +9,8 @@ shared experts, and the <Family>RMSNorm of Qwen3-MoE and DeepSeek-V3).
   inside them) then the softmax of the k chosen; DeepSeek-V3 sigmoid scores, the
   e_score_correction_bias steering the choice, grouped top-k (n_group / topk_group),
   norm_topk_prob and routed_scaling_factor, over logits computed in f32 as the model computes them.
-  It returns what the model's router returns: (logits, weights in the logits' dtype, ids int64);
+  It returns what the model's router returns: (logits, weights in the logits' dtype, ids int64),
+  and its logits are recorded for output_router_logits (the aux loss) as the router's are;
 - experts (Qwen3MoeExperts, DeepseekV3Experts: gate_up_proj [E, 2I, H], down_proj [E, H, I]) ->
   KiteMoeExperts on kite's fused_moe_ex (split layout, silu or erf gelu). gpt-oss's experts stay
   torch's: they are stored [E, H, 2I] / [E, I, H], the transpose of the [E, 2I, H] / [E, H, I]
@@ -153,8 +154,24 @@ def _router(mt, name, m, cfg, training, done):
     route_bias = getattr(m, "e_score_correction_bias", None) if mt == "deepseek_v3" else None
     new = KiteMoeRouter(m.weight, getattr(m, "bias", None) if mt == "gpt_oss" else None,
                         route_bias, _route_opts(mt, m, cfg), mt == "deepseek_v3", m)
+    _keep_router_logits(m, new)
     done.append(f"{name}: {cls} -> moe_route ({new.extra_repr()})")
     return new
+
+
+def _keep_router_logits(m, new):
+    """transformers records the router logits (output_router_logits, the aux loss) by a forward
+    hook that it puts, once per model, on the modules of the router's class: the hooks already on
+    m go onto new too; before the model has put them, new gets its own (index 0: the logits)."""
+    if m._forward_hooks:
+        for hook in m._forward_hooks.values():
+            new.register_forward_hook(hook)
+        return
+    try:
+        from transformers.utils.output_capturing import install_output_capuring_hook
+    except ImportError:  # a transformers that records otherwise
+        return
+    install_output_capuring_hook(new, "router_logits", 0)
 
 
 def _experts(mt, name, m, cfg, training, done):
