@@ -143,6 +143,10 @@ def test_router_logits_recorded(family, patch_first):
         assert _rel(a[valid], b[valid]) <= F32_TOL
     if getattr(want, "aux_loss", None) is not None:
         assert abs(got.aux_loss.item() - want.aux_loss.item()) <= F32_TOL * want.aux_loss.item()
+    kite.torch.unpatch(m)  # the model's own router records them again
+    with torch.no_grad():
+        again = m(ids, **kw)
+    assert len(again.router_logits) == len(want.router_logits)
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))

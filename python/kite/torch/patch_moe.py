@@ -162,16 +162,16 @@ def _router(mt, name, m, cfg, training, done):
 def _keep_router_logits(m, new):
     """transformers records the router logits (output_router_logits, the aux loss) by a forward
     hook that it puts, once per model, on the modules of the router's class: the hooks already on
-    m go onto new too; before the model has put them, new gets its own (index 0: the logits)."""
-    if m._forward_hooks:
-        for hook in m._forward_hooks.values():
-            new.register_forward_hook(hook)
-        return
-    try:
-        from transformers.utils.output_capturing import install_output_capuring_hook
-    except ImportError:  # a transformers that records otherwise
-        return
-    install_output_capuring_hook(new, "router_logits", 0)
+    m go onto new too; before the model has put them (it will not find m then), m gets the hook it
+    would have put (index 0: the logits), for new and for after unpatch."""
+    if not m._forward_hooks:
+        try:
+            from transformers.utils.output_capturing import install_output_capuring_hook
+        except ImportError:  # a transformers that records otherwise
+            return
+        install_output_capuring_hook(m, "router_logits", 0)
+    for hook in m._forward_hooks.values():
+        new.register_forward_hook(hook)
 
 
 def _experts(mt, name, m, cfg, training, done):
