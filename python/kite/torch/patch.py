@@ -2,7 +2,8 @@
 has ops for; kite.torch.unpatch(model) puts the originals back.
 
 Known families (config.model_type): llama, mistral, qwen2, qwen3, gemma, gemma2, mixtral,
-qwen2_moe. What is swapped:
+qwen2_moe, and qwen3_moe, gpt_oss, deepseek_v3 (their routers, experts, gpt-oss's norm, DeepSeek's
+interleaved rope and which attention stays transformers': patch_moe.py). What is swapped:
 
 - norms: every <Family>RMSNorm module -> kite.torch.nn.RMSNorm sharing its weight (Gemma's
   1 + w form as offset 1); differentiable (kite's rms_norm_backward);
@@ -56,10 +57,12 @@ from torch import nn
 import kite
 
 from . import nn as knn
+from . import patch_moe
 
 _ops = torch.ops.kite
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "mixtral", "qwen2_moe")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "mixtral",
+            "qwen2_moe") + patch_moe.FAMILIES
 _GEMMA = ("gemma", "gemma2")
 _ACTS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
          "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh"}
@@ -406,8 +409,13 @@ def patch(model, norms=True, mlp=True, rope=True, attention=True, moe=True, loss
         cls = type(m).__name__
         if isinstance(m, _KITE_MODULES):
             continue
-        new = None
-        if norms and cls.endswith("RMSNorm") and isinstance(getattr(m, "weight", None), nn.Parameter):
+        new, handled = None, False
+        if mt in patch_moe.FAMILIES:  # its routers, experts and norms (patch_moe.py)
+            handled, new = patch_moe.replace(name, m, mt, cfg, training, done, norms, moe)
+        if handled:
+            pass
+        elif (norms and cls.endswith("RMSNorm")
+              and isinstance(getattr(m, "weight", None), nn.Parameter)):
             eps = getattr(m, "variance_epsilon", getattr(m, "eps", 1e-6))
             new = knn.RMSNorm(m.weight.shape[0], eps=eps, offset=1.0 if mt in _GEMMA else 0.0,
                               weight=False)
@@ -448,13 +456,16 @@ def patch(model, norms=True, mlp=True, rope=True, attention=True, moe=True, loss
         if mod.apply_rotary_pos_emb is not _kite_apply_rotary_pos_emb:
             _saved[mt] = mod.apply_rotary_pos_emb
             mod.apply_rotary_pos_emb = _kite_apply_rotary_pos_emb
+        extra = patch_moe.patch_rope(mt, mod)
         _rope_users.setdefault(mt, weakref.WeakSet()).add(model)
         state.rope = mt
-        done.append(f"{mod.__name__}.apply_rotary_pos_emb -> rope")
+        done += [f"{mod.__name__}.{f} -> rope" for f in ["apply_rotary_pos_emb"] + extra]
     if attention not in (True, False, "auto", "kite"):
         raise kite.InvalidArgument(f"kite.torch.patch: attention={attention!r}: expected True / "
                                    "'auto', 'kite' or False")
-    if attention:
+    if attention and patch_moe.attention_left(mt):
+        done.append(f"attention: left to transformers: {patch_moe.attention_left(mt)}")
+    elif attention:
         mode = "kite" if attention == "kite" else "auto"
         for m in model.modules():  # read by kite_attention_forward (module attributes: no state)
             if type(m).__name__.endswith("Attention"):
@@ -541,5 +552,6 @@ def unpatch(model):
 def unpatch_rotary(model_type):
     """Restores a family's apply_rotary_pos_emb (patch replaces it module-wide)."""
     mod = _modeling(model_type)
+    patch_moe.unpatch_rope(model_type, mod)
     if mod.apply_rotary_pos_emb is _kite_apply_rotary_pos_emb:
         mod.apply_rotary_pos_emb = _saved.get(model_type, _orig_apply)

@@ -1,0 +1,262 @@
+"""kite.torch.patch for the MoE families of today: Qwen3-MoE (qwen3_moe), gpt-oss (gpt_oss) and
+DeepSeek-V3 (deepseek_v3). patch.py's walk asks replace() about every module of a model of these
+families before its generic rules; what replace() takes it installs, what it leaves goes on to the
+generic rules (the dense <Family>MLP -> GatedMLP, including DeepSeek's first dense layers and its
+shared experts, and the <Family>RMSNorm of Qwen3-MoE and DeepSeek-V3).
+
+- router (Qwen3MoeTopKRouter, GptOssTopKRouter, DeepseekV3TopkRouter) -> KiteMoeRouter on kite's
+  moe_route: Qwen3-MoE softmax with norm_topk_prob; gpt-oss top-k of the logits (its linear bias
+  inside them) then the softmax of the k chosen; DeepSeek-V3 sigmoid scores, the
+  e_score_correction_bias steering the choice, grouped top-k (n_group / topk_group),
+  norm_topk_prob and routed_scaling_factor, over logits computed in f32 as the model computes them.
+  It returns what the model's router returns: (logits, weights in the logits' dtype, ids int64),
+  and its logits are recorded for output_router_logits (the aux loss) as the router's are;
+- experts (Qwen3MoeExperts, DeepseekV3Experts: gate_up_proj [E, 2I, H], down_proj [E, H, I]) ->
+  KiteMoeExperts on kite's fused_moe_ex (split layout, silu or erf gelu). gpt-oss's experts stay
+  torch's: they are stored [E, H, 2I] / [E, I, H], the transpose of the [E, 2I, H] / [E, H, I]
+  that fused_moe_ex reads (its interleaved layout and clamped SwiGLU match gpt-oss, the stored
+  orientation does not), and reading them through kite would mean a transposed copy of every
+  expert;
+- gpt-oss's norm (GptOssRMSNorm, which rounds (weight * x) to the input's dtype) -> CastRMSNorm:
+  kite's RMSNorm, the result in the input's dtype (gpt-oss keeps its norms in f32 in a bf16
+  checkpoint);
+- rotary: DeepSeek-V3's apply_rotary_pos_emb_interleave (rope_interleave) -> kite's rope on the
+  de-interleaved q and k (ROPE_FUNCTIONS, installed and restored with the family's
+  apply_rotary_pos_emb); gpt-oss's half-width cos / sin and the plain functions take patch.py's.
+
+Attention: left to transformers for gpt-oss (attention sinks) and DeepSeek-V3 (multi-head latent
+attention); attention_left(model_type) says why, and is the one place to change when kite's
+attention takes them.
+
+Training: kite has no backward for moe_route or fused_moe_ex, so on a model in training mode the
+router and experts stay torch's (reported); on an eval model, a call that needs a gradient runs the
+original module. Weights are the model's own parameters, read in place.
+"""
+import torch
+from torch import nn
+
+from . import nn as knn
+
+_ops = torch.ops.kite
+
+FAMILIES = ("qwen3_moe", "gpt_oss", "deepseek_v3")
+
+# kite_route_score and kite_moe_act / kite_moe_layout (kite.h)
+_SOFTMAX, _SIGMOID, _SOFTMAX_TOPK = 0, 1, 2
+_EXPERT_ACTS = {"silu": 0, "swish": 0, "gelu": 1}
+_SPLIT = 0
+
+_ATTENTION_LEFT = {
+    "gpt_oss": "attention sinks (s_aux): kite's sdpa has none yet",
+    "deepseek_v3": "multi-head latent attention (MLA): kite's sdpa does not take it yet",
+}
+
+
+def attention_left(model_type):
+    """Why the attention of model_type stays transformers' (None: kite's sdpa runs it)."""
+    return _ATTENTION_LEFT.get(model_type)
+
+
+def _patch():
+    from . import patch_module  # the module (kite.torch.patch is its function)
+    return patch_module
+
+
+class CastRMSNorm(knn.RMSNorm):
+    """kite's RMSNorm whose result is in the input's dtype: gpt-oss's (weight * x).to(x.dtype)."""
+
+    def forward(self, x, residual=None):
+        if residual is not None:
+            return super().forward(x, residual)
+        return super().forward(x).to(x.dtype)
+
+
+class KiteMoeRouter(nn.Module):
+    """A router on kite's moe_route. weight [E, H] (and gpt-oss's linear bias [E]) make the logits;
+    route_bias (DeepSeek-V3's e_score_correction_bias [E], a buffer) steers the choice; opts are
+    moe_route's (k, score, n_group, topk_group, renormalize, scaling); f32_logits computes the
+    logits in f32 (DeepSeek-V3's router). forward(hidden[..., H]) -> (logits [T, E], weights [T, k]
+    in the logits' dtype, ids [T, k] int64), the model's router's results. Where a gradient is
+    wanted (moe_route has no backward) the original router runs."""
+
+    def __init__(self, weight, bias, route_bias, opts, f32_logits, original):
+        super().__init__()
+        self.weight = weight
+        self.bias = bias
+        if route_bias is not None:
+            self.register_buffer("e_score_correction_bias", route_bias)
+        else:
+            self.e_score_correction_bias = None
+        self.opts, self.f32_logits = opts, f32_logits
+        self._original = _patch()._Fallback(original)
+
+    def forward(self, hidden_states):
+        orig = self._original.module
+        if orig is not None and _patch()._needs_grad(hidden_states, self.weight, self.bias):
+            return orig(hidden_states)
+        h = hidden_states.reshape(-1, self.weight.shape[-1])
+        if self.f32_logits:
+            logits = nn.functional.linear(h.float(), self.weight.float())
+        else:
+            logits = nn.functional.linear(h, self.weight, self.bias)
+        rb = self.e_score_correction_bias
+        if rb is not None and rb.dtype != torch.float32:
+            rb = rb.float()  # moe_route takes an f32 bias ([E]: a model cast whole to bf16)
+        weights, ids = _ops.moe_route(logits, rb, *self.opts)
+        return logits, weights.to(logits.dtype), ids.long()
+
+    def extra_repr(self):
+        k, score, n_group, topk_group, renorm, scaling = self.opts
+        return (f"k={k}, score={('softmax', 'sigmoid', 'softmax_topk')[score]}, n_group={n_group}, "
+                f"topk_group={topk_group}, renormalize={renorm}, scaling={scaling:g}")
+
+
+class KiteMoeExperts(nn.Module):
+    """Experts (gate_up_proj [E, 2I, H], down_proj [E, H, I], the split layout) on kite's
+    fused_moe_ex with act 0 silu / 1 gelu. forward(hidden[T, H], ids[T, k], weights[T, k]) ->
+    [T, H]. Where a gradient is wanted (fused_moe_ex has no backward) the original experts run."""
+
+    def __init__(self, gate_up_proj, down_proj, act, original):
+        super().__init__()
+        self.gate_up_proj, self.down_proj, self.act = gate_up_proj, down_proj, act
+        self._original = _patch()._Fallback(original)
+
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        orig = self._original.module
+        if orig is not None and _patch()._needs_grad(hidden_states, top_k_weights,
+                                                     self.gate_up_proj, self.down_proj):
+            return orig(hidden_states, top_k_index, top_k_weights)
+        w = top_k_weights if top_k_weights.dtype == torch.float32 else top_k_weights.float()
+        ids = top_k_index if top_k_index.dtype == torch.int32 else top_k_index.to(torch.int32)
+        return _ops.fused_moe_ex(hidden_states, self.gate_up_proj, None, self.down_proj, None, w,
+                                 ids, self.act, _SPLIT)
+
+    def extra_repr(self):
+        return f"act={('silu', 'gelu')[self.act]}"
+
+
+def _route_opts(mt, m, cfg):
+    """moe_route's (k, score, n_group, topk_group, renormalize, scaling) for the router m."""
+    if mt == "qwen3_moe":
+        return (int(m.top_k), _SOFTMAX, 1, 1, int(bool(m.norm_topk_prob)), 1.0)
+    if mt == "gpt_oss":
+        return (int(m.top_k), _SOFTMAX_TOPK, 1, 1, 0, 1.0)
+    return (int(m.top_k), _SIGMOID, int(m.num_group), int(m.topk_group),
+            int(bool(m.norm_topk_prob)), float(m.routed_scaling_factor))
+
+
+def _router(mt, name, m, cfg, training, done):
+    cls = type(m).__name__
+    if training:
+        done.append(f"{name}: {cls} left to torch: moe_route: kite has no backward for it yet and "
+                    "the model is in training mode")
+        return None
+    route_bias = getattr(m, "e_score_correction_bias", None) if mt == "deepseek_v3" else None
+    new = KiteMoeRouter(m.weight, getattr(m, "bias", None) if mt == "gpt_oss" else None,
+                        route_bias, _route_opts(mt, m, cfg), mt == "deepseek_v3", m)
+    _keep_router_logits(m, new)
+    done.append(f"{name}: {cls} -> moe_route ({new.extra_repr()})")
+    return new
+
+
+def _keep_router_logits(m, new):
+    """transformers records the router logits (output_router_logits, the aux loss) by a forward
+    hook that it puts, once per model, on the modules of the router's class: the hooks already on
+    m go onto new too; before the model has put them (it will not find m then), m gets the hook it
+    would have put (index 0: the logits), for new and for after unpatch."""
+    if not m._forward_hooks:
+        try:
+            from transformers.utils.output_capturing import install_output_capuring_hook
+        except ImportError:  # a transformers that records otherwise
+            return
+        install_output_capuring_hook(m, "router_logits", 0)
+    for hook in m._forward_hooks.values():
+        new.register_forward_hook(hook)
+
+
+def _experts(mt, name, m, cfg, training, done):
+    cls = type(m).__name__
+    if mt == "gpt_oss":
+        done.append(f"{name}: {cls} left to torch: fused_moe_ex reads gate_up_proj [E, 2I, H] and "
+                    "down_proj [E, H, I]; gpt-oss stores them transposed ([E, H, 2I], [E, I, H]) "
+                    "and they are read in place, never copied")
+        return None
+    act = _EXPERT_ACTS.get(getattr(cfg, "hidden_act", "silu"))
+    if act is None:
+        done.append(f"{name}: {cls} left to torch: activation {cfg.hidden_act!r} has no "
+                    "fused_moe_ex form")
+        return None
+    if training:
+        done.append(f"{name}: {cls} left to torch: fused_moe_ex: kite has no backward for it yet "
+                    "and the model is in training mode")
+        return None
+    new = KiteMoeExperts(m.gate_up_proj, m.down_proj, act, m)
+    done.append(f"{name}: {cls} -> fused_moe_ex ({new.extra_repr()})")
+    return new
+
+
+def _is_param(m, *names):
+    return all(isinstance(getattr(m, n, None), nn.Parameter) for n in names)
+
+
+def replace(name, m, mt, cfg, training, done, norms=True, moe=True):
+    """patch.py's walk, for a module m (named name) of a model of family mt in FAMILIES: (handled,
+    new). handled: this module decides m (new is its replacement, or None to leave m to torch);
+    not handled: patch.py's generic rules decide. Appends to done what it replaced or left and
+    why."""
+    cls = type(m).__name__
+    if isinstance(m, (KiteMoeRouter, KiteMoeExperts, CastRMSNorm)):
+        return True, None
+    if mt == "gpt_oss" and cls == "GptOssRMSNorm":
+        if not norms or not _is_param(m, "weight"):
+            return True, None
+        new = CastRMSNorm(m.weight.shape[0], eps=m.variance_epsilon, weight=False)
+        new.weight = m.weight
+        done.append(f"{name}: {cls} -> RMSNorm (result in the input's dtype)")
+        return True, new
+    if cls.endswith(("TopKRouter", "TopkRouter")) and _is_param(m, "weight"):
+        return True, (_router(mt, name, m, cfg, training, done) if moe else None)
+    if cls.endswith("Experts") and _is_param(m, "gate_up_proj", "down_proj"):
+        return True, (_experts(mt, name, m, cfg, training, done) if moe else None)
+    return False, None
+
+
+# ---- rotary ------------------------------------------------------------------------------------
+def _kite_apply_rotary_pos_emb_interleave(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
+    """DeepSeek's apply_rotary_pos_emb_interleave on kite's rope: q/k[B, H, S, D] hold their
+    rotary pairs interleaved ((x0, x1), (x2, x3), ...) and come out de-interleaved (the evens
+    rotated, then the odds), which is kite's neox rope of the de-interleaved q and k with the
+    model's cos / sin [B|1, S, D] (halves repeated)."""
+    if unsqueeze_dim != 1:
+        original = _ROPE_SAVED[("deepseek_v3", "apply_rotary_pos_emb_interleave")]
+        return original(q, k, cos, sin, position_ids, unsqueeze_dim)
+
+    def split(x):
+        return torch.cat((x[..., 0::2], x[..., 1::2]), dim=-1)
+    return _patch()._kite_apply_rotary_pos_emb(split(q), split(k), cos, sin)
+
+
+# family -> {function name in its modeling module: kite's replacement}, besides
+# apply_rotary_pos_emb (patch.py's)
+ROPE_FUNCTIONS = {"deepseek_v3": {"apply_rotary_pos_emb_interleave":
+                                  _kite_apply_rotary_pos_emb_interleave}}
+_ROPE_SAVED = {}
+
+
+def patch_rope(mt, mod):
+    """Installs ROPE_FUNCTIONS[mt] in the family's modeling module mod (module-wide, as patch.py's
+    apply_rotary_pos_emb); returns the names swapped."""
+    names = []
+    for fname, fn in ROPE_FUNCTIONS.get(mt, {}).items():
+        if getattr(mod, fname, None) is not fn and hasattr(mod, fname):
+            _ROPE_SAVED[(mt, fname)] = getattr(mod, fname)
+            setattr(mod, fname, fn)
+        names.append(fname)
+    return names
+
+
+def unpatch_rope(mt, mod):
+    """Restores what patch_rope(mt, mod) swapped."""
+    for fname, fn in ROPE_FUNCTIONS.get(mt, {}).items():
+        if getattr(mod, fname, None) is fn and (mt, fname) in _ROPE_SAVED:
+            setattr(mod, fname, _ROPE_SAVED[(mt, fname)])
