@@ -93,12 +93,15 @@ def test_default_patch_trains_like_torch(family):
     keys = list(patched.state_dict())
     done = kite.torch.patch(patched)
     kinds = "\n".join(done)
-    assert "-> RMSNorm" in kinds and "-> rope" in kinds and "fused linear cross-entropy" in kinds
+    norm = "-> LayerNorm" if family == "gpt_neox" else "-> RMSNorm"
+    assert norm in kinds and "-> rope" in kinds and "fused linear cross-entropy" in kinds
     assert "kite sdpa" in kinds and "attention: left to torch" not in kinds
     assert "-> fused_moe" not in kinds and "-> topk_gating" not in kinds
     if family in ("mixtral", "qwen2_moe"):
         assert "Experts left to torch" in kinds and "TopKRouter left to torch" in kinds
-    if family != "mixtral":
+    if family == "gpt_neox":
+        assert "-> MLP(gelu)" in kinds
+    elif family != "mixtral":
         assert "-> GatedMLP" in kinds
     assert list(patched.state_dict()) == keys  # the model's own parameters, no copies
     ids, labels = _batch()

@@ -45,8 +45,6 @@ Returns the list of what was replaced ("model.layers.0.input_layernorm: LlamaRMS
 ...) and of what was left to torch and why. A model of another family raises kite.Unsupported
 naming the families it knows.
 """
-import importlib
-import inspect
 import sys
 import weakref
 
@@ -55,19 +53,24 @@ from torch import nn
 
 import kite
 
+from . import families as _fam
 from . import nn as knn
+from .families import GATED, FUSED_GATED, LAYER, PLAIN, RMS_GEMMA, TABLE, Report
+from .patch_loss import _causal_lm, _make_lm_forward  # noqa: F401 (patch_moe uses them)
 
 _ops = torch.ops.kite
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "mixtral", "qwen2_moe")
-_GEMMA = ("gemma", "gemma2")
+FAMILIES = tuple(TABLE)  # the model types patch knows in full (families.TABLE)
+# transformers' activation names -> kite's (the gated form is <act>_and_mul)
 _ACTS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
-         "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh"}
+         "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh", "quick_gelu": "gelu_quick",
+         "relu": "relu"}
+_GATED_ACTS = ("silu", "gelu", "gelu_tanh")
 _NO_BACKWARD = "kite has no backward for it yet"
 
 
 def _modeling(model_type):
-    return importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+    return _fam.modeling(model_type)
 
 
 def _needs_grad(*ts):
@@ -77,15 +80,19 @@ def _needs_grad(*ts):
 
 # ---- rotary ------------------------------------------------------------------------------------
 def _kite_apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1, **kwargs):
-    """HF's apply_rotary_pos_emb (neox pairs) on kite's rope. q[B, Hq, S, D], k[B, Hkv, S, D],
-    cos/sin[B or 1, S, D] (halves repeated). kite reads one cos/sin row per token, so the rows
-    are the model's own cos/sin and the positions index them."""
-    if unsqueeze_dim != 1 or q.dim() != 4 or cos.dim() != 3:
+    """HF's apply_rotary_pos_emb (neox pairs) on kite's rope. q[B, Hq, S, D], k[B, Hkv, S, D]
+    (views of a fused qkv allowed), cos/sin[B or 1, S, R] (halves repeated), R <= D: the first R
+    dims of each head rotate, the rest pass through (partial rotary, kite's rot_dim). kite reads
+    one cos/sin row per token, so the rows are the model's own cos/sin (any base, per layer type
+    or scaled) and the positions index them."""
+    if (unsqueeze_dim != 1 or q.dim() != 4 or cos.dim() != 3 or cos.shape[-1] > q.shape[-1]
+            or cos.shape[-1] % 2):
         return _orig_apply(q, k, cos, sin, unsqueeze_dim)
     B, Hq, S, D = q.shape
-    half = D // 2
+    rot = cos.shape[-1]
+    half = rot // 2
     Bc = cos.shape[0]  # 1 when every sequence has the same positions
-    cos_sin = torch.cat((cos[..., :half], sin[..., :half]), dim=-1).reshape(Bc * S, D)
+    cos_sin = torch.cat((cos[..., :half], sin[..., :half]), dim=-1).reshape(Bc * S, rot)
     cos_sin = cos_sin.to(torch.float32).contiguous()
     pos = torch.arange(Bc * S, dtype=torch.int32, device=q.device)
     if Bc != B:
@@ -94,19 +101,23 @@ def _kite_apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1, **kwargs):
     kk = k.transpose(1, 2).reshape(B * S, k.shape[1], D)
     if torch.is_grad_enabled() and (qq.requires_grad or kk.requires_grad):
         from .autograd import rope as rope_fn  # rotated copies, differentiable
-        qq, kk = rope_fn(qq, kk, pos, cos_sin, D, 0)
+        qq, kk = rope_fn(qq, kk, pos, cos_sin, rot, 0)
     else:
-        _ops.rope(qq, kk, pos, cos_sin, D, 0)
+        _ops.rope(qq, kk, pos, cos_sin, rot, 0)
     return qq.view(B, S, Hq, D).transpose(1, 2), kk.view(B, S, k.shape[1], D).transpose(1, 2)
 
 
 def _orig_apply(q, k, cos, sin, unsqueeze_dim=1):
+    """transformers' apply_rotary_pos_emb (neox pairs, the first cos.shape[-1] dims rotating)."""
     cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+    r = cos.shape[-1]
 
     def rot(x):
         h = x.shape[-1] // 2
         return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
-    return q * cos + rot(q) * sin, k * cos + rot(k) * sin
+    qr, kr = q[..., :r], k[..., :r]
+    return (torch.cat((qr * cos + rot(qr) * sin, q[..., r:]), dim=-1),
+            torch.cat((kr * cos + rot(kr) * sin, k[..., r:]), dim=-1))
 
 
 # ---- attention ---------------------------------------------------------------------------------
@@ -260,232 +271,251 @@ class KiteExperts(nn.Module):
         return _ops.fused_moe(hidden_states, self.gate_up_proj, self.down_proj, w, ids, self.act)
 
 
-# ---- the loss ----------------------------------------------------------------------------------
-def _causal_lm(model):
-    """The transformers <Family>ForCausalLM inside model (model itself, or a PEFT model's base),
-    or None."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    if type(base).__name__.endswith("ForCausalLM") and isinstance(getattr(base, "lm_head", None),
-                                                                   nn.Module):
-        return base
-    return None
-
-
-def _causal_lm_loss(model):
-    try:
-        from transformers.loss.loss_utils import ForCausalLMLoss
-    except ImportError:
-        return None
-    return ForCausalLMLoss
-
-
-def _slice(hidden, logits_to_keep):
-    try:
-        from transformers.modeling_utils import slice_logits_to_keep
-    except ImportError:
-        slice_logits_to_keep = None
-    if slice_logits_to_keep is not None:
-        return slice_logits_to_keep(hidden, logits_to_keep)
-    if isinstance(logits_to_keep, int):
-        return hidden if logits_to_keep == 0 else hidden[:, -logits_to_keep:, :]
-    return hidden[:, logits_to_keep, :]
-
-
-def _make_lm_forward(model, original, model_type):
-    """model.forward (an instance attribute) computing the training loss with kite's fused
-    linear cross-entropy; every other call goes to original (the model's own forward). It holds
-    the model weakly (no reference cycle through the model's __dict__)."""
-    sig = inspect.signature(original)
-    flce_loss = _causal_lm_loss(model)
-    softcap = getattr(model.config, "final_logit_softcapping", None)
-    moe = "output_router_logits" in sig.parameters
-    var_kw = next((n for n, p in sig.parameters.items() if p.kind is p.VAR_KEYWORD), None)
-    model_ref = weakref.ref(model)
-
-    def forward(*args, **kwargs):
-        model = model_ref()
-        skip_logits = kwargs.pop("skip_logits", None)
-        bound = sig.bind(*args, **kwargs)
-        a = bound.arguments
-        extra = dict(a.get(var_kw, {})) if var_kw else {}
-        labels, shift_labels = a.get("labels"), extra.get("shift_labels")
-        if skip_logits is None:
-            skip_logits = model.training
-        head = model.lm_head
-        if (not skip_logits or labels is None or type(head) is not nn.Linear or flce_loss is None
-                or model.loss_function is not flce_loss):
-            return original(*args, **kwargs)
-        return_dict = extra.pop("return_dict", None)
-        if return_dict is None:
-            return_dict = getattr(model.config, "return_dict", True)
-        ignore_index = extra.get("ignore_index", -100)
-        num_items = extra.get("num_items_in_batch")
-        base_args = {k: v for k, v in a.items() if k not in ("labels", "logits_to_keep", var_kw)}
-        if moe:
-            orl = base_args.get("output_router_logits")
-            base_args["output_router_logits"] = (model.config.output_router_logits
-                                                 if orl is None else orl)
-        outputs = model.model(**base_args, **extra)
-        hidden = _slice(outputs.last_hidden_state, a.get("logits_to_keep", 0))
-        if shift_labels is None:
-            shift_labels = nn.functional.pad(labels, (0, 1), value=ignore_index)[..., 1:]
-        t = shift_labels.reshape(-1).to(hidden.device)
-        loss_fn = knn.FusedLinearCrossEntropyLoss(
-            ignore_index=ignore_index, reduction="sum" if num_items is not None else "mean",
-            softcap=softcap)
-        loss = loss_fn(head.weight, hidden.reshape(-1, hidden.shape[-1]), t, head.bias)
-        if num_items is not None:
-            loss = loss / (num_items.to(loss.device) if torch.is_tensor(num_items) else num_items)
-        from transformers import modeling_outputs as mo
-        if moe:
-            aux_loss = None
-            if base_args["output_router_logits"]:
-                lb = _modeling(model_type).load_balancing_loss_func
-                aux_loss = lb(outputs.router_logits, model.num_experts, model.num_experts_per_tok,
-                              a.get("attention_mask"))
-                loss = loss + model.router_aux_loss_coef * aux_loss.to(loss.device)
-            out = mo.MoeCausalLMOutputWithPast(
-                loss=loss, aux_loss=aux_loss, logits=None,
-                past_key_values=outputs.past_key_values, hidden_states=outputs.hidden_states,
-                attentions=outputs.attentions, router_logits=outputs.router_logits)
-        else:
-            out = mo.CausalLMOutputWithPast(
-                loss=loss, logits=None, past_key_values=outputs.past_key_values,
-                hidden_states=outputs.hidden_states, attentions=outputs.attentions)
-        return out if return_dict else out.to_tuple()
-
-    forward.__signature__ = sig
-    forward.__doc__ = original.__doc__
-    forward._kite_lm_forward = True
-    return forward
-
-
 # ---- the walk ----------------------------------------------------------------------------------
 def _set(model, name, new):
     parent, _, leaf = name.rpartition(".")
     setattr(model.get_submodule(parent) if parent else model, leaf, new)
 
 
-_KITE_MODULES = (knn.RMSNorm, knn.GatedMLP, KiteRouter, KiteExperts)
-_rope_users = {}  # model_type -> WeakSet of the patched models that use kite's rope
-_saved = {}       # model_type -> the family's own apply_rotary_pos_emb
+_KITE_MODULES = (knn.RMSNorm, knn.LayerNorm, knn.GatedMLP, knn.MLP, KiteRouter, KiteExperts)
+_rope_users = {}  # modeling module name -> WeakSet of the patched models that use kite's rope
+_saved = {}       # modeling module name -> its own apply_rotary_pos_emb
 
 
 class _PatchState:
     """What patch changed on one model, for unpatch: (name, original, replacement) modules, the
-    attention implementation before, the instance forward before, the rope family."""
+    attention implementation before, the instance forward before, the modeling module whose
+    apply_rotary_pos_emb is kite's."""
 
     def __init__(self):
         self.modules, self.attn, self.forward, self.rope = [], None, None, None
+
+
+def _probe(shape, like, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=g).to(like.device, like.dtype)
+
+
+def _close(a, b):
+    tol = 1e-5 if a.dtype == torch.float32 else 2e-2
+    return a.shape == b.shape and bool(((a.float() - b.float()).abs()
+                                        <= tol * (1 + b.float().abs())).all())
+
+
+def _norm(m, cls, form, partial):
+    """(kite norm sharing m's parameters, kite form) for a norm module of the family's form;
+    (None, why) for one kite cannot take; None for a module that is no norm. In partial mode an
+    <X>RMSNorm is taken only where kite's rms_norm (offset 0, or Gemma's 1) gives its output on a
+    probe input."""
+    w = getattr(m, "weight", None)
+    if form == LAYER and not partial and isinstance(m, nn.LayerNorm):
+        if not isinstance(w, nn.Parameter) or len(m.normalized_shape) != 1:
+            return None, "no affine weight over one dim"
+        new = knn.LayerNorm(w.shape[0], eps=m.eps, bias=m.bias is not None)
+        new.weight, new.bias = w, m.bias
+        return new, "LayerNorm"
+    if not (cls.endswith("RMSNorm") and isinstance(w, nn.Parameter) and w.dim() == 1):
+        return None
+    eps = float(getattr(m, "variance_epsilon", getattr(m, "eps", 1e-6)))
+    offsets = (1.0 if form == RMS_GEMMA else 0.0,)
+    if partial:
+        x = _probe((3, w.shape[0]), w, 0)
+        with torch.no_grad():
+            want = m(x)
+            offsets = [o for o in (0.0, 1.0) if _close(_ops.rms_norm(x, w, eps, o), want)]
+        if not offsets:
+            return None, "its output is not kite's rms_norm (offset 0 or 1) on a probe input"
+    new = knn.RMSNorm(w.shape[0], eps=eps, offset=offsets[0], weight=False)
+    new.weight = w
+    return new, "RMSNorm"
+
+
+def _mlp(m, cls, fam, act_name):
+    """(kite MLP over m's own projections, form) / (None, why) / None (not an MLP)."""
+    has = {a: isinstance(getattr(m, a, None), nn.Module)
+           for a in ("gate_proj", "up_proj", "down_proj", "gate_up_proj") + fam.plain_mlp}
+    act = _ACTS.get(act_name)
+    if has["gate_proj"] and has["up_proj"] and has["down_proj"]:
+        layout = GATED
+    elif has["gate_up_proj"] and has["down_proj"]:
+        layout = FUSED_GATED
+    elif fam.mlp == PLAIN and all(has[a] for a in fam.plain_mlp):
+        layout = PLAIN
+    else:
+        return None
+    if layout == PLAIN:
+        if act is None:
+            return None, f"activation {act_name!r} is not one of kite's"
+        return knn.MLP(*(getattr(m, a) for a in fam.plain_mlp), act, names=fam.plain_mlp), f"MLP({act})"
+    if act not in _GATED_ACTS:
+        return None, f"activation {act_name!r} has no kite gated form"
+    if layout == FUSED_GATED:
+        return (knn.GatedMLP(None, None, m.down_proj, act, gate_up_proj=m.gate_up_proj),
+                f"GatedMLP({act}_and_mul over the fused gate_up_proj)")
+    return knn.GatedMLP(m.gate_proj, m.up_proj, m.down_proj, act), f"GatedMLP({act}_and_mul)"
+
+
+def _moe(m, cls, mt, fam, e_act, training):
+    """(KiteRouter / KiteExperts, form) / (None, why) / None (neither)."""
+    if cls.endswith("TopKRouter") and isinstance(getattr(m, "weight", None), nn.Parameter):
+        if training:
+            return None, f"topk_gating: {_NO_BACKWARD} and the model is in training mode"
+        renorm = getattr(m, "norm_topk_prob", fam.moe_renormalize)
+        return KiteRouter(m.weight, m.top_k, renorm, original=m), "topk_gating"
+    if (cls.endswith("Experts") and isinstance(getattr(m, "gate_up_proj", None), nn.Parameter)
+            and isinstance(getattr(m, "down_proj", None), nn.Parameter)):
+        if e_act not in ("silu", "gelu"):
+            return None, f"fused_moe: activation {e_act!r} is not one fused_moe has"
+        if training:
+            return None, f"fused_moe: {_NO_BACKWARD} and the model is in training mode"
+        return (KiteExperts(m.gate_up_proj, m.down_proj, 0 if e_act == "silu" else 1, original=m),
+                "fused_moe")
+    return None
+
+
+def _rope_ok(fn):
+    """A modeling module's apply_rotary_pos_emb computes transformers' neox rotation (checked on
+    probe inputs, full and partial): kite's rope may stand in for it."""
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 4, 5, 8, generator=g), torch.randn(2, 2, 5, 8, generator=g)
+    for r in (8, 4):
+        ang = torch.randn(1, 5, r // 2, generator=g)
+        cos, sin = torch.cat((ang, ang), -1).cos(), torch.cat((ang, ang), -1).sin()
+        try:
+            with torch.no_grad():
+                got = fn(q.clone(), k.clone(), cos, sin)
+        except Exception:  # another signature or layout: not the function kite knows
+            return False
+        want = _orig_apply(q, k, cos, sin)
+        if not (isinstance(got, tuple) and len(got) == 2 and all(map(_close, got, want))):
+            return False
+    return True
+
+
+def _model_module(model):
+    """The modeling module of a model of an unknown family (the module of its class, or of its
+    PEFT base model's class)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return sys.modules.get(type(base).__module__)
 
 
 def patch(model, norms=True, mlp=True, rope=True, attention=True, moe=True, loss=True):
     """Swaps, in place, the parts of a transformers model that kite runs (see the module doc);
     attention: True / "auto" (kite's sdpa, except calls on CUDA that need a gradient, which run
     torch's SDPA while its backward is the faster one), "kite" (kite's sdpa for every call) or
-    False (the model's own attention);
-    returns the list of replacements and of the parts left to torch (with the reason). Raises
-    kite.Unsupported for a model family it does not know, and kite.InvalidArgument for a model
-    that is not a transformers model. kite.torch.unpatch(model) undoes it."""
+    False (the model's own attention). A model of a family patch does not know
+    (families.TABLE) is patched in partial mode: its <X>RMSNorm modules whose output is kite's
+    rms_norm on a probe input, and its apply_rotary_pos_emb where it computes transformers'
+    rotation on probe inputs; its MLPs, attention and loss are left to torch.
+    Returns a families.Report: the list of replacements and of the parts left to torch (with the
+    reason), with per module type counts (report.by_type, report.summary()). Raises
+    kite.Unsupported for a model of an unknown family that has neither (nothing changed), and
+    kite.InvalidArgument for a model that is not a transformers model or a bad attention mode.
+    kite.torch.unpatch(model) undoes it."""
     cfg = getattr(model, "config", None)
     mt = getattr(cfg, "model_type", None)
     if mt is None:
         raise kite.InvalidArgument(f"kite.torch.patch: {type(model).__name__} is not a transformers "
                                    "model (it has no config.model_type)")
-    if mt not in FAMILIES:
-        raise kite.Unsupported(f"kite.torch.patch: model type {mt!r} is not one kite knows; known: "
-                               + ", ".join(FAMILIES))
-    mod = _modeling(mt)
-    state = model.__dict__.get("_kite_patch") or _PatchState()
+    if attention not in (True, False, "auto", "kite"):
+        raise kite.InvalidArgument(f"kite.torch.patch: attention={attention!r}: expected True / "
+                                   "'auto', 'kite' or False")
+    fam = TABLE.get(mt)
+    partial = fam is None
+    unknown = (f"model type {mt!r} is not one kite knows (partial mode: norms and rotary only; "
+               "known: " + ", ".join(FAMILIES) + ")")
+    mod = _model_module(model) if partial else _modeling(mt)
+    fam = fam or _fam.Family(mt)
+    report = Report(mt, partial)
     training = model.training
-    done = []
     act_name = getattr(cfg, "hidden_activation", None) or getattr(cfg, "hidden_act", "silu")
-    act = _ACTS.get(act_name)
     e_act = _ACTS.get(getattr(cfg, "hidden_act", "silu"))
+    plan = []  # (name, original, replacement, kind, form)
     for name, m in list(model.named_modules()):
         cls = type(m).__name__
         if isinstance(m, _KITE_MODULES):
             continue
-        new = None
-        if norms and cls.endswith("RMSNorm") and isinstance(getattr(m, "weight", None), nn.Parameter):
-            eps = getattr(m, "variance_epsilon", getattr(m, "eps", 1e-6))
-            new = knn.RMSNorm(m.weight.shape[0], eps=eps, offset=1.0 if mt in _GEMMA else 0.0,
-                              weight=False)
-            new.weight = m.weight
-            done.append(f"{name}: {cls} -> RMSNorm")
-        elif (mlp and cls.endswith("MLP")
-              and all(isinstance(getattr(m, a, None), nn.Module)
-                      for a in ("gate_proj", "up_proj", "down_proj"))):
-            if act is None:
-                done.append(f"{name}: {cls} left to torch: activation {act_name!r} has no kite "
-                            "gated form")
-                continue
-            new = knn.GatedMLP(m.gate_proj, m.up_proj, m.down_proj, act)
-            done.append(f"{name}: {cls} -> GatedMLP({act}_and_mul)")
-        elif moe and cls.endswith("TopKRouter") and isinstance(getattr(m, "weight", None), nn.Parameter):
-            if training:
-                done.append(f"{name}: {cls} left to torch: topk_gating: {_NO_BACKWARD} and the "
-                            "model is in training mode")
-                continue
-            renorm = getattr(m, "norm_topk_prob", mt == "mixtral")
-            new = KiteRouter(m.weight, m.top_k, renorm, original=m)
-            done.append(f"{name}: {cls} -> topk_gating")
-        elif (moe and cls.endswith("Experts") and isinstance(getattr(m, "gate_up_proj", None), nn.Parameter)
-              and isinstance(getattr(m, "down_proj", None), nn.Parameter)):
-            if e_act not in ("silu", "gelu"):
-                continue
-            if training:
-                done.append(f"{name}: {cls} left to torch: fused_moe: {_NO_BACKWARD} and the "
-                            "model is in training mode")
-                continue
-            new = KiteExperts(m.gate_up_proj, m.down_proj, 0 if e_act == "silu" else 1, original=m)
-            done.append(f"{name}: {cls} -> fused_moe")
-        if new is not None:
-            new.train(m.training)
-            _set(model, name, new)
-            state.modules.append((name, m, new))
-    if rope and hasattr(mod, "apply_rotary_pos_emb"):
-        if mod.apply_rotary_pos_emb is not _kite_apply_rotary_pos_emb:
-            _saved[mt] = mod.apply_rotary_pos_emb
+        got, what = None, None
+        if norms:
+            got, what = _norm(m, cls, fam.norm, partial), "norm"
+        if got is None and mlp and cls.endswith("MLP"):
+            got, what = (None, unknown) if partial else _mlp(m, cls, fam, act_name), "mlp"
+        if got is None and moe and not partial:
+            got, what = _moe(m, cls, mt, fam, e_act, training), "moe"
+        if got is None:
+            continue
+        if got[0] is None:
+            report.left(name, cls, got[1])
+            continue
+        plan.append((name, m, got[0], cls, got[1]))
+    rope_fn = getattr(mod, "apply_rotary_pos_emb", None)
+    use_rope = rope and rope_fn is not None and (
+        rope_fn is _kite_apply_rotary_pos_emb or not partial or _rope_ok(rope_fn))
+    if partial and not plan and not use_rope:
+        raise kite.Unsupported(f"kite.torch.patch: model type {mt!r} is not one kite knows, and "
+                               "it has no RMSNorm nor rotary embedding kite's ops compute; "
+                               "known: " + ", ".join(FAMILIES))
+    state = model.__dict__.get("_kite_patch") or _PatchState()
+    for name, m, new, cls, form in plan:
+        new.train(m.training)
+        _set(model, name, new)
+        state.modules.append((name, m, new))
+        report.replaced(name, cls, form)
+    if use_rope:
+        if rope_fn is not _kite_apply_rotary_pos_emb:
+            _saved[mod.__name__] = rope_fn
             mod.apply_rotary_pos_emb = _kite_apply_rotary_pos_emb
-        _rope_users.setdefault(mt, weakref.WeakSet()).add(model)
-        state.rope = mt
-        done.append(f"{mod.__name__}.apply_rotary_pos_emb -> rope")
-    if attention not in (True, False, "auto", "kite"):
-        raise kite.InvalidArgument(f"kite.torch.patch: attention={attention!r}: expected True / "
-                                   "'auto', 'kite' or False")
-    if attention:
-        mode = "kite" if attention == "kite" else "auto"
-        for m in model.modules():  # read by kite_attention_forward (module attributes: no state)
-            if type(m).__name__.endswith("Attention"):
-                m._kite_attention = mode
-        before = getattr(cfg, "_attn_implementation", None) or "eager"
-        if before != "kite":
-            _register_attention()
-            if hasattr(model, "set_attn_implementation"):
-                model.set_attn_implementation("kite")
-            else:
-                cfg._attn_implementation = "kite"
-            state.attn = before
-            done.append("attention: -> kite sdpa (attn_implementation='kite'; differentiable: "
-                        "kite's sdpa_backward)")
-            if mode == "auto":
-                done.append("attention: a call on CUDA that needs a gradient runs torch's "
-                            "scaled_dot_product_attention (its flash / cuDNN backward is faster "
-                            "than kite's sdpa_backward on Hopper today; attention='kite' keeps "
-                            "kite's)")
-            dropout = float(getattr(cfg, "attention_dropout", 0.0) or 0.0)
-            if dropout:
-                done.append(f"attention: dropout {dropout:g} in training mode runs the same "
-                            "attention in torch ops (kite's sdpa has no dropout)")
+        _rope_users.setdefault(mod.__name__, weakref.WeakSet()).add(model)
+        state.rope = mod
+        report.replaced(mod.__name__, "apply_rotary_pos_emb", f"rope ({fam.rope})",
+                        line=f"{mod.__name__}.apply_rotary_pos_emb -> rope")
+    elif rope and partial and rope_fn is not None:
+        report.left(mod.__name__, "apply_rotary_pos_emb", "it is not transformers' rotation on "
+                    "probe inputs")
+    if attention and partial:
+        report.left("attention", "attention", unknown)
+    elif attention:
+        _patch_attention(model, cfg, attention, state, report)
     lm = _causal_lm(model) if loss else None
-    if lm is not None and not getattr(lm.forward, "_kite_lm_forward", False):
+    if lm is not None and partial:
+        report.left("lm_head + loss", "lm_head + loss", unknown)
+    elif lm is not None and not getattr(lm.forward, "_kite_lm_forward", False):
         state.forward = (lm, lm.__dict__.get("forward"))
         lm.forward = _make_lm_forward(lm, lm.forward, mt)
-        done.append("lm_head + loss: forward(labels=...) in training -> kite fused linear "
-                    "cross-entropy (no [tokens, vocab] logits)")
+        report.replaced("lm_head", "lm_head + loss", "fused linear cross-entropy",
+                        line="lm_head + loss: forward(labels=...) in training -> kite fused linear "
+                             "cross-entropy (no [tokens, vocab] logits)")
+    for q in fam.quirks:
+        report.append(f"{mt}: {q}")
     model.__dict__["_kite_patch"] = state
-    return done
+    return report
+
+
+def _patch_attention(model, cfg, attention, state, report):
+    mode = "kite" if attention == "kite" else "auto"
+    for m in model.modules():  # read by kite_attention_forward (module attributes: no state)
+        if type(m).__name__.endswith("Attention"):
+            m._kite_attention = mode
+    before = getattr(cfg, "_attn_implementation", None) or "eager"
+    if before == "kite":
+        return
+    _register_attention()
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation("kite")
+    else:
+        cfg._attn_implementation = "kite"
+    state.attn = before
+    report.replaced("attention", "attention", "kite sdpa",
+                    line="attention: -> kite sdpa (attn_implementation='kite'; differentiable: "
+                         "kite's sdpa_backward)")
+    if mode == "auto":
+        report.append("attention: a call on CUDA that needs a gradient runs torch's "
+                      "scaled_dot_product_attention (its flash / cuDNN backward is faster than "
+                      "kite's sdpa_backward on Hopper today; attention='kite' keeps kite's)")
+    dropout = float(getattr(cfg, "attention_dropout", 0.0) or 0.0)
+    if dropout:
+        report.append(f"attention: dropout {dropout:g} in training mode runs the same attention "
+                      "in torch ops (kite's sdpa has no dropout)")
 
 
 def unpatch(model):
@@ -529,17 +559,20 @@ def unpatch(model):
             lm.forward = before
         done.append("lm_head + loss: the model's own forward")
     if state.rope is not None:
-        users = _rope_users.get(state.rope)
+        users = _rope_users.get(state.rope.__name__)
         if users is not None:
             users.discard(model)
         if not users:
-            unpatch_rotary(state.rope)
-            done.append(f"{state.rope}: apply_rotary_pos_emb restored")
+            _unpatch_rotary_module(state.rope)
+            done.append(f"{state.rope.__name__}.apply_rotary_pos_emb restored")
     return done
 
 
 def unpatch_rotary(model_type):
     """Restores a family's apply_rotary_pos_emb (patch replaces it module-wide)."""
-    mod = _modeling(model_type)
-    if mod.apply_rotary_pos_emb is _kite_apply_rotary_pos_emb:
-        mod.apply_rotary_pos_emb = _saved.get(model_type, _orig_apply)
+    _unpatch_rotary_module(_modeling(model_type))
+
+
+def _unpatch_rotary_module(mod):
+    if getattr(mod, "apply_rotary_pos_emb", None) is _kite_apply_rotary_pos_emb:
+        mod.apply_rotary_pos_emb = _saved.get(mod.__name__, _orig_apply)
