@@ -65,7 +65,7 @@ def _model(family, dtype, device):
 @pytest.fixture(autouse=True)
 def _restore_rotary():
     yield
-    for f in FAMILIES:
+    for f in list(FAMILIES) + ["arcee"]:  # arcee: the partial mode's family
         kite.torch.patch_module.unpatch_rotary(f)
 
 
@@ -132,3 +132,86 @@ def test_unknown_model_refused():
         kite.torch.patch(M())
     with pytest.raises(kite.InvalidArgument, match=r"not a transformers model"):
         kite.torch.patch(torch.nn.Linear(2, 2))
+
+
+def _arcee():
+    """A llama-like family kite.torch.patch has no entry for (a plain relu^2 MLP)."""
+    torch.manual_seed(0)
+    cfg = transformers.ArceeConfig(**COMMON, **_NO_SPECIAL)
+    cfg._attn_implementation = "eager"
+    return transformers.AutoModelForCausalLM.from_config(cfg).float().eval()
+
+
+class _NotAnRMSNorm(torch.nn.Module):
+    """Named like a norm, computes no norm: the partial mode's probe must leave it."""
+
+    def __init__(self, h):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(h))
+
+    def forward(self, x):
+        return x * self.weight
+
+
+def test_partial_mode_for_an_unknown_llama_like_family():
+    m = _arcee()
+    m.model.norm = _NotAnRMSNorm(COMMON["hidden_size"])
+    ids = torch.randint(0, 256, (2, 40))
+    types = {n: type(x) for n, x in m.named_modules()}
+    kw = dict(max_new_tokens=32, min_new_tokens=32, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        ref, want = m(ids).logits, m.generate(ids[:1, :12], **kw)
+        report = kite.torch.patch(m)
+        got, tokens = m(ids).logits, m.generate(ids[:1, :12], **kw)
+    assert report.partial and report.family == "arcee"
+    by = report.by_type
+    assert by["ArceeRMSNorm"]["replaced"] == {"RMSNorm": 4} and not by["ArceeRMSNorm"]["left"]
+    assert list(by["_NotAnRMSNorm"]["left"]) == [
+        "its output is not kite's rms_norm (offset 0 or 1) on a probe input"]
+    assert sum(by["apply_rotary_pos_emb"]["replaced"].values()) == 1
+    for kind, n in (("ArceeMLP", 2), ("attention", 1), ("lm_head + loss", 1)):
+        assert not by[kind]["replaced"]
+        assert list(by[kind]["left"].values()) == [n] and "partial mode" in next(iter(by[kind]["left"]))
+    assert "arcee (partial mode)" in report.summary()
+    assert "ArceeRMSNorm: 4 -> RMSNorm" in report.summary()
+    assert m.config._attn_implementation == "eager" and "forward" not in m.__dict__
+    assert _rel_err(got, ref, torch.ones_like(ids, dtype=torch.bool)) < 1e-6
+    assert torch.equal(tokens, want)
+    assert kite.torch.unpatch(m)
+    assert {n: type(x) for n, x in m.named_modules()} == types
+    with torch.no_grad():
+        assert torch.equal(m(ids).logits, ref)
+
+
+def test_report_by_module_type():
+    m = _model("gpt_neox", torch.float32, "cpu")
+    report = kite.torch.patch(m)
+    assert isinstance(report, list) and not report.partial  # the list patch always returned
+    assert any(line.endswith(": LayerNorm -> LayerNorm") for line in report)
+    by = report.by_type
+    assert by["LayerNorm"] == {"replaced": {"LayerNorm": 5}, "left": {}}
+    assert by["GPTNeoXMLP"] == {"replaced": {"MLP(gelu)": 2}, "left": {}}
+    assert by["attention"]["replaced"] == {"kite sdpa": 1}
+    assert any("parallel residual" in line for line in report)  # the family's quirks, named
+    s = report.summary().splitlines()
+    assert s[0] == "kite.torch.patch: gpt_neox" and "  GPTNeoXMLP: 2 -> MLP(gelu)" in s
+
+
+def test_fused_gate_up_read_in_place():
+    """Phi-3's fused gate_up_proj (and qkv_proj) stay the model's own parameters: no copy, no
+    split, the same storage."""
+    m = _model("phi3", torch.float32, "cpu")
+    before = {n: (p, p.data_ptr()) for n, p in m.named_parameters()}
+    report = kite.torch.patch(m)
+    assert _replaced(report, "Phi3MLP") == {"GatedMLP(silu_and_mul over the fused gate_up_proj)": 2}
+    after = dict(m.named_parameters())
+    assert list(after) == list(before)
+    for n, p in after.items():
+        assert p is before[n][0] and p.data_ptr() == before[n][1], n
+    mlp = m.model.layers[0].mlp
+    assert isinstance(mlp, kite.torch.nn.GatedMLP) and mlp.gate_up_proj is not None
+    assert not hasattr(mlp, "gate_proj") and not hasattr(mlp, "up_proj")
+
+
+def _replaced(report, kind):
+    return dict(report.by_type[kind]["replaced"])

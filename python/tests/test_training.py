@@ -14,7 +14,7 @@ import types
 
 import pytest
 import torch
-from test_models import FAMILIES
+from test_models import FAMILIES, _arcee
 
 import kite
 import kite.torch
@@ -34,7 +34,7 @@ def _one_thread_and_restore_rotary():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-    for f in FAMILIES:
+    for f in list(FAMILIES) + ["arcee"]:  # arcee: the partial mode's family
         kite.torch.patch_module.unpatch_rotary(f)
 
 
@@ -110,6 +110,18 @@ def test_default_patch_trains_like_torch(family):
     assert set(b[1]) == {n for n, p in patched.named_parameters() if p.requires_grad}
     loss_err, grad_err = _assert_same_training(a, b, family)
     print(f"{family}: max loss rel diff {loss_err:.2e}, max step-1 grad rel err {grad_err:.2e}")
+
+
+def test_partial_mode_trains_like_torch():
+    """A family patch has no entry for (Arcee): norms and rotary through kite, the rest torch's;
+    the same training check."""
+    plain, patched = _arcee().train(), _arcee().train()
+    report = kite.torch.patch(patched)
+    assert report.partial and "-> RMSNorm" in "\n".join(report)
+    assert "attention" in report.by_type and not report.by_type["attention"]["replaced"]
+    a, b = _train(plain), _train(patched)
+    loss_err, grad_err = _assert_same_training(a, b, "arcee (partial mode)")
+    print(f"arcee (partial mode): {loss_err:.2e} / {grad_err:.2e}")
 
 
 @pytest.mark.parametrize("reentrant", [True, False], ids=["reentrant", "non_reentrant"])
@@ -259,7 +271,7 @@ def test_eval_patch_with_grad_falls_back(family, padded):
 
 
 @pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
-@pytest.mark.parametrize("family", ["llama", "qwen2_moe"])
+@pytest.mark.parametrize("family", ["llama", "qwen2_moe", "gpt_neox", "phi3"])
 def test_unpatch_restores(family, train):
     gc.collect()  # patched models of earlier tests still hold the family's kite rope
     m = _model(family, train=train)

@@ -7,11 +7,24 @@ projections, one fused gate_up projection, a plain up -> act -> down, or MoE exp
 variant (all go through the family's apply_rotary_pos_emb, which reads the cos / sin the model's
 rotary module computed: per-layer-type bases, partial rotary and NoPE layers need nothing else),
 where the causal LM scales its logits, and the quirks that stay in the model's own code (which
-patch leaves alone and the report names). Adding a family is adding an entry.
+patch leaves alone and the report names). Adding a family is adding an entry. norm_module and
+mlp_module make the kite module a model's module becomes under its family's forms.
 """
 import collections
 import dataclasses
 import importlib
+
+import torch
+from torch import nn
+
+from . import nn as knn
+
+_ops = torch.ops.kite
+# transformers' activation names -> kite's (the gated form is <act>_and_mul)
+ACTS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
+        "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh", "quick_gelu": "gelu_quick",
+        "relu": "relu"}
+_GATED_ACTS = ("silu", "gelu", "gelu_tanh")
 
 # norm forms
 RMS, RMS_GEMMA, LAYER = "rms", "rms_gemma", "layer"
@@ -88,6 +101,71 @@ def modeling(model_type):
     fam = TABLE.get(model_type)
     pkg = fam.module if fam is not None else model_type
     return importlib.import_module(f"transformers.models.{pkg}.modeling_{pkg}")
+
+
+# ---- the kite module for a model's module, by the family's forms ---------------------------------
+def _probe(shape, like, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=g).to(like.device, like.dtype)
+
+
+def close(a, b):
+    tol = 1e-5 if a.dtype == torch.float32 else 2e-2
+    return a.shape == b.shape and bool(((a.float() - b.float()).abs()
+                                        <= tol * (1 + b.float().abs())).all())
+
+
+def norm_module(m, cls, form, partial):
+    """(kite norm sharing m's parameters, kite form) for a norm module of the family's form;
+    (None, why) for one kite cannot take; None for a module that is no norm. In partial mode an
+    <X>RMSNorm is taken only where kite's rms_norm (offset 0, or Gemma's 1) gives its output on a
+    probe input."""
+    w = getattr(m, "weight", None)
+    if form == LAYER and not partial and isinstance(m, nn.LayerNorm):
+        if not isinstance(w, nn.Parameter) or len(m.normalized_shape) != 1:
+            return None, "no affine weight over one dim"
+        new = knn.LayerNorm(w.shape[0], eps=m.eps, bias=m.bias is not None)
+        new.weight, new.bias = w, m.bias
+        return new, "LayerNorm"
+    if not (cls.endswith("RMSNorm") and isinstance(w, nn.Parameter) and w.dim() == 1):
+        return None
+    eps = float(getattr(m, "variance_epsilon", getattr(m, "eps", 1e-6)))
+    offsets = (1.0 if form == RMS_GEMMA else 0.0,)
+    if partial:
+        x = _probe((3, w.shape[0]), w, 0)
+        with torch.no_grad():
+            want = m(x)
+            offsets = [o for o in (0.0, 1.0) if close(_ops.rms_norm(x, w, eps, o), want)]
+        if not offsets:
+            return None, "its output is not kite's rms_norm (offset 0 or 1) on a probe input"
+    new = knn.RMSNorm(w.shape[0], eps=eps, offset=offsets[0], weight=False)
+    new.weight = w
+    return new, "RMSNorm"
+
+
+def mlp_module(m, cls, fam, act_name):
+    """(kite MLP over m's own projections, form) / (None, why) / None (not an MLP)."""
+    has = {a: isinstance(getattr(m, a, None), nn.Module)
+           for a in ("gate_proj", "up_proj", "down_proj", "gate_up_proj") + fam.plain_mlp}
+    act = ACTS.get(act_name)
+    if has["gate_proj"] and has["up_proj"] and has["down_proj"]:
+        layout = GATED
+    elif has["gate_up_proj"] and has["down_proj"]:
+        layout = FUSED_GATED
+    elif fam.mlp == PLAIN and all(has[a] for a in fam.plain_mlp):
+        layout = PLAIN
+    else:
+        return None
+    if layout == PLAIN:
+        if act is None:
+            return None, f"activation {act_name!r} is not one of kite's"
+        return knn.MLP(*(getattr(m, a) for a in fam.plain_mlp), act, names=fam.plain_mlp), f"MLP({act})"
+    if act not in _GATED_ACTS:
+        return None, f"activation {act_name!r} has no kite gated form"
+    if layout == FUSED_GATED:
+        return (knn.GatedMLP(None, None, m.down_proj, act, gate_up_proj=m.gate_up_proj),
+                f"GatedMLP({act}_and_mul over the fused gate_up_proj)")
+    return knn.GatedMLP(m.gate_proj, m.up_proj, m.down_proj, act), f"GatedMLP({act}_and_mul)"
 
 
 class Report(list):

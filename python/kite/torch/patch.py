@@ -1,31 +1,45 @@
 """kite.torch.patch(model) swaps, in place, the parts of a Hugging Face transformers model that kite
 has ops for; kite.torch.unpatch(model) puts the originals back.
 
-Known families (config.model_type): llama, mistral, qwen2, qwen3, gemma, gemma2, mixtral,
-qwen2_moe. What is swapped:
+Known families (config.model_type): the entries of kite.torch.families.TABLE (llama, mistral,
+qwen2, qwen3, gemma, gemma2, gemma3_text, phi3, olmo2, granite, smollm3, gpt_neox, mixtral,
+qwen2_moe), each saying its norm form, MLP layout, rotary variant and quirks. What is swapped:
 
 - norms: every <Family>RMSNorm module -> kite.torch.nn.RMSNorm sharing its weight (Gemma's
-  1 + w form as offset 1); differentiable (kite's rms_norm_backward);
-- MLP: a <Family>MLP (gate_proj, up_proj, down_proj) -> kite.torch.nn.GatedMLP holding the same
-  three modules: they are called (a LoRA adapter on them applies) and read in place, then kite's
-  silu_and_mul / gelu_and_mul / gelu_tanh_and_mul, differentiable (kite's gated_backward);
+  1 + w form as offset 1), and for a LayerNorm family every nn.LayerNorm ->
+  kite.torch.nn.LayerNorm sharing its weight and bias; differentiable (kite's rms_norm_backward /
+  layer_norm_backward); QK-norms and post-norms are such modules too;
+- MLP: a <Family>MLP (gate_proj, up_proj, down_proj, or Phi-3's fused gate_up_proj and down_proj)
+  -> kite.torch.nn.GatedMLP holding the same modules: they are called (a LoRA adapter on them
+  applies) and read in place (the fused weight is neither copied nor split), then kite's
+  silu_and_mul / gelu_and_mul / gelu_tanh_and_mul, differentiable (kite's gated_backward); a plain
+  MLP (GPT-NeoX's up -> act -> down) -> kite.torch.nn.MLP with kite's activation
+  (activation_backward);
 - rotary embedding: the family's apply_rotary_pos_emb -> kite's rope, reading the cos and sin
-  the model's own rotary module computed (so every HF scaling type is honoured); rotated copies
+  the model's own rotary module computed (so every HF scaling type, per-layer-type bases and
+  partial rotary (kite's rot_dim) are honoured; NoPE layers never call it); rotated copies
   with kite's rope_backward when a gradient is wanted, in place otherwise. The function is
   module-wide, so other models of the family in the process take kite's rope too, until the last
   patched model of the family is unpatched;
-- loss: on a <Family>ForCausalLM, model.forward(labels=...) in training mode computes the loss
-  with kite's fused linear cross-entropy from the last hidden states and lm_head's weight (the
-  [tokens, vocab] logits never exist; outputs.logits is None), as transformers' ForCausalLMLoss
-  would (labels shifted, ignore_index, num_items_in_batch, shift_labels; Gemma 2's final logit
-  softcap; Mixtral / Qwen2-MoE's router aux loss added as the model adds it); in eval mode, without
-  labels, with a custom loss_function or a wrapped lm_head, the model's own forward runs;
+- loss (patch_loss.py): on a <Family>ForCausalLM, model.forward(labels=...) in training mode
+  computes the loss with kite's fused linear cross-entropy from the last hidden states and
+  lm_head's weight (the [tokens, vocab] logits never exist; outputs.logits is None), as
+  transformers' ForCausalLMLoss would (labels shifted, ignore_index, num_items_in_batch,
+  shift_labels; the final logit softcap; Granite's logits_scaling; Mixtral / Qwen2-MoE's router
+  aux loss added as the model adds it); in eval mode, without labels, with a custom
+  loss_function or a wrapped lm_head, the model's own forward runs;
 - the attention core: "kite" registered in transformers' AttentionInterface (with sdpa's mask
-  function) and selected, running kite's sdpa (GQA, causal, bool masks, sliding window, softcap),
-  differentiable (kite's sdpa_backward); a call with attention dropout runs the same attention in
-  torch ops (kite's sdpa has no dropout);
+  function) and selected, running kite's sdpa (GQA, causal, bool masks, sliding window, softcap,
+  the family's scale), differentiable (kite's sdpa_backward); a call with attention dropout runs
+  the same attention in torch ops (kite's sdpa has no dropout);
 - MoE: the router (<Family>TopKRouter) -> kite's topk_gating, the experts (<Family>Experts,
   gate_up_proj [E, 2I, H], down_proj [E, H, I]) -> kite's fused_moe.
+
+A model of another family is patched in partial mode: its <X>RMSNorm modules whose output is
+kite's rms_norm (offset 0 or 1) on a probe input, and its modeling module's
+apply_rotary_pos_emb where it computes transformers' rotation on probe inputs; its MLPs,
+attention and loss stay torch's and the report says so. One with neither raises
+kite.Unsupported naming the families kite knows.
 
 Training: every module installed has a correct backward for every parameter and input, or is not
 installed. Attention trains on kite (sdpa_backward) in both modes (on CUDA only with
@@ -34,19 +48,18 @@ cuDNN backward is faster than kite's today, and patch says so); with attention d
 model in training mode whose config has attention_dropout) its calls run the same attention in
 torch ops (scaled_dot_product_attention, or the explicit softmax with a softcap), which patch
 reports. kite has no backward for topk_gating or fused_moe, so on a model in training mode
-(model.training) patch leaves the MoE router and experts to torch and says so in the list it
-returns. On a model in eval mode whose parameters require grad (as from_pretrained leaves them),
+(model.training) patch leaves the MoE router and experts to torch and says so in the report.
+On a model in eval mode whose parameters require grad (as from_pretrained leaves them),
 they are installed, and a call that needs a gradient (grad mode on and an input or parameter
 requiring grad) runs the model's original router and experts. No weight is copied: state_dict() keys,
 save_pretrained / from_pretrained, PEFT adapters, optimizers, torch.compile and gradient
 checkpointing see the model's own parameters.
 
-Returns the list of what was replaced ("model.layers.0.input_layernorm: LlamaRMSNorm -> RMSNorm",
-...) and of what was left to torch and why. A model of another family raises kite.Unsupported
-naming the families it knows.
+Returns a kite.torch.families.Report: the list of what was replaced
+("model.layers.0.input_layernorm: LlamaRMSNorm -> RMSNorm", ...), of what was left to torch and
+why, and the family's quirks, with per module type counts (report.by_type, report.summary()).
 """
 import sys
-import weakref
 
 import torch
 from torch import nn
@@ -55,17 +68,13 @@ import kite
 
 from . import families as _fam
 from . import nn as knn
-from .families import GATED, FUSED_GATED, LAYER, PLAIN, RMS_GEMMA, TABLE, Report
+from . import patch_rope as _rope
+from .families import ACTS as _ACTS, TABLE, Report, mlp_module, norm_module
 from .patch_loss import _causal_lm, _make_lm_forward  # noqa: F401 (patch_moe uses them)
 
 _ops = torch.ops.kite
 
 FAMILIES = tuple(TABLE)  # the model types patch knows in full (families.TABLE)
-# transformers' activation names -> kite's (the gated form is <act>_and_mul)
-_ACTS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
-         "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh", "quick_gelu": "gelu_quick",
-         "relu": "relu"}
-_GATED_ACTS = ("silu", "gelu", "gelu_tanh")
 _NO_BACKWARD = "kite has no backward for it yet"
 
 
@@ -76,48 +85,6 @@ def _modeling(model_type):
 def _needs_grad(*ts):
     return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
                                            for t in ts)
-
-
-# ---- rotary ------------------------------------------------------------------------------------
-def _kite_apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1, **kwargs):
-    """HF's apply_rotary_pos_emb (neox pairs) on kite's rope. q[B, Hq, S, D], k[B, Hkv, S, D]
-    (views of a fused qkv allowed), cos/sin[B or 1, S, R] (halves repeated), R <= D: the first R
-    dims of each head rotate, the rest pass through (partial rotary, kite's rot_dim). kite reads
-    one cos/sin row per token, so the rows are the model's own cos/sin (any base, per layer type
-    or scaled) and the positions index them."""
-    if (unsqueeze_dim != 1 or q.dim() != 4 or cos.dim() != 3 or cos.shape[-1] > q.shape[-1]
-            or cos.shape[-1] % 2):
-        return _orig_apply(q, k, cos, sin, unsqueeze_dim)
-    B, Hq, S, D = q.shape
-    rot = cos.shape[-1]
-    half = rot // 2
-    Bc = cos.shape[0]  # 1 when every sequence has the same positions
-    cos_sin = torch.cat((cos[..., :half], sin[..., :half]), dim=-1).reshape(Bc * S, rot)
-    cos_sin = cos_sin.to(torch.float32).contiguous()
-    pos = torch.arange(Bc * S, dtype=torch.int32, device=q.device)
-    if Bc != B:
-        pos = pos.repeat(B)
-    qq = q.transpose(1, 2).reshape(B * S, Hq, D)
-    kk = k.transpose(1, 2).reshape(B * S, k.shape[1], D)
-    if torch.is_grad_enabled() and (qq.requires_grad or kk.requires_grad):
-        from .autograd import rope as rope_fn  # rotated copies, differentiable
-        qq, kk = rope_fn(qq, kk, pos, cos_sin, rot, 0)
-    else:
-        _ops.rope(qq, kk, pos, cos_sin, rot, 0)
-    return qq.view(B, S, Hq, D).transpose(1, 2), kk.view(B, S, k.shape[1], D).transpose(1, 2)
-
-
-def _orig_apply(q, k, cos, sin, unsqueeze_dim=1):
-    """transformers' apply_rotary_pos_emb (neox pairs, the first cos.shape[-1] dims rotating)."""
-    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
-    r = cos.shape[-1]
-
-    def rot(x):
-        h = x.shape[-1] // 2
-        return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
-    qr, kr = q[..., :r], k[..., :r]
-    return (torch.cat((qr * cos + rot(qr) * sin, q[..., r:]), dim=-1),
-            torch.cat((kr * cos + rot(kr) * sin, k[..., r:]), dim=-1))
 
 
 # ---- attention ---------------------------------------------------------------------------------
@@ -278,8 +245,6 @@ def _set(model, name, new):
 
 
 _KITE_MODULES = (knn.RMSNorm, knn.LayerNorm, knn.GatedMLP, knn.MLP, KiteRouter, KiteExperts)
-_rope_users = {}  # modeling module name -> WeakSet of the patched models that use kite's rope
-_saved = {}       # modeling module name -> its own apply_rotary_pos_emb
 
 
 class _PatchState:
@@ -289,70 +254,6 @@ class _PatchState:
 
     def __init__(self):
         self.modules, self.attn, self.forward, self.rope = [], None, None, None
-
-
-def _probe(shape, like, seed):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(shape, generator=g).to(like.device, like.dtype)
-
-
-def _close(a, b):
-    tol = 1e-5 if a.dtype == torch.float32 else 2e-2
-    return a.shape == b.shape and bool(((a.float() - b.float()).abs()
-                                        <= tol * (1 + b.float().abs())).all())
-
-
-def _norm(m, cls, form, partial):
-    """(kite norm sharing m's parameters, kite form) for a norm module of the family's form;
-    (None, why) for one kite cannot take; None for a module that is no norm. In partial mode an
-    <X>RMSNorm is taken only where kite's rms_norm (offset 0, or Gemma's 1) gives its output on a
-    probe input."""
-    w = getattr(m, "weight", None)
-    if form == LAYER and not partial and isinstance(m, nn.LayerNorm):
-        if not isinstance(w, nn.Parameter) or len(m.normalized_shape) != 1:
-            return None, "no affine weight over one dim"
-        new = knn.LayerNorm(w.shape[0], eps=m.eps, bias=m.bias is not None)
-        new.weight, new.bias = w, m.bias
-        return new, "LayerNorm"
-    if not (cls.endswith("RMSNorm") and isinstance(w, nn.Parameter) and w.dim() == 1):
-        return None
-    eps = float(getattr(m, "variance_epsilon", getattr(m, "eps", 1e-6)))
-    offsets = (1.0 if form == RMS_GEMMA else 0.0,)
-    if partial:
-        x = _probe((3, w.shape[0]), w, 0)
-        with torch.no_grad():
-            want = m(x)
-            offsets = [o for o in (0.0, 1.0) if _close(_ops.rms_norm(x, w, eps, o), want)]
-        if not offsets:
-            return None, "its output is not kite's rms_norm (offset 0 or 1) on a probe input"
-    new = knn.RMSNorm(w.shape[0], eps=eps, offset=offsets[0], weight=False)
-    new.weight = w
-    return new, "RMSNorm"
-
-
-def _mlp(m, cls, fam, act_name):
-    """(kite MLP over m's own projections, form) / (None, why) / None (not an MLP)."""
-    has = {a: isinstance(getattr(m, a, None), nn.Module)
-           for a in ("gate_proj", "up_proj", "down_proj", "gate_up_proj") + fam.plain_mlp}
-    act = _ACTS.get(act_name)
-    if has["gate_proj"] and has["up_proj"] and has["down_proj"]:
-        layout = GATED
-    elif has["gate_up_proj"] and has["down_proj"]:
-        layout = FUSED_GATED
-    elif fam.mlp == PLAIN and all(has[a] for a in fam.plain_mlp):
-        layout = PLAIN
-    else:
-        return None
-    if layout == PLAIN:
-        if act is None:
-            return None, f"activation {act_name!r} is not one of kite's"
-        return knn.MLP(*(getattr(m, a) for a in fam.plain_mlp), act, names=fam.plain_mlp), f"MLP({act})"
-    if act not in _GATED_ACTS:
-        return None, f"activation {act_name!r} has no kite gated form"
-    if layout == FUSED_GATED:
-        return (knn.GatedMLP(None, None, m.down_proj, act, gate_up_proj=m.gate_up_proj),
-                f"GatedMLP({act}_and_mul over the fused gate_up_proj)")
-    return knn.GatedMLP(m.gate_proj, m.up_proj, m.down_proj, act), f"GatedMLP({act}_and_mul)"
 
 
 def _moe(m, cls, mt, fam, e_act, training):
@@ -371,25 +272,6 @@ def _moe(m, cls, mt, fam, e_act, training):
         return (KiteExperts(m.gate_up_proj, m.down_proj, 0 if e_act == "silu" else 1, original=m),
                 "fused_moe")
     return None
-
-
-def _rope_ok(fn):
-    """A modeling module's apply_rotary_pos_emb computes transformers' neox rotation (checked on
-    probe inputs, full and partial): kite's rope may stand in for it."""
-    g = torch.Generator().manual_seed(0)
-    q, k = torch.randn(2, 4, 5, 8, generator=g), torch.randn(2, 2, 5, 8, generator=g)
-    for r in (8, 4):
-        ang = torch.randn(1, 5, r // 2, generator=g)
-        cos, sin = torch.cat((ang, ang), -1).cos(), torch.cat((ang, ang), -1).sin()
-        try:
-            with torch.no_grad():
-                got = fn(q.clone(), k.clone(), cos, sin)
-        except Exception:  # another signature or layout: not the function kite knows
-            return False
-        want = _orig_apply(q, k, cos, sin)
-        if not (isinstance(got, tuple) and len(got) == 2 and all(map(_close, got, want))):
-            return False
-    return True
 
 
 def _model_module(model):
@@ -421,9 +303,10 @@ def patch(model, norms=True, mlp=True, rope=True, attention=True, moe=True, loss
         raise kite.InvalidArgument(f"kite.torch.patch: attention={attention!r}: expected True / "
                                    "'auto', 'kite' or False")
     fam = TABLE.get(mt)
+    if fam is None and mt in FAMILIES:  # a model type added to FAMILIES without a table entry
+        fam = _fam.Family(mt)
     partial = fam is None
-    unknown = (f"model type {mt!r} is not one kite knows (partial mode: norms and rotary only; "
-               "known: " + ", ".join(FAMILIES) + ")")
+    unknown = f"model type {mt!r} is not one kite knows (partial mode: norms and rotary only)"
     mod = _model_module(model) if partial else _modeling(mt)
     fam = fam or _fam.Family(mt)
     report = Report(mt, partial)
@@ -437,9 +320,9 @@ def patch(model, norms=True, mlp=True, rope=True, attention=True, moe=True, loss
             continue
         got, what = None, None
         if norms:
-            got, what = _norm(m, cls, fam.norm, partial), "norm"
+            got, what = norm_module(m, cls, fam.norm, partial), "norm"
         if got is None and mlp and cls.endswith("MLP"):
-            got, what = (None, unknown) if partial else _mlp(m, cls, fam, act_name), "mlp"
+            got, what = (None, unknown) if partial else mlp_module(m, cls, fam, act_name), "mlp"
         if got is None and moe and not partial:
             got, what = _moe(m, cls, mt, fam, e_act, training), "moe"
         if got is None:
@@ -450,7 +333,7 @@ def patch(model, norms=True, mlp=True, rope=True, attention=True, moe=True, loss
         plan.append((name, m, got[0], cls, got[1]))
     rope_fn = getattr(mod, "apply_rotary_pos_emb", None)
     use_rope = rope and rope_fn is not None and (
-        rope_fn is _kite_apply_rotary_pos_emb or not partial or _rope_ok(rope_fn))
+        rope_fn is _rope._kite_apply_rotary_pos_emb or not partial or _rope.rope_ok(rope_fn))
     if partial and not plan and not use_rope:
         raise kite.Unsupported(f"kite.torch.patch: model type {mt!r} is not one kite knows, and "
                                "it has no RMSNorm nor rotary embedding kite's ops compute; "
@@ -462,10 +345,7 @@ def patch(model, norms=True, mlp=True, rope=True, attention=True, moe=True, loss
         state.modules.append((name, m, new))
         report.replaced(name, cls, form)
     if use_rope:
-        if rope_fn is not _kite_apply_rotary_pos_emb:
-            _saved[mod.__name__] = rope_fn
-            mod.apply_rotary_pos_emb = _kite_apply_rotary_pos_emb
-        _rope_users.setdefault(mod.__name__, weakref.WeakSet()).add(model)
+        _rope.install(mod, model)
         state.rope = mod
         report.replaced(mod.__name__, "apply_rotary_pos_emb", f"rope ({fam.rope})",
                         line=f"{mod.__name__}.apply_rotary_pos_emb -> rope")
@@ -559,20 +439,11 @@ def unpatch(model):
             lm.forward = before
         done.append("lm_head + loss: the model's own forward")
     if state.rope is not None:
-        users = _rope_users.get(state.rope.__name__)
-        if users is not None:
-            users.discard(model)
-        if not users:
-            _unpatch_rotary_module(state.rope)
+        if _rope.release(state.rope, model):
             done.append(f"{state.rope.__name__}.apply_rotary_pos_emb restored")
     return done
 
 
 def unpatch_rotary(model_type):
     """Restores a family's apply_rotary_pos_emb (patch replaces it module-wide)."""
-    _unpatch_rotary_module(_modeling(model_type))
-
-
-def _unpatch_rotary_module(mod):
-    if getattr(mod, "apply_rotary_pos_emb", None) is _kite_apply_rotary_pos_emb:
-        mod.apply_rotary_pos_emb = _saved.get(mod.__name__, _orig_apply)
+    _rope.restore(_modeling(model_type))
