@@ -64,7 +64,12 @@ def _model(family, dtype, device):
 
 @pytest.fixture(autouse=True)
 def _restore_rotary():
+    # one thread: torch's 2-thread kernels on these tiny shapes slow down many times over when
+    # the host's other core is busy (as test_training does)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     yield
+    torch.set_num_threads(threads)
     for f in list(FAMILIES) + ["arcee"]:  # arcee: the partial mode's family
         kite.torch.patch_module.unpatch_rotary(f)
 

@@ -256,7 +256,7 @@ class _PatchState:
         self.modules, self.attn, self.forward, self.rope = [], None, None, None
 
 
-def _moe(m, cls, mt, fam, e_act, training):
+def _moe(m, cls, fam, e_act, training):
     """(KiteRouter / KiteExperts, form) / (None, why) / None (neither)."""
     if cls.endswith("TopKRouter") and isinstance(getattr(m, "weight", None), nn.Parameter):
         if training:
@@ -318,13 +318,11 @@ def patch(model, norms=True, mlp=True, rope=True, attention=True, moe=True, loss
         cls = type(m).__name__
         if isinstance(m, _KITE_MODULES):
             continue
-        got, what = None, None
-        if norms:
-            got, what = norm_module(m, cls, fam.norm, partial), "norm"
+        got = norm_module(m, cls, fam.norm, partial) if norms else None
         if got is None and mlp and cls.endswith("MLP"):
-            got, what = (None, unknown) if partial else mlp_module(m, cls, fam, act_name), "mlp"
+            got = (None, unknown) if partial else mlp_module(m, cls, fam, act_name)
         if got is None and moe and not partial:
-            got, what = _moe(m, cls, mt, fam, e_act, training), "moe"
+            got = _moe(m, cls, fam, e_act, training)
         if got is None:
             continue
         if got[0] is None:
@@ -350,15 +348,18 @@ def patch(model, norms=True, mlp=True, rope=True, attention=True, moe=True, loss
         report.replaced(mod.__name__, "apply_rotary_pos_emb", f"rope ({fam.rope})",
                         line=f"{mod.__name__}.apply_rotary_pos_emb -> rope")
     elif rope and partial and rope_fn is not None:
-        report.left(mod.__name__, "apply_rotary_pos_emb", "it is not transformers' rotation on "
-                    "probe inputs")
+        why = "it is not transformers' rotation on probe inputs"
+        report.left(mod.__name__, "apply_rotary_pos_emb", why,
+                    line=f"{mod.__name__}.apply_rotary_pos_emb: left to torch: {why}")
     if attention and partial:
-        report.left("attention", "attention", unknown)
+        report.left("attention", "attention", unknown,
+                    line=f"attention: left to torch: {unknown}")
     elif attention:
         _patch_attention(model, cfg, attention, state, report)
     lm = _causal_lm(model) if loss else None
     if lm is not None and partial:
-        report.left("lm_head + loss", "lm_head + loss", unknown)
+        report.left("lm_head + loss", "lm_head + loss", unknown,
+                    line=f"lm_head + loss: left to torch: {unknown}")
     elif lm is not None and not getattr(lm.forward, "_kite_lm_forward", False):
         state.forward = (lm, lm.__dict__.get("forward"))
         lm.forward = _make_lm_forward(lm, lm.forward, mt)
