@@ -70,7 +70,9 @@ from . import families as _fam
 from . import nn as knn
 from . import patch_rope as _rope
 from .families import ACTS as _ACTS, TABLE, Report, mlp_module, norm_module
-from .patch_loss import _causal_lm, _make_lm_forward  # noqa: F401 (patch_moe uses them)
+# names other patch modules (patch_moe) import from here
+from .patch_loss import _causal_lm, _make_lm_forward  # noqa: F401
+from .patch_rope import _kite_apply_rotary_pos_emb, _orig_apply  # noqa: F401
 
 _ops = torch.ops.kite
 
