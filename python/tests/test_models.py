@@ -220,3 +220,29 @@ def test_fused_gate_up_read_in_place():
 
 def _replaced(report, kind):
     return dict(report.by_type[kind]["replaced"])
+
+
+def test_a_part_kite_lacks_is_left_and_reported():
+    """A known family with an MLP activation kite has no gated form of (relu): that MLP is left to
+    torch and reported, the rest is patched, the logits unchanged; a training-mode MoE model's
+    router and experts are reported left (kite has no backward for them)."""
+    torch.manual_seed(0)
+    cfg = FAMILIES["llama"]()
+    cfg.hidden_act = "relu"
+    cfg._attn_implementation = "eager"
+    m = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    ids = torch.randint(0, 256, (2, 24))
+    with torch.no_grad():
+        ref = m(ids).logits
+        report = kite.torch.patch(m)
+        got = m(ids).logits
+    assert report.by_type["LlamaMLP"] == {
+        "replaced": {}, "left": {"activation 'relu' has no kite gated form": 2}}
+    assert report.by_type["LlamaRMSNorm"]["replaced"] == {"RMSNorm": 5}
+    assert "model.layers.0.mlp: LlamaMLP left to torch: activation 'relu'" in "\n".join(report)
+    assert _rel_err(got, ref, torch.ones_like(ids, dtype=torch.bool)) < 1e-6
+    moe = _model("mixtral", torch.float32, "cpu").train()
+    by = kite.torch.patch(moe).by_type
+    for kind, op in (("MixtralTopKRouter", "topk_gating"), ("MixtralExperts", "fused_moe")):
+        (why, n), = by[kind]["left"].items()
+        assert n == 2 and why.startswith(op) and "training mode" in why and not by[kind]["replaced"]

@@ -1,6 +1,6 @@
 """torch.nn modules over torch.ops.kite.
 
-Gradients flow through the norms, the gated activations, GatedMLP, Attention (sdpa_backward)
+Gradients flow through the norms, the gated activations, GatedMLP, MLP, Attention (sdpa_backward)
 and the losses (kite.torch.autograd); RotaryEmbedding differentiates through copies; MoE is for
 inference (kite has no backward for topk_gating or fused_moe): called where a gradient is wanted
 it raises kite.Unsupported.
