@@ -133,9 +133,12 @@ def norm_module(m, cls, form, partial):
     offsets = (1.0 if form == RMS_GEMMA else 0.0,)
     if partial:
         x = _probe((3, w.shape[0]), w, 0)
-        with torch.no_grad():
-            want = m(x)
-            offsets = [o for o in (0.0, 1.0) if close(_ops.rms_norm(x, w, eps, o), want)]
+        try:
+            with torch.no_grad():
+                want = m(x)
+                offsets = [o for o in (0.0, 1.0) if close(_ops.rms_norm(x, w, eps, o), want)]
+        except Exception as e:  # its forward takes other inputs: not a norm kite knows
+            return None, f"its forward failed on a probe input ({type(e).__name__})"
         if not offsets:
             return None, "its output is not kite's rms_norm (offset 0 or 1) on a probe input"
     new = knn.RMSNorm(w.shape[0], eps=eps, offset=offsets[0], weight=False)
@@ -159,7 +162,8 @@ def mlp_module(m, cls, fam, act_name):
     if layout == PLAIN:
         if act is None:
             return None, f"activation {act_name!r} is not one of kite's"
-        return knn.MLP(*(getattr(m, a) for a in fam.plain_mlp), act, names=fam.plain_mlp), f"MLP({act})"
+        up, down = (getattr(m, a) for a in fam.plain_mlp)
+        return knn.MLP(up, down, act, names=fam.plain_mlp), f"MLP({act})"
     if act not in _GATED_ACTS:
         return None, f"activation {act_name!r} has no kite gated form"
     if layout == FUSED_GATED:
