@@ -6,8 +6,9 @@ experts left to torch, which patch reports). 20 AdamW steps: each step's loss wi
 relative of the plain model's, and the step-1 gradient of every parameter within 1e-4 (max
 error relative to the largest magnitude); the same with a PEFT LoRA model (when peft is
 installed), with gradient checkpointing, and after save_pretrained -> from_pretrained. Also:
-unpatch, the no-gradient guards of the kite modules patch installs on an eval model, and the
-causal-LM loss wiring (shift, ignore_index, num_items_in_batch, logits None in training)."""
+unpatch, the no-gradient guards of the kite modules patch installs on an eval model, the
+causal-LM loss wiring (shift, ignore_index, num_items_in_batch, logits None in training), and a
+family patch has no entry for (partial mode: norms and rotary only) training the same."""
 import gc
 import os
 import types
