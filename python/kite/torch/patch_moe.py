@@ -148,14 +148,14 @@ def _route_opts(mt, m, cfg):
 def _router(mt, name, m, cfg, training, done):
     cls = type(m).__name__
     if training:
-        done.append(f"{name}: {cls} left to torch: moe_route: kite has no backward for it yet and "
-                    "the model is in training mode")
+        done.left(name, cls, "moe_route: kite has no backward for it yet and the model is in "
+                  "training mode")
         return None
     route_bias = getattr(m, "e_score_correction_bias", None) if mt == "deepseek_v3" else None
     new = KiteMoeRouter(m.weight, getattr(m, "bias", None) if mt == "gpt_oss" else None,
                         route_bias, _route_opts(mt, m, cfg), mt == "deepseek_v3", m)
     _keep_router_logits(m, new)
-    done.append(f"{name}: {cls} -> moe_route ({new.extra_repr()})")
+    done.replaced(name, cls, f"moe_route ({new.extra_repr()})")
     return new
 
 
@@ -177,21 +177,20 @@ def _keep_router_logits(m, new):
 def _experts(mt, name, m, cfg, training, done):
     cls = type(m).__name__
     if mt == "gpt_oss":
-        done.append(f"{name}: {cls} left to torch: fused_moe_ex reads gate_up_proj [E, 2I, H] and "
-                    "down_proj [E, H, I]; gpt-oss stores them transposed ([E, H, 2I], [E, I, H]) "
-                    "and they are read in place, never copied")
+        done.left(name, cls, "fused_moe_ex reads gate_up_proj [E, 2I, H] and down_proj [E, H, I]; "
+                  "gpt-oss stores them transposed ([E, H, 2I], [E, I, H]) and they are read in "
+                  "place, never copied")
         return None
     act = _EXPERT_ACTS.get(getattr(cfg, "hidden_act", "silu"))
     if act is None:
-        done.append(f"{name}: {cls} left to torch: activation {cfg.hidden_act!r} has no "
-                    "fused_moe_ex form")
+        done.left(name, cls, f"activation {cfg.hidden_act!r} has no fused_moe_ex form")
         return None
     if training:
-        done.append(f"{name}: {cls} left to torch: fused_moe_ex: kite has no backward for it yet "
-                    "and the model is in training mode")
+        done.left(name, cls, "fused_moe_ex: kite has no backward for it yet and the model is in "
+                  "training mode")
         return None
     new = KiteMoeExperts(m.gate_up_proj, m.down_proj, act, m)
-    done.append(f"{name}: {cls} -> fused_moe_ex ({new.extra_repr()})")
+    done.replaced(name, cls, f"fused_moe_ex ({new.extra_repr()})")
     return new
 
 
@@ -202,8 +201,8 @@ def _is_param(m, *names):
 def replace(name, m, mt, cfg, training, done, norms=True, moe=True):
     """patch.py's walk, for a module m (named name) of a model of family mt in FAMILIES: (handled,
     new). handled: this module decides m (new is its replacement, or None to leave m to torch);
-    not handled: patch.py's generic rules decide. Appends to done what it replaced or left and
-    why."""
+    not handled: patch.py's generic rules decide. Reports to done (patch's families.Report) what
+    it replaced or left and why."""
     cls = type(m).__name__
     if isinstance(m, (KiteMoeRouter, KiteMoeExperts, CastRMSNorm)):
         return True, None
@@ -212,7 +211,7 @@ def replace(name, m, mt, cfg, training, done, norms=True, moe=True):
             return True, None
         new = CastRMSNorm(m.weight.shape[0], eps=m.variance_epsilon, weight=False)
         new.weight = m.weight
-        done.append(f"{name}: {cls} -> RMSNorm (result in the input's dtype)")
+        done.replaced(name, cls, "RMSNorm (result in the input's dtype)")
         return True, new
     if cls.endswith(("TopKRouter", "TopkRouter")) and _is_param(m, "weight"):
         return True, (_router(mt, name, m, cfg, training, done) if moe else None)
@@ -253,6 +252,12 @@ def patch_rope(mt, mod):
             setattr(mod, fname, fn)
         names.append(fname)
     return names
+
+
+def unpatch_rope_all(mod):
+    """Restores what patch_rope swapped in the modeling module mod, whichever family's it is."""
+    for mt in ROPE_FUNCTIONS:
+        unpatch_rope(mt, mod)
 
 
 def unpatch_rope(mt, mod):
