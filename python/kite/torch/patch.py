@@ -458,8 +458,9 @@ def unpatch(model):
             lm.forward = before
         done.append("lm_head + loss: the model's own forward")
     if state.rope is not None:
-        if _rope.release(state.rope, model):
+        if _rope.last_user(state.rope, model):  # the family's own functions first
             patch_moe.unpatch_rope_all(state.rope)
+        if _rope.release(state.rope, model):
             done.append(f"{state.rope.__name__}.apply_rotary_pos_emb restored")
     return done
 

@@ -235,10 +235,19 @@ def _kite_apply_rotary_pos_emb_interleave(q, k, cos, sin, position_ids=None, uns
     return _patch()._kite_apply_rotary_pos_emb(split(q), split(k), cos, sin)
 
 
-# family -> {function name in its modeling module: kite's replacement}, besides
-# apply_rotary_pos_emb (patch.py's)
+def _kite_apply_rotary_pos_emb_half(q, k, cos, sin, unsqueeze_dim=1):
+    """gpt-oss's apply_rotary_pos_emb on kite's rope: its cos / sin [B|1, S, D / 2] hold each
+    frequency once (not the halves repeated), and its rotation is neox's (the first half of each
+    head against the second), so it is patch.py's kite rope with the halves repeated."""
+    return _patch()._kite_apply_rotary_pos_emb(q, k, torch.cat((cos, cos), dim=-1),
+                                               torch.cat((sin, sin), dim=-1), unsqueeze_dim)
+
+
+# family -> {function name in its modeling module: kite's replacement}: functions besides
+# apply_rotary_pos_emb (patch.py's), or in its place where the family's differs
 ROPE_FUNCTIONS = {"deepseek_v3": {"apply_rotary_pos_emb_interleave":
-                                  _kite_apply_rotary_pos_emb_interleave}}
+                                  _kite_apply_rotary_pos_emb_interleave},
+                  "gpt_oss": {"apply_rotary_pos_emb": _kite_apply_rotary_pos_emb_half}}
 _ROPE_SAVED = {}
 
 
@@ -250,7 +259,8 @@ def patch_rope(mt, mod):
         if getattr(mod, fname, None) is not fn and hasattr(mod, fname):
             _ROPE_SAVED[(mt, fname)] = getattr(mod, fname)
             setattr(mod, fname, fn)
-        names.append(fname)
+        if fname != "apply_rotary_pos_emb":  # that one patch.py reports
+            names.append(fname)
     return names
 
 

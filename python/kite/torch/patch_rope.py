@@ -84,6 +84,12 @@ def install(mod, model):
     _rope_users.setdefault(mod.__name__, weakref.WeakSet()).add(model)
 
 
+def last_user(mod, model):
+    """No patched model but model uses kite's rope in mod."""
+    users = _rope_users.get(mod.__name__)
+    return not users or all(u is model for u in users)
+
+
 def release(mod, model):
     """model no longer uses kite's rope in mod; True where mod's own function came back (no
     patched model left using it)."""
