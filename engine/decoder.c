@@ -93,8 +93,8 @@ static int attention(dec_net *n, int l, const kr_step *st, const kr_kv_cache *kv
                                         ix->block_table + (size_t)nd * (size_t)kv->max_blocks,
                                         KITE_DTYPE_I32, np, kv->max_blocks),
                                kr_view1(&cu, d, ix->cu_seqlens, KITE_DTYPE_I32, np + 1),
-                               kr_view1(&lens, d, ix->seq_lens + nd, KITE_DTYPE_I32, np), &opts,
-                               kr_view(&out, d, out_rows, A, 3, shape, NULL), NULL));
+                               kr_view1(&lens, d, ix->seq_lens + nd, KITE_DTYPE_I32, np), NULL,
+                               &opts, kr_view(&out, d, out_rows, A, 3, shape, NULL), NULL));
   }
   return 0;
 }

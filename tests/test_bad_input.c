@@ -409,7 +409,7 @@ static const bad_case g_cases[] = {
     T(SINKS, "sinks", SET_DIM, INV, 0, 3), T(SINKS, "sinks", SET_DTYPE, INV, BF16),
     T(SINKS, "sinks", SET_SHAPE, INV, 2, 1, 4), T(SINKS, "sinks", SET_STRIDES, INV, 2),
     ALIAS(PAGED " sdpa sdpa_varlen", "lse", "sinks", INV), ALIAS(ATTN_BWD, "dsinks", "sinks", INV),
-    ALIAS(ATTN_BWD, "dsinks", "lse", INV), ALIAS(ATTN_BWD, "dq", "dsinks", INV),
+    ALIAS(ATTN_BWD, "dsinks", "lse", INV), ALIAS(ATTN_BWD, "dsinks", "dq", INV),
     T(ATTN_BWD, "dsinks", SET_DIM, INV, 0, 5), T(ATTN_BWD, "dsinks", SET_DTYPE, INV, F16),
     T(ATTN_BWD, "sinks", NULL_TENSOR, INV), /* dsinks without sinks */
     T(ATTN_BWD, "sinks,dsinks", NULL_TENSOR, OK), T(ATTN_BWD, "dsinks", NULL_TENSOR, OK),
@@ -797,6 +797,8 @@ static const struct {
     {"logprobs", "token_logprobs", "tokens"},
     {"logprobs", "top_ids", NULL},
     {"logprobs", "top_logprobs", NULL},
+    {"sdpa_backward", "sinks", "dsinks"}, /* the sinks' gradient needs the sinks */
+    {"sdpa_varlen_backward", "sinks", "dsinks"},
 };
 
 /* Whether f's call stays valid with the tensors of nulls[] NULL. */

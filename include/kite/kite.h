@@ -371,22 +371,27 @@ KITE_API kite_status kite_sdpa_varlen(kite_ctx *ctx, const DLTensor *q, const DL
 /* Backward of kite_sdpa. q, k, v, mask, sinks, opts: the forward's arguments; o and lse (f32
  * [B, Hq, Sq], required, the sink included) its outputs; dout[B, Hq, Sq, D] the gradient of o (q's
  * dtype). Writes (overwrites) dq[B, Hq, Sq, D] and dk, dv[B, Hkv, Sk, D], q's dtype, any strides
- * with unit-stride D. With s the scaled score of the forward, t = softcap > 0 ? softcap * tanh(s /
- * softcap) : s, u = t + float mask (masked-out keys have p = 0), p = exp(u - lse), delta_i = sum_d
- * dout.o: dv_j = sum_i p_ij dout_i          dp_ij = dout_i . v_j          du_ij = p_ij (dp_ij -
- * delta_i) ds_ij = du_ij (softcap > 0 ? 1 - tanh(s_ij / softcap)^2 : 1) dq_i = scale sum_j ds_ij
- * k_j      dk_j = scale sum_i ds_ij q_i dk and dv of a kv head sum over the query heads that read
- * it (GQA) in a fixed order: the same bits run after run. dq is the same bits run after run on the
- * host; on CUDA the tensor-core kernel adds the key blocks' dq terms in f32 by atomics, in no fixed
- * order, so dq may differ in its last bits from run to run there. A query that saw no key (lse =
- * -inf) contributes nothing. The mask gets no gradient. Sinks: the formulas above are unchanged (p
- * comes from the lse that includes the sink, and the sink has no value, so delta_i = dout_i . o_i
- * is still sum_j p_ij dp_ij). The sink's own probability is p_sink,i = exp(sinks[h] - lse_i) and
- * its dp is 0, so du_sink,i = -p_sink,i delta_i: dsinks[h] = -sum_i exp(sinks[h] - lse_i) delta_i
- * over every query i of head h (all batches) dsinks: NULL (not wanted) or f32 [Hq] compact,
- * overwritten; summed in f32 or better in a fixed order (the same bits run after run). A query with
- * lse = -inf adds nothing. Errors: those of kite_sdpa, dout / o not q's shape, dk / dv not k's
- * shape, dsinks given without sinks or not f32 [Hq] compact, an output overlapping an input or
+ * with unit-stride D.
+ * With s the scaled score of the forward, t = softcap > 0 ? softcap * tanh(s / softcap) : s,
+ * u = t + float mask (masked-out keys have p = 0), p = exp(u - lse), delta_i = sum_d dout.o:
+ *   dv_j = sum_i p_ij dout_i          dp_ij = dout_i . v_j          du_ij = p_ij (dp_ij - delta_i)
+ *   ds_ij = du_ij (softcap > 0 ? 1 - tanh(s_ij / softcap)^2 : 1)
+ *   dq_i = scale sum_j ds_ij k_j      dk_j = scale sum_i ds_ij q_i
+ * dk and dv of a kv head sum over the query heads that read it (GQA) in a fixed order: the same
+ * bits run after run. dq is the same bits run after run on the host; on CUDA the tensor-core
+ * kernel adds the key blocks' dq terms in f32 by atomics, in no fixed order, so dq may differ in
+ * its last bits from run to run there. A query that saw no key (lse = -inf) contributes nothing.
+ * The mask gets no gradient.
+ * Sinks: the formulas above hold as they are (p comes from the lse that includes the sink, and the
+ * sink has no value, so delta_i = dout_i . o_i is still sum_j p_ij dp_ij). The sink is one more
+ * softmax input of row i with probability p_sink,i = exp(sinks[h] - lse_i) and dp_sink,i = 0, so
+ * the softmax rule du = p (dp - delta) gives du_sink,i = -p_sink,i delta_i, and summed over the
+ * rows that share it:
+ *   dsinks[h] = -sum_i exp(sinks[h] - lse_i) delta_i     over every query i of head h, all batches
+ * dsinks: NULL (not computed) or f32 [Hq] compact, overwritten, summed in f32 or better in a fixed
+ * order (the same bits run after run); a query with lse = -inf adds nothing.
+ * Errors: those of kite_sdpa, dout / o not q's shape, dk / dv not k's shape, dsinks not f32 [Hq]
+ * compact, dsinks given with sinks NULL (an error naming sinks), an output overlapping an input or
  * another output. */
 KITE_API kite_status kite_sdpa_backward(kite_ctx *ctx, const DLTensor *q, const DLTensor *k,
                                         const DLTensor *v, const DLTensor *mask,

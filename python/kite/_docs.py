@@ -633,22 +633,27 @@ _PARTS = [
         "Backward of kite_sdpa. q, k, v, mask, sinks, opts: the forward's arguments; o and lse (f32\n"
         "[B, Hq, Sq], required, the sink included) its outputs; dout[B, Hq, Sq, D] the gradient of o (q's\n"
         "dtype). Writes (overwrites) dq[B, Hq, Sq, D] and dk, dv[B, Hkv, Sk, D], q's dtype, any strides\n"
-        'with unit-stride D. With s the scaled score of the forward, t = softcap > 0 ? softcap * tanh(s /\n'
-        'softcap) : s, u = t + float mask (masked-out keys have p = 0), p = exp(u - lse), delta_i = sum_d\n'
-        'dout.o: dv_j = sum_i p_ij dout_i          dp_ij = dout_i . v_j          du_ij = p_ij (dp_ij -\n'
-        'delta_i) ds_ij = du_ij (softcap > 0 ? 1 - tanh(s_ij / softcap)^2 : 1) dq_i = scale sum_j ds_ij\n'
-        'k_j      dk_j = scale sum_i ds_ij q_i dk and dv of a kv head sum over the query heads that read\n'
-        'it (GQA) in a fixed order: the same bits run after run. dq is the same bits run after run on the\n'
-        "host; on CUDA the tensor-core kernel adds the key blocks' dq terms in f32 by atomics, in no fixed\n"
-        'order, so dq may differ in its last bits from run to run there. A query that saw no key (lse =\n'
-        '-inf) contributes nothing. The mask gets no gradient. Sinks: the formulas above are unchanged (p\n'
-        'comes from the lse that includes the sink, and the sink has no value, so delta_i = dout_i . o_i\n'
-        "is still sum_j p_ij dp_ij). The sink's own probability is p_sink,i = exp(sinks[h] - lse_i) and\n"
-        'its dp is 0, so du_sink,i = -p_sink,i delta_i: dsinks[h] = -sum_i exp(sinks[h] - lse_i) delta_i\n'
-        'over every query i of head h (all batches) dsinks: NULL (not wanted) or f32 [Hq] compact,\n'
-        'overwritten; summed in f32 or better in a fixed order (the same bits run after run). A query with\n'
-        "lse = -inf adds nothing. Errors: those of kite_sdpa, dout / o not q's shape, dk / dv not k's\n"
-        'shape, dsinks given without sinks or not f32 [Hq] compact, an output overlapping an input or\n'
+        'with unit-stride D.\n'
+        'With s the scaled score of the forward, t = softcap > 0 ? softcap * tanh(s / softcap) : s,\n'
+        'u = t + float mask (masked-out keys have p = 0), p = exp(u - lse), delta_i = sum_d dout.o:\n'
+        '  dv_j = sum_i p_ij dout_i          dp_ij = dout_i . v_j          du_ij = p_ij (dp_ij - delta_i)\n'
+        '  ds_ij = du_ij (softcap > 0 ? 1 - tanh(s_ij / softcap)^2 : 1)\n'
+        '  dq_i = scale sum_j ds_ij k_j      dk_j = scale sum_i ds_ij q_i\n'
+        'dk and dv of a kv head sum over the query heads that read it (GQA) in a fixed order: the same\n'
+        'bits run after run. dq is the same bits run after run on the host; on CUDA the tensor-core\n'
+        "kernel adds the key blocks' dq terms in f32 by atomics, in no fixed order, so dq may differ in\n"
+        'its last bits from run to run there. A query that saw no key (lse = -inf) contributes nothing.\n'
+        'The mask gets no gradient.\n'
+        'Sinks: the formulas above hold as they are (p comes from the lse that includes the sink, and the\n'
+        'sink has no value, so delta_i = dout_i . o_i is still sum_j p_ij dp_ij). The sink is one more\n'
+        'softmax input of row i with probability p_sink,i = exp(sinks[h] - lse_i) and dp_sink,i = 0, so\n'
+        'the softmax rule du = p (dp - delta) gives du_sink,i = -p_sink,i delta_i, and summed over the\n'
+        'rows that share it:\n'
+        '  dsinks[h] = -sum_i exp(sinks[h] - lse_i) delta_i     over every query i of head h, all batches\n'
+        'dsinks: NULL (not computed) or f32 [Hq] compact, overwritten, summed in f32 or better in a fixed\n'
+        'order (the same bits run after run); a query with lse = -inf adds nothing.\n'
+        "Errors: those of kite_sdpa, dout / o not q's shape, dk / dv not k's shape, dsinks not f32 [Hq]\n"
+        'compact, dsinks given with sinks NULL (an error naming sinks), an output overlapping an input or\n'
         'another output.'
     ),
     (

@@ -181,7 +181,9 @@ static kite_status check_grads(const kite_ctx *ctx, const char *op, const kite_t
   if ((s = kite_attn_check_like(ctx, op, "dv", dv, kt, "k", &g[3])) != KITE_OK) return s;
   if (dsinks && !sinks)
     return kite_set_error(KITE_ERR_INVALID_ARG,
-                          "%s: dsinks: given without sinks (the forward had no sinks)", op);
+                          "%s: sinks: tensor is NULL while dsinks is given (the sinks' gradient "
+                          "needs the forward's sinks)",
+                          op);
   if ((s = kite_attn_check_sinks(ctx, op, "dsinks", dsinks, qt->shape[1], &g[4])) != KITE_OK)
     return s;
   in[n] = &g[0], in_names[n] = "dout";
