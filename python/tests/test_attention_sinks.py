@@ -205,6 +205,26 @@ def test_sinks_bad_arguments(device):
             ops.sdpa(q, k, k, None, 0.0, 0.0, -1, 0, 1, bad)
     o, lse = kite.ops.sdpa(q, k, k, lse=True)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(k)
-    with pytest.raises(kite.InvalidArgument, match="sdpa_backward: sinks: tensor is NULL while dsinks"):
+    with pytest.raises(kite.InvalidArgument, match="sdpa_backward: sinks: tensor is NULL"):
         ops.sdpa_backward.out(q, k, k, None, 0.0, 0.0, -1, 0, 1, o, lse, torch.ones_like(q), None,
                               dq, dk, dv, torch.empty(4, device=device))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sinks_of_minus_inf_are_no_sinks(device):
+    """A sink of -inf adds exp(-inf) = 0 to every denominator: the outputs, lse and gradients of
+    q, k, v are those of the call without sinks, and the sinks' gradient is 0."""
+    torch.manual_seed(3)
+    q = torch.randn(2, 4, 6, 16, device=device)
+    k, v = (torch.randn(2, 2, 9, 16, device=device) for _ in range(2))
+    do = torch.randn_like(q)
+    sinks = torch.full((4,), float("-inf"), device=device)
+    got = _grads(lambda q, k, v, s: ops.sdpa(q, k, v, None, 0.0, 0.0, -1, 0, 1, s),
+                 [q, k, v, sinks], do)
+    want = _grads(lambda q, k, v: ops.sdpa(q, k, v, None, 0.0, 0.0, -1, 0, 1), [q, k, v], do)
+    for g, w in zip(got[:4], want):
+        assert torch.equal(g, w)
+    assert torch.count_nonzero(got[4]) == 0
+    _, lse = kite.ops.sdpa(q, k, v, None, 0.0, 0.0, -1, 0, 1, sinks, lse=True)
+    _, want_lse = kite.ops.sdpa(q, k, v, lse=True)
+    assert torch.equal(lse, want_lse)
