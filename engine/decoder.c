@@ -80,7 +80,7 @@ static int attention(dec_net *n, int l, const kr_step *st, const kr_kv_cache *kv
     KR_CALL(
         kite_paged_decode(n->ctx, kr_view(&q, d, n->qkv, A, 3, shape, q_strides), kc, vc,
                           kr_view2(&table, d, ix->block_table, KITE_DTYPE_I32, nd, kv->max_blocks),
-                          kr_view1(&lens, d, ix->seq_lens, KITE_DTYPE_I32, nd), &opts,
+                          kr_view1(&lens, d, ix->seq_lens, KITE_DTYPE_I32, nd), NULL, &opts,
                           kr_view(&out, d, n->attn, A, 3, shape, NULL), NULL));
   }
   if (np > 0) {
@@ -93,8 +93,8 @@ static int attention(dec_net *n, int l, const kr_step *st, const kr_kv_cache *kv
                                         ix->block_table + (size_t)nd * (size_t)kv->max_blocks,
                                         KITE_DTYPE_I32, np, kv->max_blocks),
                                kr_view1(&cu, d, ix->cu_seqlens, KITE_DTYPE_I32, np + 1),
-                               kr_view1(&lens, d, ix->seq_lens + nd, KITE_DTYPE_I32, np), &opts,
-                               kr_view(&out, d, out_rows, A, 3, shape, NULL), NULL));
+                               kr_view1(&lens, d, ix->seq_lens + nd, KITE_DTYPE_I32, np), NULL,
+                               &opts, kr_view(&out, d, out_rows, A, 3, shape, NULL), NULL));
   }
   return 0;
 }

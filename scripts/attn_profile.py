@@ -35,7 +35,7 @@ def main():
     Q, K, V, O = dl(q), dl(k), dl(v), dl(o)
     opts = C.byref(AttnOpts(0.0, 0.0, -1, 0, 0 if args.non_causal else 1))
     for _ in range(2):
-        kite.call("kite_sdpa", Q, K, V, None, opts, O, None)
+        kite.call("kite_sdpa", Q, K, V, None, None, opts, O, None)
     torch.cuda.synchronize()
     print(f"sdpa B{B} S{S} {HQ}/{HKV} D{D} {'non-causal' if args.non_causal else 'causal'}: "
           f"done, |o| = {o.float().norm().item():.3f}")

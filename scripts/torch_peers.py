@@ -86,12 +86,12 @@ class Kite:
                "kite_softmax": [T, T, f, T],
                "kite_embedding": [T, T, T, T],
                "kite_linear": [T, T, T, T, T],
-               "kite_paged_decode": [T, T, T, T, T, T, T, T, T],
-               "kite_paged_prefill": [T, T, T, T, T, T, T, T, T, T],
-               "kite_sdpa": [T, T, T, T, T, T, T, T],
-               "kite_sdpa_backward": [T] * 12,
-               "kite_sdpa_varlen": [T] * 6 + [C.c_int64] * 2 + [T] * 3,
-               "kite_sdpa_varlen_backward": [T] * 6 + [C.c_int64] * 2 + [T] * 7,
+               "kite_paged_decode": [T] * 10,
+               "kite_paged_prefill": [T] * 11,
+               "kite_sdpa": [T] * 9,
+               "kite_sdpa_backward": [T] * 14,
+               "kite_sdpa_varlen": [T] * 6 + [C.c_int64] * 2 + [T] * 4,
+               "kite_sdpa_varlen_backward": [T] * 6 + [C.c_int64] * 2 + [T] * 9,
                "kite_sample": [T, T, T, T],
                "kite_cross_entropy": [T, T, T, T, T, T],
                "kite_cross_entropy_backward": [T, T, T, T, T, T, T],
@@ -447,7 +447,7 @@ def compute_rows(kite):
     o = torch.empty_like(q)
     args = [dl(t) for t in (q, kc, vc, bt, sl)]
     O = dl(o)
-    kfn = lambda: kite.call("kite_paged_decode", *args, opts, O, None)
+    kfn = lambda: kite.call("kite_paged_decode", *args, None, opts, O, None)
     kfn()
 
     def dense(t, b):  # [Hkv, L, D] of sequence b
@@ -474,7 +474,7 @@ def compute_rows(kite):
     o = torch.empty_like(q)
     args = [dl(t) for t in (q, kc, vc, bt, cu, sl)]
     O = dl(o)
-    kfn = lambda: kite.call("kite_paged_prefill", *args, opts, O, None)
+    kfn = lambda: kite.call("kite_paged_prefill", *args, None, opts, O, None)
     kfn()
     kd = kc.view(B, L // BS, HKV, BS, D).permute(0, 2, 1, 3, 4).reshape(B, HKV, L, D)
     vd = vc.view(B, L // BS, HKV, BS, D).permute(0, 2, 1, 3, 4).reshape(B, HKV, L, D)
@@ -511,7 +511,7 @@ def sdpa_rows(kite):
         Q, K, V, O = dl(q), dl(k), dl(v), dl(o)
         for causal in (1, 0):
             opts = C.byref(AttnOpts(0.0, 0.0, -1, 0, causal))
-            kfn = lambda: kite.call("kite_sdpa", Q, K, V, None, opts, O, None)
+            kfn = lambda: kite.call("kite_sdpa", Q, K, V, None, None, opts, O, None)
             kfn()
             flop = 4.0 * B * S * S * D * HQ / (2 if causal else 1)
             name = "causal" if causal else "non-causal"
@@ -560,8 +560,9 @@ def sdpa_backward_rows(kite):
     vr = v.repeat_interleave(G, 1).requires_grad_()
     for causal in (1, 0):
         opts = C.byref(AttnOpts(0.0, 0.0, -1, 0, causal))
-        kite.call("kite_sdpa", Q, K, V, None, opts, O, L)
-        kfn = lambda: kite.call("kite_sdpa_backward", Q, K, V, None, opts, O, L, G_, DQ, DK, DV)
+        kite.call("kite_sdpa", Q, K, V, None, None, opts, O, L)
+        kfn = lambda: kite.call("kite_sdpa_backward", Q, K, V, None, None, opts, O, L, G_, DQ,
+                                DK, DV, None)
         kfn()
         flop = 2.5 * 4.0 * B * S * S * D * HQ / (2 if causal else 1)
         name = "causal" if causal else "non-causal"

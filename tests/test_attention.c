@@ -275,7 +275,7 @@ static kite_status call_prefill(kite_ctx *ctx, world *w, const kite_attn_opts *o
                             tv(&vc, w->value_cache, w->dt, 4, cache_shape, NULL),
                             tv(&bt, w->block_table, KITE_DTYPE_I32, 2, bt_shape, bt_strides),
                             tv(&cu, w->cu_q_lens, KITE_DTYPE_I32, 1, cu_shape, NULL),
-                            tv(&sl, w->seq_lens, KITE_DTYPE_I32, 1, sl_shape, NULL), opts,
+                            tv(&sl, w->seq_lens, KITE_DTYPE_I32, 1, sl_shape, NULL), NULL, opts,
                             tv(&ov, o, w->dt, 3, q_shape, NULL),
                             tv(&lv, lse, KITE_DTYPE_F32, 2, lse_shape, NULL));
 }
@@ -310,7 +310,7 @@ static void run_decode_steps(kite_ctx *ctx, world *w, const kite_attn_opts *opts
         tv(&kc, w->key_cache, w->dt, 4, cache_shape, NULL),
         tv(&vc, w->value_cache, w->dt, 4, cache_shape, NULL),
         tv(&bt, w->block_table, KITE_DTYPE_I32, 2, bt_shape, bt_strides),
-        tv(&sl, lens, KITE_DTYPE_I32, 1, sl_shape, NULL), opts,
+        tv(&sl, lens, KITE_DTYPE_I32, 1, sl_shape, NULL), NULL, opts,
         tv(&ov, od, w->dt, 3, q_shape, NULL), tv(&lv, ld, KITE_DTYPE_F32, 2, lse_shape, NULL));
     CHECK(st == KITE_OK, "paged_decode step %d returned %s\n", i, kite_status_name(st));
     for (int b = 0; b < B; b++) {
@@ -371,7 +371,7 @@ static void run_sdpa(kite_ctx *ctx, world *w, const kite_attn_opts *opts, int ma
     kite_status st =
         kite_sdpa(ctx, tv(&qv, (char *)w->q + t0 * hq * D * w->es, w->dt, 4, q_shape, q_strides),
                   tv(&kv, k, w->dt, 4, k_shape, NULL), tv(&vv, v, w->dt, 4, k_shape, NULL), mask,
-                  &op, tv(&ov, (char *)o + t0 * hq * D * w->es, w->dt, 4, q_shape, q_strides),
+                  NULL, &op, tv(&ov, (char *)o + t0 * hq * D * w->es, w->dt, 4, q_shape, q_strides),
                   tv(&lv, ls, KITE_DTYPE_F32, 3, lse_shape, NULL));
     CHECK(st == KITE_OK, "sdpa (mask kind %d) of sequence %d returned %s\n", mask_kind, b,
           kite_status_name(st));
@@ -518,7 +518,7 @@ static kite_status bad_decode(kite_ctx *ctx, float *q, const int64_t *q_shape, f
                            tv(&kv, kc, KITE_DTYPE_F32, 4, c_shape, NULL),
                            tv(&vv, kc + v_off, KITE_DTYPE_F32, 4, c_shape, NULL),
                            tv(&btv, bt, KITE_DTYPE_I32, 2, bt_shape, NULL),
-                           tv(&slv, sl, KITE_DTYPE_I32, 1, sl_shape, NULL), opts,
+                           tv(&slv, sl, KITE_DTYPE_I32, 1, sl_shape, NULL), NULL, opts,
                            tv(&ov, o, KITE_DTYPE_F32, 3, q_shape, NULL),
                            lse ? tv(&lv, lse, KITE_DTYPE_F32, 2, lse_shape, NULL) : NULL);
 }
@@ -555,7 +555,7 @@ static void test_bad_args(kite_ctx *ctx) {
   st = kite_sdpa(ctx, tv(&qv, q, KITE_DTYPE_F32, 4, sq_shape, NULL),
                  tv(&kv, kc, KITE_DTYPE_F32, 4, sk_shape, NULL),
                  tv(&vv, kc + 64, KITE_DTYPE_F32, 4, sk_shape, NULL),
-                 tv(&mv, m, KITE_DTYPE_U8, 2, m_shape, NULL), NULL,
+                 tv(&mv, m, KITE_DTYPE_U8, 2, m_shape, NULL), NULL, NULL,
                  tv(&ov, o, KITE_DTYPE_F32, 4, sq_shape, NULL), NULL);
   CHECK(st == KITE_ERR_INVALID_ARG, "sdpa mask [2, 4] for Sk 3 returned %s\n",
         kite_status_name(st));

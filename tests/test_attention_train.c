@@ -47,9 +47,10 @@ static kite_status run(int varlen, int threads, const kite_attn_opts *opts, floa
   DLTensor dv = dense(out + NQ + NK, ks), lse = dense(g_lse, ls);
   lse.ndim = 3;
   if (!varlen) {
-    s = kite_sdpa(ctx, &q, &k, &v, NULL, opts, &o, &lse);
+    s = kite_sdpa(ctx, &q, &k, &v, NULL, NULL, opts, &o, &lse);
     if (s == KITE_OK)
-      s = kite_sdpa_backward(ctx, &q, &k, &v, NULL, opts, &o, &lse, &dout, &dq, &dk, &dv);
+      s = kite_sdpa_backward(ctx, &q, &k, &v, NULL, NULL, opts, &o, &lse, &dout, &dq, &dk, &dv,
+                             NULL);
   } else { /* the same memory as [T, H, D] */
     int64_t qv[3] = {B * SQ, HQ, D}, kv[3] = {B * SK, HKV, D}, lv[2] = {B * SQ, HQ}, cs[1] = {3};
     int32_t cq[3] = {0, SQ, 2 * SQ}, ck[3] = {0, SK, 2 * SK};
@@ -60,10 +61,10 @@ static kite_status run(int varlen, int threads, const kite_attn_opts *opts, floa
         .data = cq, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLInt, 32, 1}, .shape = cs};
     DLTensor cuk = cuq;
     cuk.data = ck;
-    s = kite_sdpa_varlen(ctx, &q, &k, &v, &cuq, &cuk, SQ, SK, opts, &o, &lse);
+    s = kite_sdpa_varlen(ctx, &q, &k, &v, &cuq, &cuk, SQ, SK, NULL, opts, &o, &lse);
     if (s == KITE_OK)
-      s = kite_sdpa_varlen_backward(ctx, &q, &k, &v, &cuq, &cuk, SQ, SK, opts, &o, &lse, &dout, &dq,
-                                    &dk, &dv);
+      s = kite_sdpa_varlen_backward(ctx, &q, &k, &v, &cuq, &cuk, SQ, SK, NULL, opts, &o, &lse,
+                                    &dout, &dq, &dk, &dv, NULL);
   }
   kite_ctx_destroy(ctx);
   return s;
@@ -101,8 +102,8 @@ static void test_no_queries(kite_ctx *ctx) {
   DLTensor q = dense(dummy, qs), kt = dense(k, ks), o = dense(dummy, qs), dout = dense(dummy, qs);
   DLTensor dq = dense(dummy, qs), dkt = dense(dk, ks), dvt = dense(dv, ks), lse = dense(dummy, ls);
   lse.ndim = 3;
-  kite_status s =
-      kite_sdpa_backward(ctx, &q, &kt, &kt, NULL, NULL, &o, &lse, &dout, &dq, &dkt, &dvt);
+  kite_status s = kite_sdpa_backward(ctx, &q, &kt, &kt, NULL, NULL, NULL, &o, &lse, &dout, &dq,
+                                     &dkt, &dvt, NULL);
   int zeros = 1;
   for (int i = 0; i < 24; i++) zeros &= dk[i] == 0.0f && dv[i] == 0.0f;
   CHECK(s == KITE_OK && zeros, "Sq = 0: %s, dk / dv not all zero\n", kite_status_name(s));

@@ -223,6 +223,7 @@ typedef struct bad_case {
 #define VARLEN "sdpa_varlen sdpa_varlen_backward"
 #define ATTN_BWD "sdpa_backward sdpa_varlen_backward"
 #define ATTN PAGED " sdpa"
+#define SINKS ATTN " " VARLEN " sdpa_backward"
 #define BWD_ROWWISE "activation_backward softmax_backward rms_norm_backward layer_norm_backward"
 #define NORM_BWD                                                                                   \
   "rms_norm_backward layer_norm_backward add_rms_norm_backward add_layer_norm_backward"
@@ -404,6 +405,15 @@ static const bad_case g_cases[] = {
     ALIAS(ATTN_BWD, "dv", "dk", INV), ALIAS(ATTN_BWD, "dq", "dout", INV),
     ALIAS(ATTN_BWD, "dv", "k", INV), ALIAS(ATTN_BWD, "dq", "lse", INV),
     ALIAS(ATTN_BWD, "dq", "o", INV), T("sdpa_backward", "mask", SET_DTYPE, INV, I32),
+    /* sinks [Hq = 4] f32 compact on every attention op; dsinks [Hq] only with sinks */
+    T(SINKS, "sinks", SET_DIM, INV, 0, 3), T(SINKS, "sinks", SET_DTYPE, INV, BF16),
+    T(SINKS, "sinks", SET_SHAPE, INV, 2, 1, 4), T(SINKS, "sinks", SET_STRIDES, INV, 2),
+    ALIAS(PAGED " sdpa sdpa_varlen", "lse", "sinks", INV), ALIAS(ATTN_BWD, "dsinks", "sinks", INV),
+    ALIAS(ATTN_BWD, "dsinks", "lse", INV), ALIAS(ATTN_BWD, "dsinks", "dq", INV),
+    T(ATTN_BWD, "dsinks", SET_DIM, INV, 0, 5), T(ATTN_BWD, "dsinks", SET_DTYPE, INV, F16),
+    T(ATTN_BWD, "sinks", NULL_TENSOR, INV), /* dsinks without sinks */
+    T(ATTN_BWD, "sinks,dsinks", NULL_TENSOR, OK), T(ATTN_BWD, "dsinks", NULL_TENSOR, OK),
+    T(PAGED " sdpa sdpa_varlen", "sinks", NULL_TENSOR, OK),
 
     /* GEMM: x[M, K], w[N, K] (group_gemm: w[G, N, K], group_sizes[G]), bias[N], y[M, N]. */
     T("linear group_gemm", "x", SET_DTYPE, UNS, I32), T("linear", "w", SET_DIM, INV, 1, 7),
@@ -821,6 +831,8 @@ static const struct {
     {"logprobs", "token_logprobs", "tokens"},
     {"logprobs", "top_ids", NULL},
     {"logprobs", "top_logprobs", NULL},
+    {"sdpa_backward", "sinks", "dsinks"}, /* the sinks' gradient needs the sinks */
+    {"sdpa_varlen_backward", "sinks", "dsinks"},
 };
 
 /* Whether f's call stays valid with the tensors of nulls[] NULL. */
@@ -1085,7 +1097,7 @@ static void test_strides_that_address_nothing(kite_ctx *ctx) {
                lt = dlt(lse[v], f32, 3, lsh, v ? lst : NULL);
       snprintf(what, sizeof what, "sdpa B=1 Hkv=1, strides %s (config \"%s\")",
                v ? "huge" : "compact", configs[cfg]);
-      expect(what, kite_sdpa(ctx, &qt, &kt, &vt, NULL, NULL, &ot, &lt), OK, NULL);
+      expect(what, kite_sdpa(ctx, &qt, &kt, &vt, NULL, NULL, NULL, &ot, &lt), OK, NULL);
     }
     CHECK(!memcmp(o[0], o[1], sizeof o[0]) && !memcmp(lse[0], lse[1], sizeof lse[0]),
           "sdpa: huge strides on size-1 dims give the compact call's o and lse");
@@ -1108,7 +1120,8 @@ static void test_strides_that_address_nothing(kite_ctx *ctx) {
                lt = dlt(ld[v], f32, 2, dl, v ? dls : NULL);
       snprintf(what, sizeof what, "paged_decode B=1 Hkv=1, strides %s (config \"%s\")",
                v ? "huge" : "compact", configs[cfg]);
-      expect(what, kite_paged_decode(ctx, &qt, &kc, &vc, &btt, &slt, NULL, &ot, &lt), OK, NULL);
+      expect(what, kite_paged_decode(ctx, &qt, &kc, &vc, &btt, &slt, NULL, NULL, &ot, &lt), OK,
+             NULL);
     }
     CHECK(!memcmp(od[0], od[1], sizeof od[0]) && !memcmp(ld[0], ld[1], sizeof ld[0]),
           "paged_decode: huge strides on size-1 dims give the compact call's o and lse");
@@ -1135,7 +1148,7 @@ static void test_strides_that_address_nothing(kite_ctx *ctx) {
     snprintf(what, sizeof what, "sdpa Sk = 0, k/v NULL data (\"%s\")", configs[cfg]);
     kite_attn_opts nc = kite_attn_opts_default();
     nc.causal = 0;
-    expect(what, kite_sdpa(ctx, &qt, &kt, &vt, NULL, &nc, &ot, &lt), OK, NULL);
+    expect(what, kite_sdpa(ctx, &qt, &kt, &vt, NULL, NULL, &nc, &ot, &lt), OK, NULL);
     CHECK(o[0][0] == 0.0f && o[0][47] == 0.0f && isinf(lse[0][0]) && lse[0][0] < 0,
           "sdpa with no keys: o = 0, lse = -inf");
   }

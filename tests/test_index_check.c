@@ -45,7 +45,7 @@ static kite_status decode(dev *d, DLDevice dv, const int32_t *bt, const int32_t 
   DLTensor q = t(d->q, dv, f32, 3, qs), kc = t(d->kc, dv, f32, 4, cs),
            vc = t(d->vc, dv, f32, 4, cs), btt = t(d->bt, dv, i32, 2, bs),
            slt = t(d->sl, dv, i32, 1, ss), o = t(d->o, dv, f32, 3, qs);
-  return kite_paged_decode(d->ctx, &q, &kc, &vc, &btt, &slt, NULL, &o, NULL);
+  return kite_paged_decode(d->ctx, &q, &kc, &vc, &btt, &slt, NULL, NULL, &o, NULL);
 }
 
 /* group_gemm x[5, 8] over 2 groups of w[2, 6, 8]. */

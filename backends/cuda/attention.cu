@@ -11,7 +11,8 @@
  *
  * Keys come from the paged cache through the block table (PAGED) or from a dense [Sk, D] slab
  * (sdpa). A key is not seen when its block id is out of range, past the row's causal position,
- * outside the window or masked off; a row that sees no key gets o = 0 and lse = -inf.
+ * outside the window or masked off; a row that sees no key gets o = 0 and lse = -inf (with a
+ * sink: lse = the sink, which joins each row at its end or in the split merge, join_sink).
  * Scores are s = scale q.k, then softcap, then the float mask; exponentials are base 2.
  *
  * bf16/f16 with head_dim 64/80/96/128/256, 16-byte aligned rows and no mask go to the tensor-core
@@ -239,10 +240,11 @@ __global__ void __launch_bounds__(kThreads) attend_kernel(AttnParams p) {
       if (sm_m[k][gi] != -INFINITY) L += sm_l[k][gi] * exp2f(sm_m[k][gi] - M);
       o += sm_acc[k][gi][d];
     }
-    const bool none = M == -INFINITY || !row_ok;
-    o = none ? 0.0f : o / L;
-    const float lse2 = none ? -INFINITY : M + log2f(L);
     const int64_t h = head[gi];
+    const float f = splits == 1 && row_ok ? join_sink(p, h, &M, &L) : 1.0f;
+    const bool none = M == -INFINITY || !row_ok;
+    o = none ? 0.0f : o * f / L;
+    const float lse2 = none ? -INFINITY : M + log2f(L);
     if (splits == 1) {
       T *out = (T *)p.o + r.b * p.o_stride[0] + h * p.o_stride[1] + r.i * p.o_stride[2];
       out[d] = from_float<T>(o);
@@ -274,13 +276,14 @@ template <typename T> __global__ void merge_splits_kernel(AttnParams p, int spli
   int64_t b = 0, i = row;
   if (p.kind == ATTN_SDPA) b = row / p.sq, i = row % p.sq;
   T *out = (T *)p.o + b * p.o_stride[0] + h * p.o_stride[1] + i * p.o_stride[2];
+  const float M0 = M, f = join_sink(p, h, &M, &L); /* the partials are scaled to M0 */
   for (int64_t d = lane; d < p.head_dim; d += 32) {
     float o = 0.0f;
     for (int s = 0; s < splits; s++) {
       const float ls = p.part_lse[s * stride + w];
-      if (ls != -INFINITY) o += exp2f(ls - M) * p.part_o[(s * stride + w) * p.head_dim + d];
+      if (ls != -INFINITY) o += exp2f(ls - M0) * p.part_o[(s * stride + w) * p.head_dim + d];
     }
-    out[d] = from_float<T>(M == -INFINITY ? 0.0f : o / L);
+    out[d] = from_float<T>(M == -INFINITY ? 0.0f : o * f / L);
   }
   if (p.lse && lane == 0)
     p.lse[b * p.lse_stride[0] + h * p.lse_stride[1] + i * p.lse_stride[2]] =
@@ -414,6 +417,7 @@ AttnParams kite_cuda::attn_paged_params(const kite_paged_attn_args *a) {
   p.scale = a->opts.scale, p.softcap = a->opts.softcap, p.window_left = a->opts.window_left;
   p.gqa_interleaved = a->opts.gqa == KITE_GQA_INTERLEAVED;
   p.causal = a->opts.causal != 0;
+  p.sinks = a->sinks;
   return p;
 }
 
@@ -439,6 +443,7 @@ AttnParams kite_cuda::attn_sdpa_params(const kite_sdpa_args *a) {
   p.scale = a->opts.scale, p.softcap = a->opts.softcap, p.window_left = a->opts.window_left;
   p.gqa_interleaved = a->opts.gqa == KITE_GQA_INTERLEAVED;
   p.causal = a->opts.causal != 0;
+  p.sinks = a->sinks;
   return p;
 }
 
@@ -460,6 +465,7 @@ AttnParams kite_cuda::attn_varlen_params(const kite_sdpa_varlen_args *a) {
   p.scale = a->opts.scale, p.softcap = a->opts.softcap, p.window_left = a->opts.window_left;
   p.gqa_interleaved = a->opts.gqa == KITE_GQA_INTERLEAVED;
   p.causal = a->opts.causal != 0;
+  p.sinks = a->sinks;
   return p;
 }
 

@@ -42,11 +42,26 @@ struct AttnParams {
   float scale, softcap;
   int64_t window_left;
   bool gqa_interleaved, causal;
+  const float *sinks;       /* NULL or [hq] (kite.h, "Sinks") */
   float *part_o, *part_lse; /* split-KV partials: [splits, rows, hq, (D)] */
 };
 
 /* ---- device helpers of the tensor-core kernels --------------------------------------------- */
 constexpr float kLn2 = 0.69314718055994531f;
+
+/* kite.h's sink of q head h joins a finished row's max m and sum l of base-2 scores (the
+ * kernels' online softmax, before o = acc / l): m' = max(m, sink), l' = l 2^(m - m') +
+ * 2^(sink - m'). Returns 2^(m - m'), the factor of the row's acc; 1 (nothing changed) without
+ * sinks. A split-KV kernel leaves it to attn_merge_splits, so each row counts its sink once. */
+__device__ __forceinline__ float join_sink(const AttnParams &p, int64_t h, float *m, float *l) {
+  if (!p.sinks) return 1.0f;
+  const float sink = p.sinks[h] * kLog2e;
+  if (sink == -INFINITY) return 1.0f;
+  const float mn = fmaxf(*m, sink), f = *m == -INFINITY ? 0.0f : exp2f(*m - mn);
+  *l = *l * f + exp2f(sink - mn);
+  *m = mn;
+  return f;
+}
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p) {
   return (uint32_t)__cvta_generic_to_shared(p);

@@ -9,6 +9,8 @@
  * order). Both recompute p_ij = exp(u_ij - lse_i) from the forward's lse, so every output is a
  * fixed-order sum: the same bits run after run. The tensor-core variant (attention_backward_mma.cu)
  * accumulates dq in f32 in the workspace by atomics; a last kernel scales it into dq.
+ * The sinks' gradient (kite.h) needs only delta and lse: one CTA per q head sums its rows in
+ * double in a fixed order (bwd_dsinks_kernel), for either variant.
  */
 #include "attention_backward.cuh"
 
@@ -17,6 +19,29 @@ using namespace kite_cuda;
 namespace {
 
 constexpr int kWarpsPerBlock = 8, kE = 8; /* elements per lane: head_dim <= 256 */
+
+/* dsinks[h] = -sum over the rows of q head h of exp(sink_h - lse) delta: one CTA of 256 threads
+ * per head, each thread a fixed stride of rows, then a fixed tree: the same bits run after run. */
+__global__ void __launch_bounds__(256) bwd_dsinks_kernel(BwdParams p) {
+  __shared__ double part[256];
+  const int64_t h = blockIdx.x;
+  const double sink = p.sinks[h];
+  double acc = 0.0;
+  for (int64_t r = threadIdx.x; r < p.rows; r += 256) {
+    const int64_t b = p.varlen ? 0 : r / p.sq, i = p.varlen ? r : r % p.sq;
+    const float lse = p.lse[b * p.lse_st[0] + h * p.lse_st[1] + i * p.lse_st[2]];
+    if (lse == -INFINITY) continue; /* a row that saw nothing adds nothing */
+    acc -= exp(sink - (double)lse) *
+           (double)p.delta[b * p.delta_st[0] + h * p.delta_st[1] + i * p.delta_st[2]];
+  }
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int n = 128; n > 0; n /= 2) {
+    if (threadIdx.x < n) part[threadIdx.x] += part[threadIdx.x + n];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) p.dsinks[h] = (float)part[0];
+}
 
 /* A row index t of a packed (varlen) tensor -> the sequence holding it, or -1. */
 __device__ int64_t bwd_find(const BwdParams &p, const int32_t *cu, int64_t t, bool keys) {
@@ -235,6 +260,7 @@ BwdParams dense_params(const kite_sdpa_backward_args *a) {
                                                   : MASK_SAME;
   p.scale = f->opts.scale, p.softcap = f->opts.softcap, p.window_left = f->opts.window_left;
   p.interleaved = f->opts.gqa == KITE_GQA_INTERLEAVED, p.causal = f->opts.causal != 0;
+  p.sinks = f->sinks, p.dsinks = a->dsinks;
   return p;
 }
 
@@ -266,6 +292,7 @@ BwdParams varlen_params(const kite_sdpa_varlen_backward_args *a) {
   p.mask_kind = MASK_NONE;
   p.scale = f->opts.scale, p.softcap = f->opts.softcap, p.window_left = f->opts.window_left;
   p.interleaved = f->opts.gqa == KITE_GQA_INTERLEAVED, p.causal = f->opts.causal != 0;
+  p.sinks = f->sinks, p.dsinks = a->dsinks;
   return p;
 }
 
@@ -276,6 +303,14 @@ unsigned warp_blocks(int64_t warps) {
 /* The whole backward: delta, then the generic kernels or the tensor-core one. */
 kite_status run_bwd(kite_ctx *ctx, BwdParams p, bool mma, const char *op) {
   const char *variant = mma ? "mma" : "generic";
+  if (p.dsinks && p.hq > 0 &&
+      (p.rows <= 0 || p.head_dim <= 0 || p.hkv <= 0 || p.batch <= 0)) { /* no row: zeros */
+    cudaStream_t s;
+    const kite_status st = begin(ctx, op, &s);
+    if (st != KITE_OK) return st;
+    const cudaError_t e = cudaMemsetAsync(p.dsinks, 0, (size_t)p.hq * sizeof(float), s);
+    if (e != cudaSuccess) return cuda_device_error(op, "cudaMemsetAsync", e);
+  }
   if (p.rows * p.hq <= 0 && p.keys * p.hkv <= 0) return KITE_OK;
   if (p.head_dim <= 0 || p.hkv <= 0 || p.hq <= 0 || p.batch <= 0) return KITE_OK;
   if (p.rows * p.hq > 0x7fffffffLL * kWarpsPerBlock || p.keys * p.hkv > 0x7fffffffLL)
@@ -299,6 +334,7 @@ kite_status run_bwd(kite_ctx *ctx, BwdParams p, bool mma, const char *op) {
     using T = typename decltype(tag)::type;
     const unsigned threads = 32 * kWarpsPerBlock;
     if (n_delta > 0) bwd_delta_kernel<T><<<warp_blocks(p.rows * p.hq), threads, 0, s>>>(p);
+    if (n_delta > 0 && p.dsinks) bwd_dsinks_kernel<<<(unsigned)p.hq, 256, 0, s>>>(p);
     if (!mma) {
       if (n_delta > 0) bwd_dq_kernel<T><<<warp_blocks(p.rows * p.hq), threads, 0, s>>>(p);
       if (p.keys > 0) bwd_dkdv_kernel<T><<<warp_blocks(p.keys * p.hkv), threads, 0, s>>>(p);

@@ -34,6 +34,8 @@ struct BwdParams {
   float scale, softcap;
   int64_t window_left;
   bool interleaved, causal;
+  const float *sinks; /* NULL or [hq]; dq, dk, dv need nothing of them (kite.h) */
+  float *dsinks;      /* NULL or [hq]: the sinks' gradient, from delta and lse */
 };
 
 /* Sequence b's rows: queries [qf, qf + ql), keys [kf, kf + kl). Varlen bounds are clamped to

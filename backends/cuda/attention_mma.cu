@@ -11,6 +11,8 @@
  *   keys mode (decode, short queries): the CTA has 16 rows; each warp takes 16 of the 64 keys,
  *     and the 4 partial softmax states merge by the LSE rule at the end. When even that gives
  *     too few CTAs, the keys are also split over gridDim.z CTAs and merged by a second kernel.
+ *   - Sinks (kite.h) join each row's (max, sum) in the last epilogue (join_sink), or in the
+ *     merge of a split row.
  * Per warp: S = Q K^T (Q and K from shared memory by ldmatrix), scale / softcap / mask, online
  * softmax in base 2 (row max and sum held per lane, rows reduced over the 4 lanes of a quad),
  * P rounded to T and fed as the A operand of O += P V (V by ldmatrix.trans).
@@ -342,8 +344,11 @@ __global__ void __launch_bounds__(kThreads, 2) attend_mma_kernel(AttnParams p) {
       const float mk = sM[k * BM + row];
       if (mk != -INFINITY) L += sL[k * BM + row] * exp2f(mk - M);
     }
+    const int qi = m % group, t = m / group;
+    const int64_t head = p.gqa_interleaved ? g + (int64_t)qi * p.hkv : (int64_t)g * group + qi;
+    const float f = split ? 1.0f : join_sink(p, head, &M, &L); /* split: the merge adds it */
     const bool none = M == -INFINITY || !(L > 0.0f);
-    const float inv = none ? 0.0f : 1.0f / L;
+    const float inv = none ? 0.0f : f / L;
     float o[8];
 #pragma unroll
     for (int e = 0; e < 8; e++) o[e] = 0.0f;
@@ -356,8 +361,6 @@ __global__ void __launch_bounds__(kThreads, 2) attend_mma_kernel(AttnParams p) {
 #pragma unroll
     for (int e = 0; e < 8; e++) o[e] *= inv;
     const float lse2 = none ? -INFINITY : M + log2f(L);
-    const int qi = m % group, t = m / group;
-    const int64_t head = p.gqa_interleaved ? g + (int64_t)qi * p.hkv : (int64_t)g * group + qi;
     const int64_t i = s.first + t;
     if (!split) {
       store_floats<8>((T *)p.o + (int64_t)s.b * p.o_stride[0] + head * p.o_stride[1] +

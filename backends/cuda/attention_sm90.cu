@@ -705,6 +705,10 @@ bool sm90_common(int64_t head_dim, bool many_rows, const char **why) {
 extern "C" CUDA_SUPPORTS(cuda_paged_sm90_supports) {
   const kite_paged_attn_args *a = (const kite_paged_attn_args *)args;
   if (!cuda_paged_mma_supports(k, args, why)) return false;
+  if (a->sinks) {
+    *why = "no sinks (cuda.mma takes them)";
+    return false;
+  }
   if (a->op != KITE_OP_PAGED_PREFILL) {
     *why = "paged_prefill only";
     return false;
@@ -728,6 +732,10 @@ extern "C" CUDA_RUN(cuda_paged_sm90_run) {
 extern "C" CUDA_SUPPORTS(cuda_sdpa_sm90_supports) {
   const kite_sdpa_args *a = (const kite_sdpa_args *)args;
   if (!cuda_sdpa_mma_supports(k, args, why)) return false;
+  if (a->sinks) {
+    *why = "no sinks (cuda.mma takes them)";
+    return false;
+  }
   const int64_t group = a->hkv > 0 ? a->hq / a->hkv : 0;
   return sm90_common(a->head_dim, a->sq * group > 32, why);
 }

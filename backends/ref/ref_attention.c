@@ -12,6 +12,8 @@
  *   the key is not seen when its block id is out of range, when causal and j > p, when the
  *   window is on and j is outside [p - window_left, p], or when a bool mask says false.
  * A query that sees no key gets o = 0 and lse = -inf.
+ * A sink (kite.h) is one more score in the max and the sum, with no value: with it, a query that
+ * sees no key gets o = 0 and lse = the sink. Its gradient is summed in ref_sdpa_bwd_dense.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -73,14 +75,24 @@ static bool ref_score(const void *q, int64_t q0, const ref_kv *kv, int64_t j, in
   return true;
 }
 
-/* o[o0 .. o0 + D) and *lse for the query q[q0 .. q0 + D) at position pos; s holds kv->n doubles
- * of scratch. */
+/* The sink of q head h: -inf (no sink) when sinks is NULL. */
+static double ref_sink(const float *sinks, int64_t h) {
+  return sinks ? (double)sinks[h] : -INFINITY;
+}
+
+/* dsinks[hq] (when wanted) from the float64 sums. */
+static void ref_store_dsinks(float *dsinks, const double *dsink, int64_t hq) {
+  for (int64_t h = 0; dsinks && h < hq; h++) dsinks[h] = (float)dsink[h];
+}
+
+/* o[o0 .. o0 + D) and *lse for the query q[q0 .. q0 + D) at position pos, with the sink score
+ * sink (-inf: none); s holds kv->n doubles of scratch. */
 static void ref_attend(const void *q, int64_t q0, const ref_kv *kv, int64_t pos,
-                       const kite_attn_opts *opts, const ref_mask *mask, double *s, void *o,
-                       int64_t o0, float *lse) {
+                       const kite_attn_opts *opts, const ref_mask *mask, double sink, double *s,
+                       void *o, int64_t o0, float *lse) {
   const kite_dtype t = kv->dtype;
   const int64_t D = kv->head_dim;
-  double m = -INFINITY;
+  double m = sink;
   for (int64_t j = 0; j < kv->n; j++) {
     double raw, score;
     s[j] = -INFINITY;
@@ -89,13 +101,14 @@ static void ref_attend(const void *q, int64_t q0, const ref_kv *kv, int64_t pos,
     if (score > m || isnan(score)) m = score;
   }
 
-  if (m == -INFINITY) { /* no key seen */
+  if (m == -INFINITY) { /* no key seen, no sink */
     for (int64_t d = 0; d < D; d++) kite_store_f32(t, o, o0 + d, 0.0f);
     if (lse) *lse = -INFINITY;
     return;
   }
-  /* s[j] becomes the unnormalized probability exp(s[j] - m): 0 for unseen keys */
-  double sum = 0.0;
+  /* s[j] becomes the unnormalized probability exp(s[j] - m): 0 for unseen keys; the sink adds
+   * its term to the sum only */
+  double sum = exp(sink - m);
   for (int64_t j = 0; j < kv->n; j++) {
     s[j] = exp(s[j] - m);
     sum += s[j];
@@ -211,8 +224,8 @@ kite_status ref_paged_attn_run(const kite_kernel *k, kite_ctx *ctx, const void *
                      .head = ref_kv_head(&a->opts, h, a->hq, a->hkv)};
         kite_attn_opts opts = a->opts;
         if (!prefill) opts.causal = 0; /* decode: every key is at or before the query */
-        ref_attend(a->q, t * a->q_stride_t + h * a->q_stride_h, &kv, pos, &opts, &no_mask, scores,
-                   a->o, t * a->o_stride_t + h * a->o_stride_h,
+        ref_attend(a->q, t * a->q_stride_t + h * a->q_stride_h, &kv, pos, &opts, &no_mask,
+                   ref_sink(a->sinks, h), scores, a->o, t * a->o_stride_t + h * a->o_stride_h,
                    a->lse ? &a->lse[t * a->hq + h] : NULL);
       }
     }
@@ -255,15 +268,18 @@ static void ref_sdpa_dense(const kite_sdpa_args *a, const int64_t ls[3], double 
         const int64_t q0 = b * a->q_stride[0] + h * a->q_stride[1] + i * a->q_stride[2];
         const int64_t o0 = b * a->o_stride[0] + h * a->o_stride[1] + i * a->o_stride[2];
         float *lse = a->lse ? &a->lse[b * ls[0] + h * ls[1] + i * ls[2]] : NULL;
-        ref_attend(a->q, q0, &kv, pos, &a->opts, &mask, scores, a->o, o0, lse);
+        ref_attend(a->q, q0, &kv, pos, &a->opts, &mask, ref_sink(a->sinks, h), scores, a->o, o0,
+                   lse);
       }
     }
 }
 
 /* The gradients of one dense problem, kite.h's formulas literally: per (batch, kv head) the dk /
  * dv sums over the query heads that read it, in head order, then over queries and keys; acc
- * holds (2 sk + 1) D doubles. lse as in ref_sdpa_dense. */
-static void ref_sdpa_bwd_dense(const kite_sdpa_backward_args *a, const int64_t ls[3], double *acc) {
+ * holds (2 sk + 1) D doubles. lse as in ref_sdpa_dense. With fwd.sinks, dsink[h] (hq doubles,
+ * added to) gets -exp(sink - lse_i) delta_i of every query i of head h. */
+static void ref_sdpa_bwd_dense(const kite_sdpa_backward_args *a, const int64_t ls[3], double *acc,
+                               double *dsink) {
   const kite_sdpa_args *f = &a->fwd;
   const kite_dtype t = f->dtype;
   const int64_t D = f->head_dim, sk = f->sk;
@@ -286,6 +302,7 @@ static void ref_sdpa_bwd_dense(const kite_sdpa_backward_args *a, const int64_t l
           double delta = 0.0;
           for (int64_t d = 0; d < D; d++)
             delta += (double)kite_load_f32(t, a->dout, g0 + d) * kite_load_f32(t, f->o, o0 + d);
+          if (f->sinks && lse != -INFINITY) dsink[h] -= exp(f->sinks[h] - lse) * delta;
           for (int64_t j = 0; lse != -INFINITY && j < sk; j++) {
             double sc, u;
             if (!ref_score(f->q, q0, &kv, j, pos, &f->opts, &mask, &sc, &u)) continue;
@@ -341,15 +358,17 @@ kite_status ref_sdpa_backward_run(const kite_kernel *k, kite_ctx *ctx, const voi
   if (!a) return kite_set_error(KITE_ERR_INVALID_ARG, "sdpa_backward: ref: NULL args");
   kite_status s = ref_check("sdpa_backward", KITE_OP_SDPA_BACKWARD, a->op, a->dtype);
   if (s != KITE_OK) return s;
-  const int64_t n = (2 * a->fwd.sk + 1) * a->fwd.head_dim;
-  double *acc = malloc((size_t)n * sizeof *acc);
+  const int64_t n = (2 * a->fwd.sk + 1) * a->fwd.head_dim + a->fwd.hq;
+  double *acc = calloc((size_t)n, sizeof *acc);
   if (!acc)
     return kite_set_error(KITE_ERR_OUT_OF_MEMORY,
                           "sdpa_backward: ref: cannot allocate %lld "
                           "accumulators",
                           (long long)n);
   const int64_t ls[3] = {a->fwd.hq * a->fwd.sq, a->fwd.sq, 1};
-  ref_sdpa_bwd_dense(a, ls, acc);
+  double *dsink = acc + n - a->fwd.hq;
+  ref_sdpa_bwd_dense(a, ls, acc, dsink);
+  ref_store_dsinks(a->dsinks, dsink, a->fwd.hq);
   free(acc);
   return KITE_OK;
 }
@@ -379,7 +398,8 @@ static kite_sdpa_args ref_varlen_seq(const kite_sdpa_varlen_args *a, int64_t b, 
                       .opts = a->opts,
                       .o = (char *)a->o + t0 * a->o_stride[0] * es,
                       .o_stride = {0, a->o_stride[1], a->o_stride[0]},
-                      .lse = a->lse ? a->lse + t0 * a->hq : NULL};
+                      .lse = a->lse ? a->lse + t0 * a->hq : NULL,
+                      .sinks = a->sinks};
   ls[0] = 0, ls[1] = 1, ls[2] = a->hq;
   return f;
 }
@@ -431,8 +451,9 @@ kite_status ref_sdpa_varlen_backward_run(const kite_kernel *k, kite_ctx *ctx, co
                           "%s: ref: cu_seqlens must start at 0, not "
                           "decrease and end at Tq / Tk",
                           op);
-  const int64_t n = (2 * longest + 1) * a->fwd.head_dim;
-  double *acc = malloc((size_t)n * sizeof *acc);
+  const int64_t n = (2 * longest + 1) * a->fwd.head_dim + a->fwd.hq;
+  double *acc = calloc((size_t)n, sizeof *acc);
+  double *dsink = acc ? acc + n - a->fwd.hq : NULL;
   if (!acc)
     return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "%s: ref: cannot allocate %lld accumulators", op,
                           (long long)n);
@@ -451,8 +472,9 @@ kite_status ref_sdpa_varlen_backward_run(const kite_kernel *k, kite_ctx *ctx, co
                                  .dv_stride = {0, a->dv_stride[1], a->dv_stride[0]}};
     int64_t ls[3];
     g.fwd = ref_varlen_seq(&a->fwd, b, ls);
-    ref_sdpa_bwd_dense(&g, ls, acc);
+    ref_sdpa_bwd_dense(&g, ls, acc, dsink);
   }
+  ref_store_dsinks(a->dsinks, dsink, a->fwd.hq);
   free(acc);
   return KITE_OK;
 }

@@ -44,7 +44,8 @@ extern "C" {
  *    byte_offset names nothing there, so the backend maps (handle, offset) to the address its
  *    kernels get; copy and memset take such addresses too.
  * 5: kite_backend gained graph_begin / graph_end / graph_launch / graph_destroy (kite.h
- *    "Graphs"). */
+ *    "Graphs"); the attention args structs gained sinks (and
+ *    dsinks for the backwards). */
 #define KITE_BACKEND_ABI_VERSION 5u
 
 typedef struct kite_backend kite_backend;
@@ -237,6 +238,7 @@ typedef struct kite_store_kv_args {
  * paged_prefill (cu_q_lens[batch + 1]). q/o[tokens, hq, head_dim] with token and head strides;
  * caches compact [num_blocks, hkv, block_size, head_dim]; block_table[batch, max_blocks] with a
  * row stride. opts.scale is already resolved (never 0). lse NULL or compact f32 [tokens, hq].
+ * sinks NULL or compact f32 [hq] (kite.h: one more softmax score per head, with no value).
  * Indices read from device memory (block ids, seq_lens, cu_q_lens) are not validated by the
  * front-end: a kernel must never read outside the caches for any value (treat an out-of-range
  * block id's keys as absent, clamp seq_len to max_blocks * block_size). */
@@ -256,11 +258,12 @@ typedef struct kite_paged_attn_args {
   void *o;
   int64_t o_stride_t, o_stride_h;
   float *lse;
+  const float *sinks;
 } kite_paged_attn_args;
 
 /* sdpa: strides [0] batch, [1] head, [2] sequence (head_dim unit-stride). mask NULL or
  * mask_dtype U8 (nonzero = attend) / F32 / dtype (added), strides [b, h, i, j] (0 broadcasts).
- * opts.scale resolved. lse NULL or compact f32 [batch, hq, sq]. */
+ * opts.scale resolved. lse NULL or compact f32 [batch, hq, sq]. sinks NULL or compact f32 [hq]. */
 typedef struct kite_sdpa_args {
   kite_op op;
   kite_dtype dtype;
@@ -278,6 +281,7 @@ typedef struct kite_sdpa_args {
   void *o;
   int64_t o_stride[3];
   float *lse;
+  const float *sinks;
 } kite_sdpa_args;
 
 /* sdpa_varlen: q/o[tq, hq, head_dim], k/v[tk, hkv, head_dim], strides [0] token, [1] head
@@ -286,7 +290,7 @@ typedef struct kite_sdpa_args {
  * length. On a host ctx the front-end has checked the cu_seqlens values; in device memory they
  * are not validated: a kernel must never read or write outside the tensors for any value (clamp
  * to [0, tq] / [0, tk] and to the max_seqlen bounds). opts.scale resolved. lse NULL or compact
- * f32 [tq, hq]. */
+ * f32 [tq, hq]. sinks NULL or compact f32 [hq]. */
 typedef struct kite_sdpa_varlen_args {
   kite_op op;
   kite_dtype dtype;
@@ -302,6 +306,7 @@ typedef struct kite_sdpa_varlen_args {
   void *o;
   int64_t o_stride[2];
   float *lse;
+  const float *sinks;
 } kite_sdpa_varlen_args;
 
 /* mla_store_kv: c_kv[tokens, kv_rank] and k_pe[tokens, rope_dim] with row strides (last dim
@@ -348,7 +353,8 @@ typedef struct kite_mla_decode_args {
 
 /* sdpa_backward: fwd is the forward's call (fwd.o its output, fwd.lse its lse, never NULL; both
  * read only). dout/dq[batch, hq, sq, head_dim], dk/dv[batch, hkv, sk, head_dim], strides [0]
- * batch, [1] head, [2] sequence, head_dim unit-stride; dq, dk, dv are overwritten. */
+ * batch, [1] head, [2] sequence, head_dim unit-stride; dq, dk, dv are overwritten. dsinks NULL
+ * (then not computed) or compact f32 [hq], overwritten; never given without fwd.sinks. */
 typedef struct kite_sdpa_backward_args {
   kite_op op;
   kite_dtype dtype;
@@ -361,6 +367,7 @@ typedef struct kite_sdpa_backward_args {
   int64_t dk_stride[3];
   void *dv;
   int64_t dv_stride[3];
+  float *dsinks;
 } kite_sdpa_backward_args;
 
 /* sdpa_varlen_backward: as sdpa_backward over kite_sdpa_varlen_args (strides [0] token, [1]
@@ -377,6 +384,7 @@ typedef struct kite_sdpa_varlen_backward_args {
   int64_t dk_stride[2];
   void *dv;
   int64_t dv_stride[2];
+  float *dsinks;
 } kite_sdpa_varlen_backward_args;
 
 /* linear: y[m, n] = x[m, k] w[n, k]^T + bias[n] (bias NULL or [n]); row strides. */

@@ -360,7 +360,18 @@ KITE_API kite_status kite_embedding(kite_ctx *ctx, const DLTensor *ids, const DL
  * causal is on or off. A Hugging Face `sliding_window = W` (W keys, the query's included) is
  * window_left = W - 1.
  * A query that sees no key gives o = 0 and lse = -inf.
- * lse (optional output, f32): the natural log-sum-exp of the final scores, for split/merge. */
+ * lse (optional output, f32): the natural log-sum-exp of the final scores, for split/merge.
+ *
+ * Sinks (gpt-oss's learned per-head logit; every attention op takes them): sinks NULL (none) or
+ * f32 [Hq], compact, on q's device. sinks[h] joins the softmax denominator of every query of head
+ * h as one more score that has no value and is never scaled, softcapped or masked:
+ *   m = max(sinks[h], max_j u_j),  p_j = exp(u_j - m) / (exp(sinks[h] - m) + sum_j exp(u_j - m)),
+ *   o = sum_j p_j v_j (the weights sum to less than 1), lse = log(exp(sinks[h]) + sum_j exp(u_j)).
+ * The returned lse includes the sink, so the backward recomputes p_j = exp(u_j - lse) from it.
+ * A query that sees no key gives o = 0 and lse = sinks[h]; a sink of -inf is no sink. The values
+ * are not checked (device memory). Errors (INVALID_ARG): sinks not f32, not rank 1, not of
+ * length Hq, not compact, on another device, or overlapping an output. transformers' gpt-oss
+ * keeps its sinks in the model's dtype: pass sinks.float(). */
 typedef enum kite_gqa_layout { KITE_GQA_GROUPED = 0, KITE_GQA_INTERLEAVED = 1 } kite_gqa_layout;
 
 typedef struct kite_attn_opts {
@@ -393,8 +404,8 @@ KITE_API kite_status kite_store_kv(kite_ctx *ctx, const DLTensor *k, const DLTen
  * absent (a query that sees none gives zeros); KITE_CHECK_INDICES reports them. */
 KITE_API kite_status kite_paged_decode(kite_ctx *ctx, const DLTensor *q, const DLTensor *key_cache,
                                        const DLTensor *value_cache, const DLTensor *block_table,
-                                       const DLTensor *seq_lens, const kite_attn_opts *opts,
-                                       DLTensor *o, DLTensor *lse);
+                                       const DLTensor *seq_lens, const DLTensor *sinks,
+                                       const kite_attn_opts *opts, DLTensor *o, DLTensor *lse);
 
 /* Prefill over a paged cache that already holds every key (store_kv first). q[T, Hq, D] holds
  * B sequences' queries back to back: cu_q_lens[B + 1] int32 (cu_q_lens[0] = 0, nondecreasing,
@@ -408,7 +419,8 @@ KITE_API kite_status kite_paged_decode(kite_ctx *ctx, const DLTensor *q, const D
 KITE_API kite_status kite_paged_prefill(kite_ctx *ctx, const DLTensor *q, const DLTensor *key_cache,
                                         const DLTensor *value_cache, const DLTensor *block_table,
                                         const DLTensor *cu_q_lens, const DLTensor *seq_lens,
-                                        const kite_attn_opts *opts, DLTensor *o, DLTensor *lse);
+                                        const DLTensor *sinks, const kite_attn_opts *opts,
+                                        DLTensor *o, DLTensor *lse);
 
 /* Dense attention. q[B, Hq, Sq, D], k/v[B, Hkv, Sk, D] (any strides with unit-stride D) ->
  * o[B, Hq, Sq, D]. mask: NULL, or [Sq, Sk] or [B|1, Hq|1, Sq, Sk] (stride 0 broadcasts):
@@ -418,8 +430,8 @@ KITE_API kite_status kite_paged_prefill(kite_ctx *ctx, const DLTensor *q, const 
  * where the window is measured from). A mask together with causal: both apply (a key must pass
  * both; PyTorch refuses the pair, kite defines it). lse: NULL or f32 [B, Hq, Sq]. */
 KITE_API kite_status kite_sdpa(kite_ctx *ctx, const DLTensor *q, const DLTensor *k,
-                               const DLTensor *v, const DLTensor *mask, const kite_attn_opts *opts,
-                               DLTensor *o, DLTensor *lse);
+                               const DLTensor *v, const DLTensor *mask, const DLTensor *sinks,
+                               const kite_attn_opts *opts, DLTensor *o, DLTensor *lse);
 
 /* Dense attention over packed sequences (FlashAttention's varlen form, packed-sequence
  * training). q[Tq, Hq, D], k/v[Tk, Hkv, D] (token and head strides free, D unit-stride) hold B
@@ -437,12 +449,13 @@ KITE_API kite_status kite_sdpa(kite_ctx *ctx, const DLTensor *q, const DLTensor 
 KITE_API kite_status kite_sdpa_varlen(kite_ctx *ctx, const DLTensor *q, const DLTensor *k,
                                       const DLTensor *v, const DLTensor *cu_seqlens_q,
                                       const DLTensor *cu_seqlens_k, int64_t max_seqlen_q,
-                                      int64_t max_seqlen_k, const kite_attn_opts *opts, DLTensor *o,
-                                      DLTensor *lse);
+                                      int64_t max_seqlen_k, const DLTensor *sinks,
+                                      const kite_attn_opts *opts, DLTensor *o, DLTensor *lse);
 
-/* Backward of kite_sdpa. q, k, v, mask, opts: the forward's arguments; o and lse (f32 [B, Hq, Sq],
- * required) its outputs; dout[B, Hq, Sq, D] the gradient of o (q's dtype). Writes (overwrites)
- * dq[B, Hq, Sq, D] and dk, dv[B, Hkv, Sk, D], q's dtype, any strides with unit-stride D.
+/* Backward of kite_sdpa. q, k, v, mask, sinks, opts: the forward's arguments; o and lse (f32
+ * [B, Hq, Sq], required, the sink included) its outputs; dout[B, Hq, Sq, D] the gradient of o (q's
+ * dtype). Writes (overwrites) dq[B, Hq, Sq, D] and dk, dv[B, Hkv, Sk, D], q's dtype, any strides
+ * with unit-stride D.
  * With s the scaled score of the forward, t = softcap > 0 ? softcap * tanh(s / softcap) : s,
  * u = t + float mask (masked-out keys have p = 0), p = exp(u - lse), delta_i = sum_d dout.o:
  *   dv_j = sum_i p_ij dout_i          dp_ij = dout_i . v_j          du_ij = p_ij (dp_ij - delta_i)
@@ -452,25 +465,38 @@ KITE_API kite_status kite_sdpa_varlen(kite_ctx *ctx, const DLTensor *q, const DL
  * bits run after run. dq is the same bits run after run on the host; on CUDA the tensor-core
  * kernel adds the key blocks' dq terms in f32 by atomics, in no fixed order, so dq may differ in
  * its last bits from run to run there. A query that saw no key (lse = -inf) contributes nothing.
- * The mask gets no gradient. Errors: those of kite_sdpa, dout / o not q's shape, dk / dv not k's
- * shape, an output overlapping an input or another output. */
+ * The mask gets no gradient.
+ * Sinks: the formulas above hold as they are (p comes from the lse that includes the sink, and the
+ * sink has no value, so delta_i = dout_i . o_i is still sum_j p_ij dp_ij). The sink is one more
+ * softmax input of row i with probability p_sink,i = exp(sinks[h] - lse_i) and dp_sink,i = 0, so
+ * the softmax rule du = p (dp - delta) gives du_sink,i = -p_sink,i delta_i, and summed over the
+ * rows that share it:
+ *   dsinks[h] = -sum_i exp(sinks[h] - lse_i) delta_i     over every query i of head h, all batches
+ * dsinks: NULL (not computed) or f32 [Hq] compact, overwritten, summed in f32 or better in a fixed
+ * order (the same bits run after run); a query with lse = -inf adds nothing.
+ * Errors: those of kite_sdpa, dout / o not q's shape, dk / dv not k's shape, dsinks not f32 [Hq]
+ * compact, dsinks given with sinks NULL (an error naming sinks), an output overlapping an input or
+ * another output. */
 KITE_API kite_status kite_sdpa_backward(kite_ctx *ctx, const DLTensor *q, const DLTensor *k,
                                         const DLTensor *v, const DLTensor *mask,
-                                        const kite_attn_opts *opts, const DLTensor *o,
-                                        const DLTensor *lse, const DLTensor *dout, DLTensor *dq,
-                                        DLTensor *dk, DLTensor *dv);
+                                        const DLTensor *sinks, const kite_attn_opts *opts,
+                                        const DLTensor *o, const DLTensor *lse,
+                                        const DLTensor *dout, DLTensor *dq, DLTensor *dk,
+                                        DLTensor *dv, DLTensor *dsinks);
 
 /* Backward of kite_sdpa_varlen, by kite_sdpa_backward's formulas within each sequence. o[Tq, Hq,
  * D] and lse (f32 [Tq, Hq], required) from the forward, dout[Tq, Hq, D]; writes dq[Tq, Hq, D], dk,
- * dv[Tk, Hkv, D]. Index values as for kite_sdpa_varlen; on a device the key rows that no sequence
- * covers get zeros. */
+ * dv[Tk, Hkv, D], and dsinks[Hq] (NULL or f32, summed over every packed query of head h) as
+ * kite_sdpa_backward does. Index values as for kite_sdpa_varlen; on a device the key rows that no
+ * sequence covers get zeros. */
 KITE_API kite_status kite_sdpa_varlen_backward(kite_ctx *ctx, const DLTensor *q, const DLTensor *k,
                                                const DLTensor *v, const DLTensor *cu_seqlens_q,
                                                const DLTensor *cu_seqlens_k, int64_t max_seqlen_q,
-                                               int64_t max_seqlen_k, const kite_attn_opts *opts,
-                                               const DLTensor *o, const DLTensor *lse,
-                                               const DLTensor *dout, DLTensor *dq, DLTensor *dk,
-                                               DLTensor *dv);
+                                               int64_t max_seqlen_k, const DLTensor *sinks,
+                                               const kite_attn_opts *opts, const DLTensor *o,
+                                               const DLTensor *lse, const DLTensor *dout,
+                                               DLTensor *dq, DLTensor *dk, DLTensor *dv,
+                                               DLTensor *dsinks);
 
 /* --- MLA: multi-head latent attention (DeepSeek-V2/V3) ----------------------------------------
  * The cache keeps, per token, the compressed latent c_kv[R] (R = kv_lora_rank, the output of

@@ -128,7 +128,17 @@ _PARTS = [
         "causal is on or off. A Hugging Face `sliding_window = W` (W keys, the query's included) is\n"
         'window_left = W - 1.\n'
         'A query that sees no key gives o = 0 and lse = -inf.\n'
-        'lse (optional output, f32): the natural log-sum-exp of the final scores, for split/merge.'
+        'lse (optional output, f32): the natural log-sum-exp of the final scores, for split/merge.\n'
+        "Sinks (gpt-oss's learned per-head logit; every attention op takes them): sinks NULL (none) or\n"
+        "f32 [Hq], compact, on q's device. sinks[h] joins the softmax denominator of every query of head\n"
+        'h as one more score that has no value and is never scaled, softcapped or masked:\n'
+        '  m = max(sinks[h], max_j u_j),  p_j = exp(u_j - m) / (exp(sinks[h] - m) + sum_j exp(u_j - m)),\n'
+        '  o = sum_j p_j v_j (the weights sum to less than 1), lse = log(exp(sinks[h]) + sum_j exp(u_j)).\n'
+        'The returned lse includes the sink, so the backward recomputes p_j = exp(u_j - lse) from it.\n'
+        'A query that sees no key gives o = 0 and lse = sinks[h]; a sink of -inf is no sink. The values\n'
+        'are not checked (device memory). Errors (INVALID_ARG): sinks not f32, not rank 1, not of\n'
+        "length Hq, not compact, on another device, or overlapping an output. transformers' gpt-oss\n"
+        "keeps its sinks in the model's dtype: pass sinks.float()."
     ),
     (
         'Writes k[T, Hkv, D] and v into the caches at slots[T] int32. A negative slot skips the token\n'
@@ -166,7 +176,7 @@ _PARTS = [
     (
         'C: kite_status kite_paged_decode(kite_ctx *ctx, const DLTensor *q, const DLTensor *key_cache,\n'
         '    const DLTensor *value_cache, const DLTensor *block_table, const DLTensor *seq_lens,\n'
-        '    const kite_attn_opts *opts, DLTensor *o, DLTensor *lse);'
+        '    const DLTensor *sinks, const kite_attn_opts *opts, DLTensor *o, DLTensor *lse);'
     ),
     (
         'Prefill over a paged cache that already holds every key (store_kv first). q[T, Hq, D] holds\n'
@@ -182,7 +192,8 @@ _PARTS = [
     (
         'C: kite_status kite_paged_prefill(kite_ctx *ctx, const DLTensor *q, const DLTensor *key_cache,\n'
         '    const DLTensor *value_cache, const DLTensor *block_table, const DLTensor *cu_q_lens,\n'
-        '    const DLTensor *seq_lens, const kite_attn_opts *opts, DLTensor *o, DLTensor *lse);'
+        '    const DLTensor *seq_lens, const DLTensor *sinks, const kite_attn_opts *opts, DLTensor *o,\n'
+        '    DLTensor *lse);'
     ),
     (
         'Dense attention. q[B, Hq, Sq, D], k/v[B, Hkv, Sk, D] (any strides with unit-stride D) ->\n'
@@ -195,7 +206,8 @@ _PARTS = [
     ),
     (
         'C: kite_status kite_sdpa(kite_ctx *ctx, const DLTensor *q, const DLTensor *k, const DLTensor *v,\n'
-        '    const DLTensor *mask, const kite_attn_opts *opts, DLTensor *o, DLTensor *lse);'
+        '    const DLTensor *mask, const DLTensor *sinks, const kite_attn_opts *opts, DLTensor *o,\n'
+        '    DLTensor *lse);'
     ),
     (
         'y[M, N] = x[M, K] w[N, K]^T + bias[N]. x, w, y f32/f16/bf16, all the same dtype; bias NULL or\n'
@@ -614,13 +626,14 @@ _PARTS = [
     (
         'C: kite_status kite_sdpa_varlen(kite_ctx *ctx, const DLTensor *q, const DLTensor *k,\n'
         '    const DLTensor *v, const DLTensor *cu_seqlens_q, const DLTensor *cu_seqlens_k,\n'
-        '    int64_t max_seqlen_q, int64_t max_seqlen_k, const kite_attn_opts *opts, DLTensor *o,\n'
-        '    DLTensor *lse);'
+        '    int64_t max_seqlen_q, int64_t max_seqlen_k, const DLTensor *sinks, const kite_attn_opts *opts,\n'
+        '    DLTensor *o, DLTensor *lse);'
     ),
     (
-        "Backward of kite_sdpa. q, k, v, mask, opts: the forward's arguments; o and lse (f32 [B, Hq, Sq],\n"
-        "required) its outputs; dout[B, Hq, Sq, D] the gradient of o (q's dtype). Writes (overwrites)\n"
-        "dq[B, Hq, Sq, D] and dk, dv[B, Hkv, Sk, D], q's dtype, any strides with unit-stride D.\n"
+        "Backward of kite_sdpa. q, k, v, mask, sinks, opts: the forward's arguments; o and lse (f32\n"
+        "[B, Hq, Sq], required, the sink included) its outputs; dout[B, Hq, Sq, D] the gradient of o (q's\n"
+        "dtype). Writes (overwrites) dq[B, Hq, Sq, D] and dk, dv[B, Hkv, Sk, D], q's dtype, any strides\n"
+        'with unit-stride D.\n'
         'With s the scaled score of the forward, t = softcap > 0 ? softcap * tanh(s / softcap) : s,\n'
         'u = t + float mask (masked-out keys have p = 0), p = exp(u - lse), delta_i = sum_d dout.o:\n'
         '  dv_j = sum_i p_ij dout_i          dp_ij = dout_i . v_j          du_ij = p_ij (dp_ij - delta_i)\n'
@@ -630,25 +643,38 @@ _PARTS = [
         'bits run after run. dq is the same bits run after run on the host; on CUDA the tensor-core\n'
         "kernel adds the key blocks' dq terms in f32 by atomics, in no fixed order, so dq may differ in\n"
         'its last bits from run to run there. A query that saw no key (lse = -inf) contributes nothing.\n'
-        "The mask gets no gradient. Errors: those of kite_sdpa, dout / o not q's shape, dk / dv not k's\n"
-        'shape, an output overlapping an input or another output.'
+        'The mask gets no gradient.\n'
+        'Sinks: the formulas above hold as they are (p comes from the lse that includes the sink, and the\n'
+        'sink has no value, so delta_i = dout_i . o_i is still sum_j p_ij dp_ij). The sink is one more\n'
+        'softmax input of row i with probability p_sink,i = exp(sinks[h] - lse_i) and dp_sink,i = 0, so\n'
+        'the softmax rule du = p (dp - delta) gives du_sink,i = -p_sink,i delta_i, and summed over the\n'
+        'rows that share it:\n'
+        '  dsinks[h] = -sum_i exp(sinks[h] - lse_i) delta_i     over every query i of head h, all batches\n'
+        'dsinks: NULL (not computed) or f32 [Hq] compact, overwritten, summed in f32 or better in a fixed\n'
+        'order (the same bits run after run); a query with lse = -inf adds nothing.\n'
+        "Errors: those of kite_sdpa, dout / o not q's shape, dk / dv not k's shape, dsinks not f32 [Hq]\n"
+        'compact, dsinks given with sinks NULL (an error naming sinks), an output overlapping an input or\n'
+        'another output.'
     ),
     (
         'C: kite_status kite_sdpa_backward(kite_ctx *ctx, const DLTensor *q, const DLTensor *k,\n'
-        '    const DLTensor *v, const DLTensor *mask, const kite_attn_opts *opts, const DLTensor *o,\n'
-        '    const DLTensor *lse, const DLTensor *dout, DLTensor *dq, DLTensor *dk, DLTensor *dv);'
+        '    const DLTensor *v, const DLTensor *mask, const DLTensor *sinks, const kite_attn_opts *opts,\n'
+        '    const DLTensor *o, const DLTensor *lse, const DLTensor *dout, DLTensor *dq, DLTensor *dk,\n'
+        '    DLTensor *dv, DLTensor *dsinks);'
     ),
     (
         "Backward of kite_sdpa_varlen, by kite_sdpa_backward's formulas within each sequence. o[Tq, Hq,\n"
         'D] and lse (f32 [Tq, Hq], required) from the forward, dout[Tq, Hq, D]; writes dq[Tq, Hq, D], dk,\n'
-        'dv[Tk, Hkv, D]. Index values as for kite_sdpa_varlen; on a device the key rows that no sequence\n'
-        'covers get zeros.'
+        'dv[Tk, Hkv, D], and dsinks[Hq] (NULL or f32, summed over every packed query of head h) as\n'
+        'kite_sdpa_backward does. Index values as for kite_sdpa_varlen; on a device the key rows that no\n'
+        'sequence covers get zeros.'
     ),
     (
         'C: kite_status kite_sdpa_varlen_backward(kite_ctx *ctx, const DLTensor *q, const DLTensor *k,\n'
         '    const DLTensor *v, const DLTensor *cu_seqlens_q, const DLTensor *cu_seqlens_k,\n'
-        '    int64_t max_seqlen_q, int64_t max_seqlen_k, const kite_attn_opts *opts, const DLTensor *o,\n'
-        '    const DLTensor *lse, const DLTensor *dout, DLTensor *dq, DLTensor *dk, DLTensor *dv);'
+        '    int64_t max_seqlen_q, int64_t max_seqlen_k, const DLTensor *sinks, const kite_attn_opts *opts,\n'
+        '    const DLTensor *o, const DLTensor *lse, const DLTensor *dout, DLTensor *dq, DLTensor *dk,\n'
+        '    DLTensor *dv, DLTensor *dsinks);'
     ),
     (
         'typedef enum kite_route_score {\n'

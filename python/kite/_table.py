@@ -27,6 +27,10 @@ op function of kite._C has no row here (kite._C.unbound() lists the functions no
 REQUIRED = object()
 
 ATTN = dict(scale=0.0, softcap=0.0, window_left=-1, gqa=0, causal=1)
+# the attention ops' sinks (f32 [Hq], kite.h "Sinks") come after their options: None = none
+SINKS = dict(sinks=None)
+# the backwards' dsinks: an optional result, computed by the .out form when given
+DSINKS = "new(q, (q.shape[1],), 'float32')"  # [Hq]: q is [B, Hq, Sq, D] or [Tq, Hq, D]
 # kite_ce_opts_default(); reduction 0 none, 1 sum, 2 mean
 CE = dict(ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=0.0, reduction=2)
 
@@ -55,16 +59,19 @@ OPS = {
     "softmax": dict(defaults=dict(scale=1.0), out=dict(y="like(x)")),
     "embedding": dict(out=dict(y="new(table, (ids.shape[0], table.shape[1]))")),
     "store_kv": dict(),
-    "paged_decode": dict(defaults=ATTN,
+    "paged_decode": dict(defaults=dict(ATTN, **SINKS),
                          out=dict(o="like(q)", lse="new(q, tuple(q.shape[:2]), 'float32')")),
-    "paged_prefill": dict(defaults=ATTN,
+    "paged_prefill": dict(defaults=dict(ATTN, **SINKS),
                           out=dict(o="like(q)", lse="new(q, tuple(q.shape[:2]), 'float32')")),
-    "sdpa": dict(defaults=dict(mask=None, **ATTN),
+    "sdpa": dict(defaults=dict(mask=None, **ATTN, **SINKS),
                  out=dict(o="like(q)", lse="new(q, tuple(q.shape[:3]), 'float32')")),
-    "sdpa_varlen": dict(defaults=ATTN,
+    "sdpa_varlen": dict(defaults=dict(ATTN, **SINKS),
                         out=dict(o="like(q)", lse="new(q, tuple(q.shape[:2]), 'float32')")),
-    "sdpa_backward": dict(out=dict(dq="like(q)", dk="like(k)", dv="like(v)")),
-    "sdpa_varlen_backward": dict(out=dict(dq="like(q)", dk="like(k)", dv="like(v)")),
+    "sdpa_backward": dict(defaults=SINKS,
+                          out=dict(dq="like(q)", dk="like(k)", dv="like(v)", dsinks=DSINKS)),
+    "sdpa_varlen_backward": dict(defaults=SINKS,
+                                 out=dict(dq="like(q)", dk="like(k)", dv="like(v)",
+                                          dsinks=DSINKS)),
     "linear": dict(defaults=dict(bias=None), out=dict(y="new(x, (x.shape[0], w.shape[0]))")),
     "group_gemm": dict(out=dict(y="new(x, (x.shape[0], w.shape[1]))")),
     "topk_gating": dict(defaults=dict(renormalize=0),

@@ -143,8 +143,9 @@ def _gather(cache, table, b, n, bs):
     return cache.double().cpu()[blocks, :, idx % bs].transpose(0, 1)
 
 
-def _attn_ref(q, k, v, scale, causal_offset=None, mask=None):
-    """q[Hq, Sq, D], k/v[Hkv, Sk, D]; grouped GQA; causal_offset: query i sees j <= i + off."""
+def _attn_ref(q, k, v, scale, causal_offset=None, mask=None, sinks=None):
+    """q[Hq, Sq, D], k/v[Hkv, Sk, D]; grouped GQA; causal_offset: query i sees j <= i + off;
+    sinks[Hq]: one more logit per head in the softmax, with no value (gpt-oss)."""
     Hq, Hkv = q.shape[0], k.shape[0]
     k = k.repeat_interleave(Hq // Hkv, 0)
     v = v.repeat_interleave(Hq // Hkv, 0)
@@ -155,6 +156,9 @@ def _attn_ref(q, k, v, scale, causal_offset=None, mask=None):
         s = s.masked_fill(j > i + causal_offset, float("-inf"))
     if mask is not None:
         s = s.masked_fill(~mask, float("-inf"))
+    if sinks is not None:
+        sk = sinks.double().cpu().reshape(-1, 1, 1).expand(-1, s.shape[-2], 1)
+        return torch.softmax(torch.cat([s, sk], -1), -1)[..., :-1] @ v.double()
     return torch.softmax(s, -1) @ v.double()
 
 
@@ -210,6 +214,36 @@ def sdpa_mask(dt, dev):
     return Case([q, k, v, mask, 0.0, 0.0, -1, 0, 0], ref)
 
 
+def sdpa_sinks(dt, dev):
+    q = _r(2, 4, 5, 32, dtype=dt, device=dev)
+    k, v = _r(2, 2, 7, 32, dtype=dt, device=dev), _r(2, 2, 7, 32, dtype=dt, device=dev)
+    sinks = _r(4, device=dev, scale=2.0)
+
+    def ref(a):
+        return [torch.stack([_attn_ref(a[0][b].cpu(), a[1][b].cpu(), a[2][b].cpu(), 32 ** -0.5,
+                                       causal_offset=2, sinks=a[9]) for b in range(2)])]
+    return Case([q, k, v, None, 0.0, 0.0, -1, 0, 1, sinks], ref)
+
+
+def paged_decode_sinks(dt, dev):
+    lens, bs, D = [5, 9, 0], 4, 32
+    kc, vc, table, seq = _paged(dt, dev, [5, 9, 1], bs)
+    seq[2] = 0  # no key: o = 0 (only the sink)
+    q = _r(3, 4, D, dtype=dt, device=dev)
+    sinks = _r(4, device=dev, scale=2.0)
+
+    def ref(a):
+        out = []
+        for b, n in enumerate(lens):
+            if n == 0:
+                out.append(torch.zeros(4, D, dtype=torch.float64))
+                continue
+            k, v = _gather(a[1], a[3], b, n, bs), _gather(a[2], a[3], b, n, bs)
+            out.append(_attn_ref(a[0][b].cpu()[:, None, :], k, v, D ** -0.5, sinks=a[10])[:, 0])
+        return [torch.stack(out)]
+    return Case([q, kc, vc, table, seq, 0.0, 0.0, -1, 0, 1, sinks], ref)
+
+
 # ---- attention training: packed sequences and the backwards ----------------------------------
 _VL_Q, _VL_K = [3, 0, 4, 2], [5, 2, 4, 0]  # an empty query side, an empty key side, Sq > Sk
 
@@ -255,7 +289,7 @@ def sdpa_backward(dt, dev):
     opts = [0.0, 0.0, -1, 0, 1]
     o = torch.empty_like(q)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=dev)
-    torch.ops.kite.sdpa.out(q, k, v, None, *opts, o, lse)
+    torch.ops.kite.sdpa.out(q, k, v, None, *opts, None, o, lse)
     dout = _r(*q.shape, dtype=dt, device=dev)
 
     def fwd(q, k, v):
@@ -272,7 +306,7 @@ def sdpa_varlen_backward(dt, dev):
     opts = [0.0, 0.0, -1, 0, 1]
     o = torch.empty_like(q)
     lse = torch.empty(q.shape[:2], dtype=torch.float32, device=dev)
-    torch.ops.kite.sdpa_varlen.out(q, k, v, *cu, *opts, o, lse)
+    torch.ops.kite.sdpa_varlen.out(q, k, v, *cu, *opts, None, o, lse)
     dout = _r(*q.shape, dtype=dt, device=dev)
     return Case([q, k, v, *cu, *opts, o, lse, dout],
                 lambda a: _grads(lambda q, k, v: _varlen_ref(q, k, v, D ** -0.5), a[:3], a[14]))
@@ -859,6 +893,8 @@ CASES = {
 # more than one case for some ops
 EXTRA = {"rope_gptj": ("rope", lambda dt, dev: rope(dt, dev, style=1)),
          "sdpa_mask": ("sdpa", sdpa_mask),
+         "sdpa_sinks": ("sdpa", sdpa_sinks),
+         "paged_decode_sinks": ("paged_decode", paged_decode_sinks),
          "activation_backward_silu": ("activation_backward", activation_backward_silu),
          "cross_entropy_none": ("cross_entropy", cross_entropy_none),
          "linear_wq4_min": ("linear_wq4", lambda dt, dev: linear_wq4(dt, dev, fmt=1)),

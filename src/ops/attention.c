@@ -133,6 +133,20 @@ kite_status kite_attn_check_lse(const kite_ctx *ctx, const char *op, const DLTen
   return kite_tensor_require_compact(op, "lse", out);
 }
 
+/* sinks (or dsinks): NULL, or compact f32 [hq] (kite.h, "Sinks"). */
+kite_status kite_attn_check_sinks(const kite_ctx *ctx, const char *op, const char *arg,
+                                  const DLTensor *t, int64_t hq, kite_tensor *out) {
+  kite_status s;
+  if (!t) return KITE_OK;
+  if ((s = kite_tensor_check(ctx, op, arg, t, out)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_ndim(op, arg, out, 1)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_dtype(op, arg, out, KITE_DTYPE_F32)) != KITE_OK) return s;
+  if (out->shape[0] != hq)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: %s: length %lld, expected Hq = %lld", op, arg,
+                          (long long)out->shape[0], (long long)hq);
+  return kite_tensor_require_compact(op, arg, out);
+}
+
 kite_status kite_attn_check_host_slots(const char *op, const int32_t *slots, int64_t tokens,
                                        int64_t capacity) {
   for (int64_t i = 0; i < tokens; i++)
@@ -220,9 +234,10 @@ static kite_status check_host_indices(const char *op, const kite_paged_attn_args
 static kite_status check_paged(kite_ctx *ctx, const char *op, const DLTensor *q,
                                const DLTensor *key_cache, const DLTensor *value_cache,
                                const DLTensor *block_table, const DLTensor *seq_lens,
-                               const DLTensor *cu_q_lens, const kite_attn_opts *opts, DLTensor *o,
-                               DLTensor *lse, kite_paged_attn_args *a) {
-  kite_tensor qt, kc, vc, bt, sl, cu = {0}, ot, lt = {0};
+                               const DLTensor *cu_q_lens, const DLTensor *sinks,
+                               const kite_attn_opts *opts, DLTensor *o, DLTensor *lse,
+                               kite_paged_attn_args *a) {
+  kite_tensor qt, kc, vc, bt, sl, cu = {0}, st = {0}, ot, lt = {0};
   kite_status s;
   if ((s = kite_check_ctx(ctx, op)) != KITE_OK) return s;
   if ((s = kite_attn_check_heads(ctx, op, "q", q, 3, &qt)) != KITE_OK) return s;
@@ -245,17 +260,18 @@ static kite_status check_paged(kite_ctx *ctx, const char *op, const DLTensor *q,
   if (cu_q_lens && (s = kite_attn_check_i32_vec(ctx, op, "cu_q_lens", cu_q_lens, batch + 1, "B + 1",
                                                 &cu)) != KITE_OK)
     return s;
+  if ((s = kite_attn_check_sinks(ctx, op, "sinks", sinks, hq, &st)) != KITE_OK) return s;
 
   if ((s = kite_attn_check_like(ctx, op, "o", o, &qt, "q", &ot)) != KITE_OK) return s;
   const int64_t lse_dims[2] = {tokens, hq};
   if ((s = kite_attn_check_lse(ctx, op, lse, 2, lse_dims, &lt)) != KITE_OK) return s;
 
-  const kite_tensor *in[] = {&qt, &kc, &vc, &bt, &sl, &cu};
-  const char *in_names[] = {"q",           "key_cache", "value_cache",
-                            "block_table", "seq_lens",  "cu_q_lens"};
-  if ((s = kite_attn_check_output(op, "o", &ot, in, in_names, 6)) != KITE_OK) return s;
+  const kite_tensor *in[] = {&qt, &kc, &vc, &bt, &sl, &cu, &st};
+  const char *in_names[] = {"q",        "key_cache", "value_cache", "block_table",
+                            "seq_lens", "cu_q_lens", "sinks"};
+  if ((s = kite_attn_check_output(op, "o", &ot, in, in_names, 7)) != KITE_OK) return s;
   if (lse) {
-    if ((s = kite_attn_check_output(op, "lse", &lt, in, in_names, 6)) != KITE_OK) return s;
+    if ((s = kite_attn_check_output(op, "lse", &lt, in, in_names, 7)) != KITE_OK) return s;
     if ((s = kite_tensor_require_disjoint(op, "lse", &lt, &ot, "o")) != KITE_OK) return s;
   }
 
@@ -280,7 +296,8 @@ static kite_status check_paged(kite_ctx *ctx, const char *op, const DLTensor *q,
                             .o = ot.data,
                             .o_stride_t = ot.strides[0],
                             .o_stride_h = ot.strides[1],
-                            .lse = lse ? lt.data : NULL};
+                            .lse = lse ? lt.data : NULL,
+                            .sinks = sinks ? st.data : NULL};
   if ((s = kite_attn_check_opts(op, opts, head_dim, &r.opts)) != KITE_OK) return s;
   *a = r;
   return KITE_OK;
@@ -331,13 +348,13 @@ kite_status kite_attn_check_host_table(const char *op, const kite_host_table *a)
 
 kite_status kite_paged_decode(kite_ctx *ctx, const DLTensor *q, const DLTensor *key_cache,
                               const DLTensor *value_cache, const DLTensor *block_table,
-                              const DLTensor *seq_lens, const kite_attn_opts *opts, DLTensor *o,
-                              DLTensor *lse) {
+                              const DLTensor *seq_lens, const DLTensor *sinks,
+                              const kite_attn_opts *opts, DLTensor *o, DLTensor *lse) {
   kite_clear_error();
   kite_init();
   kite_paged_attn_args a;
   kite_status s = check_paged(ctx, "paged_decode", q, key_cache, value_cache, block_table, seq_lens,
-                              NULL, opts, o, lse, &a);
+                              NULL, sinks, opts, o, lse, &a);
   if (s != KITE_OK) return s;
   a.op = KITE_OP_PAGED_DECODE;
   if (kite_indices_on_host(ctx) && (s = check_host_indices("paged_decode", &a)) != KITE_OK)
@@ -349,14 +366,15 @@ kite_status kite_paged_decode(kite_ctx *ctx, const DLTensor *q, const DLTensor *
 kite_status kite_paged_prefill(kite_ctx *ctx, const DLTensor *q, const DLTensor *key_cache,
                                const DLTensor *value_cache, const DLTensor *block_table,
                                const DLTensor *cu_q_lens, const DLTensor *seq_lens,
-                               const kite_attn_opts *opts, DLTensor *o, DLTensor *lse) {
+                               const DLTensor *sinks, const kite_attn_opts *opts, DLTensor *o,
+                               DLTensor *lse) {
   kite_clear_error();
   kite_init();
   if (!cu_q_lens)
     return kite_set_error(KITE_ERR_INVALID_ARG, "paged_prefill: cu_q_lens: tensor is NULL");
   kite_paged_attn_args a;
   kite_status s = check_paged(ctx, "paged_prefill", q, key_cache, value_cache, block_table,
-                              seq_lens, cu_q_lens, opts, o, lse, &a);
+                              seq_lens, cu_q_lens, sinks, opts, o, lse, &a);
   if (s != KITE_OK) return s;
   a.op = KITE_OP_PAGED_PREFILL;
   if (kite_indices_on_host(ctx) && (s = check_host_indices("paged_prefill", &a)) != KITE_OK)
@@ -413,11 +431,13 @@ kite_status kite_attn_check_like(const kite_ctx *ctx, const char *op, const char
 
 kite_status kite_attn_check_sdpa(kite_ctx *ctx, const char *op, const DLTensor *q,
                                  const DLTensor *k, const DLTensor *v, const DLTensor *mask,
-                                 const kite_attn_opts *opts, const DLTensor *o, const DLTensor *lse,
-                                 bool lse_required, kite_sdpa_args *a, kite_tensor t[6]) {
+                                 const DLTensor *sinks, const kite_attn_opts *opts,
+                                 const DLTensor *o, const DLTensor *lse, bool lse_required,
+                                 kite_sdpa_args *a, kite_tensor t[7]) {
   kite_tensor *qt = &t[0], *kt = &t[1], *vt = &t[2], *mt = &t[3], *ot = &t[4], *lt = &t[5];
+  kite_tensor *st = &t[6];
   kite_status s;
-  memset(t, 0, 6 * sizeof *t);
+  memset(t, 0, 7 * sizeof *t);
   if ((s = kite_attn_check_heads(ctx, op, "q", q, 4, qt)) != KITE_OK) return s;
   if ((s = kite_attn_check_heads(ctx, op, "k", k, 4, kt)) != KITE_OK) return s;
   if ((s = kite_attn_check_heads(ctx, op, "v", v, 4, vt)) != KITE_OK) return s;
@@ -455,6 +475,8 @@ kite_status kite_attn_check_sdpa(kite_ctx *ctx, const char *op, const DLTensor *
     const int64_t want[4] = {batch, hq, sq, sk};
     if ((s = check_mask(ctx, op, mask, qt->dtype, want, &r, mt)) != KITE_OK) return s;
   }
+  if ((s = kite_attn_check_sinks(ctx, op, "sinks", sinks, hq, st)) != KITE_OK) return s;
+  r.sinks = sinks ? st->data : NULL;
 
   if ((s = kite_attn_check_like(ctx, op, "o", o, qt, "q", ot)) != KITE_OK) return s;
   if (!lse && lse_required)
@@ -465,11 +487,11 @@ kite_status kite_attn_check_sdpa(kite_ctx *ctx, const char *op, const DLTensor *
   const int64_t lse_dims[3] = {batch, hq, sq};
   if ((s = kite_attn_check_lse(ctx, op, lse, 3, lse_dims, lt)) != KITE_OK) return s;
 
-  const kite_tensor *in[] = {qt, kt, vt, mt};
-  const char *in_names[] = {"q", "k", "v", "mask"};
-  if ((s = kite_attn_check_output(op, "o", ot, in, in_names, 4)) != KITE_OK) return s;
+  const kite_tensor *in[] = {qt, kt, vt, mt, st};
+  const char *in_names[] = {"q", "k", "v", "mask", "sinks"};
+  if ((s = kite_attn_check_output(op, "o", ot, in, in_names, 5)) != KITE_OK) return s;
   if (lse) {
-    if ((s = kite_attn_check_output(op, "lse", lt, in, in_names, 4)) != KITE_OK) return s;
+    if ((s = kite_attn_check_output(op, "lse", lt, in, in_names, 5)) != KITE_OK) return s;
     if ((s = kite_tensor_require_disjoint(op, "lse", lt, ot, "o")) != KITE_OK) return s;
   }
   r.o = ot->data;
@@ -481,13 +503,14 @@ kite_status kite_attn_check_sdpa(kite_ctx *ctx, const char *op, const DLTensor *
 }
 
 kite_status kite_sdpa(kite_ctx *ctx, const DLTensor *q, const DLTensor *k, const DLTensor *v,
-                      const DLTensor *mask, const kite_attn_opts *opts, DLTensor *o,
-                      DLTensor *lse) {
-  kite_tensor t[6];
+                      const DLTensor *mask, const DLTensor *sinks, const kite_attn_opts *opts,
+                      DLTensor *o, DLTensor *lse) {
+  kite_tensor t[7];
   kite_sdpa_args a;
   kite_status s;
   if ((s = kite_op_begin(ctx, "sdpa")) != KITE_OK) return s;
-  if ((s = kite_attn_check_sdpa(ctx, "sdpa", q, k, v, mask, opts, o, lse, false, &a, t)) != KITE_OK)
+  if ((s = kite_attn_check_sdpa(ctx, "sdpa", q, k, v, mask, sinks, opts, o, lse, false, &a, t)) !=
+      KITE_OK)
     return s;
   if (a.batch == 0 || a.hq == 0 || a.sq == 0) return KITE_OK;
   return kite_dispatch(ctx, KITE_OP_SDPA, a.dtype, &a);

@@ -51,13 +51,18 @@ typedef struct kite_host_table {
 } kite_host_table;
 kite_status kite_attn_check_host_table(const char *op, const kite_host_table *a);
 
-/* Everything kite_sdpa checks, under the name op: q, k, v, mask, opts, o (written by sdpa, read
- * by its backward: distinct elements, disjoint from q, k, v, mask either way) and lse (NULL
- * allowed unless lse_required). Fills *a (op KITE_OP_SDPA) and t[6], the checked q, k, v, mask,
- * o, lse (zeroed when absent), for the caller's further overlap checks. */
+/* sinks (or dsinks) under the name arg: NULL, or compact f32 [hq] (kite.h, "Sinks"). */
+kite_status kite_attn_check_sinks(const kite_ctx *ctx, const char *op, const char *arg,
+                                  const DLTensor *t, int64_t hq, kite_tensor *out);
+
+/* Everything kite_sdpa checks, under the name op: q, k, v, mask, sinks, opts, o (written by sdpa,
+ * read by its backward: distinct elements, disjoint from q, k, v, mask, sinks either way) and lse
+ * (NULL allowed unless lse_required). Fills *a (op KITE_OP_SDPA) and t[7], the checked q, k, v,
+ * mask, o, lse, sinks (zeroed when absent), for the caller's further overlap checks. */
 kite_status kite_attn_check_sdpa(kite_ctx *ctx, const char *op, const DLTensor *q,
                                  const DLTensor *k, const DLTensor *v, const DLTensor *mask,
-                                 const kite_attn_opts *opts, const DLTensor *o, const DLTensor *lse,
-                                 bool lse_required, kite_sdpa_args *a, kite_tensor t[6]);
+                                 const DLTensor *sinks, const kite_attn_opts *opts,
+                                 const DLTensor *o, const DLTensor *lse, bool lse_required,
+                                 kite_sdpa_args *a, kite_tensor t[7]);
 
 #endif

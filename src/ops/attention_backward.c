@@ -33,16 +33,16 @@ static kite_status check_max_seqlen(const char *op, const char *arg, int64_t max
 }
 
 /* The checked tensors of a varlen call, in this order. */
-enum { VL_Q, VL_K, VL_V, VL_CU_Q, VL_CU_K, VL_O, VL_LSE, VL_N };
+enum { VL_Q, VL_K, VL_V, VL_CU_Q, VL_CU_K, VL_SINKS, VL_O, VL_LSE, VL_N };
 
 /* Everything kite_sdpa_varlen checks, under the name op (o read, not written, by the
  * backward; lse required there). Fills *a (op KITE_OP_SDPA_VARLEN) and t[VL_N]. */
 static kite_status check_varlen(kite_ctx *ctx, const char *op, const DLTensor *q, const DLTensor *k,
                                 const DLTensor *v, const DLTensor *cu_seqlens_q,
                                 const DLTensor *cu_seqlens_k, int64_t max_seqlen_q,
-                                int64_t max_seqlen_k, const kite_attn_opts *opts, const DLTensor *o,
-                                const DLTensor *lse, bool lse_required, kite_sdpa_varlen_args *a,
-                                kite_tensor t[VL_N]) {
+                                int64_t max_seqlen_k, const DLTensor *sinks,
+                                const kite_attn_opts *opts, const DLTensor *o, const DLTensor *lse,
+                                bool lse_required, kite_sdpa_varlen_args *a, kite_tensor t[VL_N]) {
   kite_status s;
   memset(t, 0, VL_N * sizeof *t);
   if ((s = kite_attn_check_heads(ctx, op, "q", q, 3, &t[VL_Q])) != KITE_OK) return s;
@@ -67,6 +67,7 @@ static kite_status check_varlen(kite_ctx *ctx, const char *op, const DLTensor *q
                           (long long)t[VL_CU_K].shape[0], (long long)t[VL_CU_Q].shape[0]);
   if ((s = check_max_seqlen(op, "max_seqlen_q", max_seqlen_q, tq)) != KITE_OK) return s;
   if ((s = check_max_seqlen(op, "max_seqlen_k", max_seqlen_k, tk)) != KITE_OK) return s;
+  if ((s = kite_attn_check_sinks(ctx, op, "sinks", sinks, hq, &t[VL_SINKS])) != KITE_OK) return s;
 
   if ((s = kite_attn_check_like(ctx, op, "o", o, qt, "q", &t[VL_O])) != KITE_OK) return s;
   if (!lse && lse_required)
@@ -75,11 +76,11 @@ static kite_status check_varlen(kite_ctx *ctx, const char *op, const DLTensor *q
   const int64_t lse_dims[2] = {tq, hq};
   if ((s = kite_attn_check_lse(ctx, op, lse, 2, lse_dims, &t[VL_LSE])) != KITE_OK) return s;
 
-  const kite_tensor *in[] = {qt, kt, vt, &t[VL_CU_Q], &t[VL_CU_K]};
-  const char *in_names[] = {"q", "k", "v", "cu_seqlens_q", "cu_seqlens_k"};
-  if ((s = kite_attn_check_output(op, "o", &t[VL_O], in, in_names, 5)) != KITE_OK) return s;
+  const kite_tensor *in[] = {qt, kt, vt, &t[VL_CU_Q], &t[VL_CU_K], &t[VL_SINKS]};
+  const char *in_names[] = {"q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "sinks"};
+  if ((s = kite_attn_check_output(op, "o", &t[VL_O], in, in_names, 6)) != KITE_OK) return s;
   if (lse) {
-    if ((s = kite_attn_check_output(op, "lse", &t[VL_LSE], in, in_names, 5)) != KITE_OK) return s;
+    if ((s = kite_attn_check_output(op, "lse", &t[VL_LSE], in, in_names, 6)) != KITE_OK) return s;
     if ((s = kite_tensor_require_disjoint(op, "lse", &t[VL_LSE], &t[VL_O], "o")) != KITE_OK)
       return s;
   }
@@ -100,7 +101,8 @@ static kite_status check_varlen(kite_ctx *ctx, const char *op, const DLTensor *q
                              .k = kt->data,
                              .v = vt->data,
                              .o = t[VL_O].data,
-                             .lse = lse ? t[VL_LSE].data : NULL};
+                             .lse = lse ? t[VL_LSE].data : NULL,
+                             .sinks = sinks ? t[VL_SINKS].data : NULL};
   for (int i = 0; i < 2; i++) {
     r.q_stride[i] = qt->strides[i];
     r.k_stride[i] = kt->strides[i];
@@ -148,36 +150,46 @@ static kite_status check_host_varlen(kite_ctx *ctx, const char *op,
 
 kite_status kite_sdpa_varlen(kite_ctx *ctx, const DLTensor *q, const DLTensor *k, const DLTensor *v,
                              const DLTensor *cu_seqlens_q, const DLTensor *cu_seqlens_k,
-                             int64_t max_seqlen_q, int64_t max_seqlen_k, const kite_attn_opts *opts,
-                             DLTensor *o, DLTensor *lse) {
+                             int64_t max_seqlen_q, int64_t max_seqlen_k, const DLTensor *sinks,
+                             const kite_attn_opts *opts, DLTensor *o, DLTensor *lse) {
   const char *op = "sdpa_varlen";
   kite_tensor t[VL_N];
   kite_sdpa_varlen_args a;
   kite_status s;
   if ((s = kite_op_begin(ctx, op)) != KITE_OK) return s;
   if ((s = check_varlen(ctx, op, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                        opts, o, lse, false, &a, t)) != KITE_OK)
+                        sinks, opts, o, lse, false, &a, t)) != KITE_OK)
     return s;
   if ((s = check_host_varlen(ctx, op, &a)) != KITE_OK) return s;
   if (a.tq == 0 || a.hq == 0) return KITE_OK;
   return kite_dispatch(ctx, KITE_OP_SDPA_VARLEN, a.dtype, &a);
 }
 
-/* The gradients of a backward call: dout (read) of q's shape, dq like q, dk and dv like k; the
- * outputs distinct, disjoint from the n inputs and from each other. g: dout, dq, dk, dv. */
+/* The gradients of a backward call: dout (read) of q's shape, dq like q, dk and dv like k,
+ * dsinks (NULL, or f32 [hq] and then sinks given); the outputs distinct, disjoint from the n
+ * inputs and from each other. g: dout, dq, dk, dv, dsinks (zeroed when absent). */
 static kite_status check_grads(const kite_ctx *ctx, const char *op, const kite_tensor *qt,
                                const kite_tensor *kt, const DLTensor *dout, const DLTensor *dq,
-                               const DLTensor *dk, const DLTensor *dv, const kite_tensor **in,
-                               const char **in_names, int n, kite_tensor g[4]) {
+                               const DLTensor *dk, const DLTensor *dv, const DLTensor *sinks,
+                               const DLTensor *dsinks, const kite_tensor **in,
+                               const char **in_names, int n, kite_tensor g[5]) {
   kite_status s;
+  memset(&g[4], 0, sizeof g[4]);
   if ((s = kite_attn_check_like(ctx, op, "dout", dout, qt, "q", &g[0])) != KITE_OK) return s;
   if ((s = kite_attn_check_like(ctx, op, "dq", dq, qt, "q", &g[1])) != KITE_OK) return s;
   if ((s = kite_attn_check_like(ctx, op, "dk", dk, kt, "k", &g[2])) != KITE_OK) return s;
   if ((s = kite_attn_check_like(ctx, op, "dv", dv, kt, "k", &g[3])) != KITE_OK) return s;
+  if (dsinks && !sinks)
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "%s: sinks: tensor is NULL while dsinks is given (the sinks' gradient "
+                          "needs the forward's sinks)",
+                          op);
+  if ((s = kite_attn_check_sinks(ctx, op, "dsinks", dsinks, qt->shape[1], &g[4])) != KITE_OK)
+    return s;
   in[n] = &g[0], in_names[n] = "dout";
   /* each output against the inputs and the outputs before it */
-  const char *names[] = {"dq", "dk", "dv"};
-  for (int i = 0; i < 3; i++) {
+  const char *names[] = {"dq", "dk", "dv", "dsinks"};
+  for (int i = 0; i < 4; i++) {
     if ((s = kite_attn_check_output(op, names[i], &g[1 + i], in, in_names, n + 1 + i)) != KITE_OK)
       return s;
     in[n + 1 + i] = &g[1 + i], in_names[n + 1 + i] = names[i];
@@ -185,12 +197,13 @@ static kite_status check_grads(const kite_ctx *ctx, const char *op, const kite_t
   return KITE_OK;
 }
 
-/* The gradient fields of a backward args struct a from the checked dout, dq, dk, dv g[4]: data
- * and the first n strides. */
+/* The gradient fields of a backward args struct a from the checked dout, dq, dk, dv, dsinks
+ * g[5]: data and the first n strides. */
 #define SET_GRADS(a, g, n)                                                                         \
   do {                                                                                             \
     (a).dtype = (a).fwd.dtype;                                                                     \
     (a).dout = (g)[0].data, (a).dq = (g)[1].data, (a).dk = (g)[2].data, (a).dv = (g)[3].data;      \
+    (a).dsinks = (g)[4].data;                                                                      \
     for (int i_ = 0; i_ < (n); i_++) {                                                             \
       (a).dout_stride[i_] = (g)[0].strides[i_], (a).dq_stride[i_] = (g)[1].strides[i_];            \
       (a).dk_stride[i_] = (g)[2].strides[i_], (a).dv_stride[i_] = (g)[3].strides[i_];              \
@@ -198,48 +211,53 @@ static kite_status check_grads(const kite_ctx *ctx, const char *op, const kite_t
   } while (0)
 
 kite_status kite_sdpa_backward(kite_ctx *ctx, const DLTensor *q, const DLTensor *k,
-                               const DLTensor *v, const DLTensor *mask, const kite_attn_opts *opts,
-                               const DLTensor *o, const DLTensor *lse, const DLTensor *dout,
-                               DLTensor *dq, DLTensor *dk, DLTensor *dv) {
+                               const DLTensor *v, const DLTensor *mask, const DLTensor *sinks,
+                               const kite_attn_opts *opts, const DLTensor *o, const DLTensor *lse,
+                               const DLTensor *dout, DLTensor *dq, DLTensor *dk, DLTensor *dv,
+                               DLTensor *dsinks) {
   const char *op = "sdpa_backward";
-  kite_tensor t[6], g[4];
+  kite_tensor t[7], g[5];
   kite_sdpa_backward_args a = {.op = KITE_OP_SDPA_BACKWARD};
   kite_status s;
   if ((s = kite_op_begin(ctx, op)) != KITE_OK) return s;
-  if ((s = kite_attn_check_sdpa(ctx, op, q, k, v, mask, opts, o, lse, true, &a.fwd, t)) != KITE_OK)
+  if ((s = kite_attn_check_sdpa(ctx, op, q, k, v, mask, sinks, opts, o, lse, true, &a.fwd, t)) !=
+      KITE_OK)
     return s;
-  const kite_tensor *in[6 + 4] = {&t[0], &t[1], &t[2], &t[3], &t[4], &t[5]};
-  const char *in_names[6 + 4] = {"q", "k", "v", "mask", "o", "lse"};
-  if ((s = check_grads(ctx, op, &t[0], &t[1], dout, dq, dk, dv, in, in_names, 6, g)) != KITE_OK)
+  const kite_tensor *in[7 + 5] = {&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6]};
+  const char *in_names[7 + 5] = {"q", "k", "v", "mask", "o", "lse", "sinks"};
+  if ((s = check_grads(ctx, op, &t[0], &t[1], dout, dq, dk, dv, sinks, dsinks, in, in_names, 7,
+                       g)) != KITE_OK)
     return s;
   SET_GRADS(a, g, 3);
-  /* no query: dk and dv are still written (zeros) */
-  if (g[1].numel == 0 && g[2].numel == 0) return KITE_OK;
+  /* no query: dk and dv are still written (zeros), and dsinks (zeros) */
+  if (g[1].numel == 0 && g[2].numel == 0 && g[4].numel == 0) return KITE_OK;
   return kite_dispatch(ctx, KITE_OP_SDPA_BACKWARD, a.dtype, &a);
 }
 
 kite_status kite_sdpa_varlen_backward(kite_ctx *ctx, const DLTensor *q, const DLTensor *k,
                                       const DLTensor *v, const DLTensor *cu_seqlens_q,
                                       const DLTensor *cu_seqlens_k, int64_t max_seqlen_q,
-                                      int64_t max_seqlen_k, const kite_attn_opts *opts,
-                                      const DLTensor *o, const DLTensor *lse, const DLTensor *dout,
-                                      DLTensor *dq, DLTensor *dk, DLTensor *dv) {
+                                      int64_t max_seqlen_k, const DLTensor *sinks,
+                                      const kite_attn_opts *opts, const DLTensor *o,
+                                      const DLTensor *lse, const DLTensor *dout, DLTensor *dq,
+                                      DLTensor *dk, DLTensor *dv, DLTensor *dsinks) {
   const char *op = "sdpa_varlen_backward";
-  kite_tensor t[VL_N], g[4];
+  kite_tensor t[VL_N], g[5];
   kite_sdpa_varlen_backward_args a = {.op = KITE_OP_SDPA_VARLEN_BACKWARD};
   kite_status s;
   if ((s = kite_op_begin(ctx, op)) != KITE_OK) return s;
   if ((s = check_varlen(ctx, op, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                        opts, o, lse, true, &a.fwd, t)) != KITE_OK)
+                        sinks, opts, o, lse, true, &a.fwd, t)) != KITE_OK)
     return s;
-  const kite_tensor *in[VL_N + 4];
-  const char *in_names[VL_N + 4] = {"q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "o", "lse"};
+  const kite_tensor *in[VL_N + 5];
+  const char *in_names[VL_N + 5] = {"q",     "k", "v",  "cu_seqlens_q", "cu_seqlens_k",
+                                    "sinks", "o", "lse"};
   for (int i = 0; i < VL_N; i++) in[i] = &t[i];
-  if ((s = check_grads(ctx, op, &t[VL_Q], &t[VL_K], dout, dq, dk, dv, in, in_names, VL_N, g)) !=
-      KITE_OK)
+  if ((s = check_grads(ctx, op, &t[VL_Q], &t[VL_K], dout, dq, dk, dv, sinks, dsinks, in, in_names,
+                       VL_N, g)) != KITE_OK)
     return s;
   if ((s = check_host_varlen(ctx, op, &a.fwd)) != KITE_OK) return s;
   SET_GRADS(a, g, 2);
-  if (g[1].numel == 0 && g[2].numel == 0) return KITE_OK;
+  if (g[1].numel == 0 && g[2].numel == 0 && g[4].numel == 0) return KITE_OK;
   return kite_dispatch(ctx, KITE_OP_SDPA_VARLEN_BACKWARD, a.dtype, &a);
 }

@@ -29,6 +29,7 @@ typedef struct kt_attn_case {
   int64_t sq, sk;                 /* sdpa */
   kite_attn_opts opts;
   int with_lse;
+  int sinks;        /* attention ops: sinks f32 [Hq] given (kite.h, "Sinks") */
   int mask;         /* sdpa: 0 none, else a driver_attn.c mask kind */
   int bshd;         /* sdpa: q, k, v, o are [B, S, H, D] memory viewed as [B, H, S, D] */
   int fused_kv;     /* store_kv: k and v are slices of one [T, 2 Hkv D + pad] buffer */

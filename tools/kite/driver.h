@@ -33,8 +33,8 @@
 #define KT_GUARD 256   /* canary bytes before and after each body; keeps bodies aligned */
 #define KT_CANARY 0xa5 /* canary byte */
 #define KT_POISON 0xff /* output bytes before the call */
-#define KT_MAX_BUFS 12
-#define KT_MAX_VIEWS 12
+#define KT_MAX_BUFS 16 /* sdpa_varlen_backward with sinks binds 13 tensors */
+#define KT_MAX_VIEWS 16
 #define KT_MAX_DIMS 4
 /* Elements of an array (a table of case shapes), as int. */
 #define KT_COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))

@@ -122,6 +122,7 @@ static void attn_describe(const kt_case *c, char *buf, size_t n) {
   if (o->window_left >= 0) kt_cat(buf, n, &len, " window=%d", (int)o->window_left);
   if (o->gqa == KITE_GQA_INTERLEAVED) kt_cat(buf, n, &len, " interleaved");
   if (a->with_lse) kt_cat(buf, n, &len, " lse");
+  if (a->sinks) kt_cat(buf, n, &len, " sinks");
   if (a->pad) kt_cat(buf, n, &len, " pad=%lld", (long long)a->pad);
 }
 
@@ -304,12 +305,21 @@ static void plan_paged(kt_run *r, const kt_case *c) {
   kt_attn_plan_table(r, a);
   if (prefill)
     kt_bind(r, "cu_q_lens", kt_attn_add_ints(r, "cu_q_lens", a->batch + 1, fill_cu_q_lens));
+  kt_attn_plan_sinks(r, c);
   kt_bind(r, "o", kt_attn_add_heads(r, "o", t, KT_OUT, N, a->hq, a->head_dim, a->pad, 0, 0));
   if (a->with_lse) {
     int64_t lshape[2] = {N, a->hq};
     kt_bind(r, "lse",
             kt_add_tensor(r, "lse", KITE_DTYPE_F32, KT_OUT, 2, lshape, KT_FILL_UNIFORM, 0, 0));
   }
+}
+
+int kt_attn_plan_sinks(kt_run *r, const kt_case *c) {
+  if (!c->attn.sinks) return -1;
+  int64_t shape[1] = {c->attn.hq};
+  return kt_bind(
+      r, "sinks",
+      kt_add_tensor(r, "sinks", KITE_DTYPE_F32, KT_IN, 1, shape, KT_FILL_UNIFORM, -1, 2));
 }
 
 int kt_attn_plan_mask(kt_run *r, const kt_case *c) {
@@ -361,6 +371,7 @@ static void plan_sdpa(kt_run *r, const kt_case *c) {
   kt_bind(r, "k", kt_attn_add_bhsd(r, "k", t, KT_IN, B, a->hkv, a->sk, D, a->pad, a->bshd, -1, 1));
   kt_bind(r, "v", kt_attn_add_bhsd(r, "v", t, KT_IN, B, a->hkv, a->sk, D, a->pad, a->bshd, -1, 1));
   kt_attn_plan_mask(r, c);
+  kt_attn_plan_sinks(r, c);
   kt_bind(r, "o", kt_attn_add_bhsd(r, "o", t, KT_OUT, B, a->hq, a->sq, D, a->pad, a->bshd, 0, 0));
   if (a->with_lse) {
     int64_t lshape[3] = {B, a->hq, a->sq};
@@ -409,7 +420,7 @@ static double attn_bytes(const kt_case *c) {
   double e = (double)kite_dtype_size(c->dtype), D = (double)a->head_dim;
   double hq = (double)a->hq, hkv = (double)a->hkv, keys, blocks;
   kt_attn_count_keys(a, &keys, &blocks);
-  double lse = a->with_lse ? 4 : 0;
+  double lse = a->with_lse ? 4 : 0, sinks = a->sinks ? 4 * hq : 0;
   switch (c->op) {
   case KITE_OP_STORE_KV:
     return 4 * (double)a->tokens * hkv * D * e + 4 * (double)a->tokens;
@@ -417,7 +428,7 @@ static double attn_bytes(const kt_case *c) {
   case KITE_OP_PAGED_PREFILL: {
     double N = c->op == KITE_OP_PAGED_PREFILL ? (double)a->tokens : (double)a->batch;
     return 2 * N * hq * D * e + 2 * keys * hkv * D * e + 4 * blocks + 8 * (double)a->batch +
-           lse * N * hq;
+           lse * N * hq + sinks;
   }
   case KITE_OP_SDPA: {
     double B = (double)a->batch, sq = (double)a->sq, sk = (double)a->sk, mask = 0;
@@ -426,7 +437,7 @@ static double attn_bytes(const kt_case *c) {
     if (a->mask == MASK_F32) mask = 4 * sq * sk;
     if (a->mask == MASK_QT_BCAST) mask = e * sq * sk;
     if (a->mask == MASK_F32_B1) mask = 4 * B * sq * sk;
-    return 2 * B * hq * sq * D * e + 2 * B * hkv * sk * D * e + mask + lse * B * hq * sq;
+    return 2 * B * hq * sq * D * e + 2 * B * hkv * sk * D * e + mask + lse * B * hq * sq + sinks;
   }
   default:
     return 0;
@@ -617,6 +628,7 @@ static void gen_paged(kite_op op, kite_dtype t, int quick, kt_case_list *l) {
       c.attn.opts = g_optsets[s].opts;
       c.attn.with_lse = g_optsets[s].with_lse || last;
       c.attn.pad = (gi + s) % 2 ? 3 : 0;
+      c.attn.sinks = (gi + s) % 3 == 1;
       kt_case_push(l, c);
     }
   }
@@ -636,6 +648,7 @@ static void gen_sdpa(kite_dtype t, int quick, kt_case_list *l) {
       c.attn.mask = v->mask;
       c.attn.bshd = v->bshd;
       c.attn.pad = (k + vi) % 3 == 1 ? 3 : 0;
+      c.attn.sinks = (k + vi) % 3 == 2;
       kt_case_push(l, c);
     }
   }

@@ -30,6 +30,8 @@ int kt_attn_add_bhsd(kt_run *r, const char *name, kite_dtype t, kt_role role, in
  * kt_attn_fill_mask. */
 int kt_attn_plan_mask(kt_run *r, const kt_case *c);
 void kt_attn_fill_mask(const kt_run *r, int vi, uint64_t seed, unsigned char *body);
+/* With c->attn.sinks, sinks f32 [Hq] in [-1, 2] bound to "sinks" (its view); else -1. */
+int kt_attn_plan_sinks(kt_run *r, const kt_case *c);
 /* The mask element at buffer element `at`, in query row i: for bool masks 0 / 1, else the
  * added value (-inf hides). Query row 1 sees no key. */
 double kt_attn_mask_value(int is_bool, uint64_t seed, int64_t at, int64_t i);

@@ -6,8 +6,9 @@
  * would make p = exp(u - lse) meaningless (and underflow f16). So q, k, v, dout and the mask of
  * these cases are filled from fixed keys (not the run's seed) and o and lse are computed from
  * them on the host, in double, as the forward defines them (o rounded to the dtype, lse to
- * f32). Mask rows that see no key give lse = -inf, which the backward must treat as "no
- * contribution".
+ * f32). Mask rows that see no key give lse = -inf (with sinks: the sink), which the backward
+ * must treat as "no contribution". Sinks, when the case has them, are fixed-filled too, and the
+ * backward's dsinks is an output beside dq, dk, dv.
  *
  * Varlen cases are B sequences of q_lens[b] queries and seq_lens[b] keys packed back to back
  * ([T, H, D] with head stride D + pad); the lengths include 0 on either side and unequal pairs
@@ -72,6 +73,7 @@ static void attn_train_describe(const kt_case *c, char *buf, size_t n) {
   if (o->scale != 0.0f) kt_cat(buf, n, &len, " scale=%g", (double)o->scale);
   if (o->gqa == KITE_GQA_INTERLEAVED) kt_cat(buf, n, &len, " interleaved");
   if (a->with_lse) kt_cat(buf, n, &len, " lse");
+  if (a->sinks) kt_cat(buf, n, &len, " sinks");
   if (a->pad) kt_cat(buf, n, &len, " pad=%lld", (long long)a->pad);
 }
 
@@ -166,9 +168,10 @@ static void host_forward(const kt_run *r, int vi, unsigned char *body, int want_
   const kt_view *m = mv >= 0 ? &r->view[mv] : NULL;
   const int64_t D = a->head_dim, nseq = is_varlen(r->c.op) ? a->batch : a->batch;
   double *q = fixed_values(r, "q"), *k = fixed_values(r, "k"), *val = fixed_values(r, "v");
+  double *sinks = a->sinks ? fixed_values(r, "sinks") : NULL;
   const int64_t most = is_varlen(r->c.op) ? 1 + sum_lens(a->seq_lens, a->batch) : 1 + a->sk;
   double *p = malloc((size_t)most * sizeof *p), *acc = malloc((size_t)D * sizeof *acc);
-  if (!q || !k || !val || !p || !acc) goto done;
+  if (!q || !k || !val || !p || !acc || (a->sinks && !sinks)) goto done;
   host_seq s = {0};
   for (int64_t b = 0; b < nseq; b++) {
     s.b = b;
@@ -180,11 +183,13 @@ static void host_forward(const kt_run *r, int vi, unsigned char *body, int want_
     for (int64_t h = 0; h < a->hq; h++) {
       const int64_t g = a->opts.gqa == KITE_GQA_INTERLEAVED ? h % a->hkv : h / (a->hq / a->hkv);
       for (int64_t i = 0; i < s.sq; i++) {
-        double mx = -INFINITY, sum = 0.0;
+        const double sink = sinks ? sinks[h] : -INFINITY; /* one more score, no value */
+        double mx = sink, sum = 0.0;
         for (int64_t j = 0; j < s.sk; j++) {
           p[j] = host_score(r, &s, q, k, h, i, g, j, m);
           if (p[j] > mx) mx = p[j];
         }
+        if (mx > -INFINITY) sum = exp(sink - mx);
         for (int64_t d = 0; d < D; d++) acc[d] = 0.0;
         for (int64_t j = 0; mx > -INFINITY && j < s.sk; j++) {
           p[j] = exp(p[j] - mx);
@@ -204,7 +209,7 @@ static void host_forward(const kt_run *r, int vi, unsigned char *body, int want_
     s.t0 += s.sq, s.s0 += s.sk;
   }
 done:
-  free(q), free(k), free(val), free(p), free(acc);
+  free(q), free(k), free(val), free(sinks), free(p), free(acc);
 }
 
 static void fill_o(const kt_run *r, int vi, uint64_t seed, unsigned char *body) {
@@ -281,7 +286,14 @@ static void attn_train_plan(kt_run *r, const kt_case *c) {
                           bwd ? KT_FILL_CUSTOM : KT_FILL_UNIFORM, 0, 0);
     kt_bind(r, "lse", bwd ? custom(r, l, fill_lse) : l);
   }
+  const int sv = kt_attn_plan_sinks(r, c);
+  if (bwd) custom(r, sv, fill_fixed);
   if (!bwd) return;
+  if (a->sinks) {
+    int64_t shape[1] = {a->hq};
+    kt_bind(r, "dsinks",
+            kt_add_tensor(r, "dsinks", KITE_DTYPE_F32, KT_OUT, 1, shape, KT_FILL_UNIFORM, 0, 0));
+  }
   static const char *const out_names[] = {"dq", "dk", "dv"};
   for (int n = 0; n < 3; n++) {
     const int64_t H = n ? a->hkv : a->hq;
@@ -416,6 +428,7 @@ static void attn_train_check_cases(kite_op op, kite_dtype t, int quick, kt_case_
         c.attn.mask = g_variants[vi].mask;
         c.attn.bshd = g_variants[vi].bshd;
         c.attn.pad = (k + vi) % 3 == 1 ? 3 : 0;
+        c.attn.sinks = (k + vi) % 3 == 2;
         kt_case_push(l, c);
       }
     return;
@@ -427,6 +440,7 @@ static void attn_train_check_cases(kite_op op, kite_dtype t, int quick, kt_case_
       c.attn.opts = g_variants[vi].opts;
       c.attn.with_lse = vi % 2 == 0;
       c.attn.pad = (k + vi) % 3 == 1 ? 3 : 0;
+      c.attn.sinks = (k + vi) % 3 == 2;
       if (vi == 1) c.attn.sq += 5, c.attn.sk += 2; /* loose max_seqlen bounds */
       kt_case_push(l, c);
     }

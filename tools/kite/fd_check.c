@@ -74,9 +74,10 @@ typedef struct fd_case {
   kite_ce_opts ce;
   fd_t x, w, b, res, q, k, ids, dy, dy2, out, out2, pos, cs;
   int32_t idv[FD_MAX];
-  /* attention: k, x = v, w = a float mask or bmask a bool one (variant 1); varlen: idv holds
-   * cu_seqlens_q then cu_seqlens_k (nseq + 1 each) */
+  /* attention: k, x = v, w = a float mask or bmask a bool one (variant 1), b = the sinks [Hq]
+   * when sinks is set; varlen: idv holds cu_seqlens_q then cu_seqlens_k (nseq + 1 each) */
   kite_attn_opts attn;
+  int sinks;
   uint8_t bmask[FD_MAX];
   int nseq;
   int64_t cu_shape[1];
@@ -170,13 +171,14 @@ static double fd_loss(fd_case *f) {
   case KITE_OP_SDPA_BACKWARD:
   case KITE_OP_SDPA_VARLEN_BACKWARD: {
     DLTensor q = fd_dl(&f->q), k = fd_dl(&f->k), m = fd_dl(&f->w);
+    const DLTensor *sinks = f->sinks ? &b : NULL;
     if (f->op == KITE_OP_SDPA_VARLEN_BACKWARD) {
       DLTensor cq = fd_cu(f, 0), ck = fd_cu(f, 1);
-      s = kite_sdpa_varlen(f->ctx, &q, &k, &x, &cq, &ck, 16, 16, &f->attn, &y, NULL);
+      s = kite_sdpa_varlen(f->ctx, &q, &k, &x, &cq, &ck, 16, 16, sinks, &f->attn, &y, NULL);
       break;
     }
     if (f->variant == 1) m.data = f->bmask, m.dtype = (DLDataType){KITE_DL_BOOL, 8, 1};
-    s = kite_sdpa(f->ctx, &q, &k, &x, &m, &f->attn, &y, NULL);
+    s = kite_sdpa(f->ctx, &q, &k, &x, &m, sinks, &f->attn, &y, NULL);
     break;
   }
   case KITE_OP_MOE_AUX_LOSS_BACKWARD: {
@@ -393,11 +395,14 @@ static void fd_flce(const fd_report *rp, kite_ctx *ctx, int v, uint64_t seed) {
 /* sdpa_backward on [1, 4, 3, 5] x 4 (GQA 2): variant 0 grouped, causal, softcap 2, window 3,
  * a float mask with a -inf entry and a fully hidden row 1 (lse -inf); variant 1 interleaved,
  * not causal, a bool mask, Sq 4 > Sk 3. varlen (variant 2): sequences of (2, 3), (0, 1),
- * (2, 0), (1, 2) queries and keys, grouped, causal, softcap 3. */
-static void fd_attn(const fd_report *rp, kite_ctx *ctx, int v, uint64_t seed) {
+ * (2, 0), (1, 2) queries and keys, grouped, causal, softcap 3. With sinks, each with sinks[Hq]
+ * in [-1, 2] (the hidden rows then see only their sink), and dsinks checked too. */
+static void fd_attn(const fd_report *rp, kite_ctx *ctx, int v, int sinks, uint64_t seed) {
   const int vl = v == 2;
-  fd_case f = {
-      .ctx = ctx, .op = vl ? KITE_OP_SDPA_VARLEN_BACKWARD : KITE_OP_SDPA_BACKWARD, .variant = v};
+  fd_case f = {.ctx = ctx,
+               .op = vl ? KITE_OP_SDPA_VARLEN_BACKWARD : KITE_OP_SDPA_BACKWARD,
+               .variant = v,
+               .sinks = sinks};
   f.attn = kite_attn_opts_default();
   const int64_t hq = vl ? 2 : 4, hkv = vl ? 1 : 2, D = 4, sq = v == 1 ? 4 : 3, sk = v == 1 ? 3 : 5;
   if (vl) {
@@ -427,32 +432,40 @@ static void fd_attn(const fd_report *rp, kite_ctx *ctx, int v, uint64_t seed) {
   fd_fill(&f.x, seed + 2, -1, 1);
   f.dy = f.out = f.q;
   fd_fill(&f.dy, seed + 3, -1, 1);
-  fd_t lse, dq = f.q, dk = f.k, dv = f.k;
+  fd_make(&f.b, 1, hq, 0, 0), fd_fill(&f.b, seed + 4, -1, 2);
+  fd_t lse, dq = f.q, dk = f.k, dv = f.k, dsinks = f.b;
   if (vl)
     fd_make(&lse, 2, 5, hq, 0);
   else
     fd_make(&lse, 3, 1, hq, sq);
   DLTensor Q = fd_dl(&f.q), K = fd_dl(&f.k), V = fd_dl(&f.x), M = fd_dl(&f.w), O = fd_dl(&f.out);
   DLTensor L = fd_dl(&lse), DY = fd_dl(&f.dy), DQ = fd_dl(&dq), DK = fd_dl(&dk), DV = fd_dl(&dv);
+  DLTensor S = fd_dl(&f.b), DS = fd_dl(&dsinks);
+  DLTensor *ps = sinks ? &S : NULL, *pds = sinks ? &DS : NULL;
   if (v == 1) M.data = f.bmask, M.dtype = (DLDataType){KITE_DL_BOOL, 8, 1};
   kite_status s;
   if (vl) {
     DLTensor cq = fd_cu(&f, 0), ck = fd_cu(&f, 1);
-    s = kite_sdpa_varlen(ctx, &Q, &K, &V, &cq, &ck, 16, 16, &f.attn, &O, &L);
+    s = kite_sdpa_varlen(ctx, &Q, &K, &V, &cq, &ck, 16, 16, ps, &f.attn, &O, &L);
     if (s == KITE_OK)
-      s = kite_sdpa_varlen_backward(ctx, &Q, &K, &V, &cq, &ck, 16, 16, &f.attn, &O, &L, &DY, &DQ,
-                                    &DK, &DV);
+      s = kite_sdpa_varlen_backward(ctx, &Q, &K, &V, &cq, &ck, 16, 16, ps, &f.attn, &O, &L, &DY,
+                                    &DQ, &DK, &DV, pds);
   } else {
-    s = kite_sdpa(ctx, &Q, &K, &V, &M, &f.attn, &O, &L);
+    s = kite_sdpa(ctx, &Q, &K, &V, &M, ps, &f.attn, &O, &L);
     if (s == KITE_OK)
-      s = kite_sdpa_backward(ctx, &Q, &K, &V, &M, &f.attn, &O, &L, &DY, &DQ, &DK, &DV);
+      s = kite_sdpa_backward(ctx, &Q, &K, &V, &M, ps, &f.attn, &O, &L, &DY, &DQ, &DK, &DV, pds);
   }
-  static const char *const what[3] = {"grouped causal softcap window f32 mask, a row unseen",
-                                      "interleaved bool mask Sq>Sk, a row unseen",
-                                      "varlen causal softcap, empty sides"};
-  fd_judge(rp, &f, what[v], "q", s, s == KITE_OK ? fd_nmse(&f, &f.q, &dq) : 0);
-  fd_judge(rp, &f, what[v], "k", s, s == KITE_OK ? fd_nmse(&f, &f.k, &dk) : 0);
-  fd_judge(rp, &f, what[v], "v", s, s == KITE_OK ? fd_nmse(&f, &f.x, &dv) : 0);
+  static const char *const what[2][3] = {
+      {"grouped causal softcap window f32 mask, a row unseen",
+       "interleaved bool mask Sq>Sk, a row unseen", "varlen causal softcap, empty sides"},
+      {"grouped causal softcap window f32 mask sinks, a row unseen",
+       "interleaved bool mask Sq>Sk sinks, a row unseen",
+       "varlen causal softcap sinks, empty sides"}};
+  const char *w = what[sinks != 0][v];
+  fd_judge(rp, &f, w, "q", s, s == KITE_OK ? fd_nmse(&f, &f.q, &dq) : 0);
+  fd_judge(rp, &f, w, "k", s, s == KITE_OK ? fd_nmse(&f, &f.k, &dk) : 0);
+  fd_judge(rp, &f, w, "v", s, s == KITE_OK ? fd_nmse(&f, &f.x, &dv) : 0);
+  if (sinks) fd_judge(rp, &f, w, "sinks", s, s == KITE_OK ? fd_nmse(&f, &f.b, &dsinks) : 0);
 }
 
 /* The load-balancing loss over T=5 E=6 k=2 (ids fixed: the selection is a constant of the
@@ -533,9 +546,11 @@ void kt_fd_check(kite_ctx *ctx, int verbose, int only_op, int *passed, int *fail
     if (FD_WANT(KITE_OP_CROSS_ENTROPY_BACKWARD)) fd_ce(&rp, ctx, v, seed + 70 + (uint64_t)v);
     if (FD_WANT(KITE_OP_FUSED_LINEAR_CROSS_ENTROPY)) fd_flce(&rp, ctx, v, seed + 80 + (uint64_t)v);
   }
-  for (int v = 0; v < 2 && FD_WANT(KITE_OP_SDPA_BACKWARD); v++)
-    fd_attn(&rp, ctx, v, seed + 90 + (uint64_t)v);
-  if (FD_WANT(KITE_OP_SDPA_VARLEN_BACKWARD)) fd_attn(&rp, ctx, 2, seed + 95);
+  for (int sinks = 0; sinks <= 1; sinks++) {
+    for (int v = 0; v < 2 && FD_WANT(KITE_OP_SDPA_BACKWARD); v++)
+      fd_attn(&rp, ctx, v, sinks, seed + 90 + (uint64_t)v);
+    if (FD_WANT(KITE_OP_SDPA_VARLEN_BACKWARD)) fd_attn(&rp, ctx, 2, sinks, seed + 95);
+  }
   for (int v = 0;
        v < 2 && (FD_WANT(KITE_OP_MOE_AUX_LOSS) || FD_WANT(KITE_OP_MOE_AUX_LOSS_BACKWARD)); v++)
     fd_aux(&rp, ctx, v, seed + 90 + (uint64_t)v);

@@ -98,6 +98,10 @@ OCL_SUPPORTS(ocl_paged_supports) {
     *why = "head_dim must be <= 256";
     return false;
   }
+  if (a->sinks) {
+    *why = "no attention sinks";
+    return false;
+  }
   return true;
 }
 

@@ -9,7 +9,8 @@ cast the op's floating-point tensor arguments and run it with autocast off:
 - FP32 on CUDA only (torch's CUDA list; on the CPU torch runs them in their input dtype):
   softmax, layer_norm.
 
-Every other op runs in the dtype of its arguments (kite takes one float dtype per call).
+Every other op runs in the dtype of its arguments (kite takes one float dtype per call). An
+attention op's sinks stay f32 (kite.h takes them in f32 only).
 Float64 tensors and tensors of another device type are left as they are, as torch does.
 """
 import torch
@@ -29,10 +30,11 @@ def _cast(a, device_type, dtype):
 
 def _kernel(op, device_type, key, lower):
     exclude = torch._C.DispatchKeySet(key)
+    f32 = {i for i, a in enumerate(op._schema.arguments) if a.name == "sinks"}
 
     def autocast_impl(keyset, *args):
         dtype = torch.get_autocast_dtype(device_type) if lower else torch.float32
-        args = tuple(_cast(a, device_type, dtype) for a in args)
+        args = tuple(a if i in f32 else _cast(a, device_type, dtype) for i, a in enumerate(args))
         with torch._C._ExcludeDispatchKeyGuard(exclude):
             return op(*args)
     return autocast_impl

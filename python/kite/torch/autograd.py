@@ -8,9 +8,10 @@ layer_norm -> layer_norm_backward; softmax -> softmax_backward (from the saved o
 embedding -> embedding_backward (the table's gradient); cross_entropy -> cross_entropy_backward
 (the loss's gradient; lse is a by-product and gets none); moe_aux_loss -> moe_aux_loss_backward
 (the router logits' gradient; ids and mask are constants); sdpa -> sdpa_backward and
-sdpa_varlen -> sdpa_varlen_backward (gradients of q, k, v: the forward computes its lse when a
-gradient is wanted and saves it; the mask gets no gradient, and a mask that requires grad raises
-kite.Unsupported rather than getting a silent zero).
+sdpa_varlen -> sdpa_varlen_backward (gradients of q, k, v and of the sinks, f32 [Hq], when they
+are given and require grad: the forward computes its lse when a gradient is wanted and saves it;
+the mask gets no gradient, and a mask that requires grad raises kite.Unsupported rather than
+getting a silent zero).
 
 Functions: rope(q, k, positions, cos_sin, rot_dim, style) returns rotated copies (the backward
 is rope_backward); add_rms_norm / add_layer_norm(x, residual, ...) return (y, s) with s = x +
@@ -194,47 +195,65 @@ def _aux_backward(ctx, dloss):
 
 
 # ---- attention ---------------------------------------------------------------------------------
+def _attn_backward(op, inputs, sinks, want_dsinks):
+    """op (kite's sdpa_backward or sdpa_varlen_backward) on inputs (every argument before sinks):
+    (dq, dk, dv, dsinks), dsinks None unless wanted (then through the .out form, which computes
+    it)."""
+    if not want_dsinks:
+        return tuple(op(*inputs, sinks)) + (None,)
+    q, k, v = inputs[:3]
+    dq, dk, dv = (torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
+    dsinks = torch.empty_like(sinks, memory_format=torch.contiguous_format)
+    op.out(*inputs, sinks, dq, dk, dv, dsinks)
+    return dq, dk, dv, dsinks
+
+
 class _Sdpa(torch.autograd.Function):
     """sdpa with its lse kept: the forward runs kite's sdpa.out (o and lse), the backward
-    kite's sdpa_backward from them."""
+    kite's sdpa_backward from them (and the sinks' gradient when they require one)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, mask, scale, softcap, window_left, gqa, causal):
+    def forward(ctx, q, k, v, mask, scale, softcap, window_left, gqa, causal, sinks):
         o = torch.empty_like(q, memory_format=torch.contiguous_format)
         lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
         opts = (scale, softcap, window_left, gqa, causal)
-        _ops.sdpa.out(q, k, v, mask, *opts, o, lse)
-        ctx.save_for_backward(q, k, v, mask, o, lse)
+        _ops.sdpa.out(q, k, v, mask, *opts, sinks, o, lse)
+        ctx.save_for_backward(q, k, v, mask, o, lse, sinks)
         ctx.opts = opts
         return o
 
     @staticmethod
     @_once("sdpa")
     def backward(ctx, do):
-        q, k, v, mask, o, lse = ctx.saved_tensors
-        dq, dk, dv = _ops.sdpa_backward(q, k, v, mask, *ctx.opts, o, lse, _c(do))
-        return (dq, dk, dv) + (None,) * 6
+        q, k, v, mask, o, lse, sinks = ctx.saved_tensors
+        dq, dk, dv, dsinks = _attn_backward(_ops.sdpa_backward,
+                                            (q, k, v, mask, *ctx.opts, o, lse, _c(do)), sinks,
+                                            sinks is not None and ctx.needs_input_grad[9])
+        return (dq, dk, dv) + (None,) * 6 + (dsinks,)
 
 
 class _SdpaVarlen(torch.autograd.Function):
     """sdpa_varlen likewise (lse [Tq, Hq]), backward by sdpa_varlen_backward."""
 
     @staticmethod
-    def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, scale, softcap, window_left, gqa, causal):
+    def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, scale, softcap, window_left, gqa, causal,
+                sinks):
         o = torch.empty_like(q, memory_format=torch.contiguous_format)
         lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
         args = (cu_q, cu_k, max_q, max_k, scale, softcap, window_left, gqa, causal)
-        _ops.sdpa_varlen.out(q, k, v, *args, o, lse)
-        ctx.save_for_backward(q, k, v, cu_q, cu_k, o, lse)
+        _ops.sdpa_varlen.out(q, k, v, *args, sinks, o, lse)
+        ctx.save_for_backward(q, k, v, cu_q, cu_k, o, lse, sinks)
         ctx.scalars = args[2:]
         return o
 
     @staticmethod
     @_once("sdpa_varlen")
     def backward(ctx, do):
-        q, k, v, cu_q, cu_k, o, lse = ctx.saved_tensors
-        dq, dk, dv = _ops.sdpa_varlen_backward(q, k, v, cu_q, cu_k, *ctx.scalars, o, lse, _c(do))
-        return (dq, dk, dv) + (None,) * 9
+        q, k, v, cu_q, cu_k, o, lse, sinks = ctx.saved_tensors
+        dq, dk, dv, dsinks = _attn_backward(
+            _ops.sdpa_varlen_backward, (q, k, v, cu_q, cu_k, *ctx.scalars, o, lse, _c(do)), sinks,
+            sinks is not None and ctx.needs_input_grad[12])
+        return (dq, dk, dv) + (None,) * 9 + (dsinks,)
 
 
 def _function_autograd(op, name, function, no_grad_args=()):
