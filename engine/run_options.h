@@ -9,6 +9,8 @@
 
 #include "model.h"
 
+#define KR_MAX_TP 64 /* --tp's bound */
+
 typedef struct kr_run_opts {
   const char *model, *prompt, *chat, *prompts_file, *tokenize;
   const char *system;      /* --system: the conversation's system message, or NULL */
@@ -19,6 +21,7 @@ typedef struct kr_run_opts {
   kr_weights weights;
   int n_predict; /* -n: tokens to generate per prompt, >= 0 */
   int threads;   /* 0: all cores */
+  int tp;        /* tensor-parallel ranks, [1, KR_MAX_TP] */
   int batch;     /* 0: the number of prompts, at most 64 */
   int chunk;     /* prefill tokens per step */
   int ctx;       /* 0: the model's context, capped at KR_DEFAULT_CTX_CAP */
