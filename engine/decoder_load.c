@@ -131,6 +131,9 @@ static int load_cols(const dec_net *n, kr_loader *ld, const kr_gguf_tensor *t, i
   void *owned;
   if (kr_tp_cols(&s, t, &part, &owned, err, err_len)) return -1;
   const kr_gguf_tensor *p = &part;
+  /* a share that cuts through blocks comes dequantized: where blocks run as stored it runs
+   * dense, with the blocks' very values (int8 would round them again) */
+  if (mat == KR_W_Q4 && part.type != t->type) mat = KR_W_DENSE;
   const int rc = vector ? kr_load_vector(ld, &p, 1, out, err, err_len)
                         : kr_load_matrix(ld, &p, 1, mat, out, err, err_len);
   free(owned);

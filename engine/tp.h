@@ -14,7 +14,8 @@
  * kite_all_reduce_add_rms_norm (one collective per sub-layer); with Gemma's post-norms, which
  * norm the sum itself, kite_all_reduce then the norm.
  * GGUF block matrices split along whole rows; a row-parallel share whose columns do not start
- * and end on block boundaries is dequantized (f32) for that rank, so it runs dense or int8.
+ * and end on block boundaries is dequantized (f32) for that rank and held dense (int8 in the
+ * int8 mode) in place of the blocks.
  * N must divide the kv head count and the FFN width.
  */
 #ifndef KITE_ENGINE_TP_H

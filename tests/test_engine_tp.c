@@ -5,7 +5,7 @@
  *   - f32: the greedy tokens of one prompt, and of three prompts batched with a small prefill
  *     chunk (decode and prefill rows in one step), are those of the one-rank model;
  *   - q4 (the file's 4-bit blocks as stored; shares of ffn_down that cut through blocks run
- *     int8): the same greedy tokens as the one-rank q4 model;
+ *     dense): the same greedy tokens as the one-rank q4 model;
  *   - each rank holds half the KV cache, and less than the whole model's weights;
  *   - a rank count that does not divide the kv heads is refused with a message naming them.
  */
