@@ -68,6 +68,7 @@ typedef struct kr_model kr_model;
 #define KR_MAX_TOKENS 65536
 #define KR_MAX_BLOCK_SIZE 1024
 #define KR_DEFAULT_CTX_CAP 4096
+#define KR_MAX_TP 64 /* tensor-parallel ranks (kite run / serve --tp) */
 
 typedef struct kr_model_params {
   kr_weights weights;

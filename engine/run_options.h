@@ -9,8 +9,6 @@
 
 #include "model.h"
 
-#define KR_MAX_TP 64 /* --tp's bound */
-
 typedef struct kr_run_opts {
   const char *model, *prompt, *chat, *prompts_file, *tokenize;
   const char *system;      /* --system: the conversation's system message, or NULL */

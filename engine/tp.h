@@ -16,6 +16,10 @@
  * GGUF block matrices split along whole rows; a row-parallel share whose columns do not start
  * and end on block boundaries is dequantized (f32) for that rank and held dense (int8 in the
  * int8 mode) in place of the blocks.
+ * int8 matrices (KR_WEIGHTS_INT8, and the q4 mode's matrices that are not 4-bit) quantize each
+ * rank's share of a row-parallel input with the share's own per-token scale, so their products
+ * differ from one rank's (kite has no max collective to share the scale); f32, bf16 and blocks
+ * as stored give one rank's results up to the order of the sums.
  * N must divide the kv head count and the FFN width.
  */
 #ifndef KITE_ENGINE_TP_H

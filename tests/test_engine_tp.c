@@ -4,10 +4,12 @@
  * process (the ref backend's communicator, ranks as threads):
  *   - f32: the greedy tokens of one prompt, and of three prompts batched with a small prefill
  *     chunk (decode and prefill rows in one step), are those of the one-rank model;
- *   - q4 (the file's 4-bit blocks as stored; shares of ffn_down that cut through blocks run
- *     dense): the same greedy tokens as the one-rank q4 model;
  *   - each rank holds half the KV cache, and less than the whole model's weights;
  *   - a rank count that does not divide the kv heads is refused with a message naming them.
+ * The int8 path (and the q4 mode's int8 matrices) is not compared: a row-parallel layer
+ * quantizes each rank's share of its input with the share's own per-token scale, so its
+ * products differ from the one-rank model's. test_engine_gguf runs K-quant blocks as stored on
+ * 2 ranks.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,7 +130,6 @@ int main(void) {
   }
   if (opened && ctxs[2]) {
     test_tokens(ctxs, &g, KR_WEIGHTS_F32);
-    test_tokens(ctxs, &g, KR_WEIGHTS_Q4);
     test_refusals(ctxs, &g);
   }
   for (int r = 0; r < 3; r++) kite_ctx_destroy(ctxs[r]);
