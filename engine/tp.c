@@ -36,9 +36,13 @@ static uint64_t row_bytes(const kr_gguf_tensor *t, int64_t cols) {
 
 int kr_tp_rows(const kr_tp_shard *s, const kr_gguf_tensor *t, int n_sec, const int64_t *first,
                const int64_t *count, kr_gguf_tensor *out) {
-  if (s->nranks == 1 && n_sec == 1 && first[0] == 0 && count[0] == t->ne[1]) {
-    out[0] = *t;
-    return 1;
+  if (s->nranks == 1) { /* sections one after another over every row: t itself, one part */
+    int64_t at = 0;
+    for (int i = 0; i < n_sec && first[i] == at; i++) at += count[i];
+    if (at == t->ne[1]) {
+      out[0] = *t;
+      return 1;
+    }
   }
   const uint64_t rb = row_bytes(t, t->ne[0]);
   for (int i = 0; i < n_sec; i++) {

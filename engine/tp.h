@@ -45,7 +45,8 @@ int kr_tp_check(const kr_config *c, int nranks, char *err, size_t err_len);
 /* The column-parallel share of t for kr_load_matrix: section i of t is its rows [first[i],
  * first[i] + count[i]) (q, k, v of a fused projection; gate, up), and the shard takes the
  * count[i] / nranks rows of its rank in each, views of t's rows (whole rows of blocks) in
- * out[i]. One rank with one section of every row: t itself. Returns the parts written. */
+ * out[i]. One rank with sections that follow one another over all of t's rows: t itself, one
+ * part. Returns the parts written. */
 int kr_tp_rows(const kr_tp_shard *s, const kr_gguf_tensor *t, int n_sec, const int64_t *first,
                const int64_t *count, kr_gguf_tensor *out);
 
