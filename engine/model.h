@@ -100,7 +100,8 @@ const char *kr_weights_name(kr_weights w);
 int kr_weights_parse(const char *s, kr_weights *out);
 kr_weights kr_model_weights(const kr_model *m);
 size_t kr_model_weight_bytes(const kr_model *m); /* rank 0's under tensor parallelism */
-/* Tensor-parallel ranks (1 without), and rank r's device bytes of weights and KV cache. */
+/* Tensor-parallel ranks (1 without), and rank r's (r in [0, ranks)) device bytes of weights and
+ * KV cache. */
 int kr_model_ranks(const kr_model *m);
 void kr_model_rank_bytes(const kr_model *m, int r, size_t *weights, size_t *kv);
 /* Positions per sequence (the prompt and its generated tokens). */
