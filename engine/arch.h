@@ -35,7 +35,9 @@ typedef struct kr_step_index {
 /* One step as the forward pass sees it. */
 typedef struct kr_step {
   int n_tok, n_decode, n_seq;
-  const kr_step_index *dev; /* the index arrays on the device */
+  const kr_step_index *dev;  /* the index arrays on the device */
+  const kr_step_index *host; /* and on the host: index_bytes bytes from host->ids */
+  size_t index_bytes;
 } kr_step;
 
 /* Sizes a family's load prepares for. */
@@ -44,6 +46,10 @@ typedef struct kr_net_params {
   int max_tokens;     /* rows of a step */
   int max_seqs;       /* sequences of a step */
   int ctx_len;        /* positions per sequence */
+  /* tensor parallelism (engine/tp.h): this load's rank of nranks (0 or 1: the whole model) and
+   * the rank's comm, NULL for one rank */
+  int rank, nranks;
+  kite_comm *comm;
 } kr_net_params;
 
 /* What a loaded family tells the rest of the engine. */
@@ -60,7 +66,8 @@ typedef struct kr_arch {
   /* Loads the weights and allocates step buffers; NULL with a message on failure. */
   void *(*load)(kite_ctx *ctx, const kr_gguf *g, const kr_config *c, const kr_net_params *p,
                 kr_net_info *info, char *err, size_t err_len);
-  /* The forward pass of one step: logits[n_seq, n_vocab] (device, info.act) of the gather rows. */
+  /* The forward pass of one step: logits[n_seq, n_vocab] (device, info.act) of the gather rows;
+   * logits NULL on a tensor-parallel rank other than 0, which computes none. */
   int (*forward)(void *net, const kr_step *step, const kr_kv_cache *kv, void *logits, char *err,
                  size_t err_len);
   void (*free)(void *net);

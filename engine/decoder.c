@@ -1,7 +1,9 @@
 /*
  * The decoder's forward pass over one step (engine/decoder.h). Shapes: T rows of a step,
  * H = n_embd, Hq / Hkv heads of D, Dq = Hq D, Dkv = Hkv D, QKV = Dq + 2 Dkv, F = n_ff,
- * V = n_vocab. Weights and step buffers come from decoder_load.c.
+ * V = n_vocab; under tensor parallelism Hq, Hkv and F are the rank's share (engine/tp.h) and the
+ * output projections leave partial sums in delta that the next join sums over the ranks.
+ * Weights and step buffers come from decoder_load.c.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +21,7 @@ static void qkv_views(const dec_net *n, int64_t T, kr_tensor *q, kr_tensor *k, k
   const kr_config *c = &n->c;
   const kite_dtype A = n->act;
   const size_t es = kite_dtype_size(A);
-  const int64_t Hq = c->n_head, Hkv = c->n_head_kv, D = c->head_dim;
+  const int64_t Hq = n->n_head, Hkv = n->n_head_kv, D = c->head_dim;
   const int64_t Dq = Hq * D, Dkv = Hkv * D;
   const int64_t q_shape[3] = {T, Hq, D}, kv_shape[3] = {T, Hkv, D};
   uint8_t *base = n->qkv;
@@ -44,8 +46,8 @@ static int project_qkv(dec_net *n, const dec_layer *L, int64_t T, char *err, siz
     return kr_linear(n->ctx, &L->proj[0], n->act, n->normed, T, L->qkv_bias, n->qkv, &n->scratch,
                      err, err_len);
   const size_t es = kite_dtype_size(n->act), cap = (size_t)n->max_tokens;
-  const size_t Dq = (size_t)c->n_head * (size_t)c->head_dim;
-  const size_t Dkv = (size_t)c->n_head_kv * (size_t)c->head_dim;
+  const size_t Dq = (size_t)n->n_head * (size_t)c->head_dim;
+  const size_t Dkv = (size_t)n->n_head_kv * (size_t)c->head_dim;
   const size_t row_off[3] = {0, cap * Dq * es, cap * (Dq + Dkv) * es};
   const size_t bias_off[3] = {0, Dq * es, (Dq + Dkv) * es};
   for (int i = 0; i < 3; i++) {
@@ -65,7 +67,7 @@ static int attention(dec_net *n, int l, const kr_step *st, const kr_kv_cache *kv
   const DLDevice d = n->dev;
   const kite_dtype A = n->act;
   const size_t es = kite_dtype_size(A);
-  const int64_t Hq = c->n_head, D = c->head_dim, Dq = Hq * D;
+  const int64_t Hq = n->n_head, D = c->head_dim, Dq = Hq * D;
   const int64_t q_row = n->split_qkv ? Dq : n->qkv_dim; /* q's row stride */
   const int nd = st->n_decode, np = st->n_seq - st->n_decode;
   const int64_t q_strides[3] = {q_row, D, 1};
@@ -110,6 +112,38 @@ static int norm_rows(dec_net *n, void *x, int64_t rows, int64_t cols, void *w, c
   return 0;
 }
 
+/* delta [T, H] normed by w (Gemma's post-norms; w NULL: nothing to do). Under tensor
+ * parallelism delta is a partial sum, summed over the ranks first: the norm needs all of it. */
+static int post_norm(dec_net *n, int64_t T, void *w, char *err, size_t err_len) {
+  if (!w) return 0;
+  if (n->comm) {
+    kr_tensor x;
+    DLTensor *X = kr_view2(&x, n->dev, n->delta, n->act, T, n->c.n_embd);
+    KR_CALL(kite_all_reduce(n->ctx, n->comm, X, X));
+  }
+  return norm_rows(n, n->delta, T, n->c.n_embd, w, err, err_len);
+}
+
+/* The residual joins a block's output and is normed: residual += delta, normed =
+ * rms_norm(residual) * w (add_rms_norm, pre). Under tensor parallelism delta is still a partial
+ * sum (unless post_norm summed it), summed over the ranks by the same call. */
+static int join(dec_net *n, int64_t T, void *w, char *err, size_t err_len) {
+  const DLDevice d = n->dev;
+  const kite_dtype A = n->act;
+  const int64_t H = n->c.n_embd;
+  const float eps = (float)n->c.rms_eps;
+  kr_tensor delta, residual, tw, normed;
+  DLTensor *X = kr_view2(&delta, d, n->delta, A, T, H);
+  DLTensor *R = kr_view2(&residual, d, n->residual, A, T, H);
+  DLTensor *W = kr_view1(&tw, d, w, A, H);
+  DLTensor *Y = kr_view2(&normed, d, n->normed, A, T, H);
+  if (n->comm && !n->c.post_norms)
+    KR_CALL(kite_all_reduce_add_rms_norm(n->ctx, n->comm, X, R, W, eps, 0.0f, KITE_NORM_PRE, Y));
+  else
+    KR_CALL(kite_add_rms_norm(n->ctx, X, R, W, eps, 0.0f, KITE_NORM_PRE, Y));
+  return 0;
+}
+
 /* Attention half of block l: normed rows -> q, k, v (per-head norms, RoPE), cache, attention,
  * output projection into delta (post-normed where the family has it). */
 static int attn_half(dec_net *n, int l, const kr_step *st, const kr_kv_cache *kv, char *err,
@@ -122,8 +156,8 @@ static int attn_half(dec_net *n, int l, const kr_step *st, const kr_kv_cache *kv
   kr_tensor q, k, v, pos, cos_sin, kc, vc, slots;
   qkv_views(n, T, &q, &k, &v);
   /* the split layout keeps q and k compact: [T Hq, D] and [T Hkv, D] rows */
-  if (c->qk_norm && (norm_rows(n, q.t.data, T * c->n_head, D, L->q_norm, err, err_len) ||
-                     norm_rows(n, k.t.data, T * c->n_head_kv, D, L->k_norm, err, err_len)))
+  if (c->qk_norm && (norm_rows(n, q.t.data, T * n->n_head, D, L->q_norm, err, err_len) ||
+                     norm_rows(n, k.t.data, T * n->n_head_kv, D, L->k_norm, err, err_len)))
     return -1;
   const int local = kr_decoder_layer_is_local(c, l) && n->cos_sin[1];
   KR_CALL(
@@ -136,8 +170,7 @@ static int attn_half(dec_net *n, int l, const kr_step *st, const kr_kv_cache *kv
   if (attention(n, l, st, kv, &kc.t, &vc.t, err, err_len) ||
       kr_linear(n->ctx, &L->o, n->act, n->attn, T, NULL, n->delta, &n->scratch, err, err_len))
     return -1;
-  return L->post_attn_norm ? norm_rows(n, n->delta, T, c->n_embd, L->post_attn_norm, err, err_len)
-                           : 0;
+  return post_norm(n, T, L->post_attn_norm, err, err_len);
 }
 
 /* Block l: residual += attention(norm(residual)); residual += ffn(norm(residual)). The sums
@@ -149,24 +182,19 @@ static int block(dec_net *n, int l, const kr_step *st, const kr_kv_cache *kv, ch
   const dec_layer *L = &n->layers[l];
   const DLDevice d = n->dev;
   const kite_dtype A = n->act;
-  const int64_t T = st->n_tok, H = c->n_embd, F = c->n_ff;
-  const float eps = (float)c->rms_eps;
-  kr_tensor residual, delta, normed, attn_norm;
-  DLTensor *R = kr_view2(&residual, d, n->residual, A, T, H);
-  DLTensor *Y = kr_view2(&normed, d, n->normed, A, T, H);
-  DLTensor *W = kr_view1(&attn_norm, d, L->attn_norm, A, H);
-  if (l == 0)
-    KR_CALL(kite_rms_norm(n->ctx, R, W, eps, 0.0f, Y));
-  else
-    KR_CALL(kite_add_rms_norm(n->ctx, kr_view2(&delta, d, n->delta, A, T, H), R, W, eps, 0.0f,
-                              KITE_NORM_PRE, Y));
-  if (attn_half(n, l, st, kv, err, err_len)) return -1;
-  kr_tensor ffn_norm, gate_up, ffn;
-  KR_CALL(kite_add_rms_norm(n->ctx, kr_view2(&delta, d, n->delta, A, T, H), R,
-                            kr_view1(&ffn_norm, d, L->ffn_norm, A, H), eps, 0.0f, KITE_NORM_PRE,
-                            Y));
-  if (kr_linear(n->ctx, &L->gate_up, A, n->normed, T, NULL, n->gate_up, &n->scratch, err, err_len))
+  const int64_t T = st->n_tok, H = c->n_embd, F = n->n_ff;
+  if (l == 0) {
+    kr_tensor residual, normed, attn_norm;
+    KR_CALL(kite_rms_norm(n->ctx, kr_view2(&residual, d, n->residual, A, T, H),
+                          kr_view1(&attn_norm, d, L->attn_norm, A, H), (float)c->rms_eps, 0.0f,
+                          kr_view2(&normed, d, n->normed, A, T, H)));
+  } else if (join(n, T, L->attn_norm, err, err_len)) {
     return -1;
+  }
+  if (attn_half(n, l, st, kv, err, err_len) || join(n, T, L->ffn_norm, err, err_len) ||
+      kr_linear(n->ctx, &L->gate_up, A, n->normed, T, NULL, n->gate_up, &n->scratch, err, err_len))
+    return -1;
+  kr_tensor gate_up, ffn;
   DLTensor *GU = kr_view2(&gate_up, d, n->gate_up, A, T, 2 * F);
   DLTensor *FF = kr_view2(&ffn, d, n->ffn, A, T, F);
   if (c->gelu)
@@ -175,7 +203,7 @@ static int block(dec_net *n, int l, const kr_step *st, const kr_kv_cache *kv, ch
     KR_CALL(kite_silu_and_mul(n->ctx, GU, 0.0f, FF));
   if (kr_linear(n->ctx, &L->down, A, n->ffn, T, NULL, n->delta, &n->scratch, err, err_len))
     return -1;
-  return L->post_ffn_norm ? norm_rows(n, n->delta, T, H, L->post_ffn_norm, err, err_len) : 0;
+  return post_norm(n, T, L->post_ffn_norm, err, err_len);
 }
 
 int kr_decoder_forward(void *p, const kr_step *st, const kr_kv_cache *kv, void *logits, char *err,
@@ -191,13 +219,13 @@ int kr_decoder_forward(void *p, const kr_step *st, const kr_kv_cache *kv, void *
                          kr_view2(&residual, d, n->residual, A, T, H)));
   for (int l = 0; l < c->n_layer; l++)
     if (block(n, l, st, kv, err, err_len)) return -1;
-  kr_tensor delta, out_norm, normed, gather, last;
-  KR_CALL(kite_add_rms_norm(n->ctx, kr_view2(&delta, d, n->delta, A, T, H), &residual.t,
-                            kr_view1(&out_norm, d, n->out_norm, A, H), (float)c->rms_eps, 0.0f,
-                            KITE_NORM_PRE, kr_view2(&normed, d, n->normed, A, T, H)));
+  if (join(n, T, n->out_norm, err, err_len)) return -1;
+  if (!logits) return 0; /* a tensor-parallel rank other than 0 */
   /* the rows that predict a next token, gathered through the embedding lookup */
+  kr_tensor normed, gather, last;
   KR_CALL(kite_embedding(n->ctx, kr_view1(&gather, d, st->dev->gather, KITE_DTYPE_I32, st->n_seq),
-                         &normed.t, kr_view2(&last, d, n->last, A, st->n_seq, H)));
+                         kr_view2(&normed, d, n->normed, A, T, H),
+                         kr_view2(&last, d, n->last, A, st->n_seq, H)));
   return kr_linear(n->ctx, &n->lm_head, A, n->last, st->n_seq, NULL, logits, &n->scratch, err,
                    err_len);
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "decoder_net.h"
+#include "tp.h"
 
 int kr_decoder_read_common(const kr_gguf *g, kr_config *c, char *err, size_t err_len) {
   const char *a = c->arch;
@@ -109,35 +110,82 @@ static int layer_vector(kr_loader *ld, const kr_gguf *g, int l, const char *suff
   return t ? kr_load_vector(ld, &t, 1, out, err, err_len) : -1;
 }
 
+/* The rank's share (engine/tp.h) of matrix t's row sections [first[i], first[i] + count[i]) as
+ * one matrix of the given kind (column-parallel). */
+static int load_rows(const dec_net *n, kr_loader *ld, const kr_gguf_tensor *t, int n_sec,
+                     const int64_t *first, const int64_t *count, kr_wkind mat, kr_weight *w,
+                     char *err, size_t err_len) {
+  const kr_tp_shard s = {n->rank, n->nranks};
+  kr_gguf_tensor part[KR_MAX_PARTS];
+  const kr_gguf_tensor *parts[KR_MAX_PARTS];
+  const int np = kr_tp_rows(&s, t, n_sec, first, count, part);
+  for (int i = 0; i < np; i++) parts[i] = &part[i];
+  return kr_load_matrix(ld, parts, np, mat, w, err, err_len);
+}
+
+/* The rank's share of matrix t's columns (row-parallel), or of vector t's values. */
+static int load_cols(const dec_net *n, kr_loader *ld, const kr_gguf_tensor *t, int vector,
+                     kr_wkind mat, void *out, char *err, size_t err_len) {
+  const kr_tp_shard s = {n->rank, n->nranks};
+  kr_gguf_tensor part;
+  void *owned;
+  if (kr_tp_cols(&s, t, &part, &owned, err, err_len)) return -1;
+  const kr_gguf_tensor *p = &part;
+  /* a share that cuts through blocks comes dequantized: where blocks run as stored it runs
+   * dense, with the blocks' very values (int8 would round them again) */
+  if (mat == KR_W_Q4 && part.type != t->type) mat = KR_W_DENSE;
+  const int rc = vector ? kr_load_vector(ld, &p, 1, out, err, err_len)
+                        : kr_load_matrix(ld, &p, 1, mat, out, err, err_len);
+  free(owned);
+  return rc;
+}
+
 /* The q, k and v projections (and biases) of layer l: fused in the file (attn_qkv), fused at
- * load (attn_q, attn_k, attn_v rows one after another), or three matrices (split_qkv). */
+ * load (attn_q, attn_k, attn_v rows one after another), or three matrices (split_qkv); each the
+ * rank's heads. */
 static int load_qkv(const dec_net *n, kr_loader *ld, const kr_gguf *g, int l, kr_wkind mat,
                     dec_layer *L, char *err, size_t err_len) {
   const kr_config *c = &n->c;
   const int64_t H = c->n_embd, Dq = (int64_t)c->n_head * c->head_dim,
                 Dkv = (int64_t)c->n_head_kv * c->head_dim;
+  const int64_t rows[3] = {Dq, Dkv, Dkv}, first[3] = {0, Dq, Dq + Dkv};
   if (c->fused) {
-    const kr_gguf_tensor *t = layer_tensor(g, l, "attn_qkv", H, n->qkv_dim, err, err_len);
-    return t ? kr_load_matrix(ld, &t, 1, mat, &L->proj[0], err, err_len) : -1;
+    const kr_gguf_tensor *t = layer_tensor(g, l, "attn_qkv", H, Dq + 2 * Dkv, err, err_len);
+    return t ? load_rows(n, ld, t, 3, first, rows, mat, &L->proj[0], err, err_len) : -1;
   }
   const char *names[3] = {"attn_q", "attn_k", "attn_v"};
-  const int64_t rows[3] = {Dq, Dkv, Dkv};
   const kr_gguf_tensor *t[3];
   for (int i = 0; i < 3; i++)
     if (!(t[i] = layer_tensor(g, l, names[i], H, rows[i], err, err_len))) return -1;
+  const kr_tp_shard s = {n->rank, n->nranks};
+  const int64_t zero = 0;
+  kr_gguf_tensor part[3];
+  const kr_gguf_tensor *parts[3];
+  for (int i = 0; i < 3; i++) {
+    kr_tp_rows(&s, t[i], 1, &zero, &rows[i], &part[i]);
+    parts[i] = &part[i];
+  }
   for (int i = 0; i < (n->split_qkv ? 3 : 1); i++)
-    if (kr_load_matrix(ld, &t[i], n->split_qkv ? 1 : 3, mat, &L->proj[i], err, err_len)) return -1;
+    if (kr_load_matrix(ld, &parts[i], n->split_qkv ? 1 : 3, mat, &L->proj[i], err, err_len))
+      return -1;
   if (!c->has_qkv_bias) return 0;
   const kr_gguf_tensor *bias[3];
-  for (int i = 0; i < 3; i++) {
+  kr_gguf_tensor bias_part[3];
+  void *owned[3] = {NULL, NULL, NULL};
+  int rc = 0;
+  for (int i = 0; i < 3 && !rc; i++) {
     char name[96];
     snprintf(name, sizeof name, "blk.%d.%s.bias", l, names[i]);
-    if (!(bias[i] = kr_need_tensor(g, name, rows[i], 1, err, err_len))) return -1;
+    const kr_gguf_tensor *b = kr_need_tensor(g, name, rows[i], 1, err, err_len);
+    rc = b ? kr_tp_cols(&s, b, &bias_part[i], &owned[i], err, err_len) : -1;
+    bias[i] = &bias_part[i];
   }
-  return kr_load_vector(ld, bias, 3, &L->qkv_bias, err, err_len);
+  if (!rc) rc = kr_load_vector(ld, bias, 3, &L->qkv_bias, err, err_len);
+  for (int i = 0; i < 3; i++) free(owned[i]);
+  return rc;
 }
 
-/* Layer l's tensors, checked against the geometry, then loaded. */
+/* Layer l's tensors, checked against the geometry, then loaded (the rank's share). */
 static int load_layer(const dec_net *n, kr_loader *ld, const kr_gguf *g, int l, kr_wkind mat,
                       dec_layer *L, char *err, size_t err_len) {
   const kr_config *c = &n->c;
@@ -155,18 +203,23 @@ static int load_layer(const dec_net *n, kr_loader *ld, const kr_gguf *g, int l, 
     return -1;
   const kr_gguf_tensor *o = layer_tensor(g, l, "attn_output", Dq, H, err, err_len);
   const kr_gguf_tensor *down = o ? layer_tensor(g, l, "ffn_down", F, H, err, err_len) : NULL;
-  if (!down || kr_load_matrix(ld, &o, 1, mat, &L->o, err, err_len) ||
-      kr_load_matrix(ld, &down, 1, mat, &L->down, err, err_len))
+  if (!down || load_cols(n, ld, o, 0, mat, &L->o, err, err_len) ||
+      load_cols(n, ld, down, 0, mat, &L->down, err, err_len))
     return -1;
-  const kr_gguf_tensor *gu[2]; /* gate rows, then up rows */
+  const int64_t first[2] = {0, F}, count[2] = {F, F};
+  const kr_gguf_tensor *gu; /* gate rows, then up rows */
   if (c->fused) {
-    if (!(gu[0] = layer_tensor(g, l, "ffn_up", H, 2 * F, err, err_len))) return -1;
-    return kr_load_matrix(ld, gu, 1, mat, &L->gate_up, err, err_len);
+    if (!(gu = layer_tensor(g, l, "ffn_up", H, 2 * F, err, err_len))) return -1;
+    return load_rows(n, ld, gu, 2, first, count, mat, &L->gate_up, err, err_len);
   }
-  if (!(gu[0] = layer_tensor(g, l, "ffn_gate", H, F, err, err_len)) ||
-      !(gu[1] = layer_tensor(g, l, "ffn_up", H, F, err, err_len)))
-    return -1;
-  return kr_load_matrix(ld, gu, 2, mat, &L->gate_up, err, err_len);
+  const kr_gguf_tensor *gate = layer_tensor(g, l, "ffn_gate", H, F, err, err_len);
+  if (!gate || !(gu = layer_tensor(g, l, "ffn_up", H, F, err, err_len))) return -1;
+  const kr_tp_shard s = {n->rank, n->nranks};
+  kr_gguf_tensor part[2];
+  kr_tp_rows(&s, gate, 1, first, count, &part[0]);
+  kr_tp_rows(&s, gu, 1, first, count, &part[1]);
+  const kr_gguf_tensor *parts[2] = {&part[0], &part[1]};
+  return kr_load_matrix(ld, parts, 2, mat, &L->gate_up, err, err_len);
 }
 
 /* The embedding, the output layer and norm, the layers. */
@@ -194,8 +247,8 @@ static int load_weights(dec_net *n, kr_loader *ld, const kr_gguf *g, kr_weights 
   const int shared = other == KR_W_DENSE && c->tied_embeddings;
   if (shared)
     n->lm_head = table;
-  else if (kr_load_matrix(ld, &outw, 1, kr_ggml_is_block(outw->type) ? mat : other, &n->lm_head,
-                          err, err_len))
+  else if (n->rank == 0 && kr_load_matrix(ld, &outw, 1, kr_ggml_is_block(outw->type) ? mat : other,
+                                          &n->lm_head, err, err_len))
     return -1;
   /* a shared scaled table scales the logits: the output norm takes it back out */
   const kr_gguf_tensor *on = kr_need_tensor(g, "output_norm.weight", H, 1, err, err_len);
@@ -252,8 +305,8 @@ static int alloc_buffers(dec_net *n, const kr_gguf *g, const kr_net_params *p, c
                          size_t err_len) {
   const kr_config *c = &n->c;
   const size_t T = (size_t)p->max_tokens, B = (size_t)p->max_seqs, es = kite_dtype_size(n->act);
-  const size_t H = (size_t)c->n_embd, F = (size_t)c->n_ff;
-  const size_t Dq = (size_t)c->n_head * (size_t)c->head_dim;
+  const size_t H = (size_t)c->n_embd, F = (size_t)n->n_ff;
+  const size_t Dq = (size_t)n->n_head * (size_t)c->head_dim;
   int any_local = 0;
   for (int l = 0; l < c->n_layer; l++) any_local |= kr_decoder_layer_is_local(c, l);
   /* local layers need a cache of their own where their base or scaling differs */
@@ -295,7 +348,17 @@ void *kr_decoder_load(kite_ctx *ctx, const kr_gguf *g, const kr_config *c, const
   n->ctx_len = p->ctx_len;
   n->max_tokens = p->max_tokens;
   n->split_qkv = c->qk_norm;
-  n->qkv_dim = (int64_t)(c->n_head + 2 * c->n_head_kv) * c->head_dim;
+  n->comm = p->comm;
+  n->rank = p->rank;
+  n->nranks = p->nranks > 1 ? p->nranks : 1;
+  if (kr_tp_check(c, n->nranks, err, err_len)) {
+    free(n);
+    return NULL;
+  }
+  n->n_head = c->n_head / n->nranks;
+  n->n_head_kv = c->n_head_kv / n->nranks;
+  n->n_ff = c->n_ff / n->nranks;
+  n->qkv_dim = (int64_t)(n->n_head + 2 * n->n_head_kv) * c->head_dim;
   const kr_gguf_tensor *q0 =
       kr_gguf_tensor_find(g, c->fused ? "blk.0.attn_qkv.weight" : "blk.0.attn_q.weight");
   kr_weights mode = p->weights;

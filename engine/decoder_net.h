@@ -1,6 +1,7 @@
 /*
  * The decoder's loaded state, shared by decoder_load.c (weights, buffers) and decoder.c (the
- * forward pass). Shapes as in decoder.c.
+ * forward pass). Shapes as in decoder.c; under tensor parallelism (engine/tp.h) the head counts,
+ * Dq, Dkv, QKV and F are this rank's share.
  */
 #ifndef KITE_ENGINE_DECODER_NET_H
 #define KITE_ENGINE_DECODER_NET_H
@@ -26,15 +27,19 @@ typedef struct dec_layer {
 typedef struct dec_net {
   kite_ctx *ctx;
   DLDevice dev;
-  kr_config c;
+  kr_config c; /* the whole model's */
   kite_dtype act;
-  int64_t qkv_dim; /* QKV */
+  kite_comm *comm;       /* tensor parallelism: this rank's, else NULL */
+  int rank, nranks;      /* 0 of 1 without it */
+  int n_head, n_head_kv; /* this rank's heads: Hq / nranks, Hkv / nranks */
+  int n_ff;              /* F / nranks */
+  int64_t qkv_dim;       /* QKV */
   int ctx_len, max_tokens;
   /* the per-head q/k norms need q and k compact: three projections into three regions of
    * qkv ([T, Dq], [T, Dkv], [T, Dkv], each max_tokens rows) instead of one fused [T, QKV] */
   int split_qkv;
   void *embd;        /* [V, H] act: the token lookup table (times embd_scale) */
-  kr_weight lm_head; /* [V, H]; its data is embd's when tied and dense */
+  kr_weight lm_head; /* [V, H]; its data is embd's when tied and dense; none on ranks > 0 */
   void *out_norm;    /* [H] act (over embd_scale when lm_head is the scaled table) */
   dec_layer *layers; /* [n_layer] */
   void *cos_sin[2];  /* [ctx_len, rot_dim] f32: the RoPE caches of global and local layers

@@ -45,6 +45,12 @@ void kr_kv_free(kr_kv_cache *kv) {
   memset(kv, 0, sizeof *kv);
 }
 
+size_t kr_kv_bytes(const kr_kv_cache *kv) {
+  /* the product fit a size_t at init */
+  return 2 * (size_t)kv->n_layer * (size_t)kv->num_blocks * (size_t)kv->n_head_kv *
+         (size_t)kv->block_size * (size_t)kv->head_dim * kite_dtype_size(kv->dtype);
+}
+
 void kr_kv_reset(kr_kv_cache *kv) {
   kv->n_free = kv->num_blocks;
   for (int i = 0; i < kv->num_blocks; i++) kv->free_list[i] = kv->num_blocks - 1 - i;

@@ -37,6 +37,8 @@ int kr_kv_init(kr_kv_cache *kv, kite_ctx *ctx, int n_layer, int64_t n_head_kv, i
                kite_dtype dtype, int block_size, int num_blocks, int ctx_len, char *err,
                size_t err_len);
 void kr_kv_free(kr_kv_cache *kv);
+/* Device bytes of the cache's keys and values. */
+size_t kr_kv_bytes(const kr_kv_cache *kv);
 /* Every block free again (block 0 handed out first). */
 void kr_kv_reset(kr_kv_cache *kv);
 

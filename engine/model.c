@@ -11,15 +11,18 @@
 #include "kv_cache.h"
 #include "sampler.h"
 #include "scheduler.h"
+#include "tp.h"
 
 /* The families, matched by general.architecture. */
 static const kr_arch *const archs[] = {&kr_arch_llama, &kr_arch_gemma, &kr_arch_phi3};
 
 struct kr_model {
-  kite_ctx *ctx;
+  kite_ctx *ctx; /* rank 0's under tensor parallelism: the sampler, the logits, the index */
   kr_config c;
   const kr_arch *arch;
-  void *net; /* the family's weights and step buffers */
+  void *net;  /* the family's weights and step buffers (one rank) */
+  kr_tp *tp;  /* or every rank's (--tp) */
+  int nranks; /* 1 without tensor parallelism */
   kr_net_info info;
   int ctx_len;
   kr_kv_cache kv;
@@ -144,40 +147,59 @@ int kr_model_probe(const kr_gguf *g, kr_config *c, char *err, size_t err_len) {
   return a ? a->read_config(g, c, err, err_len) : -1;
 }
 
-static int build(kr_model *m, const kr_gguf *g, const kr_model_params *asked, char *err,
-                 size_t err_len) {
+static int build(kr_model *m, kite_ctx *const *ctxs, const kr_gguf *g, const kr_model_params *asked,
+                 char *err, size_t err_len) {
   kr_model_params p;
   if (!(m->arch = find_arch(g, &m->c, err, err_len)) ||
       m->arch->read_config(g, &m->c, err, err_len) ||
       resolve_params(&m->c, asked, &p, err, err_len))
     return -1;
   m->ctx_len = p.ctx_len;
-  const kr_net_params np = {asked->weights, p.max_tokens, p.max_batch, p.ctx_len};
-  if (!(m->net = m->arch->load(m->ctx, g, &m->c, &np, &m->info, err, err_len))) return -1;
+  const kr_net_params np = {asked->weights, p.max_tokens, p.max_batch, p.ctx_len, 0, 1, NULL};
+  const kr_tp_kv_params kvp = {p.block_size, p.num_blocks, p.ctx_len};
+  if (m->nranks > 1) {
+    if (!(m->tp =
+              kr_tp_load(ctxs, m->nranks, m->arch, g, &m->c, &np, &kvp, &m->info, err, err_len)))
+      return -1;
+  } else if (!(m->net = m->arch->load(m->ctx, g, &m->c, &np, &m->info, err, err_len))) {
+    return -1;
+  }
   const kr_config *c = &m->c;
   /* max_batch <= 2^12 rows of n_vocab < 2^31 values of <= 4 bytes: fits a 64-bit size_t */
   const size_t logits_bytes =
       (size_t)p.max_batch * (size_t)c->n_vocab * kite_dtype_size(m->info.act);
-  if (kr_kv_init(&m->kv, m->ctx, c->n_layer, c->n_head_kv, c->head_dim, m->info.act, p.block_size,
-                 p.num_blocks, p.ctx_len, err, err_len) ||
+  if (kr_kv_init(&m->kv, m->ctx, c->n_layer, c->n_head_kv / m->nranks, c->head_dim, m->info.act,
+                 p.block_size, p.num_blocks, p.ctx_len, err, err_len) ||
       kr_dev_alloc(m->ctx, logits_bytes, &m->logits, err, err_len) ||
       kr_sampler_init(&m->sampler, m->ctx, p.max_batch, c->n_vocab, m->info.act, err, err_len))
     return -1;
-  const kr_sched_parts parts = {m->ctx,    &m->kv,      m->arch,          m->net,
-                                m->logits, &m->sampler, !asked->no_graphs};
+  /* graphs record one ctx's calls: the ranks of a tensor-parallel model run on several */
+  const kr_sched_parts parts = {
+      m->ctx,    &m->kv,      m->tp ? &kr_arch_tp : m->arch, m->tp ? (void *)m->tp : m->net,
+      m->logits, &m->sampler, !asked->no_graphs && !m->tp};
   return kr_sched_init(&m->sched, &parts, p.max_tokens, p.max_batch, p.ctx_len, c->n_vocab, err,
                        err_len);
 }
 
 kr_model *kr_model_load(kite_ctx *ctx, const kr_gguf *g, const kr_model_params *p, char *err,
                         size_t err_len) {
+  return kr_model_load_tp(&ctx, 1, g, p, err, err_len);
+}
+
+kr_model *kr_model_load_tp(kite_ctx *const *ctxs, int nranks, const kr_gguf *g,
+                           const kr_model_params *p, char *err, size_t err_len) {
+  if (!ctxs || nranks < 1) {
+    kr_errf(err, err_len, "model: %d ranks", nranks);
+    return NULL;
+  }
   kr_model *m = calloc(1, sizeof *m);
   if (!m) {
     kr_errf(err, err_len, "model: out of memory");
     return NULL;
   }
-  m->ctx = ctx;
-  if (build(m, g, p, err, err_len)) {
+  m->ctx = ctxs[0];
+  m->nranks = nranks;
+  if (build(m, ctxs, g, p, err, err_len)) {
     kr_model_free(m);
     return NULL;
   }
@@ -191,6 +213,7 @@ void kr_model_free(kr_model *m) {
   kr_dev_free(m->ctx, &m->logits);
   kr_kv_free(&m->kv);
   if (m->net) m->arch->free(m->net);
+  if (m->tp) kr_arch_tp.free(m->tp);
   free(m);
 }
 
@@ -202,6 +225,16 @@ kr_weights kr_model_weights(const kr_model *m) {
 }
 size_t kr_model_weight_bytes(const kr_model *m) {
   return m->info.weight_bytes;
+}
+int kr_model_ranks(const kr_model *m) {
+  return m->nranks;
+}
+void kr_model_rank_bytes(const kr_model *m, int r, size_t *weights, size_t *kv) {
+  if (m->tp)
+    kr_tp_rank_bytes(m->tp, r, weights, kv);
+  else
+    *weights = m->info.weight_bytes;
+  if (r == 0) *kv = kr_kv_bytes(&m->kv);
 }
 int kr_model_ctx_len(const kr_model *m) {
   return m->ctx_len;

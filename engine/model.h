@@ -68,6 +68,7 @@ typedef struct kr_model kr_model;
 #define KR_MAX_TOKENS 65536
 #define KR_MAX_BLOCK_SIZE 1024
 #define KR_DEFAULT_CTX_CAP 4096
+#define KR_MAX_TP 64 /* tensor-parallel ranks (kite run / serve --tp) */
 
 typedef struct kr_model_params {
   kr_weights weights;
@@ -88,13 +89,22 @@ int kr_model_probe(const kr_gguf *g, kr_config *c, char *err, size_t err_len);
  * kept from it after load). Returns NULL with a message in err. */
 kr_model *kr_model_load(kite_ctx *ctx, const kr_gguf *g, const kr_model_params *p, char *err,
                         size_t err_len);
+/* As kr_model_load, split over nranks tensor-parallel ranks (engine/tp.h), rank r on ctxs[r]
+ * (one device type; each ctx its own device on a GPU); rank 0's ctx runs the sampler. One rank is
+ * kr_model_load. Every ctx must outlive the model. */
+kr_model *kr_model_load_tp(kite_ctx *const *ctxs, int nranks, const kr_gguf *g,
+                           const kr_model_params *p, char *err, size_t err_len);
 void kr_model_free(kr_model *m);
 const kr_config *kr_model_config(const kr_model *m);
 const char *kr_weights_name(kr_weights w);
 /* The mode named s ("auto", "f32", "bf16", "int8", "q4") into *out: 0, or -1 when unknown. */
 int kr_weights_parse(const char *s, kr_weights *out);
 kr_weights kr_model_weights(const kr_model *m);
-size_t kr_model_weight_bytes(const kr_model *m);
+size_t kr_model_weight_bytes(const kr_model *m); /* rank 0's under tensor parallelism */
+/* Tensor-parallel ranks (1 without), and rank r's (r in [0, ranks)) device bytes of weights and
+ * KV cache. */
+int kr_model_ranks(const kr_model *m);
+void kr_model_rank_bytes(const kr_model *m, int r, size_t *weights, size_t *kv);
 /* Positions per sequence (the prompt and its generated tokens). */
 int kr_model_ctx_len(const kr_model *m);
 

@@ -25,9 +25,9 @@ typedef struct run {
   kr_sampling sampling; /* o's, with the seed drawn when none was given */
   kr_gguf g;
   kr_tokenizer *tok;
-  kr_chat_template *tpl; /* --chat's */
-  kr_chat_conv conv;     /* --chat's conversation so far */
-  kite_ctx *ctx;
+  kr_chat_template *tpl;     /* --chat's */
+  kr_chat_conv conv;         /* --chat's conversation so far */
+  kite_ctx *ctxs[KR_MAX_TP]; /* [o->tp] a ctx per tensor-parallel rank */
   kr_model *m;
   char *owned;  /* the --prompts file's text or the --chat turn, which texts point into */
   char **texts; /* [n_prompts] */
@@ -173,13 +173,16 @@ static int load_model(run *r) {
             kr_tok_vocab(r->tok), c.n_vocab);
     return 1;
   }
-  kite_ctx_params cp = kite_ctx_params_default();
-  cp.device.device_type = o->device;
-  cp.num_threads = o->threads;
-  cp.seed = r->sampling.seed;
-  if (kite_ctx_create(&cp, &r->ctx) != KITE_OK) {
-    fprintf(stderr, "kite run: %s\n", kite_last_error());
-    return 1;
+  for (int i = 0; i < o->tp; i++) { /* rank i on CUDA device i, or a CPU ctx of its own */
+    kite_ctx_params cp = kite_ctx_params_default();
+    cp.device.device_type = o->device;
+    cp.device.device_id = o->device == kDLCPU ? 0 : i;
+    cp.num_threads = o->threads;
+    cp.seed = r->sampling.seed;
+    if (kite_ctx_create(&cp, &r->ctxs[i]) != KITE_OK) {
+      fprintf(stderr, "kite run: %s\n", kite_last_error());
+      return 1;
+    }
   }
   const int batch = o->batch ? o->batch : (r->n_prompts < 64 ? r->n_prompts : 64);
   const kr_model_params mp = {.weights = o->weights,
@@ -188,7 +191,7 @@ static int load_model(run *r) {
                               .block_size = 16,
                               .ctx_len = o->ctx,
                               .no_graphs = o->no_graphs};
-  if (!(r->m = kr_model_load(r->ctx, &r->g, &mp, err, sizeof err))) {
+  if (!(r->m = kr_model_load_tp(r->ctxs, o->tp, &r->g, &mp, err, sizeof err))) {
     fprintf(stderr, "kite run: %s\n", err);
     return 1;
   }
@@ -199,6 +202,13 @@ static int load_model(run *r) {
             c.arch, c.n_layer, c.n_embd, c.n_head, c.n_head_kv, c.n_vocab,
             kr_weights_name(kr_model_weights(r->m)), (double)kr_model_weight_bytes(r->m) / 1e6,
             o->device_name);
+  if (o->bench && o->tp > 1)
+    for (int i = 0; i < o->tp; i++) {
+      size_t w, kv;
+      kr_model_rank_bytes(r->m, i, &w, &kv);
+      fprintf(stderr, "kite run: tp rank %d: weights %.1f MB, KV cache %.1f MB\n", i,
+              (double)w / 1e6, (double)kv / 1e6);
+    }
   return 0;
 }
 
@@ -379,7 +389,8 @@ static void run_free(run *r) {
   free(r->out_n);
   free(r->ids);
   kr_model_free(r->m);
-  if (r->ctx) kite_ctx_destroy(r->ctx);
+  for (int i = 0; i < KR_MAX_TP; i++)
+    if (r->ctxs[i]) kite_ctx_destroy(r->ctxs[i]);
   kr_tok_free(r->tok);
   free(r->texts);
   free(r->owned);

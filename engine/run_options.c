@@ -36,7 +36,10 @@ void kr_run_usage(FILE *f) {
       "  --seed S               the sampling seed (default: random, printed)\n"
       "execution:\n"
       "  --device D             cpu (default) or cuda\n"
-      "  --threads N            CPU threads (default 0: all cores)\n"
+      "  --threads N            CPU threads (default 0: all cores), per rank with --tp\n"
+      "  --tp N                 tensor parallelism over N ranks in this process, [1, %d]\n"
+      "                         (default 1): CUDA devices 0..N-1, or N CPU ctxs; N must\n"
+      "                         divide the kv head count and the FFN width\n"
       "  --weights W            auto | f32 | bf16 | int8 | q4 (default auto: q4 for a 4-bit file)\n"
       "  --batch B              sequences decoded together, [0, %d] (default 0: the number of\n"
       "                         prompts, at most 64)\n"
@@ -51,7 +54,7 @@ void kr_run_usage(FILE *f) {
       "  --tokens               print the generated token ids instead of text\n"
       "  --tokenize TEXT        print TEXT's token ids (special tokens parsed) and exit\n"
       "The seed and the timings (load, prompt eval, eval) go to stderr.\n",
-      KR_DEFAULT_CTX_CAP, KR_MAX_BATCH, KR_MAX_TOKENS);
+      KR_DEFAULT_CTX_CAP, KR_MAX_TP, KR_MAX_BATCH, KR_MAX_TOKENS);
 }
 
 /* Each returns 1 when s is a number in range, else prints why (naming the option) and returns 0.
@@ -143,7 +146,8 @@ static const char *const value_opts[] = {"--model",
                                          "--frequency-penalty",
                                          "--seed",
                                          "--device",
-                                         "--weights"};
+                                         "--weights",
+                                         "--tp"};
 
 static int is_value_opt(const char *a) {
   for (size_t i = 0; i < sizeof value_opts / sizeof *value_opts; i++)
@@ -183,6 +187,7 @@ static int take(const char *a, const char *v, kr_run_opts *o) {
   }
   if (strcmp(a, "--seed") == 0) return o->has_seed = parse_u64(a, v, &sp->seed);
   if (strcmp(a, "--device") == 0) return o->device_name = v, parse_device(v, &o->device);
+  if (strcmp(a, "--tp") == 0) return parse_int(a, v, 1, KR_MAX_TP, &o->tp);
   return parse_weights(v, &o->weights); /* --weights */
 }
 
@@ -191,6 +196,7 @@ int kr_run_parse(int argc, char **argv, kr_run_opts *o) {
   o->device_name = "cpu";
   o->device = kDLCPU;
   o->n_predict = 64;
+  o->tp = 1;
   o->chunk = 512;
   o->sampling = (kr_sampling){.top_p = 1.0f, .repeat_penalty = 1.0f};
   for (int i = 0; i < argc; i++) {

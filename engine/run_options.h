@@ -19,6 +19,7 @@ typedef struct kr_run_opts {
   kr_weights weights;
   int n_predict; /* -n: tokens to generate per prompt, >= 0 */
   int threads;   /* 0: all cores */
+  int tp;        /* tensor-parallel ranks, [1, KR_MAX_TP] */
   int batch;     /* 0: the number of prompts, at most 64 */
   int chunk;     /* prefill tokens per step */
   int ctx;       /* 0: the model's context, capped at KR_DEFAULT_CTX_CAP */

@@ -272,7 +272,7 @@ int kr_sched_step(kr_scheduler *s, kr_token_fn on_token, kr_stop_fn stop, void *
       (size_t)((const char *)(s->host.block_table + (size_t)n_seq * (size_t)P->kv->max_blocks) -
                (const char *)s->h_index_buf);
   KR_CALL(kite_memcpy(P->ctx, s->d_index_buf, s->h_index_buf, idx_bytes, KITE_COPY_HOST_TO_DEVICE));
-  const kr_step step = {n_tok, nd, n_seq, &s->dev};
+  const kr_step step = {n_tok, nd, n_seq, &s->dev, &s->host, idx_bytes};
   const int replays = s->graphs.replays;
   if (kr_step_graphs_forward(&s->graphs, P->ctx, P->arch, P->net, &step, P->kv, P->logits, err,
                              err_len) ||

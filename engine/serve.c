@@ -32,7 +32,7 @@ char *sv_chat_prompt(const kr_chat_template *tpl, const kr_tokenizer *tok, const
 
 typedef struct serve_opts {
   const char *model, *host, *alias;
-  int port, ctx, parallel, threads, chunk, help;
+  int port, ctx, parallel, threads, chunk, tp, help;
   DLDeviceType device;
   kr_weights weights;
 } serve_opts;
@@ -50,11 +50,13 @@ static void usage(FILE *f) {
           "  --parallel N    requests decoded together in one batch, [1, %d] (default 4;\n"
           "                  the KV cache holds a whole context for each)\n"
           "  --chunk T       prefill tokens per step, [1, %d] (default 512)\n"
-          "  --threads N     CPU threads (default 0: all cores)\n"
+          "  --threads N     CPU threads (default 0: all cores), per rank with --tp\n"
+          "  --tp N          tensor parallelism over N ranks in this process, [1, %d] (as kite\n"
+          "                  run: CUDA devices 0..N-1, or N CPU ctxs)\n"
           "  --device D      cpu (default) or cuda\n"
           "  --weights W     auto | f32 | bf16 | int8 | q4 (as kite run; default auto)\n"
           "  --alias NAME    the model's id in the API (default: the file's name)\n",
-          KR_DEFAULT_CTX_CAP, KR_MAX_BATCH, KR_MAX_TOKENS);
+          KR_DEFAULT_CTX_CAP, KR_MAX_BATCH, KR_MAX_TOKENS, KR_MAX_TP);
 }
 
 static int int_opt(const char *opt, const char *v, long lo, long hi, int *out) {
@@ -72,7 +74,7 @@ static int int_opt(const char *opt, const char *v, long lo, long hi, int *out) {
 /* Returns 0, or 2 (usage) after printing the problem. */
 static int parse(int argc, char **argv, serve_opts *o) {
   *o = (serve_opts){
-      .host = "127.0.0.1", .port = 8080, .parallel = 4, .chunk = 512, .device = kDLCPU};
+      .host = "127.0.0.1", .port = 8080, .parallel = 4, .chunk = 512, .tp = 1, .device = kDLCPU};
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -109,6 +111,8 @@ static int parse(int argc, char **argv, serve_opts *o) {
       ok = int_opt(a, v, 1, KR_MAX_TOKENS, &o->chunk);
     else if (strcmp(a, "--threads") == 0)
       ok = int_opt(a, v, 0, 4096, &o->threads);
+    else if (strcmp(a, "--tp") == 0)
+      ok = int_opt(a, v, 1, KR_MAX_TP, &o->tp);
     else if (strcmp(a, "--weights") == 0) {
       if (kr_weights_parse(v, &o->weights)) {
         fprintf(stderr, "kite serve: --weights %s unknown (auto, f32, bf16, int8, q4)\n", v);
@@ -129,8 +133,9 @@ static int parse(int argc, char **argv, serve_opts *o) {
   return 0;
 }
 
-/* Loads the model onto a new ctx (both returned). Returns 0, or an exit code after a message. */
-static int load(const serve_opts *o, const kr_gguf *g, const kr_tokenizer *tok, kite_ctx **ctx,
+/* Loads the model onto new ctxs, one per tensor-parallel rank (ctxs[o->tp]; all returned).
+ * Returns 0, or an exit code after a message. */
+static int load(const serve_opts *o, const kr_gguf *g, const kr_tokenizer *tok, kite_ctx **ctxs,
                 kr_model **m) {
   char err[1024];
   kr_config c;
@@ -148,12 +153,15 @@ static int load(const serve_opts *o, const kr_gguf *g, const kr_tokenizer *tok, 
             kr_tok_vocab(tok), c.n_vocab);
     return 1;
   }
-  kite_ctx_params cp = kite_ctx_params_default();
-  cp.device.device_type = o->device;
-  cp.num_threads = o->threads;
-  if (kite_ctx_create(&cp, ctx) != KITE_OK) {
-    fprintf(stderr, "kite serve: %s\n", kite_last_error());
-    return 1;
+  for (int i = 0; i < o->tp; i++) {
+    kite_ctx_params cp = kite_ctx_params_default();
+    cp.device.device_type = o->device;
+    cp.device.device_id = o->device == kDLCPU ? 0 : i;
+    cp.num_threads = o->threads;
+    if (kite_ctx_create(&cp, &ctxs[i]) != KITE_OK) {
+      fprintf(stderr, "kite serve: %s\n", kite_last_error());
+      return 1;
+    }
   }
   /* KV blocks for every request's whole context: a request that fits is never cut short */
   const kr_model_params mp = {.weights = o->weights,
@@ -161,7 +169,7 @@ static int load(const serve_opts *o, const kr_gguf *g, const kr_tokenizer *tok, 
                               .max_tokens = o->chunk < o->parallel ? o->parallel : o->chunk,
                               .block_size = 16,
                               .ctx_len = o->ctx};
-  if (!(*m = kr_model_load(*ctx, g, &mp, err, sizeof err))) {
+  if (!(*m = kr_model_load_tp(ctxs, o->tp, g, &mp, err, sizeof err))) {
     fprintf(stderr, "kite serve: %s\n", err);
     return 1;
   }
@@ -190,7 +198,7 @@ int kr_cmd_serve(int argc, char **argv) {
     return 1;
   }
   kr_tokenizer *tok = kr_tok_load(&g, err, sizeof err);
-  kite_ctx *ctx = NULL;
+  kite_ctx *ctxs[KR_MAX_TP] = {NULL};
   kr_model *m = NULL;
   sv_engine *en = NULL;
   sv_http *h = NULL;
@@ -201,7 +209,7 @@ int kr_cmd_serve(int argc, char **argv) {
     goto done;
   }
   if (kr_chat_template_note(tpl)) fprintf(stderr, "kite serve: %s\n", kr_chat_template_note(tpl));
-  if ((rc = load(&o, &g, tok, &ctx, &m)) != 0) goto done;
+  if ((rc = load(&o, &g, tok, ctxs, &m)) != 0) goto done;
   rc = 1;
   const char *base = strrchr(o.model, '/');
   const sv_server_opts so = {.host = o.host,
@@ -233,7 +241,8 @@ done:
   sv_http_stop(h);
   sv_engine_free(en);
   kr_model_free(m);
-  if (ctx) kite_ctx_destroy(ctx);
+  for (int i = 0; i < KR_MAX_TP; i++)
+    if (ctxs[i]) kite_ctx_destroy(ctxs[i]);
   kr_chat_template_free(tpl);
   kr_tok_free(tok);
   kr_gguf_close(&g);

@@ -39,10 +39,8 @@ static kite_ctx *host_ctx(const kr_gguf_tensor *const *parts, int n_parts, int *
   return host;
 }
 
-/* Row r of a GGUF tensor (ne[0] = cols values) as f32 out[cols]; a block type is decoded by
- * kite_dequant_gguf on the host ctx `host`. */
-static int dequant_row(const kr_gguf_tensor *t, int64_t r, float *out, kite_ctx *host, char *err,
-                       size_t err_len) {
+int kr_tensor_row_f32(const kr_gguf_tensor *t, int64_t r, float *out, kite_ctx *host, char *err,
+                      size_t err_len) {
   const int64_t cols = t->ne[0];
   uint64_t bv, bb;
   kr_ggml_block(t->type, &bv, &bb);
@@ -116,7 +114,7 @@ int kr_load_vector(kr_loader *ld, const kr_gguf_tensor *const *parts, int n_part
   } else {
     int64_t at = 0;
     for (int i = 0; i < n_parts && !rc; i++) {
-      rc = dequant_row(parts[i], 0, f32 + at, host, err, err_len);
+      rc = kr_tensor_row_f32(parts[i], 0, f32 + at, host, err, err_len);
       at += parts[i]->ne[0];
     }
     const float scale = ld->scale != 0 ? ld->scale : 1.0f;
@@ -188,7 +186,7 @@ int kr_load_matrix(kr_loader *ld, const kr_gguf_tensor *const *parts, int n_part
   int64_t r = 0;
   for (int i = 0; i < n_parts; i++)
     for (int64_t j = 0; j < parts[i]->ne[1]; j++, r++) {
-      if (dequant_row(parts[i], j, row, host, err, err_len)) goto done;
+      if (kr_tensor_row_f32(parts[i], j, row, host, err, err_len)) goto done;
       uint8_t *dst = mat + (size_t)r * (size_t)k * es;
       if (kind == KR_W_DENSE) {
         const float scale = ld->scale != 0 ? ld->scale : 1.0f;

@@ -63,6 +63,12 @@ int kr_ggml_default_as_stored(uint32_t type);
 const kr_gguf_tensor *kr_need_tensor(const kr_gguf *g, const char *name, int64_t cols, int64_t rows,
                                      char *err, size_t err_len);
 
+/* Row r of a GGUF tensor of a type kr_need_tensor accepts (ne[0] = cols values) as f32
+ * out[cols]; a block type is decoded by kite_dequant_gguf on `host`, a ctx on the host (unused
+ * for f32 / f16 / bf16). Returns 0, or -1 with a message. */
+int kr_tensor_row_f32(const kr_gguf_tensor *t, int64_t r, float *out, kite_ctx *host, char *err,
+                      size_t err_len);
+
 /* The first rows of `parts` one after another ([sum of ne[0]], e.g. q, k, v biases) as a device
  * vector in ld->act. */
 int kr_load_vector(kr_loader *ld, const kr_gguf_tensor *const *parts, int n_parts, void **out,

@@ -42,6 +42,12 @@
 #            then the bus bandwidth of all_reduce, 1 KB - 256 MB, beside ncclAllReduce called
 #            directly (with one GPU only the local copy path). Output in check.log and peers.log.
 #            Without NCCL (libnccl.so.2, KITE_NCCL_PATH) it says so and counts as skipped.
+#   tp       (only when named; 2 GPUs) kite run --tp 2 beside --tp 1 on a random-weight GGUF of
+#            Llama 3.2 1B's shape (tests/engine/random_llama.c; TP_SHAPE="HIDDEN LAYERS HEADS
+#            KV_HEADS FFN VOCAB" for another): decode tok/s at batch 1 and 64 (128 tokens each),
+#            bf16, with each rank's weight and KV cache memory; then whether the greedy tokens of
+#            --tp 2 are --tp 1's (f32, 32 tokens; printed, not a failure: the split sums in
+#            another order). Output in peers.log. Needs NCCL (libnccl.so.2, KITE_NCCL_PATH).
 #   opencl   (only when named) the OpenCL backend on NVIDIA's OpenCL driver: installs this build,
 #            builds backends-external/opencl against the install (scripts/opencl-check.sh), runs
 #            the installed kite check --backend opencl, then kite bench --backend opencl beside
@@ -297,6 +303,41 @@ if want train; then
   PYTHONPATH=$PWD/$BUILD/python run_logged peers.log 900 python3 scripts/train_bench.py \
     ${TRAIN_ARGS:-} || echo "TRAIN BENCH FAILED (peers.log)"
   sed -n '/^---- training step/,$p' "$OUT/peers.log"
+fi
+if want tp; then
+  stage "kite run --tp 2 beside --tp 1 (random-weight llama, ${TP_SHAPE:-Llama 3.2 1B shape})"
+  if [ "$(nvidia-smi -L 2> /dev/null | wc -l)" -lt 2 ]; then
+    echo "tp: fewer than 2 GPUs here"
+    status=1
+  else
+    tp_dir=$(mktemp -d)
+    # shellcheck disable=SC2086 # TP_SHAPE is six numbers
+    "$BUILD/bin/random_llama" "$tp_dir/llama.gguf" ${TP_SHAPE:-} || status=1
+    for i in $(seq 64); do echo "Write a short story about a robot number $i."; done > "$tp_dir/prompts64"
+    {
+      echo "==== kite run --tp on a random-weight llama (${TP_SHAPE:-2048 16 32 8 8192 128256})"
+      for b in 1 64; do
+        if [ "$b" = 1 ]; then args=(--prompt "The capital of France is"); else args=(--prompts "$tp_dir/prompts64"); fi
+        for tp in 1 2; do
+          timeout 300 "$KITE" run --model "$tp_dir/llama.gguf" --device cuda --weights bf16 --tp $tp \
+            "${args[@]}" -n 128 --ignore-eos --bench --tokens > /dev/null 2> "$tp_dir/run" || status=1
+          grep "tp rank" "$tp_dir/run"
+          echo "kite bf16 tp $tp, batch $b: $(tail -1 "$tp_dir/run" | sed 's/^kite run: //')"
+        done
+      done
+      for tp in 1 2; do
+        timeout 300 "$KITE" run --model "$tp_dir/llama.gguf" --device cuda --weights f32 --tp $tp \
+          --prompt "The capital of France is" -n 32 --ignore-eos --tokens > "$tp_dir/tokens$tp" 2> /dev/null || status=1
+      done
+      if cmp -s "$tp_dir/tokens1" "$tp_dir/tokens2"; then
+        echo "f32 greedy tokens: --tp 2 gives --tp 1's"
+      else
+        echo "f32 greedy tokens differ: --tp 1: $(cat "$tp_dir/tokens1"); --tp 2: $(cat "$tp_dir/tokens2")"
+      fi
+    } >> "$OUT/peers.log" 2>&1
+    sed -n '/^==== kite run --tp on/,$p' "$OUT/peers.log"
+    rm -rf "$tp_dir"
+  fi
 fi
 if want opencl; then
   stage "OpenCL backend: built against the installed kite, kite check and bench beside cuda"

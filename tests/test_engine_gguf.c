@@ -5,6 +5,10 @@
  * tokens as the model with its weights dequantized to f32 at load (the engine's f32 path). A
  * file with a matrix of a type kite does not run (Q8_1) is refused with a message naming the
  * tensor and the type. Hidden 256 and FFN 512, so every row is whole 256-value blocks.
+ * Split over 2 tensor-parallel CPU ranks (engine/tp.h) the model gives the same greedy tokens in
+ * f32 and with its blocks as stored: q, k, v, gate and up split along whole rows of blocks, the
+ * ranks' halves of ffn_down (256 columns) are whole blocks, those of attn_output (128 columns of
+ * 256-value K-quant blocks) are not and run dense.
  */
 #include <math.h>
 #include <stdio.h>
@@ -170,14 +174,14 @@ static void on_tok(void *user, int seq, int32_t token) {
   if (seq == 0 && c->n < NT) c->t[c->n++] = token;
 }
 
-/* Greedy tokens of the prompt; the model's weights mode is written to *mode. */
-static int greedy(kite_ctx *ctx, const kr_gguf *g, kr_weights w, tokens *out) {
+/* Greedy tokens of the prompt on nranks tensor-parallel ranks (ctxs[0..nranks)). */
+static int greedy(kite_ctx *const *ctxs, int nranks, const kr_gguf *g, kr_weights w, tokens *out) {
   static const int32_t prompt[] = {17, 200, 5, 99, 42, 7, 250};
   char err[512];
   kr_model_params p = {
       .weights = w, .max_batch = 1, .max_tokens = 256, .block_size = 4, .ctx_len = 128};
-  kr_model *m = kr_model_load(ctx, g, &p, err, sizeof err);
-  CHECK(m, "load (%s): %s", kr_weights_name(w), err);
+  kr_model *m = kr_model_load_tp(ctxs, nranks, g, &p, err, sizeof err);
+  CHECK(m, "load (%s, %d ranks): %s", kr_weights_name(w), nranks, err);
   if (!m) return -1;
   memset(out, 0, sizeof *out);
   CHECK(kr_submit(m, prompt, 7, NT, err, sizeof err) == 0, "submit: %s", err);
@@ -188,16 +192,33 @@ static int greedy(kite_ctx *ctx, const kr_gguf *g, kr_weights w, tokens *out) {
   return rc;
 }
 
+/* The tokens of 2 ranks against those of one, f32 and blocks as stored. */
+static void test_tp(kite_ctx *const *ctxs, const kr_gguf *g, const tokens *f32) {
+  const kr_weights modes[2] = {KR_WEIGHTS_F32, KR_WEIGHTS_AUTO};
+  for (int i = 0; i < 2; i++) {
+    tokens two;
+    if (greedy(ctxs, 2, g, modes[i], &two)) continue;
+    CHECK(two.n == NT, "%d tokens on 2 ranks", two.n);
+    CHECK(memcmp(two.t, f32->t, sizeof two.t) == 0,
+          "greedy tokens on 2 ranks (%s) differ from the 1-rank f32 model's",
+          kr_weights_name(modes[i]));
+  }
+}
+
 int main(void) {
-  kite_ctx *ctx = NULL;
-  kite_ctx_params cp = kite_ctx_params_default();
-  cp.num_threads = 2;
-  CHECK(kite_ctx_create(&cp, &ctx) == KITE_OK, "ctx: %s", kite_last_error());
+  kite_ctx *ctxs[2] = {NULL, NULL};
+  for (int r = 0; r < 2; r++) {
+    kite_ctx_params cp = kite_ctx_params_default();
+    cp.num_threads = r ? 1 : 2; /* 2 cores: rank 1 of the tp runs takes one */
+    CHECK(kite_ctx_create(&cp, &ctxs[r]) == KITE_OK, "ctx: %s", kite_last_error());
+  }
+  kite_ctx *ctx = ctxs[0];
   kr_gguf g;
   if (ctx && open_model("test_engine_gguf.gguf", 0, &g) == 0) {
     tokens stored, f32;
     /* AUTO picks the blocks as stored for a K-quant file */
-    if (!greedy(ctx, &g, KR_WEIGHTS_AUTO, &stored) && !greedy(ctx, &g, KR_WEIGHTS_F32, &f32)) {
+    if (!greedy(ctxs, 1, &g, KR_WEIGHTS_AUTO, &stored) &&
+        !greedy(ctxs, 1, &g, KR_WEIGHTS_F32, &f32)) {
       CHECK(stored.n == NT && f32.n == NT, "%d and %d tokens", stored.n, f32.n);
       CHECK(memcmp(stored.t, f32.t, sizeof stored.t) == 0,
             "greedy tokens with the blocks as stored differ from the f32 model's");
@@ -207,6 +228,7 @@ int main(void) {
       printf("greedy tokens:");
       for (int i = 0; i < stored.n; i++) printf(" %d", stored.t[i]);
       printf("\n");
+      if (ctxs[1]) test_tp(ctxs, &g, &f32);
     }
     kr_gguf_close(&g);
   }
@@ -220,7 +242,7 @@ int main(void) {
     kr_model_free(m);
     kr_gguf_close(&g);
   }
-  kite_ctx_destroy(ctx);
+  for (int r = 0; r < 2; r++) kite_ctx_destroy(ctxs[r]);
   if (tm_failures) fprintf(stderr, "%d check(s) failed\n", tm_failures);
   return tm_failures ? 1 : 0;
 }

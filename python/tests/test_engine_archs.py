@@ -58,24 +58,38 @@ def _reference(m, ids, n_new):
     return out, margins
 
 
+_CASES = {}
+
+
+def _case(cli, name, tmp_path_factory):
+    """The model file of `name`, the prompt's ids and the float64 tokens and margins, made once
+    for every tp count."""
+    if name not in _CASES:
+        path = str(tmp_path_factory.mktemp(name) / f"{name}.gguf")
+        m = tiny_gguf.write(name, path, seed=0)
+        rc, out, err = _run(cli, "--model", path, "--tokenize", PROMPT)
+        assert rc == 0, err
+        ids = [int(x) for x in out.split()]
+        assert len(ids) > 4
+        _CASES[name] = (path, *_reference(m, ids, N_NEW))
+    return _CASES[name]
+
+
+# tp 2: the model split over 2 tensor-parallel ranks (engine/tp.h), CPU ctxs in one process
+@pytest.mark.parametrize("tp", [1, 2])
 @pytest.mark.parametrize("name", sorted(tiny_gguf.CONFIGS))
-def test_greedy_tokens_match_float64(name, tmp_path):
+def test_greedy_tokens_match_float64(name, tp, tmp_path_factory):
     cli = _kite_cli()
-    path = str(tmp_path / f"{name}.gguf")
-    m = tiny_gguf.write(name, path, seed=0)
-    rc, out, err = _run(cli, "--model", path, "--tokenize", PROMPT)
-    assert rc == 0, err
-    ids = [int(x) for x in out.split()]
-    assert len(ids) > 4
+    path, want, margins = _case(cli, name, tmp_path_factory)
     rc, out, err = _run(cli, "--model", path, "--prompt", PROMPT, "-n", str(N_NEW), "--tokens",
-                        "--ignore-eos", "--weights", "f32", "--threads", "1")
+                        "--ignore-eos", "--weights", "f32", "--threads", "1", "--tp", str(tp))
     assert rc == 0, err
     got = [int(x) for x in out.split()]
-    want, margins = _reference(m, ids, N_NEW)
     assert len(got) == N_NEW
     clear = next((i for i, d in enumerate(margins) if d < MARGIN), N_NEW)
     assert clear >= MIN_CHECKED, f"{name}: float64 near-tie at step {clear}: {margins}"
-    assert got[:clear] == want[:clear], f"{name}: kite {got} float64 {want} margins {margins}"
+    assert got[:clear] == want[:clear], \
+        f"{name} tp {tp}: kite {got} float64 {want} margins {margins}"
 
 
 def test_gemma2_sampling_is_refused(tmp_path):
