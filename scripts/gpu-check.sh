@@ -40,13 +40,14 @@
 #   comm     test_comm --device cuda: the collectives against float64 sums at 1 rank, and at one
 #            rank per GPU when more than one is visible (threads in one process), each op with
 #            kite's choice (the peer-memory kernels), cuda.twoshot and cuda.nccl pinned; with
-#            several GPUs compute-sanitizer memcheck on test_comm --ranks 2 --quick (sanitize.log);
 #            then bench_comm: all_reduce 1 KB - 256 MB (kite's choice, each kernel pinned,
 #            ncclAllReduce called directly) and all_reduce_add_rms_norm at tokens 1-64 x hidden
 #            4096 / 8192 (kite beside ncclAllReduce + kite_add_rms_norm) into peers.log; then
 #            kite._C for this python3 and torchrun --nproc-per-node <GPUs>
 #            python/tests/dist_comm_check.py (torch.ops.kite's collectives from an NCCL process
-#            group: sums, the fused norm, CUDA-graph replay, torch.compile) into check.log.
+#            group: sums, the fused norm, CUDA-graph replay, torch.compile) into check.log; last,
+#            with several GPUs, compute-sanitizer memcheck on test_comm --ranks 2 --quick
+#            (sanitize.log).
 #            Without NCCL (libnccl.so.2, KITE_NCCL_PATH) it says so and counts as skipped.
 #   opencl   (only when named) the OpenCL backend on NVIDIA's OpenCL driver: installs this build,
 #            builds backends-external/opencl against the install (scripts/opencl-check.sh), runs
@@ -329,7 +330,7 @@ EOF
   rm -rf "$ocl_prefix"
 fi
 if want comm; then
-  stage "collectives: test_comm --device cuda (every kernel), compute-sanitizer, bench_comm, torchrun"
+  stage "collectives: test_comm --device cuda (every kernel), bench_comm, torchrun, compute-sanitizer"
   ngpu=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU')
   for n in 1 $([ "${ngpu:-0}" -gt 1 ] && echo "$ngpu"); do
     timeout 300 "$BUILD/bin/test_comm" --device cuda --ranks "$n" >> "$OUT/check.log" 2>&1
@@ -340,16 +341,7 @@ if want comm; then
     tail -2 "$OUT/check.log"
     [ $rc -eq 77 ] && break
   done
-  if [ "${rc:-0}" -ne 77 ] && [ "${ngpu:-0}" -gt 1 ]; then
-    # the peer-memory kernels (flags and loads across GPUs) under memcheck, bf16, small shapes
-    echo "==== compute-sanitizer memcheck: test_comm --device cuda --ranks 2 --quick" >> "$OUT/sanitize.log"
-    timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/bin/test_comm" \
-      --device cuda --ranks 2 --quick >> "$OUT/sanitize.log" 2>&1
-    rc=$?
-    echo "compute-sanitizer memcheck test_comm --ranks 2 --quick: exit $rc"
-    [ $rc -ne 0 ] && status=1
-    tail -3 "$OUT/sanitize.log"
-  fi
+  comm_rc=$rc
   if [ "${rc:-0}" -ne 77 ]; then
     echo "==== collectives: bench_comm ($ngpu GPU(s))" >> "$OUT/peers.log"
     timeout 300 "$BUILD/bin/bench_comm" >> "$OUT/peers.log" 2>&1
@@ -367,6 +359,16 @@ if want comm; then
       --nproc-per-node "$ngpu" python/tests/dist_comm_check.py
     echo "torchrun dist_comm_check.py: exit $?"
     sed -n '/^==== torchrun/,$p' "$OUT/check.log" | tail -12
+  fi
+  if [ "${comm_rc:-0}" -ne 77 ] && [ "${ngpu:-0}" -gt 1 ]; then
+    # the peer-memory kernels (flags and loads across GPUs) under memcheck, bf16, small shapes
+    echo "==== compute-sanitizer memcheck: test_comm --device cuda --ranks 2 --quick" >> "$OUT/sanitize.log"
+    timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/bin/test_comm" \
+      --device cuda --ranks 2 --quick >> "$OUT/sanitize.log" 2>&1
+    rc=$?
+    echo "compute-sanitizer memcheck test_comm --ranks 2 --quick: exit $rc"
+    [ $rc -ne 0 ] && status=1
+    tail -3 "$OUT/sanitize.log"
   fi
 fi
 exit $status
