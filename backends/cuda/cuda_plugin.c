@@ -347,10 +347,11 @@ static const kite_kernel cuda_kernels[] = {
            "a thread per weight"),
     KERNEL(KITE_OP_ALL_REDUCE, "oneshot", PRIORITY_ONESHOT, cuda_peer_oneshot_supports,
            cuda_peer_oneshot_run,
-           "peer memory: stage x, one barrier, every rank's buffer summed in rank order"),
+           "peer memory, up to 8 MB on 2 ranks, 256 KB on more: stage x, one barrier, every "
+           "rank's buffer summed in rank order"),
     KERNEL(KITE_OP_ALL_REDUCE, "twoshot", PRIORITY_TWOSHOT, cuda_peer_twoshot_supports,
            cuda_peer_twoshot_run,
-           "peer memory: reduce-scatter then all-gather through the peers' buffers"),
+           "peer memory, up to 8 MB: reduce-scatter then all-gather through the peers' buffers"),
     KERNEL(KITE_OP_ALL_REDUCE, "nccl", PRIORITY_LIBRARY, cuda_nccl_supports, cuda_nccl_run,
            "ncclAllReduce (sum) on the ctx's stream"),
     KERNEL(KITE_OP_ALL_GATHER, "nccl", PRIORITY_LIBRARY, cuda_nccl_supports, cuda_nccl_run,
@@ -359,7 +360,8 @@ static const kite_kernel cuda_kernels[] = {
            "ncclReduceScatter (sum) on the ctx's stream"),
     KERNEL(KITE_OP_ALL_REDUCE_ADD_RMS_NORM, "oneshot", PRIORITY_ONESHOT, cuda_peer_norm_supports,
            cuda_peer_norm_run,
-           "peer memory: a block per row sums the ranks' rows, adds the residual, normalizes"),
+           "peer memory, one-shot's limits, rows up to 16384: a block per row sums the ranks' "
+           "rows, adds the residual, normalizes"),
     KERNEL(KITE_OP_ALL_REDUCE_ADD_RMS_NORM, "nccl", PRIORITY_LIBRARY, cuda_nccl_supports,
            cuda_nccl_run, "ncclAllReduce into the workspace, then kite's add_rms_norm kernel"),
     /* training: backward ops */
