@@ -363,7 +363,7 @@ if want comm; then
   if [ "${comm_rc:-0}" -ne 77 ] && [ "${ngpu:-0}" -gt 1 ]; then
     # the peer-memory kernels (flags and loads across GPUs) under memcheck, bf16, small shapes
     echo "==== compute-sanitizer memcheck: test_comm --device cuda --ranks 2 --quick" >> "$OUT/sanitize.log"
-    timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/bin/test_comm" \
+    timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/bin/test_comm" \
       --device cuda --ranks 2 --quick >> "$OUT/sanitize.log" 2>&1
     rc=$?
     echo "compute-sanitizer memcheck test_comm --ranks 2 --quick: exit $rc"
