@@ -333,7 +333,7 @@ if want comm; then
   stage "collectives: test_comm --device cuda (every kernel), bench_comm, torchrun, compute-sanitizer"
   ngpu=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU')
   for n in 1 $([ "${ngpu:-0}" -gt 1 ] && echo "$ngpu"); do
-    timeout 300 "$BUILD/bin/test_comm" --device cuda --ranks "$n" >> "$OUT/check.log" 2>&1
+    timeout 120 "$BUILD/bin/test_comm" --device cuda --ranks "$n" >> "$OUT/check.log" 2>&1
     rc=$?
     # 77: no NCCL (or no GPU) here, reported in the log: skipped, not failed
     [ $rc -ne 0 ] && [ $rc -ne 77 ] && status=1
@@ -344,7 +344,7 @@ if want comm; then
   comm_rc=$rc
   if [ "${rc:-0}" -ne 77 ]; then
     echo "==== collectives: bench_comm ($ngpu GPU(s))" >> "$OUT/peers.log"
-    timeout 300 "$BUILD/bin/bench_comm" >> "$OUT/peers.log" 2>&1
+    timeout 150 "$BUILD/bin/bench_comm" >> "$OUT/peers.log" 2>&1
     rc=$?
     [ $rc -ne 0 ] && [ $rc -ne 77 ] && status=1
     sed -n '/^==== collectives: bench_comm/,$p' "$OUT/peers.log"
@@ -355,7 +355,7 @@ if want comm; then
       cmake --build "$BUILD" -j "$JOBS" --target kite_python kite_python_files; } >> "$OUT/build.log" 2>&1 ||
       { tail -20 "$OUT/build.log"; status=1; }
     echo "==== torchrun --nproc-per-node $ngpu python/tests/dist_comm_check.py" >> "$OUT/check.log"
-    PYTHONPATH=$PWD/$BUILD/python run_logged check.log 300 python3 -m torch.distributed.run \
+    PYTHONPATH=$PWD/$BUILD/python run_logged check.log 150 python3 -m torch.distributed.run \
       --nproc-per-node "$ngpu" python/tests/dist_comm_check.py
     echo "torchrun dist_comm_check.py: exit $?"
     sed -n '/^==== torchrun/,$p' "$OUT/check.log" | tail -12
