@@ -37,10 +37,17 @@
 #            (wheel carried in .gpuwheels/) and + kite.torch.patch: tokens/s and peak memory,
 #            alternated in separate processes (needs the python stage's kite._C build; TRAIN_ARGS
 #            passes options)
-#   comm     test_comm --device cuda: the collectives (cuda.nccl) against float64 sums at 1 rank,
-#            and at one rank per GPU when more than one is visible (threads in one process);
-#            then the bus bandwidth of all_reduce, 1 KB - 256 MB, beside ncclAllReduce called
-#            directly (with one GPU only the local copy path). Output in check.log and peers.log.
+#   comm     test_comm --device cuda: the collectives against float64 sums at 1 rank, and at one
+#            rank per GPU when more than one is visible (threads in one process), each op with
+#            kite's choice (the peer-memory kernels), cuda.twoshot and cuda.nccl pinned; with
+#            then bench_comm: all_reduce 1 KB - 256 MB (kite's choice, each kernel pinned,
+#            ncclAllReduce called directly) and all_reduce_add_rms_norm at tokens 1-64 x hidden
+#            4096 / 8192 (kite beside ncclAllReduce + kite_add_rms_norm) into peers.log; then
+#            kite._C for this python3 and torchrun --nproc-per-node <GPUs>
+#            python/tests/dist_comm_check.py (torch.ops.kite's collectives from an NCCL process
+#            group: sums, the fused norm, CUDA-graph replay, torch.compile) into check.log; last,
+#            with several GPUs, compute-sanitizer memcheck on test_comm --ranks 2 --quick
+#            (sanitize.log).
 #            Without NCCL (libnccl.so.2, KITE_NCCL_PATH) it says so and counts as skipped.
 #   tp       (only when named; 2 GPUs) kite run --tp 2 beside --tp 1 on a random-weight GGUF of
 #            Llama 3.2 1B's shape (tests/engine/random_llama.c; TP_SHAPE="HIDDEN LAYERS HEADS
@@ -388,10 +395,10 @@ EOF
   rm -rf "$ocl_prefix"
 fi
 if want comm; then
-  stage "collectives: test_comm --device cuda (cuda.nccl), all_reduce bus bandwidth"
+  stage "collectives: test_comm --device cuda (every kernel), bench_comm, torchrun, compute-sanitizer"
   ngpu=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU')
   for n in 1 $([ "${ngpu:-0}" -gt 1 ] && echo "$ngpu"); do
-    timeout 300 "$BUILD/bin/test_comm" --device cuda --ranks "$n" >> "$OUT/check.log" 2>&1
+    timeout 120 "$BUILD/bin/test_comm" --device cuda --ranks "$n" >> "$OUT/check.log" 2>&1
     rc=$?
     # 77: no NCCL (or no GPU) here, reported in the log: skipped, not failed
     [ $rc -ne 0 ] && [ $rc -ne 77 ] && status=1
@@ -399,12 +406,36 @@ if want comm; then
     tail -2 "$OUT/check.log"
     [ $rc -eq 77 ] && break
   done
+  comm_rc=$rc
   if [ "${rc:-0}" -ne 77 ]; then
-    echo "==== all_reduce bus bandwidth ($ngpu GPU(s))" >> "$OUT/peers.log"
-    timeout 300 "$BUILD/bin/test_comm" --device cuda --bench >> "$OUT/peers.log" 2>&1
+    echo "==== collectives: bench_comm ($ngpu GPU(s))" >> "$OUT/peers.log"
+    timeout 150 "$BUILD/bin/bench_comm" >> "$OUT/peers.log" 2>&1
     rc=$?
     [ $rc -ne 0 ] && [ $rc -ne 77 ] && status=1
-    sed -n '/^==== all_reduce bus bandwidth/,$p' "$OUT/peers.log"
+    sed -n '/^==== collectives: bench_comm/,$p' "$OUT/peers.log"
+  fi
+  if [ "${ngpu:-0}" -gt 1 ]; then
+    # torch.ops.kite's collectives from an NCCL process group, one process per GPU
+    { cmake -S . -B "$BUILD" -DKITE_BUILD_PYTHON=ON -DPython3_EXECUTABLE="$(command -v python3)" &&
+      cmake --build "$BUILD" -j "$JOBS" --target kite_python kite_python_files; } >> "$OUT/build.log" 2>&1 ||
+      { tail -20 "$OUT/build.log"; status=1; }
+    echo "==== torchrun --nproc-per-node $ngpu python/tests/dist_comm_check.py" >> "$OUT/check.log"
+    PYTHONPATH=$PWD/$BUILD/python run_logged check.log 150 python3 -m torch.distributed.run \
+      --nproc-per-node "$ngpu" python/tests/dist_comm_check.py
+    echo "torchrun dist_comm_check.py: exit $?"
+    sed -n '/^==== torchrun/,$p' "$OUT/check.log" | tail -12
+  fi
+  if [ "${comm_rc:-0}" -ne 77 ] && [ "${ngpu:-0}" -gt 1 ]; then
+    # the peer-memory kernels (flags and loads across GPUs) under memcheck, f16, small shapes
+    echo "==== compute-sanitizer memcheck: test_comm --device cuda --ranks 2 --quick" >> "$OUT/sanitize.log"
+    # (NCCL's own API errors are not kite's: --report-api-errors no)
+    timeout 90 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
+      "$BUILD/bin/test_comm" \
+      --device cuda --ranks 2 --quick >> "$OUT/sanitize.log" 2>&1
+    rc=$?
+    echo "compute-sanitizer memcheck test_comm --ranks 2 --quick: exit $rc"
+    [ $rc -ne 0 ] && status=1
+    tail -3 "$OUT/sanitize.log"
   fi
 fi
 exit $status

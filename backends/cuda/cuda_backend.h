@@ -205,6 +205,36 @@ void cuda_comm_destroy(const kite_backend *b, void *comm);
 CUDA_SUPPORTS(cuda_nccl_supports);
 CUDA_RUN(cuda_nccl_run);
 
+/* A comm of this backend (the handle of its kite_comm_ref): NCCL's communicator, the device and
+ * the peer-memory buffers of peer_comm.cu (NULL where the ranks cannot map each other's memory,
+ * or for a single rank). */
+typedef struct cuda_peer_group cuda_peer_group;
+typedef struct cuda_comm {
+  struct nccl_comm *nccl;
+  int device;
+  cuda_peer_group *peer;
+} cuda_comm;
+
+/* peer_comm.cu: all_reduce and all_reduce_add_rms_norm over peer memory. Made in three steps
+ * around nccl.c's exchange: cuda_peer_alloc makes rank's buffer on device (*out NULL, and
+ * KITE_OK, when nranks has no peer kernels) and fills its record; every rank's record is then
+ * handed to every rank, in rank order, and cuda_peer_attach maps the peers' buffers (false when
+ * some peer cannot be reached: then no rank may use the group, and each frees it). */
+#define CUDA_PEER_MAX_RANKS 8 /* groups of 2 to 8 ranks have peer kernels */
+typedef struct cuda_peer_record {
+  unsigned char bytes[128];
+} cuda_peer_record;
+kite_status cuda_peer_alloc(int device, int nranks, int rank, cuda_peer_group **out,
+                            cuda_peer_record *rec);
+bool cuda_peer_attach(cuda_peer_group *g, const cuda_peer_record *recs);
+void cuda_peer_free(cuda_peer_group *g);
+CUDA_SUPPORTS(cuda_peer_oneshot_supports);
+CUDA_SUPPORTS(cuda_peer_twoshot_supports);
+CUDA_SUPPORTS(cuda_peer_norm_supports);
+CUDA_RUN(cuda_peer_oneshot_run);
+CUDA_RUN(cuda_peer_twoshot_run);
+CUDA_RUN(cuda_peer_norm_run);
+
 /* wq4.cu: linear_wq4 */
 CUDA_RUN(cuda_linear_wq4_run);
 /* gguf.cu: linear_gguf, dequant_gguf */

@@ -3,11 +3,11 @@
  * kernel table.
  *
  * The top of the plugin's host code: it lists the run and supports functions of the .cu files and
- * of nccl.c (the collectives) in its table and registers the backend. Below it, nccl.c and the
- * .cu files stand on cuda_device.c (device selection, launch checks, names for messages); none of
- * them calls back into this file. Every op has a "generic" kernel that runs any valid call and,
- * where it pays, a faster variant at a higher priority whose supports() states what it needs
- * (16-byte alignment, a row that fits in registers).
+ * of nccl.c and peer_comm.cu (the collectives) in its table and registers the backend. Below it,
+ * nccl.c and the .cu files stand on cuda_device.c (device selection, launch checks, names for
+ * messages); none of them calls back into this file. Every op has a "generic" kernel that runs any
+ * valid call and, where it pays, a faster variant at a higher priority whose supports() states what
+ * it needs (16-byte alignment, a row that fits in registers).
  *
  * Loading never fails for want of a GPU: without a driver or device, device_count is 0 and the
  * kernels are listed as not running here. CUDA errors become KITE_ERR_DEVICE, never an abort.
@@ -195,7 +195,10 @@ enum {
   PRIORITY_VEC = 20,
   PRIORITY_SPLIT = 30,
   PRIORITY_CLUSTER = 40,
-  PRIORITY_LIBRARY = 50
+  PRIORITY_LIBRARY = 50,
+  /* the collectives over peer memory, above NCCL up to their size limits (peer_comm.cu) */
+  PRIORITY_TWOSHOT = 60,
+  PRIORITY_ONESHOT = 70
 };
 
 /* A row needing the feature bits `bits` (named `bits_str`); KERNEL needs none. */
@@ -354,12 +357,23 @@ static const kite_kernel cuda_kernels[] = {
            "weights decoded per element: a warp per column for <= 8 rows, 64 x 64 tiles above"),
     KERNEL(KITE_OP_DEQUANT_GGUF, "simple", PRIORITY_GENERIC, cuda_float_supports, cuda_gguf_run,
            "a thread per weight"),
+    KERNEL(KITE_OP_ALL_REDUCE, "oneshot", PRIORITY_ONESHOT, cuda_peer_oneshot_supports,
+           cuda_peer_oneshot_run,
+           "peer memory, up to 8 MB on 2 ranks, 256 KB on more: stage x, one barrier, every "
+           "rank's buffer summed in rank order"),
+    KERNEL(KITE_OP_ALL_REDUCE, "twoshot", PRIORITY_TWOSHOT, cuda_peer_twoshot_supports,
+           cuda_peer_twoshot_run,
+           "peer memory, up to 8 MB: reduce-scatter then all-gather through the peers' buffers"),
     KERNEL(KITE_OP_ALL_REDUCE, "nccl", PRIORITY_LIBRARY, cuda_nccl_supports, cuda_nccl_run,
            "ncclAllReduce (sum) on the ctx's stream"),
     KERNEL(KITE_OP_ALL_GATHER, "nccl", PRIORITY_LIBRARY, cuda_nccl_supports, cuda_nccl_run,
            "ncclAllGather on the ctx's stream"),
     KERNEL(KITE_OP_REDUCE_SCATTER, "nccl", PRIORITY_LIBRARY, cuda_nccl_supports, cuda_nccl_run,
            "ncclReduceScatter (sum) on the ctx's stream"),
+    KERNEL(KITE_OP_ALL_REDUCE_ADD_RMS_NORM, "oneshot", PRIORITY_ONESHOT, cuda_peer_norm_supports,
+           cuda_peer_norm_run,
+           "peer memory, one-shot's limits, rows up to 16384: a block per row sums the ranks' "
+           "rows, adds the residual, normalizes"),
     KERNEL(KITE_OP_ALL_REDUCE_ADD_RMS_NORM, "nccl", PRIORITY_LIBRARY, cuda_nccl_supports,
            cuda_nccl_run, "ncclAllReduce into the workspace, then kite's add_rms_norm kernel"),
     /* training: backward ops */

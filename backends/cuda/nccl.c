@@ -9,6 +9,10 @@
  * all_reduce_add_rms_norm all-reduces into the ctx's workspace and runs kite's add_rms_norm
  * kernel on that (norm.cu), so x is never written.
  *
+ * A comm of 2 to 8 ranks also gets peer_comm.cu's buffers at creation: each rank's record is
+ * all-gathered through the new NCCL communicator (kite_comm_create), or read directly
+ * (kite_comm_create_all), and the group uses them only when every rank could map every peer's.
+ *
  * Layering: stands on cuda_device.c (cuda_begin, names) and norm.cu (cuda_add_rms_norm);
  * cuda_plugin.c puts what this file exports into the backend and its table, and nothing here
  * calls back into it.
@@ -32,6 +36,7 @@ typedef struct nccl_unique_id {
 } nccl_unique_id;
 enum {
   NCCL_SUCCESS = 0,
+  NCCL_INT8 = 0,
   NCCL_SUM = 0,
   NCCL_FLOAT16 = 6,
   NCCL_FLOAT32 = 7,
@@ -44,8 +49,8 @@ enum {
 #include <nccl.h>
 #pragma GCC diagnostic pop
 _Static_assert((int)ncclSuccess == NCCL_SUCCESS && (int)ncclSum == NCCL_SUM &&
-                   (int)ncclFloat16 == NCCL_FLOAT16 && (int)ncclFloat32 == NCCL_FLOAT32 &&
-                   (int)ncclBfloat16 == NCCL_BFLOAT16,
+                   (int)ncclInt8 == NCCL_INT8 && (int)ncclFloat16 == NCCL_FLOAT16 &&
+                   (int)ncclFloat32 == NCCL_FLOAT32 && (int)ncclBfloat16 == NCCL_BFLOAT16,
                "NCCL constants differ from nccl.h");
 _Static_assert(sizeof(ncclUniqueId) == sizeof(nccl_unique_id) &&
                    sizeof(nccl_unique_id) == KITE_COMM_ID_BYTES,
@@ -187,10 +192,56 @@ static kite_status nccl_failed(const char *fn, const char *call, int rc, nccl_co
                         detail ? detail : "");
 }
 
-typedef struct cuda_comm {
-  nccl_comm_t comm;
-  int device;
-} cuda_comm;
+/* Hands every rank's `bytes` bytes at mine to every rank, rank q's at all + q * bytes
+ * (ncclAllGather through device memory on stream st, waited for). */
+static kite_status exchange(const char *fn, nccl_comm_t comm, cudaStream_t st, const void *mine,
+                            void *all, size_t bytes, int nranks, int rank) {
+  void *d = NULL;
+  const size_t total = bytes * (size_t)nranks;
+  cudaError_t e = cudaMalloc(&d, total);
+  if (e != cudaSuccess) return cuda_device_error(fn, "cudaMalloc", e);
+  /* in place: this rank's part already at its place in the result */
+  char *part = (char *)d + bytes * (size_t)rank;
+  e = cudaMemcpy(part, mine, bytes, cudaMemcpyHostToDevice);
+  int rc = NCCL_SUCCESS;
+  if (e == cudaSuccess) {
+    rc = g_nccl.all_gather(part, d, bytes, NCCL_INT8, comm, st);
+    if (rc == NCCL_SUCCESS) e = cudaStreamSynchronize(st);
+  }
+  if (e == cudaSuccess && rc == NCCL_SUCCESS) e = cudaMemcpy(all, d, total, cudaMemcpyDeviceToHost);
+  cudaFree(d);
+  if (rc != NCCL_SUCCESS) return nccl_failed(fn, "ncclAllGather", rc, comm);
+  return e == cudaSuccess ? KITE_OK : cuda_device_error(fn, "peer exchange", e);
+}
+
+/* The peer-memory buffers of rank `rank` (peer_comm.cu), mapped on every rank or on none: each
+ * rank's records, then whether each mapped every peer, go through NCCL. A rank whose buffer
+ * cannot be made sends an empty record, so that the group agrees to go without. */
+static kite_status peer_setup(const char *fn, cuda_comm *c, cudaStream_t st, int nranks, int rank) {
+  cuda_peer_record mine, *all = NULL;
+  cuda_peer_group *g = NULL;
+  if (nranks < 2 || nranks > CUDA_PEER_MAX_RANKS) return KITE_OK; /* no peer kernels */
+  if (cuda_peer_alloc(c->device, nranks, rank, &g, &mine) != KITE_OK) memset(&mine, 0, sizeof mine);
+  unsigned char ok = 0, *oks = NULL;
+  all = calloc((size_t)nranks, sizeof *all);
+  oks = calloc((size_t)nranks, 1);
+  kite_status s =
+      all && oks ? KITE_OK : kite_set_error(KITE_ERR_OUT_OF_MEMORY, "%s: cuda: out of memory", fn);
+  if (s == KITE_OK) s = exchange(fn, c->nccl, st, &mine, all, sizeof mine, nranks, rank);
+  if (s == KITE_OK) {
+    ok = g && cuda_peer_attach(g, all);
+    s = exchange(fn, c->nccl, st, &ok, oks, 1, nranks, rank);
+  }
+  for (int q = 0; s == KITE_OK && q < nranks; q++) ok = ok && oks[q];
+  if (s == KITE_OK && ok) {
+    c->peer = g;
+  } else {
+    cuda_peer_free(g);
+  }
+  free(all);
+  free(oks);
+  return s;
+}
 
 kite_status cuda_comm_unique_id(const kite_backend *b, kite_ctx *ctx, kite_comm_id *id) {
   (void)b;
@@ -217,14 +268,36 @@ kite_status cuda_comm_create(const kite_backend *b, kite_ctx *ctx, const kite_co
   if (!c) return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "%s: cuda: out of memory", fn);
   nccl_unique_id u;
   memcpy(u.internal, id->bytes, sizeof u.internal);
-  int rc = g_nccl.comm_init_rank(&c->comm, nranks, u, rank);
+  int rc = g_nccl.comm_init_rank(&c->nccl, nranks, u, rank);
   if (rc != NCCL_SUCCESS) {
     free(c);
     return nccl_failed(fn, "ncclCommInitRank", rc, NULL);
   }
   c->device = kite_ctx_device(ctx).device_id;
+  if ((s = peer_setup(fn, c, (cudaStream_t)stream, nranks, rank)) != KITE_OK) {
+    g_nccl.comm_destroy(c->nccl);
+    free(c);
+    return s;
+  }
   *out = c;
   return KITE_OK;
+}
+
+/* The peer buffers of a group made in one process: the records are at hand, no exchange. */
+static void peer_setup_all(cuda_comm **cs, int nranks) {
+  if (nranks < 2 || nranks > CUDA_PEER_MAX_RANKS) return;
+  cuda_peer_record recs[CUDA_PEER_MAX_RANKS];
+  cuda_peer_group *g[CUDA_PEER_MAX_RANKS] = {0};
+  bool ok = true;
+  for (int i = 0; i < nranks && ok; i++)
+    ok = cuda_peer_alloc(cs[i]->device, nranks, i, &g[i], &recs[i]) == KITE_OK && g[i];
+  for (int i = 0; i < nranks && ok; i++) ok = cuda_peer_attach(g[i], recs);
+  for (int i = 0; i < nranks; i++) {
+    if (ok)
+      cs[i]->peer = g[i];
+    else
+      cuda_peer_free(g[i]);
+  }
 }
 
 kite_status cuda_comm_create_all(const kite_backend *b, kite_ctx *const *ctxs, int nranks,
@@ -253,9 +326,10 @@ kite_status cuda_comm_create_all(const kite_backend *b, kite_ctx *const *ctxs, i
         s = kite_set_error(KITE_ERR_OUT_OF_MEMORY, "%s: cuda: out of memory", fn);
         break;
       }
-      *one = (cuda_comm){comms[i], devs[i]};
+      *one = (cuda_comm){comms[i], devs[i], NULL};
       out[i] = one;
     }
+    if (s == KITE_OK) peer_setup_all((cuda_comm **)out, nranks);
   }
   free(devs);
   free(comms);
@@ -266,7 +340,8 @@ void cuda_comm_destroy(const kite_backend *b, void *comm) {
   (void)b;
   cuda_comm *c = comm;
   if (!c) return;
-  if (g_loaded) g_nccl.comm_destroy(c->comm);
+  cuda_peer_free(c->peer);
+  if (g_loaded) g_nccl.comm_destroy(c->nccl);
   free(c);
 }
 
@@ -317,8 +392,8 @@ CUDA_RUN(cuda_nccl_run) {
     if (n == 0) return KITE_OK; /* every rank has no work (the counts agree) */
     void *sum;
     if ((s = kite_ctx_workspace(ctx, n * kite_dtype_size(h->dtype), &sum)) != KITE_OK) return s;
-    rc = g_nccl.all_reduce(na->x, sum, n, dt, NCCL_SUM, c->comm, st);
-    if (rc != NCCL_SUCCESS) return nccl_failed(name, call, rc, c->comm);
+    rc = g_nccl.all_reduce(na->x, sum, n, dt, NCCL_SUM, c->nccl, st);
+    if (rc != NCCL_SUCCESS) return nccl_failed(name, call, rc, c->nccl);
     kite_norm_args a = *na;
     a.x = sum;
     a.x_stride = na->cols;
@@ -328,18 +403,18 @@ CUDA_RUN(cuda_nccl_run) {
   const size_t n = (size_t)a->count;
   switch (h->op) {
   case KITE_OP_ALL_REDUCE:
-    rc = g_nccl.all_reduce(a->x, a->y, n, dt, NCCL_SUM, c->comm, st);
+    rc = g_nccl.all_reduce(a->x, a->y, n, dt, NCCL_SUM, c->nccl, st);
     break;
   case KITE_OP_ALL_GATHER:
     call = "ncclAllGather";
-    rc = g_nccl.all_gather(a->x, a->y, n, dt, c->comm, st);
+    rc = g_nccl.all_gather(a->x, a->y, n, dt, c->nccl, st);
     break;
   case KITE_OP_REDUCE_SCATTER:
     call = "ncclReduceScatter";
-    rc = g_nccl.reduce_scatter(a->x, a->y, n, dt, NCCL_SUM, c->comm, st);
+    rc = g_nccl.reduce_scatter(a->x, a->y, n, dt, NCCL_SUM, c->nccl, st);
     break;
   default:
     return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.nccl: not a collective", name);
   }
-  return rc == NCCL_SUCCESS ? KITE_OK : nccl_failed(name, call, rc, c->comm);
+  return rc == NCCL_SUCCESS ? KITE_OK : nccl_failed(name, call, rc, c->nccl);
 }

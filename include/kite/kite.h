@@ -1086,6 +1086,19 @@ KITE_API kite_status kite_dequant_gguf(kite_ctx *ctx, const DLTensor *w, kite_gg
  * are threads of one process (a rendezvous in memory: each rank's call waits until every rank
  * of the group has made its call, then the sum is computed in float64 and rounded once).
  *
+ * CUDA peer memory: a group of 2 to 8 ranks whose GPUs can map each other's memory (one host,
+ * peer access; across processes through CUDA IPC) also gets one buffer per rank (about 24 MB of
+ * device memory), registered when the comm is made: kite_comm_create all-gathers the buffers'
+ * handles through the new NCCL communicator, so every rank must call it (as NCCL requires
+ * anyway). all_reduce up to 8 MB and all_reduce_add_rms_norm up to the one-shot's limit (8 MB on
+ * 2 ranks, 256 KB on more) then run as one kernel over the peers' buffers (cuda.oneshot,
+ * cuda.twoshot), NCCL above; `kite list` shows each kernel's limits. Those kernels synchronize
+ * the ranks through flags in the buffers with a call counter kept on the device, so they may be
+ * captured in a CUDA graph and replayed. Their extra rules: a comm's collectives run in order on
+ * the device (one stream, or streams ordered by events); and a rank destroys its comm only when
+ * every rank's last collective has completed (a peer may still be reading this rank's buffer),
+ * e.g. synchronize, then a barrier of the processes, then destroy.
+ *
  * Rules every rank of a group follows (as with NCCL):
  * - Every rank makes the same collectives in the same order, with the same op, dtype and element
  *   counts; each rank from its own host thread (a rank's call may wait for the others on the
@@ -1149,8 +1162,11 @@ KITE_API kite_status kite_comm_info(const kite_comm *comm, int *nranks, int *ran
  * compact), on ctx's device, which must be comm's. Sums are over the ranks of comm's group, in
  * no fixed order: ref rounds the exact sum once to the dtype; NCCL rounds each partial sum it
  * passes between ranks to the dtype (up to nranks - 1 roundings; with 2 ranks one, as ref), so
- * device results of f16 / bf16 may differ from ref by a few units in the last place. An empty
- * tensor still makes a collective: every rank calls, as for any other size.
+ * device results of f16 / bf16 may differ from ref by a few units in the last place. CUDA's
+ * peer-memory kernels add the ranks' values in rank order 0, 1, ..., nranks - 1 in float32 and
+ * round once to the dtype: the same bits on every rank and in every run (deterministic), within
+ * the same bound of the exact sum. An empty tensor still makes a collective: every rank calls,
+ * as for any other size.
  *
  * all_reduce: x[...] -> y[...] of x's shape, y = sum over ranks of x. y may be x (in place);
  *   any other overlap is INVALID_ARG. */

@@ -20,7 +20,8 @@
 #include <kite/backend.h>
 #include <kite/kite.h>
 
-#define MAX_ARGS 24
+#include "module.h"
+
 #define MAX_DIMS 8
 #define MAX_CTX 16
 /* Workspace a device ctx reserves when made, so that ops under CUDA-graph capture find it
@@ -40,13 +41,13 @@ static PyObject *error_type(kite_status s) {
 }
 
 /* Raises the exception of status s with kite's message; returns NULL. */
-static PyObject *raise_status(kite_status s) {
+PyObject *kite_py_raise_status(kite_status s) {
   const char *msg = kite_last_error();
   PyErr_SetString(error_type(s), msg && *msg ? msg : kite_status_name(s));
   return NULL;
 }
 
-static PyObject *raise_invalid(const char *fmt, ...) {
+PyObject *kite_py_raise_invalid(const char *fmt, ...) {
   char buf[512];
   va_list ap;
   va_start(ap, fmt);
@@ -56,7 +57,7 @@ static PyObject *raise_invalid(const char *fmt, ...) {
   return NULL;
 }
 
-static PyObject *raise_type(const char *fmt, ...) {
+PyObject *kite_py_raise_type(const char *fmt, ...) {
   char buf[512];
   va_list ap;
   va_start(ap, fmt);
@@ -71,33 +72,37 @@ static PyObject *raise_type(const char *fmt, ...) {
  * tensors and numbers (the collectives, which take a kite_comm, are listed by unbound()). The
  * kinds are one letter each: T input tensor, t optional input, W written tensor, w optional
  * written, f float, i integer (int64; kite checks the range of a C int), u unsigned 64-bit. */
-typedef struct op_desc {
-  const char *name;
-  size_t fn; /* kite_fn_call's index */
-  int nargs;
-  char kinds[MAX_ARGS];
-  const char *names[MAX_ARGS];
-} op_desc;
-
 static op_desc g_ops[64];
 static int NUM_OPS;
+/* the collectives: their kite_comm argument is kind 'c', a comm capsule of comm.c */
+static op_desc g_comm_ops[8];
+static int NUM_COMM_OPS;
+
+const op_desc *kite_py_comm_op(const char *name) {
+  for (int i = 0; i < NUM_COMM_OPS; i++)
+    if (!strcmp(g_comm_ops[i].name, name)) return &g_comm_ops[i];
+  return NULL;
+}
 
 /* Builds g_ops from kite's table once, at import. */
 static int parse_table(void) {
   static const char letter[] = {
       [KITE_ARG_IN] = 'T',      [KITE_ARG_IN_OPT] = 't', [KITE_ARG_OUT] = 'W',
       [KITE_ARG_OUT_OPT] = 'w', [KITE_ARG_FLOAT] = 'f',  [KITE_ARG_INT] = 'i',
-      [KITE_ARG_INT64] = 'i',   [KITE_ARG_UINT64] = 'u', [KITE_ARG_COMM] = 0};
+      [KITE_ARG_INT64] = 'i',   [KITE_ARG_UINT64] = 'u', [KITE_ARG_COMM] = 'c'};
   for (size_t i = 0; i < kite_fn_count(); i++) {
     const kite_fn_info *f = kite_fn_get(i);
-    int bindable = f->nargs <= MAX_ARGS;
-    for (size_t n = 0; n < f->nargs && bindable; n++) bindable = letter[f->args[n].kind] != 0;
+    int bindable = f->nargs <= MAX_ARGS, comm = 0;
+    for (size_t n = 0; n < f->nargs && bindable; n++) comm |= f->args[n].kind == KITE_ARG_COMM;
     if (!bindable) continue;
-    if (NUM_OPS == (int)(sizeof g_ops / sizeof g_ops[0])) {
+    op_desc *ops = comm ? g_comm_ops : g_ops;
+    int *count = comm ? &NUM_COMM_OPS : &NUM_OPS;
+    if (*count == (comm ? (int)(sizeof g_comm_ops / sizeof g_comm_ops[0])
+                        : (int)(sizeof g_ops / sizeof g_ops[0]))) {
       PyErr_SetString(PyExc_SystemError, "kite._C: more op functions than the binding holds");
       return -1;
     }
-    op_desc *d = &g_ops[NUM_OPS++];
+    op_desc *d = &ops[(*count)++];
     d->name = f->name;
     d->fn = i;
     d->nargs = (int)f->nargs;
@@ -258,8 +263,9 @@ static int from_torch(const op_desc *d, int n, PyObject *o, frame *f, DLTensor *
   }
   if (is_neg) {
     if (!input) {
-      raise_invalid("%s: %s: a negative view (is_neg()) cannot be written: resolve_neg() first",
-                    d->name, d->names[n]);
+      kite_py_raise_invalid(
+          "%s: %s: a negative view (is_neg()) cannot be written: resolve_neg() first", d->name,
+          d->names[n]);
       return -1;
     }
     PyObject *c = PyObject_CallMethodNoArgs(o, s_resolve_neg);
@@ -287,7 +293,7 @@ static int from_torch(const op_desc *d, int n, PyObject *o, frame *f, DLTensor *
   Py_DECREF(v);
   if (bad) {
     if (!PyErr_Occurred())
-      raise_invalid("%s: %s: more than %d dimensions", d->name, d->names[n], MAX_DIMS);
+      kite_py_raise_invalid("%s: %s: more than %d dimensions", d->name, d->names[n], MAX_DIMS);
     return -1;
   }
   v = PyObject_CallMethodNoArgs(o, s_stride);
@@ -312,8 +318,8 @@ static int from_torch(const op_desc *d, int n, PyObject *o, frame *f, DLTensor *
     }
   if (!found) {
     PyObject *r = PyObject_Str(v);
-    raise_invalid("%s: %s: dtype %s has no kite equivalent", d->name, d->names[n],
-                  r ? PyUnicode_AsUTF8(r) : "?");
+    kite_py_raise_invalid("%s: %s: dtype %s has no kite equivalent", d->name, d->names[n],
+                          r ? PyUnicode_AsUTF8(r) : "?");
     Py_XDECREF(r);
     Py_DECREF(v);
     return -1;
@@ -334,9 +340,10 @@ static int from_torch(const op_desc *d, int n, PyObject *o, frame *f, DLTensor *
     int cpu = v == Py_True;
     Py_DECREF(v);
     if (!cpu) {
-      raise_invalid("%s: %s: a torch tensor on a device kite does not drive (neither cpu nor "
-                    "cuda)",
-                    d->name, d->names[n]);
+      kite_py_raise_invalid(
+          "%s: %s: a torch tensor on a device kite does not drive (neither cpu nor "
+          "cuda)",
+          d->name, d->names[n]);
       return -1;
     }
     dl->device = (DLDevice){kDLCPU, 0};
@@ -363,7 +370,7 @@ static int from_dlpack(const op_desc *d, int n, PyObject *o, frame *f, DLTensor 
   if (!m) return -1;
   *dl = m->dl_tensor;
   if (dl->ndim > MAX_DIMS) {
-    raise_invalid("%s: %s: more than %d dimensions", d->name, d->names[n], MAX_DIMS);
+    kite_py_raise_invalid("%s: %s: more than %d dimensions", d->name, d->names[n], MAX_DIMS);
     return -1;
   }
   return 0;
@@ -401,7 +408,7 @@ static int torch_capturing(void) {
 }
 
 /* The ctx of (dev, stream), made on first use; NULL with *st set, or with a Python error set. */
-static kite_ctx *ctx_for(DLDevice dev, void *stream, kite_status *st) {
+kite_ctx *kite_py_ctx_for(DLDevice dev, void *stream, kite_status *st) {
   if (dev.device_type == kDLCPU) stream = NULL;
   for (int i = 0; i < g_nctx; i++)
     if (g_ctx[i].dev.device_type == dev.device_type && g_ctx[i].dev.device_id == dev.device_id &&
@@ -499,8 +506,8 @@ static int bump_versions(PyObject *const *written, int n) {
  * on torch's current stream of the first tensor's device. The torch tensors of written arguments
  * (kinds W, w) have their version counters bumped after the call, except those whose bit is set
  * in fresh (results the caller allocated for this call alone). */
-static PyObject *run_op(const op_desc *d, PyObject *const *args, void *stream,
-                        int from_torch_stream, unsigned fresh) {
+PyObject *kite_py_run_op(const op_desc *d, PyObject *const *args, void *stream,
+                         int from_torch_stream, unsigned fresh) {
   frame f;
   f.nkeep = 0;
   f.dispatched = from_torch_stream;
@@ -513,15 +520,20 @@ static PyObject *run_op(const op_desc *d, PyObject *const *args, void *stream,
     PyObject *o = args[n];
     char kind = d->kinds[n];
     a[n] = (kite_value){.t = NULL};
+    if (kind == 'c') {
+      if (!(a[n].comm = kite_py_comm_of(o, d->name))) goto fail;
+      continue;
+    }
     if (kind == 'f') {
       double v = PyFloat_AsDouble(o);
       if (v == -1.0 && PyErr_Occurred()) {
         int overflow = PyErr_ExceptionMatches(PyExc_OverflowError);
         PyErr_Clear();
         if (overflow)
-          raise_invalid("%s: %s: out of the range of a double", d->name, d->names[n]);
+          kite_py_raise_invalid("%s: %s: out of the range of a double", d->name, d->names[n]);
         else
-          raise_type("%s: %s: expected a number, got %s", d->name, d->names[n], type_name(o));
+          kite_py_raise_type("%s: %s: expected a number, got %s", d->name, d->names[n],
+                             type_name(o));
         goto fail;
       }
       a[n].f = v;
@@ -529,7 +541,8 @@ static PyObject *run_op(const op_desc *d, PyObject *const *args, void *stream,
     }
     if (kind == 'i' || kind == 'u') {
       if (!PyIndex_Check(o)) {
-        raise_type("%s: %s: expected an integer, got %s", d->name, d->names[n], type_name(o));
+        kite_py_raise_type("%s: %s: expected an integer, got %s", d->name, d->names[n],
+                           type_name(o));
         goto fail;
       }
       PyObject *iv = PyNumber_Index(o);
@@ -541,15 +554,15 @@ static PyObject *run_op(const op_desc *d, PyObject *const *args, void *stream,
       Py_DECREF(iv);
       if (PyErr_Occurred()) {
         PyErr_Clear();
-        raise_invalid("%s: %s: out of the range of %s", d->name, d->names[n],
-                      kind == 'i' ? "int64" : "uint64");
+        kite_py_raise_invalid("%s: %s: out of the range of %s", d->name, d->names[n],
+                              kind == 'i' ? "int64" : "uint64");
         goto fail;
       }
       continue;
     }
     if (o == Py_None) {
       if (kind == 't' || kind == 'w') continue;
-      raise_type("%s: %s: a tensor is required, got None", d->name, d->names[n]);
+      kite_py_raise_type("%s: %s: a tensor is required, got None", d->name, d->names[n]);
       goto fail;
     }
     DLTensor *dl = &f.dl[n];
@@ -560,8 +573,9 @@ static PyObject *run_op(const op_desc *d, PyObject *const *args, void *stream,
     } else if (PyObject_HasAttr(o, s_dlpack))
       rc = from_dlpack(d, n, o, &f, dl);
     else {
-      raise_type("%s: %s: expected a tensor (torch, numpy or another DLPack producer)%s, got %s",
-                 d->name, d->names[n], kind == 't' || kind == 'w' ? " or None" : "", type_name(o));
+      kite_py_raise_type(
+          "%s: %s: expected a tensor (torch, numpy or another DLPack producer)%s, got %s", d->name,
+          d->names[n], kind == 't' || kind == 'w' ? " or None" : "", type_name(o));
       goto fail;
     }
     if (rc) goto fail;
@@ -576,14 +590,14 @@ static PyObject *run_op(const op_desc *d, PyObject *const *args, void *stream,
     if (dev.device_type == kDLCUDA && torch_stream(dev.device_id, &stream)) goto fail;
   }
   kite_status st = KITE_OK;
-  kite_ctx *c = ctx_for(dev, stream, &st);
+  kite_ctx *c = kite_py_ctx_for(dev, stream, &st);
   if (!c) {
     frame_release(&f);
-    return PyErr_Occurred() ? NULL : raise_status(st);
+    return PyErr_Occurred() ? NULL : kite_py_raise_status(st);
   }
   Py_BEGIN_ALLOW_THREADS st = kite_fn_call(c, d->fn, a, (size_t)d->nargs);
   Py_END_ALLOW_THREADS frame_release(&f);
-  if (st != KITE_OK) return raise_status(st);
+  if (st != KITE_OK) return kite_py_raise_status(st);
   if (nwritten && bump_versions(written, nwritten)) return NULL;
   Py_RETURN_NONE;
 fail:
@@ -593,18 +607,18 @@ fail:
 
 /* call(op_index, stream, *args) */
 static PyObject *py_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  if (nargs < 2) return raise_invalid("kite._C.call: needs (op_index, stream, *args)");
+  if (nargs < 2) return kite_py_raise_invalid("kite._C.call: needs (op_index, stream, *args)");
   long k = PyLong_AsLong(args[0]);
   if (k < 0 || k >= NUM_OPS) {
-    if (!PyErr_Occurred()) raise_invalid("kite._C.call: op index %ld out of range", k);
+    if (!PyErr_Occurred()) kite_py_raise_invalid("kite._C.call: op index %ld out of range", k);
     return NULL;
   }
   const op_desc *d = &g_ops[k];
   void *stream = PyLong_AsVoidPtr(args[1]);
   if (PyErr_Occurred()) return NULL;
   if (nargs - 2 != d->nargs)
-    return raise_invalid("%s: takes %d arguments, got %zd", d->name, d->nargs, nargs - 2);
-  return run_op(d, args + 2, stream, 0, 0);
+    return kite_py_raise_invalid("%s: takes %d arguments, got %zd", d->name, d->nargs, nargs - 2);
+  return kite_py_run_op(d, args + 2, stream, 0, 0);
 }
 
 /* ---- torch.library kernels ------------------------------------------------------------------- */
@@ -689,10 +703,11 @@ static PyObject *kernel_vectorcall(PyObject *self, PyObject *const *args, size_t
   kernel_obj *k = (kernel_obj *)self;
   Py_ssize_t n = PyVectorcall_NARGS(nargsf);
   if (kwnames && PyTuple_GET_SIZE(kwnames))
-    return raise_invalid("%s: the torch kernel takes positional arguments only", k->d->name);
+    return kite_py_raise_invalid("%s: the torch kernel takes positional arguments only",
+                                 k->d->name);
   if (k->autograd) {
     if (n < 1)
-      return raise_invalid("%s: the autograd kernel needs the dispatch keyset", k->d->name);
+      return kite_py_raise_invalid("%s: the autograd kernel needs the dispatch keyset", k->d->name);
     int fast = fast_keyset(k, args[0]);
     if (fast == 1) {
       int g = wants_grad(k, args + 1, n - 1);
@@ -707,7 +722,7 @@ static PyObject *kernel_vectorcall(PyObject *self, PyObject *const *args, size_t
   /* the dispatcher leaves out trailing arguments equal to their defaults */
   PyObject *filled[MAX_ARGS];
   if (n > k->nparams)
-    return raise_invalid("%s: takes %d arguments, got %zd", k->d->name, k->nparams, n);
+    return kite_py_raise_invalid("%s: takes %d arguments, got %zd", k->d->name, k->nparams, n);
   if (n < k->nparams) {
     for (Py_ssize_t i = 0; i < k->nparams; i++)
       filled[i] = i < n ? args[i] : PyTuple_GET_ITEM(k->defaults, i);
@@ -726,8 +741,8 @@ static PyObject *kernel_vectorcall(PyObject *self, PyObject *const *args, size_t
       r[0] = res;
     else if (!PyTuple_Check(res) || PyTuple_GET_SIZE(res) != k->nresults) {
       Py_DECREF(res);
-      return raise_invalid("%s: the result allocation returned no %d-tuple", k->d->name,
-                           k->nresults);
+      return kite_py_raise_invalid("%s: the result allocation returned no %d-tuple", k->d->name,
+                                   k->nresults);
     } else
       for (int i = 0; i < k->nresults; i++) r[i] = PyTuple_GET_ITEM(res, i);
   }
@@ -738,7 +753,7 @@ static PyObject *kernel_vectorcall(PyObject *self, PyObject *const *args, size_t
     full[i] = s == SRC_NONE ? Py_None : s >= 0 ? args[s] : r[-1 - s];
     if (s < 0 && s != SRC_NONE) fresh |= 1u << i;
   }
-  PyObject *st = run_op(k->d, full, NULL, 1, fresh);
+  PyObject *st = kite_py_run_op(k->d, full, NULL, 1, fresh);
   if (!st) {
     Py_XDECREF(res);
     return NULL;
@@ -796,11 +811,12 @@ static PyObject *py_torch_kernel(PyObject *self, PyObject *args) {
     return NULL;
   nparams = (int)PyTuple_GET_SIZE(defaults);
   if (torch_kernel_lookup()) return NULL;
-  if (op < 0 || op >= NUM_OPS) return raise_invalid("torch_kernel: op index %d out of range", op);
+  if (op < 0 || op >= NUM_OPS)
+    return kite_py_raise_invalid("torch_kernel: op index %d out of range", op);
   const op_desc *d = &g_ops[op];
   if (PyTuple_GET_SIZE(src) != d->nargs || nparams < 0 || nparams > MAX_ARGS ||
       PyTuple_GET_SIZE(fast) > 4 || like >= nparams)
-    return raise_invalid("torch_kernel: %s: bad layout", d->name);
+    return kite_py_raise_invalid("torch_kernel: %s: bad layout", d->name);
   kernel_obj *k = PyObject_New(kernel_obj, &kernel_type);
   if (!k) return NULL;
   k->vectorcall = kernel_vectorcall;
@@ -907,7 +923,7 @@ static PyObject *py_kernels(PyObject *self, PyObject *unused) {
     kite_status st = kite_kernel_get(i, &k);
     if (st != KITE_OK) {
       Py_DECREF(list);
-      return raise_status(st);
+      return kite_py_raise_status(st);
     }
     PyObject *rec =
         Py_BuildValue("{s:s,s:s,s:s,s:s,s:i,s:s,s:s,s:O,s:s}", "op", k.op_name, "backend",
@@ -951,7 +967,7 @@ static PyObject *py_config_set(PyObject *self, PyObject *arg) {
   const char *s = arg == Py_None ? NULL : PyUnicode_AsUTF8(arg);
   if (!s && arg != Py_None) return NULL;
   kite_status st = kite_config_set(s);
-  if (st != KITE_OK) return raise_status(st);
+  if (st != KITE_OK) return kite_py_raise_status(st);
   Py_RETURN_NONE;
 }
 
@@ -963,7 +979,7 @@ static PyObject *py_config_set_thread(PyObject *self, PyObject *arg) {
   const char *s = arg == Py_None ? NULL : PyUnicode_AsUTF8(arg);
   if (!s && arg != Py_None) return NULL;
   kite_status st = kite_config_set_thread(s);
-  if (st != KITE_OK) return raise_status(st);
+  if (st != KITE_OK) return kite_py_raise_status(st);
   Py_RETURN_NONE;
 }
 
@@ -979,7 +995,7 @@ static PyObject *py_backend_load(PyObject *self, PyObject *arg) {
   const char *s = PyUnicode_AsUTF8(arg);
   if (!s) return NULL;
   kite_status st = kite_backend_load(s);
-  if (st != KITE_OK) return raise_status(st);
+  if (st != KITE_OK) return kite_py_raise_status(st);
   Py_RETURN_NONE;
 }
 
@@ -1002,7 +1018,7 @@ static PyObject *py_rope_cache_build(PyObject *self, PyObject *args) {
   sc.type = (kite_rope_scaling_type)type, sc.original_max_pos = (int64_t)orig;
   if (max_pos < 1 || rot_dim < 2 || max_pos > (1LL << 40) / rot_dim) {
     kite_status st = kite_rope_cache_build(NULL, max_pos, rot_dim, theta, &sc);
-    return raise_status(st == KITE_OK ? KITE_ERR_INVALID_ARG : st);
+    return kite_py_raise_status(st == KITE_OK ? KITE_ERR_INVALID_ARG : st);
   }
   PyObject *b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(max_pos * rot_dim * 4));
   if (!b) return NULL;
@@ -1010,7 +1026,7 @@ static PyObject *py_rope_cache_build(PyObject *self, PyObject *args) {
                                          type == KITE_ROPE_SCALING_NONE ? NULL : &sc);
   if (st != KITE_OK) {
     Py_DECREF(b);
-    return raise_status(st);
+    return kite_py_raise_status(st);
   }
   return b;
 }
@@ -1043,7 +1059,7 @@ static PyObject *py_rope_inv_freq(PyObject *self, PyObject *args) {
 static PyObject *py_synchronize_all(PyObject *self, PyObject *unused) {
   for (int i = 0; i < g_nctx; i++) {
     kite_status st = kite_ctx_synchronize(g_ctx[i].ctx);
-    if (st != KITE_OK) return raise_status(st);
+    if (st != KITE_OK) return kite_py_raise_status(st);
   }
   Py_RETURN_NONE;
 }
@@ -1072,7 +1088,7 @@ static PyMethodDef methods[] = {
     {"rope_inv_freq", py_rope_inv_freq, METH_VARARGS,
      "(inverse frequencies as f64 bytes, attention factor)"},
     {"synchronize", py_synchronize_all, METH_NOARGS, "synchronizes this thread's ctxs"},
-    {NULL, NULL, 0, NULL},
+    KITE_PY_COMM_METHODS{NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {

@@ -11,8 +11,10 @@ import kite
 ALL = {**{op: (op, make) for op, make in CASES.items()}, **EXTRA}
 
 
-# The collectives take a kite_comm, which Python has no handle for yet (a binding over a
-# process group's NCCL communicator): they are the only op functions left unbound.
+# The collectives take a kite_comm: they are outside the op table's binding (kite.ops,
+# torch.ops.kite's generated ops). all_reduce and all_reduce_add_rms_norm are bound apart, over a
+# process group's communicator (kite.torch.comm, test_comm.py); all_gather and reduce_scatter
+# are not bound.
 UNBOUND = {"all_reduce", "all_gather", "reduce_scatter", "all_reduce_add_rms_norm"}
 
 

@@ -47,7 +47,7 @@ from .._docs import DOCS
 from .._spec import (compile_source, doc_torch, kernel_layout, out_layout, schema_functional,
                      schema_out, source_fake, specs)
 
-__all__ = ["lib", "patch", "unpatch", "nn", "autograd", "amp"]
+__all__ = ["lib", "patch", "unpatch", "nn", "autograd", "amp", "comm"]
 
 _DTYPES = {n: getattr(torch, n) for n in ("float32", "float16", "bfloat16", "int32", "int8",
                                             "float8_e4m3fn") if hasattr(torch, n)}
@@ -166,6 +166,10 @@ _register_no_backward()
 from . import amp  # noqa: E402
 
 amp._register(lib)
+
+from . import comm  # noqa: E402
+
+comm._register(lib)
 
 from . import nn  # noqa: E402
 from . import patch as patch_module  # noqa: E402
