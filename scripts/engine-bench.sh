@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # kite run --bench beside llama.cpp (llama-cpp-python) on the same GGUF file, same threads, runs
 # alternated: decode tok/s at batch 1 (32 tokens after a short prompt) and prompt tok/s (a
-# 512-token prompt), kite in each --weights mode.
-#   scripts/engine-bench.sh MODEL.gguf [PYTHON_WITH_llama_cpp] [ROUNDS] [THREADS]
+# 512-token prompt), kite in each --weights mode (WEIGHTS="q4 int8 bf16 f32" by default; for a
+# K-quant file made by scripts/make-kquants.py, WEIGHTS=q4). The load average is printed before
+# and after each round.
+#   [WEIGHTS=...] scripts/engine-bench.sh MODEL.gguf [PYTHON_WITH_llama_cpp] [ROUNDS] [THREADS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=$1
@@ -10,9 +12,11 @@ PY=${2:-python3}
 ROUNDS=${3:-2}
 THREADS=${4:-2}
 KITE=${KITE:-build/bin/kite}
+WEIGHTS=${WEIGHTS:-q4 int8 bf16 f32}
 PROMPT=$(python3 -c "print(' '.join(['The quick brown fox jumps over the lazy dog.'] * 51))")
 for r in $(seq "$ROUNDS"); do
-  for w in q4 int8 bf16 f32; do
+  echo "round $r load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  for w in $WEIGHTS; do
     d=$("$KITE" run --model "$MODEL" --weights $w --threads "$THREADS" -n 33 --bench --ignore-eos --tokens \
       --prompt "Once upon a time" 2>&1 > /dev/null | tail -1 | sed 's/.*decode/decode/')
     p=$("$KITE" run --model "$MODEL" --weights $w --threads "$THREADS" -n 1 --bench --tokens \
@@ -37,4 +41,5 @@ td = time.perf_counter() - t
 print("round llama.cpp: prompt %d tokens in %.3f s = %.1f tok/s; decode 32 tokens in %.3f s = %.1f tok/s"
       % (len(ids), tp, len(ids) / tp, td, 32 / td))
 PYEOF
+  echo "round $r load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 done

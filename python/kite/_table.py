@@ -132,4 +132,6 @@ OPS = {
     # GGUF blocks: type is GGUF's number (kite_gguf_type); dequant_gguf writes a given y[N, K]
     "linear_gguf": dict(defaults=dict(bias=None), out=dict(y="new(x, (x.shape[0], w.shape[0]))")),
     "dequant_gguf": dict(),
+    "linear_gguf_q8": dict(defaults=dict(bias=None),
+                           out=dict(y="new(x, (x.shape[0], w.shape[0]))")),
 }
