@@ -4,6 +4,9 @@
 # 512-token prompt), kite in each --weights mode (WEIGHTS="q4 int8 bf16 f32" by default; for a
 # K-quant file made by scripts/make-kquants.py, WEIGHTS=q4). The load average is printed before
 # and after each round.
+# LLAMA_EXTRA_BUFTS=0 turns off llama.cpp's repacked / AMX weight buffers (use_extra_bufts): with
+# them llama-cpp-python 0.3.x built with GGML_NATIVE crashed in llama_decode on the K-quant files
+# on the Sapphire Rapids class KVM host (docs/performance.md).
 #   [WEIGHTS=...] scripts/engine-bench.sh MODEL.gguf [PYTHON_WITH_llama_cpp] [ROUNDS] [THREADS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +27,17 @@ for r in $(seq "$ROUNDS"); do
     echo "round $r kite $w: $p; $d"
   done
   "$PY" - "$MODEL" "$THREADS" "$PROMPT" << 'PYEOF'
-import sys, time
+import os, sys, time
+import llama_cpp
+if os.environ.get("LLAMA_EXTRA_BUFTS") == "0":  # llama.cpp's repacked / AMX weight buffers off
+    _default = llama_cpp.llama_model_default_params
+    def _params():
+        p = _default()
+        p.use_extra_bufts = False
+        return p
+    llama_cpp.llama_model_default_params = _params
+    import llama_cpp.llama
+    llama_cpp.llama.llama_cpp.llama_model_default_params = _params
 from llama_cpp import Llama
 model, threads, prompt = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 llm = Llama(model_path=model, n_ctx=1024, n_threads=threads, n_threads_batch=threads, n_batch=512,
