@@ -367,7 +367,9 @@ void *kr_decoder_load(kite_ctx *ctx, const kr_gguf *g, const kr_config *c, const
            : n->dev.device_type == kDLCPU            ? KR_WEIGHTS_F32
                                                      : KR_WEIGHTS_BF16;
   n->act = mode == KR_WEIGHTS_BF16 ? KITE_DTYPE_BF16 : KITE_DTYPE_F32;
-  kr_loader ld = {ctx, n->act, 0, 1.0f};
+  /* q4 on the CPU: GGUF blocks with 8-bit activations and integer dot products, as llama.cpp's
+   * CPU path runs them (kite.h's linear_gguf_q8) */
+  kr_loader ld = {ctx, n->act, 0, 1.0f, mode == KR_WEIGHTS_Q4 && n->dev.device_type == kDLCPU};
   if (load_weights(n, &ld, g, mode, err, err_len) || alloc_buffers(n, g, p, err, err_len)) {
     kr_decoder_free(n);
     return NULL;

@@ -33,7 +33,7 @@ typedef enum kr_weights {
   KR_WEIGHTS_BF16, /* bf16 weights and activations (dequantized at load) */
   KR_WEIGHTS_INT8, /* int8 per-row weights, activations quantized per token (linear_quant) */
   KR_WEIGHTS_Q4,   /* GGUF blocks as stored (linear_wq4 for Q4_0 / Q4_1, linear_gguf for any
-                      other block type); other matrices as int8 */
+                      other block type, linear_gguf_q8 on the CPU); other matrices as int8 */
 } kr_weights;
 
 /* A model's geometry, from the file's metadata and tensor shapes. */

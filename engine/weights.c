@@ -132,6 +132,7 @@ static int load_blocks(kr_loader *ld, const kr_gguf_tensor *const *parts, int n_
                        char *err, size_t err_len) {
   w->format = parts[0]->type == KR_GGML_Q4_0 ? KITE_WQ4_SYM : KITE_WQ4_MIN;
   w->nparts = n_parts;
+  w->act_q8 = ld->act_q8;
   for (int i = 0; i < n_parts; i++) {
     w->types[i] = (kite_gguf_type)parts[i]->type;
     w->part_rows[i] = parts[i]->ne[1];
@@ -247,8 +248,11 @@ int kr_linear(kite_ctx *ctx, const kr_weight *w, kite_dtype act, const void *x, 
       const int64_t ysh[2] = {rows, np}, yst[2] = {w->n, 1};
       DLTensor *YP = kr_view(&ty, dev, (char *)y + (size_t)col * es, act, 2, ysh, yst);
       DLTensor *BP = bias ? kr_view1(&tbias, dev, (char *)bias + (size_t)col * es, act, np) : NULL;
-      KR_CALL(kite_linear_gguf(ctx, X, kr_view2(&tw, dev, (void *)data, KITE_DTYPE_U8, np, width),
-                               w->types[p], BP, YP));
+      DLTensor *WP = kr_view2(&tw, dev, (void *)data, KITE_DTYPE_U8, np, width);
+      if (w->act_q8)
+        KR_CALL(kite_linear_gguf_q8(ctx, X, WP, w->types[p], BP, YP));
+      else
+        KR_CALL(kite_linear_gguf(ctx, X, WP, w->types[p], BP, YP));
       data += (size_t)(np * width);
       col += np;
     }

@@ -37,16 +37,19 @@ typedef struct kr_weight {
   int nparts;
   kite_gguf_type types[KR_MAX_PARTS];
   int64_t part_rows[KR_MAX_PARTS];
+  int act_q8; /* GGUF: x quantized to 8 bits per block first (kite_linear_gguf_q8) */
 } kr_weight;
 
 /* Where loads go: the ctx, the dtype of vectors and dense matrices, and the running count of
  * bytes uploaded (the model's weight size). Vectors and dense matrices are stored times scale
- * (0 or 1: as in the file; Gemma's embedding table is scaled by sqrt(n_embd)). */
+ * (0 or 1: as in the file; Gemma's embedding table is scaled by sqrt(n_embd)). act_q8: GGUF
+ * block matrices run with 8-bit activations (kr_weight.act_q8). */
 typedef struct kr_loader {
   kite_ctx *ctx;
   kite_dtype act;
   size_t bytes;
   float scale;
+  int act_q8;
 } kr_loader;
 
 /* Whether a ggml type is one of the 4-bit block types kite_linear_wq4 runs as stored. */

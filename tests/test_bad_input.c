@@ -491,9 +491,10 @@ static const bad_case g_cases[] = {
     T("linear_quant", "y,bias", SET_DTYPE, OK, BF16),
     /* GGUF blocks: a type kite does not run, K not whole blocks of the type (Q4_K: 256 values),
      * w not K / 32 blocks of 18 bytes, y's rows not w's, y over w. */
-    P("linear_gguf dequant_gguf", "type", 1, INV), P("linear_gguf dequant_gguf", "type", 12, INV),
-    P("linear_gguf dequant_gguf", "type", 99, INV),
-    T("linear_gguf dequant_gguf", "w", SET_DIM, INV, 1, 17),
+    P("linear_gguf linear_gguf_q8 dequant_gguf", "type", 1, INV),
+    P("linear_gguf linear_gguf_q8 dequant_gguf", "type", 12, INV),
+    P("linear_gguf linear_gguf_q8 dequant_gguf", "type", 99, INV),
+    T("linear_gguf linear_gguf_q8 dequant_gguf", "w", SET_DIM, INV, 1, 17),
     T("linear_gguf", "w", SET_DTYPE, INV, I8), T("dequant_gguf", "y", SET_DIM, INV, 0, 5),
     ALIAS("dequant_gguf", "y", "w", INV), T("linear_gguf", "x,bias,y", SET_DTYPE, OK, BF16),
     T("dequant_gguf", "y", SET_DTYPE, OK, F16),

@@ -13,7 +13,7 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
   set(_cpu_avx2 -mavx2 -mfma -mf16c)
   set(_cpu_avx512 ${_cpu_avx2} -mavx512f -mavx512bw -mavx512vl -mavx512dq)
   set(_cpu_avx2_files cpu_isa_avx2.c cpu_gemm_avx2.c cpu_gemv_avx2.c cpu_moe_avx2.c
-      cpu_quant_avx2.c cpu_topk_avx2.c cpu_wq4_avx2.c)
+      cpu_quant_avx2.c cpu_topk_avx2.c cpu_wq4_avx2.c cpu_gguf_q8_avx2.c)
   foreach(f IN LISTS _cpu_avx2_files)
     list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/${f})
     set_source_files_properties(${_cpu_dir}/${f} PROPERTIES COMPILE_OPTIONS "${_cpu_avx2}")
@@ -24,6 +24,9 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
     ${_cpu_dir}/cpu_wq4_avx512.c PROPERTIES COMPILE_OPTIONS "${_cpu_avx512}")
   set_source_files_properties(${_cpu_dir}/cpu_isa_avx512bf16.c PROPERTIES
     COMPILE_OPTIONS "${_cpu_avx512};-mavx512bf16")
+  list(APPEND KITE_BUILTIN_SOURCES ${_cpu_dir}/cpu_gguf_q8_vnni.c)
+  set_source_files_properties(${_cpu_dir}/cpu_gguf_q8_vnni.c PROPERTIES
+    COMPILE_OPTIONS "${_cpu_avx512};-mavx512vnni")
 endif()
 
 # ---- library variants of the GEMM family, when the library is found -------------------------

@@ -275,6 +275,10 @@ static kite_kernel cpu_kernels[] = {
         "blocks decoded to f32 in 16-lane vectors, stored in y's dtype"),
     ROW(KITE_OP_DEQUANT_GGUF, "avx2", 20, CPU_ISA_AVX2, supports_float, cpu_gguf_avx2,
         "blocks decoded to f32 in 8-lane vectors, stored in y's dtype"),
+    ROW(KITE_OP_LINEAR_GGUF_Q8, "avx512vnni", 24, CPU_ISA_AVX512VNNI, supports_float,
+        cpu_gguf_q8_avx512vnni, "x blocks to int8, 4 rows of w decoded to codes, VPDPBUSD"),
+    ROW(KITE_OP_LINEAR_GGUF_Q8, "avx2", 20, CPU_ISA_AVX2, supports_float, cpu_gguf_q8_avx2,
+        "x blocks to int8, 4 rows of w decoded to codes, VPMADDUBSW + VPMADDWD"),
 #endif
 };
 #define CPU_NUM_KERNELS (sizeof cpu_kernels / sizeof cpu_kernels[0])

@@ -86,6 +86,9 @@ CPU_RUN_DECL(cpu_linear_wq4_avx2);
 CPU_RUN_DECL(cpu_linear_wq4_avx512);
 CPU_RUN_DECL(cpu_gguf_avx2);
 CPU_RUN_DECL(cpu_gguf_avx512);
+/* linear_gguf_q8 (cpu_gguf_q8.inc), AVX2 and AVX-512 VNNI. */
+CPU_RUN_DECL(cpu_gguf_q8_avx2);
+CPU_RUN_DECL(cpu_gguf_q8_avx512vnni);
 /* Whether this process may use the AMX tiles (asks Linux once); false where it may not. */
 bool cpu_amx_ready(void);
 #endif

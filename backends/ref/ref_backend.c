@@ -109,6 +109,8 @@ static const kite_kernel ref_kernels[] = {
                "row copy per token into the latent caches"),
     REF_KERNEL(KITE_OP_MLA_DECODE, ref_mla_decode_run,
                "absorbed MLA decode, two-pass softmax in float64"),
+    REF_KERNEL(KITE_OP_LINEAR_GGUF_Q8, ref_gguf_run,
+               "x blocks quantized to int8 as kite.h says, float64 dots with the GGUF weights"),
 };
 
 static const kite_backend ref_backend_def = {

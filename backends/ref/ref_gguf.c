@@ -2,8 +2,11 @@
  * linear_gguf and dequant_gguf: each weight computed from kite.h's formula for its block type in
  * float64 (exact: the products of f16 scales and small integers fit in 53 bits) and rounded once
  * to f32, the weight's defined value; linear_gguf's dot products in float64, bias, one rounding to
- * y's dtype; dequant_gguf stores the f32 value in y's dtype.
+ * y's dtype; dequant_gguf stores the f32 value in y's dtype. linear_gguf_q8 first quantizes each
+ * block of x as kite.h says (f32 scale and division, as ref_quant), then the same float64 dots of
+ * the weights with the codes, times the block's scale.
  */
+#include <math.h>
 #include <string.h>
 
 #include "ref.h"
@@ -87,9 +90,28 @@ static double gguf_weight(const kite_gguf_args *a, const uint8_t *row, int64_t i
   return (float)gguf_exact(a->type, row + i / a->bv * a->bb, (int)(i % a->bv));
 }
 
+/* Values [i0, i0 + n) of x's row m quantized as kite.h's linear_gguf_q8 says: codes q[n] (as
+ * doubles), the block's scale returned. */
+static double quant_block(const kite_gguf_args *a, int64_t m, int64_t i0, int64_t n, double *q) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; i++) {
+    const float v = fabsf(kite_load_f32(a->dtype, a->x, m * a->x_stride + i0 + i));
+    if (v > amax && !isinf(v)) amax = v; /* NaN compares false */
+  }
+  const float scale = amax / 127.0f;
+  for (int64_t i = 0; i < n; i++) {
+    const float v =
+        scale == 0.0f ? 0.0f : kite_load_f32(a->dtype, a->x, m * a->x_stride + i0 + i) / scale;
+    const double c = isnan(v) ? 0.0 : nearbyint((double)v); /* default mode: ties to even */
+    q[i] = c > 127.0 ? 127.0 : c < -127.0 ? -127.0 : c;
+  }
+  return scale;
+}
+
 kite_status ref_gguf_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
   const kite_gguf_args *a = args;
-  if (!a || (a->op != KITE_OP_LINEAR_GGUF && a->op != KITE_OP_DEQUANT_GGUF))
+  if (!a || (a->op != KITE_OP_LINEAR_GGUF && a->op != KITE_OP_DEQUANT_GGUF &&
+             a->op != KITE_OP_LINEAR_GGUF_Q8))
     return kite_set_error(KITE_ERR_INVALID_ARG, "linear_gguf: ref: bad args");
   const char *op = ref_op_str(a->op);
   if (!ref_is_float(a->dtype))
@@ -100,6 +122,20 @@ kite_status ref_gguf_run(const kite_kernel *k, kite_ctx *ctx, const void *args) 
     if (a->op == KITE_OP_DEQUANT_GGUF) {
       for (int64_t i = 0; i < a->k; i++)
         kite_store_f32(a->dtype, a->y, n * a->y_stride + i, (float)gguf_weight(a, row, i));
+      continue;
+    }
+    if (a->op == KITE_OP_LINEAR_GGUF_Q8) {
+      double q[256]; /* one block's codes: V <= 256 (kite.h) */
+      for (int64_t m = 0; m < a->m; m++) {
+        double acc = a->bias ? kite_load_f32(a->dtype, a->bias, n) : 0.0;
+        for (int64_t i0 = 0; i0 < a->k; i0 += a->bv) {
+          const double scale = quant_block(a, m, i0, a->bv, q);
+          double dot = 0.0;
+          for (int64_t i = 0; i < a->bv; i++) dot += q[i] * gguf_weight(a, row, i0 + i);
+          acc += dot * scale;
+        }
+        kite_store_f32(a->dtype, a->y, m * a->y_stride + n, (float)acc);
+      }
       continue;
     }
     for (int64_t m = 0; m < a->m; m++) {

@@ -1069,6 +1069,17 @@ KITE_API const char *kite_gguf_type_name(kite_gguf_type type);
  * multiple of V, w's width not K / V blocks. For Q4_0 / Q4_1 the result is kite_linear_wq4's. */
 KITE_API kite_status kite_linear_gguf(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
                                       kite_gguf_type type, const DLTensor *bias, DLTensor *y);
+/* kite_linear_gguf with x quantized to 8 bits first, as llama.cpp's CPU path does (its Q8_0 / Q8_K
+ * activation blocks), so that the dot products run on integers: opt-in, for speed, where the
+ * error of 8-bit activations is acceptable (kite run's q4 weights mode uses it on the CPU). Each
+ * block of V values of a row of x (V of `type`: 32 or 256) is quantized as kite_quant quantizes
+ * a row to int8: s = amax(|x block|) / 127 over its finite values, q = clamp(round_nearest_even(
+ * x / s), -127, 127) with x / s an f32 division (NaN -> 0, a block with no finite nonzero value
+ * s = 0, q = 0). Then y[m, n] = sum over blocks b of s[m, b] * sum_{i in b} w[n, i] q[m, i]
+ * + bias[n], with w's values as kite_linear_gguf's; the sums run in f32 or better (integer where
+ * the kernel can) and y is rounded once. Shapes, dtypes and errors as kite_linear_gguf's. */
+KITE_API kite_status kite_linear_gguf_q8(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
+                                         kite_gguf_type type, const DLTensor *bias, DLTensor *y);
 /* y[N, K] = the weights of w (uint8 [N, K / V * B] of `type`, row-strided allowed) as above: each
  * weight's f32 value, rounded to y's dtype (f32/f16/bf16; y may be row-strided). Errors as
  * kite_linear_gguf's, and y's width not a multiple of V. */

@@ -927,6 +927,21 @@ _PARTS = [
         '    const DLTensor *ckv_cache, const DLTensor *kpe_cache, const DLTensor *block_table,\n'
         '    const DLTensor *seq_lens, float scale, DLTensor *o, DLTensor *lse);'
     ),
+    (
+        "kite_linear_gguf with x quantized to 8 bits first, as llama.cpp's CPU path does (its Q8_0 / Q8_K\n"
+        'activation blocks), so that the dot products run on integers: opt-in, for speed, where the\n'
+        "error of 8-bit activations is acceptable (kite run's q4 weights mode uses it on the CPU). Each\n"
+        'block of V values of a row of x (V of `type`: 32 or 256) is quantized as kite_quant quantizes\n'
+        'a row to int8: s = amax(|x block|) / 127 over its finite values, q = clamp(round_nearest_even(\n'
+        'x / s), -127, 127) with x / s an f32 division (NaN -> 0, a block with no finite nonzero value\n'
+        's = 0, q = 0). Then y[m, n] = sum over blocks b of s[m, b] * sum_{i in b} w[n, i] q[m, i]\n'
+        "+ bias[n], with w's values as kite_linear_gguf's; the sums run in f32 or better (integer where\n"
+        "the kernel can) and y is rounded once. Shapes, dtypes and errors as kite_linear_gguf's."
+    ),
+    (
+        'C: kite_status kite_linear_gguf_q8(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,\n'
+        '    kite_gguf_type type, const DLTensor *bias, DLTensor *y);'
+    ),
 ]
 
 # op -> its parts, in order
@@ -985,6 +1000,7 @@ _INDEX = {
     'dequant_gguf': (117, 118, 121, 122),
     'mla_store_kv': (123, 124, 125),
     'mla_decode': (123, 126, 127),
+    'linear_gguf_q8': (117, 118, 128, 129),
 }
 
 DOCS = {name: "\n\n".join(_PARTS[i] for i in ids) for name, ids in _INDEX.items()}

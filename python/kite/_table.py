@@ -143,4 +143,6 @@ OPS = {
     "mla_store_kv": dict(),
     "mla_decode": dict(out=dict(o="like(q_nope)",
                                 lse="new(q_nope, tuple(q_nope.shape[:2]), 'float32')")),
+    "linear_gguf_q8": dict(defaults=dict(bias=None),
+                           out=dict(y="new(x, (x.shape[0], w.shape[0]))")),
 }

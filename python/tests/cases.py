@@ -829,6 +829,20 @@ def linear_gguf(dt, dev):
     return Case([x, w, 2, b], lambda a: [a[0].double().cpu() @ wd.T + a[3].double().cpu()])
 
 
+def _q8_blocks(x, V):
+    """x's rows quantized per block of V values as kite.h's linear_gguf_q8 says, as float64."""
+    xb = x.float().cpu().reshape(x.shape[0], -1, V)
+    s = xb.abs().amax(-1, keepdim=True) / 127.0
+    q = torch.where(s > 0, xb / torch.where(s > 0, s, 1), 0).round().clamp(-127, 127)
+    return (q.double() * s.double()).reshape(x.shape)
+
+
+def linear_gguf_q8(dt, dev):
+    x, b = _r(5, 64, dtype=dt, device=dev), _r(12, dtype=dt, device=dev)
+    w, wd = _wq4(12, 64, 0, dev)
+    return Case([x, w, 2, b], lambda a: [_q8_blocks(a[0], 32) @ wd.T + a[3].double().cpu()])
+
+
 def dequant_gguf(dt, dev):
     w, wd = _wq4(12, 64, 0, dev)
     y = torch.empty(12, 64, dtype=dt, device=dev)
@@ -886,6 +900,7 @@ CASES = {
     "moe_aux_loss": moe_aux_loss,
     "moe_aux_loss_backward": moe_aux_loss_backward,
     "linear_gguf": linear_gguf,
+    "linear_gguf_q8": linear_gguf_q8,
     "dequant_gguf": dequant_gguf,
     "mla_store_kv": mla_store_kv,
     "mla_decode": mla_decode,

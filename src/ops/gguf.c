@@ -56,9 +56,10 @@ static kite_status gguf_w_check(const kite_ctx *ctx, const char *op, const DLTen
   return KITE_OK;
 }
 
-kite_status kite_linear_gguf(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
-                             kite_gguf_type type, const DLTensor *bias, DLTensor *y) {
-  const char *op = "linear_gguf";
+/* linear_gguf and linear_gguf_q8: the same arguments, the same checks. */
+static kite_status linear_gguf_op(kite_ctx *ctx, kite_op id, const DLTensor *x, const DLTensor *w,
+                                  kite_gguf_type type, const DLTensor *bias, DLTensor *y) {
+  const char *op = kite_op_name(id);
   kite_mat xm, wm, ym;
   kite_tensor bt;
   int64_t bv, bb;
@@ -68,7 +69,7 @@ kite_status kite_linear_gguf(kite_ctx *ctx, const DLTensor *x, const DLTensor *w
   if ((s = gguf_w_check(ctx, op, w, type, xm.cols, &bv, &bb, &wm)) != KITE_OK) return s;
   if ((s = kite_linear_out_check(ctx, op, &xm, &wm, bias, y, wm.rows, &bt, &ym)) != KITE_OK)
     return s;
-  kite_gguf_args a = {.op = KITE_OP_LINEAR_GGUF,
+  kite_gguf_args a = {.op = id,
                       .dtype = xm.t.dtype,
                       .type = type,
                       .bv = bv,
@@ -84,7 +85,17 @@ kite_status kite_linear_gguf(kite_ctx *ctx, const DLTensor *x, const DLTensor *w
                       .y = ym.t.data,
                       .y_stride = ym.stride};
   if (a.m == 0 || a.n == 0) return KITE_OK;
-  return kite_dispatch(ctx, KITE_OP_LINEAR_GGUF, a.dtype, &a);
+  return kite_dispatch(ctx, id, a.dtype, &a);
+}
+
+kite_status kite_linear_gguf(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
+                             kite_gguf_type type, const DLTensor *bias, DLTensor *y) {
+  return linear_gguf_op(ctx, KITE_OP_LINEAR_GGUF, x, w, type, bias, y);
+}
+
+kite_status kite_linear_gguf_q8(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
+                                kite_gguf_type type, const DLTensor *bias, DLTensor *y) {
+  return linear_gguf_op(ctx, KITE_OP_LINEAR_GGUF_Q8, x, w, type, bias, y);
 }
 
 kite_status kite_dequant_gguf(kite_ctx *ctx, const DLTensor *w, kite_gguf_type type, DLTensor *y) {

@@ -1,6 +1,7 @@
 /*
- * Driver of the GGUF block-weight ops: linear_gguf (y[m, n] = x[m, k] w^T + bias) and
- * dequant_gguf (y[n, k] = w's values), every block type kite runs. The blocks are random bytes
+ * Driver of the GGUF block-weight ops: linear_gguf (y[m, n] = x[m, k] w^T + bias), linear_gguf_q8
+ * (the same with x's blocks quantized to int8) and dequant_gguf (y[n, k] = w's values), every
+ * block type kite runs. The blocks are random bytes
  * with their f16 (Q8_K: f32) scales replaced by finite values of either sign, sized so that each
  * weight is of order 1 / 8. Cases cover 0, 1 and many rows, one and several blocks per row, the
  * GEMV's row groups and their tails, K = 0, bias on and off, padded rows of x, w and y.
@@ -18,7 +19,7 @@ static const kite_gguf_type g_types[] = {KITE_GGUF_Q4_0, KITE_GGUF_Q4_1, KITE_GG
                                          KITE_GGUF_Q6_K, KITE_GGUF_Q8_K, KITE_GGUF_IQ4_NL};
 
 static int gguf_has(kite_op op) {
-  return op == KITE_OP_LINEAR_GGUF || op == KITE_OP_DEQUANT_GGUF;
+  return op == KITE_OP_LINEAR_GGUF || op == KITE_OP_DEQUANT_GGUF || op == KITE_OP_LINEAR_GGUF_Q8;
 }
 
 static int64_t block_values(kite_gguf_type t) {
@@ -54,7 +55,7 @@ static void gguf_describe(const kt_case *c, char *buf, size_t n) {
   size_t len = 0;
   buf[0] = '\0';
   kt_cat(buf, n, &len, "%s ", type_name(g->gguf));
-  if (c->op == KITE_OP_LINEAR_GGUF) kt_cat(buf, n, &len, "M=%lld ", (long long)g->m);
+  if (c->op != KITE_OP_DEQUANT_GGUF) kt_cat(buf, n, &len, "M=%lld ", (long long)g->m);
   kt_cat(buf, n, &len, "N=%lld K=%lld%s", (long long)g->n, (long long)g->k,
          g->with_bias ? " bias" : "");
   if (g->pad_x) kt_cat(buf, n, &len, " x+%lld", (long long)g->pad_x);
@@ -134,7 +135,7 @@ static void gguf_plan(kt_run *r, const kt_case *c) {
   const kt_gemm_case *g = &c->gemm;
   const kite_dtype t = c->dtype;
   const int64_t M = g->m, N = g->n, K = g->k;
-  if (c->op == KITE_OP_LINEAR_GGUF)
+  if (c->op != KITE_OP_DEQUANT_GGUF)
     kt_bind(r, "x", kt_add_matrix(r, "x", t, KT_IN, M, K, g->pad_x, -1, 1));
   int w = kt_bind(
       r, "w",
@@ -163,7 +164,10 @@ KT_SCALARS(gguf_scalar, KT_FIELD("type", 'i', gemm.gguf))
  * linear_gguf: the same weights, f32 dot products over K <= 2048 terms (the linear bounds of
  *   driver_gemm.c: 5e-11 for f32 would do for the dots, but a block's weights may be much larger
  *   than the output when its min term cancels: 1e-6, as linear_wq4), f16 / bf16 outputs rounded
- *   once: 1e-6 / 1e-4. */
+ *   once: 1e-6 / 1e-4.
+ * linear_gguf_q8: ref quantizes x exactly as the kernels must (f32 scale and division, ties to
+ *   even), so the codes agree and only the sums' rounding differs (integer sums in the kernels,
+ *   f32 scale products and offsets): linear_gguf's bounds. */
 static double gguf_bound(kite_op op, kite_dtype t) {
   if (op == KITE_OP_DEQUANT_GGUF) return 0;
   return t == KITE_DTYPE_BF16 ? 1e-4 : 1e-6;
@@ -232,7 +236,7 @@ static double gguf_bytes(const kt_case *c) {
 
 static double gguf_flops(const kt_case *c) {
   const kt_gemm_case *g = &c->gemm;
-  return c->op == KITE_OP_LINEAR_GGUF ? 2.0 * (double)g->m * (double)g->n * (double)g->k : 0;
+  return c->op != KITE_OP_DEQUANT_GGUF ? 2.0 * (double)g->m * (double)g->n * (double)g->k : 0;
 }
 
 const kt_family_ops kt_family_gguf = {KT_FAMILY_FIELDS(gguf, gguf_has, gguf_flops)};
