@@ -169,7 +169,7 @@ if want bench; then
   : > "$OUT/kite_bench.jsonl"
   for op in rms_norm add_rms_norm silu_and_mul rope softmax embedding rms_norm_backward \
     layer_norm_backward activation_backward gated_backward rope_backward softmax_backward \
-    embedding_backward paged_decode paged_prefill \
+    embedding_backward paged_decode paged_prefill mla_decode \
     sdpa linear linear_wq4 linear_gguf group_gemm fused_moe argmax sample logprobs \
     apply_penalties cross_entropy cross_entropy_backward fused_linear_cross_entropy; do
     # the sampling family as engines hand it over: f32 logits; linear_gguf's bench rows are f32
@@ -278,6 +278,8 @@ if want peers; then
   run_logged peers.log 420 python3 scripts/torch_peers.py --lib "$BUILD/lib/libkite.so" \
     --out "$OUT" --kite-bench "$OUT/kite_bench.jsonl" || echo "PEERS FAILED: a section failed or a row was wrong (peers.log)"
   grep -i "error\|fail\|edge" "$OUT/peers.log" | head -20
+  # MLA decode in eager PyTorch (the absorbed form), beside kite bench's mla_decode rows
+  run_logged peers.log 120 python3 scripts/mla_peer.py || echo "MLA PEER FAILED (peers.log)"
   sed -n '/^---- kite vs PyTorch/,$p' "$OUT/peers.log" # the tables, last
 fi
 if want python; then
