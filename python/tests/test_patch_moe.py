@@ -52,7 +52,7 @@ EVAL_REPORT = {
                   "-> GatedMLP", "-> RMSNorm", "apply_rotary_pos_emb -> rope", "kite sdpa"],
     "gpt_oss": ["-> moe_route (k=2, score=softmax_topk", "GptOssExperts left to torch",
                 "-> RMSNorm (result in the input's dtype)", "apply_rotary_pos_emb -> rope",
-                "attention: left to transformers: attention sinks"],
+                "kite sdpa"],
     "deepseek_v3": ["-> moe_route (k=2, score=sigmoid, n_group=4, topk_group=2, renormalize=1, "
                     "scaling=2.5)", "-> fused_moe_ex (act=silu)", "shared_experts: DeepseekV3MLP "
                     "-> GatedMLP", "mlp: DeepseekV3MLP -> GatedMLP", "kv_a_layernorm: "
@@ -186,10 +186,10 @@ def test_default_patch_trains_like_torch(family):
     assert "-> RMSNorm" in done and "-> rope" in done and "fused linear cross-entropy" in done
     assert "-> moe_route" not in done and "-> fused_moe_ex" not in done
     assert "Experts left to torch" in done and "Router left to torch" in done
-    if family == "qwen3_moe":
-        assert "kite sdpa" in done
-    else:
+    if family == "deepseek_v3":  # MLA: transformers' attention
         assert "attention: left to transformers" in done and "kite sdpa" not in done
+    else:  # gpt-oss's sinks train through kite's sdpa_backward (dsinks)
+        assert "kite sdpa" in done
     if family != "gpt_oss":
         assert "-> GatedMLP" in done
     assert list(patched.state_dict()) == keys  # the model's own parameters, no copies

@@ -94,7 +94,8 @@ def _needs_grad(*ts):
 
 
 # ---- attention ---------------------------------------------------------------------------------
-def _torch_attention(query, key, value, mask, scaling, softcap, window, causal, dropout):
+def _torch_attention(query, key, value, mask, scaling, softcap, window, causal, dropout,
+                     sinks=None):
     """kite's sdpa semantics (GQA grouped, causal aligning the last query with the last key,
     bool mask True = attend / additive float mask, softcap, window_left) in torch ops, which
     differentiate: the attention of a patched model where a gradient is wanted. Masked scores are
@@ -121,7 +122,7 @@ def _torch_attention(query, key, value, mask, scaling, softcap, window, causal, 
         bias = mask.to(query.dtype) if bias is None else torch.maximum(
             bias + mask.to(query.dtype), torch.full_like(bias, low))
     group = query.shape[1] // key.shape[1]
-    if not softcap:
+    if not softcap and sinks is None:
         o = nn.functional.scaled_dot_product_attention(
             query, key, value, attn_mask=bias, dropout_p=dropout, scale=scaling,
             enable_gqa=group > 1)
@@ -129,10 +130,16 @@ def _torch_attention(query, key, value, mask, scaling, softcap, window, causal, 
         k = key.repeat_interleave(group, dim=1) if group > 1 else key
         v = value.repeat_interleave(group, dim=1) if group > 1 else value
         scores = torch.matmul(query, k.transpose(-1, -2)) * (scaling or query.shape[-1] ** -0.5)
-        scores = softcap * torch.tanh(scores / softcap)
+        if softcap:
+            scores = softcap * torch.tanh(scores / softcap)
         if bias is not None:
             scores = scores + bias
-        p = torch.softmax(scores.float(), dim=-1).to(query.dtype)
+        scores = scores.float()
+        if sinks is not None:  # a logit per head that joins the softmax and takes no value
+            sink = sinks.float().view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+            p = torch.softmax(torch.cat((scores, sink), dim=-1), dim=-1)[..., :-1].to(query.dtype)
+        else:
+            p = torch.softmax(scores, dim=-1).to(query.dtype)
         if dropout:
             p = nn.functional.dropout(p, p=dropout)
         o = torch.matmul(p, v)
@@ -165,6 +172,8 @@ def kite_attention_forward(module, query, key, value, attention_mask, **kwargs):
     causal = bool(getattr(module, "is_causal", True) if is_causal is None else is_causal)
     window = int(sliding_window) - 1 if sliding_window else -1
     dropout = float(kwargs.get("dropout") or 0.0)
+    s_aux = kwargs.get("s_aux")  # gpt-oss's attention sinks [Hq]: kite's sinks, in f32
+    sinks = s_aux.float() if s_aux is not None else None
     cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
     if cu_q is not None and cu_k is not None and query.shape[0] == 1 and not dropout:
         # packed sequences (FlashAttention's varlen kwargs): kite's sdpa_varlen over [T, H, D]
@@ -172,9 +181,11 @@ def kite_attention_forward(module, query, key, value, attention_mask, **kwargs):
         o = _ops.sdpa_varlen(q, k, v, cu_q.to(torch.int32), cu_k.to(torch.int32),
                              int(kwargs.get("max_length_q") or q.shape[0]),
                              int(kwargs.get("max_length_k") or k.shape[0]),
-                             float(scaling or 0.0), float(softcap or 0.0), window, 0, int(causal))
+                             float(scaling or 0.0), float(softcap or 0.0), window, 0, int(causal),
+                             sinks)
         return o[None], None
-    torch_backward = _torch_backward(module, query, key, value)
+    # torch's SDPA has no sinks: with them, kite's sdpa_backward trains (dsinks included)
+    torch_backward = _torch_backward(module, query, key, value) and sinks is None
     if torch_backward and not softcap and not dropout:
         # the model's own SDPA attention, as attn_implementation="sdpa" runs it (the mask kite's
         # mask function made is sdpa's): torch picks its flash / cuDNN / efficient backward
@@ -182,10 +193,10 @@ def kite_attention_forward(module, query, key, value, attention_mask, **kwargs):
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     if dropout or torch_backward:
         o = _torch_attention(query, key, value, mask, scaling, float(softcap or 0.0), window,
-                             causal, dropout)
+                             causal, dropout, sinks)
         return o.transpose(1, 2).contiguous(), None
     o = _ops.sdpa(query, key, value, mask, float(scaling or 0.0), float(softcap or 0.0), window, 0,
-                  int(causal and mask is None))
+                  int(causal and mask is None), sinks)
     return o.transpose(1, 2), None
 
 

@@ -47,7 +47,6 @@ _EXPERT_ACTS = {"silu": 0, "swish": 0, "gelu": 1}
 _SPLIT = 0
 
 _ATTENTION_LEFT = {
-    "gpt_oss": "attention sinks (s_aux): kite's sdpa has none yet",
     "deepseek_v3": "multi-head latent attention (MLA): kite's sdpa does not take it yet",
 }
 
