@@ -105,6 +105,8 @@ static const kite_kernel ref_kernels[] = {
     REF_KERNEL(KITE_OP_LINEAR_GGUF, ref_gguf_run,
                "GGUF blocks decoded by kite.h's formula in float64, float64 dots, bias"),
     REF_KERNEL(KITE_OP_DEQUANT_GGUF, ref_gguf_run, "GGUF blocks decoded by kite.h's formula"),
+    REF_KERNEL(KITE_OP_GROUP_GEMM_GGUF, ref_group_gguf_run,
+               "each group's rows against its GGUF blocks, float64 dots, bias"),
 };
 
 static const kite_backend ref_backend_def = {

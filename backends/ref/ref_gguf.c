@@ -78,6 +78,11 @@ static double gguf_exact(kite_gguf_type t, const uint8_t *b, int i) {
     memcpy(&d, b, 4);
     return (double)d * (int8_t)b[4 + i];
   }
+  case KITE_GGUF_MXFP4: {
+    static const int e2m1x2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    const int q = hi32 ? b[1 + j32] >> 4 : b[1 + j32] & 15;
+    return ldexp(e2m1x2[q], b[0] - 128);
+  }
   }
   return NAN;
 }
@@ -85,6 +90,19 @@ static double gguf_exact(kite_gguf_type t, const uint8_t *b, int i) {
 /* Weight i of a row of blocks: its defined value, the exact one rounded once to f32. */
 static double gguf_weight(const kite_gguf_args *a, const uint8_t *row, int64_t i) {
   return (float)gguf_exact(a->type, row + i / a->bv * a->bb, (int)(i % a->bv));
+}
+
+/* y[m, n] of rows [0, a->m) against the weights of a->w (the bias row given), float64 dots. */
+static void gguf_dots(const kite_gguf_args *a, int64_t bias_row) {
+  for (int64_t n = 0; n < a->n; n++) {
+    const uint8_t *row = a->w + n * a->w_stride;
+    for (int64_t m = 0; m < a->m; m++) {
+      double acc = a->bias ? kite_load_f32(a->dtype, a->bias, bias_row + n) : 0.0;
+      for (int64_t i = 0; i < a->k; i++)
+        acc += (double)kite_load_f32(a->dtype, a->x, m * a->x_stride + i) * gguf_weight(a, row, i);
+      kite_store_f32(a->dtype, a->y, m * a->y_stride + n, (float)acc);
+    }
+  }
 }
 
 kite_status ref_gguf_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
@@ -95,19 +113,48 @@ kite_status ref_gguf_run(const kite_kernel *k, kite_ctx *ctx, const void *args) 
   if (!ref_is_float(a->dtype))
     return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: ref: dtype %s is not supported", op,
                           ref_dtype_str(a->dtype));
+  if (a->op == KITE_OP_LINEAR_GGUF) {
+    gguf_dots(a, 0);
+    return KITE_OK;
+  }
   for (int64_t n = 0; n < a->n; n++) {
     const uint8_t *row = a->w + n * a->w_stride;
-    if (a->op == KITE_OP_DEQUANT_GGUF) {
-      for (int64_t i = 0; i < a->k; i++)
-        kite_store_f32(a->dtype, a->y, n * a->y_stride + i, (float)gguf_weight(a, row, i));
-      continue;
-    }
-    for (int64_t m = 0; m < a->m; m++) {
-      double acc = a->bias ? kite_load_f32(a->dtype, a->bias, n) : 0.0;
-      for (int64_t i = 0; i < a->k; i++)
-        acc += (double)kite_load_f32(a->dtype, a->x, m * a->x_stride + i) * gguf_weight(a, row, i);
-      kite_store_f32(a->dtype, a->y, m * a->y_stride + n, (float)acc);
-    }
+    for (int64_t i = 0; i < a->k; i++)
+      kite_store_f32(a->dtype, a->y, n * a->y_stride + i, (float)gguf_weight(a, row, i));
+  }
+  return KITE_OK;
+}
+
+/* group_gemm_gguf: each group's rows as linear_gguf against w[g] and bias[g] (the front-end
+ * checked the sizes: each >= 0, summing to m). */
+kite_status ref_group_gguf_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_group_gguf_args *a = args;
+  if (!a || a->op != KITE_OP_GROUP_GEMM_GGUF)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "group_gemm_gguf: ref: bad args");
+  if (!ref_is_float(a->dtype))
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "group_gemm_gguf: ref: dtype %s is not supported",
+                          ref_dtype_str(a->dtype));
+  const size_t e = kite_dtype_size(a->dtype);
+  int64_t row = 0;
+  for (int64_t g = 0; g < a->groups && row < a->m; g++) {
+    const int64_t rows = a->group_sizes[g] < a->m - row ? a->group_sizes[g] : a->m - row;
+    const kite_gguf_args one = {.op = KITE_OP_LINEAR_GGUF,
+                                .dtype = a->dtype,
+                                .type = a->type,
+                                .bv = a->bv,
+                                .bb = a->bb,
+                                .m = rows,
+                                .n = a->n,
+                                .k = a->k,
+                                .x = (const char *)a->x + (size_t)(row * a->x_stride) * e,
+                                .x_stride = a->x_stride,
+                                .w = a->w + g * a->w_stride_g,
+                                .w_stride = a->w_stride_n,
+                                .bias = a->bias,
+                                .y = (char *)a->y + (size_t)(row * a->y_stride) * e,
+                                .y_stride = a->y_stride};
+    gguf_dots(&one, g * a->n);
+    row += rows;
   }
   return KITE_OK;
 }

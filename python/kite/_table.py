@@ -132,4 +132,7 @@ OPS = {
     # GGUF blocks: type is GGUF's number (kite_gguf_type); dequant_gguf writes a given y[N, K]
     "linear_gguf": dict(defaults=dict(bias=None), out=dict(y="new(x, (x.shape[0], w.shape[0]))")),
     "dequant_gguf": dict(),
+    # grouped GGUF blocks (MoE experts as stored): w[G, N, row bytes], bias[G, N] or None
+    "group_gemm_gguf": dict(defaults=dict(bias=None),
+                            out=dict(y="new(x, (x.shape[0], w.shape[1]))")),
 }

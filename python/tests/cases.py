@@ -733,6 +733,23 @@ def dequant_gguf(dt, dev):
     y = torch.empty(12, 64, dtype=dt, device=dev)
     return Case([w, 2, y], lambda a: [wd], lambda out, a: [a[2]], mutated=[2])
 
+
+# grouped GGUF blocks: three experts of Q4_0 (type 2) blocks, sizes with an empty group, biases
+def group_gemm_gguf(dt, dev):
+    x, b = _r(7, 64, dtype=dt, device=dev), _r(3, 12, dtype=dt, device=dev)
+    packed = [_wq4(12, 64, 0, dev) for _ in range(3)]
+    w = torch.stack([p[0] for p in packed])
+    sizes = torch.tensor([2, 0, 5], dtype=torch.int32, device=dev)
+
+    def ref(a):
+        outs, r = [], 0
+        for g, n in enumerate(sizes.tolist()):
+            xg = a[0].double().cpu()[r:r + n]
+            outs.append(xg @ packed[g][1].T + a[4].double().cpu()[g])
+            r += n
+        return [torch.cat(outs)]
+    return Case([x, w, 2, sizes, b], ref)
+
 CASES = {
     "silu": _act(F.silu),
     "gelu": _act(F.gelu),
@@ -786,6 +803,7 @@ CASES = {
     "moe_aux_loss_backward": moe_aux_loss_backward,
     "linear_gguf": linear_gguf,
     "dequant_gguf": dequant_gguf,
+    "group_gemm_gguf": group_gemm_gguf,
 }
 # more than one case for some ops
 EXTRA = {"rope_gptj": ("rope", lambda dt, dev: rope(dt, dev, style=1)),
