@@ -494,13 +494,13 @@ static const bad_case g_cases[] = {
     T("group_gemm_gguf", "w", SET_DTYPE, INV, I8),
     T("group_gemm_gguf", "w", SET_STRIDE, INV, -1, 2),
     T("group_gemm_gguf", "bias", SET_DIM, INV, 0, 3),
-    T("group_gemm_gguf", "bias", SET_DIM, INV, 1, 4),
+    T("group_gemm_gguf", "bias", SET_DIM, INV, 1, 7),
     T("group_gemm_gguf", "bias", SET_DTYPE, INV, BF16),
     T("group_gemm_gguf", "group_sizes", SET_DTYPE, INV, F32),
     T("group_gemm_gguf", "group_sizes", SET_DIM, INV, 0, 3),
     T("group_gemm_gguf", "group_sizes", SET_INT, INV, 0, -1), /* negative (host-visible) */
     T("group_gemm_gguf", "group_sizes", SET_INT, INV, 1, 2),  /* sums to 5, M = 3 */
-    T("group_gemm_gguf", "y", SET_DIM, INV, 1, 4), ALIAS("group_gemm_gguf", "y", "w", INV),
+    T("group_gemm_gguf", "y", SET_DIM, INV, 1, 7), ALIAS("group_gemm_gguf", "y", "w", INV),
     ALIAS("group_gemm_gguf", "y", "bias", INV),
     T("group_gemm_gguf", "x,bias,y", SET_DTYPE, OK, BF16),
 

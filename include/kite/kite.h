@@ -510,6 +510,9 @@ KITE_API kite_moe_opts kite_moe_opts_default(void);
  * MoE's sigmoid shared_expert_gate: a [T, 1] column) and adds it to y; or passes the shared
  * expert as one more expert of w13/w2 with weight 1 (or its gate) in an extra column of
  * weights/ids.
+ * Experts kept in GGUF blocks as stored (gpt-oss's MXFP4) run through kite_group_gemm_gguf on
+ * the tokens sorted by expert: gate_up (with b13), the activation above on its interleaved
+ * gate / up columns, then down (with b2); fused_moe_ex itself takes float weights only.
  * Errors: as kite_fused_moe, plus bias shapes and dtypes, act, layout, alpha not finite,
  * limit < 0 or not finite. */
 KITE_API kite_status kite_fused_moe_ex(kite_ctx *ctx, const DLTensor *x, const DLTensor *w13,

@@ -733,6 +733,9 @@ _PARTS = [
         "MoE's sigmoid shared_expert_gate: a [T, 1] column) and adds it to y; or passes the shared\n"
         'expert as one more expert of w13/w2 with weight 1 (or its gate) in an extra column of\n'
         'weights/ids.\n'
+        "Experts kept in GGUF blocks as stored (gpt-oss's MXFP4) run through kite_group_gemm_gguf on\n"
+        'the tokens sorted by expert: gate_up (with b13), the activation above on its interleaved\n'
+        'gate / up columns, then down (with b2); fused_moe_ex itself takes float weights only.\n'
         'Errors: as kite_fused_moe, plus bias shapes and dtypes, act, layout, alpha not finite,\n'
         'limit < 0 or not finite.'
     ),
