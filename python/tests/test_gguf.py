@@ -138,6 +138,7 @@ def test_mxfp4_checkpoint_layout_matches_transformers(kernel):
     assert torch.equal(y.reshape(e, n, nb * 32), want)
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in multiply")  # gguf-py's e = 255 row
 def test_mxfp4_scale_extremes_follow_gguf():
     """e = 0 and 1 give f32 subnormal scales, e = 255 2^127 (products past f32's range: inf)."""
     raw = np.zeros((1, 3, 17), dtype=np.uint8)
