@@ -7,6 +7,7 @@
  *     (coalesced reads of x), up to 8 rows of x per warp, a warp reduction.
  *   linear_gguf, many rows: 64 x 64 output tiles; each step decodes a 64 x 32 tile of w and
  *     loads a 64 x 32 tile of x into shared memory as f32, then each thread adds 4 x 4 outputs.
+ *     (f16 / bf16 with 16 rows and up go to the tensor-core kernel of gguf_mma.cu first.)
  */
 #include "common.cuh"
 #include "cuda_backend.h"

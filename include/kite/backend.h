@@ -677,8 +677,8 @@ typedef struct kite_gguf_args {
 } kite_gguf_args;
 
 /* group_gemm_gguf: the blocks and x, y as kite_gguf_args; w[groups, n, k / bv blocks] with byte
- * strides w_stride_g, w_stride_n; group_sizes[groups] int32 (kite.h's rule for a device, checked
- * on the host); bias [groups, n] compact or NULL. */
+ * strides w_stride_g, w_stride_n; group_sizes[groups] int32 (kite.h's rule; on a CPU ctx the
+ * front-end has checked them: each >= 0, summing to m); bias [groups, n] compact or NULL. */
 typedef struct kite_group_gguf_args {
   kite_op op;
   kite_dtype dtype;
