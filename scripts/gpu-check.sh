@@ -170,7 +170,7 @@ if want bench; then
   for op in rms_norm add_rms_norm silu_and_mul rope softmax embedding rms_norm_backward \
     layer_norm_backward activation_backward gated_backward rope_backward softmax_backward \
     embedding_backward paged_decode paged_prefill mla_decode \
-    sdpa linear linear_wq4 linear_gguf group_gemm fused_moe argmax sample logprobs \
+    sdpa linear linear_wq4 linear_gguf group_gemm group_gemm_gguf fused_moe argmax sample logprobs \
     apply_penalties cross_entropy cross_entropy_backward fused_linear_cross_entropy; do
     # the sampling family as engines hand it over: f32 logits; linear_gguf's bench rows are f32
     case $op in argmax | sample | logprobs | apply_penalties | linear_gguf) dt=f32 ;; *) dt=bf16 ;; esac
@@ -182,6 +182,9 @@ if want bench; then
     timeout $lim "$KITE" bench --backend cuda --json --dtype $dt --op "$op" >> "$OUT/kite_bench.jsonl" 2>&1 ||
       status=1
   done
+  # linear_gguf's bf16 rows: the tensor-core kernel (M 64, 4096) beside linear's bf16 rows
+  timeout 150 "$KITE" bench --backend cuda --json --dtype bf16 --op linear_gguf >> "$OUT/kite_bench.jsonl" 2>&1 ||
+    status=1
   python3 - "$OUT/kite_bench.jsonl" << 'EOF'
 import json, sys
 for line in open(sys.argv[1]):

@@ -498,6 +498,22 @@ static const bad_case g_cases[] = {
     T("linear_gguf", "w", SET_DTYPE, INV, I8), T("dequant_gguf", "y", SET_DIM, INV, 0, 5),
     ALIAS("dequant_gguf", "y", "w", INV), T("linear_gguf", "x,bias,y", SET_DTYPE, OK, BF16),
     T("dequant_gguf", "y", SET_DTYPE, OK, F16),
+    /* grouped GGUF blocks: the type and row bytes as linear_gguf, w's rank, bias [G, N] of x's
+     * dtype, group sizes as group_gemm's, y over w or bias. */
+    P("group_gemm_gguf", "type", 1, INV), P("group_gemm_gguf", "type", 12, INV),
+    T("group_gemm_gguf", "w", SET_DIM, INV, 2, 17), T("group_gemm_gguf", "w", SET_RANK, INV, 2),
+    T("group_gemm_gguf", "w", SET_DTYPE, INV, I8),
+    T("group_gemm_gguf", "w", SET_STRIDE, INV, -1, 2),
+    T("group_gemm_gguf", "bias", SET_DIM, INV, 0, 3),
+    T("group_gemm_gguf", "bias", SET_DIM, INV, 1, 7),
+    T("group_gemm_gguf", "bias", SET_DTYPE, INV, BF16),
+    T("group_gemm_gguf", "group_sizes", SET_DTYPE, INV, F32),
+    T("group_gemm_gguf", "group_sizes", SET_DIM, INV, 0, 3),
+    T("group_gemm_gguf", "group_sizes", SET_INT, INV, 0, -1), /* negative (host-visible) */
+    T("group_gemm_gguf", "group_sizes", SET_INT, INV, 1, 2),  /* sums to 5, M = 3 */
+    T("group_gemm_gguf", "y", SET_DIM, INV, 1, 7), ALIAS("group_gemm_gguf", "y", "w", INV),
+    ALIAS("group_gemm_gguf", "y", "bias", INV),
+    T("group_gemm_gguf", "x,bias,y", SET_DTYPE, OK, BF16),
 
     /* Training: backward ops take the forward's inputs and dy; gradients like their tensors. */
     T(BWD_ROWWISE, "dx", SET_DIM, INV, 1, 9), T(BWD_ROWWISE, "dy", SET_DIM, INV, 0, 3),

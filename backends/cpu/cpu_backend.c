@@ -266,6 +266,8 @@ static kite_kernel cpu_kernels[] = {
         "4 rows of w decoded to f32 in portable C, every row of x against them"),
     ROW(KITE_OP_DEQUANT_GGUF, "scalar", 10, 0, supports_float, cpu_gguf_scalar,
         "blocks decoded to f32 in portable C, stored in y's dtype"),
+    ROW(KITE_OP_GROUP_GEMM_GGUF, "scalar", 10, 0, supports_float, cpu_group_gguf_scalar,
+        "each group as linear_gguf's scalar kernel against its w[g]"),
 #if defined(__x86_64__)
     ROW(KITE_OP_LINEAR_GGUF, "avx512", 22, CPU_ISA_AVX512, supports_float, cpu_gguf_avx512,
         "4 rows of w decoded to f32, every row of x against them, 16-lane FMA"),
@@ -279,6 +281,10 @@ static kite_kernel cpu_kernels[] = {
         cpu_gguf_q8_avx512vnni, "x blocks to int8, 4 rows of w decoded to codes, VPDPBUSD"),
     ROW(KITE_OP_LINEAR_GGUF_Q8, "avx2", 20, CPU_ISA_AVX2, supports_float, cpu_gguf_q8_avx2,
         "x blocks to int8, 4 rows of w decoded to codes, VPMADDUBSW + VPMADDWD"),
+    ROW(KITE_OP_GROUP_GEMM_GGUF, "avx512", 22, CPU_ISA_AVX512, supports_float,
+        cpu_group_gguf_avx512, "each group as linear_gguf's avx512 kernel against its w[g]"),
+    ROW(KITE_OP_GROUP_GEMM_GGUF, "avx2", 20, CPU_ISA_AVX2, supports_float, cpu_group_gguf_avx2,
+        "each group as linear_gguf's avx2 kernel against its w[g]"),
 #endif
 };
 #define CPU_NUM_KERNELS (sizeof cpu_kernels / sizeof cpu_kernels[0])

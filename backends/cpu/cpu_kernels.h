@@ -55,8 +55,9 @@ CPU_RUN_DECL(cpu_moe_aux_loss_scalar);
 /* mla_store_kv and mla_decode, portable (cpu_mla.c). */
 CPU_RUN_DECL(cpu_mla_store_kv_scalar);
 CPU_RUN_DECL(cpu_mla_decode_scalar);
-/* linear_gguf and dequant_gguf (kernels/gguf.inc), one per ISA. */
+/* linear_gguf, dequant_gguf and group_gemm_gguf (kernels/gguf.inc), one per ISA. */
 CPU_RUN_DECL(cpu_gguf_scalar);
+CPU_RUN_DECL(cpu_group_gguf_scalar);
 
 CPU_ROW_KERNELS(scalar);
 CPU_ATTN_KERNELS(scalar);
@@ -85,10 +86,12 @@ CPU_RUN_DECL(cpu_linear_quant_amx);
 CPU_RUN_DECL(cpu_linear_wq4_avx2);
 CPU_RUN_DECL(cpu_linear_wq4_avx512);
 CPU_RUN_DECL(cpu_gguf_avx2);
+CPU_RUN_DECL(cpu_group_gguf_avx2);
 CPU_RUN_DECL(cpu_gguf_avx512);
 /* linear_gguf_q8 (cpu_gguf_q8.inc), AVX2 and AVX-512 VNNI. */
 CPU_RUN_DECL(cpu_gguf_q8_avx2);
 CPU_RUN_DECL(cpu_gguf_q8_avx512vnni);
+CPU_RUN_DECL(cpu_group_gguf_avx512);
 /* Whether this process may use the AMX tiles (asks Linux once); false where it may not. */
 bool cpu_amx_ready(void);
 #endif

@@ -239,6 +239,11 @@ CUDA_RUN(cuda_peer_norm_run);
 CUDA_RUN(cuda_linear_wq4_run);
 /* gguf.cu: linear_gguf, dequant_gguf */
 CUDA_RUN(cuda_gguf_run);
+/* gguf_mma.cu: linear_gguf (m >= 16) and group_gemm_gguf on tensor cores, f16/bf16 */
+CUDA_SUPPORTS(cuda_gguf_mma_supports);
+CUDA_RUN(cuda_gguf_mma_run);
+CUDA_SUPPORTS(cuda_group_gguf_mma_supports);
+CUDA_RUN(cuda_group_gguf_mma_run);
 
 /* cross_entropy.cu: cross_entropy, cross_entropy_backward */
 CUDA_SUPPORTS(cuda_ce_vec_supports);

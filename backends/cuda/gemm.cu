@@ -23,7 +23,7 @@ using namespace kite_cuda;
 namespace kite_cuda {
 
 /* ---- tiled kernel -------------------------------------------------------------------------- */
-constexpr int kBM = 64, kBN = 64, kBK = 16;
+constexpr int kBM = kTileGemmRows, kBN = 64, kBK = 16;
 
 /* 256 threads in the register tile of tile_fma_4x4 (gemm.cuh). */
 template <typename T, typename OutT>
@@ -120,6 +120,29 @@ template <typename T, typename OutT> void tile_gemm_launch(const TileGemm &p, cu
   const dim3 grid((unsigned)((p.n + kBN - 1) / kBN), (unsigned)ytiles);
   tile_gemm_kernel<T, OutT><<<grid, 256, 0, s>>>(p);
 }
+
+kite_status tile_gemm_plan(kite_ctx *ctx, const int32_t *sizes, int64_t groups, int64_t m,
+                           cudaStream_t s, TileSchedule *out) {
+  out->max_tiles = tile_gemm_max_tiles(m, groups);
+  void *ws;
+  kite_status st = kite_ctx_workspace(ctx, 16 + (size_t)out->max_tiles * sizeof(GemmTile), &ws);
+  if (st != KITE_OK) return st;
+  out->rows_used = (int64_t *)ws;
+  out->count = (int32_t *)((char *)ws + 8);
+  out->tiles = (GemmTile *)((char *)ws + 16);
+  return tile_gemm_schedule(sizes, groups, m, out->tiles, out->count, out->rows_used, s);
+}
+
+template <typename T>
+void tile_gemm_zero_rows(T *y, int64_t y_stride, int64_t m, int64_t n, const int64_t *rows_used,
+                         cudaStream_t s) {
+  const dim3 grid((unsigned)((n + 255) / 256), (unsigned)(m < 1024 ? m : 1024));
+  zero_rows_kernel<T><<<grid, 256, 0, s>>>(y, y_stride, m, n, rows_used);
+}
+template void tile_gemm_zero_rows<__half>(__half *, int64_t, int64_t, int64_t, const int64_t *,
+                                          cudaStream_t);
+template void tile_gemm_zero_rows<__nv_bfloat16>(__nv_bfloat16 *, int64_t, int64_t, int64_t,
+                                                 const int64_t *, cudaStream_t);
 
 template void tile_gemm_launch<float, float>(const TileGemm &, cudaStream_t);
 template void tile_gemm_launch<__half, float>(const TileGemm &, cudaStream_t);
@@ -351,14 +374,9 @@ extern "C" CUDA_RUN(cuda_group_gemm_tiles_run) {
   cudaStream_t s;
   kite_status st = begin(ctx, "group_gemm", &s);
   if (st != KITE_OK) return st;
-  const int64_t max_tiles = tile_gemm_max_tiles(a->m, a->groups);
-  void *ws;
-  st = kite_ctx_workspace(ctx, 16 + (size_t)max_tiles * sizeof(GemmTile), &ws);
-  if (st != KITE_OK) return st;
-  int64_t *rows_used = (int64_t *)ws;
-  int32_t *count = (int32_t *)((char *)ws + 8);
-  GemmTile *tiles = (GemmTile *)((char *)ws + 16);
-  tile_gemm_schedule(a->group_sizes, a->groups, a->m, tiles, count, rows_used, s);
+  TileSchedule sch;
+  if ((st = tile_gemm_plan(ctx, a->group_sizes, a->groups, a->m, s, &sch)) != KITE_OK) return st;
+  int64_t *rows_used = sch.rows_used;
   st = with_float_type(a->dtype, "group_gemm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (a->k > 0) {
@@ -367,7 +385,7 @@ extern "C" CUDA_RUN(cuda_group_gemm_tiles_run) {
       p.a = a->x, p.a_stride = a->x_stride;
       p.b = a->w, p.b_stride_g = a->w_stride_g, p.b_stride_n = a->w_stride_n;
       p.c = a->y, p.c_stride = a->y_stride;
-      p.tiles = tiles, p.tile_count = count, p.max_tiles = max_tiles;
+      p.tiles = sch.tiles, p.tile_count = sch.count, p.max_tiles = sch.max_tiles;
       tile_gemm_launch<T, T>(p, s);
     } else { /* an empty sum: every row is zero */
       cudaMemsetAsync(rows_used, 0, sizeof *rows_used, s);

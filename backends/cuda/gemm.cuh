@@ -50,13 +50,32 @@ __device__ __forceinline__ void tile_fma_4x4(const float (&as)[KK][65], const fl
   }
 }
 
+/* Rows of a schedule's tiles at most. */
+constexpr int kTileGemmRows = 64;
+
 /* Most tiles that m rows in `groups` groups can need. */
 int64_t tile_gemm_max_tiles(int64_t m, int64_t groups);
+/* A grouped GEMM's device schedule in the ctx's workspace: tiles[max_tiles], their count, and
+ * the rows the groups claim (the zero-fill start). */
+struct TileSchedule {
+  GemmTile *tiles;
+  int32_t *count;
+  int64_t *rows_used;
+  int64_t max_tiles;
+};
+/* Takes the workspace and launches tile_gemm_schedule for m rows in `groups` groups. */
+kite_status tile_gemm_plan(kite_ctx *ctx, const int32_t *sizes, int64_t groups, int64_t m,
+                           cudaStream_t s, TileSchedule *out);
 /* One-block kernel: tiles of each group's rows (sizes read on the device, negative = 0, clamped
  * to m rows in all), their count, and the rows claimed. */
 kite_status tile_gemm_schedule(const int32_t *sizes, int64_t groups, int64_t m, GemmTile *tiles,
                                int32_t *tile_count, int64_t *rows_used, cudaStream_t s);
 template <typename T, typename OutT> void tile_gemm_launch(const TileGemm &p, cudaStream_t s);
+/* Rows [*rows_used, m) of y[m, n] (row stride y_stride), which no group of the schedule claims,
+ * become zeros (rows_used: tile_gemm_schedule's, on the device). */
+template <typename T>
+void tile_gemm_zero_rows(T *y, int64_t y_stride, int64_t m, int64_t n, const int64_t *rows_used,
+                         cudaStream_t s);
 
 /* Row-major C[m, n] = A' B' (+ bias[n]) + beta C through cuBLASLt, f32 accumulation (never TF32),
  * all operands of one float dtype; or, with dtype KITE_DTYPE_I8, int8 A' and B' into an int32 C

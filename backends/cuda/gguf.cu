@@ -7,9 +7,11 @@
  *     (coalesced reads of x), up to 8 rows of x per warp, a warp reduction.
  *   linear_gguf, many rows: 64 x 64 output tiles; each step decodes a 64 x 32 tile of w and
  *     loads a 64 x 32 tile of x into shared memory as f32, then each thread adds 4 x 4 outputs.
+ *     (f16 / bf16 with 16 rows and up go to the tensor-core kernel of gguf_mma.cu first.)
  */
 #include "common.cuh"
 #include "cuda_backend.h"
+#include "gguf.cuh"
 
 using namespace kite_cuda;
 
@@ -17,20 +19,6 @@ namespace {
 
 constexpr int ROWS = 8;                  /* rows of x per warp of the GEMV */
 constexpr int TM = 64, TN = 64, TK = 32; /* the tile path: outputs per block and k per step */
-
-__constant__ int c_iq4_nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                 1,    13,   25,  38,  53,  69,  89,  113};
-
-__device__ __forceinline__ float f16_at(const uint8_t *p) {
-  return __half2float(__ushort_as_half((unsigned short)(p[0] | (p[1] << 8))));
-}
-
-/* The 6-bit scale (want_min false) or min of sub-block s of Q4_K / Q5_K. */
-__device__ __forceinline__ int k4_scale(const uint8_t *sc, int s, bool want_min) {
-  if (s < 4) return want_min ? sc[s + 4] & 63 : sc[s] & 63;
-  if (want_min) return (sc[s + 4] >> 4) | (sc[s] >> 6) << 4;
-  return (sc[s + 4] & 15) | (sc[s - 4] >> 6) << 4;
-}
 
 /* Weight i (< the type's block values) of block b. */
 __device__ float gguf_weight(int t, const uint8_t *b, int i) {
@@ -87,6 +75,10 @@ __device__ float gguf_weight(int t, const uint8_t *b, int i) {
     const float d = __uint_as_float((unsigned)b[0] | (unsigned)b[1] << 8 | (unsigned)b[2] << 16 |
                                     (unsigned)b[3] << 24);
     return (float)(int8_t)b[4 + i] * d;
+  }
+  case KITE_GGUF_MXFP4: {
+    const int q = hi32 ? b[1 + j32] >> 4 : b[1 + j32] & 15;
+    return (float)c_e2m1x2[q] * mxfp4_scale(b[0]);
   }
   default:
     return 0.0f;

@@ -56,6 +56,7 @@ kite_status ref_check_slots(const char *op, const int32_t *slots, int64_t tokens
 /* ref_mla.c */
 kite_status ref_mla_store_kv_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_mla_decode_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_group_gguf_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 /* ref_comm.c: all_reduce, all_gather, reduce_scatter, all_reduce_add_rms_norm over the ranks of
  * a ref comm (threads of this process), and the comm operations of kite_backend */
 bool ref_comm_supports(const kite_kernel *k, const void *args, const char **why);

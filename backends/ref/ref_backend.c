@@ -111,6 +111,8 @@ static const kite_kernel ref_kernels[] = {
                "absorbed MLA decode, two-pass softmax in float64"),
     REF_KERNEL(KITE_OP_LINEAR_GGUF_Q8, ref_gguf_run,
                "x blocks quantized to int8 as kite.h says, float64 dots with the GGUF weights"),
+    REF_KERNEL(KITE_OP_GROUP_GEMM_GGUF, ref_group_gguf_run,
+               "each group's rows against its GGUF blocks, float64 dots, bias"),
 };
 
 static const kite_backend ref_backend_def = {

@@ -2,9 +2,7 @@
  * linear_gguf and dequant_gguf: each weight computed from kite.h's formula for its block type in
  * float64 (exact: the products of f16 scales and small integers fit in 53 bits) and rounded once
  * to f32, the weight's defined value; linear_gguf's dot products in float64, bias, one rounding to
- * y's dtype; dequant_gguf stores the f32 value in y's dtype. linear_gguf_q8 first quantizes each
- * block of x as kite.h says (f32 scale and division, as ref_quant), then the same float64 dots of
- * the weights with the codes, times the block's scale.
+ * y's dtype; dequant_gguf stores the f32 value in y's dtype.
  */
 #include <math.h>
 #include <string.h>
@@ -81,6 +79,11 @@ static double gguf_exact(kite_gguf_type t, const uint8_t *b, int i) {
     memcpy(&d, b, 4);
     return (double)d * (int8_t)b[4 + i];
   }
+  case KITE_GGUF_MXFP4: {
+    static const int e2m1x2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    const int q = hi32 ? b[1 + j32] >> 4 : b[1 + j32] & 15;
+    return ldexp(e2m1x2[q], b[0] - 128);
+  }
   }
   return NAN;
 }
@@ -88,6 +91,19 @@ static double gguf_exact(kite_gguf_type t, const uint8_t *b, int i) {
 /* Weight i of a row of blocks: its defined value, the exact one rounded once to f32. */
 static double gguf_weight(const kite_gguf_args *a, const uint8_t *row, int64_t i) {
   return (float)gguf_exact(a->type, row + i / a->bv * a->bb, (int)(i % a->bv));
+}
+
+/* y[m, n] of rows [0, a->m) against the weights of a->w (the bias row given), float64 dots. */
+static void gguf_dots(const kite_gguf_args *a, int64_t bias_row) {
+  for (int64_t n = 0; n < a->n; n++) {
+    const uint8_t *row = a->w + n * a->w_stride;
+    for (int64_t m = 0; m < a->m; m++) {
+      double acc = a->bias ? kite_load_f32(a->dtype, a->bias, bias_row + n) : 0.0;
+      for (int64_t i = 0; i < a->k; i++)
+        acc += (double)kite_load_f32(a->dtype, a->x, m * a->x_stride + i) * gguf_weight(a, row, i);
+      kite_store_f32(a->dtype, a->y, m * a->y_stride + n, (float)acc);
+    }
+  }
 }
 
 /* Values [i0, i0 + n) of x's row m quantized as kite.h's linear_gguf_q8 says: codes q[n] (as
@@ -108,6 +124,24 @@ static double quant_block(const kite_gguf_args *a, int64_t m, int64_t i0, int64_
   return scale;
 }
 
+/* linear_gguf_q8: y[m, n] with x's blocks quantized first, float64 dots of codes and weights. */
+static void gguf_q8_dots(const kite_gguf_args *a) {
+  double q[256]; /* one block's codes: V <= 256 (kite.h) */
+  for (int64_t n = 0; n < a->n; n++) {
+    const uint8_t *row = a->w + n * a->w_stride;
+    for (int64_t m = 0; m < a->m; m++) {
+      double acc = a->bias ? kite_load_f32(a->dtype, a->bias, n) : 0.0;
+      for (int64_t i0 = 0; i0 < a->k; i0 += a->bv) {
+        const double scale = quant_block(a, m, i0, a->bv, q);
+        double dot = 0.0;
+        for (int64_t i = 0; i < a->bv; i++) dot += q[i] * gguf_weight(a, row, i0 + i);
+        acc += dot * scale;
+      }
+      kite_store_f32(a->dtype, a->y, m * a->y_stride + n, (float)acc);
+    }
+  }
+}
+
 kite_status ref_gguf_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
   const kite_gguf_args *a = args;
   if (!a || (a->op != KITE_OP_LINEAR_GGUF && a->op != KITE_OP_DEQUANT_GGUF &&
@@ -117,33 +151,52 @@ kite_status ref_gguf_run(const kite_kernel *k, kite_ctx *ctx, const void *args) 
   if (!ref_is_float(a->dtype))
     return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: ref: dtype %s is not supported", op,
                           ref_dtype_str(a->dtype));
+  if (a->op == KITE_OP_LINEAR_GGUF) {
+    gguf_dots(a, 0);
+    return KITE_OK;
+  }
+  if (a->op == KITE_OP_LINEAR_GGUF_Q8) {
+    gguf_q8_dots(a);
+    return KITE_OK;
+  }
   for (int64_t n = 0; n < a->n; n++) {
     const uint8_t *row = a->w + n * a->w_stride;
-    if (a->op == KITE_OP_DEQUANT_GGUF) {
-      for (int64_t i = 0; i < a->k; i++)
-        kite_store_f32(a->dtype, a->y, n * a->y_stride + i, (float)gguf_weight(a, row, i));
-      continue;
-    }
-    if (a->op == KITE_OP_LINEAR_GGUF_Q8) {
-      double q[256]; /* one block's codes: V <= 256 (kite.h) */
-      for (int64_t m = 0; m < a->m; m++) {
-        double acc = a->bias ? kite_load_f32(a->dtype, a->bias, n) : 0.0;
-        for (int64_t i0 = 0; i0 < a->k; i0 += a->bv) {
-          const double scale = quant_block(a, m, i0, a->bv, q);
-          double dot = 0.0;
-          for (int64_t i = 0; i < a->bv; i++) dot += q[i] * gguf_weight(a, row, i0 + i);
-          acc += dot * scale;
-        }
-        kite_store_f32(a->dtype, a->y, m * a->y_stride + n, (float)acc);
-      }
-      continue;
-    }
-    for (int64_t m = 0; m < a->m; m++) {
-      double acc = a->bias ? kite_load_f32(a->dtype, a->bias, n) : 0.0;
-      for (int64_t i = 0; i < a->k; i++)
-        acc += (double)kite_load_f32(a->dtype, a->x, m * a->x_stride + i) * gguf_weight(a, row, i);
-      kite_store_f32(a->dtype, a->y, m * a->y_stride + n, (float)acc);
-    }
+    for (int64_t i = 0; i < a->k; i++)
+      kite_store_f32(a->dtype, a->y, n * a->y_stride + i, (float)gguf_weight(a, row, i));
+  }
+  return KITE_OK;
+}
+
+/* group_gemm_gguf: each group's rows as linear_gguf against w[g] and bias[g] (the front-end
+ * checked the sizes: each >= 0, summing to m). */
+kite_status ref_group_gguf_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_group_gguf_args *a = args;
+  if (!a || a->op != KITE_OP_GROUP_GEMM_GGUF)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "group_gemm_gguf: ref: bad args");
+  if (!ref_is_float(a->dtype))
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "group_gemm_gguf: ref: dtype %s is not supported",
+                          ref_dtype_str(a->dtype));
+  const size_t e = kite_dtype_size(a->dtype);
+  int64_t row = 0;
+  for (int64_t g = 0; g < a->groups && row < a->m; g++) {
+    const int64_t rows = a->group_sizes[g] < a->m - row ? a->group_sizes[g] : a->m - row;
+    const kite_gguf_args one = {.op = KITE_OP_LINEAR_GGUF,
+                                .dtype = a->dtype,
+                                .type = a->type,
+                                .bv = a->bv,
+                                .bb = a->bb,
+                                .m = rows,
+                                .n = a->n,
+                                .k = a->k,
+                                .x = (const char *)a->x + (size_t)(row * a->x_stride) * e,
+                                .x_stride = a->x_stride,
+                                .w = a->w + g * a->w_stride_g,
+                                .w_stride = a->w_stride_n,
+                                .bias = a->bias,
+                                .y = (char *)a->y + (size_t)(row * a->y_stride) * e,
+                                .y_stride = a->y_stride};
+    gguf_dots(&one, g * a->n);
+    row += rows;
   }
   return KITE_OK;
 }

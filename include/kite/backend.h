@@ -728,6 +728,25 @@ typedef struct kite_gguf_args {
   int64_t y_stride;
 } kite_gguf_args;
 
+/* group_gemm_gguf: the blocks and x, y as kite_gguf_args; w[groups, n, k / bv blocks] with byte
+ * strides w_stride_g, w_stride_n; group_sizes[groups] int32 (kite.h's rule; on a CPU ctx the
+ * front-end has checked them: each >= 0, summing to m); bias [groups, n] compact or NULL. */
+typedef struct kite_group_gguf_args {
+  kite_op op;
+  kite_dtype dtype;
+  kite_gguf_type type;
+  int64_t bv, bb;
+  int64_t m, n, k, groups;
+  const void *x;
+  int64_t x_stride;
+  const uint8_t *w;
+  int64_t w_stride_g, w_stride_n;
+  const int32_t *group_sizes;
+  const void *bias;
+  void *y;
+  int64_t y_stride;
+} kite_group_gguf_args;
+
 /* ---- communication (kite.h "Communication between ranks") ----------------------------------- */
 
 /* The comm a collective runs on: the backend that created it (kite_backend.comm_create) and that

@@ -759,6 +759,9 @@ _PARTS = [
         "MoE's sigmoid shared_expert_gate: a [T, 1] column) and adds it to y; or passes the shared\n"
         'expert as one more expert of w13/w2 with weight 1 (or its gate) in an extra column of\n'
         'weights/ids.\n'
+        "Experts kept in GGUF blocks as stored (gpt-oss's MXFP4) run through kite_group_gemm_gguf on\n"
+        'the tokens sorted by expert: gate_up (with b13), the activation above on its interleaved\n'
+        'gate / up columns, then down (with b2); fused_moe_ex itself takes float weights only.\n'
         'Errors: as kite_fused_moe, plus bias shapes and dtypes, act, layout, alpha not finite,\n'
         'limit < 0 or not finite.'
     ),
@@ -835,7 +838,16 @@ _PARTS = [
         '               w = d scales[8 h + 2 j + l / 16] q.\n'
         '  Q8_K   (15)  V 256, B 292: f32 d, i8 qs[256], i16 bsums[16] (not read); w = qs[i] d.\n'
         '  IQ4_NL (20)  V 32,  B 18: f16 d, u8 qs[16]; q as Q4_0; w = d T[q] with T = {-127, -104, -83,\n'
-        '               -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}.'
+        '               -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}.\n'
+        '  MXFP4  (39)  V 32,  B 17: u8 e, u8 qs[16]; q as Q4_0 (value j < 16 the low nibble of qs[j],\n'
+        '               value j + 16 its high nibble); w = F[q] 2^(e - 128) with F = {0, 1, 2, 3, 4, 6,\n'
+        "               8, 12, 0, -1, -2, -3, -4, -6, -8, -12}: OCP microscaling's e2m1 code q (sign\n"
+        '               bit 3, F[q] / 2 its value) under the e8m0 scale 2^(e - 127). e = 255 is read\n'
+        "               as 2^127 (GGUF's reading; OCP's NaN is not honoured), and a product past f32's\n"
+        '               range rounds to +-inf; a zero code is +0. gpt-oss checkpoints hold the same\n'
+        '               values as `*_blocks` [.., K / 32, 16] and `*_scales` [.., K / 32] with the\n'
+        '               nibbles interleaved (low nibble of byte j value 2 j, high nibble 2 j + 1):\n'
+        '               repacking a block to this layout is nibble reordering only.'
     ),
     (
         'typedef enum kite_gguf_type {\n'
@@ -851,6 +863,7 @@ _PARTS = [
         '  KITE_GGUF_Q6_K = 14,\n'
         '  KITE_GGUF_Q8_K = 15,\n'
         '  KITE_GGUF_IQ4_NL = 20,\n'
+        '  KITE_GGUF_MXFP4 = 39,\n'
         '} kite_gguf_type;'
     ),
     (
@@ -942,6 +955,24 @@ _PARTS = [
         'C: kite_status kite_linear_gguf_q8(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,\n'
         '    kite_gguf_type type, const DLTensor *bias, DLTensor *y);'
     ),
+    (
+        'kite_group_gemm with GGUF block weights (MoE experts used as stored): rows of x[M, K] come in\n'
+        "G consecutive groups of group_sizes[G] int32 rows (a group may be empty); group g's rows are\n"
+        'multiplied by w[g] and get bias[g]: y[M, N] = x w[g]^T + bias[g]. w is uint8 [G, N, K / V * B]\n'
+        "of `type` (each w[g] a kite_linear_gguf weight; group and row strides free, each row's bytes\n"
+        "contiguous); bias NULL or [G, N] (compact); x, y and bias f32/f16/bf16, all x's dtype, x and y\n"
+        'row-strided allowed. Weights are decoded as above, sums in f32 or better, y rounded once.\n'
+        "Group sizes follow kite_group_gemm's rule: on a CPU ctx a negative size or sizes not summing\n"
+        'to M are INVALID_ARG; on a device a negative size counts as 0, rows past M are ignored and\n'
+        "rows of y past the sum are zeros. gpt-oss's experts in MXFP4, tokens sorted by expert:\n"
+        'gate_up_proj as w[E, 2I, H] (its interleaved gate / up rows, kite_moe_layout) with its bias,\n'
+        "then down_proj as w[E, H, I]. Errors: kite_linear_gguf's and kite_group_gemm's, bias's shape\n"
+        'and dtype.'
+    ),
+    (
+        'C: kite_status kite_group_gemm_gguf(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,\n'
+        '    kite_gguf_type type, const DLTensor *group_sizes, const DLTensor *bias, DLTensor *y);'
+    ),
 ]
 
 # op -> its parts, in order
@@ -1001,6 +1032,7 @@ _INDEX = {
     'mla_store_kv': (123, 124, 125),
     'mla_decode': (123, 126, 127),
     'linear_gguf_q8': (117, 118, 128, 129),
+    'group_gemm_gguf': (117, 118, 130, 131),
 }
 
 DOCS = {name: "\n\n".join(_PARTS[i] for i in ids) for name, ids in _INDEX.items()}

@@ -145,4 +145,7 @@ OPS = {
                                 lse="new(q_nope, tuple(q_nope.shape[:2]), 'float32')")),
     "linear_gguf_q8": dict(defaults=dict(bias=None),
                            out=dict(y="new(x, (x.shape[0], w.shape[0]))")),
+    # grouped GGUF blocks (MoE experts as stored): w[G, N, row bytes], bias[G, N] or None
+    "group_gemm_gguf": dict(defaults=dict(bias=None),
+                            out=dict(y="new(x, (x.shape[0], w.shape[1]))")),
 }

@@ -848,6 +848,23 @@ def dequant_gguf(dt, dev):
     y = torch.empty(12, 64, dtype=dt, device=dev)
     return Case([w, 2, y], lambda a: [wd], lambda out, a: [a[2]], mutated=[2])
 
+
+# grouped GGUF blocks: three experts of Q4_0 (type 2) blocks, sizes with an empty group, biases
+def group_gemm_gguf(dt, dev):
+    x, b = _r(7, 64, dtype=dt, device=dev), _r(3, 12, dtype=dt, device=dev)
+    packed = [_wq4(12, 64, 0, dev) for _ in range(3)]
+    w = torch.stack([p[0] for p in packed])
+    sizes = torch.tensor([2, 0, 5], dtype=torch.int32, device=dev)
+
+    def ref(a):
+        outs, r = [], 0
+        for g, n in enumerate(sizes.tolist()):
+            xg = a[0].double().cpu()[r:r + n]
+            outs.append(xg @ packed[g][1].T + a[4].double().cpu()[g])
+            r += n
+        return [torch.cat(outs)]
+    return Case([x, w, 2, sizes, b], ref)
+
 CASES = {
     "silu": _act(F.silu),
     "gelu": _act(F.gelu),
@@ -904,6 +921,7 @@ CASES = {
     "dequant_gguf": dequant_gguf,
     "mla_store_kv": mla_store_kv,
     "mla_decode": mla_decode,
+    "group_gemm_gguf": group_gemm_gguf,
 }
 # more than one case for some ops
 EXTRA = {"rope_gptj": ("rope", lambda dt, dev: rope(dt, dev, style=1)),

@@ -22,6 +22,7 @@ HEAD_OK(kite_softmax_args);
 HEAD_OK(kite_embedding_args);
 HEAD_OK(kite_store_kv_args);
 HEAD_OK(kite_gguf_args);
+HEAD_OK(kite_group_gguf_args);
 HEAD_OK(kite_paged_attn_args);
 HEAD_OK(kite_sdpa_args);
 HEAD_OK(kite_sdpa_varlen_args);

@@ -61,12 +61,10 @@ kite_status kite_group_gemm(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
   if ((s = kite_vec_check(ctx, op, "group_sizes", group_sizes, false, KITE_DTYPE_I32, g, "G",
                           &gt)) != KITE_OK)
     return s;
-  if ((s = kite_mat_check(ctx, op, "y", y, true, &ym)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_dtype(op, "y", &ym.t, xm.t.dtype)) != KITE_OK) return s;
-  if ((s = kite_mat_require_shape(op, "y", &ym, m, n, "M", "N")) != KITE_OK) return s;
   const kite_tensor *in[] = {&xm.t, &wt, &gt};
   const char *names[] = {"x", "w", "group_sizes"};
-  if ((s = kite_require_apart(op, "y", &ym.t, in, names, 3)) != KITE_OK) return s;
+  if ((s = kite_out_mat_check(ctx, op, y, xm.t.dtype, m, n, &ym, in, names, 3)) != KITE_OK)
+    return s;
 
   kite_group_gemm_args a = {.op = KITE_OP_GROUP_GEMM,
                             .dtype = xm.t.dtype,
@@ -82,20 +80,9 @@ kite_status kite_group_gemm(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
                             .group_sizes = gt.data,
                             .y = ym.t.data,
                             .y_stride = ym.stride};
-  if (kite_indices_on_host(ctx)) { /* group_sizes readable here: each >= 0, summing to M */
-    int64_t sum = 0;
-    for (int64_t i = 0; i < g; i++) {
-      if (a.group_sizes[i] < 0)
-        return kite_set_error(KITE_ERR_INVALID_ARG,
-                              "group_gemm: group_sizes[%lld] = %d is negative", (long long)i,
-                              (int)a.group_sizes[i]);
-      sum += a.group_sizes[i];
-    }
-    if (sum != m)
-      return kite_set_error(KITE_ERR_INVALID_ARG,
-                            "group_gemm: group_sizes sum to %lld, x has M = %lld rows",
-                            (long long)sum, (long long)m);
-  }
+  /* group_sizes readable here: each >= 0, summing to M */
+  if (kite_indices_on_host(ctx) && (s = kite_group_sizes_check(op, a.group_sizes, g, m)) != KITE_OK)
+    return s;
   if (m == 0 || n == 0) return KITE_OK;
   return kite_dispatch(ctx, KITE_OP_GROUP_GEMM, a.dtype, &a);
 }

@@ -1,4 +1,5 @@
-/* Front-ends of the GGUF block-weight ops: linear_gguf and dequant_gguf (kite.h). */
+/* Front-ends of the GGUF block-weight ops: linear_gguf, dequant_gguf and group_gemm_gguf
+ * (kite.h). */
 #include "ops/matrix.h"
 
 /* Values and bytes of a block, indexed by type (GGUF's numbers); 0 for a type kite does not run. */
@@ -12,6 +13,7 @@ static const struct {
     [KITE_GGUF_Q3_K] = {"q3_k", 256, 110}, [KITE_GGUF_Q4_K] = {"q4_k", 256, 144},
     [KITE_GGUF_Q5_K] = {"q5_k", 256, 176}, [KITE_GGUF_Q6_K] = {"q6_k", 256, 210},
     [KITE_GGUF_Q8_K] = {"q8_k", 256, 292}, [KITE_GGUF_IQ4_NL] = {"iq4_nl", 32, 18},
+    [KITE_GGUF_MXFP4] = {"mxfp4", 32, 17},
 };
 
 static int known(kite_gguf_type type) {
@@ -31,7 +33,7 @@ kite_status kite_gguf_block_info(kite_gguf_type type, int64_t *block_values, int
   return kite_set_error(KITE_ERR_INVALID_ARG,
                         "gguf: type %d is not a block type kite runs (q4_0 2, q4_1 3, q5_0 6, "
                         "q5_1 7, q8_0 8, q2_k 10, q3_k 11, q4_k 12, q5_k 13, q6_k 14, q8_k 15, "
-                        "iq4_nl 20)",
+                        "iq4_nl 20, mxfp4 39)",
                         (int)type);
 }
 
@@ -124,4 +126,76 @@ kite_status kite_dequant_gguf(kite_ctx *ctx, const DLTensor *w, kite_gguf_type t
                       .y_stride = ym.stride};
   if (a.n == 0 || a.k == 0) return KITE_OK;
   return kite_dispatch(ctx, KITE_OP_DEQUANT_GGUF, a.dtype, &a);
+}
+
+kite_status kite_group_gemm_gguf(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
+                                 kite_gguf_type type, const DLTensor *group_sizes,
+                                 const DLTensor *bias, DLTensor *y) {
+  const char *op = "group_gemm_gguf";
+  kite_mat xm, ym;
+  kite_tensor wt, gt, bt = {0};
+  kite_status s;
+  if ((s = kite_op_begin(ctx, op)) != KITE_OK) return s;
+  if ((s = kite_float_mat_check(ctx, op, "x", x, &xm)) != KITE_OK) return s;
+  if (!known(type))
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: type %d is not a GGUF block type kite runs",
+                          op, (int)type);
+  const int64_t bv = g_gguf_types[type].values, bb = g_gguf_types[type].bytes;
+  const int64_t m = xm.rows, k = xm.cols;
+  if (k % bv)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: type %s: K=%lld is not a multiple of %lld", op,
+                          g_gguf_types[type].name, (long long)k, (long long)bv);
+  /* w[G, N, K / V * B] uint8: each row's bytes contiguous, group and row strides free */
+  if ((s = kite_tensor_check(ctx, op, "w", w, &wt)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_ndim(op, "w", &wt, 3)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_dtype(op, "w", &wt, KITE_DTYPE_U8)) != KITE_OK) return s;
+  const int64_t g = wt.shape[0], n = wt.shape[1];
+  if (wt.shape[2] != k / bv * bb)
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "%s: w: %lld bytes per row, expected K/%lld blocks of %lld = %lld (%s)",
+                          op, (long long)wt.shape[2], (long long)bv, (long long)bb,
+                          (long long)(k / bv * bb), g_gguf_types[type].name);
+  if (wt.shape[2] > 1 && wt.strides[2] != 1)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: w: last dim must be unit-stride (stride %lld)",
+                          op, (long long)wt.strides[2]);
+  if ((s = kite_vec_check(ctx, op, "group_sizes", group_sizes, false, KITE_DTYPE_I32, g, "G",
+                          &gt)) != KITE_OK)
+    return s;
+  if (bias) {
+    if ((s = kite_tensor_check(ctx, op, "bias", bias, &bt)) != KITE_OK) return s;
+    if ((s = kite_tensor_require_ndim(op, "bias", &bt, 2)) != KITE_OK) return s;
+    if ((s = kite_tensor_require_dtype(op, "bias", &bt, xm.t.dtype)) != KITE_OK) return s;
+    if (bt.shape[0] != g || bt.shape[1] != n)
+      return kite_set_error(
+          KITE_ERR_INVALID_ARG, "%s: bias: shape [%lld, %lld], expected [G=%lld, N=%lld]", op,
+          (long long)bt.shape[0], (long long)bt.shape[1], (long long)g, (long long)n);
+    if ((s = kite_tensor_require_compact(op, "bias", &bt)) != KITE_OK) return s;
+  }
+  const kite_tensor *in[] = {&xm.t, &wt, &gt, bias ? &bt : NULL};
+  const char *names[] = {"x", "w", "group_sizes", "bias"};
+  if ((s = kite_out_mat_check(ctx, op, y, xm.t.dtype, m, n, &ym, in, names, 4)) != KITE_OK)
+    return s;
+  kite_group_gguf_args a = {.op = KITE_OP_GROUP_GEMM_GGUF,
+                            .dtype = xm.t.dtype,
+                            .type = type,
+                            .bv = bv,
+                            .bb = bb,
+                            .m = m,
+                            .n = n,
+                            .k = k,
+                            .groups = g,
+                            .x = xm.t.data,
+                            .x_stride = xm.stride,
+                            .w = wt.data,
+                            .w_stride_g = wt.strides[0],
+                            .w_stride_n = wt.strides[1],
+                            .group_sizes = gt.data,
+                            .bias = bias ? bt.data : NULL,
+                            .y = ym.t.data,
+                            .y_stride = ym.stride};
+  /* group_sizes readable here: each >= 0, summing to M */
+  if (kite_indices_on_host(ctx) && (s = kite_group_sizes_check(op, a.group_sizes, g, m)) != KITE_OK)
+    return s;
+  if (m == 0 || n == 0) return KITE_OK;
+  return kite_dispatch(ctx, KITE_OP_GROUP_GEMM_GGUF, a.dtype, &a);
 }

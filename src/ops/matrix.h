@@ -81,6 +81,23 @@ static inline kite_status kite_route_out_check(const kite_ctx *ctx, const char *
   return kite_tensor_require_disjoint(op, "ids", &im->t, &wm->t, "weights");
 }
 
+/* Host-readable group sizes of a grouped GEMM (kite_group_gemm's rule): each >= 0, summing to m
+ * rows. */
+static inline kite_status kite_group_sizes_check(const char *op, const int32_t *sizes,
+                                                 int64_t groups, int64_t m) {
+  int64_t sum = 0;
+  for (int64_t i = 0; i < groups; i++) {
+    if (sizes[i] < 0)
+      return kite_set_error(KITE_ERR_INVALID_ARG, "%s: group_sizes[%lld] = %d is negative", op,
+                            (long long)i, (int)sizes[i]);
+    sum += sizes[i];
+  }
+  if (sum != m)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: group_sizes sum to %lld, x has M = %lld rows",
+                          op, (long long)sum, (long long)m);
+  return KITE_OK;
+}
+
 /* An output must not share bytes with any input it is computed from (absent inputs skipped). */
 static inline kite_status kite_require_apart(const char *op, const char *arg,
                                              const kite_tensor *out, const kite_tensor *const *in,
@@ -90,6 +107,18 @@ static inline kite_status kite_require_apart(const char *op, const char *arg,
     if (in[i] && (s = kite_tensor_require_disjoint(op, arg, out, in[i], names[i])) != KITE_OK)
       return s;
   return KITE_OK;
+}
+
+/* An output y[M, N] of dtype dt (written, row-strided allowed), apart from the n inputs in[]. */
+static inline kite_status kite_out_mat_check(const kite_ctx *ctx, const char *op, DLTensor *y,
+                                             kite_dtype dt, int64_t m, int64_t n, kite_mat *ym,
+                                             const kite_tensor *const *in, const char *const *names,
+                                             int count) {
+  kite_status s;
+  if ((s = kite_mat_check(ctx, op, "y", y, true, ym)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_dtype(op, "y", &ym->t, dt)) != KITE_OK) return s;
+  if ((s = kite_mat_require_shape(op, "y", ym, m, n, "M", "N")) != KITE_OK) return s;
+  return kite_require_apart(op, "y", &ym->t, in, names, count);
 }
 
 /* The output side of a linear layer over x[M, K] and its weights w: y[M, N] of x's dtype, an

@@ -149,6 +149,9 @@ int kt_add_matrix(kt_run *r, const char *name, kite_dtype t, kt_role role, int64
 /* A compact tensor of ndim dims in a buffer of its own. */
 int kt_add_tensor(kt_run *r, const char *name, kite_dtype t, kt_role role, int ndim,
                   const int64_t *shape, kt_fill_kind fill, float lo, float hi);
+/* A custom fill (kt_fill_fn) of group_sizes[G] int32 from the case's gemm.group_sizes (the
+ * grouped GEMMs of driver_gemm.c and driver_gguf.c). */
+void kt_fill_group_sizes(const kt_run *r, int v, uint64_t seed, unsigned char *body);
 /* Appends printf output to buf (length n) at *len, never overflowing (for describe()). */
 __attribute__((format(printf, 4, 5))) void kt_cat(char *buf, size_t n, size_t *len, const char *fmt,
                                                   ...);

@@ -127,7 +127,7 @@ static int64_t view_rows(const kt_view *v) {
   return cols > 0 ? kt_view_numel(v) / cols : 0;
 }
 
-static void fill_group_sizes(const kt_run *r, int v, uint64_t seed, unsigned char *body) {
+void kt_fill_group_sizes(const kt_run *r, int v, uint64_t seed, unsigned char *body) {
   const kt_view *vw = &r->view[v];
   for (int64_t g = 0; g < vw->shape[0]; g++)
     kt_store(KITE_DTYPE_I32, body, at(vw, 0, g), r->c.gemm.group_sizes[g]);
@@ -300,7 +300,7 @@ static void gemm_plan(kt_run *r, const kt_case *c) {
     int v = kt_bind(
         r, "group_sizes",
         kt_add_tensor(r, "group_sizes", KITE_DTYPE_I32, KT_IN, 1, gs, KT_FILL_CUSTOM, 0, 0));
-    set_custom(r, v, fill_group_sizes);
+    set_custom(r, v, kt_fill_group_sizes);
     kt_bind(r, "y", kt_add_matrix(r, "y", t, KT_OUT, M, N, g->pad_y, 0, 0));
     break;
   }
@@ -776,9 +776,16 @@ static void gemm_bench_cases(kite_op op, kite_dtype t, int llm, kt_case_list *l)
     if (!bf16) break;
     for (int64_t m = 1; m <= 16; m *= 4) kt_case_push(l, gemm_case(op, t, m, 4096, 4096));
     kt_case_push(l, gemm_case(op, t, 8192, 8192, 8192)); /* a GPU shape */
+    /* beside linear_gguf's bf16 rows (driver_gguf.c): 4096 x 4096 at M 64 and 4096, and a
+     * gpt-oss-20b expert's gate_up (N 5760, K 2880) at M 1, 64 and 4096 */
+    for (int64_t m = 64; m <= 4096; m *= 64) kt_case_push(l, gemm_case(op, t, m, 4096, 4096));
+    for (int64_t m = 1; m <= 4096; m *= 64) kt_case_push(l, gemm_case(op, t, m, 5760, 2880));
     break;
   case KITE_OP_GROUP_GEMM:
     if (llm && bf16) kt_case_push(l, group_bench_case(t, 8, 512, 4096, 4096));
+    /* beside group_gemm_gguf's MXFP4 rows: gpt-oss-20b's 32 experts, 4 and 128 rows each */
+    if (llm && bf16) kt_case_push(l, group_bench_case(t, 32, 4, 5760, 2880));
+    if (llm && bf16) kt_case_push(l, group_bench_case(t, 32, 128, 5760, 2880));
     if (!llm) kt_case_push(l, group_bench_case(t, 8, 64, 1024, 1024));
     break;
   case KITE_OP_TOPK_GATING: {
