@@ -1044,14 +1044,14 @@ static PyObject *py_rope_inv_freq(PyObject *self, PyObject *args) {
   sc.type = (kite_rope_scaling_type)type, sc.original_max_pos = (int64_t)orig;
   if (rot_dim < 2 || rot_dim > (1LL << 30)) {
     kite_status st = kite_rope_inv_freq(NULL, rot_dim, theta, &sc, &att);
-    return raise_status(st == KITE_OK ? KITE_ERR_INVALID_ARG : st);
+    return kite_py_raise_status(st == KITE_OK ? KITE_ERR_INVALID_ARG : st);
   }
   PyObject *b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(rot_dim / 2 * 8));
   if (!b) return NULL;
   kite_status st = kite_rope_inv_freq((double *)PyBytes_AS_STRING(b), rot_dim, theta, &sc, &att);
   if (st != KITE_OK) {
     Py_DECREF(b);
-    return raise_status(st);
+    return kite_py_raise_status(st);
   }
   return Py_BuildValue("(Nd)", b, att);
 }
