@@ -901,6 +901,17 @@ _PARTS = [
         '    const DLTensor *ckv_cache, const DLTensor *kpe_cache, const DLTensor *block_table,\n'
         '    const DLTensor *seq_lens, float scale, DLTensor *o, DLTensor *lse);'
     ),
+    (
+        'The logit softcap, in place on logits[B, V] (float, row-strided allowed):\n'
+        '  l = cap * tanh(l / cap)\n'
+        "computed in f32 or wider and rounded to the dtype once (Gemma 2's final_logit_softcapping,\n"
+        'which its engines apply to the logits before penalties and sampling: argmax is unchanged by it,\n'
+        'the sampled distribution is not). cap > 0 and finite, else INVALID_ARG; +-inf logits give\n'
+        '+-cap, NaN stays NaN.'
+    ),
+    (
+        'C: kite_status kite_softcap(kite_ctx *ctx, DLTensor *logits, float cap);'
+    ),
 ]
 
 # op -> its parts, in order
@@ -959,6 +970,7 @@ _INDEX = {
     'dequant_gguf': (117, 118, 121, 122),
     'mla_store_kv': (123, 124, 125),
     'mla_decode': (123, 126, 127),
+    'softcap': (83, 128, 129),
 }
 
 DOCS = {name: "\n\n".join(_PARTS[i] for i in ids) for name, ids in _INDEX.items()}

@@ -58,14 +58,20 @@ def _reference(m, ids, n_new):
     return out, margins
 
 
-@pytest.mark.parametrize("name", sorted(tiny_gguf.CONFIGS))
-def test_greedy_tokens_match_float64(name, tmp_path):
+def _written(name, tmp_path):
+    """The kite command, config name's file written under tmp_path, its transformers model and
+    PROMPT's ids as `kite run --tokenize` gives them."""
     cli = _kite_cli()
     path = str(tmp_path / f"{name}.gguf")
     m = tiny_gguf.write(name, path, seed=0)
     rc, out, err = _run(cli, "--model", path, "--tokenize", PROMPT)
     assert rc == 0, err
-    ids = [int(x) for x in out.split()]
+    return cli, path, m, [int(x) for x in out.split()]
+
+
+@pytest.mark.parametrize("name", sorted(tiny_gguf.CONFIGS))
+def test_greedy_tokens_match_float64(name, tmp_path):
+    cli, path, m, ids = _written(name, tmp_path)
     assert len(ids) > 4
     rc, out, err = _run(cli, "--model", path, "--prompt", PROMPT, "-n", str(N_NEW), "--tokens",
                         "--ignore-eos", "--weights", "f32", "--threads", "1")
@@ -78,16 +84,73 @@ def test_greedy_tokens_match_float64(name, tmp_path):
     assert got[:clear] == want[:clear], f"{name}: kite {got} float64 {want} margins {margins}"
 
 
-def test_gemma2_sampling_is_refused(tmp_path):
-    """Gemma 2's output softcap has no kite op: greedy runs (the cap keeps the logits' order),
-    sampling is refused with a message rather than run on uncapped logits."""
-    cli = _kite_cli()
-    path = str(tmp_path / "gemma2.gguf")
-    tiny_gguf.write("gemma2", path, seed=0)
-    rc, _, err = _run(cli, "--model", path, "--prompt", PROMPT, "-n", "4", "--temperature", "0.8",
-                      "--seed", "1")
-    assert rc != 0
-    assert "final_logit_softcapping" in err
+def _sample_reference(m, ids, n_new, temperature, seed):
+    """Tokens drawn from float64 logits: each step's logits (Gemma 2's final softcap applied by
+    transformers unless the config drops it) go to kite_sample's float64 ref kernel with the
+    seed and step `kite run` gives a sequence (the run's seed, the count of tokens so far)."""
+    m = m.double()
+    seq, out = list(ids), []
+    with torch.no_grad():
+        for step in range(n_new):
+            logits = m(torch.tensor([seq])).logits[0, -1]
+            with kite.kernels("sample=ref"):
+                tok = kite.ops.sample(logits.float()[None], temperature=temperature,
+                                      seeds=torch.tensor([seed]), steps=torch.tensor([step]))
+            out.append(int(tok[0]))
+            seq.append(out[-1])
+    return out
+
+
+def _penalized_reference(m, ids, n_new, repetition):
+    """Greedy tokens of float64 logits (softcap first, as transformers and llama.cpp apply it)
+    under the repetition penalty over the prompt and the output, with each step's top-2
+    margin."""
+    m = m.double()
+    seq, out, margins = list(ids), [], []
+    with torch.no_grad():
+        for _ in range(n_new):
+            logits = m(torch.tensor([seq])).logits[0, -1].clone()
+            seen = torch.tensor(sorted(set(seq)))
+            l = logits[seen]
+            logits[seen] = torch.where(l > 0, l / repetition, l * repetition)
+            top = torch.topk(logits, 2).values
+            out.append(int(torch.argmax(logits)))
+            margins.append(float(top[0] - top[1]))
+            seq.append(out[-1])
+    return out, margins
+
+
+def test_gemma2_sampling_applies_the_final_softcap(tmp_path):
+    """Gemma 2's final logit softcap changes the sampled distribution (not the argmax): kite's
+    sampled tokens with a fixed seed are those drawn from the float64 capped logits, and not
+    those drawn from the uncapped ones."""
+    cli, path, m, ids = _written("gemma2", tmp_path)
+    seed, temperature = 7, 1.0
+    rc, out, err = _run(cli, "--model", path, "--prompt", PROMPT, "-n", str(N_NEW), "--tokens",
+                        "--ignore-eos", "--weights", "f32", "--threads", "1", "--temperature",
+                        str(temperature), "--seed", str(seed))
+    assert rc == 0, err
+    got = [int(x) for x in out.split()]
+    want = _sample_reference(m, ids, N_NEW, temperature, seed)
+    assert got == want, f"kite {got} float64 {want}"
+    m.config.final_logit_softcapping = None
+    uncapped = _sample_reference(m, ids, N_NEW, temperature, seed)
+    assert uncapped != want, "the cap does not change this draw: the test would not see it"
+
+
+def test_gemma2_penalties_follow_the_final_softcap(tmp_path):
+    """The repetition penalty acts on the capped logits (the cap comes first, as in transformers
+    and llama.cpp): greedy tokens with --repeat-penalty match float64 up to a near-tie."""
+    cli, path, m, ids = _written("gemma2", tmp_path)
+    rc, out, err = _run(cli, "--model", path, "--prompt", PROMPT, "-n", str(N_NEW), "--tokens",
+                        "--ignore-eos", "--weights", "f32", "--threads", "1", "--repeat-penalty",
+                        "1.5")
+    assert rc == 0, err
+    got = [int(x) for x in out.split()]
+    want, margins = _penalized_reference(m, ids, N_NEW, 1.5)
+    clear = next((i for i, d in enumerate(margins) if d < MARGIN), N_NEW)
+    assert clear >= MIN_CHECKED, f"float64 near-tie at step {clear}: {margins}"
+    assert got[:clear] == want[:clear], f"kite {got} float64 {want} margins {margins}"
 
 
 S, F32, U32 = gguf.GGUFValueType.STRING, gguf.GGUFValueType.FLOAT32, gguf.GGUFValueType.UINT32
