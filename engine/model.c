@@ -173,6 +173,7 @@ static int build(kr_model *m, kite_ctx *const *ctxs, const kr_gguf *g, const kr_
       kr_dev_alloc(m->ctx, logits_bytes, &m->logits, err, err_len) ||
       kr_sampler_init(&m->sampler, m->ctx, p.max_batch, c->n_vocab, m->info.act, err, err_len))
     return -1;
+  m->sampler.softcap = (float)c->logit_softcap;
   /* graphs record one ctx's calls: the ranks of a tensor-parallel model run on several */
   const kr_sched_parts parts = {
       m->ctx,    &m->kv,      m->tp ? &kr_arch_tp : m->arch, m->tp ? (void *)m->tp : m->net,
@@ -256,15 +257,6 @@ int kr_submit(kr_model *m, const int32_t *prompt, size_t n, int max_new, char *e
 
 int kr_generate(kr_model *m, const kr_sampling *s, kr_token_fn on_token, kr_stop_fn stop,
                 void *user, char *err, size_t err_len) {
-  /* kite has no elementwise tanh to cap the logits with: the cap keeps their order, so greedy
-   * decoding picks what the capped logits would; sampling and penalties would not */
-  const int penalties = (s->repeat_penalty != 0 && s->repeat_penalty != 1) ||
-                        s->presence_penalty != 0 || s->frequency_penalty != 0;
-  if (m->c.logit_softcap > 0 && (s->temperature > 0 || penalties))
-    return kr_errf(err, err_len,
-                   "model: %s caps its logits (final_logit_softcapping %g), which kite runs for "
-                   "greedy decoding without penalties only",
-                   m->c.arch, m->c.logit_softcap);
   return kr_sched_run(&m->sched, s, on_token, stop, user, err, err_len);
 }
 

@@ -181,6 +181,7 @@ int kr_sampler_run(kr_sampler *s, void *logits, int n_rows, const kr_sample_row 
   DLTensor *T = kr_view1(&tt, s->dev, s->tokens, KITE_DTYPE_I32, n_rows);
   uses u;
   if (step_uses(s, n_rows, rows, &u, err, err_len)) return -1;
+  if (s->softcap > 0 && (u.sample || penalizes(&u))) KR_CALL(kite_softcap(s->ctx, L, s->softcap));
   if (penalizes(&u) && penalize(s, &u, L, n_rows, rows, err, err_len)) return -1;
   if (!u.sample) {
     KR_CALL(kite_argmax(s->ctx, L, T));

@@ -1,8 +1,8 @@
 /*
- * Logits processing and sampling of a step's rows through kite's ops: penalties
- * (kite_apply_penalties) over each row's prompt and output tokens, then kite_argmax (greedy) or
- * kite_sample (temperature, top-k, top-p, min-p) with each row's own seed and step, so a
- * sequence draws the same tokens whatever runs beside it.
+ * Logits processing and sampling of a step's rows through kite's ops: the model's logit softcap
+ * (kite_softcap), penalties (kite_apply_penalties) over each row's prompt and output tokens, then
+ * kite_argmax (greedy) or kite_sample (temperature, top-k, top-p, min-p) with each row's own seed
+ * and step, so a sequence draws the same tokens whatever runs beside it.
  */
 #ifndef KITE_ENGINE_SAMPLER_H
 #define KITE_ENGINE_SAMPLER_H
@@ -23,6 +23,9 @@ typedef struct kr_sampler {
   kite_dtype logit_dtype;
   kr_sampling p;        /* the run's settings (kr_sampler_begin) */
   int greedy, penalize; /* temperature 0; any penalty on */
+  /* the model's final logit softcap (0: none), applied before penalties and sampling; greedy
+   * steps without penalties skip it, argmax being the same with or without it */
+  float softcap;
   /* device [max_rows] each: the run's settings, the same in every row (uploaded once a run) */
   void *temperature, *top_p, *min_p;       /* f32 */
   void *top_k;                             /* i32 */

@@ -3,6 +3,9 @@
 # AVX2 (AVX-512, AVX-512-BF16, VNNI), from the repository root:
 #   build    configure + build (Release), CPU backends only
 #   check    kite check --backend cpu under every KITE_CPU_ISA cap the CPU reaches, and ctest
+#   llama    kite run against llama.cpp on tiny_gguf.py's model of each architecture
+#            (tests/engine/check_tiny_llama.py; skipped where python3 lacks llama_cpp,
+#            torch, transformers or gguf)
 #   bench    kite bench --backend cpu, THREADS threads: linear (f32, bf16), linear_quant (int8),
 #            fused_moe, and the bf16 core ops at LLM shapes
 #   gemm     (only when named) the GEMM family alone: check of linear, linear_quant, group_gemm and
@@ -18,7 +21,7 @@ OUT=${OUT:-$PWD/out}
 BUILD=${BUILD:-build-cpu}
 JOBS=${JOBS:-$(nproc)}
 THREADS=${THREADS:-2}
-STAGES=${*:-build check bench}
+STAGES=${*:-build check llama bench}
 mkdir -p "$OUT"
 status=0
 want() { [[ " $STAGES " == *" $1 "* ]]; }
@@ -81,6 +84,14 @@ if want check; then
   grep -E "FAIL|failed [1-9]" "$OUT/cpu-check.log" | head -20
   ctest --test-dir "$BUILD" -j "$JOBS" > "$OUT/cpu-ctest.log" 2>&1 || status=1
   tail -3 "$OUT/cpu-ctest.log"
+fi
+
+if want llama; then
+  stage "kite run against llama.cpp, tiny models"
+  python3 tests/engine/check_tiny_llama.py "$BUILD/bin/kite" > "$OUT/cpu-llama.log" 2>&1
+  rc=$?
+  tail -25 "$OUT/cpu-llama.log"
+  [ $rc -eq 0 ] || [ $rc -eq 77 ] || status=1
 fi
 
 if want bench; then

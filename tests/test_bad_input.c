@@ -595,8 +595,8 @@ static const bad_case g_cases[] = {
     T("fused_linear_cross_entropy", "h,w,dh,dw", SET_DIM, OK, 1, 0), /* H = 0: logits = bias */
     /* Sampling: logits[B, V] float, V >= 1; tokens[B] int32; per-row parameters [B]. NaN logits
      * and bad parameter values are found by the host kernels (bit patterns set as int32). */
-    T("argmax sample logprobs apply_penalties", "logits", SET_DTYPE, UNS, I32),
-    T("argmax sample logprobs apply_penalties", "logits", SET_DIM, INV, 1, 0),
+    T("argmax sample logprobs apply_penalties softcap", "logits", SET_DTYPE, UNS, I32),
+    T("argmax sample logprobs apply_penalties softcap", "logits", SET_DIM, INV, 1, 0),
     T("argmax sample", "tokens", SET_DTYPE, INV, F32),
     T("argmax sample", "tokens", SET_DIM, INV, 0, 4),
     T("argmax sample", "tokens", SET_STRIDES, INV, 2),
@@ -627,6 +627,10 @@ static const bad_case g_cases[] = {
     T("logprobs", "top_logprobs", SET_DTYPE, INV, F16),
     T("logprobs", "token_logprobs", SET_DIM, INV, 0, 2),
     ALIAS("logprobs", "top_logprobs", "logits", INV),
+    /* softcap: cap > 0 and finite; logits row-strided, written in place */
+    P("softcap", "cap", 0, INV), P("softcap", "cap", -2, INV), P("softcap", "cap", NAN, INV),
+    P("softcap", "cap", INFINITY, INV), T("softcap", "logits", SET_STRIDES, OK, 8, 1),
+    T("softcap", "logits", SET_STRIDES, INV, 0, 1), T("softcap", "logits", SET_DIM, OK, 0, 0),
     ALIAS("logprobs", "top_logprobs", "top_ids", INV),
     T("logprobs", "tokens,token_logprobs", NULL_TENSOR, OK), /* both absent */
     T("logprobs", "tokens", SET_INT, OK, 0, 99),             /* NaN logprob, not an error */
@@ -691,8 +695,8 @@ static const setup_row g_setups[] = {
     {"topk_gating", {3, 6, 2, 1, 1, 1}}, /* logits [3, 6], k = 2 */
     /* x [3, 8], w13 [2 experts, 6, 8], w2 [2, 8, 3], k = 2 */
     {"fused_moe", {3, 8, 3, 2, 1, 1}},
-    {"argmax sample logprobs", {3, 6, 2, 1, 1, 1}}, /* logits [3, 6], n = 2 */
-    {"apply_penalties", {3, 6, 4, 2, 1, 1}},        /* prompt_ids [3, 4], output_ids [3, 2] */
+    {"argmax sample logprobs softcap", {3, 6, 2, 1, 1, 1}}, /* logits [3, 6], n = 2 */
+    {"apply_penalties", {3, 6, 4, 2, 1, 1}}, /* prompt_ids [3, 4], output_ids [3, 2] */
     /* c_kv [3, 32], k_pe [3, 8], ckv_cache [4 blocks, block_size 4, 32], kpe_cache [4, 4, 8] */
     {"mla_store_kv", {3, 32, 8, 4, 4, 1}},
     /* q_nope [2, 4, 32], q_pe [2, 4, 8], caches [4 blocks, block_size 4 (A), 32 | 8],

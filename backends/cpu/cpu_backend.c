@@ -174,6 +174,8 @@ static kite_kernel cpu_kernels[] = {
                     "max and top-n pass, log-sum-exp pass, rows over threads"),
     ROW(KITE_OP_APPLY_PENALTIES, "scalar", 10, 0, supports_float, cpu_apply_penalties_scalar,
         "per row: the seen ids sorted, one float64 update per distinct id"),
+    ROW(KITE_OP_SOFTCAP, "scalar", 10, 0, supports_float, cpu_softcap_scalar,
+        "cap * tanhf(l / cap) in f32, rows over threads"),
 
 /* GEMM family: hand-written kernels and library variants. */
 #if defined(KITE_HAVE_ONEDNN)

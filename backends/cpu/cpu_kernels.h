@@ -40,12 +40,13 @@ CPU_RUN_DECL(cpu_flce_chunked);
   CPU_RUN_DECL(cpu_sdpa_varlen_##isa);                                                             \
   CPU_RUN_DECL(cpu_sdpa_bwd_##isa)
 
-/* Sampling (sample also serves argmax; kernels/sampling.inc) and apply_penalties (one portable
- * build, cpu_penalties.c). */
+/* Sampling (sample also serves argmax; kernels/sampling.inc), apply_penalties and softcap (one
+ * portable build, cpu_penalties.c). */
 #define CPU_SAMPLING_KERNELS(isa)                                                                  \
   CPU_RUN_DECL(cpu_sample_##isa);                                                                  \
   CPU_RUN_DECL(cpu_logprobs_##isa)
 CPU_RUN_DECL(cpu_apply_penalties_scalar);
+CPU_RUN_DECL(cpu_softcap_scalar);
 /* linear_wq4, portable (cpu_wq4.c). */
 CPU_RUN_DECL(cpu_linear_wq4_scalar);
 /* moe_route, fused_moe_ex, moe_aux_loss (+ backward), portable (cpu_moe_route.c). */

@@ -1,6 +1,8 @@
 /*
- * apply_penalties on the CPU: a memory-bound scatter of a few updates per row, one portable build.
+ * apply_penalties on the CPU: a memory-bound scatter of a few updates per row, one portable build;
+ * softcap, an elementwise pass over the logits, beside it.
  */
+#include <math.h>
 #include <stdlib.h>
 
 #include "cpu.h"
@@ -63,5 +65,24 @@ CPU_RUN_DECL(cpu_apply_penalties_scalar) {
   if (s != KITE_OK) return s;
   pen_job j = {a, ws};
   cpu_parallel_run(slots, a->rows, pen_rows_task, &j);
+  return KITE_OK;
+}
+
+/* ---- softcap ------------------------------------------------------------------------------- *
+ * cap * tanh(l / cap) in f32 (a few ulp of ref's float64), rows over threads. */
+static void softcap_rows_task(const void *job, int64_t begin, int64_t end, int slot) {
+  (void)slot;
+  const kite_softcap_args *a = job;
+  const float cap = a->cap;
+  for (int64_t r = begin; r < end; r++)
+    for (int64_t i = 0, off = r * a->logits_stride; i < a->vocab; i++)
+      kite_store_f32(a->dtype, a->logits, off + i,
+                     cap * tanhf(kite_load_f32(a->dtype, a->logits, off + i) / cap));
+}
+
+CPU_RUN_DECL(cpu_softcap_scalar) {
+  const kite_softcap_args *a = args;
+  cpu_parallel_run(cpu_parallel_parts(ctx, a->rows, a->rows * a->vocab * 8), a->rows,
+                   softcap_rows_task, a);
   return KITE_OK;
 }

@@ -112,10 +112,11 @@ CUDA_RUN(cuda_softmax_bwd_generic_run);
 CUDA_SUPPORTS(cuda_embedding_bwd_supports);
 CUDA_RUN(cuda_embedding_bwd_run);
 
-/* sampling.cu: argmax, sample (one run), logprobs, apply_penalties */
+/* sampling.cu: argmax, sample (one run), logprobs, apply_penalties, softcap */
 CUDA_RUN(cuda_sample_run);
 CUDA_RUN(cuda_logprobs_run);
 CUDA_RUN(cuda_penalties_run);
+CUDA_RUN(cuda_softcap_run);
 /* sampling_cluster.cu: argmax, sample, logprobs of long rows, a cluster of blocks per row */
 CUDA_SUPPORTS(cuda_sample_cluster_supports);
 CUDA_SUPPORTS(cuda_logprobs_cluster_supports);

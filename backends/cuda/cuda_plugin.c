@@ -351,6 +351,8 @@ static const kite_kernel cuda_kernels[] = {
            "a block per row: log-sum-exp, then n block-wide picks"),
     KERNEL(KITE_OP_APPLY_PENALTIES, "owner", PRIORITY_GENERIC, cuda_float_supports,
            cuda_penalties_run, "a block per row, the first position of each id updates it"),
+    KERNEL(KITE_OP_SOFTCAP, "rows", PRIORITY_GENERIC, cuda_float_supports, cuda_softcap_run,
+           "a block per row, threads over its columns, tanhf in f32"),
     KERNEL(KITE_OP_LINEAR_WQ4, "warp", PRIORITY_GENERIC, cuda_float_supports, cuda_linear_wq4_run,
            "a warp per output column and 8 rows, blocks over lanes"),
     KERNEL(KITE_OP_LINEAR_GGUF, "mma", PRIORITY_VEC, cuda_gguf_mma_supports, cuda_gguf_mma_run,

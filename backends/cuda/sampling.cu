@@ -1,7 +1,7 @@
 /*
- * The sampling family on CUDA: argmax, sample, logprobs, apply_penalties. One 1024-thread block per
- * row; every pass streams the row from global memory (L2 for the repeats of one row), and nothing
- * sorts the vocabulary.
+ * The sampling family on CUDA: argmax, sample, logprobs, apply_penalties, softcap. argmax, sample
+ * and logprobs run one 1024-thread block per row; every pass streams the row from global memory
+ * (L2 for the repeats of one row), and nothing sorts the vocabulary.
  *
  * sample, per row (kite.h's rules, decoded by kite/sampling.h exactly as on the host):
  *   pass 1: the max and its lowest index, and with top-k a histogram of the top 11 bits of an
@@ -291,6 +291,15 @@ template <typename T> __global__ __launch_bounds__(256) void penalties_kernel(ki
   }
 }
 
+/* softcap: a block per row (grid-strided), threads over its columns; cap * tanh(l / cap) in f32. */
+template <typename T> __global__ __launch_bounds__(256) void softcap_kernel(kite_softcap_args a) {
+  for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+    T *x = (T *)a.logits + r * a.logits_stride;
+    for (int64_t i = threadIdx.x; i < a.vocab; i += blockDim.x)
+      x[i] = from_float<T>(a.cap * tanhf(to_float(x[i]) / a.cap));
+  }
+}
+
 } // namespace
 
 extern "C" CUDA_RUN(cuda_sample_run) {
@@ -320,6 +329,16 @@ extern "C" CUDA_RUN(cuda_penalties_run) {
   return launch_typed(ctx, "apply_penalties", "owner", a->dtype, [&](auto tag, cudaStream_t s) {
     using T = typename decltype(tag)::type;
     penalties_kernel<T><<<grid_for_rows(a->rows), 256, 0, s>>>(*a);
+    return KITE_OK;
+  });
+}
+
+extern "C" CUDA_RUN(cuda_softcap_run) {
+  const kite_softcap_args *a = (const kite_softcap_args *)args;
+  if (a->rows <= 0) return KITE_OK;
+  return launch_typed(ctx, "softcap", "rows", a->dtype, [&](auto tag, cudaStream_t s) {
+    using T = typename decltype(tag)::type;
+    softcap_kernel<T><<<grid_for_rows(a->rows), 256, 0, s>>>(*a);
     return KITE_OK;
   });
 }

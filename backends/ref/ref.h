@@ -48,6 +48,7 @@ kite_status ref_flce_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_sample_run(const kite_kernel *k, kite_ctx *ctx, const void *args); /* + argmax */
 kite_status ref_penalties_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_logprobs_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_softcap_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_linear_wq4_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_gguf_run(const kite_kernel *k, kite_ctx *ctx, const void *args); /* + dequant */
 /* Every slot < capacity (negative: padding), else INVALID_ARG "<op>: slots[i] = ...": the

@@ -95,6 +95,7 @@ static const kite_kernel ref_kernels[] = {
                "repetition / presence / frequency penalties from per-row id counts, float64"),
     REF_KERNEL(KITE_OP_LOGPROBS, ref_logprobs_run,
                "float64 log-sum-exp, top n by repeated selection"),
+    REF_KERNEL(KITE_OP_SOFTCAP, ref_softcap_run, "cap * tanh(l / cap) in float64"),
     REF_KERNEL(KITE_OP_LINEAR_WQ4, ref_linear_wq4_run,
                "4-bit blocks decoded exactly, float64 dots, bias"),
     REF_COMM_KERNEL(KITE_OP_ALL_REDUCE, "sum over ranks (threads) in float64, rounded once"),

@@ -1,8 +1,8 @@
 /*
  * The sampling family in float64: argmax, sample (the rules of kite.h written out plainly: sort
- * for top-k and top-p, then the exponential race over the kept tokens), apply_penalties and
- * logprobs. Logits and parameters are host memory here, so NaN logits and bad parameter values
- * are reported (after every token is written, as a device would write it).
+ * for top-k and top-p, then the exponential race over the kept tokens), apply_penalties,
+ * logprobs and softcap. Logits and parameters are host memory here, so NaN logits and bad parameter
+ * values are reported (after every token is written, as a device would write it).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,6 +162,19 @@ kite_status ref_penalties_run(const kite_kernel *k, kite_ctx *ctx, const void *a
   }
   free(count);
   free(seen);
+  return KITE_OK;
+}
+
+kite_status ref_softcap_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_softcap_args *a = args;
+  if (a->op != KITE_OP_SOFTCAP || !ref_is_float(a->dtype))
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "softcap: ref: op or dtype not supported");
+  const double cap = a->cap;
+  for (int64_t r = 0; r < a->rows; r++)
+    for (int64_t i = 0, off = r * a->logits_stride; i < a->vocab; i++) {
+      const double l = kite_load_f32(a->dtype, a->logits, off + i);
+      kite_store_f32(a->dtype, a->logits, off + i, (float)(cap * tanh(l / cap)));
+    }
   return KITE_OK;
 }
 

@@ -677,6 +677,16 @@ typedef struct kite_penalty_args {
   const float *repetition, *presence, *frequency;
 } kite_penalty_args;
 
+/* softcap, in place on logits[rows, vocab] (row stride); cap > 0 and finite. */
+typedef struct kite_softcap_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t rows, vocab;
+  void *logits;
+  int64_t logits_stride;
+  float cap;
+} kite_softcap_args;
+
 /* logprobs: logits[rows, vocab] (row stride); tokens[rows] and token_logprobs[rows] compact (both
  * NULL or both set); top_ids[rows, n] and top_logprobs[rows, n] with row strides (NULL when
  * n == 0). */

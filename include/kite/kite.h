@@ -971,6 +971,14 @@ KITE_API kite_status kite_apply_penalties(kite_ctx *ctx, DLTensor *logits,
                                           const DLTensor *repetition, const DLTensor *presence,
                                           const DLTensor *frequency);
 
+/* The logit softcap, in place on logits[B, V] (float, row-strided allowed):
+ *   l = cap * tanh(l / cap)
+ * computed in f32 or wider and rounded to the dtype once (Gemma 2's final_logit_softcapping,
+ * which its engines apply to the logits before penalties and sampling: argmax is unchanged by it,
+ * the sampled distribution is not). cap > 0 and finite, else INVALID_ARG; +-inf logits give
+ * +-cap, NaN stays NaN. */
+KITE_API kite_status kite_softcap(kite_ctx *ctx, DLTensor *logits, float cap);
+
 /* Log-softmax values of logits[B, V] for clients: token_logprobs[B] f32 = log softmax of row b
  * at tokens[b] (int32 [B]; both NULL or both given; a token outside [0, V) gives NaN), and the
  * n largest (0 <= n <= 20, n <= V): top_ids[B, n] int32 in descending logit order (the lower id

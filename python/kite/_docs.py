@@ -973,6 +973,17 @@ _PARTS = [
         'C: kite_status kite_group_gemm_gguf(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,\n'
         '    kite_gguf_type type, const DLTensor *group_sizes, const DLTensor *bias, DLTensor *y);'
     ),
+    (
+        'The logit softcap, in place on logits[B, V] (float, row-strided allowed):\n'
+        '  l = cap * tanh(l / cap)\n'
+        "computed in f32 or wider and rounded to the dtype once (Gemma 2's final_logit_softcapping,\n"
+        'which its engines apply to the logits before penalties and sampling: argmax is unchanged by it,\n'
+        'the sampled distribution is not). cap > 0 and finite, else INVALID_ARG; +-inf logits give\n'
+        '+-cap, NaN stays NaN.'
+    ),
+    (
+        'C: kite_status kite_softcap(kite_ctx *ctx, DLTensor *logits, float cap);'
+    ),
 ]
 
 # op -> its parts, in order
@@ -1033,6 +1044,7 @@ _INDEX = {
     'mla_decode': (123, 126, 127),
     'linear_gguf_q8': (117, 118, 128, 129),
     'group_gemm_gguf': (117, 118, 130, 131),
+    'softcap': (83, 132, 133),
 }
 
 DOCS = {name: "\n\n".join(_PARTS[i] for i in ids) for name, ids in _INDEX.items()}

@@ -124,6 +124,7 @@ OPS = {
                      out=dict(token_logprobs="new(logits, (logits.shape[0],), 'float32')",
                               top_ids="new(logits, (logits.shape[0], n), 'int32')",
                               top_logprobs="new(logits, (logits.shape[0], n), 'float32')")),
+    "softcap": dict(),
     "linear_wq4": dict(defaults=dict(format=0, bias=None),
                        out=dict(y="new(x, (x.shape[0], w.shape[0]))")),
     # MoE of today's models: score 0 softmax, 1 sigmoid, 2 softmax_topk; act 0 silu, 1 gelu,

@@ -690,6 +690,14 @@ def apply_penalties(dt, dev):
                 mutated=[0])
 
 
+def softcap(dt, dev):
+    logits = _r(3, 50, dtype=dt, device=dev, scale=8.0)
+    logits[1, 4] = float("-inf")
+    logits[2, 7] = float("inf")
+    return Case([logits, 4.0], lambda a: [4.0 * torch.tanh(a[0].double().cpu() / 4.0)],
+                lambda out, a: [a[0]], mutated=[0])
+
+
 def logprobs(dt, dev):
     logits = _distinct_logits(3, 64, dt, dev)
     tokens = torch.tensor([5, 0, 63], dtype=torch.int32, device=dev)
@@ -910,6 +918,7 @@ CASES = {
     "argmax": argmax,
     "sample": sample,
     "apply_penalties": apply_penalties,
+    "softcap": softcap,
     "logprobs": logprobs,
     "linear_wq4": linear_wq4,
     "moe_route": moe_route,

@@ -58,6 +58,17 @@ def _reference(m, ids, n_new):
     return out, margins
 
 
+def _written(name, tmp_path):
+    """The kite command, config name's file written under tmp_path, its transformers model and
+    PROMPT's ids as `kite run --tokenize` gives them."""
+    cli = _kite_cli()
+    path = str(tmp_path / f"{name}.gguf")
+    m = tiny_gguf.write(name, path, seed=0)
+    rc, out, err = _run(cli, "--model", path, "--tokenize", PROMPT)
+    assert rc == 0, err
+    return cli, path, m, [int(x) for x in out.split()]
+
+
 _CASES = {}
 
 
@@ -92,16 +103,46 @@ def test_greedy_tokens_match_float64(name, tp, tmp_path_factory):
         f"{name} tp {tp}: kite {got} float64 {want} margins {margins}"
 
 
-def test_gemma2_sampling_is_refused(tmp_path):
-    """Gemma 2's output softcap has no kite op: greedy runs (the cap keeps the logits' order),
-    sampling is refused with a message rather than run on uncapped logits."""
-    cli = _kite_cli()
-    path = str(tmp_path / "gemma2.gguf")
-    tiny_gguf.write("gemma2", path, seed=0)
-    rc, _, err = _run(cli, "--model", path, "--prompt", PROMPT, "-n", "4", "--temperature", "0.8",
-                      "--seed", "1")
-    assert rc != 0
-    assert "final_logit_softcapping" in err
+def _sample_reference(m, ids, n_new, temperature, seed, repetition=1.0):
+    """Tokens drawn from float64 logits: each step's logits (Gemma 2's final softcap applied by
+    transformers unless the config drops it), then the repetition penalty over the prompt and
+    the output (vLLM's, as kite_apply_penalties), go to kite_sample's float64 ref kernel with
+    the seed and step `kite run` gives a sequence (the run's seed, the count of tokens so far)."""
+    m = m.double()
+    seq, out = list(ids), []
+    with torch.no_grad():
+        for step in range(n_new):
+            logits = m(torch.tensor([seq])).logits[0, -1].clone()
+            seen = torch.tensor(sorted(set(seq)))
+            l = logits[seen]
+            logits[seen] = torch.where(l > 0, l / repetition, l * repetition)
+            with kite.kernels("sample=ref"):
+                tok = kite.ops.sample(logits.float()[None], temperature=temperature,
+                                      seeds=torch.tensor([seed]), steps=torch.tensor([step]))
+            out.append(int(tok[0]))
+            seq.append(out[-1])
+    return out
+
+
+@pytest.mark.parametrize("repetition", [1.0, 1.5])
+def test_gemma2_sampling_applies_the_final_softcap(repetition, tmp_path):
+    """Gemma 2's final logit softcap changes the sampled distribution (not the argmax): kite's
+    sampled tokens with a fixed seed are those drawn from the float64 capped logits, and not
+    those drawn from the uncapped ones. With a repetition penalty the reference caps first and
+    penalizes the capped logits (transformers' and llama.cpp's order)."""
+    cli, path, m, ids = _written("gemma2", tmp_path)
+    seed, temperature = 7, 1.0
+    rc, out, err = _run(cli, "--model", path, "--prompt", PROMPT, "-n", str(N_NEW), "--tokens",
+                        "--ignore-eos", "--weights", "f32", "--threads", "1", "--temperature",
+                        str(temperature), "--seed", str(seed), "--repeat-penalty",
+                        str(repetition))
+    assert rc == 0, err
+    got = [int(x) for x in out.split()]
+    want = _sample_reference(m, ids, N_NEW, temperature, seed, repetition)
+    assert got == want, f"kite {got} float64 {want}"
+    m.config.final_logit_softcapping = None
+    uncapped = _sample_reference(m, ids, N_NEW, temperature, seed, repetition)
+    assert uncapped != want, "the cap does not change this draw: the test would not see it"
 
 
 S, F32, U32 = gguf.GGUFValueType.STRING, gguf.GGUFValueType.FLOAT32, gguf.GGUFValueType.UINT32

@@ -45,6 +45,7 @@ HEAD_OK(kite_ce_args);
 HEAD_OK(kite_flce_args);
 HEAD_OK(kite_mla_store_kv_args);
 HEAD_OK(kite_mla_decode_args);
+HEAD_OK(kite_softcap_args);
 
 kite_status kite_kernel_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
   if (!k || !ctx || !args || !k->run)

@@ -1,5 +1,5 @@
-/* Front-ends of the sampling family: argmax, sample, apply_penalties, logprobs over logits[B, V].
- */
+/* Front-ends of the sampling family: argmax, sample, apply_penalties, logprobs, softcap over
+ * logits[B, V]. */
 #include "kite/sampling.h"
 #include "ops/matrix.h"
 
@@ -243,4 +243,25 @@ kite_status kite_logprobs(kite_ctx *ctx, const DLTensor *logits, const DLTensor 
                           .top_logprobs_stride = vm.stride};
   if (b == 0) return KITE_OK;
   return kite_dispatch(ctx, KITE_OP_LOGPROBS, a.dtype, &a);
+}
+
+kite_status kite_softcap(kite_ctx *ctx, DLTensor *logits, float cap) {
+  const char *op = "softcap";
+  kite_mat lm;
+  kite_status s;
+  if ((s = kite_op_begin(ctx, op)) != KITE_OK) return s;
+  if ((s = check_logits(ctx, op, logits, true, &lm)) != KITE_OK) return s;
+  /* !(cap > 0) catches NaN; cap - cap != 0 catches +inf (the cap would then be the identity) */
+  if (!(cap > 0.0f) || cap - cap != 0.0f)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: cap = %g: must be > 0 and finite", op,
+                          (double)cap);
+  kite_softcap_args a = {.op = KITE_OP_SOFTCAP,
+                         .dtype = lm.t.dtype,
+                         .rows = lm.rows,
+                         .vocab = lm.cols,
+                         .logits = lm.t.data,
+                         .logits_stride = lm.stride,
+                         .cap = cap};
+  if (a.rows == 0) return KITE_OK;
+  return kite_dispatch(ctx, KITE_OP_SOFTCAP, a.dtype, &a);
 }

@@ -1,5 +1,6 @@
 /*
- * Drivers of the sampling family: argmax, sample, apply_penalties, logprobs over logits[B, V].
+ * Drivers of the sampling family: argmax, sample, apply_penalties, logprobs, softcap over
+ * logits[B, V].
  *
  * Check cases cover V from 1 to past 128256, every combination of the per-row parameter tensors
  * (each row drawing its own values, disabled ones included), greedy and sampled rows mixed,
@@ -16,7 +17,7 @@
 
 static int kt_sampling_has(kite_op op) {
   return op == KITE_OP_ARGMAX || op == KITE_OP_SAMPLE || op == KITE_OP_APPLY_PENALTIES ||
-         op == KITE_OP_LOGPROBS;
+         op == KITE_OP_LOGPROBS || op == KITE_OP_SOFTCAP;
 }
 
 /* Per-row tensors of a case (kt_sample_case.params). */
@@ -116,7 +117,8 @@ static int add_param(kt_run *r, const char *name, kite_dtype t) {
 static void sampling_plan(kt_run *r, const kt_case *c) {
   const int64_t B = c->rows, V = c->cols;
   const unsigned p = c->sample.params;
-  const kt_role lrole = c->op == KITE_OP_APPLY_PENALTIES ? KT_INOUT : KT_IN;
+  const kt_role lrole =
+      c->op == KITE_OP_APPLY_PENALTIES || c->op == KITE_OP_SOFTCAP ? KT_INOUT : KT_IN;
   int lg = kt_bind(r, "logits", kt_add_matrix(r, "logits", c->dtype, lrole, B, V, c->pad_x, 0, 0));
   if (lg >= 0) {
     r->view[lg].fill = KT_FILL_CUSTOM;
@@ -156,6 +158,8 @@ static void sampling_plan(kt_run *r, const kt_case *c) {
     if (p & KT_SP_FREQUENCY) kt_bind(r, "frequency", add_param(r, "frequency", KITE_DTYPE_F32));
     break;
   }
+  case KITE_OP_SOFTCAP: /* logits only */
+    break;
   case KITE_OP_LOGPROBS:
     if (p & KT_SP_TOKENS) {
       /* a few tokens outside [0, V): their logprob is NaN on every backend */
@@ -181,7 +185,9 @@ static void sampling_plan(kt_run *r, const kt_case *c) {
   }
 }
 
-/* sample's seed and step are fixed per shape; logprobs' n is the case's */
+/* sample's seed and step are fixed per shape; logprobs' n is the case's; softcap's cap is the
+ * case's temperature field (a cap below the logits' amplitude saturates, one above it barely
+ * bends them) */
 static int sampling_scalar(const kt_case *c, const kite_arg_info *a, kite_value *out) {
   if (strcmp(a->name, "seed") == 0)
     out->u = 0x243f6a8885a308d3ull ^ (uint64_t)c->rows;
@@ -189,6 +195,8 @@ static int sampling_scalar(const kt_case *c, const kite_arg_info *a, kite_value 
     out->u = (uint64_t)c->cols * 7919u;
   else if (strcmp(a->name, "n") == 0)
     out->i = c->sample.n;
+  else if (strcmp(a->name, "cap") == 0)
+    out->f = c->sample.temperature;
   else
     return 1;
   return 0;
@@ -219,6 +227,7 @@ static void sampling_describe(const kt_case *c, char *buf, size_t n) {
   }
   if (c->op == KITE_OP_LOGPROBS || c->op == KITE_OP_APPLY_PENALTIES)
     kt_cat(buf, n, &len, " n=%lld", (long long)s->n);
+  if (c->op == KITE_OP_SOFTCAP) kt_cat(buf, n, &len, " cap=%g", (double)s->temperature);
   if (c->pad_x) kt_cat(buf, n, &len, " logits+%lld", (long long)c->pad_x);
 }
 
@@ -227,6 +236,8 @@ static void sampling_describe(const kt_case *c, char *buf, size_t n) {
  * apply_penalties: a kernel computing each penalized logit in float64 and rounding once gets
  *   ref's value exactly; one in f32 may be an ulp off on a few elements: 1e-12 (f32), 1e-6 (f16),
  *   1e-4 (bf16) still reject a missed or doubled penalty (~1e-3 of a row's energy or more).
+ * softcap: each logit in f32 is a few ulp of ref's (NMSE ~1e-13): 1e-12; in f16 / bf16 a
+ *   rounding may land one ulp of the dtype apart: 1e-6 / 1e-4, as apply_penalties.
  * logprobs: the values are log-softmax in f32 (relative error ~1e-7: NMSE ~1e-14); ids are
  *   compared as numbers under the same bound: one wrong id among B n ids below V moves NMSE by
  *   >= 1 / (B n V^2), which is > 1.5e-12 in every case below (B n V^2 <= 6.6e11), so 1e-12
@@ -234,6 +245,7 @@ static void sampling_describe(const kt_case *c, char *buf, size_t n) {
 static double sampling_bound(kite_op op, kite_dtype t) {
   switch (op) {
   case KITE_OP_APPLY_PENALTIES:
+  case KITE_OP_SOFTCAP:
     return t == KITE_DTYPE_F16 ? 1e-6 : t == KITE_DTYPE_BF16 ? 1e-4 : 1e-12;
   case KITE_OP_LOGPROBS:
     return 1e-12;
@@ -332,6 +344,23 @@ static void sampling_check_cases(kite_op op, kite_dtype t, int quick, kt_case_li
         }
     break;
   }
+  case KITE_OP_SOFTCAP: {
+    /* caps below, at and above the amplitude of the logits; -inf rows give -cap */
+    static const float caps[] = {0.5f, 4.0f, 30.0f};
+    for (int i = 0; i < nv; i++)
+      for (int j = 0; j < 3; j++) {
+        const int64_t v = g_vocabs[i];
+        kt_case c = sample_case(op, t, v > 10000 ? 4 : 16, v, 0,
+                                j == 2 ? KT_LOGITS_NEG_INF : KT_LOGITS_UNIFORM, 8.0f);
+        c.sample.temperature = caps[j];
+        c.pad_x = j == 1 ? 3 : 0;
+        kt_case_push(l, c);
+      }
+    kt_case c = sample_case(op, t, 0, 100, 0, KT_LOGITS_UNIFORM, 1.0f); /* B = 0 */
+    c.sample.temperature = 1.0f;
+    kt_case_push(l, c);
+    break;
+  }
   case KITE_OP_LOGPROBS: {
     static const int64_t ns[] = {0, 1, 5, 20};
     for (int i = 0; i < nv; i++)
@@ -373,6 +402,12 @@ static void sampling_bench_cases(kite_op op, kite_dtype t, int llm, kt_case_list
       kt_case_push(l, c);
       break;
     }
+    case KITE_OP_SOFTCAP: {
+      kt_case c = sample_case(op, t, b, V, 0, KT_LOGITS_UNIFORM, 8.0f);
+      c.sample.temperature = 30.0f;
+      kt_case_push(l, c);
+      break;
+    }
     case KITE_OP_LOGPROBS: {
       kt_case c = fixed_case(op, t, b, V, 0);
       c.sample.params = KT_SP_TOKENS;
@@ -389,7 +424,7 @@ static void sampling_bench_cases(kite_op op, kite_dtype t, int llm, kt_case_list
 
 /* Least bytes per call: argmax, sample, logprobs read the logits once (B V e) and write B
  * tokens or logprobs (the per-row parameters and top-n outputs count too); apply_penalties reads
- * the ids and reads and writes at most one logit per id. */
+ * the ids and reads and writes at most one logit per id; softcap reads and writes every logit. */
 static double sampling_bytes(const kt_case *c) {
   const double e = (double)kite_dtype_size(c->dtype), B = (double)c->rows, V = (double)c->cols;
   switch (c->op) {
@@ -401,6 +436,8 @@ static double sampling_bytes(const kt_case *c) {
   }
   case KITE_OP_LOGPROBS:
     return B * V * e + 8 * B + 8 * B * (double)c->sample.n;
+  case KITE_OP_SOFTCAP:
+    return 2 * B * V * e;
   default:
     return B * V * e + 4 * B + (c->op == KITE_OP_SAMPLE ? 16 * B : 0);
   }
