@@ -73,6 +73,12 @@ static kite_status moe_check(kite_ctx *ctx, const char *op, const DLTensor *x, c
   /* w13 ([E, 2I, H], or [E, H, 2I] transposed) fixes E and I; w2 must agree */
   if ((s = kite_tensor_check(ctx, op, "w13", w13, &w13t)) != KITE_OK) return s;
   if ((s = kite_tensor_require_ndim(op, "w13", &w13t, 3)) != KITE_OK) return s;
+  if (tr && w13t.shape[1] != h) /* most likely w13 in the other orientation */
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "%s: transposed: 1 reads w13 as [E, H, 2I], but w13 is [%lld, %lld, "
+                          "%lld] and H is %lld",
+                          op, (long long)w13t.shape[0], (long long)w13t.shape[1],
+                          (long long)w13t.shape[2], (long long)h);
   const int d2i = tr ? 2 : 1; /* the dim of w13 that holds 2I */
   if (w13t.shape[d2i] % 2 != 0)
     return kite_set_error(KITE_ERR_INVALID_ARG, "%s: w13: dim %d is %lld, expected 2I (even)", op,

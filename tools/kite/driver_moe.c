@@ -335,7 +335,7 @@ static kt_case gpt_oss_route(kite_dtype t, int64_t tokens) {
 }
 
 /* gpt-oss-20b's experts: H 2880, I 2880, E 32, k 4, interleaved, biases, clamped SwiGLU (in the
- * kernel's [E, 2I, H] orientation). */
+ * [E, 2I, H] orientation; the bench adds T 64 transposed, as gpt-oss stores them). */
 static kt_case gpt_oss_experts(kite_dtype t, int64_t tokens) {
   kt_case c = moe_case(KITE_OP_FUSED_MOE_EX, t, tokens, 32, 4);
   c.moe.hidden = 2880, c.moe.inter = 2880, c.moe.with_bias = 1;
@@ -364,6 +364,9 @@ static void moe_bench_cases(kite_op op, kite_dtype t, int llm, kt_case_list *l) 
     } else if (t == KITE_DTYPE_BF16) {
       kt_case_push(l, gpt_oss_experts(t, 1));
       kt_case_push(l, gpt_oss_experts(t, 64));
+      kt_case c = gpt_oss_experts(t, 64); /* as the checkpoint stores them */
+      c.moe.opts.transposed = 1;
+      kt_case_push(l, c);
     }
     break;
   default: /* the losses: a training batch of 8192 tokens through 64 experts, top-6 */
