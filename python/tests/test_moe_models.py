@@ -150,9 +150,13 @@ def test_gpt_oss_experts_transposed_f64(device, dtype):
     want = _gpt_oss_experts_f64(x, gate_up, gate_up_b, down, down_b, wts, ids, alpha, limit, dtype)
     err = (got.double().cpu() - want).abs().max().item() / want.abs().max().item()
     assert err < (1e-6 if dtype == torch.float32 else 2e-2), err
-    with pytest.raises(Exception, match="w13"):  # the [E, 2I, H] orientation is not [E, H, 2I]
+    kw = dict(act=2, layout=1, alpha=alpha, limit=limit, transposed=1)
+    with pytest.raises(Exception, match="fused_moe_ex: transposed: .* w13"):  # [E, 2I, H]
         kite.ops.fused_moe_ex(x, gate_up.transpose(1, 2).contiguous(), gate_up_b, down, down_b,
-                              wts, ids, act=2, layout=1, alpha=alpha, limit=limit, transposed=1)
+                              wts, ids, **kw)
+    with pytest.raises(Exception, match=r"fused_moe_ex: w2: .*\[E, I, H\]"):  # [E, H, I]
+        kite.ops.fused_moe_ex(x, gate_up, gate_up_b, down.transpose(1, 2).contiguous(), down_b,
+                              wts, ids, **kw)
 
 
 def _hf_loss(logits, k, mask):

@@ -84,20 +84,14 @@ static kite_status moe_check(kite_ctx *ctx, const char *op, const DLTensor *x, c
     return kite_set_error(KITE_ERR_INVALID_ARG, "%s: w13: dim %d is %lld, expected 2I (even)", op,
                           d2i, (long long)w13t.shape[d2i]);
   const int64_t e = w13t.shape[0], inter = w13t.shape[d2i] / 2;
-  if (tr) {
-    if ((s = check_experts(ctx, op, "w13", w13, dt, -1, h, 2 * inter, "[E, H, 2I] (transposed)",
-                           &w13t)) != KITE_OK)
-      return s;
-    if ((s = check_experts(ctx, op, "w2", w2, dt, e, inter, h, "[E, I, H] (transposed)", &w2t)) !=
-        KITE_OK)
-      return s;
-  } else {
-    if ((s = check_experts(ctx, op, "w13", w13, dt, -1, 2 * inter, h, "[E, 2I, H]", &w13t)) !=
-        KITE_OK)
-      return s;
-    if ((s = check_experts(ctx, op, "w2", w2, dt, e, h, inter, "[E, H, I]", &w2t)) != KITE_OK)
-      return s;
-  }
+  /* the products' [outputs, inputs] matrices, stored as they are or transposed */
+  const int64_t n13 = 2 * inter, n2 = h;
+  if ((s = check_experts(ctx, op, "w13", w13, dt, -1, tr ? h : n13, tr ? n13 : h,
+                         tr ? "[E, H, 2I] (transposed)" : "[E, 2I, H]", &w13t)) != KITE_OK)
+    return s;
+  if ((s = check_experts(ctx, op, "w2", w2, dt, e, tr ? inter : n2, tr ? n2 : inter,
+                         tr ? "[E, I, H] (transposed)" : "[E, H, I]", &w2t)) != KITE_OK)
+    return s;
 
   if ((s = kite_typed_mat_check(ctx, op, "weights", weights, KITE_DTYPE_F32, &wm)) != KITE_OK)
     return s;
