@@ -72,3 +72,41 @@ def test_moe_block(device):
     # kite has no backward for topk_gating or fused_moe: a call wanting a gradient is refused
     with pytest.raises(kite.Unsupported, match="no backward"):
         m(x)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_mlps_over_the_models_projections(device):
+    """GatedMLP over separate or fused (gate rows first) projections, MLP under the model's own
+    names; gradients of every parameter and the input; norms of a transposed view (a per-head q
+    norm's input) as of its contiguous copy."""
+    torch.manual_seed(0)
+    lin = lambda i, o: torch.nn.Linear(i, o, device=device)  # noqa: E731
+    x = torch.randn(3, 5, 16, device=device, requires_grad=True)
+    gate_up, down = lin(16, 2 * 24), lin(24, 16)
+    fused = knn.GatedMLP(None, None, down, "silu", gate_up_proj=gate_up)
+    g, u = gate_up(x).chunk(2, dim=-1)
+    want = down(F.silu(g) * u)
+    got = fused(x)
+    close(got, want.double(), torch.float32)
+    assert list(dict(fused.named_parameters())) == ["gate_up_proj.weight", "gate_up_proj.bias",
+                                                     "down_proj.weight", "down_proj.bias"]
+    gw = torch.autograd.grad(want.square().sum(), (x, gate_up.weight, down.weight))
+    gk = torch.autograd.grad(got.square().sum(), (x, gate_up.weight, down.weight))
+    for a, b in zip(gk, gw):
+        close(a, b.double(), torch.float32)
+    with pytest.raises(kite.InvalidArgument, match="gate_up_proj"):
+        knn.GatedMLP(lin(16, 24), lin(16, 24), down, "silu", gate_up_proj=gate_up)
+    up, dn = lin(16, 24), lin(24, 16)
+    plain = knn.MLP(up, dn, "gelu", names=("dense_h_to_4h", "dense_4h_to_h"))
+    assert [n for n, _ in plain.named_children()] == ["dense_h_to_4h", "dense_4h_to_h"]
+    want, got = dn(F.gelu(up(x))), plain(x)
+    close(got, want.double(), torch.float32)
+    gw = torch.autograd.grad(want.sum(), (x, up.weight))
+    gk = torch.autograd.grad(got.sum(), (x, up.weight))
+    for a, b in zip(gk, gw):
+        close(a, b.double(), torch.float32)
+    with pytest.raises(kite.InvalidArgument, match="act"):
+        knn.MLP(up, dn, "tanh")
+    q = torch.randn(2, 7, 4, 16, device=device).transpose(1, 2)  # [B, H, S, D], not collapsible
+    norm = knn.RMSNorm(16).to(device)
+    close(norm(q), F.rms_norm(q.double(), (16,), norm.weight.double(), 1e-6), torch.float32)

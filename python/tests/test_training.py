@@ -6,15 +6,16 @@ experts left to torch, which patch reports). 20 AdamW steps: each step's loss wi
 relative of the plain model's, and the step-1 gradient of every parameter within 1e-4 (max
 error relative to the largest magnitude); the same with a PEFT LoRA model (when peft is
 installed), with gradient checkpointing, and after save_pretrained -> from_pretrained. Also:
-unpatch, the no-gradient guards of the kite modules patch installs on an eval model, and the
-causal-LM loss wiring (shift, ignore_index, num_items_in_batch, logits None in training)."""
+unpatch, the no-gradient guards of the kite modules patch installs on an eval model, the
+causal-LM loss wiring (shift, ignore_index, num_items_in_batch, logits None in training), and a
+family patch has no entry for (partial mode: norms and rotary only) training the same."""
 import gc
 import os
 import types
 
 import pytest
 import torch
-from test_models import FAMILIES
+from test_models import FAMILIES, _arcee
 
 import kite
 import kite.torch
@@ -34,7 +35,7 @@ def _one_thread_and_restore_rotary():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-    for f in FAMILIES:
+    for f in list(FAMILIES) + ["arcee"]:  # arcee: the partial mode's family
         kite.torch.patch_module.unpatch_rotary(f)
 
 
@@ -93,12 +94,15 @@ def test_default_patch_trains_like_torch(family):
     keys = list(patched.state_dict())
     done = kite.torch.patch(patched)
     kinds = "\n".join(done)
-    assert "-> RMSNorm" in kinds and "-> rope" in kinds and "fused linear cross-entropy" in kinds
+    norm = "-> LayerNorm" if family == "gpt_neox" else "-> RMSNorm"
+    assert norm in kinds and "-> rope" in kinds and "fused linear cross-entropy" in kinds
     assert "kite sdpa" in kinds and "attention: left to torch" not in kinds
     assert "-> fused_moe" not in kinds and "-> topk_gating" not in kinds
     if family in ("mixtral", "qwen2_moe"):
         assert "Experts left to torch" in kinds and "TopKRouter left to torch" in kinds
-    if family != "mixtral":
+    if family == "gpt_neox":
+        assert "-> MLP(gelu)" in kinds
+    elif family != "mixtral":
         assert "-> GatedMLP" in kinds
     assert list(patched.state_dict()) == keys  # the model's own parameters, no copies
     ids, labels = _batch()
@@ -107,6 +111,18 @@ def test_default_patch_trains_like_torch(family):
     assert set(b[1]) == {n for n, p in patched.named_parameters() if p.requires_grad}
     loss_err, grad_err = _assert_same_training(a, b, family)
     print(f"{family}: max loss rel diff {loss_err:.2e}, max step-1 grad rel err {grad_err:.2e}")
+
+
+def test_partial_mode_trains_like_torch():
+    """A family patch has no entry for (Arcee): norms and rotary through kite, the rest torch's;
+    the same training check."""
+    plain, patched = _arcee().train(), _arcee().train()
+    report = kite.torch.patch(patched)
+    assert report.partial and "-> RMSNorm" in "\n".join(report)
+    assert "attention" in report.by_type and not report.by_type["attention"]["replaced"]
+    a, b = _train(plain), _train(patched)
+    loss_err, grad_err = _assert_same_training(a, b, "arcee (partial mode)")
+    print(f"arcee (partial mode): {loss_err:.2e} / {grad_err:.2e}")
 
 
 @pytest.mark.parametrize("reentrant", [True, False], ids=["reentrant", "non_reentrant"])
@@ -256,7 +272,7 @@ def test_eval_patch_with_grad_falls_back(family, padded):
 
 
 @pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
-@pytest.mark.parametrize("family", ["llama", "qwen2_moe"])
+@pytest.mark.parametrize("family", ["llama", "qwen2_moe", "gpt_neox", "phi3"])
 def test_unpatch_restores(family, train):
     gc.collect()  # patched models of earlier tests still hold the family's kite rope
     m = _model(family, train=train)

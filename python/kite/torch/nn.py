@@ -1,6 +1,6 @@
 """torch.nn modules over torch.ops.kite.
 
-Gradients flow through the norms, the gated activations, GatedMLP, Attention (sdpa_backward)
+Gradients flow through the norms, the gated activations, GatedMLP, MLP, Attention (sdpa_backward)
 and the losses (kite.torch.autograd); RotaryEmbedding differentiates through copies; MoE is for
 inference (kite has no backward for topk_gating or fused_moe): called where a gradient is wanted
 it raises kite.Unsupported.
@@ -37,6 +37,16 @@ def _promote(x, *ws):
     return tuple(None if t is None else t.to(dt) for t in (x,) + ws)
 
 
+def _rows(x):
+    """x itself where its leading dims collapse into one row stride (kite's norms take rows with
+    a stride), else a contiguous copy (a transposed view, as Gemma 3's per-head q / k norms get;
+    the copy is differentiable)."""
+    for i in range(x.dim() - 2):
+        if x.shape[i] != 1 and x.stride(i) != x.stride(i + 1) * x.shape[i + 1]:
+            return x.contiguous()
+    return x
+
+
 def _keep_residual(residual, y, s):
     """The differentiable add-and-norm made s a new tensor: write it back into residual (the
     in-place contract), tracked by autograd; a leaf that requires grad cannot be written, and
@@ -62,7 +72,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x, residual=None):
         if residual is None:
-            x, w = _promote(x, self.weight)
+            x, w = _promote(_rows(x), self.weight)
             return _ops.rms_norm(x, w, self.eps, self.offset)
         if _needs_grad(x, residual, self.weight):
             return _keep_residual(residual, *_autograd.add_rms_norm(x, residual, self.weight,
@@ -86,7 +96,7 @@ class LayerNorm(nn.Module):
 
     def forward(self, x, residual=None):
         if residual is None:
-            return _ops.layer_norm(*_promote(x, self.weight, self.bias), self.eps)
+            return _ops.layer_norm(*_promote(_rows(x), self.weight, self.bias), self.eps)
         if _needs_grad(x, residual, self.weight, self.bias):
             return _keep_residual(residual, *_autograd.add_layer_norm(x, residual, self.weight,
                                                                       self.bias, self.eps))
@@ -202,33 +212,69 @@ class MoE(nn.Module):
 
 class GatedMLP(nn.Module):
     """down_proj(act(gate_proj(x)) * up_proj(x)) with kite's fused act-and-mul (silu_and_mul,
-    gelu_and_mul, gelu_tanh_and_mul) between the projections.
+    gelu_and_mul, gelu_tanh_and_mul) between the projections; with gate_up_proj (one fused
+    projection to [..., 2I], gate half first, as Phi-3's) instead of gate_proj and up_proj:
+    down_proj(act_and_mul(gate_up_proj(x))), the fused output going to kite as it is.
 
-    gate_proj, up_proj and down_proj are the model's own modules: they are called (so a PEFT/LoRA
-    adapter wrapping one of them still applies) and their weights are read in place, never copied,
-    so state_dict() keys (gate_proj.weight, ...), checkpoints, optimizers, torch.compile and
-    gradient checkpointing see the model's own parameters. Every parameter and the input get
-    their gradients (the act-and-mul through kite's gated_backward). Made by kite.torch.patch from
-    a transformers <Family>MLP; act is "silu", "gelu" or "gelu_tanh"."""
+    The projections are the model's own modules: they are called (so a PEFT/LoRA adapter
+    wrapping one of them still applies) and their weights are read in place, never copied (nor
+    split, for the fused one), so state_dict() keys (gate_proj.weight or gate_up_proj.weight,
+    ...), checkpoints, optimizers, torch.compile and gradient checkpointing see the model's own
+    parameters. Every parameter and the input get their gradients (the act-and-mul through kite's
+    gated_backward). Made by kite.torch.patch from a transformers <Family>MLP; act is "silu",
+    "gelu" or "gelu_tanh"."""
 
-    def __init__(self, gate_proj, up_proj, down_proj, act="silu"):
+    def __init__(self, gate_proj, up_proj, down_proj, act="silu", gate_up_proj=None):
         super().__init__()
         if act not in _GATED:
             raise kite.InvalidArgument(f"GatedMLP: act must be one of {sorted(_GATED)}, got {act!r}")
-        self.gate_proj, self.up_proj, self.down_proj = gate_proj, up_proj, down_proj
+        if (gate_up_proj is None) == (gate_proj is None or up_proj is None):
+            raise kite.InvalidArgument("GatedMLP: give gate_proj and up_proj, or gate_up_proj")
+        if gate_up_proj is None:
+            self.gate_proj, self.up_proj = gate_proj, up_proj
+        else:
+            self.gate_up_proj = gate_up_proj
+        self.down_proj = down_proj
         self.act_name = act
         self._op = _GATED[act]
 
     def forward(self, x):
-        h = torch.cat((self.gate_proj(x), self.up_proj(x)), dim=-1)
+        if "gate_up_proj" in self._modules:
+            h = self.gate_up_proj(x)
+        else:
+            h = torch.cat((self.gate_proj(x), self.up_proj(x)), dim=-1)
         return self.down_proj(self._op(h, 0.0))
 
     def extra_repr(self):
         return f"act={self.act_name}_and_mul"
 
 
+class MLP(nn.Module):
+    """down(act(up(x))): a plain (not gated) MLP with kite's activation between the model's own
+    projections, held under the model's attribute names (names=(up, down), e.g. GPT-NeoX's
+    ("dense_h_to_4h", "dense_4h_to_h")) so state_dict() keys stay the model's. The projections
+    are called and read in place, as GatedMLP's; the activation differentiates through kite's
+    activation_backward. act: "silu", "gelu", "gelu_tanh", "gelu_quick" or "relu"."""
+
+    def __init__(self, up, down, act="gelu", names=("up_proj", "down_proj")):
+        super().__init__()
+        if act not in _ACTS:
+            raise kite.InvalidArgument(f"MLP: act must be one of {sorted(_ACTS)}, got {act!r}")
+        self.names, self.act_name = tuple(names), act
+        self.add_module(self.names[0], up)
+        self.add_module(self.names[1], down)
+
+    def forward(self, x):
+        up, down = self._modules[self.names[0]], self._modules[self.names[1]]
+        return down(getattr(_ops, self.act_name)(up(x)))
+
+    def extra_repr(self):
+        return f"act={self.act_name}"
+
+
 _GATED = {"silu": _ops.silu_and_mul, "gelu": _ops.gelu_and_mul,
           "gelu_tanh": _ops.gelu_tanh_and_mul}
+_ACTS = ("silu", "gelu", "gelu_tanh", "gelu_quick", "relu")
 _REDUCTIONS = {"none": 0, "sum": 1, "mean": 2}
 
 

@@ -1,32 +1,47 @@
 """kite.torch.patch(model) swaps, in place, the parts of a Hugging Face transformers model that kite
 has ops for; kite.torch.unpatch(model) puts the originals back.
 
-Known families (config.model_type): llama, mistral, qwen2, qwen3, gemma, gemma2, mixtral,
-qwen2_moe, and qwen3_moe, gpt_oss, deepseek_v3 (their routers, experts, gpt-oss's norm, DeepSeek's
-interleaved rope and which attention stays transformers': patch_moe.py). What is swapped:
+Known families (config.model_type): the entries of kite.torch.families.TABLE (llama, mistral,
+qwen2, qwen3, gemma, gemma2, gemma3_text, phi3, olmo2, granite, smollm3, gpt_neox, mixtral,
+qwen2_moe), each saying its norm form, MLP layout, rotary variant and quirks, and qwen3_moe, gpt_oss,
+deepseek_v3 (their routers, experts, gpt-oss's norm, DeepSeek's interleaved rope and which
+attention stays transformers': patch_moe.py). What is swapped:
 
 - norms: every <Family>RMSNorm module -> kite.torch.nn.RMSNorm sharing its weight (Gemma's
-  1 + w form as offset 1); differentiable (kite's rms_norm_backward);
-- MLP: a <Family>MLP (gate_proj, up_proj, down_proj) -> kite.torch.nn.GatedMLP holding the same
-  three modules: they are called (a LoRA adapter on them applies) and read in place, then kite's
-  silu_and_mul / gelu_and_mul / gelu_tanh_and_mul, differentiable (kite's gated_backward);
+  1 + w form as offset 1), and for a LayerNorm family every nn.LayerNorm ->
+  kite.torch.nn.LayerNorm sharing its weight and bias; differentiable (kite's rms_norm_backward /
+  layer_norm_backward); QK-norms and post-norms are such modules too;
+- MLP: a <Family>MLP (gate_proj, up_proj, down_proj, or Phi-3's fused gate_up_proj and down_proj)
+  -> kite.torch.nn.GatedMLP holding the same modules: they are called (a LoRA adapter on them
+  applies) and read in place (the fused weight is neither copied nor split), then kite's
+  silu_and_mul / gelu_and_mul / gelu_tanh_and_mul, differentiable (kite's gated_backward); a plain
+  MLP (GPT-NeoX's up -> act -> down) -> kite.torch.nn.MLP with kite's activation
+  (activation_backward);
 - rotary embedding: the family's apply_rotary_pos_emb -> kite's rope, reading the cos and sin
-  the model's own rotary module computed (so every HF scaling type is honoured); rotated copies
+  the model's own rotary module computed (so every HF scaling type, per-layer-type bases and
+  partial rotary (kite's rot_dim) are honoured; NoPE layers never call it); rotated copies
   with kite's rope_backward when a gradient is wanted, in place otherwise. The function is
   module-wide, so other models of the family in the process take kite's rope too, until the last
   patched model of the family is unpatched;
-- loss: on a <Family>ForCausalLM, model.forward(labels=...) in training mode computes the loss
-  with kite's fused linear cross-entropy from the last hidden states and lm_head's weight (the
-  [tokens, vocab] logits never exist; outputs.logits is None), as transformers' ForCausalLMLoss
-  would (labels shifted, ignore_index, num_items_in_batch, shift_labels; Gemma 2's final logit
-  softcap; Mixtral / Qwen2-MoE's router aux loss added as the model adds it); in eval mode, without
-  labels, with a custom loss_function or a wrapped lm_head, the model's own forward runs;
+- loss (patch_loss.py): on a <Family>ForCausalLM, model.forward(labels=...) in training mode
+  computes the loss with kite's fused linear cross-entropy from the last hidden states and
+  lm_head's weight (the [tokens, vocab] logits never exist; outputs.logits is None), as
+  transformers' ForCausalLMLoss would (labels shifted, ignore_index, num_items_in_batch,
+  shift_labels; the final logit softcap; Granite's logits_scaling; Mixtral / Qwen2-MoE's router
+  aux loss added as the model adds it); in eval mode, without labels, with a custom
+  loss_function or a wrapped lm_head, the model's own forward runs;
 - the attention core: "kite" registered in transformers' AttentionInterface (with sdpa's mask
-  function) and selected, running kite's sdpa (GQA, causal, bool masks, sliding window, softcap),
-  differentiable (kite's sdpa_backward); a call with attention dropout runs the same attention in
-  torch ops (kite's sdpa has no dropout);
+  function) and selected, running kite's sdpa (GQA, causal, bool masks, sliding window, softcap,
+  the family's scale), differentiable (kite's sdpa_backward); a call with attention dropout runs
+  the same attention in torch ops (kite's sdpa has no dropout);
 - MoE: the router (<Family>TopKRouter) -> kite's topk_gating, the experts (<Family>Experts,
   gate_up_proj [E, 2I, H], down_proj [E, H, I]) -> kite's fused_moe.
+
+A model of another family is patched in partial mode: its <X>RMSNorm modules whose output is
+kite's rms_norm (offset 0 or 1) on a probe input, and its modeling module's
+apply_rotary_pos_emb where it computes transformers' rotation on probe inputs; its MLPs,
+attention and loss stay torch's and the report says so. One with neither raises
+kite.Unsupported naming the families kite knows.
 
 Training: every module installed has a correct backward for every parameter and input, or is not
 installed. Attention trains on kite (sdpa_backward) in both modes (on CUDA only with
@@ -35,81 +50,47 @@ cuDNN backward is faster than kite's today, and patch says so); with attention d
 model in training mode whose config has attention_dropout) its calls run the same attention in
 torch ops (scaled_dot_product_attention, or the explicit softmax with a softcap), which patch
 reports. kite has no backward for topk_gating or fused_moe, so on a model in training mode
-(model.training) patch leaves the MoE router and experts to torch and says so in the list it
-returns. On a model in eval mode whose parameters require grad (as from_pretrained leaves them),
+(model.training) patch leaves the MoE router and experts to torch and says so in the report.
+On a model in eval mode whose parameters require grad (as from_pretrained leaves them),
 they are installed, and a call that needs a gradient (grad mode on and an input or parameter
 requiring grad) runs the model's original router and experts. No weight is copied: state_dict() keys,
 save_pretrained / from_pretrained, PEFT adapters, optimizers, torch.compile and gradient
 checkpointing see the model's own parameters.
 
-Returns the list of what was replaced ("model.layers.0.input_layernorm: LlamaRMSNorm -> RMSNorm",
-...) and of what was left to torch and why. A model of another family raises kite.Unsupported
-naming the families it knows.
+Returns a kite.torch.families.Report: the list of what was replaced
+("model.layers.0.input_layernorm: LlamaRMSNorm -> RMSNorm", ...), of what was left to torch and
+why, and the family's quirks, with per module type counts (report.by_type, report.summary()).
 """
-import importlib
-import inspect
 import sys
-import weakref
 
 import torch
 from torch import nn
 
 import kite
 
+from . import families as _fam
 from . import nn as knn
 from . import patch_moe
+from . import patch_rope as _rope
+from .families import ACTS as _ACTS, TABLE, Report, mlp_module, norm_module
+# names other patch modules (patch_moe) import from here
+from .patch_loss import _causal_lm, _make_lm_forward  # noqa: F401
+from .patch_rope import _kite_apply_rotary_pos_emb, _orig_apply  # noqa: F401
 
 _ops = torch.ops.kite
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "mixtral",
-            "qwen2_moe") + patch_moe.FAMILIES
-_GEMMA = ("gemma", "gemma2")
-_ACTS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
-         "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh"}
+# the model types patch knows in full: families.TABLE, and the MoE families of patch_moe.py
+FAMILIES = tuple(TABLE) + patch_moe.FAMILIES
 _NO_BACKWARD = "kite has no backward for it yet"
 
 
 def _modeling(model_type):
-    return importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+    return _fam.modeling(model_type)
 
 
 def _needs_grad(*ts):
     return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
                                            for t in ts)
-
-
-# ---- rotary ------------------------------------------------------------------------------------
-def _kite_apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1, **kwargs):
-    """HF's apply_rotary_pos_emb (neox pairs) on kite's rope. q[B, Hq, S, D], k[B, Hkv, S, D],
-    cos/sin[B or 1, S, D] (halves repeated). kite reads one cos/sin row per token, so the rows
-    are the model's own cos/sin and the positions index them."""
-    if unsqueeze_dim != 1 or q.dim() != 4 or cos.dim() != 3:
-        return _orig_apply(q, k, cos, sin, unsqueeze_dim)
-    B, Hq, S, D = q.shape
-    half = D // 2
-    Bc = cos.shape[0]  # 1 when every sequence has the same positions
-    cos_sin = torch.cat((cos[..., :half], sin[..., :half]), dim=-1).reshape(Bc * S, D)
-    cos_sin = cos_sin.to(torch.float32).contiguous()
-    pos = torch.arange(Bc * S, dtype=torch.int32, device=q.device)
-    if Bc != B:
-        pos = pos.repeat(B)
-    qq = q.transpose(1, 2).reshape(B * S, Hq, D)
-    kk = k.transpose(1, 2).reshape(B * S, k.shape[1], D)
-    if torch.is_grad_enabled() and (qq.requires_grad or kk.requires_grad):
-        from .autograd import rope as rope_fn  # rotated copies, differentiable
-        qq, kk = rope_fn(qq, kk, pos, cos_sin, D, 0)
-    else:
-        _ops.rope(qq, kk, pos, cos_sin, D, 0)
-    return qq.view(B, S, Hq, D).transpose(1, 2), kk.view(B, S, k.shape[1], D).transpose(1, 2)
-
-
-def _orig_apply(q, k, cos, sin, unsqueeze_dim=1):
-    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
-
-    def rot(x):
-        h = x.shape[-1] // 2
-        return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
-    return q * cos + rot(q) * sin, k * cos + rot(k) * sin
 
 
 # ---- attention ---------------------------------------------------------------------------------
@@ -263,246 +244,177 @@ class KiteExperts(nn.Module):
         return _ops.fused_moe(hidden_states, self.gate_up_proj, self.down_proj, w, ids, self.act)
 
 
-# ---- the loss ----------------------------------------------------------------------------------
-def _causal_lm(model):
-    """The transformers <Family>ForCausalLM inside model (model itself, or a PEFT model's base),
-    or None."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    if type(base).__name__.endswith("ForCausalLM") and isinstance(getattr(base, "lm_head", None),
-                                                                   nn.Module):
-        return base
-    return None
-
-
-def _causal_lm_loss(model):
-    try:
-        from transformers.loss.loss_utils import ForCausalLMLoss
-    except ImportError:
-        return None
-    return ForCausalLMLoss
-
-
-def _slice(hidden, logits_to_keep):
-    try:
-        from transformers.modeling_utils import slice_logits_to_keep
-    except ImportError:
-        slice_logits_to_keep = None
-    if slice_logits_to_keep is not None:
-        return slice_logits_to_keep(hidden, logits_to_keep)
-    if isinstance(logits_to_keep, int):
-        return hidden if logits_to_keep == 0 else hidden[:, -logits_to_keep:, :]
-    return hidden[:, logits_to_keep, :]
-
-
-# The logits pieces of the training loss: this runs at the step's memory peak (every layer's
-# saved activations are alive), so a smaller bound than the op's default (256 MiB) keeps the peak
-# down; GEMMs of ~260 rows x vocab 128k still keep the tensor cores busy.
-_LM_LOSS_CHUNK = 64 << 20
-
-
-def _make_lm_forward(model, original, model_type):
-    """model.forward (an instance attribute) computing the training loss with kite's fused
-    linear cross-entropy; every other call goes to original (the model's own forward). It holds
-    the model weakly (no reference cycle through the model's __dict__)."""
-    sig = inspect.signature(original)
-    flce_loss = _causal_lm_loss(model)
-    softcap = getattr(model.config, "final_logit_softcapping", None)
-    moe = "output_router_logits" in sig.parameters
-    var_kw = next((n for n, p in sig.parameters.items() if p.kind is p.VAR_KEYWORD), None)
-    model_ref = weakref.ref(model)
-
-    def forward(*args, **kwargs):
-        model = model_ref()
-        skip_logits = kwargs.pop("skip_logits", None)
-        bound = sig.bind(*args, **kwargs)
-        a = bound.arguments
-        extra = dict(a.get(var_kw, {})) if var_kw else {}
-        labels, shift_labels = a.get("labels"), extra.get("shift_labels")
-        if skip_logits is None:
-            skip_logits = model.training
-        head = model.lm_head
-        if (not skip_logits or labels is None or type(head) is not nn.Linear or flce_loss is None
-                or model.loss_function is not flce_loss):
-            return original(*args, **kwargs)
-        return_dict = extra.pop("return_dict", None)
-        if return_dict is None:
-            return_dict = getattr(model.config, "return_dict", True)
-        ignore_index = extra.get("ignore_index", -100)
-        num_items = extra.get("num_items_in_batch")
-        base_args = {k: v for k, v in a.items() if k not in ("labels", "logits_to_keep", var_kw)}
-        if moe:
-            orl = base_args.get("output_router_logits")
-            base_args["output_router_logits"] = (model.config.output_router_logits
-                                                 if orl is None else orl)
-        outputs = model.model(**base_args, **extra)
-        hidden = _slice(outputs.last_hidden_state, a.get("logits_to_keep", 0))
-        if shift_labels is None:
-            shift_labels = nn.functional.pad(labels, (0, 1), value=ignore_index)[..., 1:]
-        t = shift_labels.reshape(-1).to(hidden.device)
-        loss_fn = knn.FusedLinearCrossEntropyLoss(
-            ignore_index=ignore_index, reduction="sum" if num_items is not None else "mean",
-            softcap=softcap, chunk_bytes=_LM_LOSS_CHUNK)
-        loss = loss_fn(head.weight, hidden.reshape(-1, hidden.shape[-1]), t, head.bias)
-        if num_items is not None:
-            loss = loss / (num_items.to(loss.device) if torch.is_tensor(num_items) else num_items)
-        from transformers import modeling_outputs as mo
-        if moe:
-            aux_loss = None
-            if base_args["output_router_logits"]:
-                lb = _modeling(model_type).load_balancing_loss_func
-                aux_loss = lb(outputs.router_logits, model.num_experts, model.num_experts_per_tok,
-                              a.get("attention_mask"))
-                loss = loss + model.router_aux_loss_coef * aux_loss.to(loss.device)
-            out = mo.MoeCausalLMOutputWithPast(
-                loss=loss, aux_loss=aux_loss, logits=None,
-                past_key_values=outputs.past_key_values, hidden_states=outputs.hidden_states,
-                attentions=outputs.attentions, router_logits=outputs.router_logits)
-        else:
-            out = mo.CausalLMOutputWithPast(
-                loss=loss, logits=None, past_key_values=outputs.past_key_values,
-                hidden_states=outputs.hidden_states, attentions=outputs.attentions)
-        return out if return_dict else out.to_tuple()
-
-    forward.__signature__ = sig
-    forward.__doc__ = original.__doc__
-    forward._kite_lm_forward = True
-    return forward
-
-
 # ---- the walk ----------------------------------------------------------------------------------
 def _set(model, name, new):
     parent, _, leaf = name.rpartition(".")
     setattr(model.get_submodule(parent) if parent else model, leaf, new)
 
 
-_KITE_MODULES = (knn.RMSNorm, knn.GatedMLP, KiteRouter, KiteExperts)
-_rope_users = {}  # model_type -> WeakSet of the patched models that use kite's rope
-_saved = {}       # model_type -> the family's own apply_rotary_pos_emb
+_KITE_MODULES = (knn.RMSNorm, knn.LayerNorm, knn.GatedMLP, knn.MLP, KiteRouter, KiteExperts)
 
 
 class _PatchState:
     """What patch changed on one model, for unpatch: (name, original, replacement) modules, the
-    attention implementation before, the instance forward before, the rope family."""
+    attention implementation before, the instance forward before, the modeling module whose
+    apply_rotary_pos_emb is kite's."""
 
     def __init__(self):
         self.modules, self.attn, self.forward, self.rope = [], None, None, None
+
+
+def _moe(m, cls, fam, e_act, training):
+    """(KiteRouter / KiteExperts, form) / (None, why) / None (neither)."""
+    if cls.endswith("TopKRouter") and isinstance(getattr(m, "weight", None), nn.Parameter):
+        if training:
+            return None, f"topk_gating: {_NO_BACKWARD} and the model is in training mode"
+        renorm = getattr(m, "norm_topk_prob", fam.moe_renormalize)
+        return KiteRouter(m.weight, m.top_k, renorm, original=m), "topk_gating"
+    if (cls.endswith("Experts") and isinstance(getattr(m, "gate_up_proj", None), nn.Parameter)
+            and isinstance(getattr(m, "down_proj", None), nn.Parameter)):
+        if e_act not in ("silu", "gelu"):
+            return None, f"fused_moe: activation {e_act!r} is not one fused_moe has"
+        if training:
+            return None, f"fused_moe: {_NO_BACKWARD} and the model is in training mode"
+        return (KiteExperts(m.gate_up_proj, m.down_proj, 0 if e_act == "silu" else 1, original=m),
+                "fused_moe")
+    return None
+
+
+def _model_module(model):
+    """The modeling module of a model of an unknown family (the module of its class, or of its
+    PEFT base model's class)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return sys.modules.get(type(base).__module__)
 
 
 def patch(model, norms=True, mlp=True, rope=True, attention=True, moe=True, loss=True):
     """Swaps, in place, the parts of a transformers model that kite runs (see the module doc);
     attention: True / "auto" (kite's sdpa, except calls on CUDA that need a gradient, which run
     torch's SDPA while its backward is the faster one), "kite" (kite's sdpa for every call) or
-    False (the model's own attention);
-    returns the list of replacements and of the parts left to torch (with the reason). Raises
-    kite.Unsupported for a model family it does not know, and kite.InvalidArgument for a model
-    that is not a transformers model. kite.torch.unpatch(model) undoes it."""
+    False (the model's own attention). A model of a family patch does not know
+    (families.TABLE) is patched in partial mode: its <X>RMSNorm modules whose output is kite's
+    rms_norm on a probe input, and its apply_rotary_pos_emb where it computes transformers'
+    rotation on probe inputs; its MLPs, attention and loss are left to torch.
+    Returns a families.Report: the list of replacements and of the parts left to torch (with the
+    reason), with per module type counts (report.by_type, report.summary()). Raises
+    kite.Unsupported for a model of an unknown family that has neither (nothing changed), and
+    kite.InvalidArgument for a model that is not a transformers model or a bad attention mode.
+    kite.torch.unpatch(model) undoes it."""
     cfg = getattr(model, "config", None)
     mt = getattr(cfg, "model_type", None)
     if mt is None:
         raise kite.InvalidArgument(f"kite.torch.patch: {type(model).__name__} is not a transformers "
                                    "model (it has no config.model_type)")
-    if mt not in FAMILIES:
-        raise kite.Unsupported(f"kite.torch.patch: model type {mt!r} is not one kite knows; known: "
-                               + ", ".join(FAMILIES))
-    mod = _modeling(mt)
-    state = model.__dict__.get("_kite_patch") or _PatchState()
+    if attention not in (True, False, "auto", "kite"):
+        raise kite.InvalidArgument(f"kite.torch.patch: attention={attention!r}: expected True / "
+                                   "'auto', 'kite' or False")
+    fam = TABLE.get(mt)
+    if fam is None and mt in FAMILIES:  # a model type added to FAMILIES without a table entry
+        fam = _fam.Family(mt)
+    partial = fam is None
+    unknown = f"model type {mt!r} is not one kite knows (partial mode: norms and rotary only)"
+    mod = _model_module(model) if partial else _modeling(mt)
+    fam = fam or _fam.Family(mt)
+    report = Report(mt, partial)
     training = model.training
-    done = []
     act_name = getattr(cfg, "hidden_activation", None) or getattr(cfg, "hidden_act", "silu")
-    act = _ACTS.get(act_name)
     e_act = _ACTS.get(getattr(cfg, "hidden_act", "silu"))
+    plan = []  # (name, original, replacement, kind, form)
     for name, m in list(model.named_modules()):
         cls = type(m).__name__
         if isinstance(m, _KITE_MODULES):
             continue
-        new, handled = None, False
         if mt in patch_moe.FAMILIES:  # its routers, experts and norms (patch_moe.py)
-            handled, new = patch_moe.replace(name, m, mt, cfg, training, done, norms, moe)
-        if handled:
-            pass
-        elif (norms and cls.endswith("RMSNorm")
-              and isinstance(getattr(m, "weight", None), nn.Parameter)):
-            eps = getattr(m, "variance_epsilon", getattr(m, "eps", 1e-6))
-            new = knn.RMSNorm(m.weight.shape[0], eps=eps, offset=1.0 if mt in _GEMMA else 0.0,
-                              weight=False)
-            new.weight = m.weight
-            done.append(f"{name}: {cls} -> RMSNorm")
-        elif (mlp and cls.endswith("MLP")
-              and all(isinstance(getattr(m, a, None), nn.Module)
-                      for a in ("gate_proj", "up_proj", "down_proj"))):
-            if act is None:
-                done.append(f"{name}: {cls} left to torch: activation {act_name!r} has no kite "
-                            "gated form")
+            handled, new = patch_moe.replace(name, m, mt, cfg, training, report, norms, moe)
+            if handled:
+                if new is not None:
+                    plan.append((name, m, new, cls, None))  # reported by patch_moe
                 continue
-            new = knn.GatedMLP(m.gate_proj, m.up_proj, m.down_proj, act)
-            done.append(f"{name}: {cls} -> GatedMLP({act}_and_mul)")
-        elif moe and cls.endswith("TopKRouter") and isinstance(getattr(m, "weight", None), nn.Parameter):
-            if training:
-                done.append(f"{name}: {cls} left to torch: topk_gating: {_NO_BACKWARD} and the "
-                            "model is in training mode")
-                continue
-            renorm = getattr(m, "norm_topk_prob", mt == "mixtral")
-            new = KiteRouter(m.weight, m.top_k, renorm, original=m)
-            done.append(f"{name}: {cls} -> topk_gating")
-        elif (moe and cls.endswith("Experts") and isinstance(getattr(m, "gate_up_proj", None), nn.Parameter)
-              and isinstance(getattr(m, "down_proj", None), nn.Parameter)):
-            if e_act not in ("silu", "gelu"):
-                continue
-            if training:
-                done.append(f"{name}: {cls} left to torch: fused_moe: {_NO_BACKWARD} and the "
-                            "model is in training mode")
-                continue
-            new = KiteExperts(m.gate_up_proj, m.down_proj, 0 if e_act == "silu" else 1, original=m)
-            done.append(f"{name}: {cls} -> fused_moe")
-        if new is not None:
-            new.train(m.training)
-            _set(model, name, new)
-            state.modules.append((name, m, new))
-    if rope and hasattr(mod, "apply_rotary_pos_emb"):
-        if mod.apply_rotary_pos_emb is not _kite_apply_rotary_pos_emb:
-            _saved[mt] = mod.apply_rotary_pos_emb
-            mod.apply_rotary_pos_emb = _kite_apply_rotary_pos_emb
-        extra = patch_moe.patch_rope(mt, mod)
-        _rope_users.setdefault(mt, weakref.WeakSet()).add(model)
-        state.rope = mt
-        done += [f"{mod.__name__}.{f} -> rope" for f in ["apply_rotary_pos_emb"] + extra]
-    if attention not in (True, False, "auto", "kite"):
-        raise kite.InvalidArgument(f"kite.torch.patch: attention={attention!r}: expected True / "
-                                   "'auto', 'kite' or False")
-    if attention and patch_moe.attention_left(mt):
-        done.append(f"attention: left to transformers: {patch_moe.attention_left(mt)}")
+        got = norm_module(m, cls, fam.norm, partial) if norms else None
+        if got is None and mlp and cls.endswith("MLP"):
+            got = (None, unknown) if partial else mlp_module(m, cls, fam, act_name)
+        if got is None and moe and not partial:
+            got = _moe(m, cls, fam, e_act, training)
+        if got is None:
+            continue
+        if got[0] is None:
+            report.left(name, cls, got[1])
+            continue
+        plan.append((name, m, got[0], cls, got[1]))
+    rope_fn = getattr(mod, "apply_rotary_pos_emb", None)
+    use_rope = rope and rope_fn is not None and (
+        rope_fn is _rope._kite_apply_rotary_pos_emb or not partial or _rope.rope_ok(rope_fn))
+    if partial and not plan and not use_rope:
+        raise kite.Unsupported(f"kite.torch.patch: model type {mt!r} is not one kite knows, and "
+                               "it has no RMSNorm nor rotary embedding kite's ops compute; "
+                               "known: " + ", ".join(FAMILIES))
+    state = model.__dict__.get("_kite_patch") or _PatchState()
+    for name, m, new, cls, form in plan:
+        new.train(m.training)
+        _set(model, name, new)
+        state.modules.append((name, m, new))
+        if form is not None:
+            report.replaced(name, cls, form)
+    if use_rope:
+        _rope.install(mod, model)
+        state.rope = mod
+        report.replaced(mod.__name__, "apply_rotary_pos_emb", f"rope ({fam.rope})",
+                        line=f"{mod.__name__}.apply_rotary_pos_emb -> rope")
+        for fname in patch_moe.patch_rope(mt, mod):
+            report.replaced(mod.__name__, fname, "rope", line=f"{mod.__name__}.{fname} -> rope")
+    elif rope and partial and rope_fn is not None:
+        why = "it is not transformers' rotation on probe inputs"
+        report.left(mod.__name__, "apply_rotary_pos_emb", why,
+                    line=f"{mod.__name__}.apply_rotary_pos_emb: left to torch: {why}")
+    if attention and partial:
+        report.left("attention", "attention", unknown,
+                    line=f"attention: left to torch: {unknown}")
+    elif attention and patch_moe.attention_left(mt):
+        why = patch_moe.attention_left(mt)
+        report.left("attention", "attention", why, line=f"attention: left to transformers: {why}")
     elif attention:
-        mode = "kite" if attention == "kite" else "auto"
-        for m in model.modules():  # read by kite_attention_forward (module attributes: no state)
-            if type(m).__name__.endswith("Attention"):
-                m._kite_attention = mode
-        before = getattr(cfg, "_attn_implementation", None) or "eager"
-        if before != "kite":
-            _register_attention()
-            if hasattr(model, "set_attn_implementation"):
-                model.set_attn_implementation("kite")
-            else:
-                cfg._attn_implementation = "kite"
-            state.attn = before
-            done.append("attention: -> kite sdpa (attn_implementation='kite'; differentiable: "
-                        "kite's sdpa_backward)")
-            if mode == "auto":
-                done.append("attention: a call on CUDA that needs a gradient runs torch's "
-                            "scaled_dot_product_attention (its flash / cuDNN backward is faster "
-                            "than kite's sdpa_backward on Hopper today; attention='kite' keeps "
-                            "kite's)")
-            dropout = float(getattr(cfg, "attention_dropout", 0.0) or 0.0)
-            if dropout:
-                done.append(f"attention: dropout {dropout:g} in training mode runs the same "
-                            "attention in torch ops (kite's sdpa has no dropout)")
+        _patch_attention(model, cfg, attention, state, report)
     lm = _causal_lm(model) if loss else None
-    if lm is not None and not getattr(lm.forward, "_kite_lm_forward", False):
+    if lm is not None and partial:
+        report.left("lm_head + loss", "lm_head + loss", unknown,
+                    line=f"lm_head + loss: left to torch: {unknown}")
+    elif lm is not None and not getattr(lm.forward, "_kite_lm_forward", False):
         state.forward = (lm, lm.__dict__.get("forward"))
         lm.forward = _make_lm_forward(lm, lm.forward, mt)
-        done.append("lm_head + loss: forward(labels=...) in training -> kite fused linear "
-                    "cross-entropy (no [tokens, vocab] logits)")
+        report.replaced("lm_head", "lm_head + loss", "fused linear cross-entropy",
+                        line="lm_head + loss: forward(labels=...) in training -> kite fused linear "
+                             "cross-entropy (no [tokens, vocab] logits)")
+    for q in fam.quirks:
+        report.append(f"{mt}: {q}")
     model.__dict__["_kite_patch"] = state
-    return done
+    return report
+
+
+def _patch_attention(model, cfg, attention, state, report):
+    mode = "kite" if attention == "kite" else "auto"
+    for m in model.modules():  # read by kite_attention_forward (module attributes: no state)
+        if type(m).__name__.endswith("Attention"):
+            m._kite_attention = mode
+    before = getattr(cfg, "_attn_implementation", None) or "eager"
+    if before == "kite":
+        return
+    _register_attention()
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation("kite")
+    else:
+        cfg._attn_implementation = "kite"
+    state.attn = before
+    report.replaced("attention", "attention", "kite sdpa",
+                    line="attention: -> kite sdpa (attn_implementation='kite'; differentiable: "
+                         "kite's sdpa_backward)")
+    if mode == "auto":
+        report.append("attention: a call on CUDA that needs a gradient runs torch's "
+                      "scaled_dot_product_attention (its flash / cuDNN backward is faster than "
+                      "kite's sdpa_backward on Hopper today; attention='kite' keeps kite's)")
+    dropout = float(getattr(cfg, "attention_dropout", 0.0) or 0.0)
+    if dropout:
+        report.append(f"attention: dropout {dropout:g} in training mode runs the same attention "
+                      "in torch ops (kite's sdpa has no dropout)")
 
 
 def unpatch(model):
@@ -546,12 +458,10 @@ def unpatch(model):
             lm.forward = before
         done.append("lm_head + loss: the model's own forward")
     if state.rope is not None:
-        users = _rope_users.get(state.rope)
-        if users is not None:
-            users.discard(model)
-        if not users:
-            unpatch_rotary(state.rope)
-            done.append(f"{state.rope}: apply_rotary_pos_emb restored")
+        if _rope.last_user(state.rope, model):  # the family's own functions first
+            patch_moe.unpatch_rope_all(state.rope)
+        if _rope.release(state.rope, model):
+            done.append(f"{state.rope.__name__}.apply_rotary_pos_emb restored")
     return done
 
 
@@ -559,5 +469,4 @@ def unpatch_rotary(model_type):
     """Restores a family's apply_rotary_pos_emb (patch replaces it module-wide)."""
     mod = _modeling(model_type)
     patch_moe.unpatch_rope(model_type, mod)
-    if mod.apply_rotary_pos_emb is _kite_apply_rotary_pos_emb:
-        mod.apply_rotary_pos_emb = _saved.get(model_type, _orig_apply)
+    _rope.restore(mod)

@@ -168,14 +168,14 @@ def _route_opts(mt, m, cfg):
 def _router(mt, name, m, cfg, training, done):
     cls = type(m).__name__
     if training:
-        done.append(f"{name}: {cls} left to torch: moe_route: kite has no backward for it yet and "
-                    "the model is in training mode")
+        done.left(name, cls, "moe_route: kite has no backward for it yet and the model is in "
+                  "training mode")
         return None
     route_bias = getattr(m, "e_score_correction_bias", None) if mt == "deepseek_v3" else None
     new = KiteMoeRouter(m.weight, getattr(m, "bias", None) if mt == "gpt_oss" else None,
                         route_bias, _route_opts(mt, m, cfg), mt == "deepseek_v3", m)
     _keep_router_logits(m, new)
-    done.append(f"{name}: {cls} -> moe_route ({new.extra_repr()})")
+    done.replaced(name, cls, f"moe_route ({new.extra_repr()})")
     return new
 
 
@@ -198,18 +198,17 @@ def _experts(mt, name, m, cfg, training, done):
     cls = type(m).__name__
     if mt == "gpt_oss":
         if not _is_param(m, "gate_up_proj_bias", "down_proj_bias"):
-            done.append(f"{name}: {cls} left to torch: no gate_up_proj_bias / down_proj_bias")
+            done.left(name, cls, "no gate_up_proj_bias / down_proj_bias")
             return None
         act = _SWIGLU_OAI
     else:
         act = _EXPERT_ACTS.get(getattr(cfg, "hidden_act", "silu"))
     if act is None:
-        done.append(f"{name}: {cls} left to torch: activation {cfg.hidden_act!r} has no "
-                    "fused_moe_ex form")
+        done.left(name, cls, f"activation {cfg.hidden_act!r} has no fused_moe_ex form")
         return None
     if training:
-        done.append(f"{name}: {cls} left to torch: fused_moe_ex: kite has no backward for it yet "
-                    "and the model is in training mode")
+        done.left(name, cls, "fused_moe_ex: kite has no backward for it yet and the model is in "
+                  "training mode")
         return None
     if mt == "gpt_oss":  # stored [E, H, 2I] / [E, I, H]: fused_moe_ex's transposed orientation
         new = KiteMoeExperts(m.gate_up_proj, m.gate_up_proj_bias, m.down_proj, m.down_proj_bias,
@@ -217,7 +216,7 @@ def _experts(mt, name, m, cfg, training, done):
     else:
         new = KiteMoeExperts(m.gate_up_proj, None, m.down_proj, None,
                              (act, _SPLIT, 1.702, 0.0, 0), m)
-    done.append(f"{name}: {cls} -> fused_moe_ex ({new.extra_repr()})")
+    done.replaced(name, cls, f"fused_moe_ex ({new.extra_repr()})")
     return new
 
 
@@ -228,8 +227,8 @@ def _is_param(m, *names):
 def replace(name, m, mt, cfg, training, done, norms=True, moe=True):
     """patch.py's walk, for a module m (named name) of a model of family mt in FAMILIES: (handled,
     new). handled: this module decides m (new is its replacement, or None to leave m to torch);
-    not handled: patch.py's generic rules decide. Appends to done what it replaced or left and
-    why."""
+    not handled: patch.py's generic rules decide. Reports to done (patch's families.Report) what
+    it replaced or left and why."""
     cls = type(m).__name__
     if isinstance(m, (KiteMoeRouter, KiteMoeExperts, CastRMSNorm)):
         return True, None
@@ -238,7 +237,7 @@ def replace(name, m, mt, cfg, training, done, norms=True, moe=True):
             return True, None
         new = CastRMSNorm(m.weight.shape[0], eps=m.variance_epsilon, weight=False)
         new.weight = m.weight
-        done.append(f"{name}: {cls} -> RMSNorm (result in the input's dtype)")
+        done.replaced(name, cls, "RMSNorm (result in the input's dtype)")
         return True, new
     if cls.endswith(("TopKRouter", "TopkRouter")) and _is_param(m, "weight"):
         return True, (_router(mt, name, m, cfg, training, done) if moe else None)
@@ -262,10 +261,19 @@ def _kite_apply_rotary_pos_emb_interleave(q, k, cos, sin, position_ids=None, uns
     return _patch()._kite_apply_rotary_pos_emb(split(q), split(k), cos, sin)
 
 
-# family -> {function name in its modeling module: kite's replacement}, besides
-# apply_rotary_pos_emb (patch.py's)
+def _kite_apply_rotary_pos_emb_half(q, k, cos, sin, unsqueeze_dim=1):
+    """gpt-oss's apply_rotary_pos_emb on kite's rope: its cos / sin [B|1, S, D / 2] hold each
+    frequency once (not the halves repeated), and its rotation is neox's (the first half of each
+    head against the second), so it is patch.py's kite rope with the halves repeated."""
+    return _patch()._kite_apply_rotary_pos_emb(q, k, torch.cat((cos, cos), dim=-1),
+                                               torch.cat((sin, sin), dim=-1), unsqueeze_dim)
+
+
+# family -> {function name in its modeling module: kite's replacement}: functions besides
+# apply_rotary_pos_emb (patch.py's), or in its place where the family's differs
 ROPE_FUNCTIONS = {"deepseek_v3": {"apply_rotary_pos_emb_interleave":
-                                  _kite_apply_rotary_pos_emb_interleave}}
+                                  _kite_apply_rotary_pos_emb_interleave},
+                  "gpt_oss": {"apply_rotary_pos_emb": _kite_apply_rotary_pos_emb_half}}
 _ROPE_SAVED = {}
 
 
@@ -277,8 +285,15 @@ def patch_rope(mt, mod):
         if getattr(mod, fname, None) is not fn and hasattr(mod, fname):
             _ROPE_SAVED[(mt, fname)] = getattr(mod, fname)
             setattr(mod, fname, fn)
-        names.append(fname)
+        if fname != "apply_rotary_pos_emb":  # that one patch.py reports
+            names.append(fname)
     return names
+
+
+def unpatch_rope_all(mod):
+    """Restores what patch_rope swapped in the modeling module mod, whichever family's it is."""
+    for mt in ROPE_FUNCTIONS:
+        unpatch_rope(mt, mod)
 
 
 def unpatch_rope(mt, mod):
