@@ -616,8 +616,8 @@ KITE_API kite_status kite_moe_route(kite_ctx *ctx, const DLTensor *logits, const
 /* Layout of the 2I rows of each w13[e] (and of b13[e]). */
 typedef enum kite_moe_layout {
   KITE_MOE_SPLIT = 0,      /* rows [0, I) gate, [I, 2I) up (kite_fused_moe's) */
-  KITE_MOE_INTERLEAVED = 1 /* row 2i gate i, row 2i+1 up i: gpt-oss's gate_up_proj, whose
-                            * [E, H, 2I] transposed to [E, 2I, H] needs no de-interleaving */
+  KITE_MOE_INTERLEAVED = 1 /* row 2i gate i, row 2i+1 up i: gpt-oss's gate_up_proj [E, H, 2I]
+                            * (its columns: read with kite_moe_opts.transposed) */
 } kite_moe_layout;
 
 typedef struct kite_moe_opts {

@@ -707,8 +707,8 @@ _PARTS = [
     (
         'typedef enum kite_moe_layout {\n'
         "  KITE_MOE_SPLIT = 0,      /* rows [0, I) gate, [I, 2I) up (kite_fused_moe's) */\n"
-        "  KITE_MOE_INTERLEAVED = 1 /* row 2i gate i, row 2i+1 up i: gpt-oss's gate_up_proj, whose\n"
-        '                            * [E, H, 2I] transposed to [E, 2I, H] needs no de-interleaving */\n'
+        "  KITE_MOE_INTERLEAVED = 1 /* row 2i gate i, row 2i+1 up i: gpt-oss's gate_up_proj [E, H, 2I]\n"
+        '                            * (its columns: read with kite_moe_opts.transposed) */\n'
         '} kite_moe_layout;'
     ),
     (
