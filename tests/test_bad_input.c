@@ -446,7 +446,8 @@ static const bad_case g_cases[] = {
     T("fused_moe", "ids", SET_INT, OK, 0, 9), /* an expert outside [0, E) contributes nothing */
 
     /* MoE of today's models: moe_route(logits[3, 32], bias[32], k 4, groups), fused_moe_ex with
-     * b13[E, 2I], b2[E, H], the load-balancing loss over ids[3, 4] and mask[3]. */
+     * b13[E, 2I], b2[E, H] (w13 [2, 8, 32], w2 [2, 32, 4]: the transposed layout's shapes wrong),
+     * the load-balancing loss over ids[3, 4] and mask[3]. */
     P("moe_route", "k", 0, INV), P("moe_route", "k", 33, INV), P("moe_route", "score", 3, INV),
     P("moe_route", "score", 1, OK), P("moe_route", "score", 2, OK),
     P("moe_route", "n_group", 0, INV), P("moe_route", "n_group", 5, INV),
@@ -462,7 +463,9 @@ static const bad_case g_cases[] = {
     P("fused_moe_ex", "layout", 1, OK), P("fused_moe_ex", "limit", -1, INV),
     P("fused_moe_ex", "limit", 7, OK), P("fused_moe_ex", "alpha", INFINITY, INV),
     ALIAS("fused_moe_ex", "y", "b2", INV), ALIAS("fused_moe_ex", "y", "x", INV),
-    T("fused_moe_ex", "ids", SET_INT, OK, 0, 9),
+    T("fused_moe_ex", "ids", SET_INT, OK, 0, 9), P("fused_moe_ex", "transposed", 2, INV),
+    P("fused_moe_ex", "transposed", -1, INV),
+    P("fused_moe_ex", "transposed", 1, INV), /* w13 [2, 8, 32] read as [E, H=8, 2I]: H != 32 */
     T("moe_aux_loss moe_aux_loss_backward", "mask", SET_DIM, INV, 0, 4),
     T("moe_aux_loss moe_aux_loss_backward", "ids", SET_DIM, INV, 0, 2),
     T("moe_aux_loss moe_aux_loss_backward", "ids", SET_INT, OK, 0, 99),

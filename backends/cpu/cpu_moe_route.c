@@ -5,8 +5,9 @@
  * moe_route: per token, f32 scores, the f32 keys of kite.h, group keys, then k passes of
  * arg-max (strict >: the lower id keeps a tie); tokens over threads.
  * fused_moe_ex: per token, each chosen expert's gate/up rows (in the layout of the options)
- * dotted with x, the clamp and activation, the intermediate rounded to the dtype, then w2's rows;
- * tokens over threads, each output row written once.
+ * dotted with x (transposed weights: x's elements times the stored rows, summed), the clamp and
+ * activation, the intermediate rounded to the dtype, then w2 likewise; tokens over threads, each
+ * output row written once.
  * moe_aux_loss: expert counts and softmax sums over the rows in order (float64 accumulators:
  * deterministic), then the loss; the backward's rows over threads.
  */
@@ -122,8 +123,25 @@ kite_status cpu_moe_route_scalar(const kite_kernel *kk, kite_ctx *ctx, const voi
 
 typedef struct moe_job {
   const kite_moe_ex_args *a;
-  float *scratch; /* per slot: x[H], act[I], acc[H] */
+  float *scratch; /* per slot: x[H], acc[H], out[H], gu[2I], act[I] */
 } moe_job;
+
+/* y[n] = sum over c < K of w(n, c) v[c] for n < N, w stored [N, K] (a dot per row) or, tr,
+ * [K, N] (an axpy per stored row, so that both walk memory in order). */
+static void matvec(kite_dtype t, const char *w, int tr, int64_t n, int64_t k, const float *v,
+                   float *y) {
+  if (tr) {
+    for (int64_t i = 0; i < n; i++) y[i] = 0.0f;
+    for (int64_t c = 0; c < k; c++)
+      for (int64_t i = 0; i < n; i++) y[i] += v[c] * kite_load_f32(t, w, c * n + i);
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    float d = 0.0f;
+    for (int64_t c = 0; c < k; c++) d += v[c] * kite_load_f32(t, w, i * k + c);
+    y[i] = d;
+  }
+}
 
 static void moe_task(const void *job, int64_t begin, int64_t end, int slot) {
   const moe_job *mj = job;
@@ -132,27 +150,22 @@ static void moe_task(const void *job, int64_t begin, int64_t end, int slot) {
   const kite_moe_opts *o = &ax->opts;
   const kite_dtype t = a->dtype;
   const int64_t H = a->hidden, I = a->inter, es = cpu_esize(t);
-  const int il = o->layout == KITE_MOE_INTERLEAVED;
+  const int il = o->layout == KITE_MOE_INTERLEAVED, tr = o->transposed != 0;
   const float lim = o->limit;
-  float *x = mj->scratch + (size_t)slot * (size_t)(2 * H + I), *act = x + H, *acc = act + I;
+  float *x = mj->scratch + (size_t)slot * (size_t)(3 * H + 3 * I), *acc = x + H, *out = acc + H;
+  float *gu = out + H, *act = gu + 2 * I;
   for (int64_t r = begin; r < end; r++) {
     for (int64_t c = 0; c < H; c++) x[c] = kite_load_f32(t, a->x, r * a->x_stride + c), acc[c] = 0;
     for (int64_t j = 0; j < a->topk; j++) {
       const int64_t e = a->ids[r * a->ids_stride + j];
       const float p = a->weights[r * a->weights_stride + j];
       if (e < 0 || e >= a->experts) continue;
-      const char *w13 = (const char *)a->w13 + e * 2 * I * H * es;
-      const char *w2 = (const char *)a->w2 + e * H * I * es;
+      matvec(t, (const char *)a->w13 + e * 2 * I * H * es, tr, 2 * I, H, x, gu);
       for (int64_t i = 0; i < I; i++) {
         const int64_t gr = il ? 2 * i : i, ur = il ? 2 * i + 1 : I + i;
         float gate = ax->b13 ? kite_load_f32(t, ax->b13, e * 2 * I + gr) : 0.0f;
         float up = ax->b13 ? kite_load_f32(t, ax->b13, e * 2 * I + ur) : 0.0f;
-        float gs = 0.0f, us = 0.0f;
-        for (int64_t c = 0; c < H; c++) {
-          gs += x[c] * kite_load_f32(t, w13, gr * H + c);
-          us += x[c] * kite_load_f32(t, w13, ur * H + c);
-        }
-        gate += gs, up += us;
+        gate += gu[gr], up += gu[ur];
         if (lim > 0) gate = fminf(gate, lim), up = fmaxf(fminf(up, lim), -lim);
         float v;
         if (a->act == KITE_MOE_SWIGLU_OAI)
@@ -168,9 +181,9 @@ static void moe_task(const void *job, int64_t begin, int64_t end, int slot) {
         kite_store_f32(t, &u, 0, v); /* the intermediate, rounded to the dtype */
         act[i] = kite_load_f32(t, &u, 0);
       }
+      matvec(t, (const char *)a->w2 + e * H * I * es, tr, H, I, act, out);
       for (int64_t c = 0; c < H; c++) {
-        float v = 0.0f;
-        for (int64_t i = 0; i < I; i++) v += act[i] * kite_load_f32(t, w2, c * I + i);
+        float v = out[c];
         if (ax->b2) v += kite_load_f32(t, ax->b2, e * H + c);
         acc[c] += p * v;
       }
@@ -184,7 +197,7 @@ kite_status cpu_fused_moe_ex_scalar(const kite_kernel *kk, kite_ctx *ctx, const 
   const kite_moe_args *m = &a->moe;
   const int parts =
       cpu_parallel_parts(ctx, m->tokens, m->tokens * m->topk * 3 * m->inter * m->hidden);
-  moe_job j = {a, malloc(sizeof(float) * (size_t)(2 * m->hidden + m->inter) * (size_t)parts)};
+  moe_job j = {a, malloc(sizeof(float) * (size_t)(3 * m->hidden + 3 * m->inter) * (size_t)parts)};
   if (!j.scratch) return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "fused_moe_ex: cpu: no memory");
   cpu_parallel_run(parts, m->tokens, moe_task, &j);
   free(j.scratch);

@@ -6,7 +6,8 @@
  * by top-2 sums, then k arg-max passes (strict >: the lower id keeps a tie).
  * fused_moe_ex, a block per token: for each pick, the threads share the I intermediate values
  * (gate/up dots, clamp, activation, rounded to the dtype), then the H outputs (w2 dots, b2),
- * accumulated in registers of the thread that owns the output column.
+ * accumulated in registers of the thread that owns the output column. Transposed weights are
+ * read in place through element strides.
  * moe_aux_loss: the row max and sum of each softmax (a thread per row), the expert sums c_e,
  * P_e in row order (a thread per expert: deterministic), then the loss (one thread) or the
  * gradient rows (a thread per row).
@@ -101,6 +102,11 @@ template <typename T> __global__ void moe_ex_kernel(kite_moe_ex_args ax, float *
   const int64_t r = blockIdx.x, H = a.hidden, I = a.inter;
   const bool il = ax.opts.layout == KITE_MOE_INTERLEAVED;
   const float lim = ax.opts.limit, alpha = ax.opts.alpha;
+  /* element strides of w13[e]'s (row n of 2I, column c of H) and w2[e]'s (row c of H, column i
+   * of I): transposed, consecutive threads read consecutive columns of the stored rows */
+  const bool tr = ax.opts.transposed != 0;
+  const int64_t w13_sn = tr ? 1 : H, w13_sc = tr ? 2 * I : 1;
+  const int64_t w2_sn = tr ? 1 : I, w2_sc = tr ? H : 1;
   const T *x = (const T *)a.x + r * a.x_stride, *b13 = (const T *)ax.b13, *b2 = (const T *)ax.b2;
   float *act = ws + r * I, *acc = ws + a.tokens * I + r * H;
   for (int64_t c = threadIdx.x; c < H; c += blockDim.x) acc[c] = 0.0f;
@@ -115,8 +121,8 @@ template <typename T> __global__ void moe_ex_kernel(kite_moe_ex_args ax, float *
       float gs = 0.0f, us = 0.0f;
       for (int64_t c = 0; c < H; c++) {
         const float xv = to_float(x[c]);
-        gs = fmaf(xv, to_float(w13[gr * H + c]), gs);
-        us = fmaf(xv, to_float(w13[ur * H + c]), us);
+        gs = fmaf(xv, to_float(w13[gr * w13_sn + c * w13_sc]), gs);
+        us = fmaf(xv, to_float(w13[ur * w13_sn + c * w13_sc]), us);
       }
       float gate = gs + (b13 ? to_float(b13[e * 2 * I + gr]) : 0.0f);
       float up = us + (b13 ? to_float(b13[e * 2 * I + ur]) : 0.0f);
@@ -133,7 +139,7 @@ template <typename T> __global__ void moe_ex_kernel(kite_moe_ex_args ax, float *
     __syncthreads();
     for (int64_t c = threadIdx.x; c < H; c += blockDim.x) {
       float v = b2 ? to_float(b2[e * H + c]) : 0.0f;
-      for (int64_t i = 0; i < I; i++) v = fmaf(act[i], to_float(w2[c * I + i]), v);
+      for (int64_t i = 0; i < I; i++) v = fmaf(act[i], to_float(w2[c * w2_sn + i * w2_sc]), v);
       acc[c] = fmaf(p, v, acc[c]);
     }
   }

@@ -9,6 +9,8 @@
  * fused_moe (and fused_moe_ex): per token, for each chosen expert e with weight p:
  *   [gate; up] = w13[e] x + b13[e], a = act(gate, up) rounded to the dtype,
  *   y += p * (w2[e] a + b2[e]).
+ * Transposed weights (w13 [E, H, 2I], w2 [E, I, H]) are read through element strides: row n,
+ * column c of the product's matrix at n * sn + c * sc.
  */
 #include <stdlib.h>
 
@@ -85,6 +87,9 @@ static kite_status moe_run(const kite_moe_args *a, const void *b13, const void *
   const int64_t h = a->hidden, in = a->inter;
   const bool il = o->layout == KITE_MOE_INTERLEAVED;
   const double lim = o->limit;
+  /* strides of w13[e]'s (row n of 2I, column c of H) and w2[e]'s (row c of H, column i of I) */
+  const int64_t w13_sn = o->transposed ? 1 : h, w13_sc = o->transposed ? 2 * in : 1;
+  const int64_t w2_sn = o->transposed ? 1 : in, w2_sc = o->transposed ? h : 1;
   double *acc = malloc((size_t)h * sizeof *acc);
   float *act = malloc((size_t)(in > 0 ? in : 1) * sizeof *act);
   if (!acc || !act) {
@@ -106,8 +111,8 @@ static kite_status moe_run(const kite_moe_args *a, const void *b13, const void *
         double up = b13 ? kite_load_f32(t, b13, e * 2 * in + ur) : 0.0;
         for (int64_t c = 0; c < h; c++) {
           const double xv = kite_load_f32(t, a->x, x0 + c);
-          gate += xv * kite_load_f32(t, a->w13, w13_0 + gr * h + c);
-          up += xv * kite_load_f32(t, a->w13, w13_0 + ur * h + c);
+          gate += xv * kite_load_f32(t, a->w13, w13_0 + gr * w13_sn + c * w13_sc);
+          up += xv * kite_load_f32(t, a->w13, w13_0 + ur * w13_sn + c * w13_sc);
         }
         if (lim > 0) gate = fmin(gate, lim), up = fmax(fmin(up, lim), -lim);
         double g;
@@ -120,7 +125,7 @@ static kite_status moe_run(const kite_moe_args *a, const void *b13, const void *
       for (int64_t c = 0; c < h; c++) {
         double v = b2 ? kite_load_f32(t, b2, e * h + c) : 0.0;
         for (int64_t i = 0; i < in; i++)
-          v += (double)act[i] * kite_load_f32(t, a->w2, w2_0 + c * in + i);
+          v += (double)act[i] * kite_load_f32(t, a->w2, w2_0 + c * w2_sn + i * w2_sc);
         acc[c] += p * v;
       }
     }
@@ -135,7 +140,8 @@ kite_status ref_fused_moe_run(const kite_kernel *k, kite_ctx *ctx, const void *a
   const kite_moe_args *a = args;
   if (!a || a->op != KITE_OP_FUSED_MOE)
     return kite_set_error(KITE_ERR_INVALID_ARG, "fused_moe: ref: bad args");
-  const kite_moe_opts o = {.act = a->act, .layout = KITE_MOE_SPLIT, .alpha = 0, .limit = 0};
+  const kite_moe_opts o = {
+      .act = a->act, .layout = KITE_MOE_SPLIT, .alpha = 0, .limit = 0, .transposed = 0};
   return moe_run(a, NULL, NULL, &o);
 }
 

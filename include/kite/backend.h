@@ -44,8 +44,9 @@ extern "C" {
  *    byte_offset names nothing there, so the backend maps (handle, offset) to the address its
  *    kernels get; copy and memset take such addresses too.
  * 5: kite_backend gained graph_begin / graph_end / graph_launch / graph_destroy (kite.h
- *    "Graphs"); the attention args structs gained sinks (and
- *    dsinks for the backwards). */
+ *    "Graphs"); the attention args structs gained sinks (and dsinks for the backwards);
+ *    kite_moe_opts (in kite_moe_ex_args) gained transposed (a kernel built before it would read
+ *    gpt-oss's transposed experts as [E, 2I, H] / [E, H, I]). */
 #define KITE_BACKEND_ABI_VERSION 5u
 
 typedef struct kite_backend kite_backend;
@@ -469,7 +470,8 @@ typedef struct kite_route_args {
 } kite_route_args;
 
 /* fused_moe_ex: kite_moe_args (op KITE_OP_FUSED_MOE_EX; its act is opts.act) plus b13[experts,
- * 2*inter] and b2[experts, hidden] compact or NULL, and the options. */
+ * 2*inter] and b2[experts, hidden] compact or NULL, and the options; with opts.transposed, w13 is
+ * [experts, hidden, 2*inter] and w2 [experts, inter, hidden] (compact). */
 typedef struct kite_moe_ex_args {
   kite_op op;
   kite_dtype dtype;

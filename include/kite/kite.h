@@ -642,8 +642,8 @@ KITE_API kite_status kite_moe_route(kite_ctx *ctx, const DLTensor *logits, const
 /* Layout of the 2I rows of each w13[e] (and of b13[e]). */
 typedef enum kite_moe_layout {
   KITE_MOE_SPLIT = 0,      /* rows [0, I) gate, [I, 2I) up (kite_fused_moe's) */
-  KITE_MOE_INTERLEAVED = 1 /* row 2i gate i, row 2i+1 up i: gpt-oss's gate_up_proj, whose
-                            * [E, H, 2I] transposed to [E, 2I, H] needs no de-interleaving */
+  KITE_MOE_INTERLEAVED = 1 /* row 2i gate i, row 2i+1 up i: gpt-oss's gate_up_proj [E, H, 2I]
+                            * (its columns: read with kite_moe_opts.transposed) */
 } kite_moe_layout;
 
 typedef struct kite_moe_opts {
@@ -652,9 +652,13 @@ typedef struct kite_moe_opts {
   float alpha;            /* SWIGLU_OAI's sigmoid slope (gpt-oss: 1.702); unused otherwise */
   float limit;            /* > 0: gate clamped to <= limit, up to [-limit, limit] before the
                            * activation, for every act (gpt-oss: 7.0); 0: no clamp */
+  int32_t transposed;     /* 0: w13 [E, 2I, H], w2 [E, H, I] (rows = outputs); 1: both stored
+                           * transposed, w13 [E, H, 2I] (its 2I columns in layout's order) and
+                           * w2 [E, I, H] (columns = outputs), read in place: gpt-oss's
+                           * gate_up_proj and down_proj as they are */
 } kite_moe_opts;
 
-/* act silu, split layout, alpha 1.702, limit 0. */
+/* act silu, split layout, alpha 1.702, limit 0, not transposed. */
 KITE_API kite_moe_opts kite_moe_opts_default(void);
 
 /* kite_fused_moe with expert biases, the clamp, gpt-oss's activation and the interleaved layout:
@@ -669,11 +673,15 @@ KITE_API kite_moe_opts kite_moe_opts_default(void);
  * MoE's sigmoid shared_expert_gate: a [T, 1] column) and adds it to y; or passes the shared
  * expert as one more expert of w13/w2 with weight 1 (or its gate) in an extra column of
  * weights/ids.
+ * With opts.transposed, w13[e] and w2[e] above stand for the transposes of the stored
+ * [H, 2I] and [I, H] matrices (gpt-oss: gate_up_proj, gate_up_proj_bias as b13, down_proj,
+ * down_proj_bias as b2, layout interleaved, act swiglu_oai, alpha 1.702, limit 7).
  * Experts kept in GGUF blocks as stored (gpt-oss's MXFP4) run through kite_group_gemm_gguf on
  * the tokens sorted by expert: gate_up (with b13), the activation above on its interleaved
  * gate / up columns, then down (with b2); fused_moe_ex itself takes float weights only.
  * Errors: as kite_fused_moe, plus bias shapes and dtypes, act, layout, alpha not finite,
- * limit < 0 or not finite. */
+ * limit < 0 or not finite, transposed not 0 or 1; w13 and w2 shaped for the other orientation
+ * (w13 not [E, H, 2I] or w2 not [E, I, H] when transposed) are INVALID_ARG. */
 KITE_API kite_status kite_fused_moe_ex(kite_ctx *ctx, const DLTensor *x, const DLTensor *w13,
                                        const DLTensor *b13, const DLTensor *w2, const DLTensor *b2,
                                        const DLTensor *weights, const DLTensor *ids,

@@ -733,8 +733,8 @@ _PARTS = [
     (
         'typedef enum kite_moe_layout {\n'
         "  KITE_MOE_SPLIT = 0,      /* rows [0, I) gate, [I, 2I) up (kite_fused_moe's) */\n"
-        "  KITE_MOE_INTERLEAVED = 1 /* row 2i gate i, row 2i+1 up i: gpt-oss's gate_up_proj, whose\n"
-        '                            * [E, H, 2I] transposed to [E, 2I, H] needs no de-interleaving */\n'
+        "  KITE_MOE_INTERLEAVED = 1 /* row 2i gate i, row 2i+1 up i: gpt-oss's gate_up_proj [E, H, 2I]\n"
+        '                            * (its columns: read with kite_moe_opts.transposed) */\n'
         '} kite_moe_layout;'
     ),
     (
@@ -744,6 +744,10 @@ _PARTS = [
         "  float alpha;            /* SWIGLU_OAI's sigmoid slope (gpt-oss: 1.702); unused otherwise */\n"
         '  float limit;            /* > 0: gate clamped to <= limit, up to [-limit, limit] before the\n'
         '                           * activation, for every act (gpt-oss: 7.0); 0: no clamp */\n'
+        '  int32_t transposed;     /* 0: w13 [E, 2I, H], w2 [E, H, I] (rows = outputs); 1: both stored\n'
+        "                           * transposed, w13 [E, H, 2I] (its 2I columns in layout's order) and\n"
+        "                           * w2 [E, I, H] (columns = outputs), read in place: gpt-oss's\n"
+        '                           * gate_up_proj and down_proj as they are */\n'
         '} kite_moe_opts;'
     ),
     (
@@ -759,11 +763,15 @@ _PARTS = [
         "MoE's sigmoid shared_expert_gate: a [T, 1] column) and adds it to y; or passes the shared\n"
         'expert as one more expert of w13/w2 with weight 1 (or its gate) in an extra column of\n'
         'weights/ids.\n'
+        'With opts.transposed, w13[e] and w2[e] above stand for the transposes of the stored\n'
+        '[H, 2I] and [I, H] matrices (gpt-oss: gate_up_proj, gate_up_proj_bias as b13, down_proj,\n'
+        'down_proj_bias as b2, layout interleaved, act swiglu_oai, alpha 1.702, limit 7).\n'
         "Experts kept in GGUF blocks as stored (gpt-oss's MXFP4) run through kite_group_gemm_gguf on\n"
         'the tokens sorted by expert: gate_up (with b13), the activation above on its interleaved\n'
         'gate / up columns, then down (with b2); fused_moe_ex itself takes float weights only.\n'
         'Errors: as kite_fused_moe, plus bias shapes and dtypes, act, layout, alpha not finite,\n'
-        'limit < 0 or not finite.'
+        'limit < 0 or not finite, transposed not 0 or 1; w13 and w2 shaped for the other orientation\n'
+        '(w13 not [E, H, 2I] or w2 not [E, I, H] when transposed) are INVALID_ARG.'
     ),
     (
         'C: kite_status kite_fused_moe_ex(kite_ctx *ctx, const DLTensor *x, const DLTensor *w13,\n'

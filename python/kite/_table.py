@@ -132,7 +132,7 @@ OPS = {
     "moe_route": dict(defaults=dict(score=0, n_group=1, topk_group=1, renormalize=0, scaling=1.0),
                       out=dict(weights="new(logits, (logits.shape[0], k), 'float32')",
                                ids="new(logits, (logits.shape[0], k), 'int32')")),
-    "fused_moe_ex": dict(defaults=dict(act=0, layout=0, alpha=1.702, limit=0.0),
+    "fused_moe_ex": dict(defaults=dict(act=0, layout=0, alpha=1.702, limit=0.0, transposed=0),
                          out=dict(y="like(x)")),
     "moe_aux_loss": dict(defaults=dict(mask=None),
                          out=dict(loss="new(logits, (1,), 'float32')")),

@@ -773,19 +773,24 @@ def _swiglu_oai(gate, up, alpha, limit):
     return (up + 1) * gate * torch.sigmoid(alpha * gate)
 
 
-def fused_moe_ex(dt, dev):
-    """gpt-oss's experts: interleaved gate/up, biases, clamped SwiGLU (limit 1 clamps often)."""
+def fused_moe_ex(dt, dev, transposed=0):
+    """gpt-oss's experts: interleaved gate/up, biases, clamped SwiGLU (limit 1 clamps often);
+    transposed: the weights as gpt-oss stores them, w13 [E, H, 2I] and w2 [E, I, H]."""
     T, H, I, E, k = 5, 32, 24, 4, 2
     x = _r(T, H, dtype=dt, device=dev)
     w13 = _r(E, 2 * I, H, dtype=dt, device=dev, scale=H ** -0.5)
     b13 = _r(E, 2 * I, dtype=dt, device=dev, scale=0.5)
     w2 = _r(E, H, I, dtype=dt, device=dev, scale=I ** -0.5)
+    if transposed:  # the same matrices, stored transposed
+        w13, w2 = w13.transpose(1, 2).contiguous(), w2.transpose(1, 2).contiguous()
     b2 = _r(E, H, dtype=dt, device=dev, scale=0.5)
     wts = torch.rand(T, k, device=dev)
     ids = torch.randint(0, E, (T, k), dtype=torch.int32, device=dev)
 
     def ref(a):
         x, w13, b13, w2, b2, wts, ids = (t.double().cpu() for t in a[:7])
+        if transposed:
+            w13, w2 = w13.transpose(1, 2), w2.transpose(1, 2)
         y = torch.zeros(T, H, dtype=torch.float64)
         for t in range(T):
             for j in range(k):
@@ -794,7 +799,7 @@ def fused_moe_ex(dt, dev):
                 h = _swiglu_oai(gu[0::2], gu[1::2], 1.702, 1.0).to(dt).double()
                 y[t] += wts[t, j] * (w2[e] @ h + b2[e])
         return [y]
-    return Case([x, w13, b13, w2, b2, wts, ids, 2, 1, 1.702, 1.0], ref)
+    return Case([x, w13, b13, w2, b2, wts, ids, 2, 1, 1.702, 1.0, transposed], ref)
 
 
 def _aux_ref(z, ids, mask):
@@ -940,7 +945,8 @@ EXTRA = {"rope_gptj": ("rope", lambda dt, dev: rope(dt, dev, style=1)),
          "activation_backward_silu": ("activation_backward", activation_backward_silu),
          "cross_entropy_none": ("cross_entropy", cross_entropy_none),
          "linear_wq4_min": ("linear_wq4", lambda dt, dev: linear_wq4(dt, dev, fmt=1)),
-         "moe_route_gpt_oss": ("moe_route", moe_route_gpt_oss)}
+         "moe_route_gpt_oss": ("moe_route", moe_route_gpt_oss),
+         "fused_moe_ex_transposed": ("fused_moe_ex", lambda dt, dev: fused_moe_ex(dt, dev, 1))}
 
 TOL = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 

@@ -1,7 +1,7 @@
 """kite's MoE routing, gpt-oss experts and load-balancing loss against the modules and functions
 of transformers' modeling code (deepseek_v3, gpt_oss, qwen3_moe): the same weights and inputs,
-the same routes and outputs; the loss's backward against torch autograd of transformers'
-function."""
+the same routes and outputs; gpt-oss's experts read as stored (transposed) against float64 math;
+the loss's backward against torch autograd of transformers' function."""
 import pytest
 import torch
 from conftest import DEVICES
@@ -85,7 +85,8 @@ def test_qwen3_moe_router(device, norm):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_gpt_oss_experts(device):
+@pytest.mark.parametrize("transposed", [0, 1], ids=["copied", "in_place"])
+def test_gpt_oss_experts(device, transposed):
     torch.manual_seed(3)
     E, H, I, T, k = 8, 64, 48, 13, 4
     cfg = transformers.GptOssConfig(hidden_size=H, intermediate_size=I, num_local_experts=E,
@@ -101,14 +102,61 @@ def test_gpt_oss_experts(device):
     wts = torch.softmax(torch.randn(T, k, device=device), -1)
     with torch.no_grad():
         want = ex(x, router_indices=ids, routing_weights=wts)
-        # gpt-oss stores [E, H, 2I] with gate/up interleaved: transposed, kept interleaved
-        w13 = ex.gate_up_proj.transpose(1, 2).contiguous()
-        w2 = ex.down_proj.transpose(1, 2).contiguous()
+        # gpt-oss stores [E, H, 2I] with gate/up interleaved and [E, I, H]: read as stored
+        # (transposed 1), or as transposed copies in the [E, 2I, H] / [E, H, I] orientation
+        w13, w2 = ex.gate_up_proj, ex.down_proj
+        if not transposed:
+            w13, w2 = w13.transpose(1, 2).contiguous(), w2.transpose(1, 2).contiguous()
         got = kite.ops.fused_moe_ex(x, w13, ex.gate_up_proj_bias, w2, ex.down_proj_bias, wts,
                                     ids.to(torch.int32), act=2, layout=1, alpha=ex.alpha,
-                                    limit=ex.limit)
+                                    limit=ex.limit, transposed=transposed)
     err = (got - want).abs().max().item() / want.abs().max().item()
     assert err < 1e-5
+
+
+def _gpt_oss_experts_f64(x, gate_up, gate_up_b, down, down_b, wts, ids, alpha, limit, dt):
+    """gpt-oss's expert math in float64 on the stored weights (gate_up [E, H, 2I] interleaved,
+    down [E, I, H]), the intermediate rounded to dt as fused_moe_ex stores it."""
+    x, gate_up, gate_up_b, down, down_b, wts = (t.double().cpu() for t in
+                                                (x, gate_up, gate_up_b, down, down_b, wts))
+    ids = ids.long().cpu()
+    y = torch.zeros_like(x)
+    for t in range(x.shape[0]):
+        for j in range(ids.shape[1]):
+            e = int(ids[t, j])
+            gu = x[t] @ gate_up[e] + gate_up_b[e]
+            gate, up = gu[0::2].clamp(max=limit), gu[1::2].clamp(-limit, limit)
+            a = ((up + 1) * gate * torch.sigmoid(alpha * gate)).to(dt).double()
+            y[t] += wts[t, j] * (a @ down[e] + down_b[e])
+    return y
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_gpt_oss_experts_transposed_f64(device, dtype):
+    """fused_moe_ex with transposed = 1 on gpt-oss's stored weights against the float64 math;
+    H != 2I and I != H, so a swapped stride would read other elements."""
+    torch.manual_seed(5)
+    E, H, I, T, k, alpha, limit = 6, 40, 28, 11, 3, 1.702, 2.0  # the clamp acts often
+    x = torch.randn(T, H, device=device).to(dtype)
+    gate_up = (torch.randn(E, H, 2 * I, device=device) * H ** -0.5 * 2).to(dtype)
+    gate_up_b = (torch.randn(E, 2 * I, device=device) * 0.5).to(dtype)
+    down = (torch.randn(E, I, H, device=device) * I ** -0.5).to(dtype)
+    down_b = (torch.randn(E, H, device=device) * 0.5).to(dtype)
+    ids = torch.stack([torch.randperm(E, device=device)[:k] for _ in range(T)]).to(torch.int32)
+    wts = torch.softmax(torch.randn(T, k, device=device), -1)
+    got = kite.ops.fused_moe_ex(x, gate_up, gate_up_b, down, down_b, wts, ids, act=2, layout=1,
+                                alpha=alpha, limit=limit, transposed=1)
+    want = _gpt_oss_experts_f64(x, gate_up, gate_up_b, down, down_b, wts, ids, alpha, limit, dtype)
+    err = (got.double().cpu() - want).abs().max().item() / want.abs().max().item()
+    assert err < (1e-6 if dtype == torch.float32 else 2e-2), err
+    kw = dict(act=2, layout=1, alpha=alpha, limit=limit, transposed=1)
+    with pytest.raises(Exception, match="fused_moe_ex: transposed: .* w13"):  # [E, 2I, H]
+        kite.ops.fused_moe_ex(x, gate_up.transpose(1, 2).contiguous(), gate_up_b, down, down_b,
+                              wts, ids, **kw)
+    with pytest.raises(Exception, match=r"fused_moe_ex: w2: .*\[E, I, H\]"):  # [E, H, I]
+        kite.ops.fused_moe_ex(x, gate_up, gate_up_b, down.transpose(1, 2).contiguous(), down_b,
+                              wts, ids, **kw)
 
 
 def _hf_loss(logits, k, mask):

@@ -50,7 +50,8 @@ FAMILIES = {
 EVAL_REPORT = {
     "qwen3_moe": ["-> moe_route (k=2, score=softmax", "-> fused_moe_ex (act=silu)",
                   "-> GatedMLP", "-> RMSNorm", "apply_rotary_pos_emb -> rope", "kite sdpa"],
-    "gpt_oss": ["-> moe_route (k=2, score=softmax_topk", "GptOssExperts left to torch",
+    "gpt_oss": ["-> moe_route (k=2, score=softmax_topk", "GptOssExperts -> fused_moe_ex (act="
+                "swiglu_oai, interleaved, alpha=1.702, limit=7, biases, transposed)",
                 "-> RMSNorm (result in the input's dtype)", "apply_rotary_pos_emb -> rope",
                 "kite sdpa"],
     "deepseek_v3": ["-> moe_route (k=2, score=sigmoid, n_group=4, topk_group=2, renormalize=1, "

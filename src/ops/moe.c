@@ -57,10 +57,11 @@ static kite_status check_experts(const kite_ctx *ctx, const char *op, const char
 }
 
 /* The checks fused_moe and fused_moe_ex share, under the name op: x, w13, w2, weights, ids and
- * y (apart from every input) -> *a but for op and act; in[0..4]: the checked inputs. */
+ * y (apart from every input) -> *a but for op and act; in[0..4]: the checked inputs. tr: the
+ * weights stored transposed (w13 [E, H, 2I], w2 [E, I, H]). */
 static kite_status moe_check(kite_ctx *ctx, const char *op, const DLTensor *x, const DLTensor *w13,
                              const DLTensor *w2, const DLTensor *weights, const DLTensor *ids,
-                             DLTensor *y, kite_moe_args *a, kite_tensor in[5]) {
+                             DLTensor *y, bool tr, kite_moe_args *a, kite_tensor in[5]) {
   kite_mat xm, wm, im, ym;
   kite_tensor w13t, w2t;
   kite_status s;
@@ -69,17 +70,27 @@ static kite_status moe_check(kite_ctx *ctx, const char *op, const DLTensor *x, c
   const kite_dtype dt = xm.t.dtype;
   const int64_t t = xm.rows, h = xm.cols;
 
-  /* w13[E, 2I, H] fixes E and I; w2 must agree */
+  /* w13 ([E, 2I, H], or [E, H, 2I] transposed) fixes E and I; w2 must agree */
   if ((s = kite_tensor_check(ctx, op, "w13", w13, &w13t)) != KITE_OK) return s;
   if ((s = kite_tensor_require_ndim(op, "w13", &w13t, 3)) != KITE_OK) return s;
-  if (w13t.shape[1] % 2 != 0)
-    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: w13: dim 1 is %lld, expected 2I (even)", op,
-                          (long long)w13t.shape[1]);
-  const int64_t e = w13t.shape[0], inter = w13t.shape[1] / 2;
-  if ((s = check_experts(ctx, op, "w13", w13, dt, -1, 2 * inter, h, "[E, 2I, H]", &w13t)) !=
-      KITE_OK)
+  if (tr && w13t.shape[1] != h) /* most likely w13 in the other orientation */
+    return kite_set_error(KITE_ERR_INVALID_ARG,
+                          "%s: transposed: 1 reads w13 as [E, H, 2I], but w13 is [%lld, %lld, "
+                          "%lld] and H is %lld",
+                          op, (long long)w13t.shape[0], (long long)w13t.shape[1],
+                          (long long)w13t.shape[2], (long long)h);
+  const int d2i = tr ? 2 : 1; /* the dim of w13 that holds 2I */
+  if (w13t.shape[d2i] % 2 != 0)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: w13: dim %d is %lld, expected 2I (even)", op,
+                          d2i, (long long)w13t.shape[d2i]);
+  const int64_t e = w13t.shape[0], inter = w13t.shape[d2i] / 2;
+  /* the products' [outputs, inputs] matrices, stored as they are or transposed */
+  const int64_t n13 = 2 * inter, n2 = h;
+  if ((s = check_experts(ctx, op, "w13", w13, dt, -1, tr ? h : n13, tr ? n13 : h,
+                         tr ? "[E, H, 2I] (transposed)" : "[E, 2I, H]", &w13t)) != KITE_OK)
     return s;
-  if ((s = check_experts(ctx, op, "w2", w2, dt, e, h, inter, "[E, H, I]", &w2t)) != KITE_OK)
+  if ((s = check_experts(ctx, op, "w2", w2, dt, e, tr ? inter : n2, tr ? n2 : inter,
+                         tr ? "[E, I, H] (transposed)" : "[E, H, I]", &w2t)) != KITE_OK)
     return s;
 
   if ((s = kite_typed_mat_check(ctx, op, "weights", weights, KITE_DTYPE_F32, &wm)) != KITE_OK)
@@ -124,7 +135,8 @@ kite_status kite_fused_moe(kite_ctx *ctx, const DLTensor *x, const DLTensor *w13
   kite_moe_args a;
   kite_tensor in[5];
   kite_status s;
-  if ((s = moe_check(ctx, "fused_moe", x, w13, w2, weights, ids, y, &a, in)) != KITE_OK) return s;
+  if ((s = moe_check(ctx, "fused_moe", x, w13, w2, weights, ids, y, false, &a, in)) != KITE_OK)
+    return s;
   if (act != KITE_MOE_SILU && act != KITE_MOE_GELU)
     return kite_set_error(KITE_ERR_INVALID_ARG, "fused_moe: act: %d is not silu or gelu", (int)act);
   a.op = KITE_OP_FUSED_MOE, a.act = act;
@@ -133,7 +145,8 @@ kite_status kite_fused_moe(kite_ctx *ctx, const DLTensor *x, const DLTensor *w13
 }
 
 kite_moe_opts kite_moe_opts_default(void) {
-  kite_moe_opts o = {.act = KITE_MOE_SILU, .layout = KITE_MOE_SPLIT, .alpha = 1.702f, .limit = 0};
+  kite_moe_opts o = {
+      .act = KITE_MOE_SILU, .layout = KITE_MOE_SPLIT, .alpha = 1.702f, .limit = 0, .transposed = 0};
   return o;
 }
 
@@ -162,8 +175,13 @@ kite_status kite_fused_moe_ex(kite_ctx *ctx, const DLTensor *x, const DLTensor *
   kite_moe_ex_args a = {.op = KITE_OP_FUSED_MOE_EX};
   kite_tensor in[5], b13t, b2t;
   kite_status s;
-  if ((s = moe_check(ctx, op, x, w13, w2, weights, ids, y, &a.moe, in)) != KITE_OK) return s;
   const kite_moe_opts o = opts ? *opts : kite_moe_opts_default();
+  if ((s = kite_op_begin(ctx, op)) != KITE_OK) return s;
+  if (o.transposed != 0 && o.transposed != 1)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: transposed: %d is not 0 or 1", op,
+                          (int)o.transposed);
+  if ((s = moe_check(ctx, op, x, w13, w2, weights, ids, y, o.transposed, &a.moe, in)) != KITE_OK)
+    return s;
   const kite_moe_args *m = &a.moe;
   if ((s = check_bias(ctx, "b13", b13, m->dtype, m->experts, 2 * m->inter, "2I", &b13t)) != KITE_OK)
     return s;

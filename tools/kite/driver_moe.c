@@ -3,7 +3,8 @@
  * correction bias, groups), fused_moe_ex (expert biases, clamp, gpt-oss's SwiGLU, interleaved
  * gate/up) and the load-balancing loss with its backward. Cases cover 0, 1 and many tokens,
  * ties in the logits, every score function with and without bias, groups, renormalization and
- * scaling, both layouts, ids out of range, masks, and strided rows.
+ * scaling, both layouts, both weight orientations (gpt-oss's transposed storage), ids out of
+ * range, masks, and strided rows.
  */
 #include <math.h>
 #include <stdio.h>
@@ -53,6 +54,7 @@ static void moe_describe(const kt_case *c, char *buf, size_t n) {
     kt_cat(buf, n, &len, "T=%lld H=%lld I=%lld E=%lld k=%lld %s%s", (long long)m->tokens,
            (long long)m->hidden, (long long)m->inter, (long long)m->experts, (long long)m->k,
            act_name(m->opts.act), m->opts.layout == KITE_MOE_INTERLEAVED ? " interleaved" : "");
+    if (m->opts.transposed) kt_cat(buf, n, &len, " transposed");
     if (m->opts.limit > 0) kt_cat(buf, n, &len, " limit=%g", (double)m->opts.limit);
   } else {
     kt_cat(buf, n, &len, "T=%lld E=%lld k=%lld%s", (long long)m->tokens, (long long)m->experts,
@@ -129,7 +131,9 @@ static void moe_plan(kt_run *r, const kt_case *c) {
   }
   case KITE_OP_FUSED_MOE_EX: {
     const int64_t H = m->hidden, I = m->inter;
-    const int64_t w13[3] = {E, 2 * I, H}, w2[3] = {E, H, I}, b13[2] = {E, 2 * I}, b2[2] = {E, H};
+    const int tr = m->opts.transposed != 0; /* gpt-oss's [E, H, 2I] and [E, I, H] */
+    const int64_t w13[3] = {E, tr ? H : 2 * I, tr ? 2 * I : H};
+    const int64_t w2[3] = {E, tr ? I : H, tr ? H : I}, b13[2] = {E, 2 * I}, b2[2] = {E, H};
     const float wamp = 2.0f / sqrtf((float)(H > 0 ? H : 1)); /* gate, up of order 1 */
     kt_bind(r, "x", kt_add_matrix(r, "x", t, KT_IN, T, H, m->pad, -1, 1));
     kt_bind(r, "w13", kt_add_tensor(r, "w13", t, KT_IN, 3, w13, KT_FILL_UNIFORM, -wamp, wamp));
@@ -177,7 +181,7 @@ KT_SCALARS(moe_scalar, KT_FIELD("k", 'l', moe.k), KT_FIELD("score", 'i', moe.rou
            KT_FIELD("renormalize", 'i', moe.route.renormalize),
            KT_FIELD("scaling", 'f', moe.route.scaling), KT_FIELD("act", 'i', moe.opts.act),
            KT_FIELD("layout", 'i', moe.opts.layout), KT_FIELD("alpha", 'f', moe.opts.alpha),
-           KT_FIELD("limit", 'f', moe.opts.limit))
+           KT_FIELD("limit", 'f', moe.opts.limit), KT_FIELD("transposed", 'i', moe.opts.transposed))
 
 /* NMSE bounds against the float64 ref.
  *   moe_route: weights are f32 scores (~1e-14); ids are compared as numbers under the same
@@ -257,20 +261,27 @@ typedef struct ex_geom {
   kite_moe_act act;
   kite_moe_layout layout;
   float limit;
-  int bias, oob;
+  int bias, oob, transposed;
 } ex_geom;
 
+/* The transposed rows are gpt-oss's storage: interleaved, biases, clamped SwiGLU, w13 [E, H, 2I]
+ * and w2 [E, I, H]; H != 2I and I != H so a swapped stride reads the wrong elements. */
 static const ex_geom g_ex[] = {
-    {0, 64, 48, 8, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 7.0f, 1, 0},
-    {1, 64, 48, 8, 4, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 7.0f, 1, 1},
-    {17, 40, 24, 8, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_SPLIT, 0.5f, 1, 0},
-    {33, 33, 20, 4, 2, KITE_MOE_SILU, KITE_MOE_SPLIT, 0.0f, 1, 1},
-    {5, 17, 3, 3, 3, KITE_MOE_GELU, KITE_MOE_INTERLEAVED, 0.7f, 0, 0},
-    {3, 17, 0, 3, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_SPLIT, 7.0f, 1, 0},
-    {16, 128, 127, 8, 2, KITE_MOE_SILU, KITE_MOE_SPLIT, 0.0f, 0, 1}};
+    {0, 64, 48, 8, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 7.0f, 1, 0, 0},
+    {1, 64, 48, 8, 4, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 7.0f, 1, 1, 0},
+    {17, 40, 24, 8, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_SPLIT, 0.5f, 1, 0, 0},
+    {33, 33, 20, 4, 2, KITE_MOE_SILU, KITE_MOE_SPLIT, 0.0f, 1, 1, 0},
+    {5, 17, 3, 3, 3, KITE_MOE_GELU, KITE_MOE_INTERLEAVED, 0.7f, 0, 0, 0},
+    {3, 17, 0, 3, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_SPLIT, 7.0f, 1, 0, 0},
+    {16, 128, 127, 8, 2, KITE_MOE_SILU, KITE_MOE_SPLIT, 0.0f, 0, 1, 0},
+    {1, 64, 48, 8, 4, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 7.0f, 1, 0, 1},
+    {29, 72, 40, 16, 4, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 1.0f, 1, 1, 1},
+    {6, 33, 5, 3, 2, KITE_MOE_SILU, KITE_MOE_SPLIT, 0.0f, 0, 0, 1},
+    {3, 17, 0, 3, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 7.0f, 1, 0, 1}};
 static const ex_geom g_quick_ex[] = {
-    {1, 64, 48, 8, 4, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 7.0f, 1, 1},
-    {17, 40, 24, 8, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_SPLIT, 0.5f, 1, 0}};
+    {1, 64, 48, 8, 4, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 7.0f, 1, 1, 0},
+    {17, 40, 24, 8, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_SPLIT, 0.5f, 1, 0, 0},
+    {29, 72, 40, 16, 4, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 1.0f, 1, 1, 1}};
 
 static void ex_cases(kite_dtype t, int quick, kt_case_list *l) {
   const ex_geom *s = quick ? g_quick_ex : g_ex;
@@ -279,7 +290,7 @@ static void ex_cases(kite_dtype t, int quick, kt_case_list *l) {
     kt_case c = moe_case(KITE_OP_FUSED_MOE_EX, t, s[i].t, s[i].e, s[i].k);
     c.moe.hidden = s[i].h, c.moe.inter = s[i].in;
     c.moe.opts.act = s[i].act, c.moe.opts.layout = s[i].layout, c.moe.opts.limit = s[i].limit;
-    c.moe.with_bias = s[i].bias, c.moe.oob_ids = s[i].oob;
+    c.moe.with_bias = s[i].bias, c.moe.oob_ids = s[i].oob, c.moe.opts.transposed = s[i].transposed;
     if (i % 2 == 1) c.moe.pad = 5;
     kt_case_push(l, c);
   }
@@ -323,7 +334,8 @@ static kt_case gpt_oss_route(kite_dtype t, int64_t tokens) {
   return c;
 }
 
-/* gpt-oss-20b's experts: H 2880, I 2880, E 32, k 4, interleaved, biases, clamped SwiGLU. */
+/* gpt-oss-20b's experts: H 2880, I 2880, E 32, k 4, interleaved, biases, clamped SwiGLU (in the
+ * [E, 2I, H] orientation; the bench adds T 64 transposed, as gpt-oss stores them). */
 static kt_case gpt_oss_experts(kite_dtype t, int64_t tokens) {
   kt_case c = moe_case(KITE_OP_FUSED_MOE_EX, t, tokens, 32, 4);
   c.moe.hidden = 2880, c.moe.inter = 2880, c.moe.with_bias = 1;
@@ -352,6 +364,9 @@ static void moe_bench_cases(kite_op op, kite_dtype t, int llm, kt_case_list *l) 
     } else if (t == KITE_DTYPE_BF16) {
       kt_case_push(l, gpt_oss_experts(t, 1));
       kt_case_push(l, gpt_oss_experts(t, 64));
+      kt_case c = gpt_oss_experts(t, 64); /* as the checkpoint stores them */
+      c.moe.opts.transposed = 1;
+      kt_case_push(l, c);
     }
     break;
   default: /* the losses: a training batch of 8192 tokens through 64 experts, top-6 */

@@ -12,11 +12,11 @@ shared experts, and the <Family>RMSNorm of Qwen3-MoE and DeepSeek-V3).
   It returns what the model's router returns: (logits, weights in the logits' dtype, ids int64),
   and its logits are recorded for output_router_logits (the aux loss) as the router's are;
 - experts (Qwen3MoeExperts, DeepseekV3Experts: gate_up_proj [E, 2I, H], down_proj [E, H, I]) ->
-  KiteMoeExperts on kite's fused_moe_ex (split layout, silu or erf gelu). gpt-oss's experts stay
-  torch's: they are stored [E, H, 2I] / [E, I, H], the transpose of the [E, 2I, H] / [E, H, I]
-  that fused_moe_ex reads (its interleaved layout and clamped SwiGLU match gpt-oss, the stored
-  orientation does not), and reading them through kite would mean a transposed copy of every
-  expert;
+  KiteMoeExperts on kite's fused_moe_ex (split layout, silu or erf gelu); gpt-oss's
+  (GptOssExperts: gate_up_proj [E, H, 2I] with gate and up interleaved, gate_up_proj_bias [E, 2I],
+  down_proj [E, I, H], down_proj_bias [E, H], clamped SwiGLU with swiglu_alpha / swiglu_limit) ->
+  KiteMoeExperts on fused_moe_ex with the interleaved layout, the biases, act swiglu_oai and
+  transposed = 1, which reads the stored [E, H, 2I] / [E, I, H] in place;
 - gpt-oss's norm (GptOssRMSNorm, which rounds (weight * x) to the input's dtype) -> CastRMSNorm:
   kite's RMSNorm, the result in the input's dtype (gpt-oss keeps its norms in f32 in a bf16
   checkpoint);
@@ -44,7 +44,8 @@ FAMILIES = ("qwen3_moe", "gpt_oss", "deepseek_v3")
 # kite_route_score and kite_moe_act / kite_moe_layout (kite.h)
 _SOFTMAX, _SIGMOID, _SOFTMAX_TOPK = 0, 1, 2
 _EXPERT_ACTS = {"silu": 0, "swish": 0, "gelu": 1}
-_SPLIT = 0
+_SWIGLU_OAI = 2
+_SPLIT, _INTERLEAVED = 0, 1
 
 _ATTENTION_LEFT = {
     "deepseek_v3": "multi-head latent attention (MLA): kite's sdpa does not take it yet",
@@ -111,27 +112,46 @@ class KiteMoeRouter(nn.Module):
 
 
 class KiteMoeExperts(nn.Module):
-    """Experts (gate_up_proj [E, 2I, H], down_proj [E, H, I], the split layout) on kite's
-    fused_moe_ex with act 0 silu / 1 gelu. forward(hidden[T, H], ids[T, k], weights[T, k]) ->
-    [T, H]. Where a gradient is wanted (fused_moe_ex has no backward) the original experts run."""
+    """Experts on kite's fused_moe_ex. gate_up_proj and down_proj are the model's: [E, 2I, H] and
+    [E, H, I], or with transposed [E, H, 2I] and [E, I, H] (gpt-oss's), read in place; gate_up_bias
+    [E, 2I] and down_bias [E, H] or None; opts: fused_moe_ex's (act 0 silu / 1 gelu / 2 swiglu_oai,
+    layout 0 split / 1 interleaved, alpha, limit, transposed). forward(hidden[T, H], ids[T, k],
+    weights[T, k]) -> [T, H]. Where a gradient is wanted (fused_moe_ex has no backward) the
+    original experts run."""
 
-    def __init__(self, gate_up_proj, down_proj, act, original):
+    def __init__(self, gate_up_proj, gate_up_bias, down_proj, down_bias, opts, original):
         super().__init__()
-        self.gate_up_proj, self.down_proj, self.act = gate_up_proj, down_proj, act
+        # the model's names, in its order: the state_dict keeps its keys
+        self.gate_up_proj, self.gate_up_proj_bias = gate_up_proj, gate_up_bias
+        self.down_proj, self.down_proj_bias = down_proj, down_bias
+        self.opts = opts
         self._original = _patch()._Fallback(original)
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
         orig = self._original.module
         if orig is not None and _patch()._needs_grad(hidden_states, top_k_weights,
-                                                     self.gate_up_proj, self.down_proj):
+                                                     self.gate_up_proj, self.down_proj,
+                                                     self.gate_up_proj_bias, self.down_proj_bias):
             return orig(hidden_states, top_k_index, top_k_weights)
         w = top_k_weights if top_k_weights.dtype == torch.float32 else top_k_weights.float()
         ids = top_k_index if top_k_index.dtype == torch.int32 else top_k_index.to(torch.int32)
-        return _ops.fused_moe_ex(hidden_states, self.gate_up_proj, None, self.down_proj, None, w,
-                                 ids, self.act, _SPLIT)
+        return _ops.fused_moe_ex(hidden_states, self.gate_up_proj, self.gate_up_proj_bias,
+                                 self.down_proj, self.down_proj_bias, w, ids, *self.opts)
 
     def extra_repr(self):
-        return f"act={('silu', 'gelu')[self.act]}"
+        act, layout, alpha, limit, transposed = self.opts
+        r = f"act={('silu', 'gelu', 'swiglu_oai')[act]}"
+        if layout == _INTERLEAVED:
+            r += ", interleaved"
+        if act == _SWIGLU_OAI:
+            r += f", alpha={alpha:g}"
+        if limit > 0:
+            r += f", limit={limit:g}"
+        if self.gate_up_proj_bias is not None or self.down_proj_bias is not None:
+            r += ", biases"
+        if transposed:
+            r += ", transposed"
+        return r
 
 
 def _route_opts(mt, m, cfg):
@@ -176,11 +196,12 @@ def _keep_router_logits(m, new):
 def _experts(mt, name, m, cfg, training, done):
     cls = type(m).__name__
     if mt == "gpt_oss":
-        done.left(name, cls, "fused_moe_ex reads gate_up_proj [E, 2I, H] and down_proj [E, H, I]; "
-                  "gpt-oss stores them transposed ([E, H, 2I], [E, I, H]) and they are read in "
-                  "place, never copied")
-        return None
-    act = _EXPERT_ACTS.get(getattr(cfg, "hidden_act", "silu"))
+        if not _is_param(m, "gate_up_proj_bias", "down_proj_bias"):
+            done.left(name, cls, "no gate_up_proj_bias / down_proj_bias")
+            return None
+        act = _SWIGLU_OAI
+    else:
+        act = _EXPERT_ACTS.get(getattr(cfg, "hidden_act", "silu"))
     if act is None:
         done.left(name, cls, f"activation {cfg.hidden_act!r} has no fused_moe_ex form")
         return None
@@ -188,7 +209,12 @@ def _experts(mt, name, m, cfg, training, done):
         done.left(name, cls, "fused_moe_ex: kite has no backward for it yet and the model is in "
                   "training mode")
         return None
-    new = KiteMoeExperts(m.gate_up_proj, m.down_proj, act, m)
+    if mt == "gpt_oss":  # stored [E, H, 2I] / [E, I, H]: fused_moe_ex's transposed orientation
+        new = KiteMoeExperts(m.gate_up_proj, m.gate_up_proj_bias, m.down_proj, m.down_proj_bias,
+                             (act, _INTERLEAVED, float(m.alpha), float(m.limit), 1), m)
+    else:
+        new = KiteMoeExperts(m.gate_up_proj, None, m.down_proj, None,
+                             (act, _SPLIT, 1.702, 0.0, 0), m)
     done.replaced(name, cls, f"fused_moe_ex ({new.extra_repr()})")
     return new
 
