@@ -43,12 +43,6 @@ def _slice(hidden, logits_to_keep):
     return hidden[:, logits_to_keep, :]
 
 
-# The logits pieces of the training loss: this runs at the step's memory peak (every layer's
-# saved activations are alive), so a smaller bound than the op's default (256 MiB) keeps the peak
-# down; GEMMs of ~260 rows x vocab 128k still keep the tensor cores busy.
-_LM_LOSS_CHUNK = 64 << 20
-
-
 def _make_lm_forward(model, original, model_type):
     """model.forward (an instance attribute) computing the training loss with kite's fused
     linear cross-entropy; every other call goes to original (the model's own forward). It holds
@@ -100,7 +94,7 @@ def _make_lm_forward(model, original, model_type):
         t = shift_labels.reshape(-1).to(hidden.device)
         loss_fn = knn.FusedLinearCrossEntropyLoss(
             ignore_index=ignore_index, reduction="sum" if num_items is not None else "mean",
-            softcap=softcap, chunk_bytes=_LM_LOSS_CHUNK)
+            softcap=softcap)
         loss = loss_fn(head.weight, hidden.reshape(-1, hidden.shape[-1]), t, bias)
         if num_items is not None:
             loss = loss / (num_items.to(loss.device) if torch.is_tensor(num_items) else num_items)
