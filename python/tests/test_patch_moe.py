@@ -58,7 +58,7 @@ EVAL_REPORT = {
                     "scaling=2.5)", "-> fused_moe_ex (act=silu)", "shared_experts: DeepseekV3MLP "
                     "-> GatedMLP", "mlp: DeepseekV3MLP -> GatedMLP", "kv_a_layernorm: "
                     "DeepseekV3RMSNorm -> RMSNorm", "apply_rotary_pos_emb_interleave -> rope",
-                    "attention: left to transformers: multi-head latent attention"],
+                    "kite sdpa"],
 }
 
 
@@ -187,10 +187,9 @@ def test_default_patch_trains_like_torch(family):
     assert "-> RMSNorm" in done and "-> rope" in done and "fused linear cross-entropy" in done
     assert "-> moe_route" not in done and "-> fused_moe_ex" not in done
     assert "Experts left to torch" in done and "Router left to torch" in done
-    if family == "deepseek_v3":  # MLA: transformers' attention
-        assert "attention: left to transformers" in done and "kite sdpa" not in done
-    else:  # gpt-oss's sinks train through kite's sdpa_backward (dsinks)
-        assert "kite sdpa" in done
+    # gpt-oss's sinks train through kite's sdpa_backward (dsinks), DeepSeek's MLA through it
+    # with v padded to the key width
+    assert "kite sdpa" in done
     if family != "gpt_oss":
         assert "-> GatedMLP" in done
     assert list(patched.state_dict()) == keys  # the model's own parameters, no copies

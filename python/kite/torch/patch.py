@@ -156,6 +156,18 @@ def _torch_backward(module, query, key, value):
 
 
 def kite_attention_forward(module, query, key, value, attention_mask, **kwargs):
+    """transformers attention function on kite's sdpa (see _attention). A value narrower than the
+    query and key heads (MLA: DeepSeek's v 128 beside q / k 192) is padded with zero columns,
+    which add nothing to the weighted sum, and the output is cut back to the value's width."""
+    dv, dqk = value.shape[-1], query.shape[-1]
+    if dv >= dqk:
+        return _attention(module, query, key, value, attention_mask, **kwargs)
+    o, w = _attention(module, query, key, nn.functional.pad(value, (0, dqk - dv)),
+                      attention_mask, **kwargs)
+    return o[..., :dv], w
+
+
+def _attention(module, query, key, value, attention_mask, **kwargs):
     """transformers attention function on kite's sdpa: query[B, Hq, Sq, D], key/value
     [B, Hkv, Sk, D], attention_mask None / bool (True = attend) / additive float
     [B|1, 1, Sq, >= Sk]; kwargs scaling, dropout, softcap, sliding_window, is_causal.

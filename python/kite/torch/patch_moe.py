@@ -47,9 +47,9 @@ _EXPERT_ACTS = {"silu": 0, "swish": 0, "gelu": 1}
 _SWIGLU_OAI = 2
 _SPLIT, _INTERLEAVED = 0, 1
 
-_ATTENTION_LEFT = {
-    "deepseek_v3": "multi-head latent attention (MLA): kite's sdpa does not take it yet",
-}
+# family -> why its attention stays transformers' (none today: gpt-oss's sinks and DeepSeek's
+# MLA, v narrower than q / k, both run on kite's sdpa)
+_ATTENTION_LEFT = {}
 
 
 def attention_left(model_type):
