@@ -133,19 +133,12 @@ static tm_buf write_model(int bad) {
   const uint64_t nk = (uint64_t)n_kv;
   memcpy(b.p + kv_count_at, &nk, 8);
   uint64_t off = 0;
-  for (int i = 0; i < g_n; i++) {
-    tm_put_str(&b, g_t[i].name);
-    tm_put_u32(&b, 2);
-    tm_put_u64(&b, (uint64_t)g_t[i].cols);
-    tm_put_u64(&b, (uint64_t)g_t[i].rows);
-    tm_put_u32(&b, g_t[i].type);
-    tm_put_u64(&b, off);
-    off += (g_t[i].nbytes + 31) / 32 * 32;
-  }
-  while (b.n % 32) tm_put(&b, "", 1);
+  for (int i = 0; i < g_n; i++)
+    tm_put_tensor_info(&b, g_t[i].name, g_t[i].cols, g_t[i].rows, g_t[i].type, g_t[i].nbytes, &off);
+  tm_align(&b);
   for (int i = 0; i < g_n; i++) {
     tm_put(&b, g_t[i].data, g_t[i].nbytes);
-    while (b.n % 32) tm_put(&b, "", 1);
+    tm_align(&b);
     free(g_t[i].data);
   }
   return b;

@@ -116,16 +116,9 @@ int main(int argc, char **argv) {
   const uint64_t nk = (uint64_t)n_kv;
   memcpy(b.p + kv_count_at, &nk, 8);
   uint64_t off = 0;
-  for (int i = 0; i < n; i++) {
-    tm_put_str(&b, ts[i].name);
-    tm_put_u32(&b, 2);
-    tm_put_u64(&b, (uint64_t)ts[i].cols);
-    tm_put_u64(&b, (uint64_t)ts[i].rows);
-    tm_put_u32(&b, ts[i].type);
-    tm_put_u64(&b, off);
-    off += (nbytes(&ts[i]) + 31) / 32 * 32;
-  }
-  while (b.n % 32) tm_put(&b, "", 1);
+  for (int i = 0; i < n; i++)
+    tm_put_tensor_info(&b, ts[i].name, ts[i].cols, ts[i].rows, ts[i].type, nbytes(&ts[i]), &off);
+  tm_align(&b);
   FILE *f = fopen(argv[1], "wb");
   int rc = f && fwrite(b.p, 1, b.n, f) == b.n ? 0 : -1;
   for (int i = 0; i < n && !rc; i++) rc = write_data(f, &ts[i]);

@@ -47,6 +47,21 @@ void tm_kv_str(tm_buf *b, const char *k, const char *v) {
   tm_put_str(b, v);
 }
 
+void tm_put_tensor_info(tm_buf *b, const char *name, int64_t cols, int64_t rows, uint32_t type,
+                        uint64_t nbytes, uint64_t *off) {
+  tm_put_str(b, name);
+  tm_put_u32(b, 2);
+  tm_put_u64(b, (uint64_t)cols);
+  tm_put_u64(b, (uint64_t)rows);
+  tm_put_u32(b, type);
+  tm_put_u64(b, *off);
+  *off += (nbytes + 31) / 32 * 32;
+}
+
+void tm_align(tm_buf *b) {
+  while (b->n % 32) tm_put(b, "", 1);
+}
+
 /* ---- the tensors -------------------------------------------------------------------------- */
 tm_tensor tm_tensors[3 + NL * 9];
 int tm_n_tensors;
@@ -271,19 +286,13 @@ tm_buf tm_write_gguf(tm_variant variant) {
   memcpy(b.p + kv_count_at, &nk, 8);
   uint64_t off = 0;
   for (int i = 0; i < tm_n_tensors; i++) {
-    tm_tensor *t = &tm_tensors[i];
-    tm_put_str(&b, t->name);
-    tm_put_u32(&b, 2);
-    tm_put_u64(&b, (uint64_t)t->cols);
-    tm_put_u64(&b, (uint64_t)t->rows);
-    tm_put_u32(&b, t->type);
-    tm_put_u64(&b, off);
-    off += (t->nbytes + 31) / 32 * 32;
+    const tm_tensor *t = &tm_tensors[i];
+    tm_put_tensor_info(&b, t->name, t->cols, t->rows, t->type, t->nbytes, &off);
   }
-  while (b.n % 32) tm_put(&b, "", 1);
+  tm_align(&b);
   for (int i = 0; i < tm_n_tensors; i++) {
     tm_put(&b, tm_tensors[i].data, tm_tensors[i].nbytes);
-    while (b.n % 32) tm_put(&b, "", 1);
+    tm_align(&b);
   }
   return b;
 }

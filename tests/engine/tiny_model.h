@@ -37,6 +37,12 @@ void tm_put_str(tm_buf *b, const char *s);
 void tm_kv_u32(tm_buf *b, const char *k, uint32_t v);
 void tm_kv_f32(tm_buf *b, const char *k, float v);
 void tm_kv_str(tm_buf *b, const char *k, const char *v);
+/* One GGUF tensor-info entry (2-D: ne0 = cols, ne1 = rows) at data offset *off, which then
+ * moves past the tensor's nbytes rounded up to GGUF's 32-byte alignment. */
+void tm_put_tensor_info(tm_buf *b, const char *name, int64_t cols, int64_t rows, uint32_t type,
+                        uint64_t nbytes, uint64_t *off);
+/* Zero bytes up to the next 32-byte boundary (GGUF's alignment). */
+void tm_align(tm_buf *b);
 
 typedef struct tm_tensor {
   char name[48];
