@@ -55,6 +55,10 @@
 #            bf16, with each rank's weight and KV cache memory; then whether the greedy tokens of
 #            --tp 2 are --tp 1's (f32, 32 tokens; printed, not a failure: the split sums in
 #            another order). Output in peers.log. Needs NCCL (libnccl.so.2, KITE_NCCL_PATH).
+#   moe      (only when named) scripts/moe_peer.py: the routed MoE block of gpt-oss-20b and
+#            DeepSeek-V3 (router excluded) on kite_fused_moe_ex beside torch._grouped_mm and a
+#            per-expert loop, bf16, T 1 / 4 / 16 / 64 / 4096; MOE_ARGS passes options. Output in
+#            peers.log (its table also printed).
 #   opencl   (only when named) the OpenCL backend on NVIDIA's OpenCL driver: installs this build,
 #            builds backends-external/opencl against the install (scripts/opencl-check.sh), runs
 #            the installed kite check --backend opencl, then kite bench --backend opencl beside
@@ -353,6 +357,14 @@ if want tp; then
     sed -n '/^==== kite run --tp on/,$p' "$OUT/peers.log"
     rm -rf "$tp_dir"
   fi
+fi
+if want moe; then
+  stage "MoE block: kite_fused_moe_ex beside torch._grouped_mm and a per-expert loop (scripts/moe_peer.py)"
+  # shellcheck disable=SC2086 # MOE_ARGS is a list of options
+  run_logged peers.log 600 python3 scripts/moe_peer.py --lib "$BUILD/lib/libkite.so" ${MOE_ARGS:-} ||
+    echo "MOE PEER FAILED (peers.log)"
+  grep -i "failed" "$OUT/peers.log" | head -10
+  sed -n '/^---- MoE block/,$p' "$OUT/peers.log"
 fi
 if want opencl; then
   stage "OpenCL backend: built against the installed kite, kite check and bench beside cuda"

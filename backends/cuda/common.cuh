@@ -225,6 +225,17 @@ template <typename Fn> kite_status with_float_type(kite_dtype t, const char *op,
 }
 
 /* ---- the prelude of a run function ----------------------------------------------------------- */
+/* Whether s is being captured into a CUDA graph (where a host synchronization is not allowed);
+ * true when the runtime cannot say, so that the caller takes the path that never syncs. */
+inline bool stream_capturing(cudaStream_t s) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &capture) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return true;
+  }
+  return capture != cudaStreamCaptureStatusNone;
+}
+
 /* Makes the ctx's device current; *s gets its stream. Errors: DEVICE naming op. */
 inline kite_status begin(kite_ctx *ctx, const char *op, cudaStream_t *s) {
   void *stream = nullptr;

@@ -183,6 +183,9 @@ CUDA_RUN(cuda_fused_moe_run);
 CUDA_RUN(cuda_moe_route_run);
 CUDA_RUN(cuda_fused_moe_ex_run);
 CUDA_RUN(cuda_moe_aux_loss_run);
+/* moe_grouped.cu: fused_moe_ex through cuBLASLt products per expert, f16/bf16, many tokens */
+CUDA_SUPPORTS(cuda_fused_moe_ex_grouped_supports);
+CUDA_RUN(cuda_fused_moe_ex_grouped_run);
 
 /* quant.cu: quant, dequant, linear_quant */
 CUDA_SUPPORTS(cuda_quant_supports);

@@ -310,7 +310,8 @@ static const kite_kernel cuda_kernels[] = {
            "64x64 f32 tiles on CUDA cores, any layout"),
     KERNEL(KITE_OP_GROUP_GEMM, "cublaslt", PRIORITY_LIBRARY, cuda_float_supports,
            checked_cuda_group_gemm_cublaslt_run,
-           "cuBLASLt matmul per group (group sizes read on the host; tiles under graph capture)"),
+           "cuBLASLt, one batched matmul when the groups are equal, else one per group (sizes read "
+           "on the host; tiles under graph capture)"),
     KERNEL(KITE_OP_GROUP_GEMM, "tiles", PRIORITY_GENERIC, cuda_float_supports,
            checked_cuda_group_gemm_tiles_run, "64x64 tiles, group schedule built on the device"),
     KERNEL(KITE_OP_TOPK_GATING, "warp", PRIORITY_GENERIC, cuda_float_supports, cuda_topk_gating_run,
@@ -319,6 +320,10 @@ static const kite_kernel cuda_kernels[] = {
            "routing on the device, then grouped tiled GEMMs"),
     KERNEL(KITE_OP_MOE_ROUTE, "thread", PRIORITY_GENERIC, cuda_float_supports, cuda_moe_route_run,
            "a thread per token: scores, keys, groups, k arg-max passes"),
+    KERNEL(KITE_OP_FUSED_MOE_EX, "grouped", PRIORITY_LIBRARY, cuda_fused_moe_ex_grouped_supports,
+           cuda_fused_moe_ex_grouped_run,
+           "f16/bf16, T >= 16: pairs sorted by expert, cuBLASLt products per expert (one batch "
+           "when balanced); block below and under capture"),
     KERNEL(KITE_OP_FUSED_MOE_EX, "block", PRIORITY_GENERIC, cuda_float_supports,
            cuda_fused_moe_ex_run, "a block per token: gate/up dots, clamp, act, w2 dots, biases"),
     KERNEL(KITE_OP_MOE_AUX_LOSS, "rows", PRIORITY_GENERIC, cuda_float_supports,

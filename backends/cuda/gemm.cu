@@ -220,6 +220,16 @@ bool lt_layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t rows, int64_
          CUBLAS_STATUS_SUCCESS;
 }
 
+/* A strided batch of `batch` matrices of layout l, `stride` elements apart (batch <= 1: one). */
+bool lt_batch(cublasLtMatrixLayout_t l, int64_t batch, int64_t stride) {
+  if (batch <= 1) return true;
+  const int32_t count = (int32_t)batch;
+  return cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                          sizeof count) == CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                          sizeof stride) == CUBLAS_STATUS_SUCCESS;
+}
+
 } // namespace
 
 namespace kite_cuda {
@@ -229,14 +239,17 @@ namespace kite_cuda {
  * leading dimension ld, so a stored operand that already has the shape cuBLAS wants goes in
  * untransposed and the other one transposed. */
 int lt_gemm(const LtGemm &g, const char *op, const char *variant, cudaStream_t s) {
-  if (g.m <= 0 || g.n <= 0 || g.k <= 0 || g.m > INT32_MAX || g.n > INT32_MAX || g.k > INT32_MAX)
+  if (g.m <= 0 || g.n <= 0 || g.k <= 0 || g.m > INT32_MAX || g.n > INT32_MAX || g.k > INT32_MAX ||
+      g.batch > INT32_MAX)
     return 0;
   LtDevice *d = lt_device();
   if (!d) return 0;
   /* int8: IMMA, exact int32 sums into an int32 c, no bias (the caller scales) */
   const bool i8 = g.dtype == KITE_DTYPE_I8;
   if (i8 && g.bias) return 0;
-  const cudaDataType_t t = i8 ? CUDA_R_8I : lt_type(g.dtype), tc = i8 ? CUDA_R_32I : t;
+  if (g.c_f32 && (g.bias || g.dtype == KITE_DTYPE_I8)) return 0;
+  const cudaDataType_t t = i8 ? CUDA_R_8I : lt_type(g.dtype);
+  const cudaDataType_t tc = i8 ? CUDA_R_32I : g.c_f32 ? CUDA_R_32F : t;
   LtCall c;
   bool ok = cublasLtMatmulDescCreate(&c.op, i8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F,
                                      i8 ? CUDA_R_32I : CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
@@ -263,6 +276,8 @@ int lt_gemm(const LtGemm &g, const char *op, const char *variant, cudaStream_t s
   ok =
       ok && (g.a_trans ? lt_layout(&c.b, t, g.m, g.k, g.lda) : lt_layout(&c.b, t, g.k, g.m, g.lda));
   ok = ok && lt_layout(&c.c, tc, g.n, g.m, g.ldc);
+  ok = ok && lt_batch(c.a, g.batch, g.stride_b) && lt_batch(c.b, g.batch, g.stride_a) &&
+       lt_batch(c.c, g.batch, g.stride_c);
   ok = ok && cublasLtMatmulPreferenceCreate(&c.pref) == CUBLAS_STATUS_SUCCESS;
   const size_t ws = d->workspace ? kLtWorkspace : 0;
   const uint32_t al_a = alignment_of(g.b), al_b = alignment_of(g.a), al_c = alignment_of(g.c);
@@ -398,23 +413,19 @@ extern "C" CUDA_RUN(cuda_group_gemm_tiles_run) {
 }
 
 /* group_gemm through cuBLASLt: the group sizes come to the host (a 4*G-byte copy and a stream
- * synchronization), then one cuBLASLt matmul per nonempty group; rows no group claims become
- * zeros. The copy cannot happen inside CUDA graph capture, so a capturing stream (and any call
- * cuBLASLt cannot take) goes to the tiled kernel, whose schedule stays on the device. */
+ * synchronization), then one strided-batched cuBLASLt matmul when all groups have the same size,
+ * else one matmul per nonempty group; rows no group claims become zeros. The copy cannot happen
+ * inside CUDA graph capture, so a capturing stream (and any call cuBLASLt cannot take) goes to the
+ * tiled kernel, whose schedule stays on the device. */
 extern "C" CUDA_RUN(cuda_group_gemm_cublaslt_run) {
   const kite_group_gemm_args *a = (const kite_group_gemm_args *)args;
   if (a->m <= 0 || a->n <= 0) return KITE_OK;
   cudaStream_t s;
   kite_status st = begin(ctx, "group_gemm", &s);
   if (st != KITE_OK) return st;
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(s, &capture) != cudaSuccess) {
-    (void)cudaGetLastError();
-    capture = cudaStreamCaptureStatusActive; /* unknown: take the path that never syncs */
-  }
   constexpr int64_t kMaxGroups = 4096;
-  if (capture != cudaStreamCaptureStatusNone || a->k <= 0 || a->groups > kMaxGroups ||
-      a->n > INT32_MAX || a->k > INT32_MAX)
+  if (stream_capturing(s) || a->k <= 0 || a->groups > kMaxGroups || a->n > INT32_MAX ||
+      a->k > INT32_MAX)
     return cuda_group_gemm_tiles_run(k, ctx, args);
   int32_t sizes[kMaxGroups];
   if (a->groups > 0 && (cudaMemcpyAsync(sizes, a->group_sizes, (size_t)a->groups * sizeof(int32_t),
@@ -423,7 +434,22 @@ extern "C" CUDA_RUN(cuda_group_gemm_cublaslt_run) {
     return cuda_check_launch("group_gemm", "cublaslt");
   const size_t es = kite_dtype_size(a->dtype);
   int64_t row = 0;
-  for (int64_t g = 0; g < a->groups && row < a->m; g++) {
+  /* every group the same size (an MoE batch padded per expert, a bmm): one strided-batched call */
+  bool uniform = a->groups > 1 && sizes[0] > 0 && a->groups * (int64_t)sizes[0] <= a->m;
+  for (int64_t g = 1; uniform && g < a->groups; g++) uniform = sizes[g] == sizes[0];
+  if (uniform) {
+    LtGemm g = {};
+    g.dtype = a->dtype, g.m = sizes[0], g.n = a->n, g.k = a->k;
+    g.a = a->x, g.lda = a->x_stride, g.stride_a = sizes[0] * a->x_stride;
+    g.b = a->w, g.ldb = a->w_stride_n, g.b_trans = true, g.stride_b = a->w_stride_g;
+    g.c = a->y, g.ldc = a->y_stride, g.stride_c = sizes[0] * a->y_stride;
+    g.batch = a->groups;
+    const int r = lt_gemm(g, "group_gemm", "cublaslt", s);
+    if (r < 0) return KITE_ERR_DEVICE;
+    if (r > 0) row = a->groups * (int64_t)sizes[0];
+  }
+  const bool batched = row > 0;
+  for (int64_t g = 0; !batched && g < a->groups && row < a->m; g++) {
     int64_t rows = sizes[g] > 0 ? sizes[g] : 0;
     if (rows > a->m - row) rows = a->m - row;
     if (rows == 0) continue;

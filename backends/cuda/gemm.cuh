@@ -82,8 +82,9 @@ void tile_gemm_zero_rows(T *y, int64_t y_stride, int64_t m, int64_t n, const int
  * (exact int32 sums on the integer tensor cores; no bias; cuBLASLt takes only a_trans false and
  * b_trans true there, strides multiples of 4). A' [m, k] is a[m, k] (row stride lda) or, with
  * a_trans, the transpose of a[k, m]; B' [k, n] is b[k, n] (row stride ldb) or, with b_trans, the
- * transpose of b[n, k] (linear's w). For a fixed shape and layout the result is the same bits run
- * after run. */
+ * transpose of b[n, k] (linear's w). c_f32: C in f32 with f16 / bf16 A and B (no bias). batch > 1:
+ * that many products in one call, operand i at a + i stride_a, b + i stride_b, c + i stride_c
+ * (elements). For a fixed shape and layout the result is the same bits run after run. */
 struct LtGemm {
   kite_dtype dtype;
   int64_t m, n, k;
@@ -97,6 +98,8 @@ struct LtGemm {
   float beta;
   void *c;
   int64_t ldc;
+  bool c_f32;
+  int64_t batch, stride_a, stride_b, stride_c;
 };
 /* 1 when it ran, 0 when cuBLASLt takes no such call (k = 0, a dimension past INT32_MAX, odd
  * strides, no algorithm: the caller computes it another way), -1 with the error set, naming op

@@ -16,7 +16,7 @@
  * Picks with an out-of-range expert id are skipped. The order of rows within an expert depends
  * on atomics, but each pair's row is its own, so the result does not.
  */
-#include "gemm.cuh"
+#include "moe.cuh"
 
 using namespace kite_cuda;
 
@@ -68,18 +68,7 @@ template <typename T> __global__ void topk_kernel(kite_topk_args a) {
     for (int64_t j = lane; j < a.k; j += 32) a.weights[t * a.weights_stride + j] /= chosen;
 }
 
-/* Workspace of fused_moe, carved from one allocation. */
-struct MoeWork {
-  int32_t *count, *cursor; /* [experts] */
-  int32_t *src_row;        /* [P]: the token of each permuted row */
-  int32_t *row_of;         /* [tokens * topk]: the permuted row of each pick, -1 if skipped */
-  GemmTile *tiles;
-  int32_t *tile_count;
-  float *h, *o; /* [P, 2*inter], [P, hidden] */
-  void *act;    /* [P, inter] in the dtype */
-};
-
-__global__ void route_kernel(kite_moe_args a, MoeWork w, int64_t max_tiles) {
+__global__ void route_kernel(kite_moe_args a, MoeWork w, int64_t max_tiles, int64_t pad) {
   const int64_t pairs = a.tokens * a.topk;
   for (int64_t e = threadIdx.x; e < a.experts; e += blockDim.x) w.count[e] = 0;
   __syncthreads();
@@ -88,7 +77,9 @@ __global__ void route_kernel(kite_moe_args a, MoeWork w, int64_t max_tiles) {
     if (e >= 0 && e < a.experts) atomicAdd(&w.count[e], 1);
   }
   __syncthreads();
-  if (threadIdx.x == 0) { /* expert offsets and the tiles of each expert's rows */
+  if (pad > 0) {
+    for (int64_t e = threadIdx.x; e < a.experts; e += blockDim.x) w.cursor[e] = (int32_t)(e * pad);
+  } else if (threadIdx.x == 0) { /* expert offsets and the tiles of each expert's rows */
     int64_t row = 0, n = 0;
     for (int64_t e = 0; e < a.experts; e++) {
       const int32_t c = w.count[e];
@@ -106,6 +97,7 @@ __global__ void route_kernel(kite_moe_args a, MoeWork w, int64_t max_tiles) {
     if (e >= 0 && e < a.experts) {
       r = atomicAdd(&w.cursor[e], 1);
       w.src_row[r] = (int32_t)(p / a.topk);
+      if (w.row_expert) w.row_expert[r] = e;
     }
     w.row_of[p] = r;
   }
@@ -122,14 +114,17 @@ __global__ void moe_act_kernel(const float *h, T *out, int64_t rows, int64_t int
   }
 }
 
-template <typename T> __global__ void combine_kernel(kite_moe_args a, MoeWork w) {
+template <typename T> __global__ void combine_kernel(kite_moe_args a, MoeWork w, const T *b2) {
   for (int64_t t = blockIdx.y; t < a.tokens; t += gridDim.y)
     for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < a.hidden;
          c += (int64_t)gridDim.x * blockDim.x) {
       float acc = 0.0f;
       for (int64_t j = 0; j < a.topk; j++) {
         const int32_t r = w.row_of[t * a.topk + j];
-        if (r >= 0) acc = fmaf(a.weights[t * a.weights_stride + j], w.o[r * a.hidden + c], acc);
+        if (r < 0) continue;
+        float v = w.o[r * a.hidden + c];
+        if (b2) v += to_float(b2[(int64_t)a.ids[t * a.ids_stride + j] * a.hidden + c]);
+        acc = fmaf(a.weights[t * a.weights_stride + j], v, acc);
       }
       ((T *)a.y)[t * a.y_stride + c] = from_float<T>(acc);
     }
@@ -140,6 +135,28 @@ size_t align256(size_t n) {
 }
 
 } // namespace
+
+namespace kite_cuda {
+
+void moe_route_launch(const kite_moe_args &a, const MoeWork &w, int64_t max_tiles, int64_t pad,
+                      cudaStream_t s) {
+  route_kernel<<<1, 1024, 0, s>>>(a, w, max_tiles, pad);
+}
+
+template <typename T>
+void moe_combine_launch(const kite_moe_args &a, const MoeWork &w, const void *b2, cudaStream_t s) {
+  const dim3 grid((unsigned)((a.hidden + 255) / 256),
+                  (unsigned)(a.tokens < 65535 ? a.tokens : 65535));
+  combine_kernel<T><<<grid, 256, 0, s>>>(a, w, (const T *)b2);
+}
+template void moe_combine_launch<float>(const kite_moe_args &, const MoeWork &, const void *,
+                                        cudaStream_t);
+template void moe_combine_launch<__half>(const kite_moe_args &, const MoeWork &, const void *,
+                                         cudaStream_t);
+template void moe_combine_launch<__nv_bfloat16>(const kite_moe_args &, const MoeWork &,
+                                                const void *, cudaStream_t);
+
+} // namespace kite_cuda
 
 extern "C" CUDA_RUN(cuda_topk_gating_run) {
   const kite_topk_args *a = (const kite_topk_args *)args;
@@ -172,13 +189,13 @@ extern "C" CUDA_RUN(cuda_fused_moe_run) {
   st = kite_ctx_workspace(ctx, total, &ws);
   if (st != KITE_OK) return st;
   char *base = (char *)ws;
-  MoeWork w;
+  MoeWork w = {};
   w.count = (int32_t *)(base + off[0]), w.cursor = (int32_t *)(base + off[1]);
   w.src_row = (int32_t *)(base + off[2]), w.row_of = (int32_t *)(base + off[3]);
   w.tiles = (GemmTile *)(base + off[4]), w.tile_count = (int32_t *)(base + off[5]);
   w.h = (float *)(base + off[6]), w.o = (float *)(base + off[7]), w.act = base + off[8];
 
-  route_kernel<<<1, 1024, 0, s>>>(*a, w, max_tiles);
+  moe_route_launch(*a, w, max_tiles, 0, s);
   st = with_float_type(a->dtype, "fused_moe", [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (P > 0 && I > 0) {
@@ -203,8 +220,7 @@ extern "C" CUDA_RUN(cuda_fused_moe_run) {
     } else if (P > 0) { /* no intermediate: every expert's output is zero */
       cudaMemsetAsync(w.o, 0, (size_t)P * H * 4, s);
     }
-    const dim3 grid((unsigned)((H + 255) / 256), (unsigned)(a->tokens < 65535 ? a->tokens : 65535));
-    combine_kernel<T><<<grid, 256, 0, s>>>(*a, w);
+    moe_combine_launch<T>(*a, w, nullptr, s);
     return KITE_OK;
   });
   return st != KITE_OK ? st : cuda_check_launch("fused_moe", "grouped");

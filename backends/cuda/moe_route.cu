@@ -12,7 +12,7 @@
  * P_e in row order (a thread per expert: deterministic), then the loss (one thread) or the
  * gradient rows (a thread per row).
  */
-#include "common.cuh"
+#include "moe.cuh"
 
 using namespace kite_cuda;
 
@@ -124,16 +124,9 @@ template <typename T> __global__ void moe_ex_kernel(kite_moe_ex_args ax, float *
         gs = fmaf(xv, to_float(w13[gr * w13_sn + c * w13_sc]), gs);
         us = fmaf(xv, to_float(w13[ur * w13_sn + c * w13_sc]), us);
       }
-      float gate = gs + (b13 ? to_float(b13[e * 2 * I + gr]) : 0.0f);
-      float up = us + (b13 ? to_float(b13[e * 2 * I + ur]) : 0.0f);
-      if (lim > 0) gate = fminf(gate, lim), up = fmaxf(fminf(up, lim), -lim);
-      float v;
-      if (a.act == KITE_MOE_SWIGLU_OAI)
-        v = gate / (1.0f + expf(-alpha * gate)) * (up + 1.0f);
-      else if (a.act == KITE_MOE_GELU)
-        v = 0.5f * gate * (1.0f + erff(gate * 0.70710678118654752f)) * up;
-      else
-        v = gate / (1.0f + expf(-gate)) * up;
+      const float gate = gs + (b13 ? to_float(b13[e * 2 * I + gr]) : 0.0f);
+      const float up = us + (b13 ? to_float(b13[e * 2 * I + ur]) : 0.0f);
+      const float v = moe_ex_activate(gate, up, a.act, alpha, lim);
       act[i] = to_float(from_float<T>(v)); /* the intermediate, rounded to the dtype */
     }
     __syncthreads();
