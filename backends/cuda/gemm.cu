@@ -190,10 +190,18 @@ cudaDataType_t lt_type(kite_dtype t) {
 }
 
 /* The largest power of two (up to 256) dividing the address, for cuBLASLt's alignment hints. */
-uint32_t alignment_of(const void *p) {
+uint32_t alignment_of(uintptr_t p) {
   uint32_t a = 256;
-  while (a > 1 && ((uintptr_t)p & (a - 1))) a >>= 1;
+  while (a > 1 && (p & (a - 1))) a >>= 1;
   return a;
+}
+
+/* The alignment every matrix of a strided batch keeps: its base's and its stride's in bytes. */
+uint32_t batch_alignment(const void *p, int64_t batch, int64_t stride, size_t elem) {
+  const uint32_t a = alignment_of((uintptr_t)p);
+  if (batch <= 1) return a;
+  const uint32_t b = alignment_of((uintptr_t)stride * elem);
+  return a < b ? a : b;
 }
 
 /* Descriptors of one cuBLASLt call, destroyed together. */
@@ -280,7 +288,10 @@ int lt_gemm(const LtGemm &g, const char *op, const char *variant, cudaStream_t s
        lt_batch(c.c, g.batch, g.stride_c);
   ok = ok && cublasLtMatmulPreferenceCreate(&c.pref) == CUBLAS_STATUS_SUCCESS;
   const size_t ws = d->workspace ? kLtWorkspace : 0;
-  const uint32_t al_a = alignment_of(g.b), al_b = alignment_of(g.a), al_c = alignment_of(g.c);
+  const size_t es = kite_dtype_size(g.dtype), es_c = i8 || g.c_f32 ? 4 : es;
+  const uint32_t al_a = batch_alignment(g.b, g.batch, g.stride_b, es);
+  const uint32_t al_b = batch_alignment(g.a, g.batch, g.stride_a, es);
+  const uint32_t al_c = batch_alignment(g.c, g.batch, g.stride_c, es_c);
   ok = ok &&
        cublasLtMatmulPreferenceSetAttribute(c.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                             sizeof ws) == CUBLAS_STATUS_SUCCESS &&
