@@ -12,8 +12,9 @@
  *      combine: f32, no atomics, the same bits run after run).
  * Products 3 and 5 are one strided-batched cuBLASLt call over all E experts when their row counts
  * are near equal (each expert's rows padded with zero rows to the largest count, when that adds
- * at most a quarter: a prefill batch under a balanced router), else one call per expert that has
- * rows (decode: only the touched experts' weights are read).
+ * at most half as many rows again: a prefill batch under a balanced router; E calls of a few
+ * hundred rows each would leave most SMs idle), else one call per expert that has rows (decode:
+ * only the touched experts' weights are read).
  * The host synchronization cannot happen inside CUDA graph capture: a capturing stream, and a
  * call cuBLASLt offers no algorithm for, runs the block-per-token kernel (moe_route.cu) instead.
  */
@@ -125,7 +126,7 @@ extern "C" CUDA_RUN(cuda_fused_moe_ex_grouped_run) {
     return cuda_fused_moe_ex_run(k, ctx, args);
 
   const int64_t E = m->experts, P = m->tokens * m->topk, H = m->hidden, I = m->inter;
-  const int64_t cap = P + P / 4; /* rows at most: packed P, padded E * pad <= P + P / 4 */
+  const int64_t cap = P + P / 2; /* rows at most: packed P, padded E * pad <= P + P / 2 */
   const size_t es = kite_dtype_size(m->dtype);
   const size_t sizes[7] = {(size_t)E * 8,
                            (size_t)P * 4,
