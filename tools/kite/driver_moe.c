@@ -278,14 +278,17 @@ static const ex_geom g_ex[] = {
     {29, 72, 40, 16, 4, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 1.0f, 1, 1, 1},
     {6, 33, 5, 3, 2, KITE_MOE_SILU, KITE_MOE_SPLIT, 0.0f, 0, 0, 1},
     {3, 17, 0, 3, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 7.0f, 1, 0, 1},
-    /* T >= 16 in f16 / bf16 takes cuda.grouped: packed rows per expert (uneven counts), and one
+    /* T >= 16 in f16 / bf16 takes cuda.grouped: packed rows per expert (uneven counts), or one
      * padded batch (k = E: every token picks every expert; with ids out of range, counts differ
      * and the shorter experts get zero rows) */
     {64, 72, 40, 16, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 7.0f, 1, 1, 1},
     {96, 40, 24, 4, 4, KITE_MOE_SILU, KITE_MOE_SPLIT, 0.0f, 1, 0, 0},
     {80, 33, 20, 5, 5, KITE_MOE_GELU, KITE_MOE_INTERLEAVED, 0.7f, 0, 1, 1},
     {48, 128, 127, 8, 2, KITE_MOE_SILU, KITE_MOE_SPLIT, 0.0f, 0, 1, 0},
-    {40, 64, 48, 8, 8, KITE_MOE_SWIGLU_OAI, KITE_MOE_SPLIT, 7.0f, 1, 1, 0}};
+    {40, 64, 48, 8, 8, KITE_MOE_SWIGLU_OAI, KITE_MOE_SPLIT, 7.0f, 1, 1, 0},
+    /* more experts than pairs: always packed, one call per expert with rows */
+    {20, 40, 24, 128, 2, KITE_MOE_GELU, KITE_MOE_SPLIT, 0.0f, 1, 1, 0},
+    {24, 48, 32, 64, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 7.0f, 1, 0, 1}};
 static const ex_geom g_quick_ex[] = {
     {1, 64, 48, 8, 4, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 7.0f, 1, 1, 0},
     {17, 40, 24, 8, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_SPLIT, 0.5f, 1, 0, 0},
