@@ -65,7 +65,8 @@
 #            --backend cuda on the same ops (llm shapes, T up to 8192; bench's copy ceiling is
 #            a clEnqueueCopyBuffer on the OpenCL rows). Without libOpenCL.so.1 or an ICD file it
 #            says so and fails.
-# Stages run in that order; pass some of their names to run only those (default: all but opencl).
+# Stages run in that order; pass some of their names to run only those (default: all but tp, moe
+# and opencl).
 # Results go to $OUT (default ./out): logs, kite_bench.jsonl, peers.json, peers.csv.
 # Environment: BUILD (build folder, default build), JOBS (default: all cores), KITE_CMAKE_ARGS
 # (more configure arguments, e.g. -DKITE_BUILTIN_BACKENDS=ref).
