@@ -963,12 +963,17 @@ static PyObject *py_plugin_failures(PyObject *self, PyObject *unused) {
   return list;
 }
 
-static PyObject *py_config_set(PyObject *self, PyObject *arg) {
+/* kite_config_set / kite_config_set_thread of a str, or of None (NULL: the defaults). */
+static PyObject *config_set_with(kite_status (*set)(const char *), PyObject *arg) {
   const char *s = arg == Py_None ? NULL : PyUnicode_AsUTF8(arg);
   if (!s && arg != Py_None) return NULL;
-  kite_status st = kite_config_set(s);
+  kite_status st = set(s);
   if (st != KITE_OK) return kite_py_raise_status(st);
   Py_RETURN_NONE;
+}
+
+static PyObject *py_config_set(PyObject *self, PyObject *arg) {
+  return config_set_with(kite_config_set, arg);
 }
 
 static PyObject *py_config_get(PyObject *self, PyObject *unused) {
@@ -976,11 +981,7 @@ static PyObject *py_config_get(PyObject *self, PyObject *unused) {
 }
 
 static PyObject *py_config_set_thread(PyObject *self, PyObject *arg) {
-  const char *s = arg == Py_None ? NULL : PyUnicode_AsUTF8(arg);
-  if (!s && arg != Py_None) return NULL;
-  kite_status st = kite_config_set_thread(s);
-  if (st != KITE_OK) return kite_py_raise_status(st);
-  Py_RETURN_NONE;
+  return config_set_with(kite_config_set_thread, arg);
 }
 
 static PyObject *py_config_get_thread(PyObject *self, PyObject *unused) {
