@@ -3,10 +3,9 @@
  * (kite.h): the one decoder of linear_wq4 (cpu_wq4.c, cpu_wq4.h's x86 block) and of linear_gguf /
  * dequant_gguf (kernels/gguf.inc).
  *
- * Value i of a block is d * q_i + c: q_i its nibble (the low nibbles of the 16 bytes are values
- * 0-15, the high ones 16-31), d the f16 scale, c the f16 min (Q4_1 / MIN) or -8 d (Q4_0 / SYM).
- * For a finite d each value is exact in f32: d q_i is an f16 times a 4-bit integer, and
- * d q_i + c = d (q_i - 8) for Q4_0.
+ * Value i of a block is (q_i - 8) d (Q4_0 / SYM) or q_i d + m (Q4_1 / MIN): q_i its nibble (the
+ * low nibbles of the 16 bytes are values 0-15, the high ones 16-31), d the f16 scale, m the f16
+ * min. (q_i - 8) d is exact in f32 (an f16 times a small integer; -0 where q_i = 8 and d < 0).
  */
 #ifndef KITE_CPU_Q4_H
 #define KITE_CPU_Q4_H
@@ -31,10 +30,10 @@ static inline float cpu_q4_half(const uint8_t *p) {
 #endif
 }
 
-/* A block's d and c (has_min: Q4_1 / MIN); returns its 16 bytes of nibbles. */
-static inline const uint8_t *cpu_q4_scales(const uint8_t *blk, int has_min, float *d, float *c) {
+/* A block's d and m (has_min: Q4_1 / MIN; else m = 0); returns its 16 bytes of nibbles. */
+static inline const uint8_t *cpu_q4_scales(const uint8_t *blk, int has_min, float *d, float *m) {
   *d = cpu_q4_half(blk);
-  *c = has_min ? cpu_q4_half(blk + 2) : -8.0f * *d;
+  *m = has_min ? cpu_q4_half(blk + 2) : 0.0f;
   return blk + (has_min ? 4 : 2);
 }
 

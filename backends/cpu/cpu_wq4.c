@@ -15,6 +15,7 @@ wq4_cols_scalar(const wq4_job *j, const uint8_t *row, int64_t n, int64_t r0, int
   for (int64_t b = 0; b < nb; b++) {
     float d, c, q[32];
     cpu_q4_nibbles(cpu_q4_scales(row + b * j->bb, a->format == KITE_WQ4_MIN, &d, &c), q);
+    if (a->format == KITE_WQ4_SYM) c = -8.0f * d;
     for (int r = 0; r < nr; r++) {
       const float *x = j->x + (r0 + r) * a->k + b * 32;
       float s = 0;

@@ -58,6 +58,7 @@ static inline __attribute__((always_inline)) void wq4_walk(const void *job, int6
 static inline void wq4_block_x86(const wq4_job *j, const uint8_t *blk, float *d, float *c,
                                  __m128i *lo, __m128i *hi) {
   const uint8_t *qs = cpu_q4_scales(blk, j->a->format == KITE_WQ4_MIN, d, c);
+  if (j->a->format == KITE_WQ4_SYM) *c = -8.0f * *d;
   const __m128i raw = _mm_loadu_si128((const __m128i *)qs), mask = _mm_set1_epi8(15);
   *lo = _mm_and_si128(raw, mask);
   *hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);

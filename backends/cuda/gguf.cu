@@ -26,9 +26,10 @@ __device__ float gguf_weight(int t, const uint8_t *b, int i) {
   switch (t) {
   case KITE_GGUF_Q4_0:
   case KITE_GGUF_Q4_1: { /* q4.cuh's decoder, linear_wq4's */
-    float d, c;
-    const uint8_t *qs = q4_scales(b, t == KITE_GGUF_Q4_1, d, c);
-    return fmaf((float)q4_nibble(qs, i), d, c);
+    float d, m;
+    const uint8_t *qs = q4_scales(b, t == KITE_GGUF_Q4_1, d, m);
+    const int q = q4_nibble(qs, i);
+    return t == KITE_GGUF_Q4_1 ? fmaf((float)q, d, m) : (float)(q - 8) * d;
   }
   case KITE_GGUF_IQ4_NL: {
     const int q = hi32 ? b[2 + j32] >> 4 : b[2 + j32] & 15;

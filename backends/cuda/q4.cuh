@@ -3,10 +3,10 @@
  * are linear_wq4's SYM and MIN blocks (kite.h): the one decoder of linear_wq4 (wq4.cu) and of
  * linear_gguf / dequant_gguf's per-element path (gguf.cu).
  *
- * Value i of a block is d * q_i + c: q_i its nibble (the low nibbles of the 16 bytes are values
- * 0-15, the high ones 16-31), d the f16 scale, c the f16 min (Q4_1 / MIN) or -8 d (Q4_0 / SYM).
- * For a finite d, d q_i is exact in f32 and d q_i + c rounds once (for Q4_0 it is d (q_i - 8),
- * exact), so an FMA gives the same value.
+ * Value i of a block is (q_i - 8) d (Q4_0 / SYM) or q_i d + m (Q4_1 / MIN): q_i its nibble (the
+ * low nibbles of the 16 bytes are values 0-15, the high ones 16-31), d the f16 scale, m the f16
+ * min. (q_i - 8) d is exact in f32 (-0 where q_i = 8 and d < 0); q_i d is exact, so q_i d + m
+ * rounds once, as an FMA does.
  */
 #ifndef KITE_CUDA_Q4_CUH
 #define KITE_CUDA_Q4_CUH
@@ -20,11 +20,11 @@ __device__ __forceinline__ float f16_at(const uint8_t *p) {
   return __half2float(__ushort_as_half((unsigned short)(p[0] | (p[1] << 8))));
 }
 
-/* A block's d and c (has_min: Q4_1 / MIN); returns its 16 bytes of nibbles. */
+/* A block's d and m (has_min: Q4_1 / MIN; else m = 0); returns its 16 bytes of nibbles. */
 __device__ __forceinline__ const uint8_t *q4_scales(const uint8_t *blk, bool has_min, float &d,
-                                                    float &c) {
+                                                    float &m) {
   d = f16_at(blk);
-  c = has_min ? f16_at(blk + 2) : -8.0f * d;
+  m = has_min ? f16_at(blk + 2) : 0.0f;
   return blk + (has_min ? 4 : 2);
 }
 

@@ -30,6 +30,7 @@ template <typename T, bool MIN> __global__ void wq4_kernel(kite_linear_wq4_args 
     for (int64_t b = lane; b < a.k / 32; b += 32) {
       float d, c;
       const uint8_t *nib = q4_scales(row + b * bb, MIN, d, c);
+      if (!MIN) c = -8.0f * d;
       uint8_t qs[16];
 #pragma unroll
       for (int i = 0; i < 16; i++) qs[i] = nib[i];
