@@ -18,7 +18,8 @@ of Qwen2-MoE and DeepSeek, and the <Family>RMSNorm).
   [E, 2I, H], down_proj [E, H, I]) -> KiteMoeExperts on kite's fused_moe_ex (split layout, silu or
   erf gelu); for Mixtral and Qwen2-MoE on fused_moe, the same function of the same weights, whose
   kernels group the tokens by expert (on the CPU 9x to 60x faster than fused_moe_ex's per-token
-  kernel at 1 to 256 tokens, H 1024, I 2048, E 8, k 2); gpt-oss's (GptOssExperts: gate_up_proj
+  kernel at 1 to 256 tokens, H 1024, I 2048, E 8, k 2; Qwen3-MoE's and DeepSeek-V3's, the same
+  form, stay on fused_moe_ex, the op their reports name); gpt-oss's (GptOssExperts: gate_up_proj
   [E, H, 2I] with gate and up interleaved, gate_up_proj_bias [E, 2I], down_proj [E, I, H],
   down_proj_bias [E, H], clamped SwiGLU with swiglu_alpha / swiglu_limit) -> KiteMoeExperts on
   fused_moe_ex with the interleaved layout, the biases, act swiglu_oai and transposed = 1, which
