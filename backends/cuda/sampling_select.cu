@@ -172,12 +172,14 @@ __device__ bool shrink(Shared *sh, int64_t k, int goal) {
 }
 
 /* Streams count (value, index) pairs from load(q, &v, &i) through tau into the buffer, tracking
- * the best pair in m / amax (per thread). With filter false only the max. Returns false when the
- * buffer could not be shrunk (sh->fail set); every thread returns the same. */
+ * the best pair in m / amax (per thread). With want false only the max. Returns false when the
+ * buffer could not be shrunk (sh->fail set; the max still covers every pair); every thread returns
+ * the same. */
 template <typename Load>
-__device__ bool stream(Shared *sh, int64_t count, int64_t k, bool filter, Load load, float &m,
+__device__ bool stream(Shared *sh, int64_t count, int64_t k, const bool want, Load load, float &m,
                        int64_t &amax) {
   const int tid = threadIdx.x;
+  bool filter = want;
   for (int64_t base = 0; base < count; base += kStep) {
     float v[kPer];
     int32_t id[kPer];
@@ -203,10 +205,10 @@ __device__ bool stream(Shared *sh, int64_t count, int64_t k, bool filter, Load l
       __syncthreads();
       const bool over = sh->n > kCand;
       if (!over) break;
-      if (!shrink(sh, k, kCand / 2)) {
+      if (!shrink(sh, k, kCand / 2)) { /* ties: the max alone from here on */
         if (tid == 0) sh->fail = 1;
-        __syncthreads();
-        return false;
+        filter = false;
+        break;
       }
       const float t2 = sh->tau;
 #pragma unroll
@@ -215,7 +217,7 @@ __device__ bool stream(Shared *sh, int64_t count, int64_t k, bool filter, Load l
     }
     __syncthreads(); /* every thread has read sh->n before the next appends */
   }
-  return true;
+  return filter || !want;
 }
 
 /* Block 0's end of a top-k row: the kept set among the candidates, then the race. */
@@ -226,7 +228,7 @@ __device__ int64_t finish(Shared *sh, const kite_sample_row &p, float m, int64_t
   const int n = sh->n < kCand ? sh->n : kCand, cur = sh->cur;
   const float *cv = sh->v[cur];
   const int32_t *ci = sh->i[cur];
-  float *w = sh->v[cur ^ 1]; /* top-k survivors' weights, 0 for the others */
+  float *w = sh->v[cur ^ 1]; /* top-k survivors' weights, -1 for the others */
   const float t = p.temperature;
   double part = 0.0;
   for (int e = tid; e < n; e += kThreads) {
