@@ -271,9 +271,9 @@ __device__ __noinline__ void block_sample_row(const kite_sample_args &a, int64_t
         float zsum = 0.0f;
         for (int64_t i = tid; i < V; i += nt) {
           const float v = logit(x, i);
-          if (!(v >= lo_k)) return;
+          if (!(v >= lo_k)) continue;
           const uint32_t k = order_key(v);
-          if (level > 0 && k >> (shift + level_above(level)) != prefix) return;
+          if (level > 0 && k >> (shift + level_above(level)) != prefix) continue;
           const float w = expf((v - m) / t);
           zsum += w;
           atomicAdd(&hm[(k >> shift) & mask], w);
@@ -312,11 +312,11 @@ __device__ __noinline__ void block_sample_row(const kite_sample_args &a, int64_t
       z[j] = (v[j] - m) / t;
       any |= v[j] >= lo && z[j] >= zcut && z[j] + kGumbelMax >= s0;
     }
-    if (!any) return;
+    if (!any) continue;
     const kite_philox4 w = kite_sample_words(&p, q);
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-      if (!(v[j] >= lo && z[j] >= zcut)) return;
+      if (!(v[j] >= lo && z[j] >= zcut)) continue;
       const float sc = race_score(z[j], w.v[j]);
       if (beats(sc, 4 * q + j, bs, bi)) bs = sc, bi = 4 * q + j;
     }

@@ -6,7 +6,7 @@
  * multiprocessors): each block streams a slice, block 0 merges its peers' candidates through
  * distributed shared memory and finishes the row. One launch per call.
  *
- * Streaming: a block loads 8 logits a thread per step (4096 a step, all loads in flight), tracks
+ * Streaming: a block loads 16 logits a thread per step (8192 a step, all loads in flight), tracks
  * the max and its lowest index, and appends those >= tau to a buffer of 4096 (warp-aggregated
  * slots). When the buffer overflows, it shrinks: a 256-bin histogram of the buffer (bin 0 for
  * -inf, 255 equal bins between its smallest finite value and its max; the bin of a value is
@@ -40,7 +40,7 @@ namespace cg = cooperative_groups;
 
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
-constexpr int kPer = 8; /* logits a thread has in flight per step */
+constexpr int kPer = 16; /* logits a thread has in flight per step */
 constexpr int kStep = kThreads * kPer;
 constexpr int kCand = 4096; /* candidates a block holds */
 constexpr int kBins = 256;
@@ -61,6 +61,7 @@ struct Shared {
   float tau;
   float m; /* published max and its index, for block 0 */
   int64_t amax;
+  int off[kMaxCluster + 1]; /* block 0: where each peer's candidates start in the merged stream */
   double wsum[kWarps];
 };
 
@@ -171,37 +172,39 @@ __device__ bool shrink(Shared *sh, int64_t k, int goal) {
   return true;
 }
 
-/* Streams count (value, index) pairs from load(q, &v, &i) through tau into the buffer, tracking
- * the best pair in m / amax (per thread). With want false only the max. Returns false when the
- * buffer could not be shrunk (sh->fail set; the max still covers every pair); every thread returns
- * the same. */
-template <typename Load>
-__device__ bool stream(Shared *sh, int64_t count, int64_t k, const bool want, Load load, float &m,
-                       int64_t &amax) {
+/* Streams count logits, value(q) and index(q), through tau into the buffer; with kMax, tracks the
+ * largest and its lowest index in m / amax (per thread; index(q) grows with q). With want false
+ * only the max. Returns false when the buffer could not be shrunk (sh->fail set; the max still
+ * covers every logit); every thread returns the same. index(q) is read for appended logits only. */
+template <bool kMax, typename Value, typename Index>
+__device__ bool stream(Shared *sh, int64_t count, int64_t k, const bool want, Value value,
+                       Index index, float &m, int64_t &amax) {
   const int tid = threadIdx.x;
   bool filter = want;
   for (int64_t base = 0; base < count; base += kStep) {
     float v[kPer];
-    int32_t id[kPer];
 #pragma unroll
     for (int j = 0; j < kPer; j++) {
       const int64_t q = base + j * kThreads + tid;
-      v[j] = -INFINITY, id[j] = INT32_MAX;
-      if (q < count) load(q, v[j], id[j]);
+      v[j] = q < count ? value(q) : -INFINITY;
     }
+    if (kMax)
 #pragma unroll
-    for (int j = 0; j < kPer; j++)
-      if (beats(v[j], id[j], m, amax)) m = v[j], amax = id[j];
+      for (int j = 0; j < kPer; j++)
+        if (v[j] > m) m = v[j], amax = index(base + j * kThreads + tid);
     if (!filter) continue;
     const float tau = sh->tau;
     unsigned pend = 0;
 #pragma unroll
     for (int j = 0; j < kPer; j++)
-      if (id[j] != INT32_MAX && v[j] >= tau) pend |= 1u << j;
+      if (base + j * kThreads + tid < count && v[j] >= tau) pend |= 1u << j;
     for (;;) {
 #pragma unroll
-      for (int j = 0; j < kPer; j++)
-        if (append(sh, (pend >> j) & 1u, v[j], id[j])) pend &= ~(1u << j);
+      for (int j = 0; j < kPer; j++) {
+        const bool w = (pend >> j) & 1u;
+        const int32_t id = w ? (int32_t)index(base + j * kThreads + tid) : 0;
+        if (append(sh, w, v[j], id)) pend &= ~(1u << j);
+      }
       __syncthreads();
       const bool over = sh->n > kCand;
       if (!over) break;
@@ -277,10 +280,9 @@ __device__ void select_row(cg::cluster_group &g, Shared *sh, const kite_sample_a
   __syncthreads();
   float m = -INFINITY;
   int64_t amax = INT64_MAX;
-  const bool ok = stream(
-      sh, len, p.top_k, topk,
-      [&](int64_t q, float &v, int32_t &i) { v = logit(x, begin + q), i = (int32_t)(begin + q); },
-      m, amax);
+  const bool ok = stream<true>(
+      sh, len, p.top_k, topk, [&](int64_t q) { return logit(x, begin + q); },
+      [&](int64_t q) { return begin + q; }, m, amax);
   if (ok && topk) shrink(sh, p.top_k, (int)(2 * p.top_k > 64 ? 2 * p.top_k : 64));
   block_best(m, amax);
   if (tid == 0) sh->m = m, sh->amax = amax;
@@ -299,18 +301,38 @@ __device__ void select_row(cg::cluster_group &g, Shared *sh, const kite_sample_a
     } else if (fail) {
       block_sample_row<T>(a, r);
     } else {
-      bool merged = true;
-      for (int b = 1; b < blocks && merged; b++) {
-        const Shared *q = g.map_shared_rank(sh, b);
-        const int qn = q->n < kCand ? q->n : kCand;
-        const float *qv = q->v[q->cur];
-        const int32_t *qi = q->i[q->cur];
-        float m2 = m;
-        int64_t a2 = amax;
-        merged = stream(
-            sh, qn, p.top_k, true, [&](int64_t e, float &v, int32_t &i) { v = qv[e], i = qi[e]; },
-            m2, a2);
+      /* the peers' candidates, one stream over their buffers in rank order */
+      if (tid <= blocks) {
+        int off = 0;
+        for (int b = 1; b < tid; b++) {
+          const Shared *q = g.map_shared_rank(sh, b);
+          off += q->n < kCand ? q->n : kCand;
+        }
+        sh->off[tid] = off; /* sh->off[b]: the first of peer b's; off[blocks]: the total */
       }
+      __syncthreads();
+      const auto at = [&](int64_t q, int &b) {
+        b = 1;
+        while (b + 1 < blocks && q >= sh->off[b + 1]) b++;
+        return (int)(q - sh->off[b]);
+      };
+      float m2 = m;
+      int64_t a2 = amax;
+      const bool merged = stream<false>(
+          sh, sh->off[blocks], p.top_k, true,
+          [&](int64_t q) {
+            int b;
+            const int e = at(q, b);
+            const Shared *o = g.map_shared_rank(sh, b);
+            return o->v[o->cur][e];
+          },
+          [&](int64_t q) {
+            int b;
+            const int e = at(q, b);
+            const Shared *o = g.map_shared_rank(sh, b);
+            return (int64_t)o->i[o->cur][e];
+          },
+          m2, a2);
       if (merged) {
         const int64_t tok = finish(sh, p, m, amax);
         if (tid == 0) a.tokens[r] = (int32_t)(tok >= 0 && tok < V ? tok : amax);
