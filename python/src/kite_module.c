@@ -683,8 +683,29 @@ static void xapi_set_error(void *unused, const char *kind, const char *message) 
   PyErr_Format(PyExc_RuntimeError, "%s: %s", kind, message);
 }
 
-/* A new contiguous torch tensor of like's shape, dtype and device (torch.empty_like). */
+/* 1 when t (ndim dims) is laid out row-major: then torch.empty_like's default
+ * (preserve_format) gives a contiguous tensor too. */
+static int row_major(const DLTensor *t) {
+  if (!t->strides) return 1;
+  int64_t want = 1;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    if (t->shape[i] != 1 && t->strides[i] != want) return 0;
+    want *= t->shape[i];
+  }
+  return 1;
+}
+
+/* A new contiguous torch tensor of like's shape, dtype and device (torch.empty_like). A
+ * row-major like takes torch.empty_like without keywords, torch's cheapest allocation from C
+ * (about 1 us less than a round trip through the DLPack exchange API's allocator, whose tensor
+ * torch wraps a second time). */
 static PyObject *empty_like(PyObject *like) {
+  if (g_xapi) {
+    DLTensor t;
+    if (g_xapi->dltensor_from_py_object_no_sync(like, &t) == 0 && row_major(&t))
+      return PyObject_Vectorcall(g_empty_like, &like, 1, NULL);
+    PyErr_Clear();
+  }
   if (g_xapi) {
     DLTensor proto;
     void *m = NULL, *t = NULL;
