@@ -683,13 +683,13 @@ static void xapi_set_error(void *unused, const char *kind, const char *message) 
   PyErr_Format(PyExc_RuntimeError, "%s: %s", kind, message);
 }
 
-/* 1 when t (ndim dims) is laid out row-major: then torch.empty_like's default
- * (preserve_format) gives a contiguous tensor too. */
+/* 1 when t's strides are exactly the row-major ones of its shape (size-1 dims included): then
+ * torch.empty_like's default (preserve_format) gives those strides too. */
 static int row_major(const DLTensor *t) {
   if (!t->strides) return 1;
   int64_t want = 1;
   for (int i = t->ndim - 1; i >= 0; i--) {
-    if (t->shape[i] != 1 && t->strides[i] != want) return 0;
+    if (t->strides[i] != want) return 0;
     want *= t->shape[i];
   }
   return 1;
