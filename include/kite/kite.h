@@ -462,9 +462,9 @@ KITE_API kite_status kite_sdpa_varlen(kite_ctx *ctx, const DLTensor *q, const DL
  *   ds_ij = du_ij (softcap > 0 ? 1 - tanh(s_ij / softcap)^2 : 1)
  *   dq_i = scale sum_j ds_ij k_j      dk_j = scale sum_i ds_ij q_i
  * dk and dv of a kv head sum over the query heads that read it (GQA) in a fixed order: the same
- * bits run after run. dq is the same bits run after run on the host; on CUDA the tensor-core
- * kernel adds the key blocks' dq terms in f32 by atomics, in no fixed order, so dq may differ in
- * its last bits from run to run there. A query that saw no key (lse = -inf) contributes nothing.
+ * bits run after run. dq is the same bits run after run too (CUDA's tensor-core kernels add the
+ * key blocks' dq terms in f32 in a fixed order). A query that saw no key (lse = -inf) contributes
+ * nothing.
  * The mask gets no gradient.
  * Sinks: the formulas above hold as they are (p comes from the lse that includes the sink, and the
  * sink has no value, so delta_i = dout_i . o_i is still sum_j p_ij dp_ij). The sink is one more

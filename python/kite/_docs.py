@@ -640,9 +640,9 @@ _PARTS = [
         '  ds_ij = du_ij (softcap > 0 ? 1 - tanh(s_ij / softcap)^2 : 1)\n'
         '  dq_i = scale sum_j ds_ij k_j      dk_j = scale sum_i ds_ij q_i\n'
         'dk and dv of a kv head sum over the query heads that read it (GQA) in a fixed order: the same\n'
-        'bits run after run. dq is the same bits run after run on the host; on CUDA the tensor-core\n'
-        "kernel adds the key blocks' dq terms in f32 by atomics, in no fixed order, so dq may differ in\n"
-        'its last bits from run to run there. A query that saw no key (lse = -inf) contributes nothing.\n'
+        "bits run after run. dq is the same bits run after run too (CUDA's tensor-core kernels add the\n"
+        "key blocks' dq terms in f32 in a fixed order). A query that saw no key (lse = -inf) contributes\n"
+        'nothing.\n'
         'The mask gets no gradient.\n'
         'Sinks: the formulas above hold as they are (p comes from the lse that includes the sink, and the\n'
         'sink has no value, so delta_i = dout_i . o_i is still sum_j p_ij dp_ij). The sink is one more\n'
