@@ -193,6 +193,11 @@ static void loss_check_cases(kite_op op, kite_dtype t, int quick, kt_case_list *
   const kt_shape2 *s = kt_bwd_sizes(quick, &n);
   for (int i = 0; i < n; i++)
     if (s[i].cols >= 1) gen_ce(l, op, t, s[i], quick); /* cols = V >= 1 */
+  /* vocabularies that spread a row over several blocks (a cluster on sm_90: 4 and 8 blocks) */
+  if (op == KITE_OP_CROSS_ENTROPY_WITH_GRAD) {
+    gen_ce(l, op, t, (kt_shape2){3, 40000}, quick);
+    if (!quick) gen_ce(l, op, t, (kt_shape2){2, 128256}, 1);
+  }
 }
 
 /* small: T = 512 rows; llm: T = 8192, the vocabularies of Llama 2 and Llama 3. */
