@@ -35,23 +35,37 @@ __device__ __forceinline__ void ce_add(float *v, float c, OnlineSoftmax &st, flo
   for (int e = 0; e < N; e++) {
     const float z = ce_cap(v[e], c);
     sz += z;
-    v[e] = z * kLog2e;
+    v[e] = __fmul_rn(z, kLog2e); /* rounded, never fused into a later subtraction */
   }
   st.add<N>(v);
 }
 
 /* The gradient of one logit x at column j (row constants precomputed by the caller). */
+/* 2^x by the multi-function unit alone (ex2.approx.ftz: 2 ulp, a result under 2^-126 is 0;
+ * -inf gives 0, NaN stays NaN): the gradient's one transcendental per logit. */
+__device__ __forceinline__ float ce_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+/* The gradient of one logit x (row constants precomputed by ce_row_grad). lse2 is the lse in
+ * log2 units as the statistics formed it, and z log2 e is rounded as there (ce_add): a row of one
+ * class gets p = 2^0 = 1 and a gradient of exactly 0. */
 struct CeGrad {
   float c, zf, off, hit, lse2;
   int64_t tg;
-  __device__ __forceinline__ float operator()(float x, int64_t j) const {
+  __device__ __forceinline__ float value(float x, bool target) const {
     const float z = ce_cap(x, c);
-    float d = zf * exp2f(z * kLog2e - lse2) - off - (j == tg ? hit : 0.0f);
+    float d = zf * ce_exp2(__fmul_rn(z, kLog2e) - lse2) - off - (target ? hit : 0.0f);
     if (c > 0.0f) {
       const float t = z / c;
       d *= 1.0f - t * t;
     }
     return d;
+  }
+  __device__ __forceinline__ float operator()(float x, int64_t j) const {
+    return value(x, j == tg);
   }
 };
 
@@ -75,8 +89,8 @@ __device__ __forceinline__ void ce_row_out(const CeRows &p, int64_t r, float m2,
 }
 
 /* The gradient scale of row r (0 for an ignored or bad row) and the constants of its CeGrad. */
-__device__ __forceinline__ CeGrad ce_row_grad(const CeRows &p, int64_t r, float lse, int32_t tg,
-                                              bool zero) {
+__device__ __forceinline__ CeGrad ce_row_grad(const CeRows &p, int64_t r, float lse, float lse2,
+                                              int32_t tg, bool zero) {
   float g = 0.0f;
   if (!zero) {
     g = !p.dloss ? 1.0f : p.o.reduction == KITE_REDUCTION_NONE ? p.dloss[r] : p.dloss[0];
@@ -90,7 +104,7 @@ __device__ __forceinline__ CeGrad ce_row_grad(const CeRows &p, int64_t r, float 
           g * (1.0f + 2.0f * p.o.z_loss * lse),
           g * ls / (float)p.vocab,
           g * (1.0f - ls),
-          lse * kLog2e,
+          lse2,
           zero ? -1 : (int64_t)tg};
 }
 
@@ -103,7 +117,7 @@ __global__ __launch_bounds__(kCeThreads) void ce_rows_kernel(CeRows p) {
     const int32_t tg = p.targets[r];
     const bool ignored = tg == p.o.ignore_index;
     const bool bad = !ignored && (tg < 0 || (int64_t)tg >= V);
-    float lse;
+    float lse, lse2; /* lse2: in log2 units */
     if (M != CeMode::bwd) {
       /* the target's z is read before the reductions' barriers: the fused mode overwrites the
        * row after them */
@@ -126,13 +140,14 @@ __global__ __launch_bounds__(kCeThreads) void ce_rows_kernel(CeRows p) {
       }
       st.reduce_block();
       sz = block_sum(sz);
-      lse = (st.m + log2f(st.sum)) * kLn2;
+      lse2 = st.m + log2f(st.sum);
+      lse = lse2 * kLn2;
       if (threadIdx.x == 0) ce_row_out(p, r, st.m, st.sum, sz, zt, ignored, bad);
     }
     if (M == CeMode::fwd) continue;
-    if (M == CeMode::bwd) lse = p.lse[r];
+    if (M == CeMode::bwd) lse = p.lse[r], lse2 = lse * kLog2e;
     const bool zero = ignored || bad;
-    const CeGrad grad = ce_row_grad(p, r, lse, tg, zero);
+    const CeGrad grad = ce_row_grad(p, r, lse, lse2, tg, zero);
     T *d = (T *)p.dlogits + r * p.dlogits_stride;
     for (int64_t j0 = (int64_t)threadIdx.x * W; j0 < vmain; j0 += step * kCeUnroll) {
       float v[kCeUnroll][W];
@@ -165,23 +180,25 @@ __global__ __launch_bounds__(kCeThreads) void ce_rows_kernel(CeRows p) {
 /* ---- cross_entropy_with_grad in one pass: a row per thread block cluster (sm_90) ---------
  * Block k of a cluster of K holds its share of the row's 16-byte packs in shared memory (pack
  * q = u K B + k B + t for thread t, u < VPT: coalesced, every block within a pack of the
- * others), copied there by cp.async without passing through registers, so that a
- * multiprocessor keeps six blocks' loads (192 KB) in flight. Each thread reads back only the
- * packs it copied (no block barrier for them). A block reduces its (max, sum of exp, sum of z)
- * and publishes them in shared memory; after a cluster barrier every thread combines the K
- * triples in a fixed order (the same bits in every block) and writes the gradient of its packs.
- * Each logit is read once and its gradient written once: 4 bytes per bf16 logit, against 6 for
- * the forward and backward apart. The published triples alternate between two slots: between
- * two writes of one slot lies a cluster barrier that every block passes only after reading the
- * other. */
+ * others), copied there by cp.async without passing through registers. The grid is persistent
+ * (as many clusters as are resident at once, each taking every G-th row), and the next row's
+ * copies are issued into a second buffer before the current row is worked on, so that each block
+ * keeps its loads in flight through its reductions, barriers and stores. Each thread reads back
+ * only the packs it copied (no block barrier for them). A thread takes its max, then its sum of
+ * 2^(z log2 e - max) and of z, from shared memory; a block publishes its (max, sum, sum of z) in
+ * shared memory, and after a cluster barrier every thread combines the K triples in a fixed
+ * order (the same bits in every block) and writes the gradient of its packs. Each logit is read
+ * once and its gradient written once: 4 bytes per bf16 logit, against 6 for the forward and
+ * backward apart. The published triples alternate between two slots: between two writes of one
+ * slot lies a cluster barrier that every block passes only after reading the other. */
 constexpr int kClusterMaxBlocks = 8; /* the portable cluster size */
 constexpr int kClusterThreads = 256, kClusterMaxVpt = 8;
 
 /* (m, s) and (m2, s2): the max of two sets of base-2 exponents and the sum of 2^(v - max) over
- * both (-inf sets add nothing; NaN sums stay NaN). */
+ * both (a zero sum, as of a set of -inf, adds nothing; a NaN sum stays NaN). */
 __device__ __forceinline__ void ce_merge(float &m, float &s, float m2, float s2) {
   const float mx = fmaxf(m, m2);
-  s = (m == -INFINITY ? 0.0f : s * exp2f(m - mx)) + (m2 == -INFINITY ? 0.0f : s2 * exp2f(m2 - mx));
+  s = (s == 0.0f ? 0.0f : s * exp2f(m - mx)) + (s2 == 0.0f ? 0.0f : s2 * exp2f(m2 - mx));
   m = mx;
 }
 
@@ -202,49 +219,70 @@ __device__ __forceinline__ void ce_copy16(void *dst, const void *src) {
 }
 
 template <typename T, int VPT>
-__global__ __launch_bounds__(kClusterThreads, 6) void ce_cluster_kernel(CeRows p) {
+__global__ __launch_bounds__(kClusterThreads, 3) void ce_cluster_kernel(CeRows p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 /* the PTX for older GPUs is never launched */
   namespace cg = cooperative_groups;
   constexpr int W = vec_elems<T>();
+  using P = Pack<T, W>;
   cg::cluster_group cluster = cg::this_cluster();
-  __shared__ Pack<T, W> held[VPT * kClusterThreads]; /* pack u of thread t at u B + t */
-  __shared__ float4 published[2]; /* this block's (max, sum, sum of z) of a row, read by all */
+  extern __shared__ float4 ce_dyn[]; /* two buffers of VPT B packs: pack u of thread t at u B + t */
+  __shared__ float4 published[2];    /* this block's (max, sum, sum of z) of a row, read by all */
   __shared__ float4 warps[kClusterThreads / 32];
   const int K = (int)cluster.num_blocks(), rank = (int)cluster.block_rank();
-  const int B = (int)blockDim.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int B = (int)blockDim.x, t = (int)threadIdx.x, lane = t & 31, warp = t >> 5;
   const int packs = (int)(p.vocab / W); /* at most 8 * 256 * 8 */
   const float c = p.o.softcap;
-  int slot = 0;
-  for (int64_t r = blockIdx.y; r < p.rows; r += gridDim.y, slot ^= 1) {
-    const Pack<T, W> *x = (const Pack<T, W> *)((const T *)p.logits + r * p.logits_stride);
-    Pack<T, W> *d = (Pack<T, W> *)((T *)p.dlogits + r * p.dlogits_stride);
+  P *const buf0 = reinterpret_cast<P *>(ce_dyn);
+  /* row r's packs into buffer b, as one commit group (empty past the last row) */
+  auto fetch = [&](int64_t r, int b) {
+    if (r < p.rows) {
+      const P *x = (const P *)((const T *)p.logits + r * p.logits_stride);
 #pragma unroll
-    for (int u = 0; u < VPT; u++) {
-      const int q = (u * K + rank) * B + (int)threadIdx.x;
-      if (q < packs) ce_copy16(&held[u * B + threadIdx.x], x + q);
+      for (int u = 0; u < VPT; u++) {
+        const int q = (u * K + rank) * B + t;
+        if (q < packs) ce_copy16(&buf0[(b * VPT + u) * B + t], x + q);
+      }
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
+  };
+  int slot = 0, b = 0;
+  fetch(blockIdx.y, 0);
+  for (int64_t r = blockIdx.y; r < p.rows; r += gridDim.y, slot ^= 1, b ^= 1) {
+    fetch(r + gridDim.y, b ^ 1); /* the next row streams in while this one is worked on */
+    const T *x = (const T *)p.logits + r * p.logits_stride;
+    const P *h = buf0 + b * VPT * B;
     const int32_t tg = p.targets[r];
     const bool ignored = tg == p.o.ignore_index;
     const bool bad = !ignored && (tg < 0 || (int64_t)tg >= p.vocab);
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
     /* read before the cluster barrier: the gradient may overwrite the row after it */
     float zt = 0.0f;
-    if (rank == 0 && threadIdx.x == 0 && !ignored && !bad)
-      zt = ce_cap(to_float(((const T *)x)[tg]), c);
-    OnlineSoftmax st;
-    float sz = 0.0f;
-#pragma unroll 1 /* one pack at a time from shared memory: few registers, six blocks resident */
+    if (rank == 0 && t == 0 && !ignored && !bad) zt = ce_cap(to_float(x[tg]), c);
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory"); /* this row's copies are in */
+    /* the thread's max z (softcap is monotonic: the cap of the max x) and sum of z */
+    float xm = -INFINITY, sz = 0.0f;
+#pragma unroll 1 /* one pack at a time from shared memory: few registers */
     for (int u = 0; u < VPT; u++) {
-      const int q = (u * K + rank) * B + (int)threadIdx.x;
+      const int q = (u * K + rank) * B + t;
       if (q >= packs) continue;
-      const Pack<T, W> h = held[u * B + threadIdx.x];
-      float v[W];
+      const P v = h[u * B + t];
 #pragma unroll
-      for (int e = 0; e < W; e++) v[e] = to_float(h.v[e]);
-      ce_add<W>(v, c, st, sz);
+      for (int e = 0; e < W; e++) {
+        const float xv = to_float(v.v[e]);
+        xm = fmaxf(xm, xv);
+        sz += ce_cap(xv, c);
+      }
     }
-    float m = st.m, sum = st.sum;
+    float m = __fmul_rn(ce_cap(xm, c), kLog2e), sum = 0.0f;
+    const float ref = m == -INFINITY ? 0.0f : m; /* -inf - -inf would be NaN */
+#pragma unroll 1
+    for (int u = 0; u < VPT; u++) {
+      const int q = (u * K + rank) * B + t;
+      if (q >= packs) continue;
+      const P v = h[u * B + t];
+#pragma unroll
+      for (int e = 0; e < W; e++)
+        sum += ce_exp2(__fmul_rn(ce_cap(to_float(v.v[e]), c), kLog2e) - ref);
+    }
     ce_warp_stats(m, sum, sz);
     if (lane == 0) warps[warp] = make_float4(m, sum, sz, 0.0f);
     __syncthreads();
@@ -272,21 +310,25 @@ __global__ __launch_bounds__(kClusterThreads, 6) void ce_cluster_kernel(CeRows p
       sum = __shfl_sync(0xffffffffu, sum, 0);
       sz = __shfl_sync(0xffffffffu, sz, 0);
     }
-    if (rank == 0 && threadIdx.x == 0) ce_row_out(p, r, m, sum, sz, zt, ignored, bad);
+    if (rank == 0 && t == 0) ce_row_out(p, r, m, sum, sz, zt, ignored, bad);
     const bool zero = ignored || bad;
-    const CeGrad grad = ce_row_grad(p, r, (m + log2f(sum)) * kLn2, tg, zero);
-#pragma unroll 1 /* one pack at a time from shared memory: few registers, six blocks resident */
+    const float lse2 = m + log2f(sum);
+    const CeGrad grad = ce_row_grad(p, r, lse2 * kLn2, lse2, tg, zero);
+    P *d = (P *)((T *)p.dlogits + r * p.dlogits_stride);
+#pragma unroll 1
     for (int u = 0; u < VPT; u++) {
-      const int q = (u * K + rank) * B + (int)threadIdx.x;
+      const int q = (u * K + rank) * B + t;
       if (q >= packs) continue;
-      const Pack<T, W> h = held[u * B + threadIdx.x];
-      Pack<T, W> out;
+      const P v = h[u * B + t];
+      const int te = zero ? -1 : tg - q * W; /* the target's place in this pack, if there */
+      P out;
 #pragma unroll
       for (int e = 0; e < W; e++)
-        out.v[e] = from_float<T>(zero ? 0.0f : grad(to_float(h.v[e]), (int64_t)(q * W + e)));
+        out.v[e] = from_float<T>(zero ? 0.0f : grad.value(to_float(v.v[e]), e == te));
       d[q] = out;
     }
   }
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
   cluster.sync(); /* no block leaves, freeing its shared memory, while others may still read it */
 #endif
 }
@@ -392,9 +434,33 @@ namespace {
 
 template <typename T, int VPT>
 cudaError_t ce_cluster_launch_t(const CeRows &p, const CeClusterShape &sh, cudaStream_t s) {
-  return launch_clusters(ce_cluster_kernel<T, VPT>, (unsigned)sh.blocks,
-                         (unsigned)(p.rows < 65535 ? p.rows : 65535), (unsigned)sh.threads, 0, s,
-                         p);
+  void (*kernel)(CeRows) = ce_cluster_kernel<T, VPT>;
+  const size_t smem = 2 * (size_t)VPT * (size_t)sh.threads * 16;
+  cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  if (e != cudaSuccess) return e;
+  /* a persistent grid: the clusters resident at once (all rows' clusters when the runtime cannot
+   * say), each taking every G-th row */
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)sh.blocks, 1);
+  cfg.blockDim = dim3((unsigned)sh.threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = (unsigned)sh.blocks;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int resident = 0;
+  if (cudaOccupancyMaxActiveClusters(&resident, kernel, &cfg) != cudaSuccess || resident < 1) {
+    (void)cudaGetLastError();
+    resident = 65535;
+  }
+  const int64_t g = p.rows < resident ? p.rows : resident;
+  return launch_clusters(kernel, (unsigned)sh.blocks, (unsigned)(g < 65535 ? g : 65535),
+                         (unsigned)sh.threads, smem, s, p);
 }
 
 /* The one-pass kernel of cross_entropy_with_grad (supports() checked the shape). */
