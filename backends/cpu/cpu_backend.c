@@ -144,6 +144,7 @@ static kite_kernel cpu_kernels[] = {
     /* losses (kernels/loss.inc, cpu_flce.c) */
     ROW_FAMILY(KITE_OP_CROSS_ENTROPY, ce),
     ROW_FAMILY(KITE_OP_CROSS_ENTROPY_BACKWARD, ce),
+    ROW_FAMILY(KITE_OP_CROSS_ENTROPY_WITH_GRAD, ce),
     ROW(KITE_OP_FUSED_LINEAR_CROSS_ENTROPY, "chunked", 10, 0, supports_float, cpu_flce_chunked,
         "vocabulary chunks through kite_linear, logits recomputed for the gradients"),
 

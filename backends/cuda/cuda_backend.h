@@ -253,10 +253,12 @@ CUDA_RUN(cuda_gguf_mma_run);
 CUDA_SUPPORTS(cuda_group_gguf_mma_supports);
 CUDA_RUN(cuda_group_gguf_mma_run);
 
-/* cross_entropy.cu: cross_entropy, cross_entropy_backward */
+/* cross_entropy.cu: cross_entropy, cross_entropy_backward, cross_entropy_with_grad */
 CUDA_SUPPORTS(cuda_ce_vec_supports);
 CUDA_RUN(cuda_ce_vec_run);
 CUDA_RUN(cuda_ce_generic_run);
+CUDA_SUPPORTS(cuda_ce_cluster_supports);
+CUDA_RUN(cuda_ce_cluster_run);
 /* flce.cu: fused_linear_cross_entropy */
 CUDA_RUN(cuda_flce_cublaslt_run);
 CUDA_RUN(cuda_flce_generic_run);

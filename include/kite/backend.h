@@ -601,10 +601,11 @@ typedef struct kite_embedding_bwd_args {
   int64_t dtable_stride;
 } kite_embedding_bwd_args;
 
-/* cross_entropy (forward: loss, lse) and cross_entropy_backward (dloss, lse -> dlogits):
+/* cross_entropy (forward: loss, lse), cross_entropy_backward (dloss, lse -> dlogits) and
+ * cross_entropy_with_grad (loss, lse and dlogits of dloss = 1; dloss NULL):
  * logits[rows, vocab] with a row stride; targets[rows]; loss f32 [rows] (none) or [1]; lse f32
- * [rows] (forward: NULL when not wanted); dloss f32 [rows] (none) or [1]; dlogits with a row
- * stride, possibly == logits (same stride then). Targets are not checked by the front-end. */
+ * [rows] (forward, with_grad: NULL when not wanted); dloss f32 [rows] (none) or [1]; dlogits with
+ * a row stride, possibly == logits (same stride then). Targets are not checked by the front-end. */
 typedef struct kite_ce_args {
   kite_op op;
   kite_dtype dtype;

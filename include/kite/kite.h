@@ -865,6 +865,18 @@ KITE_API kite_status kite_cross_entropy_backward(kite_ctx *ctx, const DLTensor *
                                                  const DLTensor *dloss, const kite_ce_opts *opts,
                                                  DLTensor *dlogits);
 
+/* Forward and backward in one pass over the logits (the training step's usual pair, without
+ * reading the logits a second time): logits[N, V], targets[N] -> loss and lse exactly as
+ * kite_cross_entropy gives them, and dlogits[N, V] of logits' dtype: the gradient of the reduced
+ * loss (of sum(loss) for reduction none), i.e. kite_cross_entropy_backward's with dloss = 1 and
+ * this lse. For a scalar upstream gradient g, scale dlogits by g (as for
+ * fused_linear_cross_entropy). dlogits may be logits itself (the gradient written over the
+ * logits); otherwise they must not overlap. lse: NULL or f32 [N]. opts NULL = defaults.
+ * Errors: as kite_cross_entropy's, plus dlogits' shape, dtype and overlaps. */
+KITE_API kite_status kite_cross_entropy_with_grad(kite_ctx *ctx, const DLTensor *logits,
+                                                  const DLTensor *targets, const kite_ce_opts *opts,
+                                                  DLTensor *loss, DLTensor *lse, DLTensor *dlogits);
+
 /* Options of fused_linear_cross_entropy. */
 typedef struct kite_flce_opts {
   kite_ce_opts ce;

@@ -992,6 +992,21 @@ _PARTS = [
     (
         'C: kite_status kite_softcap(kite_ctx *ctx, DLTensor *logits, float cap);'
     ),
+    (
+        "Forward and backward in one pass over the logits (the training step's usual pair, without\n"
+        'reading the logits a second time): logits[N, V], targets[N] -> loss and lse exactly as\n'
+        "kite_cross_entropy gives them, and dlogits[N, V] of logits' dtype: the gradient of the reduced\n"
+        "loss (of sum(loss) for reduction none), i.e. kite_cross_entropy_backward's with dloss = 1 and\n"
+        'this lse. For a scalar upstream gradient g, scale dlogits by g (as for\n'
+        'fused_linear_cross_entropy). dlogits may be logits itself (the gradient written over the\n'
+        'logits); otherwise they must not overlap. lse: NULL or f32 [N]. opts NULL = defaults.\n'
+        "Errors: as kite_cross_entropy's, plus dlogits' shape, dtype and overlaps."
+    ),
+    (
+        'C: kite_status kite_cross_entropy_with_grad(kite_ctx *ctx, const DLTensor *logits,\n'
+        '    const DLTensor *targets, const kite_ce_opts *opts, DLTensor *loss, DLTensor *lse,\n'
+        '    DLTensor *dlogits);'
+    ),
 ]
 
 # op -> its parts, in order
@@ -1053,6 +1068,7 @@ _INDEX = {
     'linear_gguf_q8': (117, 118, 128, 129),
     'group_gemm_gguf': (117, 118, 130, 131),
     'softcap': (83, 132, 133),
+    'cross_entropy_with_grad': (72, 73, 74, 134, 135),
 }
 
 DOCS = {name: "\n\n".join(_PARTS[i] for i in ids) for name, ids in _INDEX.items()}
