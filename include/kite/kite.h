@@ -759,8 +759,9 @@ KITE_API kite_status kite_activation_backward(kite_ctx *ctx, kite_op act, const 
  * KITE_OP_GELU_TANH_AND_MUL: x[..., 2I] (the forward input), dy[..., I] -> dx[..., 2I]:
  *   d gate = dy * up * act'(gate),   d up = dy * act(gate).
  * With limit > 0 (the forward's clamp) the clamped values are used, and the gradient is 0 where
- * the clamp was active: gate > limit, or |up| > limit. Same dtype for all; dx never aliases x
- * or dy. Errors: as the forward's, plus dx not x's shape. */
+ * the clamp was active: gate > limit, or |up| > limit. Same dtype for all; dx may be x itself (in
+ * place: the same data, shape and strides; a training step then holds one [.., 2I] buffer, not
+ * two), never any other overlap with x, nor with dy. Errors: as the forward's, plus dx not x's shape. */
 KITE_API kite_status kite_gated_backward(kite_ctx *ctx, kite_op act, const DLTensor *x,
                                          const DLTensor *dy, float limit, DLTensor *dx);
 

@@ -325,8 +325,9 @@ _PARTS = [
         'KITE_OP_GELU_TANH_AND_MUL: x[..., 2I] (the forward input), dy[..., I] -> dx[..., 2I]:\n'
         "  d gate = dy * up * act'(gate),   d up = dy * act(gate).\n"
         "With limit > 0 (the forward's clamp) the clamped values are used, and the gradient is 0 where\n"
-        'the clamp was active: gate > limit, or |up| > limit. Same dtype for all; dx never aliases x\n'
-        "or dy. Errors: as the forward's, plus dx not x's shape."
+        'the clamp was active: gate > limit, or |up| > limit. Same dtype for all; dx may be x itself (in\n'
+        'place: the same data, shape and strides; a training step then holds one [.., 2I] buffer, not\n'
+        "two), never any other overlap with x, nor with dy. Errors: as the forward's, plus dx not x's shape."
     ),
     (
         'C: kite_status kite_gated_backward(kite_ctx *ctx, kite_op act, const DLTensor *x,\n'

@@ -210,6 +210,26 @@ class MoE(nn.Module):
         return _ops.fused_moe(h, self.w13, self.w2, weights, ids, self.act).reshape(shape)
 
 
+class _GatedPrivate(torch.autograd.Function):
+    """act_and_mul(h) for an h no one else holds (GatedMLP's concatenation of gate_proj's and
+    up_proj's outputs): the backward writes the gradient over h (kite's gated_backward in place),
+    so a layer's backward holds one [.., 2I] buffer instead of two, as Liger's SwiGLU does with
+    its saved gate and up."""
+
+    @staticmethod
+    def forward(ctx, h, name):
+        ctx.save_for_backward(h)
+        ctx.act = _autograd._ID[name]
+        return getattr(_ops, name)(h, 0.0)
+
+    @staticmethod
+    @_autograd._once("gated activation")
+    def backward(ctx, dy):
+        (h,) = ctx.saved_tensors
+        _ops.gated_backward.out(h, dy.contiguous(), ctx.act, 0.0, h)
+        return h, None
+
+
 class GatedMLP(nn.Module):
     """down_proj(act(gate_proj(x)) * up_proj(x)) with kite's fused act-and-mul (silu_and_mul,
     gelu_and_mul, gelu_tanh_and_mul) between the projections; with gate_up_proj (one fused
@@ -237,12 +257,14 @@ class GatedMLP(nn.Module):
         self.down_proj = down_proj
         self.act_name = act
         self._op = _GATED[act]
+        self._name = f"{act}_and_mul"
 
     def forward(self, x):
-        if "gate_up_proj" in self._modules:
-            h = self.gate_up_proj(x)
-        else:
-            h = torch.cat((self.gate_proj(x), self.up_proj(x)), dim=-1)
+        if "gate_up_proj" in self._modules:  # its output may be held elsewhere (hooks, adapters)
+            return self.down_proj(self._op(self.gate_up_proj(x), 0.0))
+        h = torch.cat((self.gate_proj(x), self.up_proj(x)), dim=-1)
+        if torch.is_grad_enabled() and h.requires_grad:
+            return self.down_proj(_GatedPrivate.apply(h, self._name))
         return self.down_proj(self._op(h, 0.0))
 
     def extra_repr(self):
