@@ -52,6 +52,18 @@ INLINE void transpose8(vf r[8]) {
  * int16: (v[2p], v[2p + 1]) for pair p, a zero completing an odd depth. */
 static void pack_b_f32(const src *b, int64_t n0, int64_t nr, int64_t k0, int64_t kc, float *bp) {
   const int64_t es = esize(b->t);
+  if (b->kn) { /* stored [k, n]: each panel row is nr consecutive elements of row k0 + k */
+    for (int64_t k = 0; k < kc; k++) {
+      const char *row = (const char *)b->p + ((k0 + k) * b->ld + n0) * es;
+      for (int h = 0; h < NR / 8; h++) {
+        const int64_t m = nr - h * 8;
+        _mm256_store_ps(bp + k * NR + h * 8, m >= 8  ? load8(b->t, row + h * 8 * es)
+                                             : m > 0 ? load_part(b->t, row + h * 8 * es, m)
+                                                     : _mm256_setzero_ps());
+      }
+    }
+    return;
+  }
   for (int h = 0; h < NR / 8; h++) {
     const char *row[8];
     int have = 0;
@@ -389,17 +401,18 @@ static void gemm_run(gemm *g, int parts, char *scratch) {
 
 /* Workspace bytes lin_run needs for m rows, and for any row count up to m (the largest of the
  * GEMV and GEMM needs: each grows with m). */
-size_t cpu_avx2_lin_bytes_upto(const kite_ctx *ctx, int64_t m, int64_t n, int64_t k,
-                               kite_dtype yt) {
-  const size_t a = cpu_avx2_lin_bytes(ctx, MIN(m, GEMV_MAX_M), n, k, yt),
-               b = cpu_avx2_lin_bytes(ctx, m, n, k, yt);
+size_t cpu_avx2_lin_bytes_upto(const kite_ctx *ctx, int64_t m, int64_t n, int64_t k, kite_dtype yt,
+                               bool kn) {
+  const size_t a = cpu_avx2_lin_bytes(ctx, MIN(m, GEMV_MAX_M), n, k, yt, kn),
+               b = cpu_avx2_lin_bytes(ctx, m, n, k, yt, kn);
   return a > b ? a : b;
 }
 
 /* Workspace bytes lin_run needs. */
-size_t cpu_avx2_lin_bytes(const kite_ctx *ctx, int64_t m, int64_t n, int64_t k, kite_dtype yt) {
+size_t cpu_avx2_lin_bytes(const kite_ctx *ctx, int64_t m, int64_t n, int64_t k, kite_dtype yt,
+                          bool kn) {
   if (k == 0) return 0;
-  if (m <= GEMV_MAX_M) return (size_t)(m * (k + GEMV_PAD)) * 4 + ALIGN;
+  if (m <= GEMV_MAX_M && !kn) return (size_t)(m * (k + GEMV_PAD)) * 4 + ALIGN;
   size_t c = yt == KITE_DTYPE_F32 ? 0 : (size_t)(m * n) * 4;
   return c + ALIGN + gemm_scratch_bytes(cpu_gemm_parts(ctx, m, n, k)) + ALIGN;
 }
@@ -409,7 +422,7 @@ void cpu_avx2_lin_run(const kite_ctx *ctx, const lin *l, char *ws) {
     cpu_linear_bias_only(l->yt, l->m, l->n, l->bias, l->y, l->ldy);
     return;
   }
-  if (l->m <= GEMV_MAX_M) {
+  if (l->m <= GEMV_MAX_M && !l->w.kn) {
     float *xf = (float *)cpu_avx2_align_up(ws);
     for (int64_t r = 0; r < l->m; r++) {
       const char *row = src_row(&l->x, r);
@@ -477,7 +490,7 @@ kite_status cpu_linear_avx2(const kite_kernel *kk, kite_ctx *ctx, const void *ar
            .bias = a->bias};
   char *ws = NULL;
   kite_status s =
-      cpu_avx2_workspace(ctx, "linear", cpu_avx2_lin_bytes(ctx, l.m, l.n, l.k, l.yt), &ws);
+      cpu_avx2_workspace(ctx, "linear", cpu_avx2_lin_bytes(ctx, l.m, l.n, l.k, l.yt, false), &ws);
   if (s != KITE_OK) return s;
   cpu_avx2_lin_run(ctx, &l, ws);
   return KITE_OK;
@@ -494,8 +507,8 @@ kite_status cpu_group_gemm_avx2(const kite_kernel *kk, kite_ctx *ctx, const void
     row += rows;
   }
   char *ws = NULL;
-  kite_status s = cpu_avx2_workspace(ctx, "group_gemm",
-                                     cpu_avx2_lin_bytes_upto(ctx, most, a->n, a->k, a->dtype), &ws);
+  kite_status s = cpu_avx2_workspace(
+      ctx, "group_gemm", cpu_avx2_lin_bytes_upto(ctx, most, a->n, a->k, a->dtype, false), &ws);
   if (s != KITE_OK) return s;
   row = 0;
   for (int64_t g = 0; g < a->groups && row < a->m; g++) {

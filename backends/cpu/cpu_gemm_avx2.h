@@ -39,12 +39,16 @@ static inline int64_t esize(kite_dtype t) {
   }
 }
 
-/* A row-major source operand: row i is at p + idx[i] * ld elements (idx NULL: row i). */
+/* A row-major source operand: row i is at p + idx[i] * ld elements (idx NULL: row i).
+ * kn (weights only, f32/f16/bf16): the [n, k] operand is stored as its transpose [k, n], row k
+ * at p + k * ld, and read in place (fused_moe_ex's transposed experts); the GEMM packs it, the
+ * GEMV does not take it. */
 typedef struct src {
   const void *p;
   int64_t ld;
   kite_dtype t;
   const int32_t *idx;
+  bool kn;
 } src;
 
 static inline const char *src_row(const src *s, int64_t i) {
@@ -126,10 +130,13 @@ typedef struct lin {
   const void *bias;
 } lin;
 
-/* Workspace bytes cpu_avx2_lin_run needs for m rows, and for any row count up to m. */
-size_t cpu_avx2_lin_bytes(const kite_ctx *ctx, int64_t m, int64_t n, int64_t k, kite_dtype yt);
-size_t cpu_avx2_lin_bytes_upto(const kite_ctx *ctx, int64_t m, int64_t n, int64_t k, kite_dtype yt);
-/* y = x w^T + bias through the GEMV (m <= GEMV_MAX_M) or the packed GEMM, in workspace ws. */
+/* Workspace bytes cpu_avx2_lin_run needs for m rows, and for any row count up to m; kn: w.kn. */
+size_t cpu_avx2_lin_bytes(const kite_ctx *ctx, int64_t m, int64_t n, int64_t k, kite_dtype yt,
+                          bool kn);
+size_t cpu_avx2_lin_bytes_upto(const kite_ctx *ctx, int64_t m, int64_t n, int64_t k, kite_dtype yt,
+                               bool kn);
+/* y = x w^T + bias through the GEMV (m <= GEMV_MAX_M, w not kn) or the packed GEMM, in
+ * workspace ws. */
 void cpu_avx2_lin_run(const kite_ctx *ctx, const lin *l, char *ws);
 /* The ctx workspace of at least `bytes`, or an error naming op. */
 kite_status cpu_avx2_workspace(kite_ctx *ctx, const char *op, size_t bytes, char **out);
