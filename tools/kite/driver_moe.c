@@ -378,6 +378,13 @@ static void moe_bench_cases(kite_op op, kite_dtype t, int llm, kt_case_list *l) 
       kt_case c = gpt_oss_experts(t, 16);
       c.moe.hidden = 512, c.moe.inter = 512;
       kt_case_push(l, c);
+      /* fused_moe's small shapes (H 1024, I 2048, E 8, k 2, silu) at T 1, 16 and 256: the plain
+       * case beside fused_moe's rows */
+      for (int64_t tok = 1; tok <= 256; tok *= 16) {
+        c = moe_case(op, t, tok, 8, 2);
+        c.moe.hidden = 1024, c.moe.inter = 2048;
+        kt_case_push(l, c);
+      }
     } else if (t == KITE_DTYPE_BF16) {
       kt_case_push(l, gpt_oss_experts(t, 1));
       kt_case_push(l, gpt_oss_experts(t, 64));
