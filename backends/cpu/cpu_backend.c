@@ -221,7 +221,7 @@ static kite_kernel cpu_kernels[] = {
         "gathered rows, slots summed in order"),
     ROW(KITE_OP_FUSED_MOE_EX, "avx2", 20, CPU_ISA_AVX2, supports_float, cpu_fused_moe_ex_avx2,
         "pairs bucketed by expert, two GEMMs per expert over gathered rows (transposed weights "
-        "packed in place), biases / clamp / act in 8 lanes, slots summed in order"),
+        "read as stored), biases / clamp / act in 8 lanes, slots summed in order"),
     ROW(KITE_OP_TOPK_GATING, "avx2", 20, CPU_ISA_AVX2, supports_float, cpu_topk_gating_avx2,
         "insertion top-k on the logits, f32 softmax weights, rows over threads"),
     ROW(KITE_OP_QUANT, "avx2", 20, CPU_ISA_AVX2, supports_quant, cpu_quant_avx2,

@@ -52,18 +52,6 @@ INLINE void transpose8(vf r[8]) {
  * int16: (v[2p], v[2p + 1]) for pair p, a zero completing an odd depth. */
 static void pack_b_f32(const src *b, int64_t n0, int64_t nr, int64_t k0, int64_t kc, float *bp) {
   const int64_t es = esize(b->t);
-  if (b->kn) { /* stored [k, n]: each panel row is nr consecutive elements of row k0 + k */
-    for (int64_t k = 0; k < kc; k++) {
-      const char *row = (const char *)b->p + ((k0 + k) * b->ld + n0) * es;
-      for (int h = 0; h < NR / 8; h++) {
-        const int64_t m = nr - h * 8;
-        _mm256_store_ps(bp + k * NR + h * 8, m >= 8  ? load8(b->t, row + h * 8 * es)
-                                             : m > 0 ? load_part(b->t, row + h * 8 * es, m)
-                                                     : _mm256_setzero_ps());
-      }
-    }
-    return;
-  }
   for (int h = 0; h < NR / 8; h++) {
     const char *row[8];
     int have = 0;
@@ -82,6 +70,23 @@ static void pack_b_f32(const src *b, int64_t n0, int64_t nr, int64_t k0, int64_t
     }
     for (; k < kc; k++)
       for (int j = 0; j < 8; j++) bp[k * NR + h * 8 + j] = row[j] ? load1(b->t, row[j], k) : 0.0f;
+  }
+}
+
+/* A w stored [k, n] (src.kn): the nc x kc block from (n0, k0) into its nc / NR panels (panel jr
+ * at bp + jr kc), read row by row: each row's nc elements in one sequential run (rows ld apart
+ * give the prefetcher no stream to follow panel by panel), the panels past nc zero-filled. */
+static void pack_b_kn(const src *b, int64_t n0, int64_t nc, int64_t k0, int64_t kc, float *bp) {
+  const int64_t es = esize(b->t);
+  for (int64_t k = 0; k < kc; k++) {
+    const char *row = (const char *)b->p + ((k0 + k) * b->ld + n0) * es;
+    for (int64_t j = 0; j < nc; j += 8) {
+      const int64_t m = nc - j;
+      _mm256_store_ps(bp + (j / NR) * NR * kc + k * NR + j % NR,
+                      m >= 8 ? load8(b->t, row + j * es) : load_part(b->t, row + j * es, m));
+      if (m < NR && j % NR == 0) /* the second half of a last, partial panel */
+        _mm256_store_ps(bp + (j / NR) * NR * kc + k * NR + 8, _mm256_setzero_ps());
+    }
   }
 }
 
@@ -336,10 +341,11 @@ static void gemm_block(const gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_
       const int64_t kc = MIN(kcmax, g->k - pc);
       const int64_t steps = g->i8 ? (kc + 1) / 2 : kc; /* panel rows: k values or int16 pairs */
       const bool last = pc + kc >= g->k;
-      if (m1 - m0 <= MC) {
+      if (m1 - m0 <= MC && !g->b.kn) {
         /* one x block (MoE experts, short prefill): pack each w panel right before its kernels,
          * while it is in L1, rather than the whole NC x KC block first (1 MB of f32: past L2
-         * by the time the kernels reach its later panels) */
+         * by the time the kernels reach its later panels); not for a w stored [k, n], whose
+         * panels are cut from whole rows (pack_b_kn) */
         const int64_t mc = m1 - m0;
         for (int64_t ir = 0; ir < mc; ir += MR)
           pack_a(&g->a, m0 + ir, MIN(MR, mc - ir), pc, kc, ap + ir * steps);
@@ -352,8 +358,11 @@ static void gemm_block(const gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_
         if (last) epilogue_block(g, m0, m1, jc, jc + nc);
         continue;
       }
-      for (int64_t jr = 0; jr < nc; jr += NR)
-        pack_b(&g->b, jc + jr, MIN(NR, nc - jr), pc, kc, bp + jr * steps);
+      if (g->b.kn)
+        pack_b_kn(&g->b, jc, nc, pc, kc, bp);
+      else
+        for (int64_t jr = 0; jr < nc; jr += NR)
+          pack_b(&g->b, jc + jr, MIN(NR, nc - jr), pc, kc, bp + jr * steps);
       for (int64_t ic = m0; ic < m1; ic += MC) {
         const int64_t mc = MIN(MC, m1 - ic);
         for (int64_t ir = 0; ir < mc; ir += MR)
@@ -401,18 +410,17 @@ static void gemm_run(gemm *g, int parts, char *scratch) {
 
 /* Workspace bytes lin_run needs for m rows, and for any row count up to m (the largest of the
  * GEMV and GEMM needs: each grows with m). */
-size_t cpu_avx2_lin_bytes_upto(const kite_ctx *ctx, int64_t m, int64_t n, int64_t k, kite_dtype yt,
-                               bool kn) {
-  const size_t a = cpu_avx2_lin_bytes(ctx, MIN(m, GEMV_MAX_M), n, k, yt, kn),
-               b = cpu_avx2_lin_bytes(ctx, m, n, k, yt, kn);
+size_t cpu_avx2_lin_bytes_upto(const kite_ctx *ctx, int64_t m, int64_t n, int64_t k,
+                               kite_dtype yt) {
+  const size_t a = cpu_avx2_lin_bytes(ctx, MIN(m, GEMV_MAX_M), n, k, yt),
+               b = cpu_avx2_lin_bytes(ctx, m, n, k, yt);
   return a > b ? a : b;
 }
 
 /* Workspace bytes lin_run needs. */
-size_t cpu_avx2_lin_bytes(const kite_ctx *ctx, int64_t m, int64_t n, int64_t k, kite_dtype yt,
-                          bool kn) {
+size_t cpu_avx2_lin_bytes(const kite_ctx *ctx, int64_t m, int64_t n, int64_t k, kite_dtype yt) {
   if (k == 0) return 0;
-  if (m <= GEMV_MAX_M && !kn) return (size_t)(m * (k + GEMV_PAD)) * 4 + ALIGN;
+  if (m <= GEMV_MAX_M) return (size_t)(m * (k + GEMV_PAD)) * 4 + ALIGN;
   size_t c = yt == KITE_DTYPE_F32 ? 0 : (size_t)(m * n) * 4;
   return c + ALIGN + gemm_scratch_bytes(cpu_gemm_parts(ctx, m, n, k)) + ALIGN;
 }
@@ -422,7 +430,7 @@ void cpu_avx2_lin_run(const kite_ctx *ctx, const lin *l, char *ws) {
     cpu_linear_bias_only(l->yt, l->m, l->n, l->bias, l->y, l->ldy);
     return;
   }
-  if (l->m <= GEMV_MAX_M && !l->w.kn) {
+  if (l->m <= GEMV_MAX_M) {
     float *xf = (float *)cpu_avx2_align_up(ws);
     for (int64_t r = 0; r < l->m; r++) {
       const char *row = src_row(&l->x, r);
@@ -439,6 +447,11 @@ void cpu_avx2_lin_run(const kite_ctx *ctx, const lin *l, char *ws) {
               .y = l->y,
               .ldy = l->ldy,
               .bias = l->bias};
+    if (l->w.kn) {
+      const int64_t items = (l->n + GEMVT_NB - 1) / GEMVT_NB;
+      cpu_parallel_run(cpu_parallel_parts(ctx, items, l->n * l->k), items, cpu_avx2_gemvt_task, &g);
+      return;
+    }
     const int64_t items = (l->n + GEMV_NB - 1) / GEMV_NB;
     cpu_parallel_run(cpu_parallel_parts(ctx, items, l->n * l->k), items, cpu_avx2_gemv_task, &g);
     return;
@@ -490,7 +503,7 @@ kite_status cpu_linear_avx2(const kite_kernel *kk, kite_ctx *ctx, const void *ar
            .bias = a->bias};
   char *ws = NULL;
   kite_status s =
-      cpu_avx2_workspace(ctx, "linear", cpu_avx2_lin_bytes(ctx, l.m, l.n, l.k, l.yt, false), &ws);
+      cpu_avx2_workspace(ctx, "linear", cpu_avx2_lin_bytes(ctx, l.m, l.n, l.k, l.yt), &ws);
   if (s != KITE_OK) return s;
   cpu_avx2_lin_run(ctx, &l, ws);
   return KITE_OK;
@@ -507,8 +520,8 @@ kite_status cpu_group_gemm_avx2(const kite_kernel *kk, kite_ctx *ctx, const void
     row += rows;
   }
   char *ws = NULL;
-  kite_status s = cpu_avx2_workspace(
-      ctx, "group_gemm", cpu_avx2_lin_bytes_upto(ctx, most, a->n, a->k, a->dtype, false), &ws);
+  kite_status s = cpu_avx2_workspace(ctx, "group_gemm",
+                                     cpu_avx2_lin_bytes_upto(ctx, most, a->n, a->k, a->dtype), &ws);
   if (s != KITE_OK) return s;
   row = 0;
   for (int64_t g = 0; g < a->groups && row < a->m; g++) {

@@ -41,8 +41,8 @@ static inline int64_t esize(kite_dtype t) {
 
 /* A row-major source operand: row i is at p + idx[i] * ld elements (idx NULL: row i).
  * kn (weights only, f32/f16/bf16): the [n, k] operand is stored as its transpose [k, n], row k
- * at p + k * ld, and read in place (fused_moe_ex's transposed experts); the GEMM packs it, the
- * GEMV does not take it. */
+ * at p + k * ld, and read in place (fused_moe_ex's transposed experts): the GEMM packs its panels
+ * from those rows, the GEMV runs cpu_avx2_gemvt_task. */
 typedef struct src {
   const void *p;
   int64_t ld;
@@ -119,6 +119,9 @@ typedef struct gemv {
 
 /* Weight-row blocks [begin, end) of GEMV_NB rows: a cpu_task_fn over a gemv. */
 void cpu_avx2_gemv_task(const void *job, int64_t begin, int64_t end, int part);
+/* The same over a w stored [k, n] (w.kn): output blocks [begin, end) of GEMVT_NB columns. */
+#define GEMVT_NB 32
+void cpu_avx2_gemvt_task(const void *job, int64_t begin, int64_t end, int part);
 
 /* ---- linear on floats (cpu_gemm_avx2.c): the entry shared by linear, group_gemm and fused_moe */
 typedef struct lin {
@@ -130,13 +133,10 @@ typedef struct lin {
   const void *bias;
 } lin;
 
-/* Workspace bytes cpu_avx2_lin_run needs for m rows, and for any row count up to m; kn: w.kn. */
-size_t cpu_avx2_lin_bytes(const kite_ctx *ctx, int64_t m, int64_t n, int64_t k, kite_dtype yt,
-                          bool kn);
-size_t cpu_avx2_lin_bytes_upto(const kite_ctx *ctx, int64_t m, int64_t n, int64_t k, kite_dtype yt,
-                               bool kn);
-/* y = x w^T + bias through the GEMV (m <= GEMV_MAX_M, w not kn) or the packed GEMM, in
- * workspace ws. */
+/* Workspace bytes cpu_avx2_lin_run needs for m rows, and for any row count up to m. */
+size_t cpu_avx2_lin_bytes(const kite_ctx *ctx, int64_t m, int64_t n, int64_t k, kite_dtype yt);
+size_t cpu_avx2_lin_bytes_upto(const kite_ctx *ctx, int64_t m, int64_t n, int64_t k, kite_dtype yt);
+/* y = x w^T + bias through the GEMV (m <= GEMV_MAX_M) or the packed GEMM, in workspace ws. */
 void cpu_avx2_lin_run(const kite_ctx *ctx, const lin *l, char *ws);
 /* The ctx workspace of at least `bytes`, or an error naming op. */
 kite_status cpu_avx2_workspace(kite_ctx *ctx, const char *op, size_t bytes, char **out);

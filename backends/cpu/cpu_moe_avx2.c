@@ -138,8 +138,8 @@ static kite_status moe_grouped(kite_ctx *ctx, const char *op, const kite_moe_arg
           most = n > most ? n : most;
         }
   }
-  const size_t g1 = cpu_avx2_lin_bytes_upto(ctx, most, 2 * I, H, KITE_DTYPE_F32, tr),
-               g2 = cpu_avx2_lin_bytes_upto(ctx, most, H, I, KITE_DTYPE_F32, tr);
+  const size_t g1 = cpu_avx2_lin_bytes_upto(ctx, most, 2 * I, H, KITE_DTYPE_F32),
+               g2 = cpu_avx2_lin_bytes_upto(ctx, most, H, I, KITE_DTYPE_F32);
   const size_t sz_h = (size_t)(most * 2 * I) * 4, sz_a = (size_t)(most * I) * 4,
                sz_o = (size_t)(bt * K * H) * 4, sz_list = (size_t)(bt * K) * 4;
   const size_t total = sz_h + sz_a + sz_o + 2 * sz_list + (g1 > g2 ? g1 : g2) + 7 * ALIGN;

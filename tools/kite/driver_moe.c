@@ -277,17 +277,11 @@ static const ex_geom g_ex[] = {
     {1, 64, 48, 8, 4, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 7.0f, 1, 0, 1},
     {29, 72, 40, 16, 4, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 1.0f, 1, 1, 1},
     {6, 33, 5, 3, 2, KITE_MOE_SILU, KITE_MOE_SPLIT, 0.0f, 0, 0, 1},
-    {3, 17, 0, 3, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 7.0f, 1, 0, 1}};
-static const ex_geom g_quick_ex[] = {
-    {1, 64, 48, 8, 4, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 7.0f, 1, 1, 0},
-    {17, 40, 24, 8, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_SPLIT, 0.5f, 1, 0, 0},
-    {29, 72, 40, 16, 4, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 1.0f, 1, 1, 1}};
-
-/* Many rows per expert (past the CPU's GEMV bound of 16: its packed GEMM, transposed weights
- * packed in place) under every option: both layouts, every act, clamp, biases, both
- * orientations, odd H and I (partial vectors); E 3 repeats an expert within a token; the last
- * needs two blocks of tokens on the CPU (k H T > 2^23 floats). */
-static const ex_geom g_ex_grouped[] = {
+    {3, 17, 0, 3, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 7.0f, 1, 0, 1},
+    /* many rows per expert (past the CPU's GEMV bound of 16: its packed GEMM, transposed weights
+     * packed from their stored rows) under every option: both layouts, every act, clamp, biases,
+     * both orientations, odd H and I (partial vectors); E 3 repeats an expert within a token; the
+     * last needs two blocks of tokens on the CPU (k H T > 2^23 floats) */
     {96, 72, 40, 4, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 7.0f, 1, 1, 1},
     {80, 40, 24, 4, 3, KITE_MOE_SILU, KITE_MOE_SPLIT, 0.0f, 0, 0, 0},
     {64, 33, 20, 2, 2, KITE_MOE_GELU, KITE_MOE_INTERLEAVED, 0.7f, 1, 0, 1},
@@ -295,22 +289,22 @@ static const ex_geom g_ex_grouped[] = {
     {50, 64, 48, 2, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_SPLIT, 2.0f, 1, 0, 1},
     {40, 17, 9, 2, 2, KITE_MOE_SILU, KITE_MOE_INTERLEAVED, 0.5f, 0, 1, 1},
     {257, 4096, 4, 2, 8, KITE_MOE_SILU, KITE_MOE_SPLIT, 0.0f, 1, 1, 0}};
-
-static void ex_push(kite_dtype t, const ex_geom *s, int pad, kt_case_list *l) {
-  kt_case c = moe_case(KITE_OP_FUSED_MOE_EX, t, s->t, s->e, s->k);
-  c.moe.hidden = s->h, c.moe.inter = s->in;
-  c.moe.opts.act = s->act, c.moe.opts.layout = s->layout, c.moe.opts.limit = s->limit;
-  c.moe.with_bias = s->bias, c.moe.oob_ids = s->oob, c.moe.opts.transposed = s->transposed;
-  c.moe.pad = pad;
-  kt_case_push(l, c);
-}
+static const ex_geom g_quick_ex[] = {
+    {1, 64, 48, 8, 4, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 7.0f, 1, 1, 0},
+    {17, 40, 24, 8, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_SPLIT, 0.5f, 1, 0, 0},
+    {29, 72, 40, 16, 4, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 1.0f, 1, 1, 1}};
 
 static void ex_cases(kite_dtype t, int quick, kt_case_list *l) {
   const ex_geom *s = quick ? g_quick_ex : g_ex;
   const int n = quick ? KT_COUNT(g_quick_ex) : KT_COUNT(g_ex);
-  for (int i = 0; i < n; i++) ex_push(t, &s[i], i % 2 == 1 ? 5 : 0, l);
-  for (int i = 0; !quick && i < KT_COUNT(g_ex_grouped); i++)
-    ex_push(t, &g_ex_grouped[i], i % 2 == 0 ? 3 : 0, l);
+  for (int i = 0; i < n; i++) {
+    kt_case c = moe_case(KITE_OP_FUSED_MOE_EX, t, s[i].t, s[i].e, s[i].k);
+    c.moe.hidden = s[i].h, c.moe.inter = s[i].in;
+    c.moe.opts.act = s[i].act, c.moe.opts.layout = s[i].layout, c.moe.opts.limit = s[i].limit;
+    c.moe.with_bias = s[i].bias, c.moe.oob_ids = s[i].oob, c.moe.opts.transposed = s[i].transposed;
+    if (i % 2 == 1) c.moe.pad = 5;
+    kt_case_push(l, c);
+  }
 }
 
 static void aux_cases(kite_op op, kite_dtype t, int quick, kt_case_list *l) {
