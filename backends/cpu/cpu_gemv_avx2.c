@@ -129,7 +129,8 @@ INLINE void gemvt_tile(kite_dtype t, int mb, bool full, const float *x0, const f
     for (int v = 0; v < GEMVT_NB / 8; v++) acc[i][v] = _mm256_setzero_ps();
   for (int64_t k = 0; k < k1; k++) {
     const char *row = w + k * ldb;
-    _mm_prefetch(row + 8 * ldb, _MM_HINT_T0); /* rows ldb apart: no stream for the prefetcher */
+    if (k + 8 < k1) /* rows ldb apart: no stream for the hardware prefetcher to follow */
+      _mm_prefetch(row + 8 * ldb, _MM_HINT_T0);
     const vf a0 = _mm256_broadcast_ss(x0 + k), a1 = _mm256_broadcast_ss(x1 + k);
     for (int v = 0; v < GEMVT_NB / 8; v++) {
       const int64_t left = nc - v * 8;
