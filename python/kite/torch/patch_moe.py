@@ -16,14 +16,12 @@ of Qwen2-MoE and DeepSeek, and the <Family>RMSNorm).
   and its logits are recorded for output_router_logits (the aux loss) as the router's are;
 - experts (MixtralExperts, Qwen2MoeExperts, Qwen3MoeExperts, DeepseekV3Experts: gate_up_proj
   [E, 2I, H], down_proj [E, H, I]) -> KiteMoeExperts on kite's fused_moe_ex (split layout, silu or
-  erf gelu); for Mixtral and Qwen2-MoE on fused_moe, the same function of the same weights, whose
-  kernels group the tokens by expert (on the CPU 9x to 60x faster than fused_moe_ex's per-token
-  kernel at 1 to 256 tokens, H 1024, I 2048, E 8, k 2; Qwen3-MoE's and DeepSeek-V3's, the same
-  form, stay on fused_moe_ex, the op their reports name); gpt-oss's (GptOssExperts: gate_up_proj
-  [E, H, 2I] with gate and up interleaved, gate_up_proj_bias [E, 2I], down_proj [E, I, H],
-  down_proj_bias [E, H], clamped SwiGLU with swiglu_alpha / swiglu_limit) -> KiteMoeExperts on
-  fused_moe_ex with the interleaved layout, the biases, act swiglu_oai and transposed = 1, which
-  reads the stored [E, H, 2I] / [E, I, H] in place;
+  erf gelu), every family's, and the reports name it: on the CPU its kernel groups the tokens by
+  expert and is fused_moe's (fused_moe is its plain case there, so the two run alike); gpt-oss's
+  (GptOssExperts: gate_up_proj [E, H, 2I] with gate and up interleaved, gate_up_proj_bias
+  [E, 2I], down_proj [E, I, H], down_proj_bias [E, H], clamped SwiGLU with swiglu_alpha /
+  swiglu_limit) -> KiteMoeExperts on fused_moe_ex with the interleaved layout, the biases, act
+  swiglu_oai and transposed = 1, which reads the stored [E, H, 2I] / [E, I, H] in place;
 - gpt-oss's norm (GptOssRMSNorm, which rounds (weight * x) to the input's dtype) -> CastRMSNorm:
   kite's RMSNorm, the result in the input's dtype (gpt-oss keeps its norms in f32 in a bf16
   checkpoint);
@@ -48,7 +46,7 @@ _ops = torch.ops.kite
 
 # the MoE families without a families.TABLE entry (patch.py's FAMILIES adds them to the table's)
 FAMILIES = ("qwen3_moe", "gpt_oss", "deepseek_v3")
-# the table's MoE families (Mixtral, Qwen2-MoE): experts on fused_moe, the router named topk_gating
+# the table's MoE families (Mixtral, Qwen2-MoE): the router named topk_gating
 _TABLE_MOE = tuple(mt for mt, f in TABLE.items() if f.mlp == MOE)
 
 
@@ -136,21 +134,19 @@ class KiteMoeRouter(nn.Module):
 
 
 class KiteMoeExperts(nn.Module):
-    """Experts on kite's fused_moe_ex, or on fused_moe with plain_op (opts split, not transposed,
-    no clamp, no biases: its kernels group the tokens by expert). gate_up_proj and down_proj are
-    the model's: [E, 2I, H] and [E, H, I], or with transposed [E, H, 2I] and [E, I, H] (gpt-oss's),
-    read in place; gate_up_bias [E, 2I] and down_bias [E, H] or None; opts: fused_moe_ex's (act 0
-    silu / 1 gelu / 2 swiglu_oai, layout 0 split / 1 interleaved, alpha, limit, transposed).
-    forward(hidden[T, H], ids[T, k], weights[T, k]) -> [T, H]. Where a gradient is wanted (neither
-    op has a backward) the original experts run."""
+    """Experts on kite's fused_moe_ex. gate_up_proj and down_proj are the model's: [E, 2I, H] and
+    [E, H, I], or with transposed [E, H, 2I] and [E, I, H] (gpt-oss's), read in place;
+    gate_up_bias [E, 2I] and down_bias [E, H] or None; opts: fused_moe_ex's (act 0 silu / 1 gelu /
+    2 swiglu_oai, layout 0 split / 1 interleaved, alpha, limit, transposed).
+    forward(hidden[T, H], ids[T, k], weights[T, k]) -> [T, H]. Where a gradient is wanted
+    (fused_moe_ex has no backward) the original experts run."""
 
-    def __init__(self, gate_up_proj, gate_up_bias, down_proj, down_bias, opts, original,
-                 plain_op=False):
+    def __init__(self, gate_up_proj, gate_up_bias, down_proj, down_bias, opts, original):
         super().__init__()
         # the model's names, in its order: the state_dict keeps its keys
         self.gate_up_proj, self.gate_up_proj_bias = gate_up_proj, gate_up_bias
         self.down_proj, self.down_proj_bias = down_proj, down_bias
-        self.opts, self.plain_op = opts, plain_op
+        self.opts = opts
         self._original = _Fallback(original)
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
@@ -161,9 +157,6 @@ class KiteMoeExperts(nn.Module):
             return orig(hidden_states, top_k_index, top_k_weights)
         w = top_k_weights if top_k_weights.dtype == torch.float32 else top_k_weights.float()
         ids = top_k_index if top_k_index.dtype == torch.int32 else top_k_index.to(torch.int32)
-        if self.plain_op:
-            return _ops.fused_moe(hidden_states, self.gate_up_proj, self.down_proj, w, ids,
-                                  self.opts[0])
         return _ops.fused_moe_ex(hidden_states, self.gate_up_proj, self.gate_up_proj_bias,
                                  self.down_proj, self.down_proj_bias, w, ids, *self.opts)
 
@@ -234,8 +227,7 @@ def _keep_router_logits(m, new):
 
 def _experts(mt, name, m, cfg, training, done):
     cls = type(m).__name__
-    plain = mt in _TABLE_MOE  # fused_moe: the same function, its kernels faster (module doc)
-    op = "fused_moe" if plain else "fused_moe_ex"
+    op = "fused_moe_ex"
     if mt == "gpt_oss":
         if not _is_param(m, "gate_up_proj_bias", "down_proj_bias"):
             done.left(name, cls, "no gate_up_proj_bias / down_proj_bias")
@@ -255,7 +247,7 @@ def _experts(mt, name, m, cfg, training, done):
                              (act, _INTERLEAVED, float(m.alpha), float(m.limit), 1), m)
     else:
         new = KiteMoeExperts(m.gate_up_proj, None, m.down_proj, None,
-                             (act, _SPLIT, 1.702, 0.0, 0), m, plain_op=plain)
+                             (act, _SPLIT, 1.702, 0.0, 0), m)
     done.replaced(name, cls, f"{op} ({new.extra_repr()})")
     return new
 
