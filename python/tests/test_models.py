@@ -96,7 +96,7 @@ def test_patched_logits(family, dtype, device):
     assert ("-> LayerNorm" if family == "gpt_neox" else "-> RMSNorm") in kinds
     assert "rope" in kinds and "kite sdpa" in kinds
     if family in ("mixtral", "qwen2_moe"):
-        assert "-> fused_moe_ex (act=" in kinds and "topk_gating" in kinds
+        assert "-> fused_moe (act=" in kinds and "topk_gating" in kinds
     else:
         assert ("-> MLP(gelu)" if family == "gpt_neox" else "GatedMLP") in kinds
     valid = mask.bool()
@@ -246,6 +246,6 @@ def test_a_part_kite_lacks_is_left_and_reported():
     assert _rel_err(got, ref, torch.ones_like(ids, dtype=torch.bool)) < 1e-6
     moe = _model("mixtral", torch.float32, "cpu").train()
     by = kite.torch.patch(moe).by_type
-    for kind, op in (("MixtralTopKRouter", "topk_gating"), ("MixtralExperts", "fused_moe_ex")):
+    for kind, op in (("MixtralTopKRouter", "topk_gating"), ("MixtralExperts", "fused_moe")):
         (why, n), = by[kind]["left"].items()
         assert n == 2 and why.startswith(op) and "training mode" in why and not by[kind]["replaced"]

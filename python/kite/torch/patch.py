@@ -36,7 +36,8 @@ attention stays transformers': patch_moe.py). What is swapped:
   the same attention in torch ops (kite's sdpa has no dropout);
 - MoE (patch_moe.py, for every MoE family): the router (<Family>TopKRouter) -> kite's moe_route
   (Mixtral / Qwen2-MoE: its softmax form, which kite.h names topk_gating), the experts
-  (<Family>Experts, gate_up_proj [E, 2I, H], down_proj [E, H, I]) -> kite's fused_moe_ex.
+  (<Family>Experts, gate_up_proj [E, 2I, H], down_proj [E, H, I]) -> kite's fused_moe (gpt-oss's
+  biased, clamped, transposed experts: fused_moe_ex).
 
 A model of another family is patched in partial mode: its <X>RMSNorm modules whose output is
 kite's rms_norm (offset 0 or 1) on a probe input, and its modeling module's

@@ -15,9 +15,9 @@ of Qwen2-MoE and DeepSeek, and the <Family>RMSNorm).
   the model's router returns: (logits, weights in the logits' dtype (Mixtral's: f32), ids int64),
   and its logits are recorded for output_router_logits (the aux loss) as the router's are;
 - experts (MixtralExperts, Qwen2MoeExperts, Qwen3MoeExperts, DeepseekV3Experts: gate_up_proj
-  [E, 2I, H], down_proj [E, H, I]) -> KiteMoeExperts on kite's fused_moe_ex (split layout, silu or
-  erf gelu), every family's, and the reports name it: on the CPU its kernel groups the tokens by
-  expert and is fused_moe's (fused_moe is its plain case there, so the two run alike); gpt-oss's
+  [E, 2I, H], down_proj [E, H, I]) -> KiteMoeExperts on kite's fused_moe (the plain form: split
+  layout, silu or erf gelu, no biases), whose kernels group the tokens by expert on every backend
+  (on the CPU it is fused_moe_ex's plain case), and the reports name it; gpt-oss's
   (GptOssExperts: gate_up_proj [E, H, 2I] with gate and up interleaved, gate_up_proj_bias
   [E, 2I], down_proj [E, I, H], down_proj_bias [E, H], clamped SwiGLU with swiglu_alpha /
   swiglu_limit) -> KiteMoeExperts on fused_moe_ex with the interleaved layout, the biases, act
@@ -134,10 +134,13 @@ class KiteMoeRouter(nn.Module):
 
 
 class KiteMoeExperts(nn.Module):
-    """Experts on kite's fused_moe_ex. gate_up_proj and down_proj are the model's: [E, 2I, H] and
+    """Experts on kite's fused MoE. gate_up_proj and down_proj are the model's: [E, 2I, H] and
     [E, H, I], or with transposed [E, H, 2I] and [E, I, H] (gpt-oss's), read in place;
     gate_up_bias [E, 2I] and down_bias [E, H] or None; opts: fused_moe_ex's (act 0 silu / 1 gelu /
-    2 swiglu_oai, layout 0 split / 1 interleaved, alpha, limit, transposed).
+    2 swiglu_oai, layout 0 split / 1 interleaved, alpha, limit, transposed). The plain form (no
+    biases, split, silu or gelu, no clamp, [E, 2I, H]) runs fused_moe, whose kernels group the
+    tokens by expert on every backend (on the CPU fused_moe is fused_moe_ex's plain case); the
+    rest runs fused_moe_ex.
     forward(hidden[T, H], ids[T, k], weights[T, k]) -> [T, H]. Where a gradient is wanted
     (fused_moe_ex has no backward) the original experts run."""
 
@@ -147,6 +150,9 @@ class KiteMoeExperts(nn.Module):
         self.gate_up_proj, self.gate_up_proj_bias = gate_up_proj, gate_up_bias
         self.down_proj, self.down_proj_bias = down_proj, down_bias
         self.opts = opts
+        act, layout, _, limit, transposed = opts
+        self.plain = (gate_up_bias is None and down_bias is None and layout == _SPLIT
+                      and act != _SWIGLU_OAI and limit == 0 and not transposed)
         self._original = _Fallback(original)
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
@@ -157,6 +163,9 @@ class KiteMoeExperts(nn.Module):
             return orig(hidden_states, top_k_index, top_k_weights)
         w = top_k_weights if top_k_weights.dtype == torch.float32 else top_k_weights.float()
         ids = top_k_index if top_k_index.dtype == torch.int32 else top_k_index.to(torch.int32)
+        if self.plain:
+            return _ops.fused_moe(hidden_states, self.gate_up_proj, self.down_proj, w, ids,
+                                  self.opts[0])
         return _ops.fused_moe_ex(hidden_states, self.gate_up_proj, self.gate_up_proj_bias,
                                  self.down_proj, self.down_proj_bias, w, ids, *self.opts)
 
@@ -248,7 +257,7 @@ def _experts(mt, name, m, cfg, training, done):
     else:
         new = KiteMoeExperts(m.gate_up_proj, None, m.down_proj, None,
                              (act, _SPLIT, 1.702, 0.0, 0), m)
-    done.replaced(name, cls, f"{op} ({new.extra_repr()})")
+    done.replaced(name, cls, f"{'fused_moe' if new.plain else op} ({new.extra_repr()})")
     return new
 
 
