@@ -95,6 +95,7 @@ class Kite:
                "kite_sample": [T, T, T, T],
                "kite_cross_entropy": [T, T, T, T, T, T],
                "kite_cross_entropy_backward": [T, T, T, T, T, T, T],
+               "kite_cross_entropy_with_grad": [T, T, T, T, T, T, T],
                "kite_fused_linear_cross_entropy": [T, T, T, T, T, T, T, T, T, T]}
         for name, args in sig.items():
             fn = getattr(self.lib, name)
@@ -681,7 +682,8 @@ def _peak_extra_bytes(fn):
 def loss_rows(kite, compile_peers):
     """The training losses, bf16, mean reduction, every 17th target ignored:
     cross_entropy forward + backward at N 8192 x V 128256 (kite: the forward, then the backward
-    written over the logits; GB/s of the fewest bytes: logits read once, dlogits written once),
+    written over the logits, and cross_entropy_with_grad, both in one pass, as with_grad_us; GB/s
+    of the fewest bytes: logits read once, dlogits written once),
     and fused_linear_cross_entropy at N 8192, H 4096, V 128256, forward + backward (TFLOP/s of
     its three products, 6 N V H; GiB of extra memory: the gradients and all scratch), beside
     torch eager, torch.compile and Liger-Kernel where it is installed."""
@@ -714,13 +716,20 @@ def loss_rows(kite, compile_peers):
     lr = F.cross_entropy(xr, t)
     lr.backward()
     err = max(rel_err(loss, lr.detach().reshape(1)), rel_err(x.float(), xr.grad))
+    xw = x0.clone()
+    XW = dl(xw)
+
+    def kwith_grad():
+        kite.call("kite_cross_entropy_with_grad", XW, TG, C.byref(ce), L, E, XW)
+    kwith_grad()
+    err = max(err, rel_err(loss, lr.detach().reshape(1)), rel_err(xw.float(), xr.grad))
     del xr, lr
     xe = x0.clone().requires_grad_(True)
 
     def eager():
         xe.grad = None
         F.cross_entropy(xe, t).backward()
-    fns, names = [kfn, eager], ["kite_us", "eager_us"]
+    fns, names = [kfn, kwith_grad, eager], ["kite_us", "with_grad_us", "eager_us"]
     if compile_peers:
         try:
             comp = torch.compile(lambda a: F.cross_entropy(a, t), dynamic=False)
@@ -750,7 +759,7 @@ def loss_rows(kite, compile_peers):
     row["sm_mhz"] = sm_clock_mhz()
     rows.append(row)
     print(json.dumps(row), flush=True)
-    del x0, x, X, xe, fns
+    del x0, x, X, xw, XW, xe, fns
     torch.cuda.empty_cache()
 
     # fused_linear_cross_entropy
@@ -938,10 +947,12 @@ def main():
         print(f"{r['op']:<8} {r['shape']:<26} {r['kite_us']:>8.1f} {r['kite_graph_us']:>8.1f} "
               f"{fmt(r.get('torch_sort_us'), 1):>10} {fmt(r.get('flashinfer_us'), 1):>10} "
               f"{str(r['in_kept_set']):>5}")
-    print(f"\n{'op':<24} {'shape':<24} {'kite us':>9} {'eager us':>9} {'compile us':>10} "
-          f"{'liger us':>9} {'kite GiB':>8} {'eager GiB':>9} {'liger GiB':>9} {'err':>7}")
+    print(f"\n{'op':<24} {'shape':<24} {'kite us':>9} {'one pass':>9} {'eager us':>9} "
+          f"{'compile us':>10} {'liger us':>9} {'kite GiB':>8} {'eager GiB':>9} {'liger GiB':>9} "
+          f"{'err':>7}")
     for r in lrows:
         print(f"{r['op']:<24} {r['shape']:<24} {fmt(r.get('kite_us'), 1):>9} "
+              f"{fmt(r.get('with_grad_us'), 1):>9} "
               f"{fmt(r.get('eager_us'), 1):>9} {fmt(r.get('compile_us'), 1):>10} "
               f"{fmt(r.get('liger_us'), 1):>9} {fmt(r.get('kite_gib'), 2):>8} "
               f"{fmt(r.get('eager_gib'), 2):>9} {fmt(r.get('liger_gib'), 2):>9} "

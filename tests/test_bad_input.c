@@ -227,8 +227,10 @@ typedef struct bad_case {
 #define BWD_ROWWISE "activation_backward softmax_backward rms_norm_backward layer_norm_backward"
 #define NORM_BWD                                                                                   \
   "rms_norm_backward layer_norm_backward add_rms_norm_backward add_layer_norm_backward"
-#define LOSSES "cross_entropy cross_entropy_backward fused_linear_cross_entropy"
-#define LOSS_FWD "cross_entropy fused_linear_cross_entropy"
+#define LOSSES                                                                                     \
+  "cross_entropy cross_entropy_backward cross_entropy_with_grad fused_linear_cross_entropy"
+#define CE_ROWS "cross_entropy cross_entropy_backward cross_entropy_with_grad"
+#define LOSS_FWD "cross_entropy cross_entropy_with_grad fused_linear_cross_entropy"
 #define F16 kDLFloat, 16, 1
 #define BF16 kDLBfloat, 16, 1
 #define F32 kDLFloat, 32, 1
@@ -531,8 +533,8 @@ static const bad_case g_cases[] = {
     P("gated_backward", "limit", NAN, INV), P("gated_backward", "limit", 0.5, OK),
     T("gated_backward", "dy", SET_DIM, INV, 1, 8), T("gated_backward", "dx", SET_DIM, INV, 1, 4),
     T("gated_backward", "x", SET_DIM, INV, 1, 7), ALIAS("gated_backward", "dx", "dy", INV),
-    ALIAS("gated_backward", "dx", "x", INV), ALIAS("activation_backward", "dx", "x", INV),
-    ALIAS("softmax_backward", "dx", "y", INV),
+    ALIAS("gated_backward", "dx", "x", OK) /* in place */,
+    ALIAS("activation_backward", "dx", "x", INV), ALIAS("softmax_backward", "dx", "y", INV),
     ALIAS("rms_norm_backward layer_norm_backward", "dx", "x", INV),
     ALIAS("add_rms_norm_backward add_layer_norm_backward", "dx", "s", INV),
     T(NORM_BWD, "w", SET_DIM, INV, 0, 9), T(NORM_BWD, "dw", SET_DIM, INV, 0, 7),
@@ -569,9 +571,17 @@ static const bad_case g_cases[] = {
     P(LOSSES, "opts.z_loss", -1.0, INV), P(LOSSES, "opts.softcap", INFINITY, INV),
     P(LOSSES, "opts.reduction", 3, INV), P(LOSSES, "opts.label_smoothing", 0.1, OK),
     P(LOSSES, "opts.softcap", 30.0, OK), P(LOSSES, "opts.z_loss", 1e-4, OK),
-    T("cross_entropy cross_entropy_backward", "logits", SET_DIM, INV, 1, 0), /* V = 0 */
-    T("cross_entropy cross_entropy_backward", "logits", SET_DTYPE, UNS, I32),
-    T("cross_entropy cross_entropy_backward", "logits", SET_STRIDES, OK, 16, 1),
+    T(CE_ROWS, "logits", SET_DIM, INV, 1, 0), /* V = 0 */
+    T(CE_ROWS, "logits", SET_DTYPE, UNS, I32), T(CE_ROWS, "logits", SET_STRIDES, OK, 16, 1),
+    T("cross_entropy_with_grad", "lse", SET_DIM, INV, 0, 3),
+    ALIAS("cross_entropy_with_grad", "loss", "logits", INV),
+    ALIAS("cross_entropy_with_grad", "lse", "loss", INV),
+    T("cross_entropy_with_grad", "dlogits", SET_DIM, INV, 1, 7),
+    T("cross_entropy_with_grad", "dlogits", SET_DTYPE, INV, BF16),
+    ALIAS("cross_entropy_with_grad", "dlogits", "logits", OK), /* in place */
+    ALIAS("cross_entropy_with_grad", "dlogits", "lse", INV),
+    ALIAS("cross_entropy_with_grad", "dlogits", "loss", INV),
+    T("cross_entropy_with_grad", "logits,targets,lse,dlogits", SET_DIM, OK, 0, 0),
     T("cross_entropy", "lse", SET_DIM, INV, 0, 3), ALIAS("cross_entropy", "loss", "logits", INV),
     ALIAS("cross_entropy", "lse", "loss", INV),
     T("cross_entropy_backward", "lse", SET_DTYPE, INV, F16),
@@ -678,7 +688,7 @@ typedef struct setup_row {
 static const setup_row g_setups[] = {
     /* x [4, 8] */
     {ROWWISE " " NORMS " " BWD_ROWWISE " add_rms_norm_backward add_layer_norm_backward"
-             " quant dequant cross_entropy cross_entropy_backward",
+             " quant dequant " CE_ROWS,
      {4, 8, 1, 1, 1, 1}},
     {GATED " gated_backward", {4, 4, 1, 1, 1, 1}}, /* x [4, 8] -> y [4, 4] */
     /* q [3, 2, 8], k [3, 1, 8], cos_sin [16, 8], rot_dim 8 */

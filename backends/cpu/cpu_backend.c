@@ -144,6 +144,7 @@ static kite_kernel cpu_kernels[] = {
     /* losses (kernels/loss.inc, cpu_flce.c) */
     ROW_FAMILY(KITE_OP_CROSS_ENTROPY, ce),
     ROW_FAMILY(KITE_OP_CROSS_ENTROPY_BACKWARD, ce),
+    ROW_FAMILY(KITE_OP_CROSS_ENTROPY_WITH_GRAD, ce),
     ROW(KITE_OP_FUSED_LINEAR_CROSS_ENTROPY, "chunked", 10, 0, supports_float, cpu_flce_chunked,
         "vocabulary chunks through kite_linear, logits recomputed for the gradients"),
 
@@ -217,7 +218,11 @@ static kite_kernel cpu_kernels[] = {
     ROW(KITE_OP_GROUP_GEMM, "avx2", 20, CPU_ISA_AVX2, supports_float, cpu_group_gemm_avx2,
         "the linear kernels once per group"),
     ROW(KITE_OP_FUSED_MOE, "avx2", 20, CPU_ISA_AVX2, supports_float, cpu_fused_moe_avx2,
-        "tokens bucketed by expert, two packed GEMMs per expert over gathered rows"),
+        "fused_moe_ex's grouped kernel: pairs bucketed by expert, two GEMMs per expert over "
+        "gathered rows, slots summed in order"),
+    ROW(KITE_OP_FUSED_MOE_EX, "avx2", 20, CPU_ISA_AVX2, supports_float, cpu_fused_moe_ex_avx2,
+        "pairs bucketed by expert, two GEMMs per expert over gathered rows (transposed weights "
+        "read as stored), biases / clamp / act in 8 lanes, slots summed in order"),
     ROW(KITE_OP_TOPK_GATING, "avx2", 20, CPU_ISA_AVX2, supports_float, cpu_topk_gating_avx2,
         "insertion top-k on the logits, f32 softmax weights, rows over threads"),
     ROW(KITE_OP_QUANT, "avx2", 20, CPU_ISA_AVX2, supports_quant, cpu_quant_avx2,

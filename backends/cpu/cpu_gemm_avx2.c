@@ -73,6 +73,23 @@ static void pack_b_f32(const src *b, int64_t n0, int64_t nr, int64_t k0, int64_t
   }
 }
 
+/* A w stored [k, n] (src.kn): the nc x kc block from (n0, k0) into its nc / NR panels (panel jr
+ * at bp + jr kc), read row by row: each row's nc elements in one sequential run (rows ld apart
+ * give the prefetcher no stream to follow panel by panel), the panels past nc zero-filled. */
+static void pack_b_kn(const src *b, int64_t n0, int64_t nc, int64_t k0, int64_t kc, float *bp) {
+  const int64_t es = esize(b->t);
+  for (int64_t k = 0; k < kc; k++) {
+    const char *row = (const char *)b->p + ((k0 + k) * b->ld + n0) * es;
+    for (int64_t j = 0; j < nc; j += 8) {
+      const int64_t m = nc - j;
+      _mm256_store_ps(bp + (j / NR) * NR * kc + k * NR + j % NR,
+                      m >= 8 ? load8(b->t, row + j * es) : load_part(b->t, row + j * es, m));
+      if (m < NR && j % NR == 0) /* the second half of a last, partial panel */
+        _mm256_store_ps(bp + (j / NR) * NR * kc + k * NR + 8, _mm256_setzero_ps());
+    }
+  }
+}
+
 static void pack_a_f32(const src *a, int64_t m0, int64_t mr, int64_t k0, int64_t kc, float *ap) {
   const int64_t es = esize(a->t);
   const char *row[MR];
@@ -324,10 +341,11 @@ static void gemm_block(const gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_
       const int64_t kc = MIN(kcmax, g->k - pc);
       const int64_t steps = g->i8 ? (kc + 1) / 2 : kc; /* panel rows: k values or int16 pairs */
       const bool last = pc + kc >= g->k;
-      if (m1 - m0 <= MC) {
+      if (m1 - m0 <= MC && !g->b.kn) {
         /* one x block (MoE experts, short prefill): pack each w panel right before its kernels,
          * while it is in L1, rather than the whole NC x KC block first (1 MB of f32: past L2
-         * by the time the kernels reach its later panels) */
+         * by the time the kernels reach its later panels); not for a w stored [k, n], whose
+         * panels are cut from whole rows (pack_b_kn) */
         const int64_t mc = m1 - m0;
         for (int64_t ir = 0; ir < mc; ir += MR)
           pack_a(&g->a, m0 + ir, MIN(MR, mc - ir), pc, kc, ap + ir * steps);
@@ -340,8 +358,11 @@ static void gemm_block(const gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_
         if (last) epilogue_block(g, m0, m1, jc, jc + nc);
         continue;
       }
-      for (int64_t jr = 0; jr < nc; jr += NR)
-        pack_b(&g->b, jc + jr, MIN(NR, nc - jr), pc, kc, bp + jr * steps);
+      if (g->b.kn)
+        pack_b_kn(&g->b, jc, nc, pc, kc, bp);
+      else
+        for (int64_t jr = 0; jr < nc; jr += NR)
+          pack_b(&g->b, jc + jr, MIN(NR, nc - jr), pc, kc, bp + jr * steps);
       for (int64_t ic = m0; ic < m1; ic += MC) {
         const int64_t mc = MIN(MC, m1 - ic);
         for (int64_t ir = 0; ir < mc; ir += MR)
@@ -426,6 +447,11 @@ void cpu_avx2_lin_run(const kite_ctx *ctx, const lin *l, char *ws) {
               .y = l->y,
               .ldy = l->ldy,
               .bias = l->bias};
+    if (l->w.kn) {
+      const int64_t items = (l->n + GEMVT_NB - 1) / GEMVT_NB;
+      cpu_parallel_run(cpu_parallel_parts(ctx, items, l->n * l->k), items, cpu_avx2_gemvt_task, &g);
+      return;
+    }
     const int64_t items = (l->n + GEMV_NB - 1) / GEMV_NB;
     cpu_parallel_run(cpu_parallel_parts(ctx, items, l->n * l->k), items, cpu_avx2_gemv_task, &g);
     return;

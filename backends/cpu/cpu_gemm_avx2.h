@@ -39,12 +39,16 @@ static inline int64_t esize(kite_dtype t) {
   }
 }
 
-/* A row-major source operand: row i is at p + idx[i] * ld elements (idx NULL: row i). */
+/* A row-major source operand: row i is at p + idx[i] * ld elements (idx NULL: row i).
+ * kn (weights only, f32/f16/bf16): the [n, k] operand is stored as its transpose [k, n], row k
+ * at p + k * ld, and read in place (fused_moe_ex's transposed experts): the GEMM packs its panels
+ * from those rows, the GEMV runs cpu_avx2_gemvt_task. */
 typedef struct src {
   const void *p;
   int64_t ld;
   kite_dtype t;
   const int32_t *idx;
+  bool kn;
 } src;
 
 static inline const char *src_row(const src *s, int64_t i) {
@@ -115,6 +119,9 @@ typedef struct gemv {
 
 /* Weight-row blocks [begin, end) of GEMV_NB rows: a cpu_task_fn over a gemv. */
 void cpu_avx2_gemv_task(const void *job, int64_t begin, int64_t end, int part);
+/* The same over a w stored [k, n] (w.kn): output blocks [begin, end) of GEMVT_NB columns. */
+#define GEMVT_NB 32
+void cpu_avx2_gemvt_task(const void *job, int64_t begin, int64_t end, int part);
 
 /* ---- linear on floats (cpu_gemm_avx2.c): the entry shared by linear, group_gemm and fused_moe */
 typedef struct lin {

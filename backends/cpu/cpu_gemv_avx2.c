@@ -113,3 +113,73 @@ void cpu_avx2_gemv_task(const void *job, int64_t begin, int64_t end, int part) {
       }
   }
 }
+
+/* ---- the GEMV over weights stored [k, n] (src.kn: fused_moe_ex's transposed experts) ---------
+ * An item is GEMVT_NB = 32 consecutive outputs: each stored row k gives their 32 weights in one
+ * run (64 bytes of bf16), broadcast-multiplied by x[i, k] into 2 x 4 accumulators; more than two
+ * x rows walk the item's column block again, from L2. */
+
+/* acc[i][v] = sum over k of x_i[k] w[k, v 8 ...] for mb (1 or 2) rows; nc < GEMVT_NB columns
+ * (the last block) load partial vectors, zeros past nc. */
+INLINE void gemvt_tile(kite_dtype t, int mb, bool full, const float *x0, const float *x1,
+                       const char *w, int64_t ldb, int64_t k1, int64_t nc,
+                       vf acc[2][GEMVT_NB / 8]) {
+  const int64_t es = esize(t);
+  for (int i = 0; i < 2; i++)
+    for (int v = 0; v < GEMVT_NB / 8; v++) acc[i][v] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < k1; k++) {
+    const char *row = w + k * ldb;
+    if (k + 8 < k1) /* rows ldb apart: no stream for the hardware prefetcher to follow */
+      _mm_prefetch(row + 8 * ldb, _MM_HINT_T0);
+    const vf a0 = _mm256_broadcast_ss(x0 + k), a1 = _mm256_broadcast_ss(x1 + k);
+    for (int v = 0; v < GEMVT_NB / 8; v++) {
+      const int64_t left = nc - v * 8;
+      const vf wv = full        ? load8(t, row + v * 8 * es)
+                    : left >= 8 ? load8(t, row + v * 8 * es)
+                    : left > 0  ? load_part(t, row + v * 8 * es, left)
+                                : _mm256_setzero_ps();
+      acc[0][v] = _mm256_fmadd_ps(a0, wv, acc[0][v]);
+      if (mb > 1) acc[1][v] = _mm256_fmadd_ps(a1, wv, acc[1][v]);
+    }
+  }
+}
+
+/* Column blocks [begin, end) of GEMVT_NB outputs: a cpu_task_fn over a gemv whose w is kn. */
+void cpu_avx2_gemvt_task(const void *job, int64_t begin, int64_t end, int part) {
+  const gemv *g = job;
+  const int64_t es = esize(g->w.t), ldb = g->w.ld * es;
+  for (int64_t blk = begin; blk < end; blk++) {
+    const int64_t n0 = blk * GEMVT_NB, nc = MIN(GEMVT_NB, g->n - n0);
+    const char *w = (const char *)g->w.p + n0 * es;
+    const bool full = nc == GEMVT_NB;
+    for (int64_t i0 = 0; i0 < g->m; i0 += 2) {
+      const int mb = g->m - i0 >= 2 ? 2 : 1;
+      const float *x0 = g->xf + i0 * g->ldx, *x1 = g->xf + (i0 + mb - 1) * g->ldx;
+      vf acc[2][GEMVT_NB / 8];
+#define GEMVT_TILE(T)                                                                              \
+  (mb == 2 ? (full ? gemvt_tile(T, 2, true, x0, x1, w, ldb, g->k, nc, acc)                         \
+                   : gemvt_tile(T, 2, false, x0, x1, w, ldb, g->k, nc, acc))                       \
+           : (full ? gemvt_tile(T, 1, true, x0, x1, w, ldb, g->k, nc, acc)                         \
+                   : gemvt_tile(T, 1, false, x0, x1, w, ldb, g->k, nc, acc)))
+      switch (g->w.t) {
+      case KITE_DTYPE_BF16:
+        GEMVT_TILE(KITE_DTYPE_BF16);
+        break;
+      case KITE_DTYPE_F16:
+        GEMVT_TILE(KITE_DTYPE_F16);
+        break;
+      default:
+        GEMVT_TILE(KITE_DTYPE_F32);
+        break;
+      }
+#undef GEMVT_TILE
+      for (int i = 0; i < mb; i++)
+        for (int v = 0; v < GEMVT_NB / 8 && v * 8 < nc; v++) {
+          const int64_t c = n0 + v * 8, m = MIN(8, nc - v * 8);
+          vf y = acc[i][v];
+          if (g->bias) y = _mm256_add_ps(y, vf_load(g->yt, g->bias, c, m));
+          vf_store(g->yt, g->y, (i0 + i) * g->ldy + c, y, m, false);
+        }
+    }
+  }
+}

@@ -76,7 +76,8 @@ CPU_ROW_KERNELS(avx512bf16);
 CPU_RUN_DECL(cpu_linear_avx2);
 CPU_RUN_DECL(cpu_group_gemm_avx2);
 CPU_RUN_DECL(cpu_linear_quant_avx2);
-CPU_RUN_DECL(cpu_fused_moe_avx2);
+CPU_RUN_DECL(cpu_fused_moe_avx2); /* fused_moe and fused_moe_ex: one grouped kernel */
+CPU_RUN_DECL(cpu_fused_moe_ex_avx2);
 CPU_RUN_DECL(cpu_topk_gating_avx2);
 CPU_RUN_DECL(cpu_quant_avx2);
 CPU_RUN_DECL(cpu_linear_avx512);

@@ -6,10 +6,6 @@
 #include "cpu_kernels.h"
 #include "cpu_wq4.h"
 
-static inline float wq4_half(const uint8_t *p) {
-  return kite_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
-}
-
 /* Output column n (weights `row`) for rows [r0, r0 + nr) of x, nr <= 4. */
 static inline __attribute__((always_inline)) void
 wq4_cols_scalar(const wq4_job *j, const uint8_t *row, int64_t n, int64_t r0, int nr) {
@@ -17,14 +13,9 @@ wq4_cols_scalar(const wq4_job *j, const uint8_t *row, int64_t n, int64_t r0, int
   const int64_t nb = a->k / 32;
   float acc[4] = {0, 0, 0, 0};
   for (int64_t b = 0; b < nb; b++) {
-    const uint8_t *blk = row + b * j->bb, *qs = blk + j->qs_off;
-    const float d = wq4_half(blk);
-    const float c = a->format == KITE_WQ4_SYM ? -8.0f * d : wq4_half(blk + 2);
-    float q[32];
-    for (int i = 0; i < 16; i++) {
-      q[i] = (float)(qs[i] & 15);
-      q[i + 16] = (float)(qs[i] >> 4);
-    }
+    float d, c, q[32];
+    cpu_q4_nibbles(cpu_q4_scales(row + b * j->bb, a->format == KITE_WQ4_MIN, &d, &c), q);
+    if (a->format == KITE_WQ4_SYM) c = -8.0f * d;
     for (int r = 0; r < nr; r++) {
       const float *x = j->x + (r0 + r) * a->k + b * 32;
       float s = 0;
@@ -62,7 +53,7 @@ kite_status cpu_wq4_run(kite_ctx *ctx, const kite_linear_wq4_args *a, cpu_task_f
       }
       sx[r * nb + b] = t;
     }
-  wq4_job j = {a, x, sx, a->format == KITE_WQ4_SYM ? 18 : 20, a->format == KITE_WQ4_SYM ? 2 : 4};
+  wq4_job j = {a, x, sx, a->format == KITE_WQ4_SYM ? 18 : 20};
   const int parts = cpu_parallel_parts(ctx, a->n, a->m * a->k / 8 * a->n);
   cpu_parallel_run(parts, a->n, task, &j);
   return KITE_OK;

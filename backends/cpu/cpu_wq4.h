@@ -13,13 +13,14 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "cpu_q4.h"
 #include "kite/dtype.h"
 
 typedef struct wq4_job {
   const kite_linear_wq4_args *a;
-  const float *x;     /* [m, k] f32 */
-  const float *sx;    /* [m, k / 32] */
-  int64_t bb, qs_off; /* bytes of a block; offset of its nibbles in it */
+  const float *x;  /* [m, k] f32 */
+  const float *sx; /* [m, k / 32] */
+  int64_t bb;      /* bytes of a block */
 } wq4_job;
 
 /* x and sx filled in the ctx's workspace, then task over the n output columns. */
@@ -56,12 +57,9 @@ static inline __attribute__((always_inline)) void wq4_walk(const void *job, int6
  */
 static inline void wq4_block_x86(const wq4_job *j, const uint8_t *blk, float *d, float *c,
                                  __m128i *lo, __m128i *hi) {
-  uint16_t hd, hm;
-  memcpy(&hd, blk, 2);
-  memcpy(&hm, blk + 2, 2);
-  *d = _cvtsh_ss(hd);
-  *c = j->a->format == KITE_WQ4_SYM ? -8.0f * *d : _cvtsh_ss(hm);
-  const __m128i raw = _mm_loadu_si128((const __m128i *)(blk + j->qs_off)), mask = _mm_set1_epi8(15);
+  const uint8_t *qs = cpu_q4_scales(blk, j->a->format == KITE_WQ4_MIN, d, c);
+  if (j->a->format == KITE_WQ4_SYM) *c = -8.0f * *d;
+  const __m128i raw = _mm_loadu_si128((const __m128i *)qs), mask = _mm_set1_epi8(15);
   *lo = _mm_and_si128(raw, mask);
   *hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
 }

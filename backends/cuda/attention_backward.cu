@@ -7,12 +7,14 @@
  * runs two warp-per-row kernels: one per query row (its dq over the keys it sees), one per key
  * row (its dk and dv over the query heads of its kv head, in head order, then the queries in
  * order). Both recompute p_ij = exp(u_ij - lse_i) from the forward's lse, so every output is a
- * fixed-order sum: the same bits run after run. The tensor-core variant (attention_backward_mma.cu)
- * accumulates dq in f32 in the workspace by atomics; a last kernel scales it into dq.
- * The sinks' gradient (kite.h) needs only delta and lse: one CTA per q head sums its rows in
- * double in a fixed order (bwd_dsinks_kernel), for either variant.
+ * fixed-order sum: the same bits run after run. The tensor-core variants
+ * (attention_backward_mma.cu, attention_backward_sm90.cu) accumulate dq in f32 in the workspace,
+ * the key blocks adding into each query tile in a fixed order (per-tile counters, zeroed here); a
+ * last kernel scales it into dq. The sinks' gradient (kite.h) needs only delta and lse: one CTA per
+ * q head sums its rows in double in a fixed order (bwd_dsinks_kernel), for either variant.
  */
 #include "attention_backward.cuh"
+#include "sm90.cuh"
 
 using namespace kite_cuda;
 
@@ -300,9 +302,12 @@ unsigned warp_blocks(int64_t warps) {
   return (unsigned)((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
 }
 
-/* The whole backward: delta, then the generic kernels or the tensor-core one. */
-kite_status run_bwd(kite_ctx *ctx, BwdParams p, bool mma, const char *op) {
-  const char *variant = mma ? "mma" : "generic";
+enum BwdVariant { BWD_GENERIC, BWD_MMA, BWD_SM90 };
+
+/* The whole backward: delta, then the generic kernels or a tensor-core one. */
+kite_status run_bwd(kite_ctx *ctx, BwdParams p, BwdVariant var, const char *op) {
+  const bool mma = var != BWD_GENERIC;
+  const char *variant = var == BWD_SM90 ? "sm90" : mma ? "mma" : "generic";
   if (p.dsinks && p.hq > 0 &&
       (p.rows <= 0 || p.head_dim <= 0 || p.hkv <= 0 || p.batch <= 0)) { /* no row: zeros */
     cudaStream_t s;
@@ -320,14 +325,18 @@ kite_status run_bwd(kite_ctx *ctx, BwdParams p, bool mma, const char *op) {
   if (st != KITE_OK) return st;
   const size_t n_delta = (size_t)(p.rows * p.hq);
   const size_t n_acc = mma ? n_delta * (size_t)p.head_dim : 0;
+  const int bq = var == BWD_SM90 ? attn_bwd_sm90_tile_rows() : attn_bwd_mma_tile_rows(p.head_dim);
+  p.mtiles = (p.sq + bq - 1) / bq;
+  const size_t n_turn = mma && n_delta > 0 ? (size_t)(p.batch * p.hq * p.mtiles) : 0;
   void *ws = nullptr;
   if (n_delta > 0 &&
-      (st = kite_ctx_workspace(ctx, (n_delta + n_acc) * sizeof(float), &ws)) != KITE_OK)
+      (st = kite_ctx_workspace(ctx, (n_delta + n_acc + n_turn) * sizeof(float), &ws)) != KITE_OK)
     return st;
   p.delta = (float *)ws;
   p.dq_acc = p.delta + n_delta;
-  if (n_acc) {
-    const cudaError_t e = cudaMemsetAsync(p.dq_acc, 0, n_acc * sizeof(float), s);
+  p.dq_turn = (int *)(p.dq_acc + n_acc);
+  if (n_acc) { /* the accumulator and the counters after it */
+    const cudaError_t e = cudaMemsetAsync(p.dq_acc, 0, (n_acc + n_turn) * sizeof(float), s);
     if (e != cudaSuccess) return cuda_device_error(op, "cudaMemsetAsync", e);
   }
   st = with_float_type(p.dtype, op, [&](auto tag) -> kite_status {
@@ -346,7 +355,8 @@ kite_status run_bwd(kite_ctx *ctx, BwdParams p, bool mma, const char *op) {
       if (p.varlen && p.keys > 0)
         bwd_zero_dkdv_kernel<T>
             <<<grid_for_rows(p.keys * p.hkv * p.head_dim / 256 + 1), 256, 0, s>>>(p);
-      const kite_status r = attn_bwd_mma_launch(p, s);
+      const kite_status r =
+          var == BWD_SM90 ? attn_bwd_sm90_launch(p, s) : attn_bwd_mma_launch(p, s);
       if (r != KITE_OK) return r;
       if (n_delta > 0) bwd_dq_convert_kernel<T><<<grid_for_rows(n_acc / 256 + 1), 256, 0, s>>>(p);
       return KITE_OK;
@@ -380,6 +390,20 @@ bool bwd_mma_ok(kite_dtype t, int64_t d, const void *const *ptrs, const int64_t 
   return true;
 }
 
+/* The sm90 kernel's extra conditions over cuda.mma's: no mask, head_dim 64 / 128, a Hopper
+ * device. */
+bool bwd_sm90_ok(bool mask, int64_t d, const char **why) {
+  if (mask) {
+    *why = "no mask (cuda.mma takes masks)";
+    return false;
+  }
+  if (!attn_bwd_sm90_head_dim(d)) {
+    *why = "head_dim must be 64 or 128";
+    return false;
+  }
+  return ok_unless(!all_devices_sm90(), "needs compute capability 9.0", why);
+}
+
 } // namespace
 
 /* ---- entry points -------------------------------------------------------------------------- */
@@ -399,16 +423,30 @@ extern "C" CUDA_SUPPORTS(cuda_sdpa_bwd_mma_supports) {
   const int64_t *st[] = {f->q_stride,    f->k_stride,  f->v_stride,  f->o_stride,
                          a->dout_stride, a->dq_stride, a->dk_stride, a->dv_stride};
   if (!bwd_mma_ok(a->dtype, f->head_dim, ptrs, st, 8, 3, why)) return false;
-  return ok_unless(f->sq > 0x3fffffff || f->sk > 0x3fffffff || f->hkv > 65535 || f->batch > 65535,
-                   "sequences, kv heads or batch too large", why);
+  return ok_unless(f->sq > 0x3fffffff || f->sk > 0x3fffffff || f->hkv > 65535 || f->batch > 65535 ||
+                       f->batch * f->hq * (f->sq / 32 + 1) > (1LL << 24),
+                   "sequences, heads or batch too large", why);
+}
+
+extern "C" CUDA_SUPPORTS(cuda_sdpa_bwd_sm90_supports) {
+  const kite_sdpa_backward_args *a = (const kite_sdpa_backward_args *)args;
+  if (!cuda_sdpa_bwd_mma_supports(k, args, why)) return false;
+  return bwd_sm90_ok(a->fwd.mask != NULL, a->fwd.head_dim, why);
 }
 
 extern "C" CUDA_RUN(cuda_sdpa_bwd_generic_run) {
-  return run_bwd(ctx, dense_params((const kite_sdpa_backward_args *)args), false, "sdpa_backward");
+  return run_bwd(ctx, dense_params((const kite_sdpa_backward_args *)args), BWD_GENERIC,
+                 "sdpa_backward");
 }
 
 extern "C" CUDA_RUN(cuda_sdpa_bwd_mma_run) {
-  return run_bwd(ctx, dense_params((const kite_sdpa_backward_args *)args), true, "sdpa_backward");
+  return run_bwd(ctx, dense_params((const kite_sdpa_backward_args *)args), BWD_MMA,
+                 "sdpa_backward");
+}
+
+extern "C" CUDA_RUN(cuda_sdpa_bwd_sm90_run) {
+  return run_bwd(ctx, dense_params((const kite_sdpa_backward_args *)args), BWD_SM90,
+                 "sdpa_backward");
 }
 
 extern "C" CUDA_SUPPORTS(cuda_sdpa_varlen_bwd_generic_supports) {
@@ -424,16 +462,28 @@ extern "C" CUDA_SUPPORTS(cuda_sdpa_varlen_bwd_mma_supports) {
                          a->dout_stride, a->dq_stride, a->dk_stride, a->dv_stride};
   if (!bwd_mma_ok(a->dtype, f->head_dim, ptrs, st, 8, 2, why)) return false;
   return ok_unless(f->max_seqlen_q > 0x3fffffff || f->max_seqlen_k > 0x3fffffff || f->hkv > 65535 ||
-                       f->batch > 65535,
-                   "sequences, kv heads or batch too large", why);
+                       f->batch > 65535 ||
+                       f->batch * f->hq * (f->max_seqlen_q / 32 + 1) > (1LL << 24),
+                   "sequences, heads or batch too large", why);
+}
+
+extern "C" CUDA_SUPPORTS(cuda_sdpa_varlen_bwd_sm90_supports) {
+  const kite_sdpa_varlen_backward_args *a = (const kite_sdpa_varlen_backward_args *)args;
+  if (!cuda_sdpa_varlen_bwd_mma_supports(k, args, why)) return false;
+  return bwd_sm90_ok(false, a->fwd.head_dim, why);
 }
 
 extern "C" CUDA_RUN(cuda_sdpa_varlen_bwd_generic_run) {
-  return run_bwd(ctx, varlen_params((const kite_sdpa_varlen_backward_args *)args), false,
+  return run_bwd(ctx, varlen_params((const kite_sdpa_varlen_backward_args *)args), BWD_GENERIC,
                  "sdpa_varlen_backward");
 }
 
 extern "C" CUDA_RUN(cuda_sdpa_varlen_bwd_mma_run) {
-  return run_bwd(ctx, varlen_params((const kite_sdpa_varlen_backward_args *)args), true,
+  return run_bwd(ctx, varlen_params((const kite_sdpa_varlen_backward_args *)args), BWD_MMA,
+                 "sdpa_varlen_backward");
+}
+
+extern "C" CUDA_RUN(cuda_sdpa_varlen_bwd_sm90_run) {
+  return run_bwd(ctx, varlen_params((const kite_sdpa_varlen_backward_args *)args), BWD_SM90,
                  "sdpa_varlen_backward");
 }

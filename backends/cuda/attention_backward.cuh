@@ -27,6 +27,8 @@ struct BwdParams {
   int64_t q_st[3], k_st[3], v_st[3], o_st[3], do_st[3], dq_st[3], dk_st[3], dv_st[3];
   const float *lse;
   float *delta, *dq_acc; /* the workspace: delta[rows * hq] and dq_acc[rows * hq * D] */
+  int *dq_turn;          /* the workspace: [batch][hq][mtiles] adds done per query tile (zeroed) */
+  int64_t mtiles;        /* query tiles per sequence: ceil(sq / the kernel's tile rows) */
   int64_t lse_st[3], delta_st[3], acc_st[3];
   const void *mask;
   int mask_kind;
@@ -102,10 +104,119 @@ __device__ __forceinline__ bool bwd_mask(const BwdParams &p, int64_t b, int64_t 
   return true;
 }
 
+/* Query tiles [lo, hi) (tile m: rows [m bq, m bq + bq) of the sequence) that key block n (keys
+ * [n bn, n bn + bn)) visits: those holding a query that sees one of its keys; empty past the
+ * sequence's keys. lo and hi never decrease with n (bwd_query_range). */
+struct BwdTiles {
+  int64_t lo, hi;
+};
+
+__device__ __forceinline__ BwdTiles bwd_tiles(const BwdParams &p, const BwdSeq &s, int64_t n,
+                                              int bn, int bq) {
+  const int64_t j0 = n * bn;
+  if (j0 >= s.kl) return {0, 0};
+  const int64_t j1 = j0 + bn < s.kl ? j0 + bn : s.kl;
+  int64_t ilo, ihi;
+  bwd_query_range(p, s, j0, j1, &ilo, &ihi);
+  if (ihi <= ilo) return {0, 0};
+  return {ilo / bq, (ihi + bq - 1) / bq};
+}
+
+/* dq in a fixed order: the key blocks that visit a query tile add their dq into its f32
+ * accumulator from the highest block down, each after the one above (the grid runs the highest
+ * blocks first, so a block only waits on blocks already started). The visitors of tile m are
+ * key blocks [a, b]; visitor n's turn is b - n, the blocks above it (binary search: above n,
+ * the visitors are a prefix, since the tile spans never move down). */
+__device__ __forceinline__ int bwd_turn(const BwdParams &p, const BwdSeq &s, int64_t n, int64_t m,
+                                        int bn, int bq) {
+  int64_t lo = n, hi = (s.kl + bn - 1) / bn - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    const BwdTiles t = bwd_tiles(p, s, mid, bn, bq);
+    if (t.lo <= m && m < t.hi)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return (int)(lo - n);
+}
+
+/* One thread: waits until the tile's counter reaches turn (acquire). The CTA then syncs. */
+__device__ __forceinline__ void bwd_turn_wait(const int *c, int turn) {
+  for (;;) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(c) : "memory");
+    if (v == turn) return;
+    __nanosleep(64);
+  }
+}
+
+/* One thread, after a CTA barrier that follows every thread's adds: hands the tile on (release,
+ * cumulative over the CTA's adds). */
+__device__ __forceinline__ void bwd_turn_pass(int *c) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(c) : "memory");
+}
+
+/* dst[0..1] += (a, b): one 8-byte atomic on sm_90, two otherwise. */
+__device__ __forceinline__ void atomic_add2(float *dst, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2 *>(dst), make_float2(a, b));
+#else
+  atomicAdd(dst, a);
+  atomicAdd(dst + 1, b);
+#endif
+}
+
+/* Key block n's dQ of query tile m of head h into the f32 accumulator, in turn: waits for the
+ * blocks above (bwd_turn), runs add() on every thread, then hands the tile on. Holds CTA barriers:
+ * every thread of the CTA calls it. */
+template <typename F>
+__device__ __forceinline__ void bwd_dq_in_turn(const BwdParams &p, const BwdSeq &s, int64_t b,
+                                               int64_t h, int64_t n, int64_t m, int bn, int bq,
+                                               F add) {
+  int *cnt = p.dq_turn + (b * p.hq + h) * p.mtiles + m;
+  if (threadIdx.x == 0) bwd_turn_wait(cnt, bwd_turn(p, s, n, m, bn, bq));
+  __syncthreads();
+  add();
+  __syncthreads(); /* every add issued (and the tile's shared memory free again) */
+  if (threadIdx.x == 0) bwd_turn_pass(cnt);
+}
+
+/* dK (times scale) and dV of a warp's 16 keys [kw, kw + 16) of key block [j0, j1) from mma
+ * accumulator fragments: f[4 dn + 2 hh + e] is key kw + lane / 4 + 8 hh, column
+ * 8 dn + 2 (lane % 4) + e. */
+template <typename T, int D>
+__device__ __forceinline__ void bwd_store_dkdv(const BwdParams &p, const BwdSeq &s, int64_t b,
+                                               int64_t g, int64_t j0, int64_t j1, int kw, int lane,
+                                               const float (&dk)[D / 2], const float (&dv)[D / 2]) {
+  const int qg = lane >> 2, qt = lane & 3;
+  T *dkb = (T *)p.dk + b * p.dk_st[0] + g * p.dk_st[1];
+  T *dvb = (T *)p.dv + b * p.dv_st[0] + g * p.dv_st[1];
+#pragma unroll
+  for (int hh = 0; hh < 2; hh++) {
+    const int64_t j = j0 + kw + qg + 8 * hh;
+    if (j >= j1) continue;
+    T *rk = dkb + (s.kf + j) * p.dk_st[2] + 2 * qt, *rv = dvb + (s.kf + j) * p.dv_st[2] + 2 * qt;
+#pragma unroll
+    for (int dn = 0; dn < D / 8; dn++) {
+      *(uint32_t *)(rk + dn * 8) =
+          pack2<T>(dk[4 * dn + 2 * hh] * p.scale, dk[4 * dn + 2 * hh + 1] * p.scale);
+      *(uint32_t *)(rv + dn * 8) = pack2<T>(dv[4 * dn + 2 * hh], dv[4 * dn + 2 * hh + 1]);
+    }
+  }
+}
+
 /* attention_backward_mma.cu: the tensor-core kernel (bf16/f16, head_dim 64 / 128) after the
  * delta kernel and the zeroed dq accumulator; false when no instantiation fits. */
 bool attn_bwd_mma_head_dim(int64_t d);
+int attn_bwd_mma_tile_rows(int64_t d); /* query rows per tile */
 kite_status attn_bwd_mma_launch(const BwdParams &p, cudaStream_t s);
+
+/* attention_backward_sm90.cu: the wgmma kernel (sm_90a; bf16/f16, head_dim 64 / 128, no mask),
+ * same workspace. */
+bool attn_bwd_sm90_head_dim(int64_t d);
+int attn_bwd_sm90_tile_rows();
+kite_status attn_bwd_sm90_launch(const BwdParams &p, cudaStream_t s);
 
 } // namespace kite_cuda
 

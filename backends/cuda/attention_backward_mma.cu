@@ -12,8 +12,9 @@
  *   dS^T = P^T (dP^T - delta) (times 1 - tanh^2 under softcap),
  *   dV += P^T dO, dK += dS^T Q (P and dS as A operands straight from the accumulators),
  *   dS^T to shared memory, then dQ_tile = dS K over the CTA's 128 keys, added into the f32
- *   accumulator in the workspace by atomics (the order of those adds varies, so dq may differ in
- *   its last bits run to run); attention_backward.cu scales it into dq.
+ *   accumulator in the workspace in a fixed order (bwd_turn: the key blocks add into a query
+ *   tile from the highest down), so dq is the same bits run after run; attention_backward.cu
+ *   scales it into dq. Query tiles are aligned (tile m: rows [m BQ, m BQ + BQ)).
  * Masking is applied only on tiles that cross a row's key range, hold keys past the sequence or
  * meet a mask; a query whose lse is -inf (it saw no key) gets p = 0 through lse2 = +inf.
  */
@@ -34,17 +35,8 @@ template <int D, int BQ, int NW> struct BwdSmem {
   static constexpr size_t total = kv + qd + ds + stat;
 };
 
-/* dst[0..1] += (a, b): one 8-byte atomic on sm_90, two otherwise. */
-__device__ __forceinline__ void atomic_add2(float *dst, float a, float b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float2 *>(dst), make_float2(a, b));
-#else
-  atomicAdd(dst, a);
-  atomicAdd(dst + 1, b);
-#endif
-}
-
-/* Grid: x = key block, y = kv head, z = sequence. See the file comment. */
+/* Grid: x = key block from the last (the dq order), y = kv head, z = sequence. See the file
+ * comment. */
 template <typename T, int D, int BQ, int NW>
 __global__ void __launch_bounds__(32 * NW, 8 / NW) attn_bwd_mma_kernel(BwdParams p) {
   using SM = BwdSmem<D, BQ, NW>;
@@ -63,9 +55,9 @@ __global__ void __launch_bounds__(32 * NW, 8 / NW) attn_bwd_mma_kernel(BwdParams
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, qg = lane >> 2, qt = lane & 3;
   const int64_t g = blockIdx.y, b = blockIdx.z;
   const BwdSeq s = bwd_seq(p, b);
-  const int64_t j0 = (int64_t)blockIdx.x * kBN;
-  if (j0 >= s.kl) return;
-  const int64_t j1 = j0 + kBN < s.kl ? j0 + kBN : s.kl;
+  const int64_t n = (s.kl + kBN - 1) / kBN - 1 - (int64_t)blockIdx.x;
+  if (n < 0) return;
+  const int64_t j0 = n * kBN, j1 = j0 + kBN < s.kl ? j0 + kBN : s.kl;
 
   const T *kb = (const T *)p.k + b * p.k_st[0] + g * p.k_st[1];
   const T *vb = (const T *)p.v + b * p.v_st[0] + g * p.v_st[1];
@@ -77,27 +69,26 @@ __global__ void __launch_bounds__(32 * NW, 8 / NW) attn_bwd_mma_kernel(BwdParams
     cp_async16(smem_addr(sV + r * LD + c * 8), ok ? vb + row * p.v_st[2] + c * 8 : vb, ok);
   }
 
-  int64_t ilo, ihi;
-  bwd_query_range(p, s, j0, j1, &ilo, &ihi);
-  const int64_t nqb = (ihi - ilo + BQ - 1) / BQ, ntiles = nqb * p.group;
+  const BwdTiles span = bwd_tiles(p, s, n, kBN, BQ);
+  const int64_t nqb = span.hi - span.lo, ntiles = nqb * p.group;
 
-  /* Tile t: query head r = t / nqb, rows from ilo + (t % nqb) * BQ; rows past ihi are zeros
-   * with lse2 = +inf (p = 0). */
+  /* Tile t: query head r = t / nqb, tile m = span.lo + t % nqb (rows [m BQ, m BQ + BQ)); rows
+   * past the sequence are zeros with lse2 = +inf (p = 0). */
   auto load_tile = [&](int64_t t, int buf) {
-    const int64_t h = bwd_head(p, g, t / nqb), i0 = ilo + (t % nqb) * BQ;
+    const int64_t h = bwd_head(p, g, t / nqb), i0 = (span.lo + t % nqb) * BQ;
     T *dq = sQD + (size_t)buf * 2 * BQ * LD, *dg = dq + BQ * LD;
     const T *qb = (const T *)p.q + b * p.q_st[0] + h * p.q_st[1];
     const T *gb = (const T *)p.dout + b * p.do_st[0] + h * p.do_st[1];
     for (int idx = tid; idx < BQ * CH; idx += kThreads) {
       const int r = idx / CH, c = idx % CH;
-      const bool ok = i0 + r < ihi;
+      const bool ok = i0 + r < s.ql;
       const int64_t row = s.qf + i0 + r;
       cp_async16(smem_addr(dq + r * LD + c * 8), ok ? qb + row * p.q_st[2] + c * 8 : qb, ok);
       cp_async16(smem_addr(dg + r * LD + c * 8), ok ? gb + row * p.do_st[2] + c * 8 : gb, ok);
     }
     if (tid < BQ) {
       float l2 = INFINITY, dl = 0.0f;
-      if (i0 + tid < ihi) {
+      if (i0 + tid < s.ql) {
         const int64_t row = s.qf + i0 + tid;
         const float lse = p.lse[b * p.lse_st[0] + h * p.lse_st[1] + row * p.lse_st[2]];
         l2 = lse == -INFINITY ? INFINITY : lse * kLog2e;
@@ -129,7 +120,7 @@ __global__ void __launch_bounds__(32 * NW, 8 / NW) attn_bwd_mma_kernel(BwdParams
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    const int64_t h = bwd_head(p, g, t / nqb), i0 = ilo + (t % nqb) * BQ;
+    const int64_t h = bwd_head(p, g, t / nqb), m = span.lo + t % nqb, i0 = m * BQ;
     const T *tQ = sQD + (size_t)buf * 2 * BQ * LD, *tG = tQ + BQ * LD;
     const float *tL = sStat + buf * 2 * BQ, *tD = tL + BQ;
 
@@ -161,8 +152,8 @@ __global__ void __launch_bounds__(32 * NW, 8 / NW) attn_bwd_mma_kernel(BwdParams
 
     /* P^T into sc, dS^T into dp. Element (nb, e): key j0 + kw + qg + 8 (e >> 1), query
      * i0 + nb * 8 + 2 qt + (e & 1). */
-    const int64_t ilast = (i0 + BQ < ihi ? i0 + BQ : ihi) - 1;
-    const bool full = p.mask_kind == MASK_NONE && j1 == j0 + kBN &&
+    const int64_t ilast = i0 + BQ - 1;
+    const bool full = p.mask_kind == MASK_NONE && j1 == j0 + kBN && ilast < s.ql &&
                       (!causal || i0 + shift >= j0 + kBN - 1) &&
                       (!windowed || ilast + shift - p.window_left <= j0);
 #pragma unroll
@@ -180,8 +171,8 @@ __global__ void __launch_bounds__(32 * NW, 8 / NW) attn_bwd_mma_kernel(BwdParams
         bool vis = true;
         if (!full) {
           const int64_t i = i0 + ql, j = j0 + kw + qg + 8 * (e >> 1), pos = i + shift;
-          vis =
-              j < j1 && i < ihi && (!causal || j <= pos) && (!windowed || j >= pos - p.window_left);
+          vis = j < j1 && i < s.ql && (!causal || j <= pos) &&
+                (!windowed || j >= pos - p.window_left);
           float add;
           if (vis && p.mask_kind != MASK_NONE) {
             vis = bwd_mask<T>(p, b, h, i, j, &add);
@@ -245,34 +236,24 @@ __global__ void __launch_bounds__(32 * NW, 8 / NW) attn_bwd_mma_kernel(BwdParams
         mma16816<T>(aq[2 * dn2 + 1], a, bk[2], bk[3]);
       }
     }
-    float *accb = p.dq_acc + b * p.acc_st[0] + h * p.acc_st[1];
+    /* the tile's dq accumulator, in turn (bwd_turn) */
+    bwd_dq_in_turn(p, s, b, h, n, m, kBN, BQ, [&] {
+      float *accb = p.dq_acc + b * p.acc_st[0] + h * p.acc_st[1];
 #pragma unroll
-    for (int hh = 0; hh < 2; hh++) {
-      const int64_t i = i0 + mq * 16 + qg + 8 * hh;
-      if (i >= ihi) continue;
-      float *row = accb + (s.qf + i) * p.acc_st[2] + dc0 + 2 * qt;
+      for (int hh = 0; hh < 2; hh++) {
+        const int64_t i = i0 + mq * 16 + qg + 8 * hh;
+        if (i >= s.ql) continue;
+        float *row = accb + (s.qf + i) * p.acc_st[2] + dc0 + 2 * qt;
 #pragma unroll
-      for (int dn = 0; dn < DCN; dn++)
-        atomic_add2(row + dn * 8, aq[dn][2 * hh], aq[dn][2 * hh + 1]);
-    }
-    __syncthreads(); /* sdS and this buffer are reused next */
+        for (int dn = 0; dn < DCN; dn++)
+          atomic_add2(row + dn * 8, aq[dn][2 * hh], aq[dn][2 * hh + 1]);
+      }
+    });
   }
   cp_async_wait<0>();
 
-  /* dK (scaled) and dV of the warp's keys */
-  T *dkb = (T *)p.dk + b * p.dk_st[0] + g * p.dk_st[1];
-  T *dvb = (T *)p.dv + b * p.dv_st[0] + g * p.dv_st[1];
-#pragma unroll
-  for (int hh = 0; hh < 2; hh++) {
-    const int64_t j = j0 + kw + qg + 8 * hh;
-    if (j >= j1) continue;
-    T *rk = dkb + (s.kf + j) * p.dk_st[2] + 2 * qt, *rv = dvb + (s.kf + j) * p.dv_st[2] + 2 * qt;
-#pragma unroll
-    for (int dn = 0; dn < DN; dn++) {
-      *(uint32_t *)(rk + dn * 8) = pack2<T>(dk[dn][2 * hh] * p.scale, dk[dn][2 * hh + 1] * p.scale);
-      *(uint32_t *)(rv + dn * 8) = pack2<T>(dv[dn][2 * hh], dv[dn][2 * hh + 1]);
-    }
-  }
+  bwd_store_dkdv<T, D>(p, s, b, g, j0, j1, kw, lane, reinterpret_cast<const float(&)[D / 2]>(dk),
+                       reinterpret_cast<const float(&)[D / 2]>(dv));
 }
 
 template <typename T, int D, int BQ, int NW>
@@ -302,6 +283,10 @@ template <typename T> kite_status launch_bwd_d(const BwdParams &p, cudaStream_t 
 
 bool kite_cuda::attn_bwd_mma_head_dim(int64_t d) {
   return d == 64 || d == 128;
+}
+
+int kite_cuda::attn_bwd_mma_tile_rows(int64_t d) {
+  return d == 64 ? 64 : 32;
 }
 
 kite_status kite_cuda::attn_bwd_mma_launch(const BwdParams &p, cudaStream_t s) {

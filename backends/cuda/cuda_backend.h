@@ -122,6 +122,9 @@ CUDA_SUPPORTS(cuda_sample_cluster_supports);
 CUDA_SUPPORTS(cuda_logprobs_cluster_supports);
 CUDA_RUN(cuda_sample_cluster_run);
 CUDA_RUN(cuda_logprobs_cluster_run);
+/* sampling_select.cu: sample with top-k, candidates above a running threshold, 1-8 blocks a row */
+CUDA_SUPPORTS(cuda_sample_select_supports);
+CUDA_RUN(cuda_sample_select_run);
 
 /* attention.cu: store_kv, paged_decode, paged_prefill, sdpa, sdpa_varlen */
 CUDA_RUN(cuda_store_kv_run);
@@ -153,12 +156,16 @@ CUDA_SUPPORTS(cuda_sdpa_varlen_mma_supports);
 CUDA_RUN(cuda_sdpa_varlen_mma_run);
 /* attention_backward.cu (delta, generic row kernels) and attention_backward_mma.cu (tensor
  * cores, bf16/f16, head_dim 64 / 128): sdpa_backward, sdpa_varlen_backward */
+CUDA_SUPPORTS(cuda_sdpa_bwd_sm90_supports);
 CUDA_SUPPORTS(cuda_sdpa_bwd_mma_supports);
 CUDA_SUPPORTS(cuda_sdpa_bwd_generic_supports);
+CUDA_RUN(cuda_sdpa_bwd_sm90_run);
 CUDA_RUN(cuda_sdpa_bwd_mma_run);
 CUDA_RUN(cuda_sdpa_bwd_generic_run);
+CUDA_SUPPORTS(cuda_sdpa_varlen_bwd_sm90_supports);
 CUDA_SUPPORTS(cuda_sdpa_varlen_bwd_mma_supports);
 CUDA_SUPPORTS(cuda_sdpa_varlen_bwd_generic_supports);
+CUDA_RUN(cuda_sdpa_varlen_bwd_sm90_run);
 CUDA_RUN(cuda_sdpa_varlen_bwd_mma_run);
 CUDA_RUN(cuda_sdpa_varlen_bwd_generic_run);
 
@@ -249,10 +256,12 @@ CUDA_RUN(cuda_gguf_mma_run);
 CUDA_SUPPORTS(cuda_group_gguf_mma_supports);
 CUDA_RUN(cuda_group_gguf_mma_run);
 
-/* cross_entropy.cu: cross_entropy, cross_entropy_backward */
+/* cross_entropy.cu: cross_entropy, cross_entropy_backward, cross_entropy_with_grad */
 CUDA_SUPPORTS(cuda_ce_vec_supports);
 CUDA_RUN(cuda_ce_vec_run);
 CUDA_RUN(cuda_ce_generic_run);
+CUDA_SUPPORTS(cuda_ce_cluster_supports);
+CUDA_RUN(cuda_ce_cluster_run);
 /* flce.cu: fused_linear_cross_entropy */
 CUDA_RUN(cuda_flce_cublaslt_run);
 CUDA_RUN(cuda_flce_generic_run);

@@ -136,6 +136,7 @@ CHECKED(cuda_group_gemm_cublaslt_run)
 CHECKED(cuda_group_gemm_tiles_run)
 CHECKED(cuda_ce_vec_run)
 CHECKED(cuda_ce_generic_run)
+CHECKED(cuda_ce_cluster_run)
 CHECKED(cuda_flce_cublaslt_run)
 CHECKED(cuda_flce_generic_run)
 
@@ -195,6 +196,7 @@ enum {
   PRIORITY_VEC = 20,
   PRIORITY_SPLIT = 30,
   PRIORITY_CLUSTER = 40,
+  PRIORITY_SELECT = 45, /* sample with top-k: above the cluster kernel at every B */
   PRIORITY_LIBRARY = 50,
   /* the collectives over peer memory, above NCCL up to their size limits (peer_comm.cu) */
   PRIORITY_TWOSHOT = 60,
@@ -293,14 +295,20 @@ static const kite_kernel cuda_kernels[] = {
            cuda_sdpa_varlen_vec_run, "a query row and kv head per CTA, CUDA cores, 16-byte loads"),
     KERNEL(KITE_OP_SDPA_VARLEN, "generic", PRIORITY_GENERIC, cuda_sdpa_varlen_generic_supports,
            cuda_sdpa_varlen_generic_run, "a query row and kv head per CTA, any layout"),
+    KERNEL_SM90(KITE_OP_SDPA_BACKWARD, "sm90", PRIORITY_CLUSTER, cuda_sdpa_bwd_sm90_supports,
+                cuda_sdpa_bwd_sm90_run,
+                "Hopper: wgmma, 128 keys per CTA, head_dim 64/128, no mask, dq added in key order"),
     KERNEL(KITE_OP_SDPA_BACKWARD, "mma", PRIORITY_SPLIT, cuda_sdpa_bwd_mma_supports,
            cuda_sdpa_bwd_mma_run,
-           "tensor cores, 128 keys per CTA, head_dim 64/128, dq by f32 atomics (last bits vary)"),
+           "mma.sync, 128 keys per CTA, head_dim 64/128; masks, pre-Hopper; dq added in key order"),
     KERNEL(KITE_OP_SDPA_BACKWARD, "generic", PRIORITY_GENERIC, cuda_sdpa_bwd_generic_supports,
            cuda_sdpa_bwd_generic_run, "a warp per query row, then per key row; any layout, mask"),
+    KERNEL_SM90(KITE_OP_SDPA_VARLEN_BACKWARD, "sm90", PRIORITY_CLUSTER,
+                cuda_sdpa_varlen_bwd_sm90_supports, cuda_sdpa_varlen_bwd_sm90_run,
+                "Hopper: wgmma, 128 keys per CTA, head_dim 64/128, dq added in key order"),
     KERNEL(KITE_OP_SDPA_VARLEN_BACKWARD, "mma", PRIORITY_SPLIT, cuda_sdpa_varlen_bwd_mma_supports,
            cuda_sdpa_varlen_bwd_mma_run,
-           "tensor cores, 128 keys per CTA, head_dim 64/128, dq by f32 atomics (last bits vary)"),
+           "mma.sync, 128 keys per CTA, head_dim 64/128; pre-Hopper; dq added in key order"),
     KERNEL(KITE_OP_SDPA_VARLEN_BACKWARD, "generic", PRIORITY_GENERIC,
            cuda_sdpa_varlen_bwd_generic_supports, cuda_sdpa_varlen_bwd_generic_run,
            "a warp per query row, then per key row; any layout"),
@@ -343,6 +351,9 @@ static const kite_kernel cuda_kernels[] = {
                 cuda_sample_cluster_run, "a row per 8-block cluster, read once into shared memory"),
     KERNEL(KITE_OP_ARGMAX, "block", PRIORITY_GENERIC, cuda_float_supports, cuda_sample_run,
            "a block per row, one pass"),
+    KERNEL_SM90(KITE_OP_SAMPLE, "select", PRIORITY_SELECT, cuda_sample_select_supports,
+                cuda_sample_select_run,
+                "1-8 blocks a row keep the logits above a running top-k bound, no sort, one pass"),
     KERNEL_SM90(KITE_OP_SAMPLE, "cluster", PRIORITY_CLUSTER, cuda_sample_cluster_supports,
                 cuda_sample_cluster_run,
                 "a row per 8-block cluster in shared memory: radix selects over merged histograms"),
@@ -422,6 +433,13 @@ static const kite_kernel cuda_kernels[] = {
            checked_cuda_ce_vec_run, "block per row, 16-byte loads, in place allowed"),
     KERNEL(KITE_OP_CROSS_ENTROPY_BACKWARD, "generic", PRIORITY_GENERIC, cuda_float_supports,
            checked_cuda_ce_generic_run, "block per row, any layout, in place allowed"),
+    KERNEL_SM90(KITE_OP_CROSS_ENTROPY_WITH_GRAD, "cluster", PRIORITY_CLUSTER,
+                cuda_ce_cluster_supports, checked_cuda_ce_cluster_run,
+                "a row per cluster of up to 8 blocks, held in registers: one read, one write"),
+    KERNEL(KITE_OP_CROSS_ENTROPY_WITH_GRAD, "vec", PRIORITY_VEC, cuda_ce_vec_supports,
+           checked_cuda_ce_vec_run, "block per row, statistics then gradient, 16-byte loads"),
+    KERNEL(KITE_OP_CROSS_ENTROPY_WITH_GRAD, "generic", PRIORITY_GENERIC, cuda_float_supports,
+           checked_cuda_ce_generic_run, "block per row, statistics then gradient, any layout"),
     KERNEL(KITE_OP_FUSED_LINEAR_CROSS_ENTROPY, "cublaslt", PRIORITY_LIBRARY, cuda_float_supports,
            checked_cuda_flce_cublaslt_run,
            "chunks of rows: cuBLASLt GEMMs, cross-entropy forward+backward in place per piece"),

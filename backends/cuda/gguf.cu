@@ -25,13 +25,16 @@ __device__ float gguf_weight(int t, const uint8_t *b, int i) {
   const int j32 = i % 16, hi32 = i >= 16;
   switch (t) {
   case KITE_GGUF_Q4_0:
-    return (float)((hi32 ? b[2 + j32] >> 4 : b[2 + j32] & 15) - 8) * f16_at(b);
+  case KITE_GGUF_Q4_1: { /* q4.cuh's decoder, linear_wq4's */
+    float d, m;
+    const uint8_t *qs = q4_scales(b, t == KITE_GGUF_Q4_1, d, m);
+    const int q = q4_nibble(qs, i);
+    return t == KITE_GGUF_Q4_1 ? fmaf((float)q, d, m) : (float)(q - 8) * d;
+  }
   case KITE_GGUF_IQ4_NL: {
     const int q = hi32 ? b[2 + j32] >> 4 : b[2 + j32] & 15;
     return (float)c_iq4_nl[q] * f16_at(b);
   }
-  case KITE_GGUF_Q4_1:
-    return (float)(hi32 ? b[4 + j32] >> 4 : b[4 + j32] & 15) * f16_at(b) + f16_at(b + 2);
   case KITE_GGUF_Q5_0:
   case KITE_GGUF_Q5_1: {
     const int off = t == KITE_GGUF_Q5_0 ? 2 : 4;

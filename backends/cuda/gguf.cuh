@@ -1,12 +1,13 @@
 /*
  * Device helpers of the GGUF block kernels (gguf.cu: per-element decoding; gguf_mma.cu: the
- * tensor-core GEMM): the f16 and e8m0 scale fields, the packed 6-bit scales of Q4_K / Q5_K and
- * the code tables of IQ4_NL and MXFP4 (kite.h's formulas).
+ * tensor-core GEMM): the e8m0 scale field (the f16 ones and Q4_0 / Q4_1 blocks: q4.cuh), the packed
+ * 6-bit scales of Q4_K / Q5_K and the code tables of IQ4_NL and MXFP4 (kite.h's formulas).
  */
 #ifndef KITE_CUDA_GGUF_CUH
 #define KITE_CUDA_GGUF_CUH
 
 #include "common.cuh"
+#include "q4.cuh"
 
 namespace kite_cuda {
 
@@ -14,10 +15,6 @@ static __constant__ int c_iq4_nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10
                                         1,    13,   25,  38,  53,  69,  89,  113};
 /* MXFP4: the e2m1 codes doubled (kite.h's F) */
 static __constant__ int c_e2m1x2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-
-__device__ __forceinline__ float f16_at(const uint8_t *p) {
-  return __half2float(__ushort_as_half((unsigned short)(p[0] | (p[1] << 8))));
-}
 
 /* MXFP4's block scale 2^(e - 128), built from its bits (exact; e < 2 is an f32 subnormal). */
 __device__ __forceinline__ float mxfp4_scale(unsigned e) {

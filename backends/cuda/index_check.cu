@@ -187,7 +187,7 @@ extern "C" kite_status cuda_index_check(kite_ctx *ctx, const void *args) {
   } else if (op == KITE_OP_GROUP_GEMM) {
     groups_check_kernel<<<1, 1, 0, s>>>(*(const kite_group_gemm_args *)args, word);
   } else if (op == KITE_OP_CROSS_ENTROPY || op == KITE_OP_CROSS_ENTROPY_BACKWARD ||
-             op == KITE_OP_FUSED_LINEAR_CROSS_ENTROPY) {
+             op == KITE_OP_CROSS_ENTROPY_WITH_GRAD || op == KITE_OP_FUSED_LINEAR_CROSS_ENTROPY) {
     const bool flce = op == KITE_OP_FUSED_LINEAR_CROSS_ENTROPY;
     const kite_ce_args *c = (const kite_ce_args *)args;
     const kite_flce_args *f = (const kite_flce_args *)args;

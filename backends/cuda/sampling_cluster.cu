@@ -124,15 +124,7 @@ struct Cluster {
 
   /* The sum of v over the block, added in the same order in every thread. */
   __device__ double block_total(double v) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    __syncthreads();
-    if (lane == 0) sh->wsum[warp] = v;
-    __syncthreads();
-    double t = 0.0;
-    for (int w = 0; w < kWarps; w++) t += sh->wsum[w];
-    return t;
+    return block_sum_ordered(v, sh->wsum);
   }
 
   /* sampling.cu's bucket walk, in parallel: the largest bucket b < nb with above + S(b) >= target,

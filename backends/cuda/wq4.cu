@@ -7,6 +7,7 @@
  */
 #include "common.cuh"
 #include "cuda_backend.h"
+#include "q4.cuh"
 
 using namespace kite_cuda;
 
@@ -14,15 +15,11 @@ namespace {
 
 constexpr int ROWS = 8;
 
-__device__ __forceinline__ float half_at(const uint8_t *p) {
-  return __half2float(__ushort_as_half((unsigned short)(p[0] | (p[1] << 8))));
-}
-
 template <typename T, bool MIN> __global__ void wq4_kernel(kite_linear_wq4_args a) {
   const int lane = threadIdx.x & 31;
   const int64_t n = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
   if (n >= a.n) return;
-  const int bb = MIN ? 20 : 18, qoff = MIN ? 4 : 2;
+  const int bb = MIN ? 20 : 18;
   const uint8_t *row = a.w + n * a.w_stride;
   const T *x = (const T *)a.x;
   for (int64_t r0 = (int64_t)blockIdx.y * ROWS; r0 < a.m; r0 += (int64_t)gridDim.y * ROWS) {
@@ -31,12 +28,12 @@ template <typename T, bool MIN> __global__ void wq4_kernel(kite_linear_wq4_args 
 #pragma unroll
     for (int r = 0; r < ROWS; r++) acc[r] = 0.0f;
     for (int64_t b = lane; b < a.k / 32; b += 32) {
-      const uint8_t *blk = row + b * bb;
-      const float d = half_at(blk);
-      const float c = MIN ? half_at(blk + 2) : -8.0f * d;
+      float d, c;
+      const uint8_t *nib = q4_scales(row + b * bb, MIN, d, c);
+      if (!MIN) c = -8.0f * d;
       uint8_t qs[16];
 #pragma unroll
-      for (int i = 0; i < 16; i++) qs[i] = blk[qoff + i];
+      for (int i = 0; i < 16; i++) qs[i] = nib[i];
 #pragma unroll
       for (int r = 0; r < ROWS; r++) {
         if (r >= nr) break;

@@ -51,9 +51,9 @@ kite_status ref_logprobs_run(const kite_kernel *k, kite_ctx *ctx, const void *ar
 kite_status ref_softcap_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_linear_wq4_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_gguf_run(const kite_kernel *k, kite_ctx *ctx, const void *args); /* + dequant */
-/* Every slot < capacity (negative: padding), else INVALID_ARG "<op>: slots[i] = ...": the
- * store ops' own check, for kernels called directly (ref_attention.c). */
-kite_status ref_check_slots(const char *op, const int32_t *slots, int64_t tokens, int64_t capacity);
+/* Weight i of GGUF block b of type t, exactly (kite.h's formula in float64); linear_wq4's blocks
+ * are Q4_0 (SYM) and Q4_1 (MIN). */
+double ref_gguf_exact(kite_gguf_type t, const uint8_t *b, int i);
 /* ref_mla.c */
 kite_status ref_mla_store_kv_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_mla_decode_run(const kite_kernel *k, kite_ctx *ctx, const void *args);

@@ -140,23 +140,13 @@ static kite_status ref_check(const char *op, kite_op want, kite_op got, kite_dty
   return KITE_OK;
 }
 
-kite_status ref_check_slots(const char *op, const int32_t *slots, int64_t tokens,
-                            int64_t capacity) {
-  for (int64_t i = 0; i < tokens; i++)
-    if (slots[i] >= capacity)
-      return kite_set_error(KITE_ERR_INVALID_ARG,
-                            "%s: slots[%lld] = %d is past the cache's %lld slots", op, (long long)i,
-                            (int)slots[i], (long long)capacity);
-  return KITE_OK;
-}
-
 kite_status ref_store_kv_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
   const kite_store_kv_args *a = args;
   if (!a) return kite_set_error(KITE_ERR_INVALID_ARG, "store_kv: ref: NULL args");
   kite_status s = ref_check("store_kv", KITE_OP_STORE_KV, a->op, a->dtype);
   if (s != KITE_OK) return s;
 
-  if ((s = ref_check_slots("store_kv", a->slots, a->tokens, a->num_blocks * a->block_size)) !=
+  if ((s = kite_check_slots("store_kv", a->slots, a->tokens, a->num_blocks * a->block_size)) !=
       KITE_OK)
     return s;
 

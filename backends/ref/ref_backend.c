@@ -86,6 +86,8 @@ static const kite_kernel ref_kernels[] = {
                "int64 int8 dots / float64 e4m3 dots, then scales and bias"),
     REF_KERNEL(KITE_OP_CROSS_ENTROPY, ref_ce_run, "loss and lse per row in float64"),
     REF_KERNEL(KITE_OP_CROSS_ENTROPY_BACKWARD, ref_ce_run, "dlogits per row in float64"),
+    REF_KERNEL(KITE_OP_CROSS_ENTROPY_WITH_GRAD, ref_ce_run,
+               "loss, lse and dlogits per row in float64"),
     REF_KERNEL(KITE_OP_FUSED_LINEAR_CROSS_ENTROPY, ref_flce_run,
                "row by row: float64 logits, loss, dh; float64 dw, db accumulators"),
     REF_KERNEL(KITE_OP_ARGMAX, ref_sample_run, "lowest index of the row maximum, scalar loop"),

@@ -20,8 +20,7 @@ static int k4_scale(const uint8_t *sc, int s, int want_min) {
   return (sc[s + 4] & 15) | (sc[s - 4] >> 6) << 4;
 }
 
-/* Weight i of a block, exactly. */
-static double gguf_exact(kite_gguf_type t, const uint8_t *b, int i) {
+double ref_gguf_exact(kite_gguf_type t, const uint8_t *b, int i) {
   static const int iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                 1,    13,   25,  38,  53,  69,  89,  113};
   const int j32 = i % 16, hi32 = i >= 16; /* 32-value blocks: byte j32, high nibble or not */
@@ -90,7 +89,7 @@ static double gguf_exact(kite_gguf_type t, const uint8_t *b, int i) {
 
 /* Weight i of a row of blocks: its defined value, the exact one rounded once to f32. */
 static double gguf_weight(const kite_gguf_args *a, const uint8_t *row, int64_t i) {
-  return (float)gguf_exact(a->type, row + i / a->bv * a->bb, (int)(i % a->bv));
+  return (float)ref_gguf_exact(a->type, row + i / a->bv * a->bb, (int)(i % a->bv));
 }
 
 /* y[m, n] of rows [0, a->m) against the weights of a->w (the bias row given), float64 dots. */

@@ -57,11 +57,12 @@ static void row_grad(const double *z, const double *x, int64_t vocab, int32_t ta
   }
 }
 
-/* The factor of row i's gradient from dloss (reduction none: per row; mean: over valid rows). */
+/* The factor of row i's gradient from dloss (reduction none: per row; mean: over valid rows);
+ * dloss NULL: 1 (cross_entropy_with_grad). */
 static double grad_scale(const kite_ce_opts *o, const float *dloss, int64_t i, int64_t valid) {
-  if (o->reduction == KITE_REDUCTION_NONE) return dloss[i];
-  if (o->reduction == KITE_REDUCTION_SUM) return dloss[0];
-  return valid > 0 ? (double)dloss[0] / (double)valid : 0.0;
+  const double g = !dloss ? 1.0 : o->reduction == KITE_REDUCTION_NONE ? dloss[i] : dloss[0];
+  if (o->reduction != KITE_REDUCTION_MEAN) return g;
+  return valid > 0 ? g / (double)valid : 0.0;
 }
 
 kite_status ref_ce_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
@@ -74,6 +75,7 @@ kite_status ref_ce_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
   const kite_dtype t = a->dtype;
   const kite_ce_opts *o = &a->opts;
   const bool bwd = a->op == KITE_OP_CROSS_ENTROPY_BACKWARD;
+  const bool with_grad = a->op == KITE_OP_CROSS_ENTROPY_WITH_GRAD;
   int64_t valid;
   kite_status s = check_targets(name, a->targets, a->rows, a->vocab, o->ignore_index, &valid);
   if (s != KITE_OK) return s;
@@ -104,6 +106,13 @@ kite_status ref_ce_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
       a->loss[i] = (float)loss;
     else
       total += loss;
+    if (!with_grad) continue;
+    if (ignored)
+      memset(d, 0, (size_t)a->vocab * sizeof(double));
+    else
+      row_grad(z, x, a->vocab, tg, lse, grad_scale(o, NULL, i, valid), o, d);
+    for (int64_t j = 0; j < a->vocab; j++)
+      kite_store_f32(t, a->dlogits, i * a->dlogits_stride + j, (float)d[j]);
   }
   if (!bwd && o->reduction != KITE_REDUCTION_NONE)
     a->loss[0] = (float)(o->reduction == KITE_REDUCTION_SUM ? total

@@ -14,7 +14,7 @@ kite_status ref_mla_store_kv_run(const kite_kernel *k, kite_ctx *ctx, const void
   if (!a || a->op != KITE_OP_MLA_STORE_KV || !ref_is_float(a->dtype))
     return kite_set_error(KITE_ERR_UNSUPPORTED, "mla_store_kv: ref: these args are not supported");
   const kite_status s =
-      ref_check_slots("mla_store_kv", a->slots, a->tokens, a->num_blocks * a->block_size);
+      kite_check_slots("mla_store_kv", a->slots, a->tokens, a->num_blocks * a->block_size);
   if (s != KITE_OK) return s;
   const size_t e = kite_dtype_size(a->dtype);
   for (int64_t t = 0; t < a->tokens; t++) {

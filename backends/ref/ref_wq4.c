@@ -4,16 +4,10 @@
  */
 #include "ref.h"
 
-/* Weight k of a row of blocks, exactly. */
+/* Weight k of a row of blocks, exactly: the GGUF Q4_0 / Q4_1 block decoder's value. */
 static double wq4_value(kite_wq4_format f, const uint8_t *row, int64_t k) {
-  const int64_t bb = f == KITE_WQ4_SYM ? 18 : 20;
-  const uint8_t *blk = row + k / 32 * bb;
-  const int j = (int)(k % 32);
-  const double d = kite_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8));
-  const uint8_t *qs = blk + (f == KITE_WQ4_SYM ? 2 : 4);
-  const int q = j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
-  if (f == KITE_WQ4_SYM) return (q - 8) * d;
-  return q * d + kite_f16_to_f32((uint16_t)(blk[2] | blk[3] << 8));
+  const kite_gguf_type t = f == KITE_WQ4_SYM ? KITE_GGUF_Q4_0 : KITE_GGUF_Q4_1;
+  return ref_gguf_exact(t, row + k / 32 * (f == KITE_WQ4_SYM ? 18 : 20), (int)(k % 32));
 }
 
 kite_status ref_linear_wq4_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {

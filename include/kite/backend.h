@@ -601,10 +601,11 @@ typedef struct kite_embedding_bwd_args {
   int64_t dtable_stride;
 } kite_embedding_bwd_args;
 
-/* cross_entropy (forward: loss, lse) and cross_entropy_backward (dloss, lse -> dlogits):
+/* cross_entropy (forward: loss, lse), cross_entropy_backward (dloss, lse -> dlogits) and
+ * cross_entropy_with_grad (loss, lse and dlogits of dloss = 1; dloss NULL):
  * logits[rows, vocab] with a row stride; targets[rows]; loss f32 [rows] (none) or [1]; lse f32
- * [rows] (forward: NULL when not wanted); dloss f32 [rows] (none) or [1]; dlogits with a row
- * stride, possibly == logits (same stride then). Targets are not checked by the front-end. */
+ * [rows] (forward, with_grad: NULL when not wanted); dloss f32 [rows] (none) or [1]; dlogits with
+ * a row stride, possibly == logits (same stride then). Targets are not checked by the front-end. */
 typedef struct kite_ce_args {
   kite_op op;
   kite_dtype dtype;
@@ -926,6 +927,20 @@ KITE_API kite_status kite_set_error(kite_status s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+
+/* slots[tokens] (int32, in host memory) of the store ops (store_kv, mla_store_kv): each below
+ * capacity, the cache's num_blocks * block_size (a negative slot is padding), else INVALID_ARG
+ * "<op>: slots[i] = ...". The core's check where the slots are readable, and a kernel's that
+ * reads them on the host when called directly. */
+static inline kite_status kite_check_slots(const char *op, const int32_t *slots, int64_t tokens,
+                                           int64_t capacity) {
+  for (int64_t i = 0; i < tokens; i++)
+    if (slots[i] >= capacity)
+      return kite_set_error(KITE_ERR_INVALID_ARG,
+                            "%s: slots[%lld] = %d is past the cache's %lld slots", op, (long long)i,
+                            (int)slots[i], (long long)capacity);
+  return KITE_OK;
+}
 
 /* ctx accessors for kernels. */
 KITE_API DLDevice kite_ctx_device(const kite_ctx *ctx);

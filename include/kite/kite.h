@@ -462,9 +462,9 @@ KITE_API kite_status kite_sdpa_varlen(kite_ctx *ctx, const DLTensor *q, const DL
  *   ds_ij = du_ij (softcap > 0 ? 1 - tanh(s_ij / softcap)^2 : 1)
  *   dq_i = scale sum_j ds_ij k_j      dk_j = scale sum_i ds_ij q_i
  * dk and dv of a kv head sum over the query heads that read it (GQA) in a fixed order: the same
- * bits run after run. dq is the same bits run after run on the host; on CUDA the tensor-core
- * kernel adds the key blocks' dq terms in f32 by atomics, in no fixed order, so dq may differ in
- * its last bits from run to run there. A query that saw no key (lse = -inf) contributes nothing.
+ * bits run after run. dq is the same bits run after run too (CUDA's tensor-core kernels add the
+ * key blocks' dq terms in f32 in a fixed order). A query that saw no key (lse = -inf) contributes
+ * nothing.
  * The mask gets no gradient.
  * Sinks: the formulas above hold as they are (p comes from the lse that includes the sink, and the
  * sink has no value, so delta_i = dout_i . o_i is still sum_j p_ij dp_ij). The sink is one more
@@ -759,8 +759,9 @@ KITE_API kite_status kite_activation_backward(kite_ctx *ctx, kite_op act, const 
  * KITE_OP_GELU_TANH_AND_MUL: x[..., 2I] (the forward input), dy[..., I] -> dx[..., 2I]:
  *   d gate = dy * up * act'(gate),   d up = dy * act(gate).
  * With limit > 0 (the forward's clamp) the clamped values are used, and the gradient is 0 where
- * the clamp was active: gate > limit, or |up| > limit. Same dtype for all; dx never aliases x
- * or dy. Errors: as the forward's, plus dx not x's shape. */
+ * the clamp was active: gate > limit, or |up| > limit. Same dtype for all; dx may be x itself (in
+ * place: the same data, shape and strides; a training step then holds one [.., 2I] buffer, not
+ * two), never any other overlap with x, nor with dy. Errors: as the forward's, plus dx not x's shape. */
 KITE_API kite_status kite_gated_backward(kite_ctx *ctx, kite_op act, const DLTensor *x,
                                          const DLTensor *dy, float limit, DLTensor *dx);
 
@@ -864,6 +865,18 @@ KITE_API kite_status kite_cross_entropy_backward(kite_ctx *ctx, const DLTensor *
                                                  const DLTensor *targets, const DLTensor *lse,
                                                  const DLTensor *dloss, const kite_ce_opts *opts,
                                                  DLTensor *dlogits);
+
+/* Forward and backward in one pass over the logits (the training step's usual pair, without
+ * reading the logits a second time): logits[N, V], targets[N] -> loss and lse exactly as
+ * kite_cross_entropy gives them, and dlogits[N, V] of logits' dtype: the gradient of the reduced
+ * loss (of sum(loss) for reduction none), i.e. kite_cross_entropy_backward's with dloss = 1 and
+ * this lse. For a scalar upstream gradient g, scale dlogits by g (as for
+ * fused_linear_cross_entropy). dlogits may be logits itself (the gradient written over the
+ * logits); otherwise they must not overlap. lse: NULL or f32 [N]. opts NULL = defaults.
+ * Errors: as kite_cross_entropy's, plus dlogits' shape, dtype and overlaps. */
+KITE_API kite_status kite_cross_entropy_with_grad(kite_ctx *ctx, const DLTensor *logits,
+                                                  const DLTensor *targets, const kite_ce_opts *opts,
+                                                  DLTensor *loss, DLTensor *lse, DLTensor *dlogits);
 
 /* Options of fused_linear_cross_entropy. */
 typedef struct kite_flce_opts {

@@ -325,8 +325,9 @@ _PARTS = [
         'KITE_OP_GELU_TANH_AND_MUL: x[..., 2I] (the forward input), dy[..., I] -> dx[..., 2I]:\n'
         "  d gate = dy * up * act'(gate),   d up = dy * act(gate).\n"
         "With limit > 0 (the forward's clamp) the clamped values are used, and the gradient is 0 where\n"
-        'the clamp was active: gate > limit, or |up| > limit. Same dtype for all; dx never aliases x\n'
-        "or dy. Errors: as the forward's, plus dx not x's shape."
+        'the clamp was active: gate > limit, or |up| > limit. Same dtype for all; dx may be x itself (in\n'
+        'place: the same data, shape and strides; a training step then holds one [.., 2I] buffer, not\n'
+        "two), never any other overlap with x, nor with dy. Errors: as the forward's, plus dx not x's shape."
     ),
     (
         'C: kite_status kite_gated_backward(kite_ctx *ctx, kite_op act, const DLTensor *x,\n'
@@ -640,9 +641,9 @@ _PARTS = [
         '  ds_ij = du_ij (softcap > 0 ? 1 - tanh(s_ij / softcap)^2 : 1)\n'
         '  dq_i = scale sum_j ds_ij k_j      dk_j = scale sum_i ds_ij q_i\n'
         'dk and dv of a kv head sum over the query heads that read it (GQA) in a fixed order: the same\n'
-        'bits run after run. dq is the same bits run after run on the host; on CUDA the tensor-core\n'
-        "kernel adds the key blocks' dq terms in f32 by atomics, in no fixed order, so dq may differ in\n"
-        'its last bits from run to run there. A query that saw no key (lse = -inf) contributes nothing.\n'
+        "bits run after run. dq is the same bits run after run too (CUDA's tensor-core kernels add the\n"
+        "key blocks' dq terms in f32 in a fixed order). A query that saw no key (lse = -inf) contributes\n"
+        'nothing.\n'
         'The mask gets no gradient.\n'
         'Sinks: the formulas above hold as they are (p comes from the lse that includes the sink, and the\n'
         'sink has no value, so delta_i = dout_i . o_i is still sum_j p_ij dp_ij). The sink is one more\n'
@@ -992,6 +993,21 @@ _PARTS = [
     (
         'C: kite_status kite_softcap(kite_ctx *ctx, DLTensor *logits, float cap);'
     ),
+    (
+        "Forward and backward in one pass over the logits (the training step's usual pair, without\n"
+        'reading the logits a second time): logits[N, V], targets[N] -> loss and lse exactly as\n'
+        "kite_cross_entropy gives them, and dlogits[N, V] of logits' dtype: the gradient of the reduced\n"
+        "loss (of sum(loss) for reduction none), i.e. kite_cross_entropy_backward's with dloss = 1 and\n"
+        'this lse. For a scalar upstream gradient g, scale dlogits by g (as for\n'
+        'fused_linear_cross_entropy). dlogits may be logits itself (the gradient written over the\n'
+        'logits); otherwise they must not overlap. lse: NULL or f32 [N]. opts NULL = defaults.\n'
+        "Errors: as kite_cross_entropy's, plus dlogits' shape, dtype and overlaps."
+    ),
+    (
+        'C: kite_status kite_cross_entropy_with_grad(kite_ctx *ctx, const DLTensor *logits,\n'
+        '    const DLTensor *targets, const kite_ce_opts *opts, DLTensor *loss, DLTensor *lse,\n'
+        '    DLTensor *dlogits);'
+    ),
 ]
 
 # op -> its parts, in order
@@ -1053,6 +1069,7 @@ _INDEX = {
     'linear_gguf_q8': (117, 118, 128, 129),
     'group_gemm_gguf': (117, 118, 130, 131),
     'softcap': (83, 132, 133),
+    'cross_entropy_with_grad': (72, 73, 74, 134, 135),
 }
 
 DOCS = {name: "\n\n".join(_PARTS[i] for i in ids) for name, ids in _INDEX.items()}

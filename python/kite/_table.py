@@ -103,6 +103,12 @@ OPS = {
                                         " 'float32')",
                                    lse="new(logits, (logits.shape[0],), 'float32')")),
     "cross_entropy_backward": dict(defaults=CE, out=dict(dlogits="like(logits)")),
+    "cross_entropy_with_grad": dict(required=('lse',),
+                                    defaults=CE,
+                                    out=dict(loss="new(logits, (logits.shape[0] if reduction == 0"
+                                                  " else 1,), 'float32')",
+                                             lse="new(logits, (logits.shape[0],), 'float32')",
+                                             dlogits="like(logits)")),
     "fused_linear_cross_entropy": dict(required=('dh', 'dw', 'db'),
                                        
         defaults=dict(CE, chunk_bytes=0),

@@ -615,6 +615,26 @@ def cross_entropy_backward(dt, dev):
                 lambda a: _grad(lambda x: _ce_ref(x, a[1].cpu(), *opts)[0], [a[0]], a[3]))
 
 
+def _ce_with_grad(dt, dev, opts):
+    logits = _r(6, 100, dtype=dt, device=dev, scale=3.0)
+    t = torch.tensor(_CE_TARGETS, dtype=torch.int32, device=dev)
+
+    def ref(a):
+        loss, lse = _ce_ref(a[0].cpu(), a[1].cpu(), *opts)
+        dlogits = _grad(lambda x: _ce_ref(x, a[1].cpu(), *opts)[0], [a[0]],
+                        torch.ones(loss.shape))
+        return [loss, lse] + dlogits
+    return Case([logits, t] + opts, ref)
+
+
+def cross_entropy_with_grad(dt, dev):
+    return _ce_with_grad(dt, dev, [-100, 0.1, 1e-3, 20.0, 2])
+
+
+def cross_entropy_with_grad_none(dt, dev):
+    return _ce_with_grad(dt, dev, [-100, 0.0, 0.0, 0.0, 0])
+
+
 def fused_linear_cross_entropy(dt, dev):
     h, w = _r(6, 32, dtype=dt, device=dev), _r(100, 32, dtype=dt, device=dev)
     b = _r(100, dtype=dt, device=dev)
@@ -919,6 +939,7 @@ CASES = {
     "embedding_backward": embedding_backward,
     "cross_entropy": cross_entropy,
     "cross_entropy_backward": cross_entropy_backward,
+    "cross_entropy_with_grad": cross_entropy_with_grad,
     "fused_linear_cross_entropy": fused_linear_cross_entropy,
     "argmax": argmax,
     "sample": sample,
@@ -944,6 +965,8 @@ EXTRA = {"rope_gptj": ("rope", lambda dt, dev: rope(dt, dev, style=1)),
          "paged_decode_sinks": ("paged_decode", paged_decode_sinks),
          "activation_backward_silu": ("activation_backward", activation_backward_silu),
          "cross_entropy_none": ("cross_entropy", cross_entropy_none),
+         "cross_entropy_with_grad_none": ("cross_entropy_with_grad",
+                                          cross_entropy_with_grad_none),
          "linear_wq4_min": ("linear_wq4", lambda dt, dev: linear_wq4(dt, dev, fmt=1)),
          "moe_route_gpt_oss": ("moe_route", moe_route_gpt_oss),
          "fused_moe_ex_transposed": ("fused_moe_ex", lambda dt, dev: fused_moe_ex(dt, dev, 1))}

@@ -37,8 +37,9 @@ def test_every_op_has_a_case():
 
 
 # Ops with no CUDA kernel: on a CUDA tensor they must refuse with kite's message, never fall back
-# to another device. Every op has one now; the mechanism stays for the next op that has none.
-NO_CUDA_KERNEL = set()
+# to another device. linear_gguf_q8 is a CPU path by design (int8 activations for the CPU's
+# integer dot products); CUDA runs the same files through linear_gguf.
+NO_CUDA_KERNEL = {"linear_gguf_q8"}
 
 
 def _refused_here(op, case, device):
@@ -162,6 +163,27 @@ def test_strided_input_is_made_contiguous():
     big = torch.randn(4, 3 * 64)
     q = big[:, 64:128]
     close(kite.ops.silu(q), torch.nn.functional.silu(q.double()), torch.float32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_results_are_contiguous_whatever_the_input_layout(device):
+    """torch.ops.kite's results are new contiguous tensors for every layout of the argument they
+    are shaped like: row-major (torch.empty_like's default), size-1 dims with odd strides, a
+    transposed view, a row-strided view (the other allocation path)."""
+    w = torch.randn(64, device=device)
+    base = torch.randn(4, 3 * 64, device=device)
+    inputs = {
+        "row-major": torch.randn(4, 64, device=device),
+        "size-1 dim, odd stride": torch.randn(1, 64, device=device).as_strided((1, 64), (7, 1)),
+        "transposed": torch.randn(64, 4, device=device).t(),
+        "row-strided": base[:, 64:128],
+    }
+    for name, x in inputs.items():
+        y = torch.ops.kite.rms_norm(x, w, 1e-6, 0.0)
+        assert y.shape == x.shape and y.is_contiguous(), name
+        assert y.data_ptr() not in (x.data_ptr(), w.data_ptr(), base.data_ptr()), name
+        close(y, torch.nn.functional.rms_norm(x.double(), (64,), w.double(), 1e-6),
+              torch.float32, name)
 
 
 def test_rope_module_matches_reference():

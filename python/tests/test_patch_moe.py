@@ -48,14 +48,14 @@ FAMILIES = {
 }
 # what the default patch reports per family, in eval mode
 EVAL_REPORT = {
-    "qwen3_moe": ["-> moe_route (k=2, score=softmax", "-> fused_moe_ex (act=silu)",
+    "qwen3_moe": ["-> moe_route (k=2, score=softmax", "-> fused_moe (act=silu)",
                   "-> GatedMLP", "-> RMSNorm", "apply_rotary_pos_emb -> rope", "kite sdpa"],
     "gpt_oss": ["-> moe_route (k=2, score=softmax_topk", "GptOssExperts -> fused_moe_ex (act="
                 "swiglu_oai, interleaved, alpha=1.702, limit=7, biases, transposed)",
                 "-> RMSNorm (result in the input's dtype)", "apply_rotary_pos_emb -> rope",
                 "kite sdpa"],
     "deepseek_v3": ["-> moe_route (k=2, score=sigmoid, n_group=4, topk_group=2, renormalize=1, "
-                    "scaling=2.5)", "-> fused_moe_ex (act=silu)", "shared_experts: DeepseekV3MLP "
+                    "scaling=2.5)", "-> fused_moe (act=silu)", "shared_experts: DeepseekV3MLP "
                     "-> GatedMLP", "mlp: DeepseekV3MLP -> GatedMLP", "kv_a_layernorm: "
                     "DeepseekV3RMSNorm -> RMSNorm", "apply_rotary_pos_emb_interleave -> rope",
                     "kite sdpa"],

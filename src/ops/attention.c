@@ -147,16 +147,6 @@ kite_status kite_attn_check_sinks(const kite_ctx *ctx, const char *op, const cha
   return kite_tensor_require_compact(op, arg, out);
 }
 
-kite_status kite_attn_check_host_slots(const char *op, const int32_t *slots, int64_t tokens,
-                                       int64_t capacity) {
-  for (int64_t i = 0; i < tokens; i++)
-    if (slots[i] >= capacity)
-      return kite_set_error(KITE_ERR_INVALID_ARG,
-                            "%s: slots[%lld] = %d is past the cache's %lld slots", op, (long long)i,
-                            (int)slots[i], (long long)capacity);
-  return KITE_OK;
-}
-
 kite_status kite_store_kv(kite_ctx *ctx, const DLTensor *k, const DLTensor *v, DLTensor *key_cache,
                           DLTensor *value_cache, const DLTensor *slots) {
   const char *op = "store_kv";
@@ -199,7 +189,7 @@ kite_status kite_store_kv(kite_ctx *ctx, const DLTensor *k, const DLTensor *v, D
                           .slots = st.data};
   if (tokens == 0 || hkv == 0 || head_dim == 0) return KITE_OK;
   if (kite_indices_on_host(ctx) &&
-      (s = kite_attn_check_host_slots(op, a.slots, tokens, a.num_blocks * a.block_size)) != KITE_OK)
+      (s = kite_check_slots(op, a.slots, tokens, a.num_blocks * a.block_size)) != KITE_OK)
     return s;
   return kite_dispatch(ctx, KITE_OP_STORE_KV, a.dtype, &a);
 }

@@ -40,9 +40,6 @@ kite_status kite_attn_check_i32_vec(const kite_ctx *ctx, const char *op, const c
 kite_status kite_attn_check_block_table(const kite_ctx *ctx, const char *op, const DLTensor *t,
                                         kite_tensor *out, int64_t *batch, int64_t *max_blocks,
                                         int64_t *stride);
-/* slots[tokens] in host memory: each < capacity (negative = padding). */
-kite_status kite_attn_check_host_slots(const char *op, const int32_t *slots, int64_t tokens,
-                                       int64_t capacity);
 /* The index values of a paged call in host memory (cu_q_lens NULL for decode). */
 typedef struct kite_host_table {
   int64_t batch, tokens;

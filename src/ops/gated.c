@@ -58,9 +58,10 @@ kite_status kite_gated_backward(kite_ctx *ctx, kite_op act, const DLTensor *x, c
     return kite_set_error(KITE_ERR_INVALID_ARG, "%s: limit: %g is not finite", op, (double)limit);
   if ((s = kite_tensor_check_like(ctx, op, "dx", dx, &xt, "x", &dxt, &a.dx_stride)) != KITE_OK)
     return s;
-  /* dx never aliases x or dy */
-  if ((s = kite_tensor_check_out(op, "dx", &dxt, NULL, "dy", &xt, "x")) != KITE_OK) return s;
-  if ((s = kite_tensor_require_disjoint(op, "dx", &dxt, &dyt, "dy")) != KITE_OK) return s;
+  /* dx may be x itself (every kernel reads a row's (gate, up) pair before it writes their
+   * gradients there): training frees the saved [.., 2I] input instead of holding a second one.
+   * Any other overlap with x, and any with dy, is refused. */
+  if ((s = kite_tensor_check_out(op, "dx", &dxt, &xt, "x", &dyt, "dy")) != KITE_OK) return s;
   a.dx = dxt.data;
   a.limit = limit > 0 ? limit : 0.0f;
   if (a.rows == 0 || a.cols == 0) return KITE_OK;

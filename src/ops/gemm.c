@@ -43,24 +43,11 @@ kite_status kite_group_gemm(kite_ctx *ctx, const DLTensor *x, const DLTensor *w,
   if ((s = kite_op_begin(ctx, op)) != KITE_OK) return s;
   if ((s = kite_float_mat_check(ctx, op, "x", x, &xm)) != KITE_OK) return s;
 
-  /* w[G, N, K]: K unit-stride, group and row strides free */
-  if ((s = kite_tensor_check(ctx, op, "w", w, &wt)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_ndim(op, "w", &wt, 3)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_dtype(op, "w", &wt, xm.t.dtype)) != KITE_OK) return s;
-  const int64_t g = wt.shape[0], n = wt.shape[1], k = xm.cols, m = xm.rows;
-  if (wt.shape[2] != k)
-    return kite_set_error(KITE_ERR_INVALID_ARG,
-                          "group_gemm: w: shape [%lld, %lld, %lld], expected [G, N, K=%lld]",
-                          (long long)g, (long long)n, (long long)wt.shape[2], (long long)k);
-  if (k > 1 && wt.strides[2] != 1)
-    return kite_set_error(KITE_ERR_INVALID_ARG,
-                          "group_gemm: w: last dim must be unit-stride "
-                          "(stride %lld)",
-                          (long long)wt.strides[2]);
-
-  if ((s = kite_vec_check(ctx, op, "group_sizes", group_sizes, false, KITE_DTYPE_I32, g, "G",
-                          &gt)) != KITE_OK)
+  const int64_t k = xm.cols, m = xm.rows;
+  if ((s = kite_group_w_check(ctx, op, w, xm.t.dtype, k, "K", NULL, group_sizes, &wt, &gt)) !=
+      KITE_OK)
     return s;
+  const int64_t g = wt.shape[0], n = wt.shape[1];
   const kite_tensor *in[] = {&xm.t, &wt, &gt};
   const char *names[] = {"x", "w", "group_sizes"};
   if ((s = kite_out_mat_check(ctx, op, y, xm.t.dtype, m, n, &ym, in, names, 3)) != KITE_OK)

@@ -145,22 +145,11 @@ kite_status kite_group_gemm_gguf(kite_ctx *ctx, const DLTensor *x, const DLTenso
   if (k % bv)
     return kite_set_error(KITE_ERR_INVALID_ARG, "%s: type %s: K=%lld is not a multiple of %lld", op,
                           g_gguf_types[type].name, (long long)k, (long long)bv);
-  /* w[G, N, K / V * B] uint8: each row's bytes contiguous, group and row strides free */
-  if ((s = kite_tensor_check(ctx, op, "w", w, &wt)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_ndim(op, "w", &wt, 3)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_dtype(op, "w", &wt, KITE_DTYPE_U8)) != KITE_OK) return s;
-  const int64_t g = wt.shape[0], n = wt.shape[1];
-  if (wt.shape[2] != k / bv * bb)
-    return kite_set_error(KITE_ERR_INVALID_ARG,
-                          "%s: w: %lld bytes per row, expected K/%lld blocks of %lld = %lld (%s)",
-                          op, (long long)wt.shape[2], (long long)bv, (long long)bb,
-                          (long long)(k / bv * bb), g_gguf_types[type].name);
-  if (wt.shape[2] > 1 && wt.strides[2] != 1)
-    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: w: last dim must be unit-stride (stride %lld)",
-                          op, (long long)wt.strides[2]);
-  if ((s = kite_vec_check(ctx, op, "group_sizes", group_sizes, false, KITE_DTYPE_I32, g, "G",
-                          &gt)) != KITE_OK)
+  /* w[G, N, K / V * B] uint8: each row's bytes contiguous */
+  if ((s = kite_group_w_check(ctx, op, w, KITE_DTYPE_U8, k / bv * bb, "K/V blocks of B bytes",
+                              g_gguf_types[type].name, group_sizes, &wt, &gt)) != KITE_OK)
     return s;
+  const int64_t g = wt.shape[0], n = wt.shape[1];
   if (bias) {
     if ((s = kite_tensor_check(ctx, op, "bias", bias, &bt)) != KITE_OK) return s;
     if ((s = kite_tensor_require_ndim(op, "bias", &bt, 2)) != KITE_OK) return s;

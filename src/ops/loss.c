@@ -112,31 +112,61 @@ static kite_status ce_begin(kite_ctx *ctx, kite_op opid, const DLTensor *logits,
   return KITE_OK;
 }
 
+/* The forward's outputs: loss, and lse when not NULL (et then holds it), each disjoint from the
+ * inputs and from each other; fills a->loss and a->lse. */
+static kite_status ce_forward_outputs(kite_ctx *ctx, const char *op, DLTensor *loss, DLTensor *lse,
+                                      const kite_tensor *xt, const kite_tensor *tt, kite_tensor *lt,
+                                      kite_tensor *et, kite_ce_args *a) {
+  kite_status s;
+  if ((s = check_loss(ctx, op, "loss", loss, &a->opts, a->rows, lt)) != KITE_OK) return s;
+  const kite_tensor *ins[2] = {xt, tt};
+  const char *in_names[2] = {"logits", "targets"};
+  for (int i = 0; i < 2; i++)
+    if ((s = kite_tensor_require_disjoint(op, "loss", lt, ins[i], in_names[i])) != KITE_OK)
+      return s;
+  if (lse) {
+    if ((s = check_lse(ctx, op, lse, a->rows, et)) != KITE_OK) return s;
+    for (int i = 0; i < 2; i++)
+      if ((s = kite_tensor_require_disjoint(op, "lse", et, ins[i], in_names[i])) != KITE_OK)
+        return s;
+    if ((s = kite_tensor_require_disjoint(op, "lse", et, lt, "loss")) != KITE_OK) return s;
+  }
+  a->loss = lt->data;
+  a->lse = lse ? et->data : NULL;
+  return KITE_OK;
+}
+
 kite_status kite_cross_entropy(kite_ctx *ctx, const DLTensor *logits, const DLTensor *targets,
                                const kite_ce_opts *opts, DLTensor *loss, DLTensor *lse) {
-  const char *op = "cross_entropy";
   kite_status s;
   kite_tensor xt, tt, lt, et;
   kite_ce_args a;
   if ((s = ce_begin(ctx, KITE_OP_CROSS_ENTROPY, logits, targets, opts, &xt, &tt, &a)) != KITE_OK)
     return s;
-  if ((s = check_loss(ctx, op, "loss", loss, &a.opts, a.rows, &lt)) != KITE_OK) return s;
-  const kite_tensor *ins[2] = {&xt, &tt};
-  const char *in_names[2] = {"logits", "targets"};
-  for (int i = 0; i < 2; i++)
-    if ((s = kite_tensor_require_disjoint(op, "loss", &lt, ins[i], in_names[i])) != KITE_OK)
-      return s;
-  if (lse) {
-    if ((s = check_lse(ctx, op, lse, a.rows, &et)) != KITE_OK) return s;
-    for (int i = 0; i < 2; i++)
-      if ((s = kite_tensor_require_disjoint(op, "lse", &et, ins[i], in_names[i])) != KITE_OK)
-        return s;
-    if ((s = kite_tensor_require_disjoint(op, "lse", &et, &lt, "loss")) != KITE_OK) return s;
-  }
-  a.loss = lt.data;
-  a.lse = lse ? et.data : NULL;
+  if ((s = ce_forward_outputs(ctx, "cross_entropy", loss, lse, &xt, &tt, &lt, &et, &a)) != KITE_OK)
+    return s;
   /* N = 0 still has a reduced loss to write (0) */
   return kite_dispatch(ctx, KITE_OP_CROSS_ENTROPY, a.dtype, &a);
+}
+
+/* dlogits like logits, possibly the logits themselves, disjoint from every other argument. */
+static kite_status check_dlogits(kite_ctx *ctx, const char *op, DLTensor *dlogits,
+                                 const kite_tensor *xt, const kite_tensor *const *others,
+                                 const char *const *names, int n, kite_tensor *gt,
+                                 int64_t *stride) {
+  kite_status s;
+  if ((s = kite_tensor_check_like(ctx, op, "dlogits", dlogits, xt, "logits", gt, stride)) !=
+      KITE_OK)
+    return s;
+  /* dlogits may be the logits (in place), no other overlap */
+  const bool inplace = kite_tensor_same_view(gt, xt);
+  if ((s = kite_tensor_require_no_overlap(op, "dlogits", gt)) != KITE_OK) return s;
+  if (!inplace && (s = kite_tensor_require_disjoint(op, "dlogits", gt, xt, "logits")) != KITE_OK)
+    return s;
+  for (int i = 0; i < n; i++)
+    if ((s = kite_tensor_require_disjoint(op, "dlogits", gt, others[i], names[i])) != KITE_OK)
+      return s;
+  return KITE_OK;
 }
 
 kite_status kite_cross_entropy_backward(kite_ctx *ctx, const DLTensor *logits,
@@ -152,24 +182,37 @@ kite_status kite_cross_entropy_backward(kite_ctx *ctx, const DLTensor *logits,
     return s;
   if ((s = check_lse(ctx, op, lse, a.rows, &et)) != KITE_OK) return s;
   if ((s = check_loss(ctx, op, "dloss", dloss, &a.opts, a.rows, &dt)) != KITE_OK) return s;
-  if ((s = kite_tensor_check_like(ctx, op, "dlogits", dlogits, &xt, "logits", &gt,
-                                  &a.dlogits_stride)) != KITE_OK)
-    return s;
-  /* dlogits may be the logits (in place), no other overlap */
-  const bool inplace = kite_tensor_same_view(&gt, &xt);
-  if ((s = kite_tensor_require_no_overlap(op, "dlogits", &gt)) != KITE_OK) return s;
-  if (!inplace && (s = kite_tensor_require_disjoint(op, "dlogits", &gt, &xt, "logits")) != KITE_OK)
-    return s;
   const kite_tensor *ins[3] = {&tt, &et, &dt};
   const char *in_names[3] = {"targets", "lse", "dloss"};
-  for (int i = 0; i < 3; i++)
-    if ((s = kite_tensor_require_disjoint(op, "dlogits", &gt, ins[i], in_names[i])) != KITE_OK)
-      return s;
+  if ((s = check_dlogits(ctx, op, dlogits, &xt, ins, in_names, 3, &gt, &a.dlogits_stride)) !=
+      KITE_OK)
+    return s;
   a.lse = et.data;
   a.dloss = dt.data;
   a.dlogits = gt.data;
   if (a.rows == 0) return KITE_OK;
   return kite_dispatch(ctx, KITE_OP_CROSS_ENTROPY_BACKWARD, a.dtype, &a);
+}
+
+kite_status kite_cross_entropy_with_grad(kite_ctx *ctx, const DLTensor *logits,
+                                         const DLTensor *targets, const kite_ce_opts *opts,
+                                         DLTensor *loss, DLTensor *lse, DLTensor *dlogits) {
+  const char *op = "cross_entropy_with_grad";
+  kite_status s;
+  kite_tensor xt, tt, lt, et, gt;
+  kite_ce_args a;
+  if ((s = ce_begin(ctx, KITE_OP_CROSS_ENTROPY_WITH_GRAD, logits, targets, opts, &xt, &tt, &a)) !=
+      KITE_OK)
+    return s;
+  if ((s = ce_forward_outputs(ctx, op, loss, lse, &xt, &tt, &lt, &et, &a)) != KITE_OK) return s;
+  const kite_tensor *others[3] = {&tt, &lt, &et};
+  const char *other_names[3] = {"targets", "loss", "lse"};
+  if ((s = check_dlogits(ctx, op, dlogits, &xt, others, other_names, lse ? 3 : 2, &gt,
+                         &a.dlogits_stride)) != KITE_OK)
+    return s;
+  a.dlogits = gt.data;
+  /* N = 0 still has a reduced loss to write (0) */
+  return kite_dispatch(ctx, KITE_OP_CROSS_ENTROPY_WITH_GRAD, a.dtype, &a);
 }
 
 /* The scratch fused_linear_cross_entropy may use when the caller gives no budget. */

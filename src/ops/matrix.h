@@ -98,6 +98,29 @@ static inline kite_status kite_group_sizes_check(const char *op, const int32_t *
   return KITE_OK;
 }
 
+/* A grouped GEMM's weights and group sizes: w [G, N, row] of dtype dt (its last dim unit-stride,
+ * group and row strides free) -> *wt, and group_sizes int32 [G] (compact) -> *gt. row_what names
+ * the row's length in the error of another one ("K"), note (or NULL) follows it. */
+static inline kite_status kite_group_w_check(const kite_ctx *ctx, const char *op, const DLTensor *w,
+                                             kite_dtype dt, int64_t row, const char *row_what,
+                                             const char *note, const DLTensor *group_sizes,
+                                             kite_tensor *wt, kite_tensor *gt) {
+  kite_status s;
+  if ((s = kite_tensor_check(ctx, op, "w", w, wt)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_ndim(op, "w", wt, 3)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_dtype(op, "w", wt, dt)) != KITE_OK) return s;
+  if (wt->shape[2] != row)
+    return kite_set_error(
+        KITE_ERR_INVALID_ARG, "%s: w: shape [%lld, %lld, %lld], expected [G, N, %s=%lld]%s%s%s", op,
+        (long long)wt->shape[0], (long long)wt->shape[1], (long long)wt->shape[2], row_what,
+        (long long)row, note ? " (" : "", note ? note : "", note ? ")" : "");
+  if (wt->shape[2] > 1 && wt->strides[2] != 1)
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: w: last dim must be unit-stride (stride %lld)",
+                          op, (long long)wt->strides[2]);
+  return kite_vec_check(ctx, op, "group_sizes", group_sizes, false, KITE_DTYPE_I32, wt->shape[0],
+                        "G", gt);
+}
+
 /* An output must not share bytes with any input it is computed from (absent inputs skipped). */
 static inline kite_status kite_require_apart(const char *op, const char *arg,
                                              const kite_tensor *out, const kite_tensor *const *in,

@@ -111,7 +111,7 @@ kite_status kite_mla_store_kv(kite_ctx *ctx, const DLTensor *c_kv, const DLTenso
                               .slots = st.data};
   if (tokens == 0) return KITE_OK;
   if (kite_indices_on_host(ctx) &&
-      (s = kite_attn_check_host_slots(op, a.slots, tokens, a.num_blocks * a.block_size)) != KITE_OK)
+      (s = kite_check_slots(op, a.slots, tokens, a.num_blocks * a.block_size)) != KITE_OK)
     return s;
   return kite_dispatch(ctx, KITE_OP_MLA_STORE_KV, a.dtype, &a);
 }

@@ -68,11 +68,14 @@ static void act_plan(kt_run *r, const kt_case *c) {
     kt_bind(r, "dx", kt_add_out_or_inplace(r, c, dy, "dx", R, C));
     return;
   }
-  case KITE_OP_GATED_BACKWARD:
-    kt_bind(r, "x", kt_add_matrix(r, "x", t, KT_IN, R, 2 * C, c->pad_x, lo, hi));
+  case KITE_OP_GATED_BACKWARD: {
+    const int x =
+        kt_add_matrix(r, "x", t, c->inplace ? KT_INOUT : KT_IN, R, 2 * C, c->pad_x, lo, hi);
+    kt_bind(r, "x", x);
     kt_bind(r, "dy", kt_add_matrix(r, "dy", t, KT_IN, R, C, c->pad_x, -1, 1));
-    kt_bind(r, "dx", kt_add_matrix(r, "dx", t, KT_OUT, R, 2 * C, c->pad_y, 0, 0));
+    kt_bind(r, "dx", c->inplace ? x : kt_add_matrix(r, "dx", t, KT_OUT, R, 2 * C, c->pad_y, 0, 0));
     return;
+  }
   default:
     break;
   }
@@ -135,6 +138,8 @@ static void gen_bwd(kt_case_list *l, kite_op op, kite_dtype t, kt_shape2 s, int 
     if (quick) continue;
     if (g) {
       c.limit = 1.0f, c.pad_x = 3, c.pad_y = 5;
+      kt_case_push(l, c);
+      c.inplace = 1; /* dx is x, clamp and padded rows kept */
       kt_case_push(l, c);
     } else {
       c.inplace = 1, c.pad_x = 2;

@@ -1,6 +1,7 @@
 /*
- * What the attention drivers share: driver_attn.c (store_kv, the paged ops, sdpa) and
- * driver_attn_train.c (sdpa_varlen and the backwards of sdpa and sdpa_varlen).
+ * What the attention drivers share, defined in driver_attn_plan.c: driver_attn.c (store_kv, the
+ * paged ops, sdpa), driver_attn_train.c (sdpa_varlen and the backwards of sdpa and sdpa_varlen)
+ * and driver_mla.c (the paged fills).
  */
 #ifndef KITE_TOOLS_DRIVER_ATTN_H
 #define KITE_TOOLS_DRIVER_ATTN_H
@@ -19,6 +20,11 @@ enum {
 };
 static const char *const kt_mask_name[MASK_KINDS] = {
     "", "bool[Sq,Sk]", "u8[B,H,Sq,Sk]", "f32[Sq,Sk]", "qt[1,H,Sq,Sk]/s0", "f32[B,1,Sq,Sk]"};
+
+/* ceil(a / b), b > 0 */
+static inline int64_t kt_cdiv(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 /* x[N, H, D] with head stride D + pad, in a buffer of its own. */
 int kt_attn_add_heads(kt_run *r, const char *name, kite_dtype t, kt_role role, int64_t N, int64_t H,

@@ -384,10 +384,9 @@ typedef struct dense_geom {
 } dense_geom;
 
 static const dense_geom g_dense[] = {
-    {2, 4, 2, 9, 13, 32},
-    {1, 6, 2, 20, 7, 64}, /* Sq > Sk */
-    {1, 8, 8, 33, 70, 128},
-    {2, 4, 1, 16, 16, 80},
+    {2, 4, 2, 9, 13, 32},     {1, 6, 2, 20, 7, 64}, /* Sq > Sk */
+    {1, 8, 8, 33, 70, 128},   {2, 4, 1, 16, 16, 80},
+    {1, 2, 1, 130, 260, 128}, /* several key blocks and query tiles: dq added in turn */
 };
 
 typedef struct varlen_geom {
@@ -400,6 +399,7 @@ static const varlen_geom g_varlen[] = {
     {4, 2, 32, 5, {5, 0, 3, 9, 1}, {5, 4, 0, 12, 1}}, /* an empty side, Sq < Sk, both 1 */
     {8, 2, 64, 3, {40, 17, 6}, {40, 9, 30}},          /* Sq > Sk and Sq < Sk */
     {6, 6, 128, 2, {1, 33}, {70, 33}},
+    {2, 1, 64, 2, {130, 70}, {260, 70}}, /* several key blocks and query tiles */
 };
 
 /* Options tried: {scale, softcap, window_left, gqa, causal}, mask kind (dense only), bshd. */

@@ -798,10 +798,12 @@ static void gemm_bench_cases(kite_op op, kite_dtype t, int llm, kt_case_list *l)
     break;
   }
   case KITE_OP_FUSED_MOE:
-    if (!llm) {
-      kt_case c = gemm_case(op, t, 16, 1024, 2048);
-      c.gemm.groups = 8, c.gemm.topk = 2, c.gemm.distinct_ids = 1, c.gemm.alt_scratch = 1;
-      kt_case_push(l, c);
+    if (!llm) { /* T 1, 16 and 256 (fused_moe_ex's small bench has the same plain shapes) */
+      for (int64_t tok = 1; tok <= 256; tok *= 16) {
+        kt_case c = gemm_case(op, t, tok, 1024, 2048);
+        c.gemm.groups = 8, c.gemm.topk = 2, c.gemm.distinct_ids = 1, c.gemm.alt_scratch = 1;
+        kt_case_push(l, c);
+      }
     } else if (bf16) {
       for (int64_t tok = 1; tok <= 256; tok *= 16) kt_case_push(l, moe_bench_case(t, tok));
     }

@@ -2,6 +2,7 @@
  * Drivers of the losses:
  *   cross_entropy:           logits[N, V], targets[N] -> loss ([N] or [1]), lse[N]
  *   cross_entropy_backward:  logits, targets, lse, dloss -> dlogits[N, V] (may be the logits)
+ *   cross_entropy_with_grad: logits, targets -> loss, lse, dlogits (may be the logits)
  *   fused_linear_cross_entropy: h[N, H], w[V, H], bias[V], targets -> loss, dh, dw, db
  * rows = N, cols = V (cross-entropy); vocab = V and train.hidden = H (fused).
  */
@@ -15,7 +16,8 @@
 /* argument slots */
 
 static int is_ce(kite_op op) {
-  return op == KITE_OP_CROSS_ENTROPY || op == KITE_OP_CROSS_ENTROPY_BACKWARD;
+  return op == KITE_OP_CROSS_ENTROPY || op == KITE_OP_CROSS_ENTROPY_BACKWARD ||
+         op == KITE_OP_CROSS_ENTROPY_WITH_GRAD;
 }
 
 static int loss_has(kite_op op) {
@@ -97,9 +99,11 @@ static void loss_plan(kt_run *r, const kt_case *c) {
   }
   int x = kt_bind(r, "logits", kt_add_matrix(r, "logits", t, KT_IN, R, C, c->pad_x, lo, hi));
   add_targets(r, R);
-  if (c->op == KITE_OP_CROSS_ENTROPY) {
+  if (c->op != KITE_OP_CROSS_ENTROPY_BACKWARD) {
     kt_bind(r, "loss", kt_add_vector(r, "loss", KITE_DTYPE_F32, KT_OUT, nl, KT_FILL_UNIFORM, 0, 0));
     kt_bind(r, "lse", kt_add_vector(r, "lse", KITE_DTYPE_F32, KT_OUT, R, KT_FILL_UNIFORM, 0, 0));
+    if (c->op == KITE_OP_CROSS_ENTROPY_WITH_GRAD)
+      kt_bind(r, "dlogits", kt_add_out_or_inplace(r, c, x, "dlogits", R, C));
     return;
   }
   /* any lse works for comparing kernels; one at least the largest z keeps p <= 1 */
@@ -127,9 +131,9 @@ KT_SCALARS(loss_scalar, KT_FIELD("ignore_index", 'i', train.ce.ignore_index),
 static double loss_bound(kite_op op, kite_dtype t) {
   static const double ce[3] = {1e-8, 1e-8, 1e-8}, grad[3] = {1e-6, 1e-5, 1e-4},
                       flce[3] = {1e-7, 1e-3, 1e-2};
-  return kt_bound_of(t, op == KITE_OP_CROSS_ENTROPY            ? ce
-                        : op == KITE_OP_CROSS_ENTROPY_BACKWARD ? grad
-                                                               : flce);
+  return kt_bound_of(t, op == KITE_OP_CROSS_ENTROPY                ? ce
+                        : op == KITE_OP_FUSED_LINEAR_CROSS_ENTROPY ? flce
+                                                                   : grad);
 }
 
 static void gen_ce(kt_case_list *l, kite_op op, kite_dtype t, kt_shape2 s, int quick) {
@@ -144,7 +148,7 @@ static void gen_ce(kt_case_list *l, kite_op op, kite_dtype t, kt_shape2 s, int q
     kt_case_push(l, c);
     c = kt_bwd_case(op, t, s.rows, s.cols);
     c.train.ce.reduction = (kite_reduction)red;
-    c.amp = 8.0f, c.train.ce.softcap = 5.0f, c.inplace = op == KITE_OP_CROSS_ENTROPY_BACKWARD;
+    c.amp = 8.0f, c.train.ce.softcap = 5.0f, c.inplace = op != KITE_OP_CROSS_ENTROPY;
     kt_case_push(l, c);
     c.train.ignore_frac = 1.0f; /* every row ignored: loss 0, gradient 0 */
     kt_case_push(l, c);
@@ -189,6 +193,11 @@ static void loss_check_cases(kite_op op, kite_dtype t, int quick, kt_case_list *
   const kt_shape2 *s = kt_bwd_sizes(quick, &n);
   for (int i = 0; i < n; i++)
     if (s[i].cols >= 1) gen_ce(l, op, t, s[i], quick); /* cols = V >= 1 */
+  /* vocabularies that spread a row over several blocks (a cluster on sm_90: 4 and 8 blocks) */
+  if (op == KITE_OP_CROSS_ENTROPY_WITH_GRAD) {
+    gen_ce(l, op, t, (kt_shape2){3, 40000}, quick);
+    if (!quick) gen_ce(l, op, t, (kt_shape2){2, 128256}, 1);
+  }
 }
 
 /* small: T = 512 rows; llm: T = 8192, the vocabularies of Llama 2 and Llama 3. */
@@ -201,7 +210,7 @@ static void loss_bench_cases(kite_op op, kite_dtype t, int llm, kt_case_list *l)
     if (llm) c.rows = 8192, c.train.hidden = 4096, c.vocab = 128256, kt_case_push(l, c);
     return;
   }
-  c.inplace = op == KITE_OP_CROSS_ENTROPY_BACKWARD; /* dlogits over the logits */
+  c.inplace = op != KITE_OP_CROSS_ENTROPY; /* dlogits over the logits */
   c.cols = 32000;
   kt_case_push(l, c);
   if (llm) c.cols = 128256, kt_case_push(l, c);
@@ -210,6 +219,7 @@ static void loss_bench_cases(kite_op op, kite_dtype t, int llm, kt_case_list *l)
 /* Bytes: every tensor read once and every output written once (e = element size):
  *   cross_entropy        logits, targets, loss, lse             N V e + 12 N
  *   its backward         logits, dlogits, targets, lse, dloss   2 N V e + 12 N
+ *   with_grad            logits, dlogits, targets, loss, lse    2 N V e + 12 N
  *   fused_linear_ce      h, w read, dh, dw written (+ bias, db), targets, loss
  *                        2 (N + V) H e + 2 V e + 8 N
  * FLOPs: fused_linear_cross_entropy's three products of N V H, 6 N V H. */
@@ -219,6 +229,7 @@ static double loss_bytes(const kt_case *c) {
   case KITE_OP_CROSS_ENTROPY:
     return R * C * e + 12 * R;
   case KITE_OP_CROSS_ENTROPY_BACKWARD:
+  case KITE_OP_CROSS_ENTROPY_WITH_GRAD:
     return 2 * R * C * e + 12 * R;
   case KITE_OP_FUSED_LINEAR_CROSS_ENTROPY:
     return 2 * (R + (double)c->vocab) * (double)c->train.hidden * e + 2 * (double)c->vocab * e +

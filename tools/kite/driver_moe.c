@@ -278,6 +278,17 @@ static const ex_geom g_ex[] = {
     {29, 72, 40, 16, 4, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 1.0f, 1, 1, 1},
     {6, 33, 5, 3, 2, KITE_MOE_SILU, KITE_MOE_SPLIT, 0.0f, 0, 0, 1},
     {3, 17, 0, 3, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 7.0f, 1, 0, 1},
+    /* many rows per expert (past the CPU's GEMV bound of 16: its packed GEMM, transposed weights
+     * packed from their stored rows) under every option: both layouts, every act, clamp, biases,
+     * both orientations, odd H and I (partial vectors); E 3 repeats an expert within a token; the
+     * last needs two blocks of tokens on the CPU (k H T > 2^23 floats) */
+    {96, 72, 40, 4, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 7.0f, 1, 1, 1},
+    {80, 40, 24, 4, 3, KITE_MOE_SILU, KITE_MOE_SPLIT, 0.0f, 0, 0, 0},
+    {64, 33, 20, 2, 2, KITE_MOE_GELU, KITE_MOE_INTERLEAVED, 0.7f, 1, 0, 1},
+    {70, 48, 36, 3, 2, KITE_MOE_GELU, KITE_MOE_SPLIT, 0.0f, 1, 1, 0},
+    {50, 64, 48, 2, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_SPLIT, 2.0f, 1, 0, 1},
+    {40, 17, 9, 2, 2, KITE_MOE_SILU, KITE_MOE_INTERLEAVED, 0.5f, 0, 1, 1},
+    {257, 4096, 4, 2, 8, KITE_MOE_SILU, KITE_MOE_SPLIT, 0.0f, 1, 1, 0},
     /* T >= 16 in f16 / bf16 takes cuda.grouped: packed rows per expert (uneven counts), or one
      * padded batch (k = E: every token picks every expert; with ids out of range, counts differ
      * and the shorter experts get zero rows) */
@@ -373,6 +384,13 @@ static void moe_bench_cases(kite_op op, kite_dtype t, int llm, kt_case_list *l) 
       kt_case c = gpt_oss_experts(t, 16);
       c.moe.hidden = 512, c.moe.inter = 512;
       kt_case_push(l, c);
+      /* fused_moe's small shapes (H 1024, I 2048, E 8, k 2, silu) at T 1, 16 and 256: the plain
+       * case beside fused_moe's rows */
+      for (int64_t tok = 1; tok <= 256; tok *= 16) {
+        c = moe_case(op, t, tok, 8, 2);
+        c.moe.hidden = 1024, c.moe.inter = 2048;
+        kt_case_push(l, c);
+      }
     } else if (t == KITE_DTYPE_BF16) {
       kt_case_push(l, gpt_oss_experts(t, 1));
       kt_case_push(l, gpt_oss_experts(t, 64));

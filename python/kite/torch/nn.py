@@ -210,6 +210,26 @@ class MoE(nn.Module):
         return _ops.fused_moe(h, self.w13, self.w2, weights, ids, self.act).reshape(shape)
 
 
+class _GatedPrivate(torch.autograd.Function):
+    """act_and_mul(h) for an h no one else holds (GatedMLP's concatenation of gate_proj's and
+    up_proj's outputs): the backward writes the gradient over h (kite's gated_backward in place),
+    so a layer's backward holds one [.., 2I] buffer instead of two, as Liger's SwiGLU does with
+    its saved gate and up."""
+
+    @staticmethod
+    def forward(ctx, h, name):
+        ctx.save_for_backward(h)
+        ctx.act = _autograd._ID[name]
+        return getattr(_ops, name)(h, 0.0)
+
+    @staticmethod
+    @_autograd._once("gated activation")
+    def backward(ctx, dy):
+        (h,) = ctx.saved_tensors
+        _ops.gated_backward.out(h, dy.contiguous(), ctx.act, 0.0, h)
+        return h, None
+
+
 class GatedMLP(nn.Module):
     """down_proj(act(gate_proj(x)) * up_proj(x)) with kite's fused act-and-mul (silu_and_mul,
     gelu_and_mul, gelu_tanh_and_mul) between the projections; with gate_up_proj (one fused
@@ -237,12 +257,14 @@ class GatedMLP(nn.Module):
         self.down_proj = down_proj
         self.act_name = act
         self._op = _GATED[act]
+        self._name = f"{act}_and_mul"
 
     def forward(self, x):
-        if "gate_up_proj" in self._modules:
-            h = self.gate_up_proj(x)
-        else:
-            h = torch.cat((self.gate_proj(x), self.up_proj(x)), dim=-1)
+        if "gate_up_proj" in self._modules:  # its output may be held elsewhere (hooks, adapters)
+            return self.down_proj(self._op(self.gate_up_proj(x), 0.0))
+        h = torch.cat((self.gate_proj(x), self.up_proj(x)), dim=-1)
+        if torch.is_grad_enabled() and h.requires_grad:
+            return self.down_proj(_GatedPrivate.apply(h, self._name))
         return self.down_proj(self._op(h, 0.0))
 
     def extra_repr(self):
@@ -310,6 +332,31 @@ def _z_loss(lse, t, ignore_index, z, reduction):
     return total if reduction == "sum" else total / valid.sum().clamp(min=1)
 
 
+class _CrossEntropyWithGrad(torch.autograd.Function):
+    """Loss and dlogits in one pass over the logits (kite's cross_entropy_with_grad); the
+    backward only scales the held dlogits. Only dlogits is kept, not the logits: the same memory
+    as the forward / backward pair, and the logits can be freed after the forward."""
+
+    @staticmethod
+    def forward(ctx, logits, targets, opts):
+        loss, lse, dl = _ops.cross_entropy_with_grad(logits, targets, *opts)
+        ctx.save_for_backward(dl)
+        ctx.grads_depend_on_inputs = True  # dl is a function of the logits
+        ctx.mark_non_differentiable(lse)
+        return loss, lse
+
+    @staticmethod
+    @_autograd._once("cross_entropy")
+    def backward(ctx, g, _glse):
+        (dl,) = ctx.saved_tensors
+        if g is None:
+            return None, None, None
+        if g.numel() > 1:  # reduction none: dl is the gradient of sum(loss); g [N] per row
+            return dl * g.reshape(-1, 1).to(dl.dtype), None, None
+        # Scaled in place: dl is this node's own (backward runs once).
+        return dl.mul_(g.reshape(()).to(dl.dtype)), None, None
+
+
 class CrossEntropyLoss(nn.Module):
     """Cross-entropy over logits[..., V] and integer targets[...] on kite's cross_entropy, with
     Liger's LigerCrossEntropyLoss arguments in its order: weight (class weights: not supported,
@@ -317,7 +364,9 @@ class CrossEntropyLoss(nn.Module):
     label_smoothing, reduction ("mean" over the rows not ignored, "sum", "none"), softcap (Gemma
     2's logit cap; None off), return_z_loss (forward returns (loss, z_loss), z_loss detached),
     return_token_accuracy (not supported). forward(input, target) -> loss (f32: a scalar, or [N]
-    for "none"); the gradient runs through kite's cross_entropy_backward."""
+    for "none"). When a gradient is wanted the forward runs kite's cross_entropy_with_grad (loss
+    and dlogits in one pass over the logits) and the backward scales dlogits by the upstream
+    gradient; otherwise only the loss is computed."""
 
     def __init__(self, weight=None, ignore_index=-100, lse_square_scale=0.0, label_smoothing=0.0,
                  reduction="mean", softcap=None, return_z_loss=False,
@@ -334,7 +383,10 @@ class CrossEntropyLoss(nn.Module):
     def forward(self, input, target):
         logits = input.reshape(-1, input.shape[-1])
         t = target.reshape(-1).to(torch.int32)
-        loss, lse = _ops.cross_entropy(logits, t, *self.opts)
+        if torch.is_grad_enabled() and logits.requires_grad:
+            loss, lse = _CrossEntropyWithGrad.apply(logits, t, self.opts)
+        else:
+            loss, lse = _ops.cross_entropy(logits, t, *self.opts)
         loss = _loss_result(loss, self.reduction)
         if not self.return_z_loss:
             return loss

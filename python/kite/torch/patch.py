@@ -34,8 +34,10 @@ attention stays transformers': patch_moe.py). What is swapped:
   function) and selected, running kite's sdpa (GQA, causal, bool masks, sliding window, softcap,
   the family's scale), differentiable (kite's sdpa_backward); a call with attention dropout runs
   the same attention in torch ops (kite's sdpa has no dropout);
-- MoE: the router (<Family>TopKRouter) -> kite's topk_gating, the experts (<Family>Experts,
-  gate_up_proj [E, 2I, H], down_proj [E, H, I]) -> kite's fused_moe.
+- MoE (patch_moe.py, for every MoE family): the router (<Family>TopKRouter) -> kite's moe_route
+  (Mixtral / Qwen2-MoE: its softmax form, which kite.h names topk_gating), the experts
+  (<Family>Experts, gate_up_proj [E, 2I, H], down_proj [E, H, I]) -> kite's fused_moe (gpt-oss's
+  biased, clamped, transposed experts: fused_moe_ex).
 
 A model of another family is patched in partial mode: its <X>RMSNorm modules whose output is
 kite's rms_norm (offset 0 or 1) on a probe input, and its modeling module's
@@ -49,8 +51,8 @@ attention="kite": by default a call there that needs a gradient runs torch's SDP
 cuDNN backward is faster than kite's today, and patch says so); with attention dropout > 0 (a
 model in training mode whose config has attention_dropout) its calls run the same attention in
 torch ops (scaled_dot_product_attention, or the explicit softmax with a softcap), which patch
-reports. kite has no backward for topk_gating or fused_moe, so on a model in training mode
-(model.training) patch leaves the MoE router and experts to torch and says so in the report.
+reports. kite has no backward for moe_route, fused_moe or fused_moe_ex, so on a model in training
+mode (model.training) patch leaves the MoE router and experts to torch and says so in the report.
 On a model in eval mode whose parameters require grad (as from_pretrained leaves them),
 they are installed, and a call that needs a gradient (grad mode on and an input or parameter
 requiring grad) runs the model's original router and experts. No weight is copied: state_dict() keys,
@@ -72,7 +74,7 @@ from . import families as _fam
 from . import nn as knn
 from . import patch_moe
 from . import patch_rope as _rope
-from .families import ACTS as _ACTS, TABLE, Report, mlp_module, norm_module
+from .families import TABLE, Report, mlp_module, norm_module
 # names other patch modules (patch_moe) import from here
 from .patch_loss import _causal_lm, _make_lm_forward  # noqa: F401
 from .patch_rope import _kite_apply_rotary_pos_emb, _orig_apply  # noqa: F401
@@ -81,7 +83,6 @@ _ops = torch.ops.kite
 
 # the model types patch knows in full: families.TABLE, and the MoE families of patch_moe.py
 FAMILIES = tuple(TABLE) + patch_moe.FAMILIES
-_NO_BACKWARD = "kite has no backward for it yet"
 
 
 def _modeling(model_type):
@@ -219,61 +220,13 @@ def _register_attention():
     AttentionMaskInterface.register("kite", sdpa_mask)
 
 
-# ---- MoE ---------------------------------------------------------------------------------------
-class _Fallback:
-    """Holds the module a kite module replaced, unregistered (its parameters are the kite
-    module's own, so they are neither listed twice nor saved twice)."""
-
-    def __init__(self, module):
-        self.module = module
-
-
-class KiteRouter(nn.Module):
-    """A TopKRouter on kite's topk_gating: (router_logits, weights f32, ids int32). Where a
-    gradient is wanted (kite's topk_gating has no backward) the original router runs."""
-
-    def __init__(self, weight, top_k, renormalize, original=None):
-        super().__init__()
-        self.weight = weight
-        self.top_k, self.renormalize = int(top_k), int(bool(renormalize))
-        self._original = _Fallback(original)
-
-    def forward(self, hidden_states):
-        orig = self._original.module
-        if orig is not None and _needs_grad(hidden_states, self.weight):
-            return orig(hidden_states)
-        h = hidden_states.reshape(-1, self.weight.shape[-1])
-        logits = nn.functional.linear(h, self.weight)
-        weights, ids = _ops.topk_gating(logits, self.top_k, self.renormalize)
-        return logits, weights, ids
-
-
-class KiteExperts(nn.Module):
-    """Experts (gate_up_proj [E, 2I, H], down_proj [E, H, I]) on kite's fused_moe. Where a
-    gradient is wanted (kite's fused_moe has no backward) the original experts run."""
-
-    def __init__(self, gate_up_proj, down_proj, act, original=None):
-        super().__init__()
-        self.gate_up_proj, self.down_proj, self.act = gate_up_proj, down_proj, act
-        self._original = _Fallback(original)
-
-    def forward(self, hidden_states, top_k_index, top_k_weights):
-        orig = self._original.module
-        if orig is not None and _needs_grad(hidden_states, top_k_weights, self.gate_up_proj,
-                                            self.down_proj):
-            return orig(hidden_states, top_k_index.long(), top_k_weights)
-        w = top_k_weights if top_k_weights.dtype == torch.float32 else top_k_weights.float()
-        ids = top_k_index if top_k_index.dtype == torch.int32 else top_k_index.to(torch.int32)
-        return _ops.fused_moe(hidden_states, self.gate_up_proj, self.down_proj, w, ids, self.act)
-
-
 # ---- the walk ----------------------------------------------------------------------------------
 def _set(model, name, new):
     parent, _, leaf = name.rpartition(".")
     setattr(model.get_submodule(parent) if parent else model, leaf, new)
 
 
-_KITE_MODULES = (knn.RMSNorm, knn.LayerNorm, knn.GatedMLP, knn.MLP, KiteRouter, KiteExperts)
+_KITE_MODULES = (knn.RMSNorm, knn.LayerNorm, knn.GatedMLP, knn.MLP)
 
 
 class _PatchState:
@@ -283,24 +236,6 @@ class _PatchState:
 
     def __init__(self):
         self.modules, self.attn, self.forward, self.rope = [], None, None, None
-
-
-def _moe(m, cls, fam, e_act, training):
-    """(KiteRouter / KiteExperts, form) / (None, why) / None (neither)."""
-    if cls.endswith("TopKRouter") and isinstance(getattr(m, "weight", None), nn.Parameter):
-        if training:
-            return None, f"topk_gating: {_NO_BACKWARD} and the model is in training mode"
-        renorm = getattr(m, "norm_topk_prob", fam.moe_renormalize)
-        return KiteRouter(m.weight, m.top_k, renorm, original=m), "topk_gating"
-    if (cls.endswith("Experts") and isinstance(getattr(m, "gate_up_proj", None), nn.Parameter)
-            and isinstance(getattr(m, "down_proj", None), nn.Parameter)):
-        if e_act not in ("silu", "gelu"):
-            return None, f"fused_moe: activation {e_act!r} is not one fused_moe has"
-        if training:
-            return None, f"fused_moe: {_NO_BACKWARD} and the model is in training mode"
-        return (KiteExperts(m.gate_up_proj, m.down_proj, 0 if e_act == "silu" else 1, original=m),
-                "fused_moe")
-    return None
 
 
 def _model_module(model):
@@ -341,13 +276,12 @@ def patch(model, norms=True, mlp=True, rope=True, attention=True, moe=True, loss
     report = Report(mt, partial)
     training = model.training
     act_name = getattr(cfg, "hidden_activation", None) or getattr(cfg, "hidden_act", "silu")
-    e_act = _ACTS.get(getattr(cfg, "hidden_act", "silu"))
     plan = []  # (name, original, replacement, kind, form)
     for name, m in list(model.named_modules()):
         cls = type(m).__name__
         if isinstance(m, _KITE_MODULES):
             continue
-        if mt in patch_moe.FAMILIES:  # its routers, experts and norms (patch_moe.py)
+        if patch_moe.handles(mt):  # its routers, experts (and gpt-oss's norms): patch_moe.py
             handled, new = patch_moe.replace(name, m, mt, cfg, training, report, norms, moe)
             if handled:
                 if new is not None:
@@ -356,8 +290,6 @@ def patch(model, norms=True, mlp=True, rope=True, attention=True, moe=True, loss
         got = norm_module(m, cls, fam.norm, partial) if norms else None
         if got is None and mlp and cls.endswith("MLP"):
             got = (None, unknown) if partial else mlp_module(m, cls, fam, act_name)
-        if got is None and moe and not partial:
-            got = _moe(m, cls, fam, e_act, training)
         if got is None:
             continue
         if got[0] is None:

@@ -1,22 +1,27 @@
-"""kite.torch.patch for the MoE families of today: Qwen3-MoE (qwen3_moe), gpt-oss (gpt_oss) and
-DeepSeek-V3 (deepseek_v3). patch.py's walk asks replace() about every module of a model of these
-families before its generic rules; what replace() takes it installs, what it leaves goes on to the
-generic rules (the dense <Family>MLP -> GatedMLP, including DeepSeek's first dense layers and its
-shared experts, and the <Family>RMSNorm of Qwen3-MoE and DeepSeek-V3).
+"""kite.torch.patch for the MoE families: Mixtral (mixtral) and Qwen2-MoE (qwen2_moe) of
+families.TABLE, and Qwen3-MoE (qwen3_moe), gpt-oss (gpt_oss) and DeepSeek-V3 (deepseek_v3).
+patch.py's walk asks replace() about every module of a model of these families (handles()) before
+its generic rules; what replace() takes it installs, what it leaves goes on to the generic rules
+(the dense <Family>MLP -> GatedMLP, including DeepSeek's first dense layers and the shared experts
+of Qwen2-MoE and DeepSeek, and the <Family>RMSNorm).
 
-- router (Qwen3MoeTopKRouter, GptOssTopKRouter, DeepseekV3TopkRouter) -> KiteMoeRouter on kite's
-  moe_route: Qwen3-MoE softmax with norm_topk_prob; gpt-oss top-k of the logits (its linear bias
-  inside them) then the softmax of the k chosen; DeepSeek-V3 sigmoid scores, the
-  e_score_correction_bias steering the choice, grouped top-k (n_group / topk_group),
-  norm_topk_prob and routed_scaling_factor, over logits computed in f32 as the model computes them.
-  It returns what the model's router returns: (logits, weights in the logits' dtype, ids int64),
+- router (MixtralTopKRouter, Qwen2MoeTopKRouter, Qwen3MoeTopKRouter, GptOssTopKRouter,
+  DeepseekV3TopkRouter) -> KiteMoeRouter on kite's moe_route: Mixtral / Qwen2-MoE / Qwen3-MoE
+  softmax with norm_topk_prob (Mixtral: always renormalized), the form kite.h names topk_gating
+  and the Mixtral / Qwen2-MoE reports call so; gpt-oss top-k of the logits (its linear bias inside
+  them) then the softmax of the k chosen; DeepSeek-V3 sigmoid scores, the e_score_correction_bias
+  steering the choice, grouped top-k (n_group / topk_group), norm_topk_prob and
+  routed_scaling_factor, over logits computed in f32 as the model computes them. It returns what
+  the model's router returns: (logits, weights in the logits' dtype (Mixtral's: f32), ids int64),
   and its logits are recorded for output_router_logits (the aux loss) as the router's are;
-- experts (Qwen3MoeExperts, DeepseekV3Experts: gate_up_proj [E, 2I, H], down_proj [E, H, I]) ->
-  KiteMoeExperts on kite's fused_moe_ex (split layout, silu or erf gelu); gpt-oss's
-  (GptOssExperts: gate_up_proj [E, H, 2I] with gate and up interleaved, gate_up_proj_bias [E, 2I],
-  down_proj [E, I, H], down_proj_bias [E, H], clamped SwiGLU with swiglu_alpha / swiglu_limit) ->
-  KiteMoeExperts on fused_moe_ex with the interleaved layout, the biases, act swiglu_oai and
-  transposed = 1, which reads the stored [E, H, 2I] / [E, I, H] in place;
+- experts (MixtralExperts, Qwen2MoeExperts, Qwen3MoeExperts, DeepseekV3Experts: gate_up_proj
+  [E, 2I, H], down_proj [E, H, I]) -> KiteMoeExperts on kite's fused_moe (the plain form: split
+  layout, silu or erf gelu, no biases), whose kernels group the tokens by expert on every backend
+  (on the CPU it is fused_moe_ex's plain case), and the reports name it; gpt-oss's
+  (GptOssExperts: gate_up_proj [E, H, 2I] with gate and up interleaved, gate_up_proj_bias
+  [E, 2I], down_proj [E, I, H], down_proj_bias [E, H], clamped SwiGLU with swiglu_alpha /
+  swiglu_limit) -> KiteMoeExperts on fused_moe_ex with the interleaved layout, the biases, act
+  swiglu_oai and transposed = 1, which reads the stored [E, H, 2I] / [E, I, H] in place;
 - gpt-oss's norm (GptOssRMSNorm, which rounds (weight * x) to the input's dtype) -> CastRMSNorm:
   kite's RMSNorm, the result in the input's dtype (gpt-oss keeps its norms in f32 in a bf16
   checkpoint);
@@ -24,26 +29,34 @@ shared experts, and the <Family>RMSNorm of Qwen3-MoE and DeepSeek-V3).
   de-interleaved q and k (ROPE_FUNCTIONS, installed and restored with the family's
   apply_rotary_pos_emb); gpt-oss's half-width cos / sin and the plain functions take patch.py's.
 
-Attention: left to transformers for gpt-oss (attention sinks) and DeepSeek-V3 (multi-head latent
-attention); attention_left(model_type) says why, and is the one place to change when kite's
-attention takes them.
+Attention: attention_left(model_type) says why a family's attention stays transformers' (none
+today), and is the one place to change when kite's attention cannot take one.
 
-Training: kite has no backward for moe_route or fused_moe_ex, so on a model in training mode the
-router and experts stay torch's (reported); on an eval model, a call that needs a gradient runs the
-original module. Weights are the model's own parameters, read in place.
+Training: kite has no backward for moe_route, fused_moe or fused_moe_ex, so on a model in training
+mode the router and experts stay torch's (reported); on an eval model, a call that needs a
+gradient runs the original module. Weights are the model's own parameters, read in place.
 """
 import torch
 from torch import nn
 
 from . import nn as knn
+from .families import ACTS, MOE, TABLE
 
 _ops = torch.ops.kite
 
+# the MoE families without a families.TABLE entry (patch.py's FAMILIES adds them to the table's)
 FAMILIES = ("qwen3_moe", "gpt_oss", "deepseek_v3")
+# the table's MoE families (Mixtral, Qwen2-MoE): the router named topk_gating
+_TABLE_MOE = tuple(mt for mt, f in TABLE.items() if f.mlp == MOE)
+
+
+def handles(model_type):
+    """Whether replace() decides the routers, experts (and gpt-oss's norms) of model_type."""
+    return model_type in FAMILIES or model_type in _TABLE_MOE
 
 # kite_route_score and kite_moe_act / kite_moe_layout (kite.h)
 _SOFTMAX, _SIGMOID, _SOFTMAX_TOPK = 0, 1, 2
-_EXPERT_ACTS = {"silu": 0, "swish": 0, "gelu": 1}
+_EXPERT_ACTS = {"silu": 0, "gelu": 1}  # of families.ACTS' names
 _SWIGLU_OAI = 2
 _SPLIT, _INTERLEAVED = 0, 1
 
@@ -62,6 +75,14 @@ def _patch():
     return patch_module
 
 
+class _Fallback:
+    """Holds the module a kite module replaced, unregistered (its parameters are the kite
+    module's own, so they are neither listed twice nor saved twice)."""
+
+    def __init__(self, module):
+        self.module = module
+
+
 class CastRMSNorm(knn.RMSNorm):
     """kite's RMSNorm whose result is in the input's dtype: gpt-oss's (weight * x).to(x.dtype)."""
 
@@ -75,11 +96,12 @@ class KiteMoeRouter(nn.Module):
     """A router on kite's moe_route. weight [E, H] (and gpt-oss's linear bias [E]) make the logits;
     route_bias (DeepSeek-V3's e_score_correction_bias [E], a buffer) steers the choice; opts are
     moe_route's (k, score, n_group, topk_group, renormalize, scaling); f32_logits computes the
-    logits in f32 (DeepSeek-V3's router). forward(hidden[..., H]) -> (logits [T, E], weights [T, k]
-    in the logits' dtype, ids [T, k] int64), the model's router's results. Where a gradient is
-    wanted (moe_route has no backward) the original router runs."""
+    logits in f32 (DeepSeek-V3's router); f32_weights keeps the weights in f32 (Mixtral's router).
+    forward(hidden[..., H]) -> (logits [T, E], weights [T, k] in the logits' dtype or f32, ids
+    [T, k] int64), the model's router's results. Where a gradient is wanted (moe_route has no
+    backward) the original router runs."""
 
-    def __init__(self, weight, bias, route_bias, opts, f32_logits, original):
+    def __init__(self, weight, bias, route_bias, opts, f32_logits, original, f32_weights=False):
         super().__init__()
         self.weight = weight
         self.bias = bias
@@ -87,8 +109,8 @@ class KiteMoeRouter(nn.Module):
             self.register_buffer("e_score_correction_bias", route_bias)
         else:
             self.e_score_correction_bias = None
-        self.opts, self.f32_logits = opts, f32_logits
-        self._original = _patch()._Fallback(original)
+        self.opts, self.f32_logits, self.f32_weights = opts, f32_logits, f32_weights
+        self._original = _Fallback(original)
 
     def forward(self, hidden_states):
         orig = self._original.module
@@ -103,7 +125,7 @@ class KiteMoeRouter(nn.Module):
         if rb is not None and rb.dtype != torch.float32:
             rb = rb.float()  # moe_route takes an f32 bias ([E]: a model cast whole to bf16)
         weights, ids = _ops.moe_route(logits, rb, *self.opts)
-        return logits, weights.to(logits.dtype), ids.long()
+        return logits, weights if self.f32_weights else weights.to(logits.dtype), ids.long()
 
     def extra_repr(self):
         k, score, n_group, topk_group, renorm, scaling = self.opts
@@ -112,12 +134,15 @@ class KiteMoeRouter(nn.Module):
 
 
 class KiteMoeExperts(nn.Module):
-    """Experts on kite's fused_moe_ex. gate_up_proj and down_proj are the model's: [E, 2I, H] and
-    [E, H, I], or with transposed [E, H, 2I] and [E, I, H] (gpt-oss's), read in place; gate_up_bias
-    [E, 2I] and down_bias [E, H] or None; opts: fused_moe_ex's (act 0 silu / 1 gelu / 2 swiglu_oai,
-    layout 0 split / 1 interleaved, alpha, limit, transposed). forward(hidden[T, H], ids[T, k],
-    weights[T, k]) -> [T, H]. Where a gradient is wanted (fused_moe_ex has no backward) the
-    original experts run."""
+    """Experts on kite's fused MoE. gate_up_proj and down_proj are the model's: [E, 2I, H] and
+    [E, H, I], or with transposed [E, H, 2I] and [E, I, H] (gpt-oss's), read in place;
+    gate_up_bias [E, 2I] and down_bias [E, H] or None; opts: fused_moe_ex's (act 0 silu / 1 gelu /
+    2 swiglu_oai, layout 0 split / 1 interleaved, alpha, limit, transposed). The plain form (no
+    biases, split, silu or gelu, no clamp, [E, 2I, H]) runs fused_moe, whose kernels group the
+    tokens by expert on every backend (on the CPU fused_moe is fused_moe_ex's plain case); the
+    rest runs fused_moe_ex.
+    forward(hidden[T, H], ids[T, k], weights[T, k]) -> [T, H]. Where a gradient is wanted
+    (fused_moe_ex has no backward) the original experts run."""
 
     def __init__(self, gate_up_proj, gate_up_bias, down_proj, down_bias, opts, original):
         super().__init__()
@@ -125,7 +150,10 @@ class KiteMoeExperts(nn.Module):
         self.gate_up_proj, self.gate_up_proj_bias = gate_up_proj, gate_up_bias
         self.down_proj, self.down_proj_bias = down_proj, down_bias
         self.opts = opts
-        self._original = _patch()._Fallback(original)
+        act, layout, _, limit, transposed = opts
+        self.plain = (gate_up_bias is None and down_bias is None and layout == _SPLIT
+                      and act != _SWIGLU_OAI and limit == 0 and not transposed)
+        self._original = _Fallback(original)
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
         orig = self._original.module
@@ -135,6 +163,9 @@ class KiteMoeExperts(nn.Module):
             return orig(hidden_states, top_k_index, top_k_weights)
         w = top_k_weights if top_k_weights.dtype == torch.float32 else top_k_weights.float()
         ids = top_k_index if top_k_index.dtype == torch.int32 else top_k_index.to(torch.int32)
+        if self.plain:
+            return _ops.fused_moe(hidden_states, self.gate_up_proj, self.down_proj, w, ids,
+                                  self.opts[0])
         return _ops.fused_moe_ex(hidden_states, self.gate_up_proj, self.gate_up_proj_bias,
                                  self.down_proj, self.down_proj_bias, w, ids, *self.opts)
 
@@ -156,25 +187,35 @@ class KiteMoeExperts(nn.Module):
 
 def _route_opts(mt, m, cfg):
     """moe_route's (k, score, n_group, topk_group, renormalize, scaling) for the router m."""
-    if mt == "qwen3_moe":
-        return (int(m.top_k), _SOFTMAX, 1, 1, int(bool(m.norm_topk_prob)), 1.0)
     if mt == "gpt_oss":
         return (int(m.top_k), _SOFTMAX_TOPK, 1, 1, 0, 1.0)
-    return (int(m.top_k), _SIGMOID, int(m.num_group), int(m.topk_group),
-            int(bool(m.norm_topk_prob)), float(m.routed_scaling_factor))
+    if mt == "deepseek_v3":
+        return (int(m.top_k), _SIGMOID, int(m.num_group), int(m.topk_group),
+                int(bool(m.norm_topk_prob)), float(m.routed_scaling_factor))
+    # softmax over all experts: norm_topk_prob, or the family's rule (Mixtral's: renormalized)
+    fam = TABLE.get(mt)
+    renorm = getattr(m, "norm_topk_prob", fam is not None and fam.moe_renormalize)
+    return (int(m.top_k), _SOFTMAX, 1, 1, int(bool(renorm)), 1.0)
 
 
 def _router(mt, name, m, cfg, training, done):
     cls = type(m).__name__
+    # the table's families name the router by topk_gating, kite.h's name of moe_route's softmax form
+    op = "topk_gating" if mt in _TABLE_MOE else "moe_route"
     if training:
-        done.left(name, cls, "moe_route: kite has no backward for it yet and the model is in "
+        done.left(name, cls, f"{op}: kite has no backward for it yet and the model is in "
                   "training mode")
         return None
     route_bias = getattr(m, "e_score_correction_bias", None) if mt == "deepseek_v3" else None
     new = KiteMoeRouter(m.weight, getattr(m, "bias", None) if mt == "gpt_oss" else None,
-                        route_bias, _route_opts(mt, m, cfg), mt == "deepseek_v3", m)
+                        route_bias, _route_opts(mt, m, cfg), mt == "deepseek_v3", m,
+                        f32_weights=mt == "mixtral")
     _keep_router_logits(m, new)
-    done.replaced(name, cls, f"moe_route ({new.extra_repr()})")
+    form = new.extra_repr()
+    if op != "moe_route":
+        k, _, _, _, renorm, _ = new.opts
+        form = f"moe_route's softmax form, k={k}, renormalize={renorm}"
+    done.replaced(name, cls, f"{op} ({form})")
     return new
 
 
@@ -195,18 +236,19 @@ def _keep_router_logits(m, new):
 
 def _experts(mt, name, m, cfg, training, done):
     cls = type(m).__name__
+    op = "fused_moe_ex"
     if mt == "gpt_oss":
         if not _is_param(m, "gate_up_proj_bias", "down_proj_bias"):
             done.left(name, cls, "no gate_up_proj_bias / down_proj_bias")
             return None
         act = _SWIGLU_OAI
     else:
-        act = _EXPERT_ACTS.get(getattr(cfg, "hidden_act", "silu"))
+        act = _EXPERT_ACTS.get(ACTS.get(getattr(cfg, "hidden_act", "silu")))
     if act is None:
-        done.left(name, cls, f"activation {cfg.hidden_act!r} has no fused_moe_ex form")
+        done.left(name, cls, f"{op}: activation {cfg.hidden_act!r} is not one {op} has")
         return None
     if training:
-        done.left(name, cls, "fused_moe_ex: kite has no backward for it yet and the model is in "
+        done.left(name, cls, f"{op}: kite has no backward for it yet and the model is in "
                   "training mode")
         return None
     if mt == "gpt_oss":  # stored [E, H, 2I] / [E, I, H]: fused_moe_ex's transposed orientation
@@ -215,7 +257,7 @@ def _experts(mt, name, m, cfg, training, done):
     else:
         new = KiteMoeExperts(m.gate_up_proj, None, m.down_proj, None,
                              (act, _SPLIT, 1.702, 0.0, 0), m)
-    done.replaced(name, cls, f"fused_moe_ex ({new.extra_repr()})")
+    done.replaced(name, cls, f"{'fused_moe' if new.plain else op} ({new.extra_repr()})")
     return new
 
 
@@ -224,7 +266,7 @@ def _is_param(m, *names):
 
 
 def replace(name, m, mt, cfg, training, done, norms=True, moe=True):
-    """patch.py's walk, for a module m (named name) of a model of family mt in FAMILIES: (handled,
+    """patch.py's walk, for a module m (named name) of a model of family mt (handles(mt)): (handled,
     new). handled: this module decides m (new is its replacement, or None to leave m to torch);
     not handled: patch.py's generic rules decide. Reports to done (patch's families.Report) what
     it replaced or left and why."""
