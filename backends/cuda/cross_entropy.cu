@@ -194,6 +194,7 @@ __global__ __launch_bounds__(kCeThreads) void ce_rows_kernel(CeRows p) {
 constexpr int kClusterMaxBlocks = 8; /* the portable cluster size */
 constexpr int kClusterThreads = 256, kClusterMaxVpt = 8;
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 /* used by the cluster kernel only */
 /* (m, s) and (m2, s2): the max of two sets of base-2 exponents and the sum of 2^(v - max) over
  * both (a zero sum, as of a set of -inf, adds nothing; a NaN sum stays NaN). */
 __device__ __forceinline__ void ce_merge(float &m, float &s, float m2, float s2) {
@@ -217,6 +218,7 @@ __device__ __forceinline__ void ce_copy16(void *dst, const void *src) {
   const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
 }
+#endif
 
 template <typename T, int VPT>
 __global__ __launch_bounds__(kClusterThreads, 3) void ce_cluster_kernel(CeRows p) {

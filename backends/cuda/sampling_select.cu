@@ -40,11 +40,9 @@ namespace cg = cooperative_groups;
 
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
-constexpr int kPer = 16; /* logits a thread has in flight per step */
-constexpr int kStep = kThreads * kPer;
+constexpr int kPer = 16;    /* logits a thread has in flight per step */
 constexpr int kCand = 4096; /* candidates a block holds */
 constexpr int kBins = 256;
-constexpr int64_t kMaxK = 1024;
 constexpr int kMaxCluster = 8; /* the portable cluster size */
 static_assert(kPer <= 32, "a thread's pending logits are a 32-bit mask");
 
@@ -67,6 +65,9 @@ struct Shared {
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define KITE_SAMPLING_SELECT 1
+
+constexpr int kStep = kThreads * kPer; /* logits a block streams per step */
+constexpr int64_t kMaxK = 1024;        /* the largest top-k the candidate buffers serve */
 
 /* Appends (v, i) where `want`, a warp at a time (every lane calls it); true when it was stored. */
 __device__ __forceinline__ bool append(Shared *sh, bool want, float v, int32_t i) {
