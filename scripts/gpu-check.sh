@@ -36,7 +36,8 @@
 #            2048, 16 layers, seq 4096, vocab 128256, bf16, AdamW) for transformers, + Liger-Kernel
 #            (wheel carried in .gpuwheels/) and + kite.torch.patch: tokens/s and peak memory,
 #            alternated in separate processes (needs the python stage's kite._C build; TRAIN_ARGS
-#            passes options)
+#            passes options); then scripts/train_mem_peak.py for Liger and kite: the largest
+#            blocks live at each one's peak, with the frames that allocated them
 #   comm     test_comm --device cuda: the collectives against float64 sums at 1 rank, and at one
 #            rank per GPU when more than one is visible (threads in one process), each op with
 #            kite's choice (the peer-memory kernels), cuda.twoshot and cuda.nccl pinned; with
@@ -320,6 +321,11 @@ if want train; then
   PYTHONPATH=$PWD/$BUILD/python run_logged peers.log 900 python3 scripts/train_bench.py \
     ${TRAIN_ARGS:-} || echo "TRAIN BENCH FAILED (peers.log)"
   sed -n '/^---- training step/,$p' "$OUT/peers.log"
+  # what is live at each contestant's peak (the largest blocks and the frames that made them)
+  for who in liger kite; do
+    PYTHONPATH=$PWD/$BUILD/python run_logged peers.log 300 python3 scripts/train_mem_peak.py \
+      --who "$who" || echo "TRAIN MEMORY PEAK ($who) FAILED (peers.log)"
+  done
 fi
 if want tp; then
   stage "kite run --tp 2 beside --tp 1 (random-weight llama, ${TP_SHAPE:-Llama 3.2 1B shape})"
