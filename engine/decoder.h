@@ -15,6 +15,11 @@
  * of another type are errors naming the key. */
 int kr_decoder_read_common(const kr_gguf *g, kr_config *c, char *err, size_t err_len);
 
+/* The mixture of experts of arch.expert_count (absent or 0: a dense FFN), expert_used_count
+ * (required with experts) and expert_feed_forward_length (feed_forward_length when absent, as
+ * Mixtral's files have it). */
+int kr_decoder_read_experts(const kr_gguf *g, kr_config *c, char *err, size_t err_len);
+
 /* arch.rope.scaling.type: absent or "none" leaves c alone, "linear" sets c->rope_linear from
  * rope.scaling.factor; any other type is refused, naming it. */
 int kr_decoder_read_rope_scaling(const kr_gguf *g, kr_config *c, char *err, size_t err_len);

@@ -59,6 +59,10 @@ typedef struct kr_config {
   double rope_theta_swa; /* local layers' RoPE base */
   double rope_linear;    /* global layers' positions divided by this (1: none) */
   int rope_freqs;        /* rope_freqs.weight divides the frequencies (Llama 3.1 scaling) */
+  /* Mixture of experts (0 experts: the dense FFN): each token's FFN is the weighted sum of
+   * n_expert_used of n_expert gated FFNs of width n_ff_exp, chosen by softmax over the router's
+   * logits (ffn_gate_inp), the chosen weights renormalized to sum 1 when expert_norm */
+  int n_expert, n_expert_used, n_ff_exp, expert_norm;
 } kr_config;
 
 typedef struct kr_model kr_model;

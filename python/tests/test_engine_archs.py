@@ -70,6 +70,8 @@ def _written(name, tmp_path):
 
 
 _CASES = {}
+# mixtures of experts: one rank only (refused under tensor parallelism)
+MOE = {n for n in tiny_gguf.CONFIGS if n.startswith(("qwen3moe", "llama-mixtral"))}
 
 
 def _case(cli, name, tmp_path_factory):
@@ -94,6 +96,9 @@ def test_greedy_tokens_match_float64(name, tp, tmp_path_factory):
     path, want, margins = _case(cli, name, tmp_path_factory)
     rc, out, err = _run(cli, "--model", path, "--prompt", PROMPT, "-n", str(N_NEW), "--tokens",
                         "--ignore-eos", "--weights", "f32", "--threads", "1", "--tp", str(tp))
+    if tp > 1 and name in MOE:
+        assert rc != 0 and "experts runs on one rank only" in err, err
+        return
     assert rc == 0, err
     got = [int(x) for x in out.split()]
     assert len(got) == N_NEW
