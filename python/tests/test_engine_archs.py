@@ -176,6 +176,16 @@ S, F32, U32 = gguf.GGUFValueType.STRING, gguf.GGUFValueType.FLOAT32, gguf.GGUFVa
     ("llama", {"llama.embedding_length": (64.0, F32)}, None,
      "llama.embedding_length is a f32, expected an integer"),
     ("phi3", None, {"rope_factors_long.weight": [1.0] * 4}, "LongRoPE"),
+    # experts: how many a token uses is required and at most their count
+    ("qwen3moe", {"qwen3moe.expert_used_count": None}, None,
+     "metadata qwen3moe.expert_used_count missing"),
+    ("qwen3moe", {"qwen3moe.expert_used_count": (5, U32)}, None,
+     "qwen3moe.expert_used_count = 5 outside [1, 4]"),
+    ("qwen3moe", {"qwen3moe.expert_feed_forward_length": (16, U32)}, None,
+     "blk.0.ffn_gate_exps.weight is [64, 32, 4], expected [64, 16, 4]"),
+    # a Mixtral file without its experts' tensors (the dense FFN's are not read)
+    ("llama", {"llama.expert_count": (4, U32), "llama.expert_used_count": (2, U32)}, None,
+     "tensor blk.0.ffn_gate_exps.weight missing"),
     ("qwen3", None, {"rope_freqs.weight": [1.0] * 3}, "rope_freqs.weight is not f32 [16]"),
 ])
 def test_bad_metadata_is_refused(arch, meta, extra, message, tmp_path):
