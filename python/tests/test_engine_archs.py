@@ -72,6 +72,8 @@ def _written(name, tmp_path):
 _CASES = {}
 # mixtures of experts: one rank only (refused under tensor parallelism)
 MOE = {n for n in tiny_gguf.CONFIGS if n.startswith(("qwen3moe", "llama-mixtral"))}
+# seeds other than 0 where seed 0's model repeats one token (its greedy run would check little)
+SEEDS = {"qwen3moe": 1, "qwen3moe-q8": 1}
 
 
 def _case(cli, name, tmp_path_factory):
@@ -79,7 +81,7 @@ def _case(cli, name, tmp_path_factory):
     for every tp count."""
     if name not in _CASES:
         path = str(tmp_path_factory.mktemp(name) / f"{name}.gguf")
-        m = tiny_gguf.write(name, path, seed=0)
+        m = tiny_gguf.write(name, path, seed=SEEDS.get(name, 0))
         rc, out, err = _run(cli, "--model", path, "--tokenize", PROMPT)
         assert rc == 0, err
         ids = [int(x) for x in out.split()]
