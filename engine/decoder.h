@@ -1,9 +1,10 @@
 /*
  * The decoder every family runs: pre-norm blocks of RMSNorm, attention with RoPE and grouped kv
- * heads over the paged cache, and a gated FFN, with the variations kr_config names (per-head
- * q/k norms, post-norms, GELU-tanh, fused projections, scaled embedding, softcaps, local layers
- * with their own RoPE base, scaled RoPE). A family's file reads its metadata into kr_config
- * (kr_decoder_read_common, then its own keys) and points its kr_arch at the functions below.
+ * heads over the paged cache, and a gated FFN or a mixture of gated experts, with the variations
+ * kr_config names (per-head q/k norms, post-norms, GELU-tanh, fused projections, scaled embedding,
+ * softcaps, local layers with their own RoPE base, scaled RoPE). A family's file reads its metadata
+ * into kr_config (kr_decoder_read_common, then its own keys) and points its kr_arch at the
+ * functions below.
  */
 #ifndef KITE_ENGINE_DECODER_H
 #define KITE_ENGINE_DECODER_H

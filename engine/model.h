@@ -8,7 +8,8 @@
  *   weights.c    GGUF tensors into kite weights (dense, int8, 4-bit) and the linear layer
  *   kv_cache.c   the paged KV cache: blocks, free list, block tables, slots
  *   decoder.c    the decoder forward pass every family shares: weights, step buffers, layers
- *   llama.c      the llama family (llama, SmolLM, Mistral, Qwen2, Qwen3): its config
+ *   llama.c      the llama family (llama, SmolLM, Mistral, Qwen2, Qwen3, and the mixtures of
+ *                experts Mixtral and Qwen3-MoE): its config
  *   gemma.c      Gemma 2 and Gemma 3: their config
  *   phi3.c       Phi-3: its config
  *   sampler.c    penalties and sampling of a step's rows
