@@ -173,6 +173,49 @@ static int attn_half(dec_net *n, int l, const kr_step *st, const kr_kv_cache *kv
   return post_norm(n, T, L->post_attn_norm, err, err_len);
 }
 
+/* The dense gated FFN of block l: normed rows -> delta (gate and up in one matrix, the gated
+ * activation, down). */
+static int ffn_dense(dec_net *n, const dec_layer *L, int64_t T, char *err, size_t err_len) {
+  const DLDevice d = n->dev;
+  const kite_dtype A = n->act;
+  const int64_t F = n->n_ff;
+  if (kr_linear(n->ctx, &L->gate_up, A, n->normed, T, NULL, n->gate_up, &n->scratch, err, err_len))
+    return -1;
+  kr_tensor gate_up, ffn;
+  DLTensor *GU = kr_view2(&gate_up, d, n->gate_up, A, T, 2 * F);
+  DLTensor *FF = kr_view2(&ffn, d, n->ffn, A, T, F);
+  if (n->c.gelu)
+    KR_CALL(kite_gelu_tanh_and_mul(n->ctx, GU, 0.0f, FF));
+  else
+    KR_CALL(kite_silu_and_mul(n->ctx, GU, 0.0f, FF));
+  return kr_linear(n->ctx, &L->down, A, n->ffn, T, NULL, n->delta, &n->scratch, err, err_len);
+}
+
+/* The mixture-of-experts FFN of block l: router logits [T, E] of the normed rows, softmax
+ * top-k routing (kite_moe_route: weights renormalized when expert_norm), then each row's k
+ * gated SiLU experts summed with their weights into delta (kite_fused_moe). */
+static int ffn_moe(dec_net *n, const dec_layer *L, int64_t T, char *err, size_t err_len) {
+  const kr_config *c = &n->c;
+  const DLDevice d = n->dev;
+  const kite_dtype A = n->act;
+  const int64_t H = c->n_embd, E = c->n_expert, K = c->n_expert_used, I = c->n_ff_exp;
+  if (kr_linear(n->ctx, &L->router, A, n->normed, T, NULL, n->router, &n->scratch, err, err_len))
+    return -1;
+  kite_route_opts ro = kite_route_opts_default();
+  ro.k = K;
+  ro.renormalize = c->expert_norm;
+  kr_tensor logits, rw, ids, x, w13, w2, y;
+  const int64_t w13_shape[3] = {E, 2 * I, H}, w2_shape[3] = {E, H, I};
+  DLTensor *W = kr_view2(&rw, d, n->route_w, KITE_DTYPE_F32, T, K);
+  DLTensor *ID = kr_view2(&ids, d, n->route_ids, KITE_DTYPE_I32, T, K);
+  KR_CALL(kite_moe_route(n->ctx, kr_view2(&logits, d, n->router, A, T, E), NULL, &ro, W, ID));
+  KR_CALL(kite_fused_moe(n->ctx, kr_view2(&x, d, n->normed, A, T, H),
+                         kr_view(&w13, d, L->w13, A, 3, w13_shape, NULL),
+                         kr_view(&w2, d, L->w2, A, 3, w2_shape, NULL), W, ID, KITE_MOE_SILU,
+                         kr_view2(&y, d, n->delta, A, T, H)));
+  return 0;
+}
+
 /* Block l: residual += attention(norm(residual)); residual += ffn(norm(residual)). The sums
  * run one step late: a block leaves its output in delta, and the next norm adds it
  * (add_rms_norm, pre), so norm and residual update are one call. */
@@ -182,7 +225,7 @@ static int block(dec_net *n, int l, const kr_step *st, const kr_kv_cache *kv, ch
   const dec_layer *L = &n->layers[l];
   const DLDevice d = n->dev;
   const kite_dtype A = n->act;
-  const int64_t T = st->n_tok, H = c->n_embd, F = n->n_ff;
+  const int64_t T = st->n_tok, H = c->n_embd;
   if (l == 0) {
     kr_tensor residual, normed, attn_norm;
     KR_CALL(kite_rms_norm(n->ctx, kr_view2(&residual, d, n->residual, A, T, H),
@@ -192,16 +235,7 @@ static int block(dec_net *n, int l, const kr_step *st, const kr_kv_cache *kv, ch
     return -1;
   }
   if (attn_half(n, l, st, kv, err, err_len) || join(n, T, L->ffn_norm, err, err_len) ||
-      kr_linear(n->ctx, &L->gate_up, A, n->normed, T, NULL, n->gate_up, &n->scratch, err, err_len))
-    return -1;
-  kr_tensor gate_up, ffn;
-  DLTensor *GU = kr_view2(&gate_up, d, n->gate_up, A, T, 2 * F);
-  DLTensor *FF = kr_view2(&ffn, d, n->ffn, A, T, F);
-  if (c->gelu)
-    KR_CALL(kite_gelu_tanh_and_mul(n->ctx, GU, 0.0f, FF));
-  else
-    KR_CALL(kite_silu_and_mul(n->ctx, GU, 0.0f, FF));
-  if (kr_linear(n->ctx, &L->down, A, n->ffn, T, NULL, n->delta, &n->scratch, err, err_len))
+      (c->n_expert ? ffn_moe : ffn_dense)(n, L, T, err, err_len))
     return -1;
   return post_norm(n, T, L->post_ffn_norm, err, err_len);
 }

@@ -1,9 +1,10 @@
 /*
  * The decoder every family runs: pre-norm blocks of RMSNorm, attention with RoPE and grouped kv
- * heads over the paged cache, and a gated FFN, with the variations kr_config names (per-head
- * q/k norms, post-norms, GELU-tanh, fused projections, scaled embedding, softcaps, local layers
- * with their own RoPE base, scaled RoPE). A family's file reads its metadata into kr_config
- * (kr_decoder_read_common, then its own keys) and points its kr_arch at the functions below.
+ * heads over the paged cache, and a gated FFN or a mixture of gated experts, with the variations
+ * kr_config names (per-head q/k norms, post-norms, GELU-tanh, fused projections, scaled embedding,
+ * softcaps, local layers with their own RoPE base, scaled RoPE). A family's file reads its metadata
+ * into kr_config (kr_decoder_read_common, then its own keys) and points its kr_arch at the
+ * functions below.
  */
 #ifndef KITE_ENGINE_DECODER_H
 #define KITE_ENGINE_DECODER_H
@@ -14,6 +15,11 @@
  * the vocabulary (token_embd.weight rows), tied output, q/k/v biases. Required keys missing or
  * of another type are errors naming the key. */
 int kr_decoder_read_common(const kr_gguf *g, kr_config *c, char *err, size_t err_len);
+
+/* The mixture of experts of arch.expert_count (absent or 0: a dense FFN), expert_used_count
+ * (required with experts) and expert_feed_forward_length (feed_forward_length when absent, as
+ * Mixtral's files have it). */
+int kr_decoder_read_experts(const kr_gguf *g, kr_config *c, char *err, size_t err_len);
 
 /* arch.rope.scaling.type: absent or "none" leaves c alone, "linear" sets c->rope_linear from
  * rope.scaling.factor; any other type is refused, naming it. */

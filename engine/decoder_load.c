@@ -53,6 +53,21 @@ int kr_decoder_read_common(const kr_gguf *g, kr_config *c, char *err, size_t err
   return 0;
 }
 
+int kr_decoder_read_experts(const kr_gguf *g, kr_config *c, char *err, size_t err_len) {
+  const char *a = c->arch;
+  if (kr_config_int(g, a, "expert_count", 0, 1 << 16, 0, 0, &c->n_expert, err, err_len)) return -1;
+  if (c->n_expert == 0) return 0;
+  if (kr_config_int(g, a, "expert_used_count", 1, c->n_expert, 1, 0, &c->n_expert_used, err,
+                    err_len) ||
+      kr_config_int(g, a, "expert_feed_forward_length", 1, 1 << 20, 0, c->n_ff, &c->n_ff_exp, err,
+                    err_len))
+    return -1;
+  /* Mixtral and Qwen3-MoE renormalize the chosen weights (norm_topk_prob), as llama.cpp runs
+   * both: their files do not say */
+  c->expert_norm = 1;
+  return 0;
+}
+
 int kr_decoder_read_rope_scaling(const kr_gguf *g, kr_config *c, char *err, size_t err_len) {
   char key[128], msg[256];
   snprintf(key, sizeof key, "%s.rope.scaling.type", c->arch);
@@ -77,9 +92,10 @@ void kr_decoder_free(void *p) {
   kite_ctx *ctx = n->ctx;
   if (n->lm_head.data == n->embd) n->lm_head.data = NULL; /* tied: freed as embd */
   kr_weight_free(ctx, &n->lm_head);
-  void **bufs[] = {&n->embd,   &n->out_norm, &n->cos_sin[0], &n->cos_sin[1], &n->residual,
-                   &n->normed, &n->qkv,      &n->attn,       &n->delta,      &n->gate_up,
-                   &n->ffn,    &n->last,     &n->scratch.xq, &n->scratch.xs};
+  void **bufs[] = {&n->embd,    &n->out_norm, &n->cos_sin[0], &n->cos_sin[1], &n->residual,
+                   &n->normed,  &n->qkv,      &n->attn,       &n->delta,      &n->gate_up,
+                   &n->ffn,     &n->last,     &n->scratch.xq, &n->scratch.xs, &n->router,
+                   &n->route_w, &n->route_ids};
   for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) kr_dev_free(ctx, bufs[i]);
   for (int l = 0; n->layers && l < n->c.n_layer; l++) {
     dec_layer *L = &n->layers[l];
@@ -90,6 +106,9 @@ void kr_decoder_free(void *p) {
     kr_weight_free(ctx, &L->o);
     kr_weight_free(ctx, &L->gate_up);
     kr_weight_free(ctx, &L->down);
+    kr_weight_free(ctx, &L->router);
+    kr_dev_free(ctx, &L->w13);
+    kr_dev_free(ctx, &L->w2);
   }
   free(n->layers);
   free(n);
@@ -185,6 +204,29 @@ static int load_qkv(const dec_net *n, kr_loader *ld, const kr_gguf *g, int l, kr
   return rc;
 }
 
+/* The experts of MoE layer l: the router [E, H] (dense: the choice of experts is sensitive to
+ * its rounding), gate and up experts packed into w13 [E, 2I, H] and the down experts w2
+ * [E, H, I], dense in the activation dtype whatever the weights mode (block types decoded at
+ * load), for kite_fused_moe. One rank only (kr_tp_check). */
+static int load_experts(kr_loader *ld, const kr_gguf *g, int l, const kr_config *c, dec_layer *L,
+                        char *err, size_t err_len) {
+  const int64_t H = c->n_embd, E = c->n_expert, I = c->n_ff_exp;
+  char name[96];
+  const char *names[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+  const kr_gguf_tensor *t[3];
+  for (int i = 0; i < 3; i++) {
+    snprintf(name, sizeof name, "blk.%d.%s.weight", l, names[i]);
+    if (!(t[i] = kr_need_tensor3(g, name, i < 2 ? H : I, i < 2 ? I : H, E, err, err_len)))
+      return -1;
+  }
+  const kr_gguf_tensor *router = layer_tensor(g, l, "ffn_gate_inp", H, E, err, err_len);
+  return !router || kr_load_matrix(ld, &router, 1, KR_W_DENSE, &L->router, err, err_len) ||
+                 kr_load_stacked(ld, t, 2, &L->w13, err, err_len) ||
+                 kr_load_stacked(ld, &t[2], 1, &L->w2, err, err_len)
+             ? -1
+             : 0;
+}
+
 /* Layer l's tensors, checked against the geometry, then loaded (the rank's share). */
 static int load_layer(const dec_net *n, kr_loader *ld, const kr_gguf *g, int l, kr_wkind mat,
                       dec_layer *L, char *err, size_t err_len) {
@@ -202,6 +244,11 @@ static int load_layer(const dec_net *n, kr_loader *ld, const kr_gguf *g, int l, 
        layer_vector(ld, g, l, "post_ffw_norm", H, &L->post_ffn_norm, err, err_len)))
     return -1;
   const kr_gguf_tensor *o = layer_tensor(g, l, "attn_output", Dq, H, err, err_len);
+  if (c->n_expert)
+    return !o || load_cols(n, ld, o, 0, mat, &L->o, err, err_len) ||
+                   load_experts(ld, g, l, c, L, err, err_len)
+               ? -1
+               : 0;
   const kr_gguf_tensor *down = o ? layer_tensor(g, l, "ffn_down", F, H, err, err_len) : NULL;
   if (!down || load_cols(n, ld, o, 0, mat, &L->o, err, err_len) ||
       load_cols(n, ld, down, 0, mat, &L->down, err, err_len))
@@ -329,9 +376,13 @@ static int alloc_buffers(dec_net *n, const kr_gguf *g, const kr_net_params *p, c
               {&n->ffn, T * F * es},
               {&n->last, B * H * es},
               {&n->scratch.xq, T * widest},
-              {&n->scratch.xs, T * sizeof(float)}};
+              {&n->scratch.xs, T * sizeof(float)},
+              /* MoE routing (none without experts) */
+              {&n->router, T * (size_t)c->n_expert * es},
+              {&n->route_w, T * (size_t)c->n_expert_used * sizeof(float)},
+              {&n->route_ids, T * (size_t)c->n_expert_used * sizeof(int32_t)}};
   for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
-    if (kr_dev_alloc(n->ctx, bufs[i].bytes, bufs[i].buf, err, err_len)) return -1;
+    if (bufs[i].bytes && kr_dev_alloc(n->ctx, bufs[i].bytes, bufs[i].buf, err, err_len)) return -1;
   return 0;
 }
 

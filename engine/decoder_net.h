@@ -22,6 +22,10 @@ typedef struct dec_layer {
   kr_weight o;       /* [H, Dq] */
   kr_weight gate_up; /* [2F, H]: gate rows, then up rows */
   kr_weight down;    /* [H, F] */
+  /* MoE layers (c.n_expert E > 0) instead of gate_up and down, I = c.n_ff_exp: */
+  kr_weight router; /* [E, H] dense: the router's logits */
+  void *w13;        /* [E, 2I, H] act: each expert's gate rows, then its up rows (fused_moe's) */
+  void *w2;         /* [E, H, I] act */
 } dec_layer;
 
 typedef struct dec_net {
@@ -53,6 +57,8 @@ typedef struct dec_net {
   void *gate_up;             /* [T, 2F] */
   void *ffn;                 /* [T, F] */
   void *last;                /* [B, H] the normed rows that predict tokens */
+  void *router;              /* MoE: [T, E] the router's logits */
+  void *route_w, *route_ids; /* MoE: [T, k] f32 weights and i32 experts of each row */
   kr_linear_scratch scratch; /* int8 path: xq i8 [T, max(H, Dq, F)], xs f32 [T] */
 } dec_net;
 

@@ -8,7 +8,8 @@
  *   weights.c    GGUF tensors into kite weights (dense, int8, 4-bit) and the linear layer
  *   kv_cache.c   the paged KV cache: blocks, free list, block tables, slots
  *   decoder.c    the decoder forward pass every family shares: weights, step buffers, layers
- *   llama.c      the llama family (llama, SmolLM, Mistral, Qwen2, Qwen3): its config
+ *   llama.c      the llama family (llama, SmolLM, Mistral, Qwen2, Qwen3, and the mixtures of
+ *                experts Mixtral and Qwen3-MoE): its config
  *   gemma.c      Gemma 2 and Gemma 3: their config
  *   phi3.c       Phi-3: its config
  *   sampler.c    penalties and sampling of a step's rows
@@ -59,6 +60,10 @@ typedef struct kr_config {
   double rope_theta_swa; /* local layers' RoPE base */
   double rope_linear;    /* global layers' positions divided by this (1: none) */
   int rope_freqs;        /* rope_freqs.weight divides the frequencies (Llama 3.1 scaling) */
+  /* Mixture of experts (0 experts: the dense FFN): each token's FFN is the weighted sum of
+   * n_expert_used of n_expert gated FFNs of width n_ff_exp, chosen by softmax over the router's
+   * logits (ffn_gate_inp), the chosen weights renormalized to sum 1 when expert_norm */
+  int n_expert, n_expert_used, n_ff_exp, expert_norm;
 } kr_config;
 
 typedef struct kr_model kr_model;

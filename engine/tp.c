@@ -19,6 +19,9 @@ int kr_tp_check(const kr_config *c, int nranks, char *err, size_t err_len) {
   if (c->n_head_kv % nranks)
     return kr_errf(err, err_len, "tp: %d ranks do not divide the model's %d kv heads", nranks,
                    c->n_head_kv);
+  if (c->n_expert && nranks > 1)
+    return kr_errf(err, err_len, "tp: %s with %d experts runs on one rank only", c->arch,
+                   c->n_expert);
   if (c->n_ff % nranks)
     return kr_errf(err, err_len, "tp: %d ranks do not divide the model's FFN width %d", nranks,
                    c->n_ff);

@@ -71,14 +71,21 @@ int kr_tensor_row_f32(const kr_gguf_tensor *t, int64_t r, float *out, kite_ctx *
 
 const kr_gguf_tensor *kr_need_tensor(const kr_gguf *g, const char *name, int64_t cols, int64_t rows,
                                      char *err, size_t err_len) {
+  return kr_need_tensor3(g, name, cols, rows, 1, err, err_len);
+}
+
+const kr_gguf_tensor *kr_need_tensor3(const kr_gguf *g, const char *name, int64_t cols,
+                                      int64_t rows, int64_t groups, char *err, size_t err_len) {
   const kr_gguf_tensor *t = kr_gguf_tensor_find(g, name);
   if (!t) {
     kr_errf(err, err_len, "model: tensor %s missing", name);
     return NULL;
   }
-  if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != 1 || t->ne[3] != 1) {
-    kr_errf(err, err_len, "model: tensor %s is [%lld, %lld], expected [%lld, %lld] (ne order)",
-            name, (long long)t->ne[0], (long long)t->ne[1], (long long)cols, (long long)rows);
+  if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != groups || t->ne[3] != 1) {
+    kr_errf(err, err_len,
+            "model: tensor %s is [%lld, %lld, %lld], expected [%lld, %lld, %lld] (ne order)", name,
+            (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)cols,
+            (long long)rows, (long long)groups);
     return NULL;
   }
   if (!readable(t->type)) {
@@ -210,6 +217,38 @@ done:
   free(row);
   free(mat);
   free(scales);
+  return rc;
+}
+
+int kr_load_stacked(kr_loader *ld, const kr_gguf_tensor *const *parts, int n_parts, void **out,
+                    char *err, size_t err_len) {
+  const int64_t k = parts[0]->ne[0], G = parts[0]->ne[2];
+  int64_t n = 0; /* rows of a group */
+  for (int i = 0; i < n_parts; i++) n += parts[i]->ne[1];
+  const size_t es = kite_dtype_size(ld->act), total = (size_t)G * (size_t)n * (size_t)k;
+  float *row = malloc((size_t)k * sizeof(float)); /* [k] one decoded row */
+  uint8_t *mat = malloc(total * es);              /* [G, n, k] ld->act */
+  int rc;
+  kite_ctx *host = host_ctx(parts, n_parts, &rc, err, err_len);
+  if (rc) goto done;
+  if (!row || !mat) {
+    rc = kr_errf(err, err_len, "model: out of memory");
+    goto done;
+  }
+  size_t at = 0; /* values written */
+  for (int64_t g = 0; g < G && !rc; g++)
+    for (int i = 0; i < n_parts && !rc; i++) {
+      const int64_t rows = parts[i]->ne[1];
+      for (int64_t j = 0; j < rows && !rc; j++, at += (size_t)k) {
+        rc = kr_tensor_row_f32(parts[i], g * rows + j, row, host, err, err_len);
+        for (int64_t x = 0; x < k && !rc; x++) kite_store_f32(ld->act, mat, at + (size_t)x, row[x]);
+      }
+    }
+  if (!rc) rc = upload(ld, mat, total * es, out, err, err_len);
+done:
+  kite_ctx_destroy(host);
+  free(row);
+  free(mat);
   return rc;
 }
 

@@ -66,6 +66,10 @@ int kr_ggml_default_as_stored(uint32_t type);
 const kr_gguf_tensor *kr_need_tensor(const kr_gguf *g, const char *name, int64_t cols, int64_t rows,
                                      char *err, size_t err_len);
 
+/* kr_need_tensor for a stack of `groups` matrices (MoE experts): ne = [cols, rows, groups]. */
+const kr_gguf_tensor *kr_need_tensor3(const kr_gguf *g, const char *name, int64_t cols,
+                                      int64_t rows, int64_t groups, char *err, size_t err_len);
+
 /* Row r of a GGUF tensor of a type kr_need_tensor accepts (ne[0] = cols values) as f32
  * out[cols]; a block type is decoded by kite_dequant_gguf on `host`, a ctx on the host (unused
  * for f32 / f16 / bf16). Returns 0, or -1 with a message. */
@@ -82,6 +86,12 @@ int kr_load_vector(kr_loader *ld, const kr_gguf_tensor *const *parts, int n_part
 int kr_load_matrix(kr_loader *ld, const kr_gguf_tensor *const *parts, int n_parts, kr_wkind kind,
                    kr_weight *w, char *err, size_t err_len);
 void kr_weight_free(kite_ctx *ctx, kr_weight *w);
+/* Stacks of G matrices (parts[i]: ne [k, n_i, G], all of one k and G; MoE experts) as one dense
+ * device array [G, sum n_i, k] in ld->act: group g's rows of parts[0], then its rows of
+ * parts[1], ... (gate and up experts packed into kite_fused_moe's w13 [E, 2I, H] once at load).
+ * Block types are decoded (their values exactly, rounded to ld->act). */
+int kr_load_stacked(kr_loader *ld, const kr_gguf_tensor *const *parts, int n_parts, void **out,
+                    char *err, size_t err_len);
 
 /* Device scratch of the int8 path, sized by the caller for its widest input. */
 typedef struct kr_linear_scratch {

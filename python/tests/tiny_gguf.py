@@ -19,6 +19,8 @@ import transformers
 VOCAB = 320
 COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_attention_heads=4,
               num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.15)
+MOE = dict(COMMON, num_experts=4, num_experts_per_tok=2)
+MOE_QUANT = {"qwen3moe-q8": gguf.GGMLQuantizationType.Q8_0}  # expert tensors' block type
 LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 16.0, "low_freq_factor": 1.0,
                "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
 
@@ -40,6 +42,19 @@ CONFIGS = {
         rope_parameters={"full_attention": {"rope_type": "linear", "factor": 4.0,
                                             "rope_theta": 1000000.0},
                          "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}),
+    # mixtures of experts: every layer's FFN 4 experts of width 32, 2 per token, written stacked
+    # per tensor (blk.N.ffn_gate_exps ...) as llama.cpp's converter writes them
+    "qwen3moe": lambda: transformers.Qwen3MoeConfig(**MOE, num_hidden_layers=2, head_dim=32,
+                                                    norm_topk_prob=True, decoder_sparse_step=1,
+                                                    mlp_only_layers=[],
+                                                    moe_intermediate_size=32,
+                                                    tie_word_embeddings=False),
+    # its experts in Q8_0 blocks; the model returned holds their decoded values
+    "qwen3moe-q8": lambda: CONFIGS["qwen3moe"](),
+    # Mixtral: llama.cpp writes it as arch llama with llama.expert_count
+    "llama-mixtral": lambda: transformers.MixtralConfig(**dict(MOE, intermediate_size=32),
+                                                        num_hidden_layers=2,
+                                                        tie_word_embeddings=False),
     "phi3": lambda: transformers.Phi3Config(**COMMON, num_hidden_layers=2,
                                             tie_word_embeddings=False,
                                             rope_parameters={"rope_type": "default",
@@ -122,6 +137,7 @@ def model(name, seed):
     torch.manual_seed(seed)
     cfg = (CONFIGS.get(name) or SHAPES[name])()
     cfg._attn_implementation = "eager"
+    cfg._experts_implementation = "eager"  # a loop over experts, which runs in float64 too
     m = transformers.AutoModelForCausalLM.from_config(cfg).float().eval()
     with torch.no_grad():
         for n, p in m.named_parameters():
@@ -130,6 +146,33 @@ def model(name, seed):
         if arch.startswith("gemma"):  # the scaled embedding would drown the layers' sums
             m.model.embed_tokens.weight.mul_(0.2)
     return m
+
+
+def _experts(w, m, sd, l, qtype):
+    """Layer l's router (ffn_gate_inp [E, H]) and experts stacked per tensor: ffn_gate_exps and
+    ffn_up_exps [E, I, H] (transformers' gate_up_proj [E, 2I, H], gate rows first), ffn_down_exps
+    [E, H, I]. qtype: the experts in GGUF blocks of that type, the model's weights set to their
+    decoded values (what a reader of the file computes with)."""
+    p = f"model.layers.{l}.mlp."
+    w.add_tensor(_name(T.FFN_GATE_INP, l), sd[p + "gate.weight"])
+    gu, down = sd[p + "experts.gate_up_proj"], sd[p + "experts.down_proj"]
+    half = gu.shape[1] // 2
+    parts = {T.FFN_GATE_EXP: gu[:, :half], T.FFN_UP_EXP: gu[:, half:], T.FFN_DOWN_EXP: down}
+    decoded = {}
+    for t, x in parts.items():
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        if qtype is None:
+            w.add_tensor(_name(t, l), x)
+            continue
+        q = gguf.quants.quantize(x, qtype)
+        w.add_tensor(_name(t, l), q, raw_dtype=qtype)
+        decoded[t] = torch.from_numpy(gguf.quants.dequantize(q, qtype).reshape(x.shape))
+    if decoded:
+        experts = m.model.layers[l].mlp.experts
+        with torch.no_grad():
+            experts.gate_up_proj.copy_(torch.cat([decoded[T.FFN_GATE_EXP],
+                                                  decoded[T.FFN_UP_EXP]], dim=1))
+            experts.down_proj.copy_(decoded[T.FFN_DOWN_EXP])
 
 
 def write(name, path, seed=0, meta=None, extra_tensors=None):
@@ -147,6 +190,12 @@ def write(name, path, seed=0, meta=None, extra_tensors=None):
     w.add_context_length(cfg.max_position_embeddings)
     w.add_embedding_length(H)
     w.add_feed_forward_length(cfg.intermediate_size)
+    n_exp = getattr(cfg, "num_experts", None) or getattr(cfg, "num_local_experts", None)
+    if n_exp:
+        w.add_expert_count(n_exp)
+        w.add_expert_used_count(cfg.num_experts_per_tok)
+        if hasattr(cfg, "moe_intermediate_size"):  # Mixtral's is feed_forward_length
+            w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
     w.add_head_count(nh)
     w.add_head_count_kv(nkv)
     w.add_key_length(hd)
@@ -183,10 +232,11 @@ def write(name, path, seed=0, meta=None, extra_tensors=None):
         put(_name(T.ROPE_FREQS), _llama3_divisors(rope, hd))
     for l in range(cfg.num_hidden_layers):
         p = f"model.layers.{l}."
-        names = {
-            T.ATTN_NORM: "input_layernorm", T.ATTN_OUT: "self_attn.o_proj",
-            T.FFN_DOWN: "mlp.down_proj",
-        }
+        names = {T.ATTN_NORM: "input_layernorm", T.ATTN_OUT: "self_attn.o_proj"}
+        if n_exp:
+            _experts(w, m, sd, l, MOE_QUANT.get(name))
+        else:
+            names[T.FFN_DOWN] = "mlp.down_proj"
         if gemma:
             names.update({T.ATTN_POST_NORM: "post_attention_layernorm",
                           T.FFN_NORM: "pre_feedforward_layernorm",
@@ -197,9 +247,10 @@ def write(name, path, seed=0, meta=None, extra_tensors=None):
             names.update({T.ATTN_QKV: "self_attn.qkv_proj", T.FFN_UP: "mlp.gate_up_proj"})
         else:
             names.update({T.ATTN_Q: "self_attn.q_proj", T.ATTN_K: "self_attn.k_proj",
-                          T.ATTN_V: "self_attn.v_proj", T.FFN_GATE: "mlp.gate_proj",
-                          T.FFN_UP: "mlp.up_proj"})
-        if arch in ("qwen3", "gemma3"):
+                          T.ATTN_V: "self_attn.v_proj"})
+            if not n_exp:
+                names.update({T.FFN_GATE: "mlp.gate_proj", T.FFN_UP: "mlp.up_proj"})
+        if arch in ("qwen3", "qwen3moe", "gemma3"):
             names.update({T.ATTN_Q_NORM: "self_attn.q_norm", T.ATTN_K_NORM: "self_attn.k_norm"})
         for t, hf in names.items():
             x = sd[p + hf + ".weight"]

@@ -210,6 +210,39 @@ class MoE(nn.Module):
         return _ops.fused_moe(h, self.w13, self.w2, weights, ids, self.act).reshape(shape)
 
 
+class _FirstHalf(torch.autograd.Function):
+    """g[.., I] -> h[.., 2I], g in its first half (the second is filled by _SecondHalf): the gate
+    and up projections' outputs meet in one buffer without a third [.., 2I] copy (torch.cat
+    holds gate, up and their concatenation at once)."""
+
+    @staticmethod
+    def forward(ctx, g):
+        h = g.new_empty(g.shape[:-1] + (2 * g.shape[-1],))
+        h[..., :g.shape[-1]].copy_(g)
+        ctx.half = g.shape[-1]
+        return h
+
+    @staticmethod
+    def backward(ctx, dh):
+        return dh[..., :ctx.half]
+
+
+class _SecondHalf(torch.autograd.Function):
+    """u[.., I] written into the second half of h[.., 2I] in place (_FirstHalf's result)."""
+
+    @staticmethod
+    def forward(ctx, h, u):
+        h[..., u.shape[-1]:].copy_(u)
+        ctx.mark_dirty(h)
+        ctx.half = u.shape[-1]
+        return h
+
+    @staticmethod
+    def backward(ctx, dh):
+        # dh passes whole to _FirstHalf, which reads only the first half
+        return dh, dh[..., ctx.half:]
+
+
 class _GatedPrivate(torch.autograd.Function):
     """act_and_mul(h) for an h no one else holds (GatedMLP's concatenation of gate_proj's and
     up_proj's outputs): the backward writes the gradient over h (kite's gated_backward in place),
@@ -262,10 +295,15 @@ class GatedMLP(nn.Module):
     def forward(self, x):
         if "gate_up_proj" in self._modules:  # its output may be held elsewhere (hooks, adapters)
             return self.down_proj(self._op(self.gate_up_proj(x), 0.0))
-        h = torch.cat((self.gate_proj(x), self.up_proj(x)), dim=-1)
-        if torch.is_grad_enabled() and h.requires_grad:
-            return self.down_proj(_GatedPrivate.apply(h, self._name))
-        return self.down_proj(self._op(h, 0.0))
+        g = self.gate_proj(x)
+        if not (torch.is_grad_enabled() and g.requires_grad):
+            return self.down_proj(self._op(torch.cat((g, self.up_proj(x)), dim=-1), 0.0))
+        # training: gate, then up, copied into one [.., 2I] as each is made (at most three [.., I]
+        # live, as with Liger's SwiGLU), whose gradient the backward writes over it
+        h = _FirstHalf.apply(g)
+        del g
+        h = _SecondHalf.apply(h, self.up_proj(x))
+        return self.down_proj(_GatedPrivate.apply(h, self._name))
 
     def extra_repr(self):
         return f"act={self.act_name}_and_mul"
