@@ -104,6 +104,16 @@ __device__ __forceinline__ bool bwd_mask(const BwdParams &p, int64_t b, int64_t 
   return true;
 }
 
+/* Query row `row` of (b, h)'s statistics as the tensor-core kernels keep them: *l2 = lse log2(e)
+ * (inf for a row that sees no key, lse -inf: every p = exp2(s - inf) is then 0) and *dl = its
+ * delta (rowsum(dO o O)). */
+__device__ __forceinline__ void bwd_row_stats(const BwdParams &p, int64_t b, int64_t h, int64_t row,
+                                              float *l2, float *dl) {
+  const float lse = p.lse[b * p.lse_st[0] + h * p.lse_st[1] + row * p.lse_st[2]];
+  *l2 = lse == -INFINITY ? INFINITY : lse * kLog2e;
+  *dl = p.delta[b * p.delta_st[0] + h * p.delta_st[1] + row * p.delta_st[2]];
+}
+
 /* Query tiles [lo, hi) (tile m: rows [m bq, m bq + bq) of the sequence) that key block n (keys
  * [n bn, n bn + bn)) visits: those holding a query that sees one of its keys; empty past the
  * sequence's keys. lo and hi never decrease with n (bwd_query_range). */

@@ -87,12 +87,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_sm90_kernel(BwdParams p)
     }
     if (tid < kBQ) {
       float l2 = INFINITY, dl = 0.0f;
-      if (i0 + tid < s.ql) {
-        const int64_t row = s.qf + i0 + tid;
-        const float lse = p.lse[b * p.lse_st[0] + h * p.lse_st[1] + row * p.lse_st[2]];
-        l2 = lse == -INFINITY ? INFINITY : lse * kLog2e;
-        dl = p.delta[b * p.delta_st[0] + h * p.delta_st[1] + row * p.delta_st[2]];
-      }
+      if (i0 + tid < s.ql) bwd_row_stats(p, b, h, s.qf + i0 + tid, &l2, &dl);
       sStat[buf * 2 * kBQ + tid] = l2, sStat[buf * 2 * kBQ + kBQ + tid] = dl;
     }
   };
