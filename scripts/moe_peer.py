@@ -10,8 +10,8 @@ token, weights a softmax of random logits), the same for every contestant.
                kite_linear -> kite_silu_and_mul -> kite_linear, added to the routed sum by torch's
                add; on torch as F.linear / silu * up / F.linear.
 Contestants, each computing the whole block from x, ids, weights:
-  kite     kite_fused_moe_ex (kite's choice of kernel; "kite block" / "kite grouped" pin
-           fused_moe_ex=cuda.block / cuda.grouped, the block kernel only at decode sizes)
+  kite     kite_fused_moe_ex (kite's choice of kernel; "kite pairs" / "kite grouped" pin
+           fused_moe_ex=cuda.pairs / cuda.grouped, the pairs kernel only at decode sizes)
   grouped  torch._grouped_mm: pairs sorted by expert (argsort), offs = cumulative counts (int32
            group ends), two grouped products, biases gathered per row, the weighted sum of the k
            rows of each token
@@ -260,7 +260,7 @@ def main():
             contest = {"kite": blk.kite_fn(kite, x, w, ids)}
             kite_choice = None
             if decode:
-                contest["kite block"] = blk.kite_fn(kite, x, w, ids, "cuda.block")
+                contest["kite pairs"] = blk.kite_fn(kite, x, w, ids, "cuda.pairs")
             contest["kite grouped"] = blk.kite_fn(kite, x, w, ids, "cuda.grouped")
             if has_gmm:
                 contest["grouped_mm"] = lambda: blk.torch_grouped(x, w, ids)
@@ -276,7 +276,7 @@ def main():
             except Exception as ex:  # reported, the row still timed
                 print(f"{name} T{T}: check failed: {ex}", flush=True)
                 row["rel_err"], want = float("nan"), None
-            for pin in ("kite block", "kite grouped"):  # a kernel may decline this T: left out
+            for pin in ("kite pairs", "kite grouped"):  # a kernel may decline this T: left out
                 try:
                     got = contest[pin]().clone() if pin in contest else None
                     if got is not None and want is not None:
@@ -318,12 +318,12 @@ def main():
     fmt = lambda r, k, p=1: "-" if r.get(k) is None else f"{r[k]:.{p}f}"
     print("\n---- MoE block: kite vs torch (bf16; router excluded; us per call, events, L2 "
           "flushed; decode TB/s of touched weights, prefill TFLOP/s)")
-    print(f"{'model':<12} {'T':>5} {'kite us':>9} {'block us':>9} {'grouped us':>10} "
+    print(f"{'model':<12} {'T':>5} {'kite us':>9} {'pairs us':>9} {'grouped us':>10} "
           f"{'_grouped_mm us':>14} {'loop us':>9} {'kite':>7} {'_g_mm':>7} {'loop':>7} "
           f"{'unit':>7} {'err':>8} kernel")
     for r in rows:
         u = "tb" if r["T"] <= 64 else "tflop"
-        print(f"{r['model']:<12} {r['T']:>5} {fmt(r, 'kite_us'):>9} {fmt(r, 'kite_block_us'):>9} "
+        print(f"{r['model']:<12} {r['T']:>5} {fmt(r, 'kite_us'):>9} {fmt(r, 'kite_pairs_us'):>9} "
               f"{fmt(r, 'kite_grouped_us'):>10} {fmt(r, 'grouped_mm_us'):>14} "
               f"{fmt(r, 'loop_us'):>9} {fmt(r, 'kite_' + u + 's', 2):>7} "
               f"{fmt(r, 'grouped_mm_' + u + 's', 2):>7} {fmt(r, 'loop_' + u + 's', 2):>7} "

@@ -186,10 +186,12 @@ CUDA_RUN(cuda_group_gemm_cublaslt_run);
 /* moe.cu: topk_gating, fused_moe */
 CUDA_RUN(cuda_topk_gating_run);
 CUDA_RUN(cuda_fused_moe_run);
-/* moe_route.cu: moe_route, fused_moe_ex, moe_aux_loss (+ backward) */
+/* moe_route.cu: moe_route, moe_aux_loss (+ backward) */
 CUDA_RUN(cuda_moe_route_run);
-CUDA_RUN(cuda_fused_moe_ex_run);
 CUDA_RUN(cuda_moe_aux_loss_run);
+/* moe_pairs.cu: fused_moe_ex as matrix-vector products per (token, pick) pair: any float dtype,
+ * any T, graph-safe */
+CUDA_RUN(cuda_fused_moe_ex_run);
 /* moe_grouped.cu: fused_moe_ex through cuBLASLt products per expert, f16/bf16, many tokens */
 CUDA_SUPPORTS(cuda_fused_moe_ex_grouped_supports);
 CUDA_RUN(cuda_fused_moe_ex_grouped_run);

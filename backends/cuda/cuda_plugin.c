@@ -330,10 +330,12 @@ static const kite_kernel cuda_kernels[] = {
            "a thread per token: scores, keys, groups, k arg-max passes"),
     KERNEL(KITE_OP_FUSED_MOE_EX, "grouped", PRIORITY_LIBRARY, cuda_fused_moe_ex_grouped_supports,
            cuda_fused_moe_ex_grouped_run,
-           "f16/bf16, T >= 16: pairs sorted by expert, cuBLASLt products per expert (one batch "
-           "when balanced); block below and under capture"),
-    KERNEL(KITE_OP_FUSED_MOE_EX, "block", PRIORITY_GENERIC, cuda_float_supports,
-           cuda_fused_moe_ex_run, "a block per token: gate/up dots, clamp, act, w2 dots, biases"),
+           "f16/bf16, T k > max(E / 2, 8): pairs sorted by expert, cuBLASLt products per expert "
+           "(one batch when balanced); pairs kernel below and under capture"),
+    KERNEL(KITE_OP_FUSED_MOE_EX, "pairs", PRIORITY_GENERIC, cuda_float_supports,
+           cuda_fused_moe_ex_run,
+           "per (token, pick) pair: gate/up and down as split-K matrix-vector products at memory "
+           "speed, act, combine in pick order; graph-safe"),
     KERNEL(KITE_OP_MOE_AUX_LOSS, "rows", PRIORITY_GENERIC, cuda_float_supports,
            cuda_moe_aux_loss_run, "row softmax stats, expert sums in row order, one reduction"),
     KERNEL(KITE_OP_MOE_AUX_LOSS_BACKWARD, "rows", PRIORITY_GENERIC, cuda_float_supports,

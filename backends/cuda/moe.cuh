@@ -1,6 +1,6 @@
 /*
- * The pieces of the routed MoE MLP that fused_moe (moe.cu) and fused_moe_ex (moe_route.cu's
- * block per token, moe_grouped.cu's grouped GEMMs) share: the routing of (token, pick) pairs into
+ * The pieces of the routed MoE MLP that fused_moe (moe.cu) and fused_moe_ex (moe_pairs.cu's
+ * products per (token, pick) pair, moe_grouped.cu's grouped GEMMs) share: the routing of pairs into
  * rows grouped by expert, the weighted combine of the picks' rows, and fused_moe_ex's
  * activation.
  */

@@ -1,6 +1,6 @@
 /*
- * fused_moe_ex on tensor cores (f16 / bf16, many tokens): the (token, pick) pairs sorted by
- * expert, the two products of each expert through cuBLASLt.
+ * fused_moe_ex on tensor cores (f16 / bf16, more pairs than decode's): the (token, pick) pairs
+ * sorted by expert, the two products of each expert through cuBLASLt.
  *   1. route (moe.cuh): the pairs of each expert, each pair's row; the counts come to the host
  *      (a 4 E-byte copy and a stream synchronization);
  *   2. xs[rows, H] = x[token of row] (T);
@@ -16,7 +16,7 @@
  * hundred rows each would leave most SMs idle), else one call per expert that has rows (decode:
  * only the touched experts' weights are read).
  * The host synchronization cannot happen inside CUDA graph capture: a capturing stream, and a
- * call cuBLASLt offers no algorithm for, runs the block-per-token kernel (moe_route.cu) instead.
+ * call cuBLASLt offers no algorithm for, runs the pairs kernel (moe_pairs.cu) instead.
  */
 #include <vector>
 
@@ -27,10 +27,14 @@ using namespace kite_cuda;
 
 namespace {
 
-/* Fewest tokens this path takes; below, the block-per-token kernel. Not yet placed by
- * measurement (scripts/moe_peer.py times both kernels pinned at T 1 - 64 for that): 16 keeps
- * decode batches on the block kernel and gives the products every prefill. */
-constexpr int64_t kMinTokens = 16;
+/* Pairs this path leaves to the pairs kernel (moe_pairs.cu): tokens * topk <= max(experts / 2,
+ * 8). There, at decode, each touched expert's weights are read about once by matrix-vector
+ * products at memory speed, while this path pays a host synchronization and a cuBLASLt call per
+ * expert of a few rows. To be placed by measurement (scripts/moe_peer.py pins both kernels). */
+bool few_pairs(const kite_moe_args *m) {
+  const int64_t most = m->experts / 2 > 8 ? m->experts / 2 : 8;
+  return m->tokens * m->topk <= most;
+}
 
 /* xs[r] = x[src_row[r]], a zero row where src_row[r] < 0 (an expert's padding). */
 template <typename T>
@@ -110,8 +114,7 @@ extern "C" CUDA_SUPPORTS(cuda_fused_moe_ex_grouped_supports) {
   if (m->dtype != KITE_DTYPE_F16 && m->dtype != KITE_DTYPE_BF16)
     return ok_unless(true, "f16 / bf16 only", why);
   if (m->inter <= 0) return ok_unless(true, "inter 0 (no products)", why);
-  return ok_unless(m->tokens < kMinTokens,
-                   "fewer tokens than the products pay for (the block kernel's)", why);
+  return ok_unless(few_pairs(m), "tokens * topk <= max(experts / 2, 8): the pairs kernel's", why);
 }
 
 extern "C" CUDA_RUN(cuda_fused_moe_ex_grouped_run) {

@@ -1,13 +1,9 @@
 /*
- * The MoE router of today's models, fused_moe_ex and the load-balancing loss: plain kernels,
- * the definitions of kite.h written once per thread.
+ * The MoE router of today's models and the load-balancing loss: plain kernels, the definitions
+ * of kite.h written once per thread (fused_moe_ex: moe_pairs.cu and moe_grouped.cu).
  *
  * moe_route, a thread per token: f32 scores and keys in the workspace ([T, E] each), group keys
  * by top-2 sums, then k arg-max passes (strict >: the lower id keeps a tie).
- * fused_moe_ex, a block per token: for each pick, the threads share the I intermediate values
- * (gate/up dots, clamp, activation, rounded to the dtype), then the H outputs (w2 dots, b2),
- * accumulated in registers of the thread that owns the output column. Transposed weights are
- * read in place through element strides.
  * moe_aux_loss: the row max and sum of each softmax (a thread per row), the expert sums c_e,
  * P_e in row order (a thread per expert: deterministic), then the loss (one thread) or the
  * gradient rows (a thread per row).
@@ -93,51 +89,6 @@ template <typename T> __global__ void route_kernel(kite_route_args a, RouteWork 
   for (int64_t j = 0; j < K; j++) wsum += wt[j];
   const float scale = o.renormalize ? o.scaling / (wsum + 1e-20f) : o.scaling;
   for (int64_t j = 0; j < K; j++) wt[j] *= scale;
-}
-
-/* A block per token; ws: the workspace, [T, I] f32 intermediates then [T, H] f32 sums (each
- * sum column owned by one thread from start to end). */
-template <typename T> __global__ void moe_ex_kernel(kite_moe_ex_args ax, float *ws) {
-  const kite_moe_args &a = ax.moe;
-  const int64_t r = blockIdx.x, H = a.hidden, I = a.inter;
-  const bool il = ax.opts.layout == KITE_MOE_INTERLEAVED;
-  const float lim = ax.opts.limit, alpha = ax.opts.alpha;
-  /* element strides of w13[e]'s (row n of 2I, column c of H) and w2[e]'s (row c of H, column i
-   * of I): transposed, consecutive threads read consecutive columns of the stored rows */
-  const bool tr = ax.opts.transposed != 0;
-  const int64_t w13_sn = tr ? 1 : H, w13_sc = tr ? 2 * I : 1;
-  const int64_t w2_sn = tr ? 1 : I, w2_sc = tr ? H : 1;
-  const T *x = (const T *)a.x + r * a.x_stride, *b13 = (const T *)ax.b13, *b2 = (const T *)ax.b2;
-  float *act = ws + r * I, *acc = ws + a.tokens * I + r * H;
-  for (int64_t c = threadIdx.x; c < H; c += blockDim.x) acc[c] = 0.0f;
-  for (int64_t j = 0; j < a.topk; j++) {
-    const int64_t e = a.ids[r * a.ids_stride + j];
-    const float p = a.weights[r * a.weights_stride + j];
-    if (e < 0 || e >= a.experts) continue;
-    const T *w13 = (const T *)a.w13 + e * 2 * I * H, *w2 = (const T *)a.w2 + e * H * I;
-    __syncthreads(); /* act of the previous pick fully read */
-    for (int64_t i = threadIdx.x; i < I; i += blockDim.x) {
-      const int64_t gr = il ? 2 * i : i, ur = il ? 2 * i + 1 : I + i;
-      float gs = 0.0f, us = 0.0f;
-      for (int64_t c = 0; c < H; c++) {
-        const float xv = to_float(x[c]);
-        gs = fmaf(xv, to_float(w13[gr * w13_sn + c * w13_sc]), gs);
-        us = fmaf(xv, to_float(w13[ur * w13_sn + c * w13_sc]), us);
-      }
-      const float gate = gs + (b13 ? to_float(b13[e * 2 * I + gr]) : 0.0f);
-      const float up = us + (b13 ? to_float(b13[e * 2 * I + ur]) : 0.0f);
-      const float v = moe_ex_activate(gate, up, a.act, alpha, lim);
-      act[i] = to_float(from_float<T>(v)); /* the intermediate, rounded to the dtype */
-    }
-    __syncthreads();
-    for (int64_t c = threadIdx.x; c < H; c += blockDim.x) {
-      float v = b2 ? to_float(b2[e * H + c]) : 0.0f;
-      for (int64_t i = 0; i < I; i++) v = fmaf(act[i], to_float(w2[c * w2_sn + i * w2_sc]), v);
-      acc[c] = fmaf(p, v, acc[c]);
-    }
-  }
-  for (int64_t c = threadIdx.x; c < H; c += blockDim.x)
-    ((T *)a.y)[r * a.y_stride + c] = from_float<T>(acc[c]);
 }
 
 /* Row statistics of the softmax: stat[2r] = max, stat[2r + 1] = sum of exp(x - max). */
@@ -227,21 +178,6 @@ extern "C" CUDA_RUN(cuda_moe_route_run) {
   return launch_typed(ctx, "moe_route", "thread", a->dtype, [&](auto tag, cudaStream_t s) {
     using T = typename decltype(tag)::type;
     route_kernel<T><<<blocks_of(T_, 128), 128, 0, s>>>(*a, w);
-    return KITE_OK;
-  });
-}
-
-extern "C" CUDA_RUN(cuda_fused_moe_ex_run) {
-  const kite_moe_ex_args *a = (const kite_moe_ex_args *)args;
-  const kite_moe_args *m = &a->moe;
-  if (m->tokens <= 0 || m->hidden <= 0) return KITE_OK;
-  void *ws;
-  kite_status st =
-      kite_ctx_workspace(ctx, (size_t)(m->tokens * (m->inter + m->hidden)) * 4 + 4, &ws);
-  if (st != KITE_OK) return st;
-  return launch_typed(ctx, "fused_moe_ex", "block", m->dtype, [&](auto tag, cudaStream_t s) {
-    using T = typename decltype(tag)::type;
-    moe_ex_kernel<T><<<(unsigned)m->tokens, 256, 0, s>>>(*a, (float *)ws);
     return KITE_OK;
   });
 }

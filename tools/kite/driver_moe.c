@@ -82,7 +82,9 @@ static void fill_ties(const kt_run *r, int v, uint64_t seed, unsigned char *body
                floor(8.0 * kt_unit(seed, (uint64_t)(i * cols + j))) - 4.0);
 }
 
-/* k distinct experts per token, about one in eight replaced by -1 or E with oob_ids. */
+/* k distinct experts per token, about one in eight replaced by -1 or E with oob_ids; for
+ * fused_moe_ex also the first token's last pick (decode cases of a few picks keep one whatever
+ * the seed; the routers' losses keep their counts). */
 static void fill_ids(const kt_run *r, int v, uint64_t seed, unsigned char *body) {
   const kt_view *vw = &r->view[v];
   const int64_t k = kt_view_cols(vw), e = r->c.moe.experts > 0 ? r->c.moe.experts : 1;
@@ -91,7 +93,8 @@ static void fill_ids(const kt_run *r, int v, uint64_t seed, unsigned char *body)
     for (int64_t j = 0; j < k; j++) {
       int64_t id = (first + j * 3) % e;
       const uint64_t h = kt_hash(seed + 1, (uint64_t)(i * k + j));
-      if (r->c.moe.oob_ids && h % 8 == 0) id = (h >> 8) % 2 ? -1 : e;
+      const int pinned = r->c.op == KITE_OP_FUSED_MOE_EX && i == 0 && j == k - 1;
+      if (r->c.moe.oob_ids && (h % 8 == 0 || pinned)) id = (h >> 8) % 2 ? -1 : e;
       kt_store(KITE_DTYPE_I32, body, kt_view_row(vw, i) + j, (double)id);
     }
   }
@@ -289,17 +292,29 @@ static const ex_geom g_ex[] = {
     {50, 64, 48, 2, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_SPLIT, 2.0f, 1, 0, 1},
     {40, 17, 9, 2, 2, KITE_MOE_SILU, KITE_MOE_INTERLEAVED, 0.5f, 0, 1, 1},
     {257, 4096, 4, 2, 8, KITE_MOE_SILU, KITE_MOE_SPLIT, 0.0f, 1, 1, 0},
-    /* T >= 16 in f16 / bf16 takes cuda.grouped: packed rows per expert (uneven counts), or one
-     * padded batch (k = E: every token picks every expert; with ids out of range, counts differ
-     * and the shorter experts get zero rows) */
+    /* more than max(E / 2, 8) pairs (T k) in f16 / bf16 take cuda.grouped: packed rows per expert
+     * (uneven counts), or one padded batch (k = E: every token picks every expert; with ids out of
+     * range, counts differ and the shorter experts get zero rows) */
     {64, 72, 40, 16, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 7.0f, 1, 1, 1},
     {96, 40, 24, 4, 4, KITE_MOE_SILU, KITE_MOE_SPLIT, 0.0f, 1, 0, 0},
     {80, 33, 20, 5, 5, KITE_MOE_GELU, KITE_MOE_INTERLEAVED, 0.7f, 0, 1, 1},
     {48, 128, 127, 8, 2, KITE_MOE_SILU, KITE_MOE_SPLIT, 0.0f, 0, 1, 0},
     {40, 64, 48, 8, 8, KITE_MOE_SWIGLU_OAI, KITE_MOE_SPLIT, 7.0f, 1, 1, 0},
-    /* more experts than pairs: always packed, one call per expert with rows */
-    {20, 40, 24, 128, 2, KITE_MOE_GELU, KITE_MOE_SPLIT, 0.0f, 1, 1, 0},
-    {24, 48, 32, 64, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 7.0f, 1, 0, 1}};
+    /* more experts than pairs (and more pairs than E / 2): always packed, one call per expert
+     * with rows */
+    {40, 40, 24, 128, 2, KITE_MOE_GELU, KITE_MOE_SPLIT, 0.0f, 1, 1, 0},
+    {24, 48, 32, 64, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 7.0f, 1, 0, 1},
+    /* decode (T 1 - 3, the CUDA pairs kernel in every dtype) with biases and ids out of range:
+     * rows of 16-byte loads (H 2048, I 64 and 72) with the gate/up rows split in two chunks, and
+     * at T 3 the strided x of one element per load; odd H and I (one element per load) with H
+     * 300 in three chunks; gpt-oss's columns, 8 per load (2I 80, H 96) and one per load (2I 602,
+     * H 45), their rows split among many chunks */
+    {1, 2048, 72, 8, 4, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 7.0f, 1, 1, 0},
+    {2, 300, 45, 8, 3, KITE_MOE_SILU, KITE_MOE_SPLIT, 0.0f, 1, 1, 0},
+    {3, 45, 301, 8, 4, KITE_MOE_GELU, KITE_MOE_INTERLEAVED, 0.7f, 1, 1, 1},
+    {3, 2048, 64, 8, 8, KITE_MOE_SILU, KITE_MOE_SPLIT, 0.0f, 1, 1, 0},
+    {3, 2048, 64, 8, 8, KITE_MOE_SILU, KITE_MOE_SPLIT, 0.0f, 1, 1, 0}, /* x rows + 5 */
+    {2, 96, 40, 8, 3, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 7.0f, 1, 1, 1}};
 static const ex_geom g_quick_ex[] = {
     {1, 64, 48, 8, 4, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 7.0f, 1, 1, 0},
     {17, 40, 24, 8, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_SPLIT, 0.5f, 1, 0, 0},
