@@ -51,15 +51,17 @@ template <typename In> struct Gemv {
   int64_t sn, sc;      /* element strides of W_e */
 };
 
-/* Rows contiguous: warp (p, n) of the x grid, chunk s = blockIdx.y. V: 8 elements per lane per
- * load (K % 8 == 0, rows and input 16-byte aligned), else one. */
+/* Rows contiguous: warp n P + p of the x grid (the pairs of one output side by side: pairs of the
+ * same expert read its rows at about the same time, from L2 after the first), chunk s =
+ * blockIdx.y. V: 8 elements per lane per load (K % 8 == 0, rows and input 16-byte aligned), else
+ * one. */
 template <typename T, typename In, bool V>
 __global__ void __launch_bounds__(kThreads) gemv_rows_kernel(const T *w, Pairs q, Gemv<In> g) {
   constexpr int VW = V ? 8 : 1;
   const int64_t wid = blockIdx.x * (int64_t)kWarps + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (wid >= g.P * g.N) return;
-  const int64_t p = wid / g.N, n = wid % g.N, e = pair_expert(q, p);
+  const int64_t p = wid % g.P, n = wid / g.P, e = pair_expert(q, p);
   if (e < 0) return;
   const T *wr = w + e * g.N * g.K + n * g.sn;
   const In *in = g.in + (p / g.div) * g.stride;
@@ -87,17 +89,17 @@ __global__ void __launch_bounds__(kThreads) gemv_rows_kernel(const T *w, Pairs q
   if (lane == 0) g.out[(blockIdx.y * g.P + p) * g.N + n] = acc;
 }
 
-/* Columns contiguous: CTA (pair blockIdx.x / nb and its column block blockIdx.x % nb of 32 VW n,
- * chunk blockIdx.y); thread lane owns n0 + lane VW .. + VW, warp w the rows c0 + w + 8 i. V: 8
- * consecutive n per load (N % 8 == 0, W 16-byte aligned). */
+/* Columns contiguous: CTA (column block blockIdx.x / P of 32 VW n, pair blockIdx.x % P, as the
+ * rows kernel; chunk blockIdx.y); thread lane owns n0 + lane VW .. + VW, warp w the rows c0 + w + 8
+ * i. V: 8 consecutive n per load (N % 8 == 0, W 16-byte aligned). */
 template <typename T, typename In, bool V>
 __global__ void __launch_bounds__(kThreads) gemv_cols_kernel(const T *w, Pairs q, Gemv<In> g) {
   constexpr int VW = V ? 8 : 1, NB = 32 * VW;
   __shared__ float part[kWarps][NB];
-  const int64_t nb = (g.N + NB - 1) / NB, p = blockIdx.x / nb, e = pair_expert(q, p);
+  const int64_t p = blockIdx.x % g.P, e = pair_expert(q, p);
   if (e < 0) return; /* the whole CTA: no barrier is skipped by part of it */
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t n0 = (blockIdx.x % nb) * NB, n = n0 + lane * VW;
+  const int64_t n0 = (blockIdx.x / g.P) * NB, n = n0 + lane * VW;
   const bool live = n < g.N; /* V: N % 8 == 0, so a live pack is whole */
   const T *wc = w + e * g.N * g.K + n * g.sn;
   const In *in = g.in + (p / g.div) * g.stride;
