@@ -192,7 +192,7 @@ CUDA_RUN(cuda_moe_aux_loss_run);
 /* moe_pairs.cu: fused_moe_ex as matrix-vector products per (token, pick) pair: any float dtype,
  * any T, graph-safe */
 CUDA_RUN(cuda_fused_moe_ex_run);
-/* moe_grouped.cu: fused_moe_ex through cuBLASLt products per expert, f16/bf16, many tokens */
+/* moe_grouped.cu: fused_moe_ex through cuBLASLt products per expert, f16/bf16, many pairs */
 CUDA_SUPPORTS(cuda_fused_moe_ex_grouped_supports);
 CUDA_RUN(cuda_fused_moe_ex_grouped_run);
 
