@@ -19,7 +19,8 @@ def frames_of(ev, depth=4):
     out = []
     for f in ev.get("frames", []):
         name = f.get("filename", "")
-        if "/torch/" in name or name.startswith("??") or "<" in name:
+        # Python frames only (the C++ frames of the allocator say nothing of the model)
+        if not name.endswith(".py") or "/torch/" in name:
             continue
         out.append(f"{os.path.basename(name)}:{f.get('line')} {f.get('name')}")
         if len(out) == depth:

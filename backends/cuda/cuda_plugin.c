@@ -330,7 +330,7 @@ static const kite_kernel cuda_kernels[] = {
            "a thread per token: scores, keys, groups, k arg-max passes"),
     KERNEL(KITE_OP_FUSED_MOE_EX, "grouped", PRIORITY_LIBRARY, cuda_fused_moe_ex_grouped_supports,
            cuda_fused_moe_ex_grouped_run,
-           "f16/bf16, T k > max(E / 2, 8): pairs sorted by expert, cuBLASLt products per expert "
+           "f16/bf16, T k > max(2 E, 8): pairs sorted by expert, cuBLASLt products per expert "
            "(one batch when balanced); pairs kernel below and under capture"),
     KERNEL(KITE_OP_FUSED_MOE_EX, "pairs", PRIORITY_GENERIC, cuda_float_supports,
            cuda_fused_moe_ex_run,

@@ -292,7 +292,7 @@ static const ex_geom g_ex[] = {
     {50, 64, 48, 2, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_SPLIT, 2.0f, 1, 0, 1},
     {40, 17, 9, 2, 2, KITE_MOE_SILU, KITE_MOE_INTERLEAVED, 0.5f, 0, 1, 1},
     {257, 4096, 4, 2, 8, KITE_MOE_SILU, KITE_MOE_SPLIT, 0.0f, 1, 1, 0},
-    /* more than max(E / 2, 8) pairs (T k) in f16 / bf16 take cuda.grouped: packed rows per expert
+    /* more than max(2 E, 8) pairs (T k) in f16 / bf16 take cuda.grouped: packed rows per expert
      * (uneven counts), or one padded batch (k = E: every token picks every expert; with ids out of
      * range, counts differ and the shorter experts get zero rows) */
     {64, 72, 40, 16, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 7.0f, 1, 1, 1},
@@ -300,8 +300,7 @@ static const ex_geom g_ex[] = {
     {80, 33, 20, 5, 5, KITE_MOE_GELU, KITE_MOE_INTERLEAVED, 0.7f, 0, 1, 1},
     {48, 128, 127, 8, 2, KITE_MOE_SILU, KITE_MOE_SPLIT, 0.0f, 0, 1, 0},
     {40, 64, 48, 8, 8, KITE_MOE_SWIGLU_OAI, KITE_MOE_SPLIT, 7.0f, 1, 1, 0},
-    /* more experts than pairs (and more pairs than E / 2): always packed, one call per expert
-     * with rows */
+    /* more experts than pairs: the pairs kernel on CUDA (ids spread over many experts) */
     {40, 40, 24, 128, 2, KITE_MOE_GELU, KITE_MOE_SPLIT, 0.0f, 1, 1, 0},
     {24, 48, 32, 64, 2, KITE_MOE_SWIGLU_OAI, KITE_MOE_INTERLEAVED, 7.0f, 1, 0, 1},
     /* decode (T 1 - 3, the CUDA pairs kernel in every dtype) with biases and ids out of range:
