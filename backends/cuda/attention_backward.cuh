@@ -178,18 +178,31 @@ __device__ __forceinline__ void atomic_add2(float *dst, float a, float b) {
 }
 
 /* Key block n's dQ of query tile m of head h into the f32 accumulator, in turn: waits for the
- * blocks above (bwd_turn), runs add() on every thread, then hands the tile on. Holds CTA barriers:
- * every thread of the CTA calls it. */
+ * blocks above (bwd_turn), runs add() on every thread, then keeps the tile in *pending: the CTA
+ * hands it on at its next tile's first barrier (bwd_turn_flush), when its adds have mostly
+ * landed, so the release does not hold the CTA up while they travel. The hand-on is one tile
+ * late; the block below waits on it only when it is less than a tile behind. Holds CTA
+ * barriers: every thread of the CTA calls it. */
 template <typename F>
 __device__ __forceinline__ void bwd_dq_in_turn(const BwdParams &p, const BwdSeq &s, int64_t b,
                                                int64_t h, int64_t n, int64_t m, int bn, int bq,
-                                               F add) {
+                                               int **pending, F add) {
   int *cnt = p.dq_turn + (b * p.hq + h) * p.mtiles + m;
   if (threadIdx.x == 0) bwd_turn_wait(cnt, bwd_turn(p, s, n, m, bn, bq));
   __syncthreads();
   add();
   __syncthreads(); /* every add issued (and the tile's shared memory free again) */
-  if (threadIdx.x == 0) bwd_turn_pass(cnt);
+  if (threadIdx.x == 0) *pending = cnt;
+}
+
+/* Hands on the tile kept by bwd_dq_in_turn (thread 0; after a CTA barrier that follows the adds:
+ * the release is cumulative over the CTA's adds). Every thread calls it after each tile's first
+ * barrier and once after the last tile. */
+__device__ __forceinline__ void bwd_turn_flush(int **pending) {
+  if (threadIdx.x == 0 && *pending) {
+    bwd_turn_pass(*pending);
+    *pending = nullptr;
+  }
 }
 
 /* dK (times scale) and dV of a warp's 16 keys [kw, kw + 16) of key block [j0, j1) from mma

@@ -107,6 +107,7 @@ __global__ void __launch_bounds__(32 * NW, 8 / NW) attn_bwd_mma_kernel(BwdParams
   const bool causal = p.causal || p.window_left >= 0, windowed = p.window_left >= 0;
   const int mq = warp / WPM, dc0 = (warp % WPM) * DC; /* this warp's dQ rows and columns */
 
+  int *pending = nullptr; /* the tile of dq this CTA has yet to hand on (bwd_dq_in_turn) */
   if (ntiles > 0) load_tile(0, 0);
   cp_async_commit();
   for (int64_t t = 0; t < ntiles; t++) {
@@ -115,6 +116,7 @@ __global__ void __launch_bounds__(32 * NW, 8 / NW) attn_bwd_mma_kernel(BwdParams
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
+    bwd_turn_flush(&pending);
     const int64_t h = bwd_head(p, g, t / nqb), m = span.lo + t % nqb, i0 = m * BQ;
     const T *tQ = sQD + (size_t)buf * 2 * BQ * LD, *tG = tQ + BQ * LD;
     const float *tL = sStat + buf * 2 * BQ, *tD = tL + BQ;
@@ -232,7 +234,7 @@ __global__ void __launch_bounds__(32 * NW, 8 / NW) attn_bwd_mma_kernel(BwdParams
       }
     }
     /* the tile's dq accumulator, in turn (bwd_turn) */
-    bwd_dq_in_turn(p, s, b, h, n, m, kBN, BQ, [&] {
+    bwd_dq_in_turn(p, s, b, h, n, m, kBN, BQ, &pending, [&] {
       float *accb = p.dq_acc + b * p.acc_st[0] + h * p.acc_st[1];
 #pragma unroll
       for (int hh = 0; hh < 2; hh++) {
@@ -245,6 +247,7 @@ __global__ void __launch_bounds__(32 * NW, 8 / NW) attn_bwd_mma_kernel(BwdParams
       }
     });
   }
+  bwd_turn_flush(&pending);
   cp_async_wait<0>();
 
   bwd_store_dkdv<T, D>(p, s, b, g, j0, j1, kw, lane, reinterpret_cast<const float(&)[D / 2]>(dk),

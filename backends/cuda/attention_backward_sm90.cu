@@ -109,6 +109,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_sm90_kernel(BwdParams p)
   const uint32_t k_addr = smem_addr(sK), v_addr = smem_addr(sV), ds_addr = smem_addr(sdS);
   const uint32_t kw_addr = k_addr + wg * 64 * 128, vw_addr = v_addr + wg * 64 * 128;
 
+  int *pending = nullptr; /* the tile of dq this CTA has yet to hand on (bwd_dq_in_turn) */
   if (ntiles > 0) load_tile(0, 0);
   cp_async_commit();
   for (int64_t t = 0; t < ntiles; t++) {
@@ -118,6 +119,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_sm90_kernel(BwdParams p)
     cp_async_wait<1>();
     fence_async_shared();
     __syncthreads();
+    bwd_turn_flush(&pending);
     const int64_t h = bwd_head(p, g, t / nqt), m = span.lo + t % nqt, i0 = m * kBQ;
     const uint32_t q_addr = smem_addr(sQD + (size_t)(2 * buf) * SM::qd), g_addr = q_addr + SM::qd;
     const float *tL = sStat + buf * 2 * kBQ, *tD = tL + kBQ;
@@ -223,7 +225,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_sm90_kernel(BwdParams p)
     fence_regs(aq);
 
     /* the tile's dq accumulator, in turn; at head_dim 64 warpgroup 0's partial first */
-    bwd_dq_in_turn(p, s, b, h, n, m, kBN, kBQ, [&] {
+    bwd_dq_in_turn(p, s, b, h, n, m, kBN, kBQ, &pending, [&] {
       float *accb = p.dq_acc + b * p.acc_st[0] + h * p.acc_st[1];
 #pragma unroll
       for (int part = 0; part < (D == 128 ? 1 : 2); part++) {
@@ -242,6 +244,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_sm90_kernel(BwdParams p)
       }
     });
   }
+  bwd_turn_flush(&pending);
   cp_async_wait<0>();
 
   bwd_store_dkdv<T, D>(p, s, b, g, j0, j1, kw, lane, dk, dv);
