@@ -20,7 +20,7 @@ def frames_of(ev, depth=4):
     for f in ev.get("frames", []):
         name = f.get("filename", "")
         # Python frames only (the C++ frames of the allocator say nothing of the model)
-        if not name.endswith(".py") or "/torch/" in name:
+        if not name.endswith(".py") or "/site-packages/torch/" in name:
             continue
         out.append(f"{os.path.basename(name)}:{f.get('line')} {f.get('name')}")
         if len(out) == depth:

@@ -116,6 +116,31 @@ def test_patched_logits(family, dtype, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_rope_table_made_once_per_forward(device):
+    """The layers of one forward share one rope table (each layer's rope keeps it for the
+    backward), and a forward with other positions gets a fresh one."""
+    m = _model("llama", torch.float32, device)
+    ref = _model("llama", torch.float32, device)
+    kite.torch.patch(m, mlp=False, attention=False)
+    ids = torch.randint(0, 256, (2, 24), device=device)
+    for start in (0, 7):
+        pos = torch.arange(start, start + 24, device=device).expand(2, 24)
+        got = m(ids, position_ids=pos).logits
+        want = ref(ids, position_ids=pos).logits
+        assert _rel_err(got.detach(), want.detach(), torch.ones_like(got, dtype=torch.bool)) < 1e-6
+        tables, seen, todo = set(), set(), [got.grad_fn]
+        while todo:
+            node = todo.pop()
+            if node is None or node in seen:
+                continue
+            seen.add(node)
+            if type(node).__name__ == "_RopeBackward":
+                tables.add(node.saved_tensors[1].data_ptr())
+            todo.extend(f for f, _ in node.next_functions)
+        assert len(tables) == 1, f"{len(tables)} rope tables in one forward"
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_greedy_generate_identical_f32(family, device):
     m = _model(family, torch.float32, device)

@@ -24,13 +24,7 @@ def _kite_apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1, **kwargs):
         return _orig_apply(q, k, cos, sin, unsqueeze_dim)
     B, Hq, S, D = q.shape
     rot = cos.shape[-1]
-    half = rot // 2
-    Bc = cos.shape[0]  # 1 when every sequence has the same positions
-    cos_sin = torch.cat((cos[..., :half], sin[..., :half]), dim=-1).reshape(Bc * S, rot)
-    cos_sin = cos_sin.to(torch.float32).contiguous()
-    pos = torch.arange(Bc * S, dtype=torch.int32, device=q.device)
-    if Bc != B:
-        pos = pos.repeat(B)
+    cos_sin, pos = _table(cos, sin, B)
     qq = q.transpose(1, 2).reshape(B * S, Hq, D)
     kk = k.transpose(1, 2).reshape(B * S, k.shape[1], D)
     if torch.is_grad_enabled() and (qq.requires_grad or kk.requires_grad):
@@ -39,6 +33,36 @@ def _kite_apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1, **kwargs):
     else:
         _ops.rope(qq, kk, pos, cos_sin, rot, 0)
     return qq.view(B, S, Hq, D).transpose(1, 2), kk.view(B, S, k.shape[1], D).transpose(1, 2)
+
+
+# The last (cos, sin) turned into kite's table: the decoder layers of one forward share the
+# model's cos / sin tensors, so the table is made once per forward instead of once per layer (in
+# training each layer's rope keeps its table for the backward: one [S, R] f32 table per layer
+# otherwise). Keyed by the tensors themselves (held here, so their memory cannot be reused under
+# a stale key) and their version counters (an in-place update misses).
+_last_table = None
+
+
+def _table(cos, sin, B):
+    """kite's rope inputs for HF's cos/sin[Bc, S, R]: cos_sin[Bc * S, R] f32 (the halves' first
+    copies side by side) and positions[B * S] int32 indexing its rows."""
+    global _last_table
+    # inference tensors keep no version counter: no reuse for them (nor while compiling)
+    cache = not (torch.compiler.is_compiling() or cos.is_inference() or sin.is_inference())
+    key = (cos, sin, cos._version, sin._version, B) if cache else None
+    hit = _last_table
+    if cache and hit is not None and hit[0] is cos and hit[1] is sin and hit[2:5] == key[2:]:
+        return hit[5], hit[6]
+    Bc, S, rot = cos.shape
+    half = rot // 2  # Bc: 1 when every sequence has the same positions
+    cos_sin = torch.cat((cos[..., :half], sin[..., :half]), dim=-1).reshape(Bc * S, rot)
+    cos_sin = cos_sin.to(torch.float32).contiguous()
+    pos = torch.arange(Bc * S, dtype=torch.int32, device=cos.device)
+    if Bc != B:
+        pos = pos.repeat(B)
+    if cache:
+        _last_table = key + (cos_sin, pos)
+    return cos_sin, pos
 
 
 def _orig_apply(q, k, cos, sin, unsqueeze_dim=1):
