@@ -12,7 +12,7 @@
  * is read and written once per chunk, in its own dtype. Every reduction has a fixed order (the
  * GEMMs' for a fixed shape, the chunks in order, the losses summed by one block), so results are
  * the same bits run after run.
- * "cublaslt" runs the GEMMs through cuBLASLt (gemm.cu's lt_gemm), "generic" through a plain
+ * "cublaslt" runs the GEMMs through cuBLASLt (blas.cu's lt_gemm), "generic" through a plain
  * 64x64-tile kernel that reads its operands through any strides; the generic kernel also serves
  * a call cuBLASLt refuses (H = 0, odd strides).
  * Scratch (the ctx's workspace): the row count, the rows' losses (sum / mean), the f32 db

@@ -2,19 +2,21 @@
  * Dense and grouped GEMMs: linear y[m, n] = x[m, k] w[n, k]^T + bias[n], and group_gemm, where
  * consecutive groups of x's rows each use their own w[g].
  *
- * linear goes through cuBLASLt ("cublaslt"). The row-major y = x w^T is the column-major
- * y^T[n, m] = w^T[n, k] x^T[k, m], so w is cuBLAS's A (transposed) and x its B, each row stride a
- * leading dimension; the bias is the epilogue's. f32 runs with CUBLAS_COMPUTE_32F, never TF32.
- * Where cuBLASLt offers no algorithm (odd alignments), the tiled kernel below serves the call.
+ * linear goes through cuBLASLt ("cublaslt", blas.cu's lt_gemm). The row-major y = x w^T is the
+ * column-major y^T[n, m] = w^T[n, k] x^T[k, m], so w is cuBLAS's A (transposed) and x its B, each
+ * row stride a leading dimension; the bias is the epilogue's. f32 runs with CUBLAS_COMPUTE_32F,
+ * never TF32. Where cuBLASLt offers no algorithm (odd alignments), the tiled kernel below serves
+ * the call. group_gemm's "cublaslt" variant runs equal groups as one cuBLAS strided batch (what
+ * torch.bmm runs) and groups of different sizes as one cuBLAS grouped batch (one launch where
+ * cuBLASLt 13.0 needs one matmul per group), the cuBLASLt calls behind them (see its run
+ * function).
  *
  * The tiled kernel ("tiles") computes 64x64 output tiles in f32 from shared-memory slabs. Each
  * tile names its rows (a range of a group) and its group's weights, from a schedule that a
  * one-block kernel builds from the device-resident group sizes: no group size ever reaches the
  * host. fused_moe (moe.cu) drives the same kernel with gathered rows.
  */
-#include <cublasLt.h>
-
-#include <mutex>
+#include <vector>
 
 #include "gemm.cuh"
 
@@ -154,180 +156,6 @@ template void tile_gemm_launch<__nv_bfloat16, __nv_bfloat16>(const TileGemm &, c
 
 namespace {
 
-/* ---- cuBLASLt handle and workspace, one per device, made on first use -------------------- */
-constexpr size_t kLtWorkspace = 32u << 20;
-constexpr int kMaxDevices = 64;
-
-struct LtDevice {
-  std::once_flag once;
-  cublasLtHandle_t handle = nullptr;
-  void *workspace = nullptr;
-  bool ok = false;
-};
-LtDevice g_lt[kMaxDevices];
-
-/* The handle of the current device; NULL when cuBLASLt cannot be set up there. */
-LtDevice *lt_device() {
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) {
-    (void)cudaGetLastError();
-    return nullptr;
-  }
-  LtDevice *d = &g_lt[dev];
-  std::call_once(d->once, [d] {
-    if (cublasLtCreate(&d->handle) != CUBLAS_STATUS_SUCCESS) return;
-    if (cudaMalloc(&d->workspace, kLtWorkspace) != cudaSuccess) {
-      (void)cudaGetLastError();
-      d->workspace = nullptr;
-    }
-    d->ok = true; /* without a workspace, algorithms that need none still run */
-  });
-  return d->ok ? d : nullptr;
-}
-
-cudaDataType_t lt_type(kite_dtype t) {
-  return t == KITE_DTYPE_F32 ? CUDA_R_32F : t == KITE_DTYPE_F16 ? CUDA_R_16F : CUDA_R_16BF;
-}
-
-/* The largest power of two (up to 256) dividing the address, for cuBLASLt's alignment hints. */
-uint32_t alignment_of(uintptr_t p) {
-  uint32_t a = 256;
-  while (a > 1 && (p & (a - 1))) a >>= 1;
-  return a;
-}
-
-/* The alignment every matrix of a strided batch keeps: its base's and its stride's in bytes. */
-uint32_t batch_alignment(const void *p, int64_t batch, int64_t stride, size_t elem) {
-  const uint32_t a = alignment_of((uintptr_t)p);
-  if (batch <= 1) return a;
-  const uint32_t b = alignment_of((uintptr_t)stride * elem);
-  return a < b ? a : b;
-}
-
-/* Descriptors of one cuBLASLt call, destroyed together. */
-struct LtCall {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~LtCall() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
-};
-
-/* A cuBLASLt layout of a column-major rows x cols matrix; a single column may come with any
- * stride (cuBLAS wants ld >= rows). False when the stride cannot describe the matrix. */
-bool lt_layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t rows, int64_t cols,
-               int64_t ld) {
-  if (cols == 1 && ld < rows) ld = rows;
-  if (ld < rows || ld < 1) return false;
-  return cublasLtMatrixLayoutCreate(l, t, (uint64_t)rows, (uint64_t)cols, ld) ==
-         CUBLAS_STATUS_SUCCESS;
-}
-
-/* A strided batch of `batch` matrices of layout l, `stride` elements apart (batch <= 1: one). */
-bool lt_batch(cublasLtMatrixLayout_t l, int64_t batch, int64_t stride) {
-  if (batch <= 1) return true;
-  const int32_t count = (int32_t)batch;
-  return cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
-                                          sizeof count) == CUBLAS_STATUS_SUCCESS &&
-         cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
-                                          sizeof stride) == CUBLAS_STATUS_SUCCESS;
-}
-
-} // namespace
-
-namespace kite_cuda {
-
-/* Row-major C = A' B' (+ bias) + beta C is the column-major C^T[n, m] = B'^T A'^T: B' is cuBLAS's
- * A and A' its B. A row-major [r, c] matrix with row stride ld is a column-major [c, r] one with
- * leading dimension ld, so a stored operand that already has the shape cuBLAS wants goes in
- * untransposed and the other one transposed. */
-int lt_gemm(const LtGemm &g, const char *op, const char *variant, cudaStream_t s) {
-  if (g.m <= 0 || g.n <= 0 || g.k <= 0 || g.m > INT32_MAX || g.n > INT32_MAX || g.k > INT32_MAX ||
-      g.batch > INT32_MAX)
-    return 0;
-  LtDevice *d = lt_device();
-  if (!d) return 0;
-  /* int8: IMMA, exact int32 sums into an int32 c, no bias (the caller scales) */
-  const bool i8 = g.dtype == KITE_DTYPE_I8;
-  if (i8 && g.bias) return 0;
-  if (g.c_f32 && (g.bias || g.dtype == KITE_DTYPE_I8)) return 0;
-  const cudaDataType_t t = i8 ? CUDA_R_8I : lt_type(g.dtype);
-  const cudaDataType_t tc = i8 ? CUDA_R_32I : g.c_f32 ? CUDA_R_32F : t;
-  LtCall c;
-  bool ok = cublasLtMatmulDescCreate(&c.op, i8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F,
-                                     i8 ? CUDA_R_32I : CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
-  /* cuBLAS A = B'^T [n, k]: b stored [n, k] is column-major [k, n] (transposed); b stored [k, n]
-   * is column-major [n, k] as it is. cuBLAS B = A'^T [k, m] likewise from a. */
-  const cublasOperation_t ta = g.b_trans ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t tb = g.a_trans ? CUBLAS_OP_T : CUBLAS_OP_N;
-  ok = ok && cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) ==
-                 CUBLAS_STATUS_SUCCESS;
-  ok = ok && cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) ==
-                 CUBLAS_STATUS_SUCCESS;
-  if (ok && g.bias) {
-    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    const int32_t bias_type = (int32_t)t;
-    ok = cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) ==
-             CUBLAS_STATUS_SUCCESS &&
-         cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias,
-                                        sizeof g.bias) == CUBLAS_STATUS_SUCCESS &&
-         cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                        sizeof bias_type) == CUBLAS_STATUS_SUCCESS;
-  }
-  ok =
-      ok && (g.b_trans ? lt_layout(&c.a, t, g.k, g.n, g.ldb) : lt_layout(&c.a, t, g.n, g.k, g.ldb));
-  ok =
-      ok && (g.a_trans ? lt_layout(&c.b, t, g.m, g.k, g.lda) : lt_layout(&c.b, t, g.k, g.m, g.lda));
-  ok = ok && lt_layout(&c.c, tc, g.n, g.m, g.ldc);
-  ok = ok && lt_batch(c.a, g.batch, g.stride_b) && lt_batch(c.b, g.batch, g.stride_a) &&
-       lt_batch(c.c, g.batch, g.stride_c);
-  ok = ok && cublasLtMatmulPreferenceCreate(&c.pref) == CUBLAS_STATUS_SUCCESS;
-  const size_t ws = d->workspace ? kLtWorkspace : 0;
-  const size_t es = kite_dtype_size(g.dtype), es_c = i8 || g.c_f32 ? 4 : es;
-  const uint32_t al_a = batch_alignment(g.b, g.batch, g.stride_b, es);
-  const uint32_t al_b = batch_alignment(g.a, g.batch, g.stride_a, es);
-  const uint32_t al_c = batch_alignment(g.c, g.batch, g.stride_c, es_c);
-  ok = ok &&
-       cublasLtMatmulPreferenceSetAttribute(c.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                            sizeof ws) == CUBLAS_STATUS_SUCCESS &&
-       cublasLtMatmulPreferenceSetAttribute(c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                            &al_a, sizeof al_a) == CUBLAS_STATUS_SUCCESS &&
-       cublasLtMatmulPreferenceSetAttribute(c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                            &al_b, sizeof al_b) == CUBLAS_STATUS_SUCCESS &&
-       cublasLtMatmulPreferenceSetAttribute(c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                            &al_c, sizeof al_c) == CUBLAS_STATUS_SUCCESS &&
-       cublasLtMatmulPreferenceSetAttribute(c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                            &al_c, sizeof al_c) == CUBLAS_STATUS_SUCCESS;
-  if (!ok) return 0;
-  cublasLtMatmulHeuristicResult_t h;
-  int found = 0;
-  if (cublasLtMatmulAlgoGetHeuristic(d->handle, c.op, c.a, c.b, c.c, c.c, c.pref, 1, &h, &found) !=
-          CUBLAS_STATUS_SUCCESS ||
-      found == 0)
-    return 0;
-  const float alpha = 1.0f, beta = g.beta;
-  const int32_t alpha_i = 1, beta_i = (int32_t)g.beta;
-  const cublasStatus_t st =
-      cublasLtMatmul(d->handle, c.op, i8 ? (const void *)&alpha_i : (const void *)&alpha, g.b, c.a,
-                     g.a, c.b, i8 ? (const void *)&beta_i : (const void *)&beta, g.c, c.c, g.c, c.c,
-                     &h.algo, d->workspace, h.workspaceSize, s);
-  if (st != CUBLAS_STATUS_SUCCESS) {
-    kite_set_error(KITE_ERR_DEVICE, "%s: cuda.%s: cublasLtMatmul failed: %s", op, variant,
-                   cublasLtGetStatusString(st));
-    return -1;
-  }
-  return 1;
-}
-
-} // namespace kite_cuda
-
-namespace {
-
 /* y = x w^T + bias through cuBLASLt: 1 when it ran, 0 when no algorithm fits (the caller falls
  * back), or -1 with the error set. */
 int lt_linear(const kite_linear_args *a, cudaStream_t s) {
@@ -423,11 +251,17 @@ extern "C" CUDA_RUN(cuda_group_gemm_tiles_run) {
   return st != KITE_OK ? st : cuda_check_launch("group_gemm", "tiles");
 }
 
-/* group_gemm through cuBLASLt: the group sizes come to the host (a 4*G-byte copy and a stream
- * synchronization), then one strided-batched cuBLASLt matmul when all groups have the same size,
- * else one matmul per nonempty group; rows no group claims become zeros. The copy cannot happen
- * inside CUDA graph capture, so a capturing stream (and any call cuBLASLt cannot take) goes to the
- * tiled kernel, whose schedule stays on the device. */
+/* group_gemm through the vendor libraries. The group sizes come to the host (a 4*G-byte copy and
+ * a stream synchronization: cuBLAS takes sizes from the host), then
+ *   - every group the same size (an MoE batch padded per expert, a bmm): one
+ *     cublasGemmStridedBatchedEx, else one strided-batched cuBLASLt matmul;
+ *   - otherwise the nonempty groups (clamped to m rows) in one cublasGemmGroupedBatchedEx, their
+ *     operand addresses in the ctx's workspace; where cuBLAS declines (an address or row stride
+ *     not a multiple of 16 bytes, a stride it cannot take), one cuBLASLt matmul per group, else
+ *     the tiled kernel;
+ * and rows no group claims become zeros. The copy cannot happen inside CUDA graph capture, so a
+ * capturing stream goes to the tiled kernel, whose schedule stays on the device. The variant
+ * keeps its name "cublaslt" so that configurations naming it still pick it. */
 extern "C" CUDA_RUN(cuda_group_gemm_cublaslt_run) {
   const kite_group_gemm_args *a = (const kite_group_gemm_args *)args;
   if (a->m <= 0 || a->n <= 0) return KITE_OK;
@@ -443,47 +277,61 @@ extern "C" CUDA_RUN(cuda_group_gemm_cublaslt_run) {
                                         cudaMemcpyDefault, s) != cudaSuccess ||
                         cudaStreamSynchronize(s) != cudaSuccess))
     return cuda_check_launch("group_gemm", "cublaslt");
+  const char *op = "group_gemm", *variant = "cublaslt";
   const size_t es = kite_dtype_size(a->dtype);
+  const BlasGroupGemm bg = {a->dtype, a->n, a->k, a->x_stride, a->w_stride_n, a->y_stride};
   int64_t row = 0;
-  /* every group the same size (an MoE batch padded per expert, a bmm): one strided-batched call */
   bool uniform = a->groups > 1 && sizes[0] > 0 && a->groups * (int64_t)sizes[0] <= a->m;
   for (int64_t g = 1; uniform && g < a->groups; g++) uniform = sizes[g] == sizes[0];
+  int r = 0;
   if (uniform) {
-    LtGemm g = {};
-    g.dtype = a->dtype, g.m = sizes[0], g.n = a->n, g.k = a->k;
-    g.a = a->x, g.lda = a->x_stride, g.stride_a = sizes[0] * a->x_stride;
-    g.b = a->w, g.ldb = a->w_stride_n, g.b_trans = true, g.stride_b = a->w_stride_g;
-    g.c = a->y, g.ldc = a->y_stride, g.stride_c = sizes[0] * a->y_stride;
-    g.batch = a->groups;
-    const int r = lt_gemm(g, "group_gemm", "cublaslt", s);
+    const int64_t rows = sizes[0];
+    r = blas_gemm_strided(bg, a->groups, rows, a->x, rows * a->x_stride, a->w, a->w_stride_g, a->y,
+                          rows * a->y_stride, op, variant, s);
+    if (r == 0) {
+      LtGemm g = {};
+      g.dtype = a->dtype, g.m = rows, g.n = a->n, g.k = a->k;
+      g.a = a->x, g.lda = a->x_stride, g.stride_a = rows * a->x_stride;
+      g.b = a->w, g.ldb = a->w_stride_n, g.b_trans = true, g.stride_b = a->w_stride_g;
+      g.c = a->y, g.ldc = a->y_stride, g.stride_c = rows * a->y_stride;
+      g.batch = a->groups;
+      r = lt_gemm(g, op, variant, s);
+    }
     if (r < 0) return KITE_ERR_DEVICE;
-    if (r > 0) row = a->groups * (int64_t)sizes[0];
+    if (r > 0) row = a->groups * rows;
   }
-  const bool batched = row > 0;
-  for (int64_t g = 0; !batched && g < a->groups && row < a->m; g++) {
-    int64_t rows = sizes[g] > 0 ? sizes[g] : 0;
-    if (rows > a->m - row) rows = a->m - row;
-    if (rows == 0) continue;
-    const kite_linear_args la = {KITE_OP_LINEAR,
-                                 a->dtype,
-                                 rows,
-                                 a->n,
-                                 a->k,
-                                 (const char *)a->x + (size_t)(row * a->x_stride) * es,
-                                 a->x_stride,
-                                 (const char *)a->w + (size_t)(g * a->w_stride_g) * es,
-                                 a->w_stride_n,
-                                 nullptr,
-                                 (char *)a->y + (size_t)(row * a->y_stride) * es,
-                                 a->y_stride};
-    const int r = rows <= INT32_MAX ? lt_linear(&la, s) : 0;
+  if (r == 0) {
+    /* the groups that have rows, in order, each clamped to the rows left */
+    std::vector<BlasProduct> p;
+    for (int64_t g = 0; g < a->groups && row < a->m; g++) {
+      int64_t rows = sizes[g] > 0 ? sizes[g] : 0;
+      if (rows > a->m - row) rows = a->m - row;
+      if (rows == 0) continue;
+      p.push_back({(const char *)a->x + (size_t)(row * a->x_stride) * es,
+                   (const char *)a->w + (size_t)(g * a->w_stride_g) * es,
+                   (char *)a->y + (size_t)(row * a->y_stride) * es, rows});
+      row += rows;
+    }
+    void *ptrs = nullptr;
+    if (!p.empty() &&
+        (st = kite_ctx_workspace(ctx, 3 * p.size() * sizeof(void *), &ptrs)) != KITE_OK)
+      return st;
+    r = p.empty()
+            ? 1
+            : blas_gemm_grouped(bg, p.data(), (int64_t)p.size(), (void **)ptrs, op, variant, s);
     if (r < 0) return KITE_ERR_DEVICE;
-    if (r == 0 && (st = linear_tiles(&la, s)) != KITE_OK) return st;
-    row += rows;
+    for (size_t i = 0; r == 0 && i < p.size(); i++) {
+      const kite_linear_args la = {KITE_OP_LINEAR, a->dtype, p[i].rows,   a->n,
+                                   a->k,           p[i].x,   a->x_stride, p[i].w,
+                                   a->w_stride_n,  nullptr,  p[i].y,      a->y_stride};
+      const int lr = p[i].rows <= INT32_MAX ? lt_linear(&la, s) : 0;
+      if (lr < 0) return KITE_ERR_DEVICE;
+      if (lr == 0 && (st = linear_tiles(&la, s)) != KITE_OK) return st;
+    }
   }
   if (row < a->m) /* a failure here is the runtime's last error, reported below */
     (void)cudaMemset2DAsync((char *)a->y + (size_t)(row * a->y_stride) * es,
                             (size_t)a->y_stride * es, 0, (size_t)a->n * es, (size_t)(a->m - row),
                             s);
-  return cuda_check_launch("group_gemm", "cublaslt");
+  return cuda_check_launch(op, variant);
 }

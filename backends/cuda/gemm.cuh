@@ -1,8 +1,9 @@
 /*
  * The tiled GEMM of gemm.cu, shared with moe.cu: c[row, :] = a[a_rows[row], :] . b[g]^T (+ bias)
  * for the rows of each tile, where a tile is 64 consecutive rows of one group g. Without a
- * schedule (tiles NULL) every row belongs to group 0. Sums in f32; c is T or f32. And the cuBLASLt
- * call that linear and fused_linear_cross_entropy share.
+ * schedule (tiles NULL) every row belongs to group 0. Sums in f32; c is T or f32. And the library
+ * calls of blas.cu: the cuBLASLt matmul that linear, fused_linear_cross_entropy and the MoE paths
+ * share, and the two cuBLAS calls of group_gemm.
  */
 #ifndef KITE_CUDA_GEMM_CUH
 #define KITE_CUDA_GEMM_CUH
@@ -105,6 +106,36 @@ struct LtGemm {
  * strides, no algorithm: the caller computes it another way), -1 with the error set, naming op
  * and variant. */
 int lt_gemm(const LtGemm &g, const char *op, const char *variant, cudaStream_t s);
+
+/* group_gemm's products through cuBLAS: y_i[rows_i, n] = x_i[rows_i, k] w_i[n, k]^T, row-major,
+ * all of dtype (f32, f16 or bf16), f32 accumulation and f32 reductions (CUBLAS_COMPUTE_32F, never
+ * TF32), cuBLAS's default algorithm. ldx, ldw, ldy: the row strides of every x_i, w_i, y_i
+ * (elements). */
+struct BlasGroupGemm {
+  kite_dtype dtype;
+  int64_t n, k;
+  int64_t ldx, ldw, ldy;
+};
+/* `batch` products of `rows` rows each, product i at x + i stride_x, w + i stride_w,
+ * y + i stride_y (elements): one cublasGemmStridedBatchedEx, the call of torch.bmm.
+ * 1 when it ran; 0 when cuBLAS takes no such call (a size past INT32_MAX, a stride that no
+ * leading dimension describes, no handle, or cuBLAS declined before launching: the caller
+ * computes it another way); -1 with the error set, naming op and variant. */
+int blas_gemm_strided(const BlasGroupGemm &g, int64_t batch, int64_t rows, const void *x,
+                      int64_t stride_x, const void *w, int64_t stride_w, void *y, int64_t stride_y,
+                      const char *op, const char *variant, cudaStream_t s);
+/* One product of blas_gemm_grouped: rows >= 1 rows of x and y, and its w. */
+struct BlasProduct {
+  const void *x, *w;
+  void *y;
+  int64_t rows;
+};
+/* count products of any row counts in one cublasGemmGroupedBatchedEx. dev_ptrs: device memory
+ * for 3 count addresses (cuBLAS reads the operand addresses from the device, the sizes from the
+ * host), filled here on s. Every address and row stride a multiple of 16 bytes, else 0. Returns
+ * as blas_gemm_strided. */
+int blas_gemm_grouped(const BlasGroupGemm &g, const BlasProduct *p, int64_t count, void **dev_ptrs,
+                      const char *op, const char *variant, cudaStream_t s);
 
 } // namespace kite_cuda
 
