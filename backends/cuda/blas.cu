@@ -1,8 +1,7 @@
 /*
  * The vendor GEMM libraries, a handle of each per device: cuBLASLt's lt_gemm (linear,
  * fused_linear_cross_entropy, linear_quant's int8, fused_moe_ex's grouped products, group_gemm
- * where cuBLAS declines) and the two cuBLAS calls of group_gemm (blas_gemm_strided,
- * blas_gemm_grouped).
+ * where cuBLAS declines) and group_gemm's cuBLAS call for equal groups (blas_gemm_strided).
  *
  * Both libraries are column-major: a row-major [r, c] matrix with row stride ld is a column-major
  * [c, r] one with leading dimension ld. So group_gemm's row-major y[rows, n] = x[rows, k] w[n, k]^T
@@ -10,10 +9,11 @@
  * is column-major [k, n], so transposed), x its B as stored, y its C. This is the arrangement
  * torch.bmm(x, w.transpose(1, 2)) hands cuBLAS.
  *
- * group_gemm uses cuBLAS rather than cuBLASLt for what cuBLASLt 13.0 lacks or does slower:
- * cublasGemmStridedBatchedEx is the call torch.bmm makes (equal groups), and
- * cublasGemmGroupedBatchedEx (cuBLAS 12.5 and later) runs groups of different sizes in one call
- * instead of one matmul per group. Both take f16 / bf16 / f32 with CUBLAS_COMPUTE_32F.
+ * group_gemm's equal groups use cuBLAS's cublasGemmStridedBatchedEx, the call torch.bmm makes
+ * (f16 / bf16 / f32 with CUBLAS_COMPUTE_32F). cublasGemmGroupedBatchedEx (one call for groups of
+ * different sizes) is not used: on an H100 with cuBLAS 13.0 it ran an sm80 CUTLASS kernel
+ * (mma.sync) at 420 us where eight cuBLASLt matmuls take 265 (bf16, 8 groups of 128 - 896 rows,
+ * N = K = 4096).
  */
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -311,56 +311,6 @@ int blas_gemm_strided(const BlasGroupGemm &g, int64_t batch, int64_t rows, const
                                       &alpha, w, t, lda, stride_w, x, t, ldb, stride_x, &beta, y, t,
                                       ldc, stride_y, (int)batch, CUBLAS_COMPUTE_32F,
                                       CUBLAS_GEMM_DEFAULT);
-  }
-  return blas_result(c.st, c.fn, op, variant);
-}
-
-/* Each product is a cuBLAS group of one (group_size 1): its own m, n, k, leading dimensions,
- * alpha 1 and beta 0, all host arrays; the operand addresses are device arrays, which one copy
- * fills (from pageable memory: the copy has taken the bytes when it returns, so the vector may
- * go). */
-int blas_gemm_grouped(const BlasGroupGemm &g, const BlasProduct *p, int64_t count, void **dev_ptrs,
-                      const char *op, const char *variant, cudaStream_t s) {
-  const size_t es = kite_dtype_size(g.dtype);
-  if (!blas_dims_fit(g) || count < 1 || count > INT32_MAX ||
-      ((size_t)g.ldx * es | (size_t)g.ldw * es | (size_t)g.ldy * es) & 15)
-    return 0;
-  const size_t nc = (size_t)count;
-  std::vector<int> m(nc, (int)g.n), n(nc), k(nc, (int)g.k), lda(nc), ldb(nc), ldc(nc), size(nc, 1);
-  std::vector<cublasOperation_t> ta(nc, CUBLAS_OP_T), tb(nc, CUBLAS_OP_N);
-  std::vector<float> alpha(nc, 1.0f), beta(nc, 0.0f);
-  std::vector<const void *> ptrs(3 * nc);
-  for (size_t i = 0; i < nc; i++) {
-    if (p[i].rows < 1 || p[i].rows > INT32_MAX ||
-        !blas_lds(g, p[i].rows, &lda[i], &ldb[i], &ldc[i]))
-      return 0;
-    /* cuBLAS reads the addresses on the device, where it cannot check them: its rule for
-     * 16-bit operands in this call is 16-byte aligned addresses (or 4 where k * size allows).
-     * Taken here for every dtype and for the row strides too, so that no row of any operand
-     * starts off a 16-byte boundary; anything else goes to the caller's per-group path. */
-    if (((uintptr_t)p[i].x | (uintptr_t)p[i].w | (uintptr_t)p[i].y) & 15) return 0;
-    n[i] = (int)p[i].rows;
-    ptrs[i] = p[i].w, ptrs[nc + i] = p[i].x, ptrs[2 * nc + i] = p[i].y;
-  }
-  BlasDevice *d = blas_device();
-  if (!d) return 0;
-  const cudaError_t e =
-      cudaMemcpyAsync(dev_ptrs, ptrs.data(), 3 * nc * sizeof(void *), cudaMemcpyHostToDevice, s);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    kite_set_error(KITE_ERR_DEVICE, "%s: cuda.%s: copying the operand addresses failed: %s", op,
-                   variant, cudaGetErrorString(e));
-    return -1;
-  }
-  const cudaDataType_t t = lt_type(g.dtype);
-  BlasCall c(d, s);
-  if (c.st == CUBLAS_STATUS_SUCCESS) {
-    c.fn = "cublasGemmGroupedBatchedEx";
-    c.st = cublasGemmGroupedBatchedEx(c.h, ta.data(), tb.data(), m.data(), n.data(), k.data(),
-                                      alpha.data(), (const void *const *)dev_ptrs, t, lda.data(),
-                                      (const void *const *)(dev_ptrs + nc), t, ldb.data(),
-                                      beta.data(), dev_ptrs + 2 * nc, t, ldc.data(), (int)count,
-                                      size.data(), CUBLAS_COMPUTE_32F);
   }
   return blas_result(c.st, c.fn, op, variant);
 }

@@ -318,9 +318,8 @@ static const kite_kernel cuda_kernels[] = {
            "64x64 f32 tiles on CUDA cores, any layout"),
     KERNEL(KITE_OP_GROUP_GEMM, "cublaslt", PRIORITY_LIBRARY, cuda_float_supports,
            checked_cuda_group_gemm_cublaslt_run,
-           "cuBLAS: equal groups as one strided batch (torch.bmm's call), others as one grouped "
-           "batch; cuBLASLt where cuBLAS declines (sizes read on the host; tiles under graph "
-           "capture)"),
+           "equal groups as one cuBLAS strided batch (torch.bmm's call), others as a cuBLASLt "
+           "matmul per group (sizes read on the host; tiles under graph capture)"),
     KERNEL(KITE_OP_GROUP_GEMM, "tiles", PRIORITY_GENERIC, cuda_float_supports,
            checked_cuda_group_gemm_tiles_run, "64x64 tiles, group schedule built on the device"),
     KERNEL(KITE_OP_TOPK_GATING, "warp", PRIORITY_GENERIC, cuda_float_supports, cuda_topk_gating_run,

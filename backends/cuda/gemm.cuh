@@ -124,18 +124,6 @@ struct BlasGroupGemm {
 int blas_gemm_strided(const BlasGroupGemm &g, int64_t batch, int64_t rows, const void *x,
                       int64_t stride_x, const void *w, int64_t stride_w, void *y, int64_t stride_y,
                       const char *op, const char *variant, cudaStream_t s);
-/* One product of blas_gemm_grouped: rows >= 1 rows of x and y, and its w. */
-struct BlasProduct {
-  const void *x, *w;
-  void *y;
-  int64_t rows;
-};
-/* count products of any row counts in one cublasGemmGroupedBatchedEx. dev_ptrs: device memory
- * for 3 count addresses (cuBLAS reads the operand addresses from the device, the sizes from the
- * host), filled here on s. Every address and row stride a multiple of 16 bytes, else 0. Returns
- * as blas_gemm_strided. */
-int blas_gemm_grouped(const BlasGroupGemm &g, const BlasProduct *p, int64_t count, void **dev_ptrs,
-                      const char *op, const char *variant, cudaStream_t s);
 
 } // namespace kite_cuda
 

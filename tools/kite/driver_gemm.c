@@ -598,8 +598,7 @@ typedef struct group_geom {
 /* Empty groups first, in the middle and last; one group; many. Sizes that are negative or do not
  * add up to M are an error where the harness's inputs live (host memory, kite.h), so no case
  * has them. Odd-indexed cases pad the rows (group_gemm_cases), so that row strides are not
- * multiples of 16 bytes: cuda.cublaslt then runs ragged groups as one cuBLASLt matmul per group;
- * unpadded ragged cases with K and N multiples of 8 run its one cuBLAS grouped call. */
+ * multiples of 16 bytes (cuBLASLt's alignment hints then differ from the unpadded cases'). */
 static const group_geom g_groups[] = {{-1, 17, 64, 3, {0, 1, 2}},
                                       {-1, 33, 19, 5, {5, 0, 12, 0, 23}},
                                       {-1, 64, 127, 4, {70, 57, 0, 0}},
@@ -611,7 +610,7 @@ static const group_geom g_groups[] = {{-1, 17, 64, 3, {0, 1, 2}},
                                       {-1, 33, 64, 3, {32, 32, 32}},
                                       {-1, 64, 48, 4, {8, 8, 8, 8}},
                                       {-1, 9, 40, 3, {1, 1, 1}},
-                                      /* ragged, aligned: cuda.cublaslt's one grouped call */
+                                      /* ragged, aligned, a group of one row */
                                       {-1, 64, 64, 5, {0, 1, 7, 0, 24}},
                                       /* equal groups, padded rows */
                                       {-1, 17, 24, 4, {2, 2, 2, 2}},
