@@ -6,7 +6,7 @@
  * multiprocessors): each block streams a slice, block 0 merges its peers' candidates through
  * distributed shared memory and finishes the row. One launch per call.
  *
- * Streaming: a block loads 16 logits a thread per step (8192 a step, all loads in flight), tracks
+ * Streaming: a block loads 8 logits a thread per step (4096 a step, all loads in flight), tracks
  * the max and its lowest index, and appends those >= tau to a buffer of 4096 (warp-aggregated
  * slots). When the buffer overflows, it shrinks: a 256-bin histogram of the buffer (bin 0 for
  * -inf, 255 equal bins between its smallest finite value and its max; the bin of a value is
@@ -40,7 +40,7 @@ namespace cg = cooperative_groups;
 
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
-constexpr int kPer = 16;    /* logits a thread has in flight per step */
+constexpr int kPer = 8;     /* logits a thread has in flight per step */
 constexpr int kCand = 4096; /* candidates a block holds */
 constexpr int kBins = 256;
 constexpr int kMaxCluster = 8; /* the portable cluster size */
