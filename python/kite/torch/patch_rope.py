@@ -127,5 +127,7 @@ def release(mod, model):
 
 
 def restore(mod):
+    global _last_table
     if getattr(mod, "apply_rotary_pos_emb", None) is _kite_apply_rotary_pos_emb:
         mod.apply_rotary_pos_emb = _saved.get(mod.__name__, _orig_apply)
+    _last_table = None  # the last cos / sin and their table are not held past an unpatch
