@@ -104,6 +104,48 @@ __device__ __forceinline__ bool bwd_mask(const BwdParams &p, int64_t b, int64_t 
   return true;
 }
 
+/* A sequence's score rules as the tensor-core kernels apply them to S = Q K^T: the exponent u of
+ * p = exp2(u - lse log2(e)) (scaled, softcapped), which (query i, key j) pairs are visible under
+ * causal / window, and whether a whole tile is (no test per element then). */
+struct BwdRules {
+  bool capped, causal, windowed;
+  float sl2, cs, cap2;            /* scale log2(e); scale / softcap; softcap log2(e) */
+  int64_t shift, window_left, ql; /* query i sits at position i + shift */
+
+  /* u of score s; *fac = d u / d (s sl2), 1 - tanh^2 under softcap */
+  __device__ __forceinline__ float exponent(float s, float *fac) const {
+    if (!capped) {
+      *fac = 1.0f;
+      return s * sl2;
+    }
+    const float th = tanhf(s * cs);
+    *fac = 1.0f - th * th;
+    return cap2 * th;
+  }
+  /* key j (below the block end j1) is seen by query i */
+  __device__ __forceinline__ bool visible(int64_t i, int64_t j, int64_t j1) const {
+    const int64_t pos = i + shift;
+    return j < j1 && i < ql && (!causal || j <= pos) && (!windowed || j >= pos - window_left);
+  }
+  /* every key of the full block [j0, j0 + bn) is seen by every query of [i0, i0 + bq) */
+  __device__ __forceinline__ bool tile_full(int64_t i0, int bq, int64_t j0, int64_t j1,
+                                            int bn) const {
+    const int64_t ilast = i0 + bq - 1;
+    return j1 == j0 + bn && ilast < ql && (!causal || i0 + shift >= j0 + bn - 1) &&
+           (!windowed || ilast + shift - window_left <= j0);
+  }
+};
+
+__device__ __forceinline__ BwdRules bwd_rules(const BwdParams &p, const BwdSeq &s) {
+  BwdRules r;
+  r.capped = p.softcap > 0.0f;
+  r.causal = p.causal || p.window_left >= 0, r.windowed = p.window_left >= 0;
+  r.sl2 = p.scale * kLog2e, r.cs = r.capped ? p.scale / p.softcap : 0.0f;
+  r.cap2 = p.softcap * kLog2e;
+  r.shift = s.kl - s.ql, r.window_left = p.window_left, r.ql = s.ql;
+  return r;
+}
+
 /* Query row `row` of (b, h)'s statistics as the tensor-core kernels keep them: *l2 = lse log2(e)
  * (inf for a row that sees no key, lse -inf: every p = exp2(s - inf) is then 0) and *dl = its
  * delta (rowsum(dO o O)). */
@@ -203,6 +245,21 @@ __device__ __forceinline__ void bwd_turn_flush(int **pending) {
     bwd_turn_pass(*pending);
     *pending = nullptr;
   }
+}
+
+/* The head of tile t of a tensor-core kernel's loop over double-buffered cp.async tiles: tile
+ * t + 1's loads into the other buffer, tile t's awaited, before_barrier() (sm_90: the fence that
+ * makes them visible to wgmma), a CTA barrier, then the dq tile kept from tile t - 1 handed on
+ * (bwd_turn_flush). */
+template <typename Load, typename Fence>
+__device__ __forceinline__ void bwd_tile_head(int64_t t, int64_t ntiles, Load load,
+                                              Fence before_barrier, int **pending) {
+  if (t + 1 < ntiles) load(t + 1, (int)((t + 1) & 1));
+  cp_async_commit();
+  cp_async_wait<1>();
+  before_barrier();
+  __syncthreads();
+  bwd_turn_flush(pending);
 }
 
 /* dK (times scale) and dV of a warp's 16 keys [kw, kw + 16) of key block [j0, j1) from mma

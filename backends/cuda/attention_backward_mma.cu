@@ -100,11 +100,7 @@ __global__ void __launch_bounds__(32 * NW, 8 / NW) attn_bwd_mma_kernel(BwdParams
     for (int e = 0; e < 4; e++) dk[dn][e] = dv[dn][e] = 0.0f;
 
   const int kw = warp * 16; /* this warp's first key in the CTA's block */
-  const bool capped = p.softcap > 0.0f;
-  const float sl2 = p.scale * kLog2e, cs = capped ? p.scale / p.softcap : 0.0f;
-  const float cap2 = p.softcap * kLog2e;
-  const int64_t shift = s.kl - s.ql; /* query i sits at position i + shift */
-  const bool causal = p.causal || p.window_left >= 0, windowed = p.window_left >= 0;
+  const BwdRules rules = bwd_rules(p, s);
   const int mq = warp / WPM, dc0 = (warp % WPM) * DC; /* this warp's dQ rows and columns */
 
   int *pending = nullptr; /* the tile of dq this CTA has yet to hand on (bwd_dq_in_turn) */
@@ -112,11 +108,8 @@ __global__ void __launch_bounds__(32 * NW, 8 / NW) attn_bwd_mma_kernel(BwdParams
   cp_async_commit();
   for (int64_t t = 0; t < ntiles; t++) {
     const int buf = (int)(t & 1);
-    if (t + 1 < ntiles) load_tile(t + 1, buf ^ 1);
-    cp_async_commit();
-    cp_async_wait<1>();
-    __syncthreads();
-    bwd_turn_flush(&pending);
+    bwd_tile_head(
+        t, ntiles, load_tile, [] {}, &pending);
     const int64_t h = bwd_head(p, g, t / nqb), m = span.lo + t % nqb, i0 = m * BQ;
     const T *tQ = sQD + (size_t)buf * 2 * BQ * LD, *tG = tQ + BQ * LD;
     const float *tL = sStat + buf * 2 * BQ, *tD = tL + BQ;
@@ -149,27 +142,18 @@ __global__ void __launch_bounds__(32 * NW, 8 / NW) attn_bwd_mma_kernel(BwdParams
 
     /* P^T into sc, dS^T into dp. Element (nb, e): key j0 + kw + qg + 8 (e >> 1), query
      * i0 + nb * 8 + 2 qt + (e & 1). */
-    const int64_t ilast = i0 + BQ - 1;
-    const bool full = p.mask_kind == MASK_NONE && j1 == j0 + kBN && ilast < s.ql &&
-                      (!causal || i0 + shift >= j0 + kBN - 1) &&
-                      (!windowed || ilast + shift - p.window_left <= j0);
+    const bool full = p.mask_kind == MASK_NONE && rules.tile_full(i0, BQ, j0, j1, kBN);
 #pragma unroll
     for (int nb = 0; nb < NQ; nb++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int ql = nb * 8 + 2 * qt + (e & 1);
-        float u, fac = 1.0f;
-        if (capped) {
-          const float th = tanhf(sc[nb][e] * cs);
-          u = cap2 * th, fac = 1.0f - th * th;
-        } else {
-          u = sc[nb][e] * sl2;
-        }
+        float fac;
+        float u = rules.exponent(sc[nb][e], &fac);
         bool vis = true;
         if (!full) {
-          const int64_t i = i0 + ql, j = j0 + kw + qg + 8 * (e >> 1), pos = i + shift;
-          vis = j < j1 && i < s.ql && (!causal || j <= pos) &&
-                (!windowed || j >= pos - p.window_left);
+          const int64_t i = i0 + ql, j = j0 + kw + qg + 8 * (e >> 1);
+          vis = rules.visible(i, j, j1);
           float add;
           if (vis && p.mask_kind != MASK_NONE) {
             vis = bwd_mask<T>(p, b, h, i, j, &add);

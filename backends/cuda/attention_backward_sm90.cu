@@ -97,11 +97,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_sm90_kernel(BwdParams p)
   for (int i = 0; i < D / 2; i++) dk[i] = dv[i] = 0.0f;
 
   const int kw = wg * 64 + warp * 16; /* this warp's first key in the block */
-  const bool capped = p.softcap > 0.0f;
-  const float sl2 = p.scale * kLog2e, cs = capped ? p.scale / p.softcap : 0.0f;
-  const float cap2 = p.softcap * kLog2e;
-  const int64_t shift = s.kl - s.ql; /* query i sits at position i + shift */
-  const bool causal = p.causal || p.window_left >= 0, windowed = p.window_left >= 0;
+  const BwdRules rules = bwd_rules(p, s);
   /* dQ: at head_dim 128 warpgroup w takes columns [64 w, 64 w + 64) over the 128 keys; at 64, all
    * columns over its own 64 keys (the two partial sums then added one after the other) */
   constexpr int DQ_KS = D == 128 ? kBN / 16 : 4;
@@ -114,12 +110,8 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_sm90_kernel(BwdParams p)
   cp_async_commit();
   for (int64_t t = 0; t < ntiles; t++) {
     const int buf = (int)(t & 1);
-    if (t + 1 < ntiles) load_tile(t + 1, buf ^ 1);
-    cp_async_commit();
-    cp_async_wait<1>();
-    fence_async_shared();
-    __syncthreads();
-    bwd_turn_flush(&pending);
+    bwd_tile_head(
+        t, ntiles, load_tile, [] { fence_async_shared(); }, &pending);
     const int64_t h = bwd_head(p, g, t / nqt), m = span.lo + t % nqt, i0 = m * kBQ;
     const uint32_t q_addr = smem_addr(sQD + (size_t)(2 * buf) * SM::qd), g_addr = q_addr + SM::qd;
     const float *tL = sStat + buf * 2 * kBQ, *tD = tL + kBQ;
@@ -144,9 +136,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_sm90_kernel(BwdParams p)
 
     /* P^T into sc, dS^T into dp. Element 4 nb + 2 hh + e: key j0 + kw + qg + 8 hh, query
      * i0 + 8 nb + 2 qt + e. */
-    const int64_t ilast = i0 + kBQ - 1;
-    const bool full = j1 == j0 + kBN && ilast < s.ql && (!causal || i0 + shift >= j0 + kBN - 1) &&
-                      (!windowed || ilast + shift - p.window_left <= j0);
+    const bool full = rules.tile_full(i0, kBQ, j0, j1, kBN);
 #pragma unroll
     for (int nb = 0; nb < kBQ / 8; nb++)
 #pragma unroll
@@ -154,19 +144,9 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_sm90_kernel(BwdParams p)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
           const int x = 4 * nb + 2 * hh + e, ql = nb * 8 + 2 * qt + e;
-          float u, fac = 1.0f;
-          if (capped) {
-            const float th = tanhf(sc[x] * cs);
-            u = cap2 * th, fac = 1.0f - th * th;
-          } else {
-            u = sc[x] * sl2;
-          }
-          bool vis = true;
-          if (!full) {
-            const int64_t i = i0 + ql, j = j0 + kw + qg + 8 * hh, pos = i + shift;
-            vis = j < j1 && i < s.ql && (!causal || j <= pos) &&
-                  (!windowed || j >= pos - p.window_left);
-          }
+          float fac;
+          const float u = rules.exponent(sc[x], &fac);
+          const bool vis = full || rules.visible(i0 + ql, j0 + kw + qg + 8 * hh, j1);
           const float pr = vis ? fast_exp2(u - tL[ql]) : 0.0f;
           sc[x] = pr;
           dp[x] = pr * (dp[x] - tD[ql]) * fac;
