@@ -146,7 +146,15 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_sm90_kernel(BwdParams p)
           const int x = 4 * nb + 2 * hh + e, ql = nb * 8 + 2 * qt + e;
           float fac;
           const float u = rules.exponent(sc[x], &fac);
-          const bool vis = full || rules.visible(i0 + ql, j0 + kw + qg + 8 * hh, j1);
+          /* BwdRules::visible spelled out: through the call, ptxas schedules this loop
+           * differently (233 registers instead of 255) and the kernel ran 7 % slower on an H100
+           * (docs/performance.md, 2026-11-27 (morning)) */
+          bool vis = true;
+          if (!full) {
+            const int64_t i = i0 + ql, j = j0 + kw + qg + 8 * hh, pos = i + rules.shift;
+            vis = j < j1 && i < s.ql && (!rules.causal || j <= pos) &&
+                  (!rules.windowed || j >= pos - p.window_left);
+          }
           const float pr = vis ? fast_exp2(u - tL[ql]) : 0.0f;
           sc[x] = pr;
           dp[x] = pr * (dp[x] - tD[ql]) * fac;
