@@ -175,6 +175,12 @@ CUDA_SUPPORTS(cuda_paged_sm90_supports);
 CUDA_RUN(cuda_paged_sm90_run);
 CUDA_SUPPORTS(cuda_sdpa_sm90_supports);
 CUDA_RUN(cuda_sdpa_sm90_run);
+/* the same cases, pipelined (attention_sm90pp.cu: Q K^T of the next tile beside the softmax, the
+ * two consumer warpgroups in ping-pong) */
+CUDA_SUPPORTS(cuda_paged_sm90pp_supports);
+CUDA_RUN(cuda_paged_sm90pp_run);
+CUDA_SUPPORTS(cuda_sdpa_sm90pp_supports);
+CUDA_RUN(cuda_sdpa_sm90pp_run);
 
 /* gemm.cu: linear (cuBLASLt, tiled), group_gemm (cuBLASLt per group, tiled with a device-side
  * schedule) */
