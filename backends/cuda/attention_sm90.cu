@@ -180,9 +180,14 @@ template <typename T, int D> Kernel chain_kernel(int load) {
   }
 }
 
-/* name: the kernel entry (cuda.sm90 or cuda.sm90pp, the pipelined design). */
+/* The kernel entries of this file: the dependent chain per tile, and the pipelined loop with and
+ * without the ping-pong of the consumer warpgroups. */
+enum Design { CHAIN, PINGPONG, OVERLAP };
+const char *const kEntryName[] = {"cuda.sm90", "cuda.sm90pp", "cuda.sm90ip"};
+
+/* name: the kernel entry (kEntryName). */
 template <typename T, int D>
-kite_status launch_sm90(const AttnParams &p, dim3 grid, cudaStream_t s, bool pipelined,
+kite_status launch_sm90(const AttnParams &p, dim3 grid, cudaStream_t s, Design design,
                         const char *name) {
   CUtensorMap tk, tv;
   memset(&tk, 0, sizeof tk);
@@ -199,7 +204,7 @@ kite_status launch_sm90(const AttnParams &p, dim3 grid, cudaStream_t s, bool pip
     load = LOAD_DENSE;
   Kernel k = chain_kernel<T, D>(load);
   if constexpr (D != 256) /* cuda.sm90pp does not take head_dim 256 */
-    if (pipelined) k = pipelined_kernel<T, D>(load);
+    if (design != CHAIN) k = pipelined_kernel<T, D>(load, design == PINGPONG);
   if (cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)k.smem) !=
       cudaSuccess) {
     const cudaError_t e = cudaGetLastError();
@@ -210,8 +215,8 @@ kite_status launch_sm90(const AttnParams &p, dim3 grid, cudaStream_t s, bool pip
   return KITE_OK;
 }
 
-kite_status run_sm90(kite_ctx *ctx, const AttnParams &p, const char *op, bool pipelined) {
-  const char *name = pipelined ? "cuda.sm90pp" : "cuda.sm90";
+kite_status run_sm90(kite_ctx *ctx, const AttnParams &p, const char *op, Design design) {
+  const char *name = kEntryName[design];
   if (p.rows <= 0 || p.hq <= 0 || p.hkv <= 0) return KITE_OK;
   cudaStream_t s;
   kite_status st = begin(ctx, op, &s);
@@ -230,18 +235,18 @@ kite_status run_sm90(kite_ctx *ctx, const AttnParams &p, const char *op, bool pi
     } else {
       switch (p.head_dim) {
       case 64:
-        return launch_sm90<T, 64>(p, grid, s, pipelined, name);
+        return launch_sm90<T, 64>(p, grid, s, design, name);
       case 128:
-        return launch_sm90<T, 128>(p, grid, s, pipelined, name);
+        return launch_sm90<T, 128>(p, grid, s, design, name);
       case 256:
-        return launch_sm90<T, 256>(p, grid, s, pipelined, name);
+        return launch_sm90<T, 256>(p, grid, s, design, name);
       default:
         return kite_set_error(KITE_ERR_INTERNAL, "%s: %s: no kernel for head_dim %lld", op, name,
                               (long long)p.head_dim);
       }
     }
   });
-  return st != KITE_OK ? st : cuda_check_launch(op, pipelined ? "sm90pp" : "sm90");
+  return st != KITE_OK ? st : cuda_check_launch(op, name + 5 /* the variant */);
 }
 
 /* many_rows: more than 32 packed query rows per sequence on average (fewer go to cuda.mma, whose
@@ -307,7 +312,7 @@ extern "C" CUDA_SUPPORTS(cuda_paged_sm90_supports) {
 
 extern "C" CUDA_RUN(cuda_paged_sm90_run) {
   const kite_paged_attn_args *a = (const kite_paged_attn_args *)args;
-  return run_sm90(ctx, attn_paged_params(a), cuda_op_str(a->op), false);
+  return run_sm90(ctx, attn_paged_params(a), cuda_op_str(a->op), CHAIN);
 }
 
 extern "C" CUDA_SUPPORTS(cuda_sdpa_sm90_supports) {
@@ -322,11 +327,12 @@ extern "C" CUDA_SUPPORTS(cuda_sdpa_sm90_supports) {
 }
 
 extern "C" CUDA_RUN(cuda_sdpa_sm90_run) {
-  return run_sm90(ctx, attn_sdpa_params((const kite_sdpa_args *)args), "sdpa", false);
+  return run_sm90(ctx, attn_sdpa_params((const kite_sdpa_args *)args), "sdpa", CHAIN);
 }
 
-/* cuda.sm90pp takes the cases of cuda.sm90 but head_dim 256: there o (128 floats), S and P leave
- * ptxas too few registers to keep its wgmma in flight across the softmax (it inserts waits). */
+/* cuda.sm90pp and cuda.sm90ip (supports: the same function) take the cases of cuda.sm90 but
+ * head_dim 256: there o (128 floats), S and P leave ptxas too few registers to keep its wgmma in
+ * flight across the softmax (it inserts waits). */
 static const char *const kNo256 = "head_dim 256 runs on cuda.sm90";
 extern "C" CUDA_SUPPORTS(cuda_paged_sm90pp_supports) {
   return ok_unless(((const kite_paged_attn_args *)args)->head_dim == 256, kNo256, why) &&
@@ -335,7 +341,12 @@ extern "C" CUDA_SUPPORTS(cuda_paged_sm90pp_supports) {
 
 extern "C" CUDA_RUN(cuda_paged_sm90pp_run) {
   const kite_paged_attn_args *a = (const kite_paged_attn_args *)args;
-  return run_sm90(ctx, attn_paged_params(a), cuda_op_str(a->op), true);
+  return run_sm90(ctx, attn_paged_params(a), cuda_op_str(a->op), PINGPONG);
+}
+
+extern "C" CUDA_RUN(cuda_paged_sm90ip_run) {
+  const kite_paged_attn_args *a = (const kite_paged_attn_args *)args;
+  return run_sm90(ctx, attn_paged_params(a), cuda_op_str(a->op), OVERLAP);
 }
 
 extern "C" CUDA_SUPPORTS(cuda_sdpa_sm90pp_supports) {
@@ -344,5 +355,9 @@ extern "C" CUDA_SUPPORTS(cuda_sdpa_sm90pp_supports) {
 }
 
 extern "C" CUDA_RUN(cuda_sdpa_sm90pp_run) {
-  return run_sm90(ctx, attn_sdpa_params((const kite_sdpa_args *)args), "sdpa", true);
+  return run_sm90(ctx, attn_sdpa_params((const kite_sdpa_args *)args), "sdpa", PINGPONG);
+}
+
+extern "C" CUDA_RUN(cuda_sdpa_sm90ip_run) {
+  return run_sm90(ctx, attn_sdpa_params((const kite_sdpa_args *)args), "sdpa", OVERLAP);
 }

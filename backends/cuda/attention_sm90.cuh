@@ -47,8 +47,9 @@ struct Kernel {
   KernelFn fn;
   size_t smem;
 };
-/* attention_sm90pp.cu: the cuda.sm90pp kernel of T (bf16/f16), head_dim D, Load mode `load`. */
-template <typename T, int D> Kernel pipelined_kernel(int load);
+/* attention_sm90pp.cu: the pipelined kernel of T (bf16/f16), head_dim D, Load mode `load`; ping:
+ * the consumer warpgroups in ping-pong (cuda.sm90pp), else not (cuda.sm90ip). */
+template <typename T, int D> Kernel pipelined_kernel(int load, bool ping);
 
 #ifdef KITE_SM90_DEVICE
 /* The CTA's shared memory carved as in Smem, and the K/V tiles it reads. */

@@ -1,9 +1,9 @@
 /*
- * cuda.sm90pp: the Hopper attention of attention_sm90.cu (same grid, producer, K/V ring, masks and
- * epilogue) with the consumer loop pipelined, so that the tensor cores run while the softmax
- * computes:
+ * cuda.sm90pp and cuda.sm90ip: the Hopper attention of attention_sm90.cu (same grid, producer, K/V
+ * ring, masks and epilogue) with the consumer loop pipelined, so that the tensor cores run while
+ * the softmax computes:
  *
- *   within a warpgroup, tile t issues S_t = Q K_t^T, then rescales o and issues O += P_{t-1}
+ *   within a warpgroup, tile t rescales o, issues S_t = Q K_t^T, then issues O += P_{t-1}
  *   V_{t-1} (P of the previous tile, held as the register A fragment), waits for S_t only
  *   (wgmma wait 1), runs the softmax of S_t while P V runs, then waits for P V and gives the
  *   previous stage back. Registers: o, one S fragment and the packed P (D 128: 64 + 64 + 32).
@@ -13,6 +13,8 @@
  *   warpgroup's GEMMs run during the other's softmax. Both pass the barriers once per tile of the
  *   CTA and once more for the last P V (tiles a warpgroup has no keys in included), so the
  *   arrivals and waits pair up whatever rows each owns.
+ *
+ *   cuda.sm90ip is the same kernel without these barriers (the overlap within a warpgroup alone).
  *
  *   every tile of the CTA's key span goes through both warpgroups (cuda.sm90 skips the tiles a
  *   warpgroup's rows do not see): the wgmma stay out of branches that depend on the thread.
@@ -42,7 +44,9 @@ using SmemPP = Smem<D,
  * consumers' Q tiles) */
 constexpr int kTurnBar = 4;
 
-template <typename T, int D, int LOAD>
+/* PING: the two consumer warpgroups take turns at issuing (cuda.sm90pp); else they run freely and
+ * only the tiles within a warpgroup overlap (cuda.sm90ip, the same kernel without the barriers). */
+template <typename T, int D, int LOAD, bool PING>
 __global__ void __launch_bounds__(kThreads, 1)
     attend_sm90pp_kernel(AttnParams p, const __grid_constant__ CUtensorMap tmap_k,
                          const __grid_constant__ CUtensorMap tmap_v) {
@@ -64,7 +68,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const Rows r = consumer_rows(p, s, m0, rows_here, cw, warp, lane >> 2);
   /* warpgroup 0 issues first: warpgroup 1 hands it the first turn */
   const int my_turn = kTurnBar + cw, their_turn = kTurnBar + (cw ^ 1);
-  if (cw == 1) named_arrive(kTurnBar, 256);
+  /* (plain branches on PING: with these turns in lambdas ptxas serialized the wgmma) */
+  if (PING && cw == 1) named_arrive(kTurnBar, 256);
 
   float o[D / 2], sc[BN / 2], m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
   float corr[2];
@@ -85,9 +90,9 @@ __global__ void __launch_bounds__(kThreads, 1)
    * wgmma would make ptxas serialize them. Tile 0: S only. */
   if (ntiles > 0) {
     mbar_wait(bar0, 0);
-    named_sync(my_turn, 256);
+    if (PING) named_sync(my_turn, 256);
     issue_qk<T, D, BN>(sc, q_addr, k_of(0));
-    named_arrive(their_turn, 256);
+    if (PING) named_arrive(their_turn, 256);
     wgmma_wait<0>();
     fence_regs(sc);
     scores(0);
@@ -96,11 +101,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int t = 1; t < ntiles; t++) {
     const int st = t % kStages, pst = (t - 1) % kStages;
     mbar_wait(bar0 + st * 8, (t / kStages) & 1);
-    named_sync(my_turn, 256);
+    if (PING) named_sync(my_turn, 256);
     issue_qk<T, D, BN>(sc, q_addr, k_of(st));
     rescale_o<D>(o, corr);
     issue_pv<T, D, BN>(o, pa, k_of(pst) + KV);
-    named_arrive(their_turn, 256);
+    if (PING) named_arrive(their_turn, 256);
     wgmma_wait<1>(); /* S_t; P_{t-1} V_{t-1} runs on */
     fence_regs(sc);
     scores(t);
@@ -110,39 +115,43 @@ __global__ void __launch_bounds__(kThreads, 1)
     pack_p<T, BN>(pa, sc);
   }
   /* the last P V */
-  named_sync(my_turn, 256);
+  if (PING) named_sync(my_turn, 256);
   if (ntiles > 0) {
     rescale_o<D>(o, corr);
     issue_pv<T, D, BN>(o, pa, k_of((ntiles - 1) % kStages) + KV);
   }
-  named_arrive(their_turn, 256);
+  if (PING) named_arrive(their_turn, 256);
   wgmma_wait<0>(); /* outside the branch: the epilogue reads o on every path */
   fence_regs(o);
   if (ntiles > 0) release_stage(bar0 + (kStages + (ntiles - 1) % kStages) * 8, lane);
   /* warpgroup 0's barrier took one arrival more (the first turn): its last one */
-  if (cw == 0) named_sync(kTurnBar, 256);
+  if (PING && cw == 0) named_sync(kTurnBar, 256);
   store_rows<T, D>(p, s, g, m0, rows_here, cw, warp, lane, o, m_run, l_run);
 #else
   (void)p;
 #endif
 }
 
-} // namespace
-
-template <typename T, int D> Kernel kite_cuda::sm90::pipelined_kernel(int load) {
+template <typename T, int D, bool PING> Kernel pick(int load) {
   switch (load) {
   case LOAD_DENSE:
-    return {attend_sm90pp_kernel<T, D, LOAD_DENSE>, SmemPP<D, LOAD_DENSE>::total};
+    return {attend_sm90pp_kernel<T, D, LOAD_DENSE, PING>, SmemPP<D, LOAD_DENSE>::total};
   case LOAD_PAGED:
-    return {attend_sm90pp_kernel<T, D, LOAD_PAGED>, SmemPP<D, LOAD_PAGED>::total};
+    return {attend_sm90pp_kernel<T, D, LOAD_PAGED, PING>, SmemPP<D, LOAD_PAGED>::total};
   case LOAD_TMA:
-    return {attend_sm90pp_kernel<T, D, LOAD_TMA>, SmemPP<D, LOAD_TMA>::total};
+    return {attend_sm90pp_kernel<T, D, LOAD_TMA, PING>, SmemPP<D, LOAD_TMA>::total};
   default:
-    return {attend_sm90pp_kernel<T, D, LOAD_PAGED_TMA>, SmemPP<D, LOAD_PAGED_TMA>::total};
+    return {attend_sm90pp_kernel<T, D, LOAD_PAGED_TMA, PING>, SmemPP<D, LOAD_PAGED_TMA>::total};
   }
 }
 
-template Kernel kite_cuda::sm90::pipelined_kernel<__nv_bfloat16, 64>(int);
-template Kernel kite_cuda::sm90::pipelined_kernel<__nv_bfloat16, 128>(int);
-template Kernel kite_cuda::sm90::pipelined_kernel<__half, 64>(int);
-template Kernel kite_cuda::sm90::pipelined_kernel<__half, 128>(int);
+} // namespace
+
+template <typename T, int D> Kernel kite_cuda::sm90::pipelined_kernel(int load, bool ping) {
+  return ping ? pick<T, D, true>(load) : pick<T, D, false>(load);
+}
+
+template Kernel kite_cuda::sm90::pipelined_kernel<__nv_bfloat16, 64>(int, bool);
+template Kernel kite_cuda::sm90::pipelined_kernel<__nv_bfloat16, 128>(int, bool);
+template Kernel kite_cuda::sm90::pipelined_kernel<__half, 64>(int, bool);
+template Kernel kite_cuda::sm90::pipelined_kernel<__half, 128>(int, bool);

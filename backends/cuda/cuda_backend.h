@@ -181,6 +181,9 @@ CUDA_SUPPORTS(cuda_paged_sm90pp_supports);
 CUDA_RUN(cuda_paged_sm90pp_run);
 CUDA_SUPPORTS(cuda_sdpa_sm90pp_supports);
 CUDA_RUN(cuda_sdpa_sm90pp_run);
+/* the same without the ping-pong (supports: the sm90pp ones) */
+CUDA_RUN(cuda_paged_sm90ip_run);
+CUDA_RUN(cuda_sdpa_sm90ip_run);
 
 /* gemm.cu: linear (cuBLASLt, tiled), group_gemm (cuBLASLt per group, tiled with a device-side
  * schedule) */

@@ -128,6 +128,7 @@ CHECKED(cuda_store_kv_run)
 CHECKED(cuda_paged_mma_run)
 CHECKED(cuda_paged_sm90_run)
 CHECKED(cuda_paged_sm90pp_run)
+CHECKED(cuda_paged_sm90ip_run)
 CHECKED(cuda_paged_vec_run)
 CHECKED(cuda_paged_generic_run)
 CHECKED(cuda_mla_store_kv_run)
@@ -274,6 +275,9 @@ static const kite_kernel cuda_kernels[] = {
     KERNEL_SM90(KITE_OP_PAGED_PREFILL, "sm90pp", PRIORITY_CLUSTER, cuda_paged_sm90pp_supports,
                 checked_cuda_paged_sm90pp_run,
                 "Hopper: wgmma with the next Q K^T beside the softmax, consumers in ping-pong"),
+    KERNEL_SM90(KITE_OP_PAGED_PREFILL, "sm90ip", PRIORITY_CLUSTER, cuda_paged_sm90pp_supports,
+                checked_cuda_paged_sm90ip_run,
+                "Hopper: wgmma with the next Q K^T beside the softmax, consumers free"),
     KERNEL_SM90(KITE_OP_PAGED_PREFILL, "sm90", PRIORITY_CLUSTER, cuda_paged_sm90_supports,
                 checked_cuda_paged_sm90_run,
                 "Hopper: wgmma, producer/consumer warpgroups, 128 packed GQA rows per CTA"),
@@ -287,6 +291,9 @@ static const kite_kernel cuda_kernels[] = {
     KERNEL_SM90(KITE_OP_SDPA, "sm90pp", PRIORITY_CLUSTER, cuda_sdpa_sm90pp_supports,
                 cuda_sdpa_sm90pp_run,
                 "Hopper: wgmma with the next Q K^T beside the softmax, consumers in ping-pong"),
+    KERNEL_SM90(KITE_OP_SDPA, "sm90ip", PRIORITY_CLUSTER, cuda_sdpa_sm90pp_supports,
+                cuda_sdpa_sm90ip_run,
+                "Hopper: wgmma with the next Q K^T beside the softmax, consumers free"),
     KERNEL_SM90(KITE_OP_SDPA, "sm90", PRIORITY_CLUSTER, cuda_sdpa_sm90_supports, cuda_sdpa_sm90_run,
                 "Hopper: wgmma, producer/consumer warpgroups, no mask, 16-byte aligned strides"),
     KERNEL(KITE_OP_SDPA, "mma", PRIORITY_SPLIT, cuda_sdpa_mma_supports, cuda_sdpa_mma_run,
