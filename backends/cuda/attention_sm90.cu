@@ -20,7 +20,7 @@
  *               pairs is the register A fragment), V from shared memory (MN-major descriptor).
  * The two consumers run independently, so the softmax of one overlaps the wgmma of the other.
  * attention_sm90.cuh holds the producer and these consumer steps; attention_sm90pp.cu pipelines
- * them (cuda.sm90pp).
+ * them (cuda.sm90pp, cuda.sm90ip).
  *
  * Shared-memory tiles are in the 128-byte swizzled layout of wgmma: a tile of R rows x D
  * elements is D / 64 column blocks of R rows x 128 bytes (1024-byte aligned); the 16-byte chunk
