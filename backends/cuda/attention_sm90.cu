@@ -1,6 +1,8 @@
 /*
  * Attention for Hopper (sm_90a): paged_prefill and dense sdpa, bf16/f16, head_dim 64/128/256, as
- * a warp-specialized flash-attention kernel on wgmma.
+ * a warp-specialized flash-attention kernel on wgmma. This file's kernel (cuda.sm90) runs one
+ * dependent chain per tile and takes head_dim 256; head_dim 64 and 128 run the pipelined loop of
+ * attention_sm90pp.cu (cuda.sm90pp), which this file launches.
  *
  * A CTA of 3 warpgroups takes one kv head g of one sequence and a tile of 128 packed query rows
  * (row m = query token m / group, q head m % group of the group reading g, as cuda.mma packs
@@ -20,7 +22,7 @@
  *               pairs is the register A fragment), V from shared memory (MN-major descriptor).
  * The two consumers run independently, so the softmax of one overlaps the wgmma of the other.
  * attention_sm90.cuh holds the producer and these consumer steps; attention_sm90pp.cu pipelines
- * them (cuda.sm90pp, cuda.sm90ip).
+ * them (cuda.sm90pp).
  *
  * Shared-memory tiles are in the 128-byte swizzled layout of wgmma: a tile of R rows x D
  * elements is D / 64 column blocks of R rows x 128 bytes (1024-byte aligned); the 16-byte chunk
@@ -180,15 +182,16 @@ template <typename T, int D> Kernel chain_kernel(int load) {
   }
 }
 
-/* The kernel entries of this file: the dependent chain per tile, and the pipelined loop with and
- * without the ping-pong of the consumer warpgroups. */
-enum Design { CHAIN, PINGPONG, OVERLAP };
-const char *const kEntryName[] = {"cuda.sm90", "cuda.sm90pp", "cuda.sm90ip"};
+/* The kernel entry that runs head_dim D: the pipelined loop at 64 and 128 (attention_sm90pp.cu),
+ * the dependent chain per tile at 256 (there o, S and P leave ptxas too few registers to keep
+ * wgmma in flight across the softmax). */
+const char *entry_name(int64_t head_dim) {
+  return head_dim == 256 ? "cuda.sm90" : "cuda.sm90pp";
+}
 
-/* name: the kernel entry (kEntryName). */
+/* name: the kernel entry (entry_name). */
 template <typename T, int D>
-kite_status launch_sm90(const AttnParams &p, dim3 grid, cudaStream_t s, Design design,
-                        const char *name) {
+kite_status launch_sm90(const AttnParams &p, dim3 grid, cudaStream_t s, const char *name) {
   CUtensorMap tk, tv;
   memset(&tk, 0, sizeof tk);
   memset(&tv, 0, sizeof tv);
@@ -202,9 +205,11 @@ kite_status launch_sm90(const AttnParams &p, dim3 grid, cudaStream_t s, Design d
     load = LOAD_TMA;
   else
     load = LOAD_DENSE;
-  Kernel k = chain_kernel<T, D>(load);
-  if constexpr (D != 256) /* cuda.sm90pp does not take head_dim 256 */
-    if (design != CHAIN) k = pipelined_kernel<T, D>(load, design == PINGPONG);
+  Kernel k;
+  if constexpr (D == 256)
+    k = chain_kernel<T, D>(load);
+  else
+    k = pipelined_kernel<T, D>(load);
   if (cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)k.smem) !=
       cudaSuccess) {
     const cudaError_t e = cudaGetLastError();
@@ -215,8 +220,8 @@ kite_status launch_sm90(const AttnParams &p, dim3 grid, cudaStream_t s, Design d
   return KITE_OK;
 }
 
-kite_status run_sm90(kite_ctx *ctx, const AttnParams &p, const char *op, Design design) {
-  const char *name = kEntryName[design];
+kite_status run_sm90(kite_ctx *ctx, const AttnParams &p, const char *op) {
+  const char *name = entry_name(p.head_dim);
   if (p.rows <= 0 || p.hq <= 0 || p.hkv <= 0) return KITE_OK;
   cudaStream_t s;
   kite_status st = begin(ctx, op, &s);
@@ -235,11 +240,11 @@ kite_status run_sm90(kite_ctx *ctx, const AttnParams &p, const char *op, Design 
     } else {
       switch (p.head_dim) {
       case 64:
-        return launch_sm90<T, 64>(p, grid, s, design, name);
+        return launch_sm90<T, 64>(p, grid, s, name);
       case 128:
-        return launch_sm90<T, 128>(p, grid, s, design, name);
+        return launch_sm90<T, 128>(p, grid, s, name);
       case 256:
-        return launch_sm90<T, 256>(p, grid, s, design, name);
+        return launch_sm90<T, 256>(p, grid, s, name);
       default:
         return kite_set_error(KITE_ERR_INTERNAL, "%s: %s: no kernel for head_dim %lld", op, name,
                               (long long)p.head_dim);
@@ -288,7 +293,8 @@ bool kite_cuda::all_devices_sm90() {
 }
 
 /* ---- entry points -------------------------------------------------------------------------- */
-extern "C" CUDA_SUPPORTS(cuda_paged_sm90_supports) {
+/* The cases of both entries; cuda.sm90 takes head_dim 256 of them, cuda.sm90pp the others. */
+static bool paged_cases(const kite_kernel *k, const void *args, const char **why) {
   const kite_paged_attn_args *a = (const kite_paged_attn_args *)args;
   if (!cuda_paged_mma_supports(k, args, why)) return false;
   if (a->sinks) {
@@ -310,12 +316,7 @@ extern "C" CUDA_SUPPORTS(cuda_paged_sm90_supports) {
   return sm90_common(a->head_dim, a->tokens * group > 32 * a->batch, why);
 }
 
-extern "C" CUDA_RUN(cuda_paged_sm90_run) {
-  const kite_paged_attn_args *a = (const kite_paged_attn_args *)args;
-  return run_sm90(ctx, attn_paged_params(a), cuda_op_str(a->op), CHAIN);
-}
-
-extern "C" CUDA_SUPPORTS(cuda_sdpa_sm90_supports) {
+static bool sdpa_cases(const kite_kernel *k, const void *args, const char **why) {
   const kite_sdpa_args *a = (const kite_sdpa_args *)args;
   if (!cuda_sdpa_mma_supports(k, args, why)) return false;
   if (a->sinks) {
@@ -326,38 +327,35 @@ extern "C" CUDA_SUPPORTS(cuda_sdpa_sm90_supports) {
   return sm90_common(a->head_dim, a->sq * group > 32, why);
 }
 
-extern "C" CUDA_RUN(cuda_sdpa_sm90_run) {
-  return run_sm90(ctx, attn_sdpa_params((const kite_sdpa_args *)args), "sdpa", CHAIN);
+static const char *const kOnly256 = "head_dim 256 only (cuda.sm90pp takes 64 and 128)";
+static const char *const kNo256 = "head_dim 64 or 128 (cuda.sm90 takes 256)";
+
+extern "C" CUDA_SUPPORTS(cuda_paged_sm90_supports) {
+  return ok_unless(((const kite_paged_attn_args *)args)->head_dim != 256, kOnly256, why) &&
+         paged_cases(k, args, why);
 }
 
-/* cuda.sm90pp and cuda.sm90ip (supports: the same function) take the cases of cuda.sm90 but
- * head_dim 256: there o (128 floats), S and P leave ptxas too few registers to keep its wgmma in
- * flight across the softmax (it inserts waits). */
-static const char *const kNo256 = "head_dim 256 runs on cuda.sm90";
 extern "C" CUDA_SUPPORTS(cuda_paged_sm90pp_supports) {
   return ok_unless(((const kite_paged_attn_args *)args)->head_dim == 256, kNo256, why) &&
-         cuda_paged_sm90_supports(k, args, why);
+         paged_cases(k, args, why);
 }
 
-extern "C" CUDA_RUN(cuda_paged_sm90pp_run) {
-  const kite_paged_attn_args *a = (const kite_paged_attn_args *)args;
-  return run_sm90(ctx, attn_paged_params(a), cuda_op_str(a->op), PINGPONG);
-}
-
-extern "C" CUDA_RUN(cuda_paged_sm90ip_run) {
-  const kite_paged_attn_args *a = (const kite_paged_attn_args *)args;
-  return run_sm90(ctx, attn_paged_params(a), cuda_op_str(a->op), OVERLAP);
+extern "C" CUDA_SUPPORTS(cuda_sdpa_sm90_supports) {
+  return ok_unless(((const kite_sdpa_args *)args)->head_dim != 256, kOnly256, why) &&
+         sdpa_cases(k, args, why);
 }
 
 extern "C" CUDA_SUPPORTS(cuda_sdpa_sm90pp_supports) {
   return ok_unless(((const kite_sdpa_args *)args)->head_dim == 256, kNo256, why) &&
-         cuda_sdpa_sm90_supports(k, args, why);
+         sdpa_cases(k, args, why);
 }
 
-extern "C" CUDA_RUN(cuda_sdpa_sm90pp_run) {
-  return run_sm90(ctx, attn_sdpa_params((const kite_sdpa_args *)args), "sdpa", PINGPONG);
+/* both entries: the kernel follows head_dim (entry_name) */
+extern "C" CUDA_RUN(cuda_paged_sm90_run) {
+  const kite_paged_attn_args *a = (const kite_paged_attn_args *)args;
+  return run_sm90(ctx, attn_paged_params(a), cuda_op_str(a->op));
 }
 
-extern "C" CUDA_RUN(cuda_sdpa_sm90ip_run) {
-  return run_sm90(ctx, attn_sdpa_params((const kite_sdpa_args *)args), "sdpa", OVERLAP);
+extern "C" CUDA_RUN(cuda_sdpa_sm90_run) {
+  return run_sm90(ctx, attn_sdpa_params((const kite_sdpa_args *)args), "sdpa");
 }

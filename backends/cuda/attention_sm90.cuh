@@ -1,7 +1,7 @@
 /*
- * The pieces of the Hopper attention kernels (attention_sm90.cu: cuda.sm90, one dependent chain
- * per tile; attention_sm90pp.cu: cuda.sm90pp, the next tile's Q K^T in flight during the softmax
- * and the two consumer warpgroups in ping-pong): the shared-memory plan, the producer warpgroup
+ * The pieces of the Hopper attention kernels (attention_sm90.cu: cuda.sm90, head_dim 256, one
+ * dependent chain per tile; attention_sm90pp.cu: cuda.sm90pp, head_dim 64 and 128, the next tile's
+ * Q K^T in flight during the softmax): the shared-memory plan, the producer warpgroup
  * that fills the K/V ring, and the consumer steps (Q tile, Q K^T, masks and online softmax, P V,
  * the epilogue). The file comment of attention_sm90.cu describes the design.
  */
@@ -47,9 +47,9 @@ struct Kernel {
   KernelFn fn;
   size_t smem;
 };
-/* attention_sm90pp.cu: the pipelined kernel of T (bf16/f16), head_dim D, Load mode `load`; ping:
- * the consumer warpgroups in ping-pong (cuda.sm90pp), else not (cuda.sm90ip). */
-template <typename T, int D> Kernel pipelined_kernel(int load, bool ping);
+/* attention_sm90pp.cu: the pipelined kernel of T (bf16/f16), head_dim D (64, 128), Load mode
+ * `load` (cuda.sm90pp). */
+template <typename T, int D> Kernel pipelined_kernel(int load);
 
 #ifdef KITE_SM90_DEVICE
 /* The CTA's shared memory carved as in Smem, and the K/V tiles it reads. */

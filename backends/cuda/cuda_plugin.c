@@ -127,8 +127,6 @@ static kite_status cuda_synchronize(const kite_backend *b, int device_id, void *
 CHECKED(cuda_store_kv_run)
 CHECKED(cuda_paged_mma_run)
 CHECKED(cuda_paged_sm90_run)
-CHECKED(cuda_paged_sm90pp_run)
-CHECKED(cuda_paged_sm90ip_run)
 CHECKED(cuda_paged_vec_run)
 CHECKED(cuda_paged_generic_run)
 CHECKED(cuda_mla_store_kv_run)
@@ -273,14 +271,12 @@ static const kite_kernel cuda_kernels[] = {
     KERNEL(KITE_OP_PAGED_DECODE, "generic", PRIORITY_GENERIC, cuda_paged_generic_supports,
            checked_cuda_paged_generic_run, "GQA heads of a kv head per CTA, split-KV, any layout"),
     KERNEL_SM90(KITE_OP_PAGED_PREFILL, "sm90pp", PRIORITY_CLUSTER, cuda_paged_sm90pp_supports,
-                checked_cuda_paged_sm90pp_run,
-                "Hopper: wgmma with the next Q K^T beside the softmax, consumers in ping-pong"),
-    KERNEL_SM90(KITE_OP_PAGED_PREFILL, "sm90ip", PRIORITY_CLUSTER, cuda_paged_sm90pp_supports,
-                checked_cuda_paged_sm90ip_run,
-                "Hopper: wgmma with the next Q K^T beside the softmax, consumers free"),
-    KERNEL_SM90(KITE_OP_PAGED_PREFILL, "sm90", PRIORITY_CLUSTER, cuda_paged_sm90_supports,
                 checked_cuda_paged_sm90_run,
-                "Hopper: wgmma, producer/consumer warpgroups, 128 packed GQA rows per CTA"),
+                "Hopper, head_dim 64/128: wgmma with the next Q K^T beside the softmax"),
+    KERNEL_SM90(
+        KITE_OP_PAGED_PREFILL, "sm90", PRIORITY_CLUSTER, cuda_paged_sm90_supports,
+        checked_cuda_paged_sm90_run,
+        "Hopper, head_dim 256: wgmma, producer/consumer warpgroups, 128 packed GQA rows per CTA"),
     KERNEL(KITE_OP_PAGED_PREFILL, "mma", PRIORITY_SPLIT, cuda_paged_mma_supports,
            checked_cuda_paged_mma_run, "flash tiles on tensor cores, 128 packed GQA rows per CTA"),
     KERNEL(KITE_OP_PAGED_PREFILL, "vec", PRIORITY_VEC, cuda_paged_vec_supports,
@@ -289,13 +285,11 @@ static const kite_kernel cuda_kernels[] = {
     KERNEL(KITE_OP_PAGED_PREFILL, "generic", PRIORITY_GENERIC, cuda_paged_generic_supports,
            checked_cuda_paged_generic_run, "a query row and kv head per CTA, any layout"),
     KERNEL_SM90(KITE_OP_SDPA, "sm90pp", PRIORITY_CLUSTER, cuda_sdpa_sm90pp_supports,
-                cuda_sdpa_sm90pp_run,
-                "Hopper: wgmma with the next Q K^T beside the softmax, consumers in ping-pong"),
-    KERNEL_SM90(KITE_OP_SDPA, "sm90ip", PRIORITY_CLUSTER, cuda_sdpa_sm90pp_supports,
-                cuda_sdpa_sm90ip_run,
-                "Hopper: wgmma with the next Q K^T beside the softmax, consumers free"),
+                cuda_sdpa_sm90_run,
+                "Hopper, head_dim 64/128: wgmma with the next Q K^T beside the softmax"),
     KERNEL_SM90(KITE_OP_SDPA, "sm90", PRIORITY_CLUSTER, cuda_sdpa_sm90_supports, cuda_sdpa_sm90_run,
-                "Hopper: wgmma, producer/consumer warpgroups, no mask, 16-byte aligned strides"),
+                "Hopper, head_dim 256: wgmma, producer/consumer warpgroups, no mask, 16-byte "
+                "aligned strides"),
     KERNEL(KITE_OP_SDPA, "mma", PRIORITY_SPLIT, cuda_sdpa_mma_supports, cuda_sdpa_mma_run,
            "flash tiles on tensor cores, no mask, 16-byte aligned strides"),
     KERNEL(KITE_OP_SDPA, "vec", PRIORITY_VEC, cuda_sdpa_vec_supports, cuda_sdpa_vec_run,
