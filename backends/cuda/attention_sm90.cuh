@@ -207,24 +207,33 @@ __device__ __forceinline__ void produce(const AttnParams &p, const Seq &s, int g
   }
 
 /* Consumer warpgroup cw's 64 Q rows (packed row -> (token, head); padding rows are zeros) into the
- * swizzled Q tile, visible to wgmma and to the whole warpgroup. */
+ * swizzled Q tile, visible to wgmma and to the whole warpgroup. A thread's 16-byte chunks (D / 16
+ * of them) are all loaded before any is stored: the stores go through a byte pointer that may
+ * alias the loads, so interleaved they would leave one global load in flight at a time, and the
+ * CTA's first Q K^T waits for the whole tile. */
 template <typename T, int D>
 __device__ __forceinline__ void load_q(const AttnParams &p, const Seq &s, int g, int m0,
                                        int rows_here, unsigned char *sQ, int cw, int ctid) {
-  constexpr int CH = D / 8;
+  constexpr int CH = D / 8, N = 64 * CH / 128;
   const int group = (int)p.group;
   const T *qbase = (const T *)p.q;
   const int64_t qb = (int64_t)s.b * p.q_stride[0];
-  for (int idx = ctid; idx < 64 * CH; idx += 128) {
-    const int r = 64 * cw + idx / CH, c = idx % CH, m = m0 + r;
-    uint4 v = make_uint4(0, 0, 0, 0);
+  uint4 v[N];
+#pragma unroll
+  for (int i = 0; i < N; i++) {
+    const int idx = ctid + 128 * i, r = 64 * cw + idx / CH, c = idx % CH, m = m0 + r;
+    v[i] = make_uint4(0, 0, 0, 0);
     if (r < rows_here) {
       const int qi = m % group, t = m / group;
       const int64_t head = p.gqa_interleaved ? g + (int64_t)qi * p.hkv : (int64_t)g * group + qi;
-      v = *(const uint4 *)(qbase + qb + head * p.q_stride[1] +
-                           (int64_t)(s.first + t) * p.q_stride[2] + c * 8);
+      v[i] = *(const uint4 *)(qbase + qb + head * p.q_stride[1] +
+                              (int64_t)(s.first + t) * p.q_stride[2] + c * 8);
     }
-    *(uint4 *)(sQ + swz(kBM, r, c)) = v;
+  }
+#pragma unroll
+  for (int i = 0; i < N; i++) {
+    const int idx = ctid + 128 * i;
+    *(uint4 *)(sQ + swz(kBM, 64 * cw + idx / CH, idx % CH)) = v[i];
   }
   fence_async_shared();
   named_sync(2 + cw, 128);
