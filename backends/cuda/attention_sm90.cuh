@@ -111,13 +111,15 @@ __device__ __forceinline__ void produce(const AttnParams &p, const Seq &s, int g
     for (int t = 0; t < ntiles; t++) {
       const int st = t % kStages, j0 = klo + t * BN;
       const uint32_t full = bar0 + st * 8;
-      mbar_wait(bar0 + (kStages + st) * 8, ((t / kStages) & 1) ^ 1);
+      /* the tile's block ids are read before the wait for its stage: their latency runs while the
+       * consumers still hold the stage, not between its release and the copies */
       int blk = -1;
       if (tid < nbox && j0 + tid * rows < khi) {
         const int j = j0 + tid * rows;
         const int64_t b = p.block_table[(int64_t)s.b * p.block_table_stride + j / bs];
         if (b >= 0 && b < p.num_blocks) blk = (int)b;
       }
+      mbar_wait(bar0 + (kStages + st) * 8, ((t / kStages) & 1) ^ 1);
       /* a key is present when its box's block is and it is below khi (an absent box's
        * coordinates are out of bounds: TMA fills zeros and still counts the bytes); each lane
        * writes its flags and then arrives itself, which publishes them to the consumers */
