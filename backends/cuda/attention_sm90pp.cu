@@ -13,9 +13,8 @@
  *   issued; so one warpgroup's GEMMs run during the other's softmax. Both pass the barriers once
  *   per tile of the CTA and once more for the last P V (tiles a warpgroup has no keys in
  *   included), so the arrivals and waits pair up whatever rows each owns. Measured on an H100
- *   (B 4, S 4096, 32 / 8 heads, bf16) the turns gave head_dim 64 +12 % and cost head_dim 128 2-3 %
- *   (its GEMMs are long enough to cover the other warpgroup's softmax without them), so head_dim
- *   128 runs without them (PING).
+ *   (B 4, S 4096, 32 / 8 heads, bf16) the turns gave head_dim 64 +12 % and cost head_dim 128 2-3 %,
+ *   so head_dim 128 runs without them (PING).
  *
  *   every tile of the CTA's key span goes through both warpgroups (cuda.sm90 skips the tiles a
  *   warpgroup's rows do not see): the wgmma stay out of branches that depend on the thread.
