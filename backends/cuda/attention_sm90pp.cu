@@ -22,6 +22,8 @@
  * The stage of tile t - 1 is held until its P V completed, so with TMA loads head_dim 128 takes 3
  * stages (the cp.async key offsets are not needed there); the producer then gives up more
  * registers (24) for the consumers (240): 128 x 24 + 256 x 240 = 384 x 168, the launch's.
+ *
+ * cuda.sm90ps is the same kernel on a persistent grid (PERSIST; see attend_sm90pp_kernel).
  */
 #include "attention_sm90.cuh"
 
