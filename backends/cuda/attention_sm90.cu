@@ -182,17 +182,16 @@ template <typename T, int D> Kernel chain_kernel(int load) {
   }
 }
 
-/* The kernel entry that runs head_dim D: the pipelined loop at 64 and 128 (attention_sm90pp.cu;
- * persist: cuda.sm90ps, its persistent grid), the dependent chain per tile at 256 (there o, S and
- * P leave ptxas too few registers to keep wgmma in flight across the softmax). */
-const char *entry_name(int64_t head_dim, bool persist) {
-  return head_dim == 256 ? "cuda.sm90" : persist ? "cuda.sm90ps" : "cuda.sm90pp";
+/* The kernel entry that runs head_dim D: the pipelined loop at 64 and 128 (attention_sm90pp.cu),
+ * the dependent chain per tile at 256 (there o, S and P leave ptxas too few registers to keep
+ * wgmma in flight across the softmax). */
+const char *entry_name(int64_t head_dim) {
+  return head_dim == 256 ? "cuda.sm90" : "cuda.sm90pp";
 }
 
 /* name: the kernel entry (entry_name). */
 template <typename T, int D>
-kite_status launch_sm90(const AttnParams &p, dim3 grid, cudaStream_t s, bool persist,
-                        const char *name) {
+kite_status launch_sm90(const AttnParams &p, dim3 grid, cudaStream_t s, const char *name) {
   CUtensorMap tk, tv;
   memset(&tk, 0, sizeof tk);
   memset(&tv, 0, sizeof tv);
@@ -210,7 +209,7 @@ kite_status launch_sm90(const AttnParams &p, dim3 grid, cudaStream_t s, bool per
   if constexpr (D == 256)
     k = chain_kernel<T, D>(load);
   else
-    k = pipelined_kernel<T, D>(load, persist);
+    k = pipelined_kernel<T, D>(load);
   if (cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)k.smem) !=
       cudaSuccess) {
     const cudaError_t e = cudaGetLastError();
@@ -221,21 +220,19 @@ kite_status launch_sm90(const AttnParams &p, dim3 grid, cudaStream_t s, bool per
   return KITE_OK;
 }
 
-/* persist: head_dim 64 / 128 on the persistent grid (cuda.sm90ps) */
-kite_status run_sm90(kite_ctx *ctx, const AttnParams &p, const char *op, bool persist) {
-  persist = persist && p.head_dim != 256;
-  const char *name = entry_name(p.head_dim, persist);
+kite_status run_sm90(kite_ctx *ctx, const AttnParams &p, const char *op) {
+  const char *name = entry_name(p.head_dim);
   if (p.rows <= 0 || p.hq <= 0 || p.hkv <= 0) return KITE_OK;
   cudaStream_t s;
   kite_status st = begin(ctx, op, &s);
   if (st != KITE_OK) return st;
-  const int64_t tiles = query_tiles(p);
+  const int64_t packed = p.rows * p.group;
+  const int64_t tiles = p.kind == ATTN_PREFILL ? (packed + kBM - 1) / kBM + p.batch
+                                               : p.batch * ((p.sq * p.group + kBM - 1) / kBM);
   if (tiles > 0x7fffffff || p.hkv > 65535)
     return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: %s: too many query tiles or kv heads", op,
                           name);
-  const int64_t sms = sm_count(), items = tiles * p.hkv;
-  const dim3 grid = persist ? dim3((unsigned)(items < sms ? items : sms), 1, 1)
-                            : dim3((unsigned)tiles, (unsigned)p.hkv, 1);
+  const dim3 grid((unsigned)tiles, (unsigned)p.hkv, 1);
   st = with_float_type(p.dtype, op, [&](auto tag) -> kite_status {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same<T, float>::value) {
@@ -243,11 +240,11 @@ kite_status run_sm90(kite_ctx *ctx, const AttnParams &p, const char *op, bool pe
     } else {
       switch (p.head_dim) {
       case 64:
-        return launch_sm90<T, 64>(p, grid, s, persist, name);
+        return launch_sm90<T, 64>(p, grid, s, name);
       case 128:
-        return launch_sm90<T, 128>(p, grid, s, persist, name);
+        return launch_sm90<T, 128>(p, grid, s, name);
       case 256:
-        return launch_sm90<T, 256>(p, grid, s, persist, name);
+        return launch_sm90<T, 256>(p, grid, s, name);
       default:
         return kite_set_error(KITE_ERR_INTERNAL, "%s: %s: no kernel for head_dim %lld", op, name,
                               (long long)p.head_dim);
@@ -353,22 +350,12 @@ extern "C" CUDA_SUPPORTS(cuda_sdpa_sm90pp_supports) {
          sdpa_cases(k, args, why);
 }
 
-/* cuda.sm90 and cuda.sm90pp: the kernel follows head_dim (entry_name) */
+/* both entries: the kernel follows head_dim (entry_name) */
 extern "C" CUDA_RUN(cuda_paged_sm90_run) {
   const kite_paged_attn_args *a = (const kite_paged_attn_args *)args;
-  return run_sm90(ctx, attn_paged_params(a), cuda_op_str(a->op), false);
+  return run_sm90(ctx, attn_paged_params(a), cuda_op_str(a->op));
 }
 
 extern "C" CUDA_RUN(cuda_sdpa_sm90_run) {
-  return run_sm90(ctx, attn_sdpa_params((const kite_sdpa_args *)args), "sdpa", false);
-}
-
-/* cuda.sm90ps (supports: the cuda.sm90pp ones): the persistent grid */
-extern "C" CUDA_RUN(cuda_paged_sm90ps_run) {
-  const kite_paged_attn_args *a = (const kite_paged_attn_args *)args;
-  return run_sm90(ctx, attn_paged_params(a), cuda_op_str(a->op), true);
-}
-
-extern "C" CUDA_RUN(cuda_sdpa_sm90ps_run) {
-  return run_sm90(ctx, attn_sdpa_params((const kite_sdpa_args *)args), "sdpa", true);
+  return run_sm90(ctx, attn_sdpa_params((const kite_sdpa_args *)args), "sdpa");
 }

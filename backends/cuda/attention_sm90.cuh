@@ -48,16 +48,8 @@ struct Kernel {
   size_t smem;
 };
 /* attention_sm90pp.cu: the pipelined kernel of T (bf16/f16), head_dim D (64, 128), Load mode
- * `load`: a CTA per query tile and kv head (cuda.sm90pp), or persist: a CTA per SM looping over
- * them (cuda.sm90ps, launched on at most one grid of SMs). */
-template <typename T, int D> Kernel pipelined_kernel(int load, bool persist);
-
-/* The query tiles of a kv head as find_tile numbers them (the plain grid's x; cta_tile skips the
- * empty ones). */
-__host__ __device__ inline int64_t query_tiles(const AttnParams &p) {
-  return p.kind == ATTN_PREFILL ? (p.rows * p.group + kBM - 1) / kBM + p.batch
-                                : p.batch * ((p.sq * p.group + kBM - 1) / kBM);
-}
+ * `load` (cuda.sm90pp). */
+template <typename T, int D> Kernel pipelined_kernel(int load);
 
 #ifdef KITE_SM90_DEVICE
 /* The CTA's shared memory carved as in Smem, and the K/V tiles it reads. */
@@ -89,13 +81,11 @@ template <int LOAD, int kStages> __device__ __forceinline__ void init_barriers(u
 }
 
 /* The producer warpgroup (tid < 128): K/V tiles t = 0 .. ntiles - 1 (keys klo + t BN) of kv head g
- * into stage (t0 + t) % kStages, each once both consumers released the stage's previous tile. t0:
- * the tiles the ring took before this query tile (a CTA that runs several of them). */
+ * into stage t % kStages, each once both consumers released the stage's previous tile. */
 template <typename T, int D, int LOAD, int BN, int kStages>
 __device__ __forceinline__ void produce(const AttnParams &p, const Seq &s, int g, int klo, int khi,
                                         int ntiles, const CUtensorMap *tmap_k,
-                                        const CUtensorMap *tmap_v, const Shared &sh, int tid,
-                                        int t0 = 0) {
+                                        const CUtensorMap *tmap_v, const Shared &sh, int tid) {
   constexpr int CH = D / 8, KV = BN * D * 2;
   constexpr bool PAGED = LOAD == LOAD_PAGED || LOAD == LOAD_PAGED_TMA;
   static_assert((BN * CH) % 128 == 0 && BN % 32 == 0, "whole copies per producer thread");
@@ -103,9 +93,9 @@ __device__ __forceinline__ void produce(const AttnParams &p, const Seq &s, int g
   if constexpr (LOAD == LOAD_TMA) {
     if (tid != 0) return;
     for (int t = 0; t < ntiles; t++) {
-      const int u = t0 + t, st = u % kStages, j = klo + t * BN;
+      const int st = t % kStages, j = klo + t * BN;
       const uint32_t full = bar0 + st * 8;
-      mbar_wait(bar0 + (kStages + st) * 8, ((u / kStages) & 1) ^ 1);
+      mbar_wait(bar0 + (kStages + st) * 8, ((t / kStages) & 1) ^ 1);
       mbar_expect_tx(full, 2 * KV);
       const uint32_t dk = smem_addr(sh.kv + (size_t)(2 * st) * KV), dv = dk + KV;
 #pragma unroll
@@ -119,7 +109,7 @@ __device__ __forceinline__ void produce(const AttnParams &p, const Seq &s, int g
     /* a box of `rows` keys: lane i < nbox resolves the cache block of box i of the tile */
     const int bs = (int)p.block_size, rows = bs < BN ? bs : BN, nbox = BN / rows;
     for (int t = 0; t < ntiles; t++) {
-      const int u = t0 + t, st = u % kStages, j0 = klo + t * BN;
+      const int st = t % kStages, j0 = klo + t * BN;
       const uint32_t full = bar0 + st * 8;
       /* the tile's block ids are read before the wait for its stage: their latency runs while the
        * consumers still hold the stage, not between its release and the copies */
@@ -129,7 +119,7 @@ __device__ __forceinline__ void produce(const AttnParams &p, const Seq &s, int g
         const int64_t b = p.block_table[(int64_t)s.b * p.block_table_stride + j / bs];
         if (b >= 0 && b < p.num_blocks) blk = (int)b;
       }
-      mbar_wait(bar0 + (kStages + st) * 8, ((u / kStages) & 1) ^ 1);
+      mbar_wait(bar0 + (kStages + st) * 8, ((t / kStages) & 1) ^ 1);
       /* a key is present when its box's block is and it is below khi (an absent box's
        * coordinates are out of bounds: TMA fills zeros and still counts the bytes); each lane
        * writes its flags and then arrives itself, which publishes them to the consumers */
@@ -164,8 +154,8 @@ __device__ __forceinline__ void produce(const AttnParams &p, const Seq &s, int g
   } else {
     const T *kc = (const T *)p.k, *vc = (const T *)p.v;
     for (int t = 0; t < ntiles; t++) {
-      const int u = t0 + t, st = u % kStages, buf = u & 1;
-      mbar_wait(bar0 + (kStages + st) * 8, ((u / kStages) & 1) ^ 1);
+      const int st = t % kStages, buf = t & 1;
+      mbar_wait(bar0 + (kStages + st) * 8, ((t / kStages) & 1) ^ 1);
       if (tid < BN) {
         int64_t ko, vo;
         key_offsets<PAGED>(p, s, g, klo + t * BN + tid, khi, &ko, &vo);

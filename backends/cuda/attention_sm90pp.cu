@@ -22,8 +22,6 @@
  * The stage of tile t - 1 is held until its P V completed, so with TMA loads head_dim 128 takes 3
  * stages (the cp.async key offsets are not needed there); the producer then gives up more
  * registers (24) for the consumers (240): 128 x 24 + 256 x 240 = 384 x 168, the launch's.
- *
- * cuda.sm90ps is the same kernel on a persistent grid (PERSIST; see attend_sm90pp_kernel).
  */
 #include "attention_sm90.cuh"
 
@@ -46,21 +44,25 @@ using SmemPP = Smem<D,
  * consumers' Q tiles) */
 constexpr int kTurnBar = 4;
 
-#ifdef KITE_SM90_DEVICE
-/* Consumer warpgroup wg - 1 of query tile ct (kv head g; key tiles klo + t BN, t < ntiles, in
- * ring slots t0 + t): Q, the pipelined tile loop, the epilogue. PING: the two consumer warpgroups
- * take turns at issuing; else they run freely and only the tiles within a warpgroup overlap. */
+/* PING: the two consumer warpgroups take turns at issuing; else they run freely and only the tiles
+ * within a warpgroup overlap. */
 template <typename T, int D, int LOAD, bool PING>
-__device__ __forceinline__ void consume(const AttnParams &p, const Shared &sh, int g,
-                                        const CtaTile &ct, int klo, int khi, int ntiles, int t0,
-                                        int tid, int wg, int lane) {
+__global__ void __launch_bounds__(kThreads, 1)
+    attend_sm90pp_kernel(AttnParams p, const __grid_constant__ CUtensorMap tmap_k,
+                         const __grid_constant__ CUtensorMap tmap_v) {
+#ifdef KITE_SM90_DEVICE
   using SM = SmemPP<D, LOAD>;
   constexpr int BN = SM::BN, KV = (int)SM::kv_bytes, kStages = SM::kStages;
   constexpr bool PAGED = LOAD == LOAD_PAGED || LOAD == LOAD_PAGED_TMA;
-  const uint32_t bar0 = sh.bar;
-  const Seq &s = ct.s;
-  const int m0 = ct.m0, rows_here = ct.rows, lo_last = ct.lo_last, hi_first = ct.hi_first;
-  /* ---- warpgroup cw owns tile rows [64 cw, 64 cw + 64) ---- */
+  /* the cp.async producer keeps its registers (its copy loop) */
+  constexpr int kProducerRegs = tma_load(LOAD) ? 24 : 40,
+                kConsumerRegs = tma_load(LOAD) ? 240 : 232;
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "registers of the launch");
+
+  KITE_SM90_HEAD(T, D, LOAD, SM, kProducerRegs);
+
+  /* ---- consumers: warpgroup cw owns tile rows [64 cw, 64 cw + 64) ---- */
+  reg_alloc<kConsumerRegs>();
   const int cw = wg - 1, ctid = tid & 127, warp = ctid >> 5;
   load_q<T, D>(p, s, g, m0, rows_here, sh.q, cw, ctid);
   const Rows r = consumer_rows(p, s, m0, rows_here, cw, warp, lane >> 2);
@@ -75,22 +77,21 @@ __device__ __forceinline__ void consume(const AttnParams &p, const Shared &sh, i
 #pragma unroll
   for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
   const uint32_t q_addr = smem_addr(sh.q) + 64 * cw * 128;
-  /* K of ring slot u; V follows it */
-  const auto k_of = [&](int u) { return smem_addr(sh.kv + (size_t)(2 * (u % kStages)) * KV); };
+  /* K of stage st; V follows it */
+  const auto k_of = [&](int st) { return smem_addr(sh.kv + (size_t)(2 * st) * KV); };
   const auto scores = [&](int t) {
-    softmax_tile<BN, PAGED>(sc, r, klo + t * BN, khi, lo_last, hi_first,
-                            sh.ok + (t0 + t) % kStages * BN, lane, m_run, l_run, corr);
+    const int st = t % kStages;
+    softmax_tile<BN, PAGED>(sc, r, klo + t * BN, khi, lo_last, hi_first, sh.ok + st * BN, lane,
+                            m_run, l_run, corr);
   };
-  const auto full_of = [&](int u) { return bar0 + (u % kStages) * 8; };
-  const auto empty_of = [&](int u) { return bar0 + (kStages + u % kStages) * 8; };
 
   /* Every tile of the CTA runs, including those where no row of this warpgroup sees a key (their
    * masks make P zero; padding rows are never stored): a branch on the warpgroup's rows around
    * wgmma would make ptxas serialize them. Tile 0: S only. */
   if (ntiles > 0) {
-    mbar_wait(full_of(t0), (t0 / kStages) & 1);
+    mbar_wait(bar0, 0);
     if (PING) named_sync(my_turn, 256);
-    issue_qk<T, D, BN>(sc, q_addr, k_of(t0));
+    issue_qk<T, D, BN>(sc, q_addr, k_of(0));
     if (PING) named_arrive(their_turn, 256);
     wgmma_wait<0>();
     fence_regs(sc);
@@ -98,124 +99,60 @@ __device__ __forceinline__ void consume(const AttnParams &p, const Shared &sh, i
     pack_p<T, BN>(pa, sc);
   }
   for (int t = 1; t < ntiles; t++) {
-    const int u = t0 + t;
-    mbar_wait(full_of(u), (u / kStages) & 1);
+    const int st = t % kStages, pst = (t - 1) % kStages;
+    mbar_wait(bar0 + st * 8, (t / kStages) & 1);
     if (PING) named_sync(my_turn, 256);
-    issue_qk<T, D, BN>(sc, q_addr, k_of(u));
+    issue_qk<T, D, BN>(sc, q_addr, k_of(st));
     rescale_o<D>(o, corr);
-    issue_pv<T, D, BN>(o, pa, k_of(u - 1) + KV);
+    issue_pv<T, D, BN>(o, pa, k_of(pst) + KV);
     if (PING) named_arrive(their_turn, 256);
     wgmma_wait<1>(); /* S_t; P_{t-1} V_{t-1} runs on */
     fence_regs(sc);
     scores(t);
     wgmma_wait<0>();
     fence_regs(o);
-    release_stage(empty_of(u - 1), lane);
+    release_stage(bar0 + (kStages + pst) * 8, lane);
     pack_p<T, BN>(pa, sc);
   }
   /* the last P V */
   if (PING) named_sync(my_turn, 256);
   if (ntiles > 0) {
     rescale_o<D>(o, corr);
-    issue_pv<T, D, BN>(o, pa, k_of(t0 + ntiles - 1) + KV);
+    issue_pv<T, D, BN>(o, pa, k_of((ntiles - 1) % kStages) + KV);
   }
   if (PING) named_arrive(their_turn, 256);
   wgmma_wait<0>(); /* outside the branch: the epilogue reads o on every path */
   fence_regs(o);
-  if (ntiles > 0) release_stage(empty_of(t0 + ntiles - 1), lane);
+  if (ntiles > 0) release_stage(bar0 + (kStages + (ntiles - 1) % kStages) * 8, lane);
   /* warpgroup 0's barrier took one arrival more (the first turn): its last one */
   if (PING && cw == 0) named_sync(kTurnBar, 256);
   store_rows<T, D>(p, s, g, m0, rows_here, cw, warp, lane, o, m_run, l_run);
-}
-#endif
-
-#ifdef KITE_SM90_DEVICE
-/* Work item w of a CTA (see attend_sm90pp_kernel): its kv head g, query tile ct and key tiles
- * (ntiles of BN keys from klo, at multiples of BN so that a TMA box never straddles a cache
- * block); false when the tile is empty. The longest tiles first: the last tiles of a sequence see
- * the most keys under causal. */
-template <int BN, bool PERSIST>
-__device__ __forceinline__ bool item_tile(const AttnParams &p, int64_t w, int64_t nx, int *g,
-                                          CtaTile *ct, int *klo, int *khi, int *ntiles) {
-  *g = PERSIST ? (int)(w / nx) : (int)blockIdx.y;
-  const int64_t xi = PERSIST ? w % nx : (int64_t)blockIdx.x;
-  if (!cta_tile<kBM>(p, (p.kind == ATTN_PREFILL || p.causal) ? nx - 1 - xi : xi, ct)) return false;
-  *klo = ct->lo_first / BN * BN;
-  *khi = ct->hi_last > ct->lo_first ? ct->hi_last : ct->lo_first;
-  *ntiles = (*khi - *klo + BN - 1) / BN;
-  return true;
-}
-#endif
-
-/* PERSIST: a CTA per SM takes the work items w = blockIdx.x, + gridDim.x, ... of query_tiles x
- * hkv (kv heads slowest, as the plain grid runs them); the producer loads the next tile's K/V
- * while the consumers still finish the previous one (its epilogue, the next Q), and the ring and
- * its barrier phases run on across tiles (t0). Else a CTA per query tile and kv head. The
- * producer and the consumers each run their own loop over the same items: one loop holding both
- * makes ptxas size every thread for the consumers and ignore setmaxnreg. */
-template <typename T, int D, int LOAD, bool PING, bool PERSIST>
-__global__ void __launch_bounds__(kThreads, 1)
-    attend_sm90pp_kernel(AttnParams p, const __grid_constant__ CUtensorMap tmap_k,
-                         const __grid_constant__ CUtensorMap tmap_v) {
-#ifdef KITE_SM90_DEVICE
-  using SM = SmemPP<D, LOAD>;
-  /* the cp.async producer keeps its registers (its copy loop) */
-  constexpr int kProducerRegs = tma_load(LOAD) ? 24 : 40,
-                kConsumerRegs = tma_load(LOAD) ? 240 : 232;
-  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "registers of the launch");
-  extern __shared__ unsigned char smem_raw[];
-  const Shared sh = carve<SM>(smem_raw);
-  const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31;
-  const int64_t nx = PERSIST ? query_tiles(p) : (int64_t)gridDim.x;
-  const int64_t items = PERSIST ? nx * p.hkv : 1, first = PERSIST ? blockIdx.x : 0,
-                step = PERSIST ? gridDim.x : 1;
-  if (tid == 0) init_barriers<LOAD, SM::kStages>(sh.bar);
-  __syncthreads();
-  int t0 = 0, g, klo, khi, ntiles;
-  CtaTile ct;
-  if (wg == 0) {
-    reg_dealloc<kProducerRegs>();
-    for (int64_t w = first; w < items; w += step) {
-      if (!item_tile<SM::BN, PERSIST>(p, w, nx, &g, &ct, &klo, &khi, &ntiles)) continue;
-      produce<T, D, LOAD, SM::BN, SM::kStages>(p, ct.s, g, klo, khi, ntiles, &tmap_k, &tmap_v, sh,
-                                               tid, t0);
-      t0 += ntiles;
-    }
-    return;
-  }
-  reg_alloc<kConsumerRegs>();
-  for (int64_t w = first; w < items; w += step) {
-    if (!item_tile<SM::BN, PERSIST>(p, w, nx, &g, &ct, &klo, &khi, &ntiles)) continue;
-    consume<T, D, LOAD, PING>(p, sh, g, ct, klo, khi, ntiles, t0, tid, wg, lane);
-    t0 += ntiles;
-  }
 #else
   (void)p;
 #endif
 }
 
-template <typename T, int D, bool PING, bool PERSIST> Kernel pick(int load) {
+template <typename T, int D, bool PING> Kernel pick(int load) {
   switch (load) {
   case LOAD_DENSE:
-    return {attend_sm90pp_kernel<T, D, LOAD_DENSE, PING, PERSIST>, SmemPP<D, LOAD_DENSE>::total};
+    return {attend_sm90pp_kernel<T, D, LOAD_DENSE, PING>, SmemPP<D, LOAD_DENSE>::total};
   case LOAD_PAGED:
-    return {attend_sm90pp_kernel<T, D, LOAD_PAGED, PING, PERSIST>, SmemPP<D, LOAD_PAGED>::total};
+    return {attend_sm90pp_kernel<T, D, LOAD_PAGED, PING>, SmemPP<D, LOAD_PAGED>::total};
   case LOAD_TMA:
-    return {attend_sm90pp_kernel<T, D, LOAD_TMA, PING, PERSIST>, SmemPP<D, LOAD_TMA>::total};
+    return {attend_sm90pp_kernel<T, D, LOAD_TMA, PING>, SmemPP<D, LOAD_TMA>::total};
   default:
-    return {attend_sm90pp_kernel<T, D, LOAD_PAGED_TMA, PING, PERSIST>,
-            SmemPP<D, LOAD_PAGED_TMA>::total};
+    return {attend_sm90pp_kernel<T, D, LOAD_PAGED_TMA, PING>, SmemPP<D, LOAD_PAGED_TMA>::total};
   }
 }
 
 } // namespace
 
 /* the ping-pong at head_dim 64 only (see the head of this file) */
-template <typename T, int D> Kernel kite_cuda::sm90::pipelined_kernel(int load, bool persist) {
-  return persist ? pick<T, D, D == 64, true>(load) : pick<T, D, D == 64, false>(load);
+template <typename T, int D> Kernel kite_cuda::sm90::pipelined_kernel(int load) {
+  return pick<T, D, D == 64>(load);
 }
 
-template Kernel kite_cuda::sm90::pipelined_kernel<__nv_bfloat16, 64>(int, bool);
-template Kernel kite_cuda::sm90::pipelined_kernel<__nv_bfloat16, 128>(int, bool);
-template Kernel kite_cuda::sm90::pipelined_kernel<__half, 64>(int, bool);
-template Kernel kite_cuda::sm90::pipelined_kernel<__half, 128>(int, bool);
+template Kernel kite_cuda::sm90::pipelined_kernel<__nv_bfloat16, 64>(int);
+template Kernel kite_cuda::sm90::pipelined_kernel<__nv_bfloat16, 128>(int);
+template Kernel kite_cuda::sm90::pipelined_kernel<__half, 64>(int);
+template Kernel kite_cuda::sm90::pipelined_kernel<__half, 128>(int);

@@ -179,9 +179,6 @@ CUDA_RUN(cuda_paged_sm90_run);
 CUDA_SUPPORTS(cuda_sdpa_sm90_supports);
 CUDA_SUPPORTS(cuda_sdpa_sm90pp_supports);
 CUDA_RUN(cuda_sdpa_sm90_run);
-/* cuda.sm90ps: cuda.sm90pp's cases on a persistent grid (a CTA per SM over the query tiles) */
-CUDA_RUN(cuda_paged_sm90ps_run);
-CUDA_RUN(cuda_sdpa_sm90ps_run);
 
 /* gemm.cu: linear (cuBLASLt, tiled), group_gemm (cuBLASLt per group, tiled with a device-side
  * schedule) */

@@ -127,7 +127,6 @@ static kite_status cuda_synchronize(const kite_backend *b, int device_id, void *
 CHECKED(cuda_store_kv_run)
 CHECKED(cuda_paged_mma_run)
 CHECKED(cuda_paged_sm90_run)
-CHECKED(cuda_paged_sm90ps_run)
 CHECKED(cuda_paged_vec_run)
 CHECKED(cuda_paged_generic_run)
 CHECKED(cuda_mla_store_kv_run)
@@ -274,9 +273,6 @@ static const kite_kernel cuda_kernels[] = {
     KERNEL_SM90(KITE_OP_PAGED_PREFILL, "sm90pp", PRIORITY_CLUSTER, cuda_paged_sm90pp_supports,
                 checked_cuda_paged_sm90_run,
                 "Hopper, head_dim 64/128: wgmma with the next Q K^T beside the softmax"),
-    KERNEL_SM90(KITE_OP_PAGED_PREFILL, "sm90ps", PRIORITY_CLUSTER, cuda_paged_sm90pp_supports,
-                checked_cuda_paged_sm90ps_run,
-                "Hopper, head_dim 64/128: sm90pp on a persistent grid, a CTA per SM"),
     KERNEL_SM90(
         KITE_OP_PAGED_PREFILL, "sm90", PRIORITY_CLUSTER, cuda_paged_sm90_supports,
         checked_cuda_paged_sm90_run,
@@ -291,9 +287,6 @@ static const kite_kernel cuda_kernels[] = {
     KERNEL_SM90(KITE_OP_SDPA, "sm90pp", PRIORITY_CLUSTER, cuda_sdpa_sm90pp_supports,
                 cuda_sdpa_sm90_run,
                 "Hopper, head_dim 64/128: wgmma with the next Q K^T beside the softmax"),
-    KERNEL_SM90(KITE_OP_SDPA, "sm90ps", PRIORITY_CLUSTER, cuda_sdpa_sm90pp_supports,
-                cuda_sdpa_sm90ps_run,
-                "Hopper, head_dim 64/128: sm90pp on a persistent grid, a CTA per SM"),
     KERNEL_SM90(KITE_OP_SDPA, "sm90", PRIORITY_CLUSTER, cuda_sdpa_sm90_supports, cuda_sdpa_sm90_run,
                 "Hopper, head_dim 256: wgmma, producer/consumer warpgroups, no mask, 16-byte "
                 "aligned strides"),
