@@ -498,8 +498,9 @@ def compute_rows(kite):
 
 def sdpa_rows(kite):
     """Dense sdpa, B 4, S 4096, Hq 32 / Hkv 8, D 128 / 64 / 256, causal and not, bf16: kite (its
-    default kernel: cuda.sm90 on an H100) beside torch SDPA's flash and cuDNN backends, each
-    alternated with kite. FLOPs 4 S^2 D Hq per sequence, halved for causal (as kite bench counts)."""
+    default kernel on an H100: cuda.sm90pp at D 64 / 128, cuda.sm90 at D 256) beside torch SDPA's
+    flash and cuDNN backends, each alternated with kite. FLOPs 4 S^2 D Hq per sequence, halved for
+    causal (as kite bench counts)."""
     from torch.nn.attention import sdpa_kernel, SDPBackend
     rows, dt = [], torch.bfloat16
     B, S, HQ, HKV = 4, 4096, 32, 8

@@ -169,11 +169,15 @@ CUDA_RUN(cuda_sdpa_varlen_bwd_sm90_run);
 CUDA_RUN(cuda_sdpa_varlen_bwd_mma_run);
 CUDA_RUN(cuda_sdpa_varlen_bwd_generic_run);
 
-/* attention_sm90.cu: paged_prefill and sdpa on Hopper (wgmma, warp-specialized; bf16/f16, head_dim
- * 64/128/256, compute capability 9.0) */
+/* attention_sm90.cu: paged_prefill and sdpa on Hopper (wgmma, warp-specialized; bf16/f16, compute
+ * capability 9.0): cuda.sm90 takes head_dim 256, cuda.sm90pp (the pipelined loop of
+ * attention_sm90pp.cu) 64 and 128; one run function per op serves both (the kernel follows
+ * head_dim) */
 CUDA_SUPPORTS(cuda_paged_sm90_supports);
+CUDA_SUPPORTS(cuda_paged_sm90pp_supports);
 CUDA_RUN(cuda_paged_sm90_run);
 CUDA_SUPPORTS(cuda_sdpa_sm90_supports);
+CUDA_SUPPORTS(cuda_sdpa_sm90pp_supports);
 CUDA_RUN(cuda_sdpa_sm90_run);
 
 /* gemm.cu: linear (cuBLASLt, tiled), group_gemm (cuBLASLt per group, tiled with a device-side

@@ -1,8 +1,8 @@
 /*
- * Hopper (sm_90a) building blocks shared by the wgmma kernels (attention_sm90.cu,
- * attention_backward_sm90.cu): the 128-byte swizzled tile layout, mbarrier, TMA, proxy fences,
- * named barriers, setmaxnreg, wgmma (m64nNk16, f32 accumulators) and its shared-memory
- * descriptors. The device part compiles only for sm_90a (KITE_SM90_DEVICE).
+ * Hopper (sm_90a) building blocks shared by the wgmma kernels (attention_sm90.cu, its header and
+ * attention_sm90pp.cu, attention_backward_sm90.cu): the 128-byte swizzled tile layout, mbarrier,
+ * TMA, proxy fences, named barriers, setmaxnreg, wgmma (m64nNk16, f32 accumulators) and its
+ * shared-memory descriptors. The device part compiles only for sm_90a (KITE_SM90_DEVICE).
  */
 #ifndef KITE_CUDA_SM90_CUH
 #define KITE_CUDA_SM90_CUH
@@ -64,6 +64,10 @@ __device__ __forceinline__ void fence_async_shared() {
 }
 __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+/* Arrives at named barrier id without waiting (its waiters pass once `threads` arrived). */
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 template <int N> __device__ __forceinline__ void reg_dealloc() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
