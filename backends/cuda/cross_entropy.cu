@@ -12,7 +12,7 @@
  * step so that a block keeps enough bytes moving to stream at memory speed.
  * A target outside [0, V) that is not ignore_index cannot be reported from the device: its row
  * gets a NaN loss and a zero gradient, and the target is never used as an index.
- * cross_entropy_with_grad's one-pass kernels, a row per cluster, are in cross_entropy_cluster.cu.
+ * cross_entropy_with_grad's one-pass kernel, a row per cluster, is in cross_entropy_cluster.cu.
  */
 #include "cross_entropy.cuh"
 
@@ -188,10 +188,11 @@ namespace {
 /* Scratch: the count of rows not ignored, then (sum / mean forward) the row losses. */
 constexpr size_t kLossOffset = 256;
 
-/* cluster: the design of ce_cluster_launch, or -1 for the row kernels (vec or generic) */
-kite_status ce_run(kite_ctx *ctx, const kite_ce_args *a, bool vec, int cluster = -1) {
+/* cluster: the depth of ce_cluster_launch's one-pass kernel, or 0 for the row kernels (vec or
+ * generic) */
+kite_status ce_run(kite_ctx *ctx, const kite_ce_args *a, bool vec, int cluster = 0) {
   const char *op = cuda_op_str(a->op);
-  const char *variant = cluster >= 0 ? ce_cluster_name(cluster) : vec ? "vec" : "generic";
+  const char *variant = cluster > 0 ? ce_cluster_name(cluster) : vec ? "vec" : "generic";
   cudaStream_t s;
   kite_status st = begin(ctx, op, &s);
   if (st != KITE_OK) return st;
@@ -222,7 +223,7 @@ kite_status ce_run(kite_ctx *ctx, const kite_ce_args *a, bool vec, int cluster =
   }
   p.dlogits = a->dlogits, p.dlogits_stride = a->dlogits_stride;
   const CeMode mode = bwd ? CeMode::bwd : with_grad ? CeMode::fused : CeMode::fwd;
-  if (cluster >= 0)
+  if (cluster > 0)
     st = ce_cluster_launch(a->dtype, p, cluster, s);
   else
     st = ce_rows_launch(a->dtype, mode, vec, p, s);
@@ -261,13 +262,9 @@ extern "C" CUDA_SUPPORTS(cuda_ce_cluster_supports) {
 }
 
 extern "C" CUDA_RUN(cuda_ce_cluster_run) {
-  return ce_run(ctx, (const kite_ce_args *)args, true, 0);
-}
-
-extern "C" CUDA_RUN(cuda_ce_cluster_r4_run) {
   return ce_run(ctx, (const kite_ce_args *)args, true, 1);
 }
 
-extern "C" CUDA_RUN(cuda_ce_cluster_r3_run) {
+extern "C" CUDA_RUN(cuda_ce_cluster_d2_run) {
   return ce_run(ctx, (const kite_ce_args *)args, true, 2);
 }

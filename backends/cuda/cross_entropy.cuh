@@ -125,14 +125,13 @@ struct CeClusterShape {
 };
 /* The shape for `packs` packs; false when the row does not fit a cluster. */
 bool ce_cluster_shape(int64_t packs, CeClusterShape *sh);
-/* The one-pass kernels of cross_entropy_with_grad, the shape checked by ce_cluster_shape:
- * design 0 ("cluster") keeps two shared buffers per block (the row worked on, the next one
- * arriving) and reads the row from shared memory for each pass; designs 1 and 2 ("cluster_r4",
- * "cluster_r3": 4 or 3 blocks per multiprocessor) take a block's share into registers at once,
- * refill its one buffer with the next row right away and fold max and sum into one pass. */
-kite_status ce_cluster_launch(kite_dtype t, const CeRows &p, int design, cudaStream_t s);
-/* The kernel name of a design, for messages. */
-const char *ce_cluster_name(int design);
+/* The one-pass kernel of cross_entropy_with_grad, the shape checked by ce_cluster_shape: a
+ * block's share of the row taken into registers at once, its shared buffer refilled right away
+ * with the row `depth` rows on (depth 1: "cluster", 2: "cluster_d2"), max and sum folded into one
+ * pass. */
+kite_status ce_cluster_launch(kite_dtype t, const CeRows &p, int depth, cudaStream_t s);
+/* The kernel name of a depth, for messages. */
+const char *ce_cluster_name(int depth);
 
 } // namespace kite_cuda
 

@@ -1,20 +1,26 @@
 /*
  * cross_entropy_with_grad in one pass: a row per thread block cluster (sm_90).
- * Block k of a cluster of K holds its share of the row's 16-byte packs in shared memory (pack
- * q = u K B + k B + t for thread t, u < VPT: coalesced, every block within a pack of the
- * others), copied there by cp.async without passing through registers. The grid is persistent
- * (as many clusters as are resident at once, each taking every G-th row), and the next row's
- * copies are issued into a second buffer before the current row is worked on, so that each block
- * keeps its loads in flight through its reductions, barriers and stores. Each thread reads back
- * only the packs it copied (no block barrier for them). A thread takes its max, then its sum of
- * 2^(z log2 e - max) and of z, from shared memory; a block publishes its (max, sum, sum of z) in
- * shared memory, and after a cluster barrier every thread combines the K triples in a fixed
- * order (the same bits in every block) and writes the gradient of its packs. Each logit is read
- * once and its gradient written once: 4 bytes per bf16 logit, against 6 for the forward and
- * backward apart. The published triples alternate between two slots: between two writes of one
- * slot lies a cluster barrier that every block passes only after reading the other.
- * "cluster" is that kernel (two shared buffers per block); "cluster_r4" and "cluster_r3" (below)
- * hold the row in registers and one buffer per block.
+ * Block k of a cluster of K holds its share of the row's 16-byte packs (pack q = u K B + k B + t
+ * for thread t, u < VPT: coalesced, every block within a pack of the others). Thread t copies its
+ * VPT packs of row r into its own slots of the block's one shared buffer by cp.async (no trip
+ * through registers on the way), and once they are in, takes them into registers (VPT 16-byte
+ * words) and at once issues the copies of the next row into the same slots: only the thread that
+ * read a slot writes it again, so no barrier guards the buffer, and the next row streams in
+ * through the statistics, the barriers and the gradient of this one. The grid is persistent (as
+ * many clusters as are resident at once, each taking every G-th row).
+ * A thread's (max, sum of 2^(z log2 e - max), sum of z) is online in one pass (a pack's max first:
+ * the sum is rescaled only when that raises the max); a block publishes its triple in shared
+ * memory, and after a cluster barrier every thread combines the K triples in a fixed order (the
+ * same bits in every block) and writes the gradient of its packs from its registers, 16 bytes at
+ * a time. Each logit is read once and its gradient written once: 4 bytes per bf16 logit, against 6
+ * for the forward and backward apart. The published triples alternate between two slots: between
+ * two writes of one slot lies a cluster barrier that every block passes only after reading the
+ * other. bf16 is widened by a shift or a mask of each 32-bit word, the gradient is packed two
+ * elements by one instruction, and the softcap's tanh is compiled in only when it is on.
+ * Three blocks per multiprocessor bound the registers (80 a thread: the row's VPT = 8 words and
+ * the loop's values without a spill). DEPTH buffers a block: "cluster" has one (the next row in
+ * flight), "cluster_d2" two (the two next rows in flight: twice the bytes a multiprocessor has on
+ * their way, 192 KB of shared memory for three blocks at VPT 8 with 256 threads).
  */
 #include <cooperative_groups.h>
 #include <type_traits>
@@ -89,6 +95,7 @@ __device__ __forceinline__ void ce_cluster_stats(float &m, float &sum, float &sz
     sz = __shfl_sync(0xffffffffu, sz, 0);
   }
 }
+
 /* Row r's packs of thread t in block `rank` of a cluster of K blocks of B threads (pack
  * q = (u K + rank) B + t, u < VPT) into dst[u B + t], as one commit group (empty past the last
  * row). */
@@ -107,9 +114,6 @@ __device__ __forceinline__ void ce_fetch_row(const CeRows &p, int64_t r, uint4 *
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 
-/* Row r's target: ignored, bad (outside [0, V)), and its z, read by the cluster's first thread
- * only (0 elsewhere) and before the cluster barrier: the gradient may overwrite the row after
- * it. */
 /* A block's statistics on their way to the cluster: each warp's, then the block's (max, sum, sum
  * of z) of a row, read by all blocks, in two slots that rows take in turn. */
 struct CeExchange {
@@ -129,6 +133,9 @@ __device__ __forceinline__ CePlace ce_place(const CeRows &p, int W) {
           (int)(p.vocab / W)};
 }
 
+/* Row r's target: ignored, bad (outside [0, V)), and its z, read by the cluster's first thread
+ * only (0 elsewhere) and before the cluster barrier: the gradient may overwrite the row after
+ * it. */
 struct CeTarget {
   int32_t tg;
   bool ignored, bad;
@@ -157,93 +164,6 @@ __device__ __forceinline__ CeGrad ce_cluster_row(const CeRows &p, int64_t r, con
   return ce_row_grad(p, r, lse2 * kLn2, lse2, g.tg, g.ignored || g.bad);
 }
 #endif
-
-template <typename T, int VPT>
-__global__ __launch_bounds__(kClusterThreads, 3) void ce_cluster_kernel(CeRows p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 /* the PTX for older GPUs is never launched */
-  namespace cg = cooperative_groups;
-  constexpr int W = vec_elems<T>();
-  using P = Pack<T, W>;
-  cg::cluster_group cluster = cg::this_cluster();
-  extern __shared__ float4 ce_dyn[]; /* two buffers of VPT B packs: pack u of thread t at u B + t */
-  __shared__ CeExchange ex;
-  const CePlace at = ce_place(p, W);
-  const int K = at.K, rank = at.rank, B = at.B, t = at.t, packs = at.packs;
-  const float c = p.o.softcap;
-  uint4 *const buf0 = reinterpret_cast<uint4 *>(ce_dyn);
-  /* row r's packs into buffer b */
-  auto fetch = [&](int64_t r, int b) {
-    ce_fetch_row<T, VPT>(p, r, buf0 + b * VPT * B, K, rank, packs);
-  };
-  int slot = 0, b = 0;
-  fetch(blockIdx.y, 0);
-  for (int64_t r = blockIdx.y; r < p.rows; r += gridDim.y, slot ^= 1, b ^= 1) {
-    fetch(r + gridDim.y, b ^ 1); /* the next row streams in while this one is worked on */
-    const P *h = reinterpret_cast<const P *>(buf0 + b * VPT * B);
-    const CeTarget g = ce_target<T>(p, r, rank == 0 && t == 0);
-    const int32_t tg = g.tg;
-    asm volatile("cp.async.wait_group 1;\n" ::: "memory"); /* this row's copies are in */
-    /* the thread's max z (softcap is monotonic: the cap of the max x) and sum of z */
-    float xm = -INFINITY, sz = 0.0f;
-#pragma unroll 1 /* one pack at a time from shared memory: few registers */
-    for (int u = 0; u < VPT; u++) {
-      const int q = (u * K + rank) * B + t;
-      if (q >= packs) continue;
-      const P v = h[u * B + t];
-#pragma unroll
-      for (int e = 0; e < W; e++) {
-        const float xv = to_float(v.v[e]);
-        xm = fmaxf(xm, xv);
-        sz += ce_cap(xv, c);
-      }
-    }
-    float m = __fmul_rn(ce_cap(xm, c), kLog2e), sum = 0.0f;
-    const float ref = m == -INFINITY ? 0.0f : m; /* -inf - -inf would be NaN */
-#pragma unroll 1
-    for (int u = 0; u < VPT; u++) {
-      const int q = (u * K + rank) * B + t;
-      if (q >= packs) continue;
-      const P v = h[u * B + t];
-#pragma unroll
-      for (int e = 0; e < W; e++)
-        sum += ce_exp2(__fmul_rn(ce_cap(to_float(v.v[e]), c), kLog2e) - ref);
-    }
-    const CeGrad grad =
-        ce_cluster_row(p, r, g, m, sum, sz, ex.warps, &ex.published[slot], rank == 0 && t == 0);
-    const bool zero = g.ignored || g.bad;
-    P *d = (P *)((T *)p.dlogits + r * p.dlogits_stride);
-#pragma unroll 1
-    for (int u = 0; u < VPT; u++) {
-      const int q = (u * K + rank) * B + t;
-      if (q >= packs) continue;
-      const P v = h[u * B + t];
-      const int te = zero ? -1 : tg - q * W; /* the target's place in this pack, if there */
-      P out;
-#pragma unroll
-      for (int e = 0; e < W; e++)
-        out.v[e] = from_float<T>(zero ? 0.0f : grad.value(to_float(v.v[e]), e == te));
-      d[q] = out;
-    }
-  }
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
-  cluster.sync(); /* no block leaves, freeing its shared memory, while others may still read it */
-#endif
-}
-
-/* ---- cluster_r4 / cluster_r3: the same cluster, each block's share of the row held in registers
- * -------- Thread t copies its VPT packs of row r into its own slots of the block's one shared
- * buffer (cp.async), and once they are in, takes them into registers (VPT 16-byte words) and at
- * once issues the copies of the next row into the same slots: only the thread that read a slot
- * writes it again, so no barrier guards the buffer, and the next row streams in through the
- * statistics, the barriers and the gradient of this one. Half the shared memory of the two-buffer
- * kernel lets more blocks share a multiprocessor (more bytes in flight). The thread's (max, sum) is
- * online in one pass (a pack's max first: the sum is rescaled only when that raises the max),
- * bf16 is widened by a shift or a mask of each 32-bit word, the gradient is packed two elements
- * by one instruction and stored 16 bytes at a time, and the softcap's tanh is compiled in only
- * when it is on. The numbers are those of ce_cluster_kernel: z log2 e rounded, the same 2^x.
- * MINB blocks per multiprocessor bound the registers: 4 ("cluster_r4", 64 each, a few values of the
- * row loop spilled at VPT 8) or 3 ("cluster_r3", 85, none spilled, the old kernel's occupancy at
- * half its shared memory). */
 
 /* The elements of a 16-byte pack as float: bf16 is the high half of a float (a shift or a mask,
  * no conversion), f16 by pairs, f32 as it is. */
@@ -281,26 +201,36 @@ template <typename T> __device__ __forceinline__ uint4 ce_pack(const float *x) {
   return make_uint4(u[0], u[1], u[2], u[3]);
 }
 
-template <typename T, int VPT, bool CAP, int MINB>
-__global__ __launch_bounds__(kClusterThreads, MINB) void ce_cluster_regs_kernel(CeRows p) {
+template <typename T, int VPT, bool CAP, int DEPTH>
+__global__ __launch_bounds__(kClusterThreads, 3) void ce_cluster_kernel(CeRows p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 /* the PTX for older GPUs is never launched */
   namespace cg = cooperative_groups;
   constexpr int W = vec_elems<T>();
   cg::cluster_group cluster = cg::this_cluster();
-  extern __shared__ float4 ce_dyn[]; /* VPT B packs: pack u of thread t at u B + t */
+  /* DEPTH buffers of VPT B packs, row i of the block in buffer i % DEPTH: pack u of thread t at
+   * u B + t */
+  extern __shared__ float4 ce_dyn[];
   __shared__ CeExchange ex;
   const CePlace at = ce_place(p, W);
   const int K = at.K, rank = at.rank, B = at.B, t = at.t, packs = at.packs;
   const float c = p.o.softcap;
-  uint4 *const buf = reinterpret_cast<uint4 *>(ce_dyn);
-  /* row r's packs into the thread's slots */
-  auto fetch = [&](int64_t r) { ce_fetch_row<T, VPT>(p, r, buf, K, rank, packs); };
-  int slot = 0;
-  fetch(blockIdx.y);
-  for (int64_t r = blockIdx.y; r < p.rows; r += gridDim.y, slot ^= 1) {
+  uint4 *const buf0 = reinterpret_cast<uint4 *>(ce_dyn);
+  /* row r's packs into the thread's slots of buffer b */
+  auto fetch = [&](int64_t r, int b) {
+    ce_fetch_row<T, VPT>(p, r, buf0 + b * VPT * B, K, rank, packs);
+  };
+  int slot = 0, b = 0;
+#pragma unroll
+  for (int i = 0; i < DEPTH; i++) fetch(blockIdx.y + (int64_t)i * gridDim.y, i);
+  for (int64_t r = blockIdx.y; r < p.rows; r += gridDim.y, slot ^= 1, b = (b + 1) % DEPTH) {
+    const uint4 *const buf = buf0 + b * VPT * B;
     const CeTarget g = ce_target<T>(p, r, rank == 0 && t == 0);
     const int32_t tg = g.tg;
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory"); /* this row's copies are in */
+    /* this row's copies are in (the DEPTH - 1 rows after it may still be on their way) */
+    if (DEPTH == 1)
+      asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    else
+      asm volatile("cp.async.wait_group 1;\n" ::: "memory");
     uint4 h[VPT];
 #pragma unroll
     for (int u = 0; u < VPT; u++) {
@@ -331,8 +261,8 @@ __global__ __launch_bounds__(kClusterThreads, MINB) void ce_cluster_regs_kernel(
         sum += ce_exp2(__fmul_rn(z, kLog2e) - ref);
       }
     }
-    /* the slots are read (h): the next row may land in them while this one is finished */
-    fetch(r + gridDim.y);
+    /* the slots are read (h): the row DEPTH rows on may land in them while this one is finished */
+    fetch(r + (int64_t)DEPTH * gridDim.y, b);
     const CeGrad grad =
         ce_cluster_row(p, r, g, m, sum, sz, ex.warps, &ex.published[slot], rank == 0 && t == 0);
     const bool zero = g.ignored || g.bad;
@@ -402,18 +332,15 @@ cudaError_t ce_cluster_persistent(void (*kernel)(CeRows), const CeRows &p, const
 }
 
 template <typename T, int VPT>
-cudaError_t ce_cluster_launch_t(const CeRows &p, const CeClusterShape &sh, int design,
+cudaError_t ce_cluster_launch_t(const CeRows &p, const CeClusterShape &sh, int depth,
                                 cudaStream_t s) {
-  const size_t one = (size_t)VPT * (size_t)sh.threads * 16; /* one buffer of a block */
+  const size_t smem = (size_t)depth * VPT * (size_t)sh.threads * 16; /* a block's buffers */
   const bool cap = p.o.softcap > 0.0f;
-  void (*kernel)(CeRows) = ce_cluster_kernel<T, VPT>;
-  if (design == 1)
-    kernel =
-        cap ? ce_cluster_regs_kernel<T, VPT, true, 4> : ce_cluster_regs_kernel<T, VPT, false, 4>;
-  if (design == 2)
-    kernel =
-        cap ? ce_cluster_regs_kernel<T, VPT, true, 3> : ce_cluster_regs_kernel<T, VPT, false, 3>;
-  return ce_cluster_persistent(kernel, p, sh, design == 0 ? 2 * one : one, s);
+  void (*kernel)(CeRows) =
+      cap ? ce_cluster_kernel<T, VPT, true, 1> : ce_cluster_kernel<T, VPT, false, 1>;
+  if (depth == 2)
+    kernel = cap ? ce_cluster_kernel<T, VPT, true, 2> : ce_cluster_kernel<T, VPT, false, 2>;
+  return ce_cluster_persistent(kernel, p, sh, smem, s);
 }
 
 } // namespace
@@ -432,28 +359,27 @@ bool ce_cluster_shape(int64_t packs, CeClusterShape *sh) {
   return true;
 }
 
-const char *ce_cluster_name(int design) {
-  return design == 1 ? "cluster_r4" : design == 2 ? "cluster_r3" : "cluster";
+const char *ce_cluster_name(int depth) {
+  return depth == 2 ? "cluster_d2" : "cluster";
 }
 
-kite_status ce_cluster_launch(kite_dtype t, const CeRows &p, int design, cudaStream_t s) {
+kite_status ce_cluster_launch(kite_dtype t, const CeRows &p, int depth, cudaStream_t s) {
   if (p.rows <= 0) return KITE_OK;
   return with_float_type(t, "cross_entropy_with_grad", [&](auto tag) {
     using T = typename decltype(tag)::type;
     CeClusterShape sh;
     if (!ce_cluster_shape(p.vocab / vec_elems<T>(), &sh))
       return kite_set_error(KITE_ERR_INTERNAL,
-                            "cross_entropy_with_grad: cuda.%s: V = %lld "
-                            "does not fit a cluster",
-                            ce_cluster_name(design), (long long)p.vocab);
-    const cudaError_t e = sh.vpt == 1   ? ce_cluster_launch_t<T, 1>(p, sh, design, s)
-                          : sh.vpt == 2 ? ce_cluster_launch_t<T, 2>(p, sh, design, s)
-                          : sh.vpt == 4 ? ce_cluster_launch_t<T, 4>(p, sh, design, s)
-                                        : ce_cluster_launch_t<T, 8>(p, sh, design, s);
+                            "cross_entropy_with_grad: cuda.%s: V = %lld does not fit a cluster",
+                            ce_cluster_name(depth), (long long)p.vocab);
+    const cudaError_t e = sh.vpt == 1   ? ce_cluster_launch_t<T, 1>(p, sh, depth, s)
+                          : sh.vpt == 2 ? ce_cluster_launch_t<T, 2>(p, sh, depth, s)
+                          : sh.vpt == 4 ? ce_cluster_launch_t<T, 4>(p, sh, depth, s)
+                                        : ce_cluster_launch_t<T, 8>(p, sh, depth, s);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
       return kite_set_error(KITE_ERR_DEVICE, "cross_entropy_with_grad: cuda.%s: launch failed: %s",
-                            ce_cluster_name(design), cudaGetErrorString(e));
+                            ce_cluster_name(depth), cudaGetErrorString(e));
     }
     return KITE_OK;
   });
