@@ -2,10 +2,10 @@
  * cross_entropy_with_grad in one pass: a row per thread block cluster (sm_90).
  * Block k of a cluster of K holds its share of the row's 16-byte packs (pack q = u K B + k B + t
  * for thread t, u < VPT: coalesced, every block within a pack of the others). Thread t copies its
- * VPT packs of row r into its own slots of the block's one shared buffer by cp.async (no trip
+ * VPT packs of row r into its own slots of a shared buffer of the block by cp.async (no trip
  * through registers on the way), and once they are in, takes them into registers (VPT 16-byte
- * words) and at once issues the copies of the next row into the same slots: only the thread that
- * read a slot writes it again, so no barrier guards the buffer, and the next row streams in
+ * words) and at once issues the copies of a later row into the same slots: only the thread that
+ * read a slot writes it again, so no barrier guards the buffer, and the later rows stream in
  * through the statistics, the barriers and the gradient of this one. The grid is persistent (as
  * many clusters as are resident at once, each taking every G-th row).
  * A thread's (max, sum of 2^(z log2 e - max), sum of z) is online in one pass (a pack's max first:
