@@ -188,11 +188,10 @@ namespace {
 /* Scratch: the count of rows not ignored, then (sum / mean forward) the row losses. */
 constexpr size_t kLossOffset = 256;
 
-/* cluster: the depth of ce_cluster_launch's one-pass kernel, or 0 for the row kernels (vec or
- * generic) */
-kite_status ce_run(kite_ctx *ctx, const kite_ce_args *a, bool vec, int cluster = 0) {
+/* cluster: ce_cluster_launch's one-pass kernel, else the row kernels (vec or generic) */
+kite_status ce_run(kite_ctx *ctx, const kite_ce_args *a, bool vec, bool cluster = false) {
   const char *op = cuda_op_str(a->op);
-  const char *variant = cluster > 0 ? ce_cluster_name(cluster) : vec ? "vec" : "generic";
+  const char *variant = cluster ? "cluster" : vec ? "vec" : "generic";
   cudaStream_t s;
   kite_status st = begin(ctx, op, &s);
   if (st != KITE_OK) return st;
@@ -223,8 +222,8 @@ kite_status ce_run(kite_ctx *ctx, const kite_ce_args *a, bool vec, int cluster =
   }
   p.dlogits = a->dlogits, p.dlogits_stride = a->dlogits_stride;
   const CeMode mode = bwd ? CeMode::bwd : with_grad ? CeMode::fused : CeMode::fwd;
-  if (cluster > 0)
-    st = ce_cluster_launch(a->dtype, p, cluster, s);
+  if (cluster)
+    st = ce_cluster_launch(a->dtype, p, s);
   else
     st = ce_rows_launch(a->dtype, mode, vec, p, s);
   if (st != KITE_OK) return st;
@@ -262,9 +261,5 @@ extern "C" CUDA_SUPPORTS(cuda_ce_cluster_supports) {
 }
 
 extern "C" CUDA_RUN(cuda_ce_cluster_run) {
-  return ce_run(ctx, (const kite_ce_args *)args, true, 1);
-}
-
-extern "C" CUDA_RUN(cuda_ce_cluster_d2_run) {
-  return ce_run(ctx, (const kite_ce_args *)args, true, 2);
+  return ce_run(ctx, (const kite_ce_args *)args, true, true);
 }

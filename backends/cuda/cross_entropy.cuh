@@ -125,13 +125,10 @@ struct CeClusterShape {
 };
 /* The shape for `packs` packs; false when the row does not fit a cluster. */
 bool ce_cluster_shape(int64_t packs, CeClusterShape *sh);
-/* The one-pass kernel of cross_entropy_with_grad, the shape checked by ce_cluster_shape: a
- * block's share of the row taken into registers at once, its shared buffer refilled right away
- * with the row `depth` rows on (depth 1: "cluster", 2: "cluster_d2"), max and sum folded into one
- * pass. */
-kite_status ce_cluster_launch(kite_dtype t, const CeRows &p, int depth, cudaStream_t s);
-/* The kernel name of a depth, for messages. */
-const char *ce_cluster_name(int depth);
+/* The one-pass kernel of cross_entropy_with_grad ("cluster"), the shape checked by
+ * ce_cluster_shape: a block's share of the row taken into registers at once, its shared buffer
+ * refilled right away with the block's next row, max and sum folded into one pass. */
+kite_status ce_cluster_launch(kite_dtype t, const CeRows &p, cudaStream_t s);
 
 } // namespace kite_cuda
 

@@ -18,9 +18,8 @@
  * other. bf16 is widened by a shift or a mask of each 32-bit word, the gradient is packed two
  * elements by one instruction, and the softcap's tanh is compiled in only when it is on.
  * Three blocks per multiprocessor bound the registers (80 a thread: the row's VPT = 8 words and
- * the loop's values without a spill). DEPTH buffers a block: "cluster" has one (the next row in
- * flight), "cluster_d2" two (the two next rows in flight: twice the bytes a multiprocessor has on
- * their way, 192 KB of shared memory for three blocks at VPT 8 with 256 threads).
+ * the loop's values without a spill); one buffer a block keeps the next row in flight (96 KB of
+ * shared memory for three blocks at VPT 8 with 256 threads).
  */
 #include <cooperative_groups.h>
 #include <type_traits>
@@ -201,36 +200,28 @@ template <typename T> __device__ __forceinline__ uint4 ce_pack(const float *x) {
   return make_uint4(u[0], u[1], u[2], u[3]);
 }
 
-template <typename T, int VPT, bool CAP, int DEPTH>
+template <typename T, int VPT, bool CAP>
 __global__ __launch_bounds__(kClusterThreads, 3) void ce_cluster_kernel(CeRows p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 /* the PTX for older GPUs is never launched */
   namespace cg = cooperative_groups;
   constexpr int W = vec_elems<T>();
   cg::cluster_group cluster = cg::this_cluster();
-  /* DEPTH buffers of VPT B packs, row i of the block in buffer i % DEPTH: pack u of thread t at
-   * u B + t */
+  /* the buffer of VPT B packs: pack u of thread t at u B + t */
   extern __shared__ float4 ce_dyn[];
   __shared__ CeExchange ex;
   const CePlace at = ce_place(p, W);
   const int K = at.K, rank = at.rank, B = at.B, t = at.t, packs = at.packs;
   const float c = p.o.softcap;
-  uint4 *const buf0 = reinterpret_cast<uint4 *>(ce_dyn);
-  /* row r's packs into the thread's slots of buffer b */
-  auto fetch = [&](int64_t r, int b) {
-    ce_fetch_row<T, VPT>(p, r, buf0 + b * VPT * B, K, rank, packs);
-  };
-  int slot = 0, b = 0;
-#pragma unroll
-  for (int i = 0; i < DEPTH; i++) fetch(blockIdx.y + (int64_t)i * gridDim.y, i);
-  for (int64_t r = blockIdx.y; r < p.rows; r += gridDim.y, slot ^= 1, b = (b + 1) % DEPTH) {
-    const uint4 *const buf = buf0 + b * VPT * B;
+  uint4 *const buf = reinterpret_cast<uint4 *>(ce_dyn);
+  /* row r's packs into the thread's slots of the buffer */
+  auto fetch = [&](int64_t r) { ce_fetch_row<T, VPT>(p, r, buf, K, rank, packs); };
+  int slot = 0;
+  fetch(blockIdx.y);
+  for (int64_t r = blockIdx.y; r < p.rows; r += gridDim.y, slot ^= 1) {
     const CeTarget g = ce_target<T>(p, r, rank == 0 && t == 0);
     const int32_t tg = g.tg;
-    /* this row's copies are in (the DEPTH - 1 rows after it may still be on their way) */
-    if (DEPTH == 1)
-      asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-    else
-      asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+    /* this row's copies are in */
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     uint4 h[VPT];
 #pragma unroll
     for (int u = 0; u < VPT; u++) {
@@ -261,8 +252,8 @@ __global__ __launch_bounds__(kClusterThreads, 3) void ce_cluster_kernel(CeRows p
         sum += ce_exp2(__fmul_rn(z, kLog2e) - ref);
       }
     }
-    /* the slots are read (h): the row DEPTH rows on may land in them while this one is finished */
-    fetch(r + (int64_t)DEPTH * gridDim.y, b);
+    /* the slots are read (h): the next row may land in them while this one is finished */
+    fetch(r + gridDim.y);
     const CeGrad grad =
         ce_cluster_row(p, r, g, m, sum, sz, ex.warps, &ex.published[slot], rank == 0 && t == 0);
     const bool zero = g.ignored || g.bad;
@@ -332,14 +323,10 @@ cudaError_t ce_cluster_persistent(void (*kernel)(CeRows), const CeRows &p, const
 }
 
 template <typename T, int VPT>
-cudaError_t ce_cluster_launch_t(const CeRows &p, const CeClusterShape &sh, int depth,
-                                cudaStream_t s) {
-  const size_t smem = (size_t)depth * VPT * (size_t)sh.threads * 16; /* a block's buffers */
-  const bool cap = p.o.softcap > 0.0f;
+cudaError_t ce_cluster_launch_t(const CeRows &p, const CeClusterShape &sh, cudaStream_t s) {
+  const size_t smem = (size_t)VPT * (size_t)sh.threads * 16; /* a block's buffer */
   void (*kernel)(CeRows) =
-      cap ? ce_cluster_kernel<T, VPT, true, 1> : ce_cluster_kernel<T, VPT, false, 1>;
-  if (depth == 2)
-    kernel = cap ? ce_cluster_kernel<T, VPT, true, 2> : ce_cluster_kernel<T, VPT, false, 2>;
+      p.o.softcap > 0.0f ? ce_cluster_kernel<T, VPT, true> : ce_cluster_kernel<T, VPT, false>;
   return ce_cluster_persistent(kernel, p, sh, smem, s);
 }
 
@@ -359,27 +346,25 @@ bool ce_cluster_shape(int64_t packs, CeClusterShape *sh) {
   return true;
 }
 
-const char *ce_cluster_name(int depth) {
-  return depth == 2 ? "cluster_d2" : "cluster";
-}
-
-kite_status ce_cluster_launch(kite_dtype t, const CeRows &p, int depth, cudaStream_t s) {
+kite_status ce_cluster_launch(kite_dtype t, const CeRows &p, cudaStream_t s) {
   if (p.rows <= 0) return KITE_OK;
   return with_float_type(t, "cross_entropy_with_grad", [&](auto tag) {
     using T = typename decltype(tag)::type;
     CeClusterShape sh;
     if (!ce_cluster_shape(p.vocab / vec_elems<T>(), &sh))
-      return kite_set_error(KITE_ERR_INTERNAL,
-                            "cross_entropy_with_grad: cuda.%s: V = %lld does not fit a cluster",
-                            ce_cluster_name(depth), (long long)p.vocab);
-    const cudaError_t e = sh.vpt == 1   ? ce_cluster_launch_t<T, 1>(p, sh, depth, s)
-                          : sh.vpt == 2 ? ce_cluster_launch_t<T, 2>(p, sh, depth, s)
-                          : sh.vpt == 4 ? ce_cluster_launch_t<T, 4>(p, sh, depth, s)
-                                        : ce_cluster_launch_t<T, 8>(p, sh, depth, s);
+      return kite_set_error(
+          KITE_ERR_INTERNAL,
+          "cross_entropy_with_grad: cuda.cluster: V = %lld does not fit a cluster",
+          (long long)p.vocab);
+    const cudaError_t e = sh.vpt == 1   ? ce_cluster_launch_t<T, 1>(p, sh, s)
+                          : sh.vpt == 2 ? ce_cluster_launch_t<T, 2>(p, sh, s)
+                          : sh.vpt == 4 ? ce_cluster_launch_t<T, 4>(p, sh, s)
+                                        : ce_cluster_launch_t<T, 8>(p, sh, s);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
-      return kite_set_error(KITE_ERR_DEVICE, "cross_entropy_with_grad: cuda.%s: launch failed: %s",
-                            ce_cluster_name(depth), cudaGetErrorString(e));
+      return kite_set_error(KITE_ERR_DEVICE,
+                            "cross_entropy_with_grad: cuda.cluster: launch failed: %s",
+                            cudaGetErrorString(e));
     }
     return KITE_OK;
   });

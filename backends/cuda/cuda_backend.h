@@ -264,7 +264,6 @@ CUDA_RUN(cuda_ce_vec_run);
 CUDA_RUN(cuda_ce_generic_run);
 CUDA_SUPPORTS(cuda_ce_cluster_supports);
 CUDA_RUN(cuda_ce_cluster_run);
-CUDA_RUN(cuda_ce_cluster_d2_run);
 /* flce.cu: fused_linear_cross_entropy */
 CUDA_RUN(cuda_flce_cublaslt_run);
 CUDA_RUN(cuda_flce_generic_run);

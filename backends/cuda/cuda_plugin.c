@@ -137,7 +137,6 @@ CHECKED(cuda_group_gemm_tiles_run)
 CHECKED(cuda_ce_vec_run)
 CHECKED(cuda_ce_generic_run)
 CHECKED(cuda_ce_cluster_run)
-CHECKED(cuda_ce_cluster_d2_run)
 CHECKED(cuda_flce_cublaslt_run)
 CHECKED(cuda_flce_generic_run)
 
@@ -440,9 +439,6 @@ static const kite_kernel cuda_kernels[] = {
                 cuda_ce_cluster_supports, checked_cuda_ce_cluster_run,
                 "a row per cluster of up to 8 blocks, a block's share in registers: one read, "
                 "one write"),
-    KERNEL_SM90(KITE_OP_CROSS_ENTROPY_WITH_GRAD, "cluster_d2", PRIORITY_CLUSTER,
-                cuda_ce_cluster_supports, checked_cuda_ce_cluster_d2_run,
-                "cuda.cluster with the two next rows in flight (two shared buffers a block)"),
     KERNEL(KITE_OP_CROSS_ENTROPY_WITH_GRAD, "vec", PRIORITY_VEC, cuda_ce_vec_supports,
            checked_cuda_ce_vec_run, "block per row, statistics then gradient, 16-byte loads"),
     KERNEL(KITE_OP_CROSS_ENTROPY_WITH_GRAD, "generic", PRIORITY_GENERIC, cuda_float_supports,
