@@ -445,7 +445,8 @@ static const kite_kernel cuda_kernels[] = {
            checked_cuda_ce_generic_run, "block per row, any layout, in place allowed"),
     KERNEL_SM90(KITE_OP_CROSS_ENTROPY_WITH_GRAD, "cluster", PRIORITY_CLUSTER,
                 cuda_ce_cluster_supports, checked_cuda_ce_cluster_run,
-                "a row per cluster of up to 8 blocks, held in registers: one read, one write"),
+                "a row per cluster of up to 8 blocks, a block's share in registers: one read, "
+                "one write"),
     KERNEL(KITE_OP_CROSS_ENTROPY_WITH_GRAD, "vec", PRIORITY_VEC, cuda_ce_vec_supports,
            checked_cuda_ce_vec_run, "block per row, statistics then gradient, 16-byte loads"),
     KERNEL(KITE_OP_CROSS_ENTROPY_WITH_GRAD, "generic", PRIORITY_GENERIC, cuda_float_supports,
