@@ -9,6 +9,7 @@
 
 /* CUtensorMap (the TMA wrapper); libcuda is not linked */
 #include <cuda.h>
+#include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled */
 
 #include "attention.cuh"
 
@@ -16,6 +17,10 @@ namespace kite_cuda {
 
 /* Every visible device is compute capability 9.0: the sm_90a code runs on nothing else. */
 bool all_devices_sm90();
+
+/* cuTensorMapEncodeTiled of the driver, reached through the runtime (the plugin does not link
+ * libcuda); NULL where the driver has none. */
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder();
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define KITE_SM90_DEVICE 1
@@ -56,6 +61,21 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map
   asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes "
                "[%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
                "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+               : "memory");
+}
+/* The 2-d and 3-d forms of tma_load_4d. */
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1,
+                                            uint32_t bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
+               "[%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+               "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map, int c0, int c1,
+                                            int c2, uint32_t bar) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes "
+               "[%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+               "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
                : "memory");
 }
 /* Generic-proxy writes to shared memory (st.shared, landed cp.async) made visible to wgmma. */

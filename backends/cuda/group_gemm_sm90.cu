@@ -1,0 +1,365 @@
+/*
+ * group_gemm on Hopper (sm_90a), bf16/f16: one persistent, warp-specialized wgmma kernel whose
+ * schedule stays on the device (no group size reaches the host: CUDA-graph safe).
+ *
+ * y[M, N] is cut into tiles of 128 rows x BN columns (BN = 256: "wgmma", 128: "wgmma128") of one
+ * group. Every CTA reads the G group sizes (warp 0 scans them into shared memory: the first row
+ * and the first tile of each group, sizes clamped as kite.h says) and walks the linear tile index
+ * t = blockIdx.x, += gridDim.x over (group, n-tile, m-tile), m-tiles fastest so that the CTAs
+ * running at once share the tiles of w[g]. Tiles past the groups' cover rows [sum, M), which
+ * become zeros in the same kernel.
+ *
+ * A CTA has 3 warpgroups. Warpgroup 0 is the producer: one thread fills a ring of kStages stages,
+ * each a 128 x 64 tile of x (a 2-d tensor map over [M, K]: a tile starts at its group's row; rows
+ * past the group's end are the next group's or TMA's zeros past M, and are never stored) and a
+ * BN x 64 tile of w[g] (a 3-d map over [G, N, K]); K past its end is TMA's zero fill. Each stage
+ * has a "full" mbarrier (the TMA bytes) and an "empty" one (each consumer warp, once the wgmmas
+ * reading it completed). Warpgroups 1 and 2 are consumers: each owns 64 rows of the tile and
+ * runs wgmma m64n128k16 (BN / 128 per k-step) from shared memory into f32 accumulators, one
+ * k-block of wgmmas in flight, then stores T pairs straight from the accumulator fragment with
+ * row and column predicates.
+ *
+ * Shared-memory tiles are in the 128-byte swizzled layout (sm90.cuh): a tile of R rows x 64
+ * elements is R rows of 128 bytes, 1024-byte aligned.
+ */
+#include "gemm.cuh"
+#include "sm90.cuh"
+
+using namespace kite_cuda;
+
+namespace {
+
+constexpr int kThreads = 384, kBM = 128, kBK = 64;
+/* Groups the shared-memory schedule holds; more go to the cuBLAS path. */
+constexpr int kMaxGroups = 1024;
+
+template <int BN> struct GgSmem {
+  static constexpr int kStages = BN == 256 ? 4 : 6;
+  static constexpr size_t a_bytes = (size_t)kBM * kBK * 2, b_bytes = (size_t)BN * kBK * 2;
+  static constexpr size_t sched_bytes = 2 * (size_t)(kMaxGroups + 1) * sizeof(int32_t);
+  static constexpr size_t bar_bytes = 2 * kStages * 8;
+  static constexpr size_t total =
+      1024 /* alignment */ + kStages * (a_bytes + b_bytes) + sched_bytes + bar_bytes;
+};
+
+struct GgParams {
+  int32_t m, n, k, groups;
+  const int32_t *sizes;
+  void *y;
+  int64_t y_stride;
+};
+
+/* Where tile t of the groups lies: group g's rows [row0, row0 + rows), columns from n0. */
+struct GgTile {
+  int g, row0, rows, n0;
+};
+
+/* Moves the cursor g to tile t's group (tiles only grow along a CTA's walk) and decodes it. */
+template <int BN>
+__device__ __forceinline__ GgTile find_tile(const int32_t *s_row, const int32_t *s_tile, int &g,
+                                            int t) {
+  while (s_tile[g + 1] <= t) g++;
+  const int rows_g = s_row[g + 1] - s_row[g], mtiles = (rows_g + kBM - 1) / kBM;
+  const int local = t - s_tile[g], mt = local % mtiles, nt = local / mtiles;
+  const int rows = rows_g - mt * kBM;
+  return GgTile{g, s_row[g] + mt * kBM, rows < kBM ? rows : kBM, nt * BN};
+}
+
+/* Stores this thread's part of a 64 x 128 accumulator block (rows r0 + 16 warp + 8 h + lane / 4,
+ * columns c0 + 8 nb + 2 (lane % 4) + e) of the rows below rows_here, columns below n; zero: zeros.
+ */
+template <typename T, bool ZERO>
+__device__ __forceinline__ void store_block(const GgParams &p, const float (&d)[64], int64_t row0,
+                                            int r0, int rows_here, int c0, int warp, int lane) {
+  T *y = (T *)p.y;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int r = r0 + 16 * warp + 8 * h + (lane >> 2);
+    if (r >= rows_here) continue;
+    T *dst = y + (row0 + r) * p.y_stride;
+#pragma unroll
+    for (int nb = 0; nb < 16; nb++) {
+      const int c = c0 + 8 * nb + 2 * (lane & 3);
+      const float v0 = ZERO ? 0.0f : d[4 * nb + 2 * h], v1 = ZERO ? 0.0f : d[4 * nb + 2 * h + 1];
+      if (c + 1 < p.n)
+        *(uint32_t *)(dst + c) = pack2<T>(v0, v1);
+      else if (c < p.n)
+        dst[c] = from_float<T>(v0);
+    }
+  }
+}
+
+template <typename T, int BN>
+__global__ void __launch_bounds__(kThreads, 1)
+    group_gemm_sm90_kernel(GgParams p, const __grid_constant__ CUtensorMap tmap_x,
+                           const __grid_constant__ CUtensorMap tmap_w) {
+#ifdef KITE_SM90_DEVICE
+  using SM = GgSmem<BN>;
+  constexpr int kStages = SM::kStages, NH = BN / 128;
+  constexpr uint32_t A_BYTES = (uint32_t)SM::a_bytes, B_BYTES = (uint32_t)SM::b_bytes;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  unsigned char *sA = smem, *sB = smem + kStages * SM::a_bytes;
+  int32_t *s_row = (int32_t *)(sB + kStages * SM::b_bytes); /* [groups + 1]: first rows */
+  int32_t *s_tile = s_row + kMaxGroups + 1;                 /* [groups + 1]: first tiles */
+  const uint32_t bar0 = smem_addr(s_tile + kMaxGroups + 1); /* full[kStages], empty[kStages] */
+
+  const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31;
+  const int ntn = (p.n + BN - 1) / BN;
+
+  /* the schedule: warp 0 scans the sizes 32 at a time (negative = 0, clamped to M rows) */
+  if (tid < 32) {
+    int64_t rows_carry = 0, tile_carry = 0;
+    for (int base = 0; base < p.groups; base += 32) {
+      const int g = base + lane;
+      const int64_t sz = g < p.groups && p.sizes[g] > 0 ? p.sizes[g] : 0;
+      int64_t incl = sz;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int64_t v = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += v;
+      }
+      const int64_t start = rows_carry + incl - sz < p.m ? rows_carry + incl - sz : p.m;
+      const int64_t rows = sz < p.m - start ? sz : p.m - start;
+      const int64_t tiles = (rows + kBM - 1) / kBM * ntn;
+      int64_t tincl = tiles;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int64_t v = __shfl_up_sync(0xffffffffu, tincl, o);
+        if (lane >= o) tincl += v;
+      }
+      if (g < p.groups) {
+        s_row[g] = (int32_t)start;
+        s_tile[g] = (int32_t)(tile_carry + tincl - tiles);
+      }
+      const int64_t rsum = __shfl_sync(0xffffffffu, incl, 31);
+      rows_carry = rows_carry + rsum < p.m ? rows_carry + rsum : p.m;
+      tile_carry += __shfl_sync(0xffffffffu, tincl, 31);
+    }
+    if (lane == 0) {
+      s_row[p.groups] = (int32_t)rows_carry;
+      s_tile[p.groups] = (int32_t)tile_carry;
+    }
+  } else if (tid == 32) {
+#pragma unroll
+    for (int st = 0; st < kStages; st++) {
+      mbar_init(bar0 + st * 8, 1);             /* the producer's expected bytes */
+      mbar_init(bar0 + (kStages + st) * 8, 8); /* every consumer warp */
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const int used = s_row[p.groups], group_tiles = s_tile[p.groups];
+  const int zero_tiles = (p.m - used + kBM - 1) / kBM * ntn, total = group_tiles + zero_tiles;
+  const int kblocks = (p.k + kBK - 1) / kBK;
+
+  if (wg == 0) { /* ---- producer ---- */
+    reg_dealloc<40>();
+    if (tid != 0) return;
+    int g = 0, it = 0;
+    for (int t = blockIdx.x; t < group_tiles; t += gridDim.x) {
+      const GgTile tl = find_tile<BN>(s_row, s_tile, g, t);
+      for (int kb = 0; kb < kblocks; kb++, it++) {
+        const int st = it % kStages;
+        const uint32_t full = bar0 + st * 8;
+        mbar_wait(bar0 + (kStages + st) * 8, ((it / kStages) & 1) ^ 1);
+        mbar_expect_tx(full, (int)(A_BYTES + B_BYTES));
+        tma_load_2d(smem_addr(sA + st * SM::a_bytes), &tmap_x, kb * kBK, tl.row0, full);
+        tma_load_3d(smem_addr(sB + st * SM::b_bytes), &tmap_w, kb * kBK, tl.n0, tl.g, full);
+      }
+    }
+    return;
+  }
+
+  /* ---- consumers: warpgroup cw owns tile rows [64 cw, 64 cw + 64) ---- */
+  reg_alloc<232>();
+  const int cw = wg - 1, warp = (tid & 127) >> 5;
+  float d[NH][64];
+  int g = 0, it = 0;
+  for (int t = blockIdx.x; t < group_tiles; t += gridDim.x) {
+    const GgTile tl = find_tile<BN>(s_row, s_tile, g, t);
+    for (int kb = 0; kb < kblocks; kb++, it++) {
+      const int st = it % kStages;
+      mbar_wait(bar0 + st * 8, (it / kStages) & 1);
+      const uint32_t a_addr = smem_addr(sA + st * SM::a_bytes) + 64 * cw * 128;
+      const uint32_t b_addr = smem_addr(sB + st * SM::b_bytes);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBK / 16; kk++) {
+        const uint64_t da = smem_desc(a_addr + kk * 32, 16, 1024);
+#pragma unroll
+        for (int nh = 0; nh < NH; nh++)
+          wgmma_ss_n128<T>(d[nh], da, smem_desc(b_addr + nh * 128 * 128 + kk * 32, 16, 1024),
+                           kb > 0 || kk > 0);
+      }
+      wgmma_commit();
+      /* the previous k-block's wgmmas are done: its stage goes back to the producer */
+      wgmma_wait<1>();
+#pragma unroll
+      for (int nh = 0; nh < NH; nh++) fence_regs(d[nh]);
+      if (kb > 0 && lane == 0) mbar_arrive(bar0 + (kStages + (it - 1) % kStages) * 8);
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int nh = 0; nh < NH; nh++) fence_regs(d[nh]);
+    if (lane == 0) mbar_arrive(bar0 + (kStages + (it - 1) % kStages) * 8);
+#pragma unroll
+    for (int nh = 0; nh < NH; nh++)
+      store_block<T, false>(p, d[nh], tl.row0, 64 * cw, tl.rows, tl.n0 + 128 * nh, warp, lane);
+  }
+  /* rows no group claims: zeros, 128 x BN at a time, the walk going on past the groups' tiles */
+  {
+    int t = blockIdx.x;
+    if (group_tiles > (int)blockIdx.x)
+      t += ((group_tiles - (int)blockIdx.x + gridDim.x - 1) / gridDim.x) * gridDim.x;
+    for (; t < total; t += gridDim.x) {
+      const int z = t - group_tiles, mt = z / ntn, nt = z % ntn;
+      const int64_t row0 = used + (int64_t)mt * kBM;
+      const int rows = p.m - (int)row0 < kBM ? p.m - (int)row0 : kBM;
+#pragma unroll
+      for (int nh = 0; nh < NH; nh++)
+        store_block<T, true>(p, d[nh], row0, 64 * cw, rows, nt * BN + 128 * nh, warp, lane);
+    }
+  }
+#else
+  (void)p;
+#endif
+}
+
+/* ---- host side ----------------------------------------------------------------------------- */
+/* A tensor map of a's dtype over base: `rank` dims (innermost first), byte strides of dims 1 and
+ * up, box of 64 elements x box1 rows (x 1), 128-byte swizzled; TMA's zeros out of bounds. */
+bool gg_map(CUtensorMap *map, kite_dtype dtype, const void *base, int rank, const cuuint64_t *dims,
+            const cuuint64_t *strides, cuuint32_t box1) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (!encode) return false;
+  const cuuint32_t box[3] = {(cuuint32_t)kBK, box1, 1}, unit[3] = {1, 1, 1};
+  const CUtensorMapDataType type =
+      dtype == KITE_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return encode(map, type, (cuuint32_t)rank, const_cast<void *>(base), dims, strides, box, unit,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+int sm_count() {
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
+    (void)cudaGetLastError();
+    return 132;
+  }
+  return n;
+}
+
+/* false where TMA cannot describe x or w (the caller takes the cuBLAS path) */
+template <typename T, int BN>
+kite_status gg_launch(const kite_group_gemm_args *a, const char *variant, cudaStream_t s,
+                      bool *mapped) {
+  const size_t smem = GgSmem<BN>::total;
+  CUtensorMap tx, tw;
+  memset(&tx, 0, sizeof tx);
+  memset(&tw, 0, sizeof tw);
+  const cuuint64_t xdims[2] = {(cuuint64_t)a->k, (cuuint64_t)a->m};
+  const cuuint64_t xstrides[1] = {(cuuint64_t)a->x_stride * 2};
+  const cuuint64_t wdims[3] = {(cuuint64_t)a->k, (cuuint64_t)a->n, (cuuint64_t)a->groups};
+  /* one group: its stride is never stepped, any multiple of 16 bytes describes it */
+  const cuuint64_t wg_bytes = a->groups > 1 ? (cuuint64_t)a->w_stride_g * 2
+                                            : ((cuuint64_t)a->n * a->w_stride_n * 2 + 15) / 16 * 16;
+  const cuuint64_t wstrides[2] = {(cuuint64_t)a->w_stride_n * 2, wg_bytes};
+  if (!gg_map(&tx, a->dtype, a->x, 2, xdims, xstrides, kBM) ||
+      !gg_map(&tw, a->dtype, a->w, 3, wdims, wstrides, BN)) {
+    *mapped = false;
+    return KITE_OK;
+  }
+  *mapped = true;
+  const GgParams p = {(int32_t)a->m,  (int32_t)a->n, (int32_t)a->k, (int32_t)a->groups,
+                      a->group_sizes, a->y,          a->y_stride};
+  /* at most ceil(M / 128) + G row tiles of groups and ceil(M / 128) of zeros, each ntn wide */
+  const int64_t ntn = (a->n + BN - 1) / BN;
+  const int64_t tiles = (2 * ((a->m + kBM - 1) / kBM) + a->groups) * ntn;
+  const int64_t sms = sm_count();
+  const unsigned grid = (unsigned)(tiles < sms ? tiles : sms);
+  auto kernel = group_gemm_sm90_kernel<T, BN>;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+      cudaSuccess) {
+    const cudaError_t e = cudaGetLastError();
+    return kite_set_error(KITE_ERR_DEVICE, "group_gemm: cuda.%s: %zu bytes of shared memory: %s",
+                          variant, smem, cudaGetErrorString(e));
+  }
+  kernel<<<grid, kThreads, smem, s>>>(p, tx, tw);
+  return KITE_OK;
+}
+
+template <int BN>
+kite_status gg_run(const kite_kernel *k, kite_ctx *ctx, const void *args, const char *variant) {
+  const kite_group_gemm_args *a = (const kite_group_gemm_args *)args;
+  if (a->m <= 0 || a->n <= 0) return KITE_OK;
+  cudaStream_t s;
+  kite_status st = begin(ctx, "group_gemm", &s);
+  if (st != KITE_OK) return st;
+  bool mapped = false;
+  if (a->dtype == KITE_DTYPE_BF16)
+    st = gg_launch<__nv_bfloat16, BN>(a, variant, s, &mapped);
+  else if (a->dtype == KITE_DTYPE_F16)
+    st = gg_launch<__half, BN>(a, variant, s, &mapped);
+  else
+    st = kite_set_error(KITE_ERR_INTERNAL, "group_gemm: cuda.%s: f16/bf16 only", variant);
+  if (st != KITE_OK) return st;
+  if (!mapped) return cuda_group_gemm_cublaslt_run(k, ctx, args);
+  return cuda_check_launch("group_gemm", variant);
+}
+
+/* What the kernel needs: f16/bf16, K > 0, TMA's 16-byte aligned bases and row strides of x and w,
+ * 4-byte aligned pairs of y, at most kMaxGroups groups, tile counts in int32, compute capability
+ * 9.0. */
+bool gg_supports(const void *args, int bn, const char **why) {
+  const kite_group_gemm_args *a = (const kite_group_gemm_args *)args;
+  if (a->dtype != KITE_DTYPE_BF16 && a->dtype != KITE_DTYPE_F16) {
+    *why = "f16/bf16 only";
+    return false;
+  }
+  if (a->k <= 0 || a->groups <= 0) {
+    *why = "needs K > 0 and a group";
+    return false;
+  }
+  if (a->groups > kMaxGroups) {
+    *why = "at most 1024 groups";
+    return false;
+  }
+  if (a->m >= INT32_MAX || a->n >= INT32_MAX || a->k >= INT32_MAX ||
+      (2 * ((a->m + kBM - 1) / kBM) + a->groups) * ((a->n + bn - 1) / bn) >= INT32_MAX) {
+    *why = "sizes past int32";
+    return false;
+  }
+  const bool w_ok = a->groups == 1 || (a->w_stride_g > 0 && a->w_stride_g * 2 % 16 == 0 &&
+                                       a->w_stride_g * 2 < (1LL << 40));
+  if ((uintptr_t)a->x % 16 != 0 || (uintptr_t)a->w % 16 != 0 || a->x_stride * 2 % 16 != 0 ||
+      a->x_stride <= 0 || a->w_stride_n * 2 % 16 != 0 || a->w_stride_n <= 0 ||
+      a->x_stride * 2 >= (1LL << 40) || a->w_stride_n * 2 >= (1LL << 40) || !w_ok) {
+    *why = "x and w need 16-byte aligned bases and row strides (TMA)";
+    return false;
+  }
+  if ((uintptr_t)a->y % 4 != 0 || a->y_stride % 2 != 0) {
+    *why = "y needs a 4-byte aligned base and an even row stride";
+    return false;
+  }
+  return ok_unless(!all_devices_sm90(), "needs compute capability 9.0", why);
+}
+
+} // namespace
+
+extern "C" CUDA_SUPPORTS(cuda_group_gemm_wgmma_supports) {
+  (void)k;
+  return gg_supports(args, 256, why);
+}
+extern "C" CUDA_RUN(cuda_group_gemm_wgmma_run) {
+  return gg_run<256>(k, ctx, args, "wgmma");
+}
+extern "C" CUDA_SUPPORTS(cuda_group_gemm_wgmma128_supports) {
+  (void)k;
+  return gg_supports(args, 128, why);
+}
+extern "C" CUDA_RUN(cuda_group_gemm_wgmma128_run) {
+  return gg_run<128>(k, ctx, args, "wgmma128");
+}
