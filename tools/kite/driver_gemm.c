@@ -622,7 +622,8 @@ static const group_geom g_groups[] = {{-1, 17, 64, 3, {0, 1, 2}},
                                        * of 64, N not a multiple of 128, empty groups */
                                       {-1, 300, 200, 6, {130, 0, 257, 1, 0, 64}}};
 static const group_geom g_quick_groups[] = {{-1, 33, 19, 5, {5, 0, 12, 0, 23}},
-                                            {-1, 127, 17, 1, {17}}};
+                                            {-1, 127, 17, 1, {17}},
+                                            {-1, 300, 200, 6, {130, 0, 257, 1, 0, 64}}};
 
 static void group_gemm_cases(kite_dtype t, int quick, kt_case_list *l) {
   const group_geom *s = quick ? g_quick_groups : g_groups;
