@@ -15,9 +15,8 @@
  * BN x 64 tile of w[g] (a 3-d map over [G, N, K]); K past its end is TMA's zero fill. Each stage
  * has a "full" mbarrier (the TMA bytes) and an "empty" one (each consumer warp, once the wgmmas
  * reading it completed). Warpgroups 1 and 2 are consumers: each owns 64 rows of the tile and
- * runs wgmma m64n128k16 (BN / 128 per k-step) from shared memory into f32 accumulators, one
- * k-block of wgmmas in flight, then stores T pairs straight from the accumulator fragment with
- * row and column predicates.
+ * runs wgmma m64nBNk16 from shared memory into f32 accumulators, one k-block of wgmmas in flight,
+ * then stores T pairs straight from the accumulator fragment with row and column predicates.
  *
  * Shared-memory tiles are in the 128-byte swizzled layout (sm90.cuh): a tile of R rows x 64
  * elements is R rows of 128 bytes, 1024-byte aligned.
@@ -187,10 +186,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; kk++) {
         const uint64_t da = smem_desc(a_addr + kk * 32, 16, 1024);
-#pragma unroll
-        for (int nh = 0; nh < NH; nh++)
-          wgmma_ss_n128<T>(d[nh], da, smem_desc(b_addr + nh * 128 * 128 + kk * 32, 16, 1024),
-                           kb > 0 || kk > 0);
+        const uint64_t db = smem_desc(b_addr + kk * 32, 16, 1024);
+        /* n256's accumulators are n128's of columns [0, 128) then those of [128, 256) */
+        if constexpr (NH == 2)
+          wgmma_ss_n256<T>(*reinterpret_cast<float(*)[128]>(&d[0][0]), da, db, kb > 0 || kk > 0);
+        else
+          wgmma_ss_n128<T>(d[0], da, db, kb > 0 || kk > 0);
       }
       wgmma_commit();
       /* the previous k-block's wgmmas are done: its stage goes back to the producer */
