@@ -184,11 +184,13 @@ CUDA_RUN(cuda_group_gemm_tiles_run);
 CUDA_RUN(cuda_group_gemm_cublaslt_run);
 /* group_gemm_sm90.cu: group_gemm on Hopper, one persistent wgmma launch with its schedule read on
  * the device (f16/bf16, TMA-aligned x and w, compute capability 9.0); tiles of 128 x 256 or
- * 128 x 128 */
+ * 128 x 128, or 128 x 256 in clusters of two CTAs sharing w's tile by multicast */
 CUDA_SUPPORTS(cuda_group_gemm_wgmma_supports);
 CUDA_RUN(cuda_group_gemm_wgmma_run);
 CUDA_SUPPORTS(cuda_group_gemm_wgmma128_supports);
 CUDA_RUN(cuda_group_gemm_wgmma128_run);
+CUDA_SUPPORTS(cuda_group_gemm_wgmma_mc_supports);
+CUDA_RUN(cuda_group_gemm_wgmma_mc_run);
 
 /* moe.cu: topk_gating, fused_moe */
 CUDA_RUN(cuda_topk_gating_run);

@@ -136,6 +136,7 @@ CHECKED(cuda_group_gemm_cublaslt_run)
 CHECKED(cuda_group_gemm_tiles_run)
 CHECKED(cuda_group_gemm_wgmma_run)
 CHECKED(cuda_group_gemm_wgmma128_run)
+CHECKED(cuda_group_gemm_wgmma_mc_run)
 CHECKED(cuda_ce_vec_run)
 CHECKED(cuda_ce_generic_run)
 CHECKED(cuda_ce_cluster_run)
@@ -326,6 +327,9 @@ static const kite_kernel cuda_kernels[] = {
     KERNEL_SM90(KITE_OP_GROUP_GEMM, "wgmma128", PRIORITY_WGMMA - 1,
                 cuda_group_gemm_wgmma128_supports, checked_cuda_group_gemm_wgmma128_run,
                 "cuda.wgmma with 128 x 128 tiles"),
+    KERNEL_SM90(KITE_OP_GROUP_GEMM, "wgmma_mc", PRIORITY_WGMMA - 2,
+                cuda_group_gemm_wgmma_mc_supports, checked_cuda_group_gemm_wgmma_mc_run,
+                "cuda.wgmma in clusters of two CTAs on adjacent row tiles, w's tile multicast"),
     KERNEL(KITE_OP_GROUP_GEMM, "cublaslt", PRIORITY_LIBRARY, cuda_float_supports,
            checked_cuda_group_gemm_cublaslt_run,
            "equal groups as one cuBLAS strided batch (torch.bmm's call), others as a cuBLASLt "

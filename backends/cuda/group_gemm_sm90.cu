@@ -2,12 +2,12 @@
  * group_gemm on Hopper (sm_90a), bf16/f16: one persistent, warp-specialized wgmma kernel whose
  * schedule stays on the device (no group size reaches the host: CUDA-graph safe).
  *
- * y[M, N] is cut into tiles of 128 rows x BN columns (BN = 256: "wgmma", 128: "wgmma128") of one
- * group. Every CTA reads the G group sizes (warp 0 scans them into shared memory: the first row
- * and the first tile of each group, sizes clamped as kite.h says) and walks the linear tile index
- * t = blockIdx.x, += gridDim.x over (group, n-tile, m-tile), m-tiles fastest so that the CTAs
- * running at once share the tiles of w[g]. Tiles past the groups' cover rows [sum, M), which
- * become zeros in the same kernel.
+ * y[M, N] is cut into tiles of 128 rows x BN columns (BN = 256: "wgmma" and "wgmma_mc", 128:
+ * "wgmma128") of one group. Every CTA reads the G group sizes (warp 0 scans them into shared
+ * memory: the first row and the first tile of each group, sizes clamped as kite.h says) and walks
+ * the linear tile index t = blockIdx.x, += gridDim.x over (group, n-tile, m-tile), m-tiles fastest
+ * so that the CTAs running at once share the tiles of w[g]. Tiles past the groups' cover rows [sum,
+ * M), which become zeros in the same kernel.
  *
  * A CTA has 3 warpgroups. Warpgroup 0 is the producer: one thread fills a ring of kStages stages,
  * each a 128 x 64 tile of x (a 2-d tensor map over [M, K]: a tile starts at its group's row; rows
@@ -48,18 +48,20 @@ struct GgParams {
   int64_t y_stride;
 };
 
-/* Where tile t of the groups lies: group g's rows [row0, row0 + rows), columns from n0. */
+/* Where a tile lies: group g's rows [row0, row0 + rows) (rows <= 0: none, the CTA only helps its
+ * cluster's loads), columns from n0. */
 struct GgTile {
   int g, row0, rows, n0;
 };
 
-/* Moves the cursor g to tile t's group (tiles only grow along a CTA's walk) and decodes it. */
-template <int BN>
+/* Moves the cursor g to unit t's group (units only grow along a CTA's walk) and decodes it. A
+ * unit is CL m-tiles of one n-tile (one per CTA of a cluster, rank r taking m-tile CL mp + r). */
+template <int BN, int CL>
 __device__ __forceinline__ GgTile find_tile(const int32_t *s_row, const int32_t *s_tile, int &g,
-                                            int t) {
+                                            int t, int rank) {
   while (s_tile[g + 1] <= t) g++;
-  const int rows_g = s_row[g + 1] - s_row[g], mtiles = (rows_g + kBM - 1) / kBM;
-  const int local = t - s_tile[g], mt = local % mtiles, nt = local / mtiles;
+  const int rows_g = s_row[g + 1] - s_row[g], units = ((rows_g + kBM - 1) / kBM + CL - 1) / CL;
+  const int local = t - s_tile[g], mt = local % units * CL + rank, nt = local / units;
   const int rows = rows_g - mt * kBM;
   return GgTile{g, s_row[g] + mt * kBM, rows < kBM ? rows : kBM, nt * BN};
 }
@@ -88,7 +90,10 @@ __device__ __forceinline__ void store_block(const GgParams &p, const float (&d)[
   }
 }
 
-template <typename T, int BN>
+/* CL = 2: a cluster of two CTAs on m-tiles 2 mp and 2 mp + 1 of one n-tile, each loading half of
+ * the w tile and multicasting it to both; a stage is free once the consumers of both CTAs
+ * released it. */
+template <typename T, int BN, int CL>
 __global__ void __launch_bounds__(kThreads, 1)
     group_gemm_sm90_kernel(GgParams p, const __grid_constant__ CUtensorMap tmap_x,
                            const __grid_constant__ CUtensorMap tmap_w) {
@@ -100,11 +105,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   unsigned char *sA = smem, *sB = smem + kStages * SM::a_bytes;
   int32_t *s_row = (int32_t *)(sB + kStages * SM::b_bytes); /* [groups + 1]: first rows */
-  int32_t *s_tile = s_row + kMaxGroups + 1;                 /* [groups + 1]: first tiles */
+  int32_t *s_tile = s_row + kMaxGroups + 1;                 /* [groups + 1]: first units */
   const uint32_t bar0 = smem_addr(s_tile + kMaxGroups + 1); /* full[kStages], empty[kStages] */
 
   const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31;
   const int ntn = (p.n + BN - 1) / BN;
+  const int rank = CL > 1 ? (int)cluster_rank() : 0;
+  const int cta = (int)blockIdx.x / CL, ctas = (int)gridDim.x / CL;
 
   /* the schedule: warp 0 scans the sizes 32 at a time (negative = 0, clamped to M rows) */
   if (tid < 32) {
@@ -120,7 +127,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       const int64_t start = rows_carry + incl - sz < p.m ? rows_carry + incl - sz : p.m;
       const int64_t rows = sz < p.m - start ? sz : p.m - start;
-      const int64_t tiles = (rows + kBM - 1) / kBM * ntn;
+      const int64_t tiles = ((rows + kBM - 1) / kBM + CL - 1) / CL * ntn;
       int64_t tincl = tiles;
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
@@ -142,30 +149,41 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else if (tid == 32) {
 #pragma unroll
     for (int st = 0; st < kStages; st++) {
-      mbar_init(bar0 + st * 8, 1);             /* the producer's expected bytes */
-      mbar_init(bar0 + (kStages + st) * 8, 8); /* every consumer warp */
+      mbar_init(bar0 + st * 8, 1);                  /* the producer's expected bytes */
+      mbar_init(bar0 + (kStages + st) * 8, 8 * CL); /* every consumer warp of the cluster */
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
-  const int used = s_row[p.groups], group_tiles = s_tile[p.groups];
-  const int zero_tiles = (p.m - used + kBM - 1) / kBM * ntn, total = group_tiles + zero_tiles;
+  if constexpr (CL > 1) cluster_sync(); /* the peer's barriers exist before any copy lands */
+  const int used = s_row[p.groups], units = s_tile[p.groups];
+  const int zero_tiles = (p.m - used + kBM - 1) / kBM * ntn;
   const int kblocks = (p.k + kBK - 1) / kBK;
 
   if (wg == 0) { /* ---- producer ---- */
     reg_dealloc<40>();
-    if (tid != 0) return;
-    int g = 0, it = 0;
-    for (int t = blockIdx.x; t < group_tiles; t += gridDim.x) {
-      const GgTile tl = find_tile<BN>(s_row, s_tile, g, t);
-      for (int kb = 0; kb < kblocks; kb++, it++) {
-        const int st = it % kStages;
-        const uint32_t full = bar0 + st * 8;
-        mbar_wait(bar0 + (kStages + st) * 8, ((it / kStages) & 1) ^ 1);
-        mbar_expect_tx(full, (int)(A_BYTES + B_BYTES));
-        tma_load_2d(smem_addr(sA + st * SM::a_bytes), &tmap_x, kb * kBK, tl.row0, full);
-        tma_load_3d(smem_addr(sB + st * SM::b_bytes), &tmap_w, kb * kBK, tl.n0, tl.g, full);
+    if (tid == 0) {
+      int g = 0, it = 0;
+      for (int t = cta; t < units; t += ctas) {
+        const GgTile tl = find_tile<BN, CL>(s_row, s_tile, g, t, rank);
+        for (int kb = 0; kb < kblocks; kb++, it++) {
+          const int st = it % kStages;
+          const uint32_t full = bar0 + st * 8;
+          mbar_wait(bar0 + (kStages + st) * 8, ((it / kStages) & 1) ^ 1);
+          mbar_expect_tx(full, (int)(A_BYTES + B_BYTES));
+          const uint32_t b_dst = smem_addr(sB + st * SM::b_bytes);
+          tma_load_2d(smem_addr(sA + st * SM::a_bytes), &tmap_x, kb * kBK, tl.row0, full);
+          if constexpr (CL > 1)
+            tma_load_3d_multicast(b_dst + rank * (BN / CL) * 128, &tmap_w, kb * kBK,
+                                  tl.n0 + rank * (BN / CL), tl.g, full, (1 << CL) - 1);
+          else
+            tma_load_3d(b_dst, &tmap_w, kb * kBK, tl.n0, tl.g, full);
+        }
       }
+    }
+    if constexpr (CL > 1) {
+      __syncwarp();
+      cluster_sync(); /* the peer's arrivals on this CTA's barriers are over */
     }
     return;
   }
@@ -173,10 +191,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   /* ---- consumers: warpgroup cw owns tile rows [64 cw, 64 cw + 64) ---- */
   reg_alloc<232>();
   const int cw = wg - 1, warp = (tid & 127) >> 5;
+  /* a stage goes back to the producers: this warp arrives on its empty barrier in every CTA */
+  auto release = [&](int st) {
+    if (lane != 0) return;
+    const uint32_t e = bar0 + (kStages + st) * 8;
+    if constexpr (CL > 1) {
+#pragma unroll
+      for (int r = 0; r < CL; r++) mbar_arrive_cluster(e, r);
+    } else {
+      mbar_arrive(e);
+    }
+  };
   float d[NH][64];
   int g = 0, it = 0;
-  for (int t = blockIdx.x; t < group_tiles; t += gridDim.x) {
-    const GgTile tl = find_tile<BN>(s_row, s_tile, g, t);
+  for (int t = cta; t < units; t += ctas) {
+    const GgTile tl = find_tile<BN, CL>(s_row, s_tile, g, t, rank);
     for (int kb = 0; kb < kblocks; kb++, it++) {
       const int st = it % kStages;
       mbar_wait(bar0 + st * 8, (it / kStages) & 1);
@@ -194,34 +223,30 @@ __global__ void __launch_bounds__(kThreads, 1)
           wgmma_ss_n128<T>(d[0], da, db, kb > 0 || kk > 0);
       }
       wgmma_commit();
-      /* the previous k-block's wgmmas are done: its stage goes back to the producer */
+      /* the previous k-block's wgmmas are done: its stage goes back */
       wgmma_wait<1>();
 #pragma unroll
       for (int nh = 0; nh < NH; nh++) fence_regs(d[nh]);
-      if (kb > 0 && lane == 0) mbar_arrive(bar0 + (kStages + (it - 1) % kStages) * 8);
+      if (kb > 0) release((it - 1) % kStages);
     }
     wgmma_wait<0>();
 #pragma unroll
     for (int nh = 0; nh < NH; nh++) fence_regs(d[nh]);
-    if (lane == 0) mbar_arrive(bar0 + (kStages + (it - 1) % kStages) * 8);
+    release((it - 1) % kStages);
 #pragma unroll
     for (int nh = 0; nh < NH; nh++)
       store_block<T, false>(p, d[nh], tl.row0, 64 * cw, tl.rows, tl.n0 + 128 * nh, warp, lane);
   }
-  /* rows no group claims: zeros, 128 x BN at a time, the walk going on past the groups' tiles */
-  {
-    int t = blockIdx.x;
-    if (group_tiles > (int)blockIdx.x)
-      t += ((group_tiles - (int)blockIdx.x + gridDim.x - 1) / gridDim.x) * gridDim.x;
-    for (; t < total; t += gridDim.x) {
-      const int z = t - group_tiles, mt = z / ntn, nt = z % ntn;
-      const int64_t row0 = used + (int64_t)mt * kBM;
-      const int rows = p.m - (int)row0 < kBM ? p.m - (int)row0 : kBM;
+  /* rows no group claims: zeros, 128 x BN at a time */
+  for (int t = blockIdx.x; t < zero_tiles; t += gridDim.x) {
+    const int mt = t / ntn, nt = t % ntn;
+    const int64_t row0 = used + (int64_t)mt * kBM;
+    const int rows = p.m - (int)row0 < kBM ? p.m - (int)row0 : kBM;
 #pragma unroll
-      for (int nh = 0; nh < NH; nh++)
-        store_block<T, true>(p, d[nh], row0, 64 * cw, rows, nt * BN + 128 * nh, warp, lane);
-    }
+    for (int nh = 0; nh < NH; nh++)
+      store_block<T, true>(p, d[nh], row0, 64 * cw, rows, nt * BN + 128 * nh, warp, lane);
   }
+  if constexpr (CL > 1) cluster_sync();
 #else
   (void)p;
 #endif
@@ -254,7 +279,7 @@ int sm_count() {
 }
 
 /* false where TMA cannot describe x or w (the caller takes the cuBLAS path) */
-template <typename T, int BN>
+template <typename T, int BN, int CL>
 kite_status gg_launch(const kite_group_gemm_args *a, const char *variant, cudaStream_t s,
                       bool *mapped) {
   const size_t smem = GgSmem<BN>::total;
@@ -269,30 +294,60 @@ kite_status gg_launch(const kite_group_gemm_args *a, const char *variant, cudaSt
                                             : ((cuuint64_t)a->n * a->w_stride_n * 2 + 15) / 16 * 16;
   const cuuint64_t wstrides[2] = {(cuuint64_t)a->w_stride_n * 2, wg_bytes};
   if (!gg_map(&tx, a->dtype, a->x, 2, xdims, xstrides, kBM) ||
-      !gg_map(&tw, a->dtype, a->w, 3, wdims, wstrides, BN)) {
+      !gg_map(&tw, a->dtype, a->w, 3, wdims, wstrides, BN / CL)) {
     *mapped = false;
     return KITE_OK;
   }
   *mapped = true;
   const GgParams p = {(int32_t)a->m,  (int32_t)a->n, (int32_t)a->k, (int32_t)a->groups,
                       a->group_sizes, a->y,          a->y_stride};
-  /* at most ceil(M / 128) + G row tiles of groups and ceil(M / 128) of zeros, each ntn wide */
+  /* at most ceil(M / 128) + G row tiles of groups, or ceil(M / 128) of zeros, each ntn wide */
   const int64_t ntn = (a->n + BN - 1) / BN;
-  const int64_t tiles = (2 * ((a->m + kBM - 1) / kBM) + a->groups) * ntn;
-  const int64_t sms = sm_count();
-  const unsigned grid = (unsigned)(tiles < sms ? tiles : sms);
-  auto kernel = group_gemm_sm90_kernel<T, BN>;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
-      cudaSuccess) {
-    const cudaError_t e = cudaGetLastError();
+  const int64_t tiles = ((a->m + kBM - 1) / kBM + a->groups) * ntn;
+  auto kernel = group_gemm_sm90_kernel<T, BN, CL>;
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = CL, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr, cfg.numAttrs = CL > 1 ? 1 : 0;
+  int64_t ctas = sm_count();
+  cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  if (e == cudaSuccess && CL > 1) {
+    /* as many clusters as run at once (GPCs may leave SMs without a partner), asked once per
+     * device */
+    static int cached[64];
+    int dev = 0, clusters = 0;
+    e = cudaGetDevice(&dev);
+    if (e == cudaSuccess && dev >= 0 && dev < 64 && cached[dev] > 0) {
+      clusters = cached[dev];
+    } else if (e == cudaSuccess) {
+      cfg.gridDim = dim3((unsigned)ctas / CL * CL, 1, 1);
+      e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
+      if (e == cudaSuccess && dev >= 0 && dev < 64) cached[dev] = clusters;
+    }
+    if (e == cudaSuccess && clusters > 0) ctas = (int64_t)clusters * CL;
+  }
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
     return kite_set_error(KITE_ERR_DEVICE, "group_gemm: cuda.%s: %zu bytes of shared memory: %s",
                           variant, smem, cudaGetErrorString(e));
   }
-  kernel<<<grid, kThreads, smem, s>>>(p, tx, tw);
+  if (tiles < ctas) ctas = (tiles + CL - 1) / CL * CL;
+  cfg.gridDim = dim3((unsigned)ctas, 1, 1);
+  e = cudaLaunchKernelEx(&cfg, kernel, p, tx, tw);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return kite_set_error(KITE_ERR_DEVICE, "group_gemm: cuda.%s: launch failed: %s", variant,
+                          cudaGetErrorString(e));
+  }
   return KITE_OK;
 }
 
-template <int BN>
+template <int BN, int CL>
 kite_status gg_run(const kite_kernel *k, kite_ctx *ctx, const void *args, const char *variant) {
   const kite_group_gemm_args *a = (const kite_group_gemm_args *)args;
   if (a->m <= 0 || a->n <= 0) return KITE_OK;
@@ -301,9 +356,9 @@ kite_status gg_run(const kite_kernel *k, kite_ctx *ctx, const void *args, const 
   if (st != KITE_OK) return st;
   bool mapped = false;
   if (a->dtype == KITE_DTYPE_BF16)
-    st = gg_launch<__nv_bfloat16, BN>(a, variant, s, &mapped);
+    st = gg_launch<__nv_bfloat16, BN, CL>(a, variant, s, &mapped);
   else if (a->dtype == KITE_DTYPE_F16)
-    st = gg_launch<__half, BN>(a, variant, s, &mapped);
+    st = gg_launch<__half, BN, CL>(a, variant, s, &mapped);
   else
     st = kite_set_error(KITE_ERR_INTERNAL, "group_gemm: cuda.%s: f16/bf16 only", variant);
   if (st != KITE_OK) return st;
@@ -355,12 +410,19 @@ extern "C" CUDA_SUPPORTS(cuda_group_gemm_wgmma_supports) {
   return gg_supports(args, 256, why);
 }
 extern "C" CUDA_RUN(cuda_group_gemm_wgmma_run) {
-  return gg_run<256>(k, ctx, args, "wgmma");
+  return gg_run<256, 1>(k, ctx, args, "wgmma");
 }
 extern "C" CUDA_SUPPORTS(cuda_group_gemm_wgmma128_supports) {
   (void)k;
   return gg_supports(args, 128, why);
 }
 extern "C" CUDA_RUN(cuda_group_gemm_wgmma128_run) {
-  return gg_run<128>(k, ctx, args, "wgmma128");
+  return gg_run<128, 1>(k, ctx, args, "wgmma128");
+}
+extern "C" CUDA_SUPPORTS(cuda_group_gemm_wgmma_mc_supports) {
+  (void)k;
+  return gg_supports(args, 256, why);
+}
+extern "C" CUDA_RUN(cuda_group_gemm_wgmma_mc_run) {
+  return gg_run<256, 2>(k, ctx, args, "wgmma_mc");
 }

@@ -79,6 +79,32 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map
                "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
                : "memory");
 }
+/* tma_load_3d into the same shared-memory offset of every CTA of the cluster in cta_mask,
+ * completing the bytes on the barrier at bar's offset in each. */
+__device__ __forceinline__ void tma_load_3d_multicast(uint32_t dst, const CUtensorMap *map, int c0,
+                                                      int c1, int c2, uint32_t bar, int cta_mask) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
+               "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"((uint16_t)cta_mask)
+               : "memory");
+}
+/* This CTA's rank in its cluster; every thread of the cluster waits for all (release/acquire). */
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
+                   : "memory");
+}
+/* Arrives on the barrier at shared-memory offset `bar` of the cluster's CTA `rank`. */
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, int rank) {
+  asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+               "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+               "r"(rank)
+               : "memory");
+}
 /* Generic-proxy writes to shared memory (st.shared, landed cp.async) made visible to wgmma. */
 __device__ __forceinline__ void fence_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -172,10 +198,10 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint3
       "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
 #define KITE_REGS128                                                                               \
   KITE_REGS64                                                                                      \
-      ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, "    \
-      "%81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, " \
-      "%99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, "  \
-      "%114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+  ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, "        \
+  "%81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, "     \
+  "%99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, "      \
+  "%114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 
 /* wgmma_ss_n<N><T>, wgmma_sst_n<N><T> (SS with B MN-major: transposed) and wgmma_rs_n<N><T> for N
  * columns (NACC = N / 2 accumulators), each the instruction of T's type; the operands after the
