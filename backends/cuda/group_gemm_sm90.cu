@@ -18,6 +18,11 @@
  * runs wgmma m64nBNk16 from shared memory into f32 accumulators, one k-block of wgmmas in flight,
  * then stores T pairs straight from the accumulator fragment with row and column predicates.
  *
+ * "wgmma_mc" runs clusters of two CTAs: the walk goes over units of two m-tiles of one n-tile
+ * (cluster index, += clusters), rank r taking m-tile 2 mp + r; each CTA loads its own x tile and
+ * half of the shared w tile, multicast into both CTAs, so w crosses L2 once per pair; a stage's
+ * empty barrier then counts the consumer warps of both CTAs.
+ *
  * Shared-memory tiles are in the 128-byte swizzled layout (sm90.cuh): a tile of R rows x 64
  * elements is R rows of 128 bytes, 1024-byte aligned.
  */
