@@ -175,9 +175,13 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int st = it % kStages;
           const uint32_t full = bar0 + st * 8;
           mbar_wait(bar0 + (kStages + st) * 8, ((it / kStages) & 1) ^ 1);
-          mbar_expect_tx(full, (int)(A_BYTES + B_BYTES));
+          /* a CTA without rows in the unit only brings its half of w to the cluster (its
+           * consumers still run wgmma on the stale x stage, never stored: a branch around
+           * wgmma makes ptxas serialize it) */
+          mbar_expect_tx(full, (int)((tl.rows > 0 ? A_BYTES : 0) + B_BYTES));
           const uint32_t b_dst = smem_addr(sB + st * SM::b_bytes);
-          tma_load_2d(smem_addr(sA + st * SM::a_bytes), &tmap_x, kb * kBK, tl.row0, full);
+          if (tl.rows > 0)
+            tma_load_2d(smem_addr(sA + st * SM::a_bytes), &tmap_x, kb * kBK, tl.row0, full);
           if constexpr (CL > 1)
             tma_load_3d_multicast(b_dst + rank * (BN / CL) * 128, &tmap_w, kb * kBK,
                                   tl.n0 + rank * (BN / CL), tl.g, full, (1 << CL) - 1);
