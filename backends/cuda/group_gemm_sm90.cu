@@ -16,7 +16,8 @@
  * has a "full" mbarrier (the TMA bytes) and an "empty" one (each consumer warp, once the wgmmas
  * reading it completed). Warpgroups 1 and 2 are consumers: each owns 64 rows of the tile and
  * runs wgmma m64nBNk16 from shared memory into f32 accumulators, one k-block of wgmmas in flight,
- * then stores T pairs straight from the accumulator fragment with row and column predicates.
+ * then stores T pairs (single elements where y's layout leaves pairs unaligned) straight from the
+ * accumulator fragment with row and column predicates.
  *
  * "wgmma_mc" runs clusters of two CTAs: the walk goes over units of two m-tiles of one n-tile
  * (cluster index, += clusters), rank r taking m-tile 2 mp + r; each CTA loads its own x tile and
@@ -51,6 +52,7 @@ struct GgParams {
   const int32_t *sizes;
   void *y;
   int64_t y_stride;
+  int pairs; /* y's base and row stride keep column pairs 4-byte aligned */
 };
 
 /* Where a tile lies: group g's rows [row0, row0 + rows) (rows <= 0: none, the CTA only helps its
@@ -87,10 +89,12 @@ __device__ __forceinline__ void store_block(const GgParams &p, const float (&d)[
     for (int nb = 0; nb < 16; nb++) {
       const int c = c0 + 8 * nb + 2 * (lane & 3);
       const float v0 = ZERO ? 0.0f : d[4 * nb + 2 * h], v1 = ZERO ? 0.0f : d[4 * nb + 2 * h + 1];
-      if (c + 1 < p.n)
+      if (c + 1 < p.n && p.pairs) {
         *(uint32_t *)(dst + c) = pack2<T>(v0, v1);
-      else if (c < p.n)
-        dst[c] = from_float<T>(v0);
+      } else {
+        if (c < p.n) dst[c] = from_float<T>(v0);
+        if (c + 1 < p.n) dst[c + 1] = from_float<T>(v1);
+      }
     }
   }
 }
@@ -308,8 +312,10 @@ kite_status gg_launch(const kite_group_gemm_args *a, const char *variant, cudaSt
     return KITE_OK;
   }
   *mapped = true;
-  const GgParams p = {(int32_t)a->m,  (int32_t)a->n, (int32_t)a->k, (int32_t)a->groups,
-                      a->group_sizes, a->y,          a->y_stride};
+  const GgParams p = {(int32_t)a->m,  (int32_t)a->n,
+                      (int32_t)a->k,  (int32_t)a->groups,
+                      a->group_sizes, a->y,
+                      a->y_stride,    (uintptr_t)a->y % 4 == 0 && a->y_stride % 2 == 0};
   /* at most ceil(M / 128) + G row tiles of groups, or ceil(M / 128) of zeros, each ntn wide */
   const int64_t ntn = (a->n + BN - 1) / BN;
   const int64_t tiles = ((a->m + kBM - 1) / kBM + a->groups) * ntn;
@@ -376,7 +382,7 @@ kite_status gg_run(const kite_kernel *k, kite_ctx *ctx, const void *args, const 
 }
 
 /* What the kernel needs: f16/bf16, K > 0, TMA's 16-byte aligned bases and row strides of x and w,
- * 4-byte aligned pairs of y, at most kMaxGroups groups, tile counts in int32, compute capability
+ * at most kMaxGroups groups, tile counts in int32, compute capability
  * 9.0. */
 bool gg_supports(const void *args, int bn, const char **why) {
   const kite_group_gemm_args *a = (const kite_group_gemm_args *)args;
@@ -403,10 +409,6 @@ bool gg_supports(const void *args, int bn, const char **why) {
       a->x_stride <= 0 || a->w_stride_n * 2 % 16 != 0 || a->w_stride_n <= 0 ||
       a->x_stride * 2 >= (1LL << 40) || a->w_stride_n * 2 >= (1LL << 40) || !w_ok) {
     *why = "x and w need 16-byte aligned bases and row strides (TMA)";
-    return false;
-  }
-  if ((uintptr_t)a->y % 4 != 0 || a->y_stride % 2 != 0) {
-    *why = "y needs a 4-byte aligned base and an even row stride";
     return false;
   }
   return ok_unless(!all_devices_sm90(), "needs compute capability 9.0", why);
