@@ -382,8 +382,7 @@ kite_status gg_run(const kite_kernel *k, kite_ctx *ctx, const void *args, const 
 }
 
 /* What the kernel needs: f16/bf16, K > 0, TMA's 16-byte aligned bases and row strides of x and w,
- * at most kMaxGroups groups, tile counts in int32, compute capability
- * 9.0. */
+ * at most kMaxGroups groups, tile counts in int32, compute capability 9.0. */
 bool gg_supports(const void *args, int bn, const char **why) {
   const kite_group_gemm_args *a = (const kite_group_gemm_args *)args;
   if (a->dtype != KITE_DTYPE_BF16 && a->dtype != KITE_DTYPE_F16) {
