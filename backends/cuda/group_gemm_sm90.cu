@@ -2,27 +2,27 @@
  * group_gemm on Hopper (sm_90a), bf16/f16: one persistent, warp-specialized wgmma kernel whose
  * schedule stays on the device (no group size reaches the host: CUDA-graph safe).
  *
- * y[M, N] is cut into tiles of 128 rows x BN columns (BN = 256: "wgmma" and "wgmma_mc", 128:
- * "wgmma128") of one group. Every CTA reads the G group sizes (warp 0 scans them into shared
- * memory: the first row and the first tile of each group, sizes clamped as kite.h says) and walks
- * the linear tile index t = blockIdx.x, += gridDim.x over (group, n-tile, m-tile), m-tiles fastest
- * so that the CTAs running at once share the tiles of w[g]. Tiles past the groups' cover rows [sum,
- * M), which become zeros in the same kernel.
+ * y[M, N] is cut into tiles of 128 rows x BN columns of one group. Every CTA reads the G group
+ * sizes (warp 0 scans them into shared memory: the first row and the first tile of each group,
+ * sizes clamped as kite.h says) and walks the linear tile index t = blockIdx.x, += gridDim.x over
+ * (group, n-tile, m-tile), m-tiles fastest so that the CTAs running at once share the tiles of
+ * w[g]. Tiles past the groups' cover rows [sum, M), which become zeros in the same kernel.
  *
  * A CTA has 3 warpgroups. Warpgroup 0 is the producer: one thread fills a ring of kStages stages,
  * each a 128 x 64 tile of x (a 2-d tensor map over [M, K]: a tile starts at its group's row; rows
  * past the group's end are the next group's or TMA's zeros past M, and are never stored) and a
  * BN x 64 tile of w[g] (a 3-d map over [G, N, K]); K past its end is TMA's zero fill. Each stage
- * has a "full" mbarrier (the TMA bytes) and an "empty" one (each consumer warp, once the wgmmas
- * reading it completed). Warpgroups 1 and 2 are consumers: each owns 64 rows of the tile and
- * runs wgmma m64nBNk16 from shared memory into f32 accumulators, one k-block of wgmmas in flight,
- * then stores T pairs (single elements where y's layout leaves pairs unaligned) straight from the
- * accumulator fragment with row and column predicates.
- *
- * "wgmma_mc" runs clusters of two CTAs: the walk goes over units of two m-tiles of one n-tile
- * (cluster index, += clusters), rank r taking m-tile 2 mp + r; each CTA loads its own x tile and
- * half of the shared w tile, multicast into both CTAs, so w crosses L2 once per pair; a stage's
- * empty barrier then counts the consumer warps of both CTAs.
+ * has a "full" mbarrier (the TMA bytes) and an "empty" one (each consumer warp reading the stage,
+ * once the wgmmas reading it completed). Warpgroups 1 and 2 are consumers running wgmma from
+ * shared memory into f32 accumulators, one k-block of wgmmas in flight, then storing T pairs
+ * (single elements where y's layout leaves pairs unaligned) straight from the accumulator
+ * fragment with row and column predicates. Two schedules:
+ *   - "wgmma" (cooperative): BN = 256, both consumers on every tile, each owning 64 of its rows
+ *     (m64n256k16), so both store at the same time and the tensor cores wait for the stores;
+ *   - "wgmma_pp" (ping-pong): BN = 128, consumer c owning the CTA's tiles 2 j + c whole (two
+ *     m64n128k16 per k-step). The ring is filled in tile order, so one consumer's stores overlap
+ *     the other's main loop, at the price of a third more bytes loaded per product than the
+ *     128 x 256 tiles; 6 stages fit the same shared memory.
  *
  * Shared-memory tiles are in the 128-byte swizzled layout (sm90.cuh): a tile of R rows x 64
  * elements is R rows of 128 bytes, 1024-byte aligned.
@@ -38,12 +38,15 @@ constexpr int kThreads = 384, kBM = 128, kBK = 64;
 /* Groups the shared-memory schedule holds; more go to the cuBLAS path. */
 constexpr int kMaxGroups = 1024;
 
-template <int BN> struct GgSmem {
-  static constexpr int kStages = BN == 256 ? 4 : 6;
+/* PP: the ping-pong schedule (file comment) */
+template <bool PP> struct GgShape {
+  static constexpr int BN = PP ? 128 : 256, kStages = PP ? 6 : 4;
+  /* consumer warps reading each stage: one warpgroup's (ping-pong) or both */
+  static constexpr int kReaders = PP ? 4 : 8;
   static constexpr size_t a_bytes = (size_t)kBM * kBK * 2, b_bytes = (size_t)BN * kBK * 2;
   static constexpr size_t sched_bytes = 2 * (size_t)(kMaxGroups + 1) * sizeof(int32_t);
   static constexpr size_t bar_bytes = 2 * kStages * 8;
-  static constexpr size_t total =
+  static constexpr size_t smem =
       1024 /* alignment */ + kStages * (a_bytes + b_bytes) + sched_bytes + bar_bytes;
 };
 
@@ -55,20 +58,18 @@ struct GgParams {
   int pairs; /* y's base and row stride keep column pairs 4-byte aligned */
 };
 
-/* Where a tile lies: group g's rows [row0, row0 + rows) (rows <= 0: none, the CTA only helps its
- * cluster's loads), columns from n0. */
+/* Where a tile lies: group g's rows [row0, row0 + rows), columns from n0. */
 struct GgTile {
   int g, row0, rows, n0;
 };
 
-/* Moves the cursor g to unit t's group (units only grow along a CTA's walk) and decodes it. A
- * unit is CL m-tiles of one n-tile (one per CTA of a cluster, rank r taking m-tile CL mp + r). */
-template <int BN, int CL>
+/* Moves the cursor g to tile t's group (tiles only grow along a CTA's walk) and decodes it. */
+template <int BN>
 __device__ __forceinline__ GgTile find_tile(const int32_t *s_row, const int32_t *s_tile, int &g,
-                                            int t, int rank) {
+                                            int t) {
   while (s_tile[g + 1] <= t) g++;
-  const int rows_g = s_row[g + 1] - s_row[g], units = ((rows_g + kBM - 1) / kBM + CL - 1) / CL;
-  const int local = t - s_tile[g], mt = local % units * CL + rank, nt = local / units;
+  const int rows_g = s_row[g + 1] - s_row[g], mts = (rows_g + kBM - 1) / kBM;
+  const int local = t - s_tile[g], mt = local % mts, nt = local / mts;
   const int rows = rows_g - mt * kBM;
   return GgTile{g, s_row[g] + mt * kBM, rows < kBM ? rows : kBM, nt * BN};
 }
@@ -99,28 +100,24 @@ __device__ __forceinline__ void store_block(const GgParams &p, const float (&d)[
   }
 }
 
-/* CL = 2: a cluster of two CTAs on m-tiles 2 mp and 2 mp + 1 of one n-tile, each loading half of
- * the w tile and multicasting it to both; a stage is free once the consumers of both CTAs
- * released it. */
-template <typename T, int BN, int CL>
+template <typename T, bool PP>
 __global__ void __launch_bounds__(kThreads, 1)
     group_gemm_sm90_kernel(GgParams p, const __grid_constant__ CUtensorMap tmap_x,
                            const __grid_constant__ CUtensorMap tmap_w) {
 #ifdef KITE_SM90_DEVICE
-  using SM = GgSmem<BN>;
-  constexpr int kStages = SM::kStages, NH = BN / 128;
-  constexpr uint32_t A_BYTES = (uint32_t)SM::a_bytes, B_BYTES = (uint32_t)SM::b_bytes;
+  using SH = GgShape<PP>;
+  constexpr int BN = SH::BN, kStages = SH::kStages;
+  constexpr uint32_t TX_BYTES = (uint32_t)(SH::a_bytes + SH::b_bytes);
   extern __shared__ unsigned char smem_raw[];
   unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-  unsigned char *sA = smem, *sB = smem + kStages * SM::a_bytes;
-  int32_t *s_row = (int32_t *)(sB + kStages * SM::b_bytes); /* [groups + 1]: first rows */
-  int32_t *s_tile = s_row + kMaxGroups + 1;                 /* [groups + 1]: first units */
+  unsigned char *sA = smem, *sB = smem + kStages * SH::a_bytes;
+  int32_t *s_row = (int32_t *)(sB + kStages * SH::b_bytes); /* [groups + 1]: first rows */
+  int32_t *s_tile = s_row + kMaxGroups + 1;                 /* [groups + 1]: first tiles */
   const uint32_t bar0 = smem_addr(s_tile + kMaxGroups + 1); /* full[kStages], empty[kStages] */
 
   const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31;
   const int ntn = (p.n + BN - 1) / BN;
-  const int rank = CL > 1 ? (int)cluster_rank() : 0;
-  const int cta = (int)blockIdx.x / CL, ctas = (int)gridDim.x / CL;
+  const int cta = (int)blockIdx.x, ctas = (int)gridDim.x;
 
   /* the schedule: warp 0 scans the sizes 32 at a time (negative = 0, clamped to M rows) */
   if (tid < 32) {
@@ -136,7 +133,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       const int64_t start = rows_carry + incl - sz < p.m ? rows_carry + incl - sz : p.m;
       const int64_t rows = sz < p.m - start ? sz : p.m - start;
-      const int64_t tiles = ((rows + kBM - 1) / kBM + CL - 1) / CL * ntn;
+      const int64_t tiles = (rows + kBM - 1) / kBM * ntn;
       int64_t tincl = tiles;
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
@@ -158,108 +155,102 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else if (tid == 32) {
 #pragma unroll
     for (int st = 0; st < kStages; st++) {
-      mbar_init(bar0 + st * 8, 1);                  /* the producer's expected bytes */
-      mbar_init(bar0 + (kStages + st) * 8, 8 * CL); /* every consumer warp of the cluster */
+      mbar_init(bar0 + st * 8, 1);                        /* the producer's expected bytes */
+      mbar_init(bar0 + (kStages + st) * 8, SH::kReaders); /* the consumer warps reading it */
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
-  if constexpr (CL > 1) cluster_sync(); /* the peer's barriers exist before any copy lands */
-  const int used = s_row[p.groups], units = s_tile[p.groups];
+  const int used = s_row[p.groups], tiles = s_tile[p.groups];
   const int zero_tiles = (p.m - used + kBM - 1) / kBM * ntn;
   const int kblocks = (p.k + kBK - 1) / kBK;
 
-  if (wg == 0) { /* ---- producer ---- */
+  if (wg == 0) { /* ---- producer: the ring in the CTA's tile order ---- */
     reg_dealloc<40>();
     if (tid == 0) {
       int g = 0, it = 0;
-      for (int t = cta; t < units; t += ctas) {
-        const GgTile tl = find_tile<BN, CL>(s_row, s_tile, g, t, rank);
+      for (int t = cta; t < tiles; t += ctas) {
+        const GgTile tl = find_tile<BN>(s_row, s_tile, g, t);
         for (int kb = 0; kb < kblocks; kb++, it++) {
           const int st = it % kStages;
           const uint32_t full = bar0 + st * 8;
           mbar_wait(bar0 + (kStages + st) * 8, ((it / kStages) & 1) ^ 1);
-          /* a CTA without rows in the unit only brings its half of w to the cluster (its
-           * consumers still run wgmma on the stale x stage, never stored: a branch around
-           * wgmma makes ptxas serialize it) */
-          mbar_expect_tx(full, (int)((tl.rows > 0 ? A_BYTES : 0) + B_BYTES));
-          const uint32_t b_dst = smem_addr(sB + st * SM::b_bytes);
-          if (tl.rows > 0)
-            tma_load_2d(smem_addr(sA + st * SM::a_bytes), &tmap_x, kb * kBK, tl.row0, full);
-          if constexpr (CL > 1)
-            tma_load_3d_multicast(b_dst + rank * (BN / CL) * 128, &tmap_w, kb * kBK,
-                                  tl.n0 + rank * (BN / CL), tl.g, full, (1 << CL) - 1);
-          else
-            tma_load_3d(b_dst, &tmap_w, kb * kBK, tl.n0, tl.g, full);
+          mbar_expect_tx(full, (int)TX_BYTES);
+          tma_load_2d(smem_addr(sA + st * SH::a_bytes), &tmap_x, kb * kBK, tl.row0, full);
+          tma_load_3d(smem_addr(sB + st * SH::b_bytes), &tmap_w, kb * kBK, tl.n0, tl.g, full);
         }
       }
-    }
-    if constexpr (CL > 1) {
-      __syncwarp();
-      cluster_sync(); /* the peer's arrivals on this CTA's barriers are over */
     }
     return;
   }
 
-  /* ---- consumers: warpgroup cw owns tile rows [64 cw, 64 cw + 64) ---- */
+  /* ---- consumers ---- */
   reg_alloc<232>();
   const int cw = wg - 1, warp = (tid & 127) >> 5;
-  /* a stage goes back to the producers: this warp arrives on its empty barrier in every CTA */
+  /* a stage goes back to the producer: this warp arrives on its empty barrier */
   auto release = [&](int st) {
-    if (lane != 0) return;
-    const uint32_t e = bar0 + (kStages + st) * 8;
-    if constexpr (CL > 1) {
-#pragma unroll
-      for (int r = 0; r < CL; r++) mbar_arrive_cluster(e, r);
-    } else {
-      mbar_arrive(e);
-    }
+    if (lane == 0) mbar_arrive(bar0 + (kStages + st) * 8);
   };
-  float d[NH][64];
-  int g = 0, it = 0;
-  for (int t = cta; t < units; t += ctas) {
-    const GgTile tl = find_tile<BN, CL>(s_row, s_tile, g, t, rank);
+  /* cooperative: [0] the n256 accumulators of this consumer's 64 rows (columns [0, 128) then
+   * [128, 256)); ping-pong: [mh] the n128 accumulators of tile rows [64 mh, 64 mh + 64) */
+  float d[2][64];
+  int g = 0;
+  for (int j = 0, t = cta; t < tiles; j++, t += ctas) {
+    if (PP && (j & 1) != cw) continue; /* the other consumer's tile */
+    const GgTile tl = find_tile<BN>(s_row, s_tile, g, t);
+    /* ping-pong: tile j's waits start once the other consumer passed those of tile j - 1, so
+     * that each stage's full barrier is at most one phase ahead of the fill waited for (a wait
+     * on a parity cannot tell phase u from phase u - 2) */
+    if (PP && j > 0) named_sync(2 - cw, 256);
+    int it = j * kblocks; /* the ring position of this tile's first k-block */
     for (int kb = 0; kb < kblocks; kb++, it++) {
       const int st = it % kStages;
       mbar_wait(bar0 + st * 8, (it / kStages) & 1);
-      const uint32_t a_addr = smem_addr(sA + st * SM::a_bytes) + 64 * cw * 128;
-      const uint32_t b_addr = smem_addr(sB + st * SM::b_bytes);
+      const uint32_t a_addr = smem_addr(sA + st * SH::a_bytes) + (PP ? 0 : 64 * cw * 128);
+      const uint32_t b_addr = smem_addr(sB + st * SH::b_bytes);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; kk++) {
-        const uint64_t da = smem_desc(a_addr + kk * 32, 16, 1024);
         const uint64_t db = smem_desc(b_addr + kk * 32, 16, 1024);
-        /* n256's accumulators are n128's of columns [0, 128) then those of [128, 256) */
-        if constexpr (NH == 2)
-          wgmma_ss_n256<T>(*reinterpret_cast<float(*)[128]>(&d[0][0]), da, db, kb > 0 || kk > 0);
-        else
-          wgmma_ss_n128<T>(d[0], da, db, kb > 0 || kk > 0);
+        if constexpr (PP) {
+#pragma unroll
+          for (int mh = 0; mh < 2; mh++)
+            wgmma_ss_n128<T>(d[mh], smem_desc(a_addr + mh * 64 * 128 + kk * 32, 16, 1024), db,
+                             kb > 0 || kk > 0);
+        } else {
+          wgmma_ss_n256<T>(*reinterpret_cast<float(*)[128]>(&d[0][0]),
+                           smem_desc(a_addr + kk * 32, 16, 1024), db, kb > 0 || kk > 0);
+        }
       }
       wgmma_commit();
       /* the previous k-block's wgmmas are done: its stage goes back */
       wgmma_wait<1>();
-#pragma unroll
-      for (int nh = 0; nh < NH; nh++) fence_regs(d[nh]);
+      fence_regs(d[0]);
+      fence_regs(d[1]);
       if (kb > 0) release((it - 1) % kStages);
     }
+    if (PP && t + ctas < tiles) named_arrive(1 + cw, 256); /* tile j + 1 may start its waits */
     wgmma_wait<0>();
-#pragma unroll
-    for (int nh = 0; nh < NH; nh++) fence_regs(d[nh]);
+    fence_regs(d[0]);
+    fence_regs(d[1]);
     release((it - 1) % kStages);
 #pragma unroll
-    for (int nh = 0; nh < NH; nh++)
-      store_block<T, false>(p, d[nh], tl.row0, 64 * cw, tl.rows, tl.n0 + 128 * nh, warp, lane);
+    for (int h = 0; h < 2; h++) {
+      if constexpr (PP)
+        store_block<T, false>(p, d[h], tl.row0, 64 * h, tl.rows, tl.n0, warp, lane);
+      else
+        store_block<T, false>(p, d[h], tl.row0, 64 * cw, tl.rows, tl.n0 + 128 * h, warp, lane);
+    }
   }
-  /* rows no group claims: zeros, 128 x BN at a time */
+  /* rows no group claims: zeros, 128 x BN at a time, consumer cw on rows [64 cw, 64 cw + 64) */
   for (int t = blockIdx.x; t < zero_tiles; t += gridDim.x) {
     const int mt = t / ntn, nt = t % ntn;
     const int64_t row0 = used + (int64_t)mt * kBM;
     const int rows = p.m - (int)row0 < kBM ? p.m - (int)row0 : kBM;
 #pragma unroll
-    for (int nh = 0; nh < NH; nh++)
-      store_block<T, true>(p, d[nh], row0, 64 * cw, rows, nt * BN + 128 * nh, warp, lane);
+    for (int h = 0; h < BN / 128; h++)
+      store_block<T, true>(p, d[h], row0, 64 * cw, rows, nt * BN + 128 * h, warp, lane);
   }
-  if constexpr (CL > 1) cluster_sync();
 #else
   (void)p;
 #endif
@@ -291,11 +282,13 @@ int sm_count() {
   return n;
 }
 
-/* false where TMA cannot describe x or w (the caller takes the cuBLAS path) */
-template <typename T, int BN, int CL>
+/* One launch of the kernel; *mapped false where TMA cannot describe x or w (the caller takes the
+ * cuBLAS path). Graph-safe: nothing here allocates or synchronizes; the tensor maps travel as
+ * kernel parameters. */
+template <typename T, bool PP>
 kite_status gg_launch(const kite_group_gemm_args *a, const char *variant, cudaStream_t s,
                       bool *mapped) {
-  const size_t smem = GgSmem<BN>::total;
+  using SH = GgShape<PP>;
   CUtensorMap tx, tw;
   memset(&tx, 0, sizeof tx);
   memset(&tw, 0, sizeof tw);
@@ -306,63 +299,37 @@ kite_status gg_launch(const kite_group_gemm_args *a, const char *variant, cudaSt
   const cuuint64_t wg_bytes = a->groups > 1 ? (cuuint64_t)a->w_stride_g * 2
                                             : ((cuuint64_t)a->n * a->w_stride_n * 2 + 15) / 16 * 16;
   const cuuint64_t wstrides[2] = {(cuuint64_t)a->w_stride_n * 2, wg_bytes};
-  if (!gg_map(&tx, a->dtype, a->x, 2, xdims, xstrides, kBM) ||
-      !gg_map(&tw, a->dtype, a->w, 3, wdims, wstrides, BN / CL)) {
-    *mapped = false;
-    return KITE_OK;
+  /* Host calls only, but under a global-mode capture (PyTorch's default) of any stream the
+   * runtime may refuse them as unsafe: relaxed mode for this thread around them. */
+  auto kernel = group_gemm_sm90_kernel<T, PP>;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  const bool exchanged = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
+  const bool ok = gg_map(&tx, a->dtype, a->x, 2, xdims, xstrides, kBM) &&
+                  gg_map(&tw, a->dtype, a->w, 3, wdims, wstrides, SH::BN);
+  const cudaError_t attr_e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SH::smem);
+  int64_t ctas = sm_count();
+  if (exchanged) (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  *mapped = ok;
+  if (!ok) return KITE_OK;
+  if (attr_e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return kite_set_error(KITE_ERR_DEVICE, "group_gemm: cuda.%s: %zu bytes of shared memory: %s",
+                          variant, SH::smem, cudaGetErrorString(attr_e));
   }
-  *mapped = true;
   const GgParams p = {(int32_t)a->m,  (int32_t)a->n,
                       (int32_t)a->k,  (int32_t)a->groups,
                       a->group_sizes, a->y,
                       a->y_stride,    (uintptr_t)a->y % 4 == 0 && a->y_stride % 2 == 0};
   /* at most ceil(M / 128) + G row tiles of groups, or ceil(M / 128) of zeros, each ntn wide */
-  const int64_t ntn = (a->n + BN - 1) / BN;
+  const int64_t ntn = (a->n + SH::BN - 1) / SH::BN;
   const int64_t tiles = ((a->m + kBM - 1) / kBM + a->groups) * ntn;
-  auto kernel = group_gemm_sm90_kernel<T, BN, CL>;
-  cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[1];
-  cfg.blockDim = dim3(kThreads, 1, 1);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = CL, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr, cfg.numAttrs = CL > 1 ? 1 : 0;
-  int64_t ctas = sm_count();
-  cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-  if (e == cudaSuccess && CL > 1) {
-    /* as many clusters as run at once (GPCs may leave SMs without a partner), asked once per
-     * device */
-    static int cached[64];
-    int dev = 0, clusters = 0;
-    e = cudaGetDevice(&dev);
-    if (e == cudaSuccess && dev >= 0 && dev < 64 && cached[dev] > 0) {
-      clusters = cached[dev];
-    } else if (e == cudaSuccess) {
-      cfg.gridDim = dim3((unsigned)ctas / CL * CL, 1, 1);
-      e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
-      if (e == cudaSuccess && dev >= 0 && dev < 64) cached[dev] = clusters;
-    }
-    if (e == cudaSuccess && clusters > 0) ctas = (int64_t)clusters * CL;
-  }
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    return kite_set_error(KITE_ERR_DEVICE, "group_gemm: cuda.%s: %zu bytes of shared memory: %s",
-                          variant, smem, cudaGetErrorString(e));
-  }
-  if (tiles < ctas) ctas = (tiles + CL - 1) / CL * CL;
-  cfg.gridDim = dim3((unsigned)ctas, 1, 1);
-  e = cudaLaunchKernelEx(&cfg, kernel, p, tx, tw);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    return kite_set_error(KITE_ERR_DEVICE, "group_gemm: cuda.%s: launch failed: %s", variant,
-                          cudaGetErrorString(e));
-  }
+  if (tiles < ctas) ctas = tiles;
+  kernel<<<(unsigned)ctas, kThreads, SH::smem, s>>>(p, tx, tw);
   return KITE_OK;
 }
 
-template <int BN, int CL>
+template <bool PP>
 kite_status gg_run(const kite_kernel *k, kite_ctx *ctx, const void *args, const char *variant) {
   const kite_group_gemm_args *a = (const kite_group_gemm_args *)args;
   if (a->m <= 0 || a->n <= 0) return KITE_OK;
@@ -371,13 +338,21 @@ kite_status gg_run(const kite_kernel *k, kite_ctx *ctx, const void *args, const 
   if (st != KITE_OK) return st;
   bool mapped = false;
   if (a->dtype == KITE_DTYPE_BF16)
-    st = gg_launch<__nv_bfloat16, BN, CL>(a, variant, s, &mapped);
+    st = gg_launch<__nv_bfloat16, PP>(a, variant, s, &mapped);
   else if (a->dtype == KITE_DTYPE_F16)
-    st = gg_launch<__half, BN, CL>(a, variant, s, &mapped);
+    st = gg_launch<__half, PP>(a, variant, s, &mapped);
   else
     st = kite_set_error(KITE_ERR_INTERNAL, "group_gemm: cuda.%s: f16/bf16 only", variant);
   if (st != KITE_OK) return st;
-  if (!mapped) return cuda_group_gemm_cublaslt_run(k, ctx, args);
+  if (!mapped) {
+    /* under capture the cuBLAS path would need a workspace reserved before: say why instead */
+    if (stream_capturing(s))
+      return kite_set_error(KITE_ERR_DEVICE,
+                            "group_gemm: cuda.%s: the driver declined x's or w's tensor map "
+                            "while the stream is capturing",
+                            variant);
+    return cuda_group_gemm_cublaslt_run(k, ctx, args);
+  }
   return cuda_check_launch("group_gemm", variant);
 }
 
@@ -417,22 +392,15 @@ bool gg_supports(const void *args, int bn, const char **why) {
 
 extern "C" CUDA_SUPPORTS(cuda_group_gemm_wgmma_supports) {
   (void)k;
-  return gg_supports(args, 256, why);
+  return gg_supports(args, GgShape<false>::BN, why);
 }
 extern "C" CUDA_RUN(cuda_group_gemm_wgmma_run) {
-  return gg_run<256, 1>(k, ctx, args, "wgmma");
+  return gg_run<false>(k, ctx, args, "wgmma");
 }
-extern "C" CUDA_SUPPORTS(cuda_group_gemm_wgmma128_supports) {
+extern "C" CUDA_SUPPORTS(cuda_group_gemm_wgmma_pp_supports) {
   (void)k;
-  return gg_supports(args, 128, why);
+  return gg_supports(args, GgShape<true>::BN, why);
 }
-extern "C" CUDA_RUN(cuda_group_gemm_wgmma128_run) {
-  return gg_run<128, 1>(k, ctx, args, "wgmma128");
-}
-extern "C" CUDA_SUPPORTS(cuda_group_gemm_wgmma_mc_supports) {
-  (void)k;
-  return gg_supports(args, 256, why);
-}
-extern "C" CUDA_RUN(cuda_group_gemm_wgmma_mc_run) {
-  return gg_run<256, 2>(k, ctx, args, "wgmma_mc");
+extern "C" CUDA_RUN(cuda_group_gemm_wgmma_pp_run) {
+  return gg_run<true>(k, ctx, args, "wgmma_pp");
 }

@@ -79,38 +79,16 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map
                "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
                : "memory");
 }
-/* tma_load_3d into the same shared-memory offset of every CTA of the cluster in cta_mask,
- * completing the bytes on the barrier at bar's offset in each. */
-__device__ __forceinline__ void tma_load_3d_multicast(uint32_t dst, const CUtensorMap *map, int c0,
-                                                      int c1, int c2, uint32_t bar, int cta_mask) {
-  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
-               ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
-               "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"((uint16_t)cta_mask)
-               : "memory");
-}
-/* This CTA's rank in its cluster; every thread of the cluster waits for all (release/acquire). */
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
-                   : "memory");
-}
-/* Arrives on the barrier at shared-memory offset `bar` of the cluster's CTA `rank`. */
-__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, int rank) {
-  asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-               "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
-               "r"(rank)
-               : "memory");
-}
 /* Generic-proxy writes to shared memory (st.shared, landed cp.async) made visible to wgmma. */
 __device__ __forceinline__ void fence_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+/* Counts this thread on named barrier id without waiting (the waiters use named_sync). */
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 template <int N> __device__ __forceinline__ void reg_dealloc() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
