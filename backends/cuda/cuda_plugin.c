@@ -135,7 +135,6 @@ CHECKED(cuda_mla_decode_mma_run)
 CHECKED(cuda_group_gemm_cublaslt_run)
 CHECKED(cuda_group_gemm_tiles_run)
 CHECKED(cuda_group_gemm_wgmma_run)
-CHECKED(cuda_group_gemm_wgmma_pp_run)
 CHECKED(cuda_ce_vec_run)
 CHECKED(cuda_ce_generic_run)
 CHECKED(cuda_ce_cluster_run)
@@ -323,10 +322,6 @@ static const kite_kernel cuda_kernels[] = {
                 checked_cuda_group_gemm_wgmma_run,
                 "Hopper: one persistent wgmma launch, 128 x 256 tiles, TMA ring, group sizes read "
                 "on the device (graph-safe); f16/bf16, 16-byte aligned x and w rows"),
-    KERNEL_SM90(KITE_OP_GROUP_GEMM, "wgmma_pp", PRIORITY_WGMMA - 1,
-                cuda_group_gemm_wgmma_pp_supports, checked_cuda_group_gemm_wgmma_pp_run,
-                "cuda.wgmma as a ping-pong: 128 x 128 tiles, each consumer warpgroup a whole "
-                "tile, its stores overlapping the other's main loop"),
     KERNEL(KITE_OP_GROUP_GEMM, "cublaslt", PRIORITY_LIBRARY, cuda_float_supports,
            checked_cuda_group_gemm_cublaslt_run,
            "equal groups as one cuBLAS strided batch (torch.bmm's call), others as a cuBLASLt "

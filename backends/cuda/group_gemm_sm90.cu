@@ -16,13 +16,8 @@
  * once the wgmmas reading it completed). Warpgroups 1 and 2 are consumers running wgmma from
  * shared memory into f32 accumulators, one k-block of wgmmas in flight, then storing T pairs
  * (single elements where y's layout leaves pairs unaligned) straight from the accumulator
- * fragment with row and column predicates. Two schedules:
- *   - "wgmma" (cooperative): BN = 256, both consumers on every tile, each owning 64 of its rows
- *     (m64n256k16), so both store at the same time and the tensor cores wait for the stores;
- *   - "wgmma_pp" (ping-pong): BN = 128, consumer c owning the CTA's tiles 2 j + c whole (two
- *     m64n128k16 per k-step). The ring is filled in tile order, so one consumer's stores overlap
- *     the other's main loop, at the price of a third more bytes loaded per product than the
- *     128 x 256 tiles; 6 stages fit the same shared memory.
+ * fragment with row and column predicates. BN = 256: both consumers work on every tile, each
+ * owning 64 of its rows (one m64n256k16 per k-step), so both store at the same time.
  *
  * Shared-memory tiles are in the 128-byte swizzled layout (sm90.cuh): a tile of R rows x 64
  * elements is R rows of 128 bytes, 1024-byte aligned.
@@ -38,11 +33,10 @@ constexpr int kThreads = 384, kBM = 128, kBK = 64;
 /* Groups the shared-memory schedule holds; more go to the cuBLAS path. */
 constexpr int kMaxGroups = 1024;
 
-/* PP: the ping-pong schedule (file comment) */
-template <bool PP> struct GgShape {
-  static constexpr int BN = PP ? 128 : 256, kStages = PP ? 6 : 4;
-  /* consumer warps reading each stage: one warpgroup's (ping-pong) or both */
-  static constexpr int kReaders = PP ? 4 : 8;
+struct GgShape {
+  static constexpr int BN = 256, kStages = 4;
+  /* consumer warps reading each stage: both warpgroups' */
+  static constexpr int kReaders = 8;
   static constexpr size_t a_bytes = (size_t)kBM * kBK * 2, b_bytes = (size_t)BN * kBK * 2;
   static constexpr size_t sched_bytes = 2 * (size_t)(kMaxGroups + 1) * sizeof(int32_t);
   static constexpr size_t bar_bytes = 2 * kStages * 8;
@@ -100,12 +94,12 @@ __device__ __forceinline__ void store_block(const GgParams &p, const float (&d)[
   }
 }
 
-template <typename T, bool PP>
+template <typename T>
 __global__ void __launch_bounds__(kThreads, 1)
     group_gemm_sm90_kernel(GgParams p, const __grid_constant__ CUtensorMap tmap_x,
                            const __grid_constant__ CUtensorMap tmap_w) {
 #ifdef KITE_SM90_DEVICE
-  using SH = GgShape<PP>;
+  using SH = GgShape;
   constexpr int BN = SH::BN, kStages = SH::kStages;
   constexpr uint32_t TX_BYTES = (uint32_t)(SH::a_bytes + SH::b_bytes);
   extern __shared__ unsigned char smem_raw[];
@@ -191,36 +185,23 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto release = [&](int st) {
     if (lane == 0) mbar_arrive(bar0 + (kStages + st) * 8);
   };
-  /* cooperative: [0] the n256 accumulators of this consumer's 64 rows (columns [0, 128) then
-   * [128, 256)); ping-pong: [mh] the n128 accumulators of tile rows [64 mh, 64 mh + 64) */
+  /* the n256 accumulators of this consumer's 64 rows: [0] columns [0, 128), [1] [128, 256) */
   float d[2][64];
   int g = 0;
   for (int j = 0, t = cta; t < tiles; j++, t += ctas) {
-    if (PP && (j & 1) != cw) continue; /* the other consumer's tile */
     const GgTile tl = find_tile<BN>(s_row, s_tile, g, t);
-    /* ping-pong: tile j's waits start once the other consumer passed those of tile j - 1, so
-     * that each stage's full barrier is at most one phase ahead of the fill waited for (a wait
-     * on a parity cannot tell phase u from phase u - 2) */
-    if (PP && j > 0) named_sync(2 - cw, 256);
     int it = j * kblocks; /* the ring position of this tile's first k-block */
     for (int kb = 0; kb < kblocks; kb++, it++) {
       const int st = it % kStages;
       mbar_wait(bar0 + st * 8, (it / kStages) & 1);
-      const uint32_t a_addr = smem_addr(sA + st * SH::a_bytes) + (PP ? 0 : 64 * cw * 128);
+      const uint32_t a_addr = smem_addr(sA + st * SH::a_bytes) + 64 * cw * 128;
       const uint32_t b_addr = smem_addr(sB + st * SH::b_bytes);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; kk++) {
         const uint64_t db = smem_desc(b_addr + kk * 32, 16, 1024);
-        if constexpr (PP) {
-#pragma unroll
-          for (int mh = 0; mh < 2; mh++)
-            wgmma_ss_n128<T>(d[mh], smem_desc(a_addr + mh * 64 * 128 + kk * 32, 16, 1024), db,
-                             kb > 0 || kk > 0);
-        } else {
-          wgmma_ss_n256<T>(*reinterpret_cast<float(*)[128]>(&d[0][0]),
-                           smem_desc(a_addr + kk * 32, 16, 1024), db, kb > 0 || kk > 0);
-        }
+        wgmma_ss_n256<T>(*reinterpret_cast<float(*)[128]>(&d[0][0]),
+                         smem_desc(a_addr + kk * 32, 16, 1024), db, kb > 0 || kk > 0);
       }
       wgmma_commit();
       /* the previous k-block's wgmmas are done: its stage goes back */
@@ -229,18 +210,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       fence_regs(d[1]);
       if (kb > 0) release((it - 1) % kStages);
     }
-    if (PP && t + ctas < tiles) named_arrive(1 + cw, 256); /* tile j + 1 may start its waits */
     wgmma_wait<0>();
     fence_regs(d[0]);
     fence_regs(d[1]);
     release((it - 1) % kStages);
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-      if constexpr (PP)
-        store_block<T, false>(p, d[h], tl.row0, 64 * h, tl.rows, tl.n0, warp, lane);
-      else
-        store_block<T, false>(p, d[h], tl.row0, 64 * cw, tl.rows, tl.n0 + 128 * h, warp, lane);
-    }
+    for (int h = 0; h < 2; h++)
+      store_block<T, false>(p, d[h], tl.row0, 64 * cw, tl.rows, tl.n0 + 128 * h, warp, lane);
   }
   /* rows no group claims: zeros, 128 x BN at a time, consumer cw on rows [64 cw, 64 cw + 64) */
   for (int t = blockIdx.x; t < zero_tiles; t += gridDim.x) {
@@ -285,10 +261,10 @@ int sm_count() {
 /* One launch of the kernel; *mapped false where TMA cannot describe x or w (the caller takes the
  * cuBLAS path). Graph-safe: nothing here allocates or synchronizes; the tensor maps travel as
  * kernel parameters. */
-template <typename T, bool PP>
+template <typename T>
 kite_status gg_launch(const kite_group_gemm_args *a, const char *variant, cudaStream_t s,
                       bool *mapped) {
-  using SH = GgShape<PP>;
+  using SH = GgShape;
   CUtensorMap tx, tw;
   memset(&tx, 0, sizeof tx);
   memset(&tw, 0, sizeof tw);
@@ -301,7 +277,7 @@ kite_status gg_launch(const kite_group_gemm_args *a, const char *variant, cudaSt
   const cuuint64_t wstrides[2] = {(cuuint64_t)a->w_stride_n * 2, wg_bytes};
   /* Host calls only, but under a global-mode capture (PyTorch's default) of any stream the
    * runtime may refuse them as unsafe: relaxed mode for this thread around them. */
-  auto kernel = group_gemm_sm90_kernel<T, PP>;
+  auto kernel = group_gemm_sm90_kernel<T>;
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   const bool exchanged = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
   const bool ok = gg_map(&tx, a->dtype, a->x, 2, xdims, xstrides, kBM) &&
@@ -329,7 +305,6 @@ kite_status gg_launch(const kite_group_gemm_args *a, const char *variant, cudaSt
   return KITE_OK;
 }
 
-template <bool PP>
 kite_status gg_run(const kite_kernel *k, kite_ctx *ctx, const void *args, const char *variant) {
   const kite_group_gemm_args *a = (const kite_group_gemm_args *)args;
   if (a->m <= 0 || a->n <= 0) return KITE_OK;
@@ -338,9 +313,9 @@ kite_status gg_run(const kite_kernel *k, kite_ctx *ctx, const void *args, const 
   if (st != KITE_OK) return st;
   bool mapped = false;
   if (a->dtype == KITE_DTYPE_BF16)
-    st = gg_launch<__nv_bfloat16, PP>(a, variant, s, &mapped);
+    st = gg_launch<__nv_bfloat16>(a, variant, s, &mapped);
   else if (a->dtype == KITE_DTYPE_F16)
-    st = gg_launch<__half, PP>(a, variant, s, &mapped);
+    st = gg_launch<__half>(a, variant, s, &mapped);
   else
     st = kite_set_error(KITE_ERR_INTERNAL, "group_gemm: cuda.%s: f16/bf16 only", variant);
   if (st != KITE_OK) return st;
@@ -392,15 +367,8 @@ bool gg_supports(const void *args, int bn, const char **why) {
 
 extern "C" CUDA_SUPPORTS(cuda_group_gemm_wgmma_supports) {
   (void)k;
-  return gg_supports(args, GgShape<false>::BN, why);
+  return gg_supports(args, GgShape::BN, why);
 }
 extern "C" CUDA_RUN(cuda_group_gemm_wgmma_run) {
-  return gg_run<false>(k, ctx, args, "wgmma");
-}
-extern "C" CUDA_SUPPORTS(cuda_group_gemm_wgmma_pp_supports) {
-  (void)k;
-  return gg_supports(args, GgShape<true>::BN, why);
-}
-extern "C" CUDA_RUN(cuda_group_gemm_wgmma_pp_run) {
-  return gg_run<true>(k, ctx, args, "wgmma_pp");
+  return gg_run(k, ctx, args, "wgmma");
 }
