@@ -34,7 +34,6 @@
  */
 /* CUtensorMap and its enums; libcuda is not linked, its entry point comes through the runtime */
 #include <cuda.h>
-#include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled */
 
 #include "attention_sm90.cuh"
 
@@ -98,23 +97,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 /* ---- host side ----------------------------------------------------------------------------- */
-/* cuTensorMapEncodeTiled of the driver, reached through the runtime (the plugin does not link
- * libcuda); NULL where the driver has none. */
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void *f = nullptr;
-    cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      return (PFN_cuTensorMapEncodeTiled_v12000) nullptr;
-    }
-    return (PFN_cuTensorMapEncodeTiled_v12000)f;
-  }();
-  return fn;
-}
-
 /* The 4-d tensor map of p's dtype (bf16/f16) over base with these dims, byte strides of dims 1-3
  * and box, 128-byte swizzled, element by element. */
 bool encode_map(PFN_cuTensorMapEncodeTiled_v12000 encode, CUtensorMap *map, const AttnParams &p,
@@ -269,6 +251,21 @@ bool sm90_common(int64_t head_dim, bool many_rows, const char **why) {
 }
 
 } // namespace
+
+PFN_cuTensorMapEncodeTiled_v12000 kite_cuda::tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void *f = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return (PFN_cuTensorMapEncodeTiled_v12000) nullptr;
+    }
+    return (PFN_cuTensorMapEncodeTiled_v12000)f;
+  }();
+  return fn;
+}
 
 /* Every visible device is compute capability 9.0: the sm_90a code runs on nothing else. */
 bool kite_cuda::all_devices_sm90() {

@@ -134,6 +134,7 @@ CHECKED(cuda_mla_decode_generic_run)
 CHECKED(cuda_mla_decode_mma_run)
 CHECKED(cuda_group_gemm_cublaslt_run)
 CHECKED(cuda_group_gemm_tiles_run)
+CHECKED(cuda_group_gemm_wgmma_run)
 CHECKED(cuda_ce_vec_run)
 CHECKED(cuda_ce_generic_run)
 CHECKED(cuda_ce_cluster_run)
@@ -198,6 +199,7 @@ enum {
   PRIORITY_CLUSTER = 40,
   PRIORITY_SELECT = 45, /* sample with top-k: above the cluster kernel at every B */
   PRIORITY_LIBRARY = 50,
+  PRIORITY_WGMMA = 55, /* Hopper GEMMs of our own, above the vendor libraries' calls */
   /* the collectives over peer memory, above NCCL up to their size limits (peer_comm.cu) */
   PRIORITY_TWOSHOT = 60,
   PRIORITY_ONESHOT = 70
@@ -324,6 +326,10 @@ static const kite_kernel cuda_kernels[] = {
            cuda_linear_cublaslt_run, "cuBLASLt matmul, bias epilogue, f32 without TF32"),
     KERNEL(KITE_OP_LINEAR, "tiles", PRIORITY_GENERIC, cuda_float_supports, cuda_linear_tiles_run,
            "64x64 f32 tiles on CUDA cores, any layout"),
+    KERNEL_SM90(KITE_OP_GROUP_GEMM, "wgmma", PRIORITY_WGMMA, cuda_group_gemm_wgmma_supports,
+                checked_cuda_group_gemm_wgmma_run,
+                "Hopper: one persistent wgmma launch, 128 x 256 tiles, TMA ring, group sizes read "
+                "on the device (graph-safe); f16/bf16, 16-byte aligned x and w rows"),
     KERNEL(KITE_OP_GROUP_GEMM, "cublaslt", PRIORITY_LIBRARY, cuda_float_supports,
            checked_cuda_group_gemm_cublaslt_run,
            "equal groups as one cuBLAS strided batch (torch.bmm's call), others as a cuBLASLt "

@@ -1,14 +1,16 @@
 /*
  * Hopper (sm_90a) building blocks shared by the wgmma kernels (attention_sm90.cu, its header and
- * attention_sm90pp.cu, attention_backward_sm90.cu): the 128-byte swizzled tile layout, mbarrier,
- * TMA, proxy fences, named barriers, setmaxnreg, wgmma (m64nNk16, f32 accumulators) and its
- * shared-memory descriptors. The device part compiles only for sm_90a (KITE_SM90_DEVICE).
+ * attention_sm90pp.cu, attention_backward_sm90.cu, group_gemm_sm90.cu): the 128-byte swizzled tile
+ * layout, mbarrier, TMA (and the driver's tensor-map encoder), proxy fences, named barriers,
+ * setmaxnreg, wgmma (m64nNk16, f32 accumulators) and its shared-memory descriptors. The device part
+ * compiles only for sm_90a (KITE_SM90_DEVICE).
  */
 #ifndef KITE_CUDA_SM90_CUH
 #define KITE_CUDA_SM90_CUH
 
 /* CUtensorMap (the TMA wrapper); libcuda is not linked */
 #include <cuda.h>
+#include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled */
 
 #include "attention.cuh"
 
@@ -16,6 +18,10 @@ namespace kite_cuda {
 
 /* Every visible device is compute capability 9.0: the sm_90a code runs on nothing else. */
 bool all_devices_sm90();
+
+/* cuTensorMapEncodeTiled of the driver, reached through the runtime (the plugin does not link
+ * libcuda); NULL where the driver has none. */
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder();
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define KITE_SM90_DEVICE 1
@@ -56,6 +62,21 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map
   asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes "
                "[%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
                "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+               : "memory");
+}
+/* The 2-d and 3-d forms of tma_load_4d. */
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1,
+                                            uint32_t bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
+               "[%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+               "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map, int c0, int c1,
+                                            int c2, uint32_t bar) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes "
+               "[%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+               "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
                : "memory");
 }
 /* Generic-proxy writes to shared memory (st.shared, landed cp.async) made visible to wgmma. */
@@ -142,6 +163,24 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint3
   KITE_REGS32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
               "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 
+#define KITE_ACC128                                                                                \
+  KITE_ACC64, "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),        \
+      "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),   \
+      "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),   \
+      "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),   \
+      "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),   \
+      "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),            \
+      "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),          \
+      "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),          \
+      "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),          \
+      "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+#define KITE_REGS128                                                                               \
+  KITE_REGS64                                                                                      \
+  ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, "        \
+  "%81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, "     \
+  "%99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, "      \
+  "%114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+
 /* wgmma_ss_n<N><T>, wgmma_sst_n<N><T> (SS with B MN-major: transposed) and wgmma_rs_n<N><T> for N
  * columns (NACC = N / 2 accumulators), each the instruction of T's type; the operands after the
  * accumulators are numbered from NACC on: SS's two descriptors and predicate, RS's four A
@@ -175,8 +214,11 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint3
 #define KITE_RS_OPS32 "%32, %33, %34, %35", "%36", "%37"
 #define KITE_SS_OPS64 "%64", "%65", "%66"
 #define KITE_RS_OPS64 "%64, %65, %66, %67", "%68", "%69"
+#define KITE_SS_OPS128 "%128", "%129", "%130"
+#define KITE_RS_OPS128 "%128, %129, %130, %131", "%132", "%133"
 KITE_WGMMA_PAIR(64, 32, KITE_REGS32, KITE_ACC32, KITE_SS_OPS32, KITE_RS_OPS32)
 KITE_WGMMA_PAIR(128, 64, KITE_REGS64, KITE_ACC64, KITE_SS_OPS64, KITE_RS_OPS64)
+KITE_WGMMA_PAIR(256, 128, KITE_REGS128, KITE_ACC128, KITE_SS_OPS128, KITE_RS_OPS128)
 #endif /* KITE_SM90_DEVICE */
 
 } // namespace kite_cuda

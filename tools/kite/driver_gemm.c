@@ -615,9 +615,15 @@ static const group_geom g_groups[] = {{-1, 17, 64, 3, {0, 1, 2}},
                                       /* equal groups, padded rows */
                                       {-1, 17, 24, 4, {2, 2, 2, 2}},
                                       /* ragged, aligned, eight groups */
-                                      {-1, 48, 32, 8, {3, 0, 9, 1, 0, 16, 2, 5}}};
+                                      {-1, 48, 32, 8, {3, 0, 9, 1, 0, 16, 2, 5}},
+                                      /* groups past one 128-row tile, padded rows */
+                                      {-1, 96, 64, 2, {100, 28}},
+                                      /* aligned: several row and column tiles, K not a multiple
+                                       * of 64, N not a multiple of 128, empty groups */
+                                      {-1, 300, 200, 6, {130, 0, 257, 1, 0, 64}}};
 static const group_geom g_quick_groups[] = {{-1, 33, 19, 5, {5, 0, 12, 0, 23}},
-                                            {-1, 127, 17, 1, {17}}};
+                                            {-1, 127, 17, 1, {17}},
+                                            {-1, 300, 200, 6, {130, 0, 257, 1, 0, 64}}};
 
 static void group_gemm_cases(kite_dtype t, int quick, kt_case_list *l) {
   const group_geom *s = quick ? g_quick_groups : g_groups;
