@@ -292,31 +292,55 @@ __device__ __forceinline__ void add_partial4(float *dst, const float *v, bool ad
   for (int j = 0; j < 4; j++) dst[j] = add ? dst[j] + v[j] : v[j];
 }
 
-/* The sum over the thread's packs p < np of (x - x0) - m, or of its square (SQUARE). */
-template <bool SQUARE, int P, typename V>
-__device__ __forceinline__ float pack_sum(const V (&xr)[P], int np, float x0, float m) {
+/* The sum over the thread's packs p < np of (x - x0) - m, or of its square (SQUARE); xp(p) gives
+ * pack p of x. */
+template <bool SQUARE, int P, typename XP>
+__device__ __forceinline__ float pack_sum(XP xp, int np, float x0, float m) {
   float acc = 0.0f;
 #pragma unroll
   for (int p = 0; p < P; p++) {
     if (p >= np) continue;
+    const auto xv = xp(p);
 #pragma unroll
-    for (int j = 0; j < (int)(sizeof(V) / sizeof(xr[p].v[0])); j++) {
-      const float v = to_float(xr[p].v[j]) - x0 - m;
+    for (int j = 0; j < (int)(sizeof(xv) / sizeof(xv.v[0])); j++) {
+      const float v = to_float(xv.v[j]) - x0 - m;
       acc += SQUARE ? v * v : v;
     }
   }
   return acc;
 }
 
+/* Stages of the cp.async ring (rows_async): the row being worked on and S - 1 rows in flight
+ * behind it, per group; its shared memory per block (S x arrays x P packs x threads x 16 bytes,
+ * arrays = x, dy and dres when read). */
+constexpr int rows_stages(bool dres) {
+  return dres ? 2 : 3;
+}
+
+size_t rows_ring_bytes(int stages, bool dres, int packs, unsigned threads) {
+  return (size_t)stages * (dres ? 3 : 2) * (size_t)packs * threads * 16;
+}
+
+/* A compiler fence: shared-memory accesses stay on their side of a cp.async issue or wait (the
+ * wrappers carry no memory clobber). */
+__device__ __forceinline__ void smem_fence() {
+  asm volatile("" ::: "memory");
+}
+
 /* The group's thread t holds packs t + p * 32 wpr (p < P) of its rows: a warp's 16-byte loads
  * of one p cover 512 contiguous bytes. DRES: dres is read (and added to dx). PF: the group's
- * next row is prefetched into L2 while this one is worked on. */
-template <typename T, int P, bool RMS, bool DRES, bool PF>
-__global__ __launch_bounds__(kRowsThreads, DRES && !RMS ? 1 : 2) void norm_bwd_rows_kernel(
+ * next row is prefetched into L2 while this one is worked on. S > 0 (rows_async): the loads go
+ * through a ring of S stages in dynamic shared memory by cp.async, S - 1 rows ahead of the one
+ * worked on; each thread copies its own packs and reads back only those, so its own wait_group
+ * is all the ordering needed (no barrier), and dres stays in shared memory until dx. */
+template <typename T, int P, bool RMS, bool DRES, bool PF, int S>
+__global__
+__launch_bounds__(kRowsThreads, DRES && !RMS && S == 0 ? 1 : 2) void norm_bwd_rows_kernel(
     kite_norm_bwd_args a, Plan plan, int wpr, float *part_w, float *part_b) {
   constexpr int N = vec_elems<T>();
   using V = Pack<T, N>;
   __shared__ float slots[kRowsMaxGroups][2][kRowsMaxWarps][2];
+  extern __shared__ uint4 norm_bwd_ring[]; /* [S][x, dy, dres][P][blockDim.x] 16-byte packs */
   const int gsize = 32 * wpr, gpc = (int)blockDim.x / gsize;
   const int group = (int)threadIdx.x / gsize, t = (int)threadIdx.x % gsize;
   const int cols = (int)a.cols; /* <= kRowsMaxWarps * 32 * kRowsMaxPacks packs: supports() */
@@ -338,17 +362,52 @@ __global__ __launch_bounds__(kRowsThreads, DRES && !RMS ? 1 : 2) void norm_bwd_r
 
   const int64_t r0 = blockIdx.x * plan.rows_per_block;
   const int64_t r1 = r0 + plan.rows_per_block < a.rows ? r0 + plan.rows_per_block : a.rows;
-  for (int64_t r = r0 + group; r < r1; r += gpc) {
-    const T *x = (const T *)a.x + r * a.x_stride;
-    const V *xv = (const V *)x;
-    const V *dyv = (const V *)((const T *)a.dy + r * a.dy_stride);
-    V xr[P], dr[P], rr[DRES ? P : 1];
+  constexpr int A = DRES ? 3 : 2, kS = S > 0 ? S : 1; /* kS: S for the modulo, 1 without a ring */
+  /* the thread's pack p of array arr in stage st */
+  auto ring = [&](int st, int arr, int p) -> V * {
+    return reinterpret_cast<V *>(norm_bwd_ring + ((st * A + arr) * P + p) * blockDim.x +
+                                 threadIdx.x);
+  };
+  /* the group's k-th row into stage k % S (a commit group even when there is no such row) */
+  auto issue = [&](int k) {
+    const int64_t q = r0 + group + (int64_t)k * gpc;
+    if (q < r1) {
+      const T *src[A > 2 ? 3 : 2] = {(const T *)a.x + q * a.x_stride,
+                                     (const T *)a.dy + q * a.dy_stride};
+      if constexpr (DRES) src[2] = (const T *)a.dres + q * a.dres_stride;
 #pragma unroll
-    for (int p = 0; p < P; p++) {
-      if (p >= np) continue;
-      xr[p] = xv[t + p * gsize];
-      dr[p] = dyv[t + p * gsize];
-      if (DRES) rr[p] = ((const V *)((const T *)a.dres + r * a.dres_stride))[t + p * gsize];
+      for (int arr = 0; arr < A; arr++)
+#pragma unroll
+        for (int p = 0; p < P; p++)
+          if (p < np)
+            cp_async16(smem_addr(ring(k % kS, arr, p)), (const V *)src[arr] + t + p * gsize, true);
+    }
+    cp_async_commit();
+  };
+  if constexpr (S > 0)
+    for (int k = 0; k < S - 1; k++) issue(k);
+  /* ring: the next row's x0, read a row ahead so that its latency is off the row's path */
+  float x0_next = 0.0f;
+  if (S > 0 && !RMS && r0 + group < r1)
+    x0_next = to_float(((const T *)a.x)[(r0 + group) * a.x_stride]);
+  int k = 0;
+  for (int64_t r = r0 + group; r < r1; r += gpc, k++) {
+    const T *x = (const T *)a.x + r * a.x_stride;
+    V xr[P], dr[P], rr[DRES && S == 0 ? P : 1];
+    if constexpr (S > 0) {
+      smem_fence();
+      issue(k + S - 1);
+      cp_async_wait<S - 1>();
+    } else {
+      const V *xv = (const V *)x;
+      const V *dyv = (const V *)((const T *)a.dy + r * a.dy_stride);
+#pragma unroll
+      for (int p = 0; p < P; p++) {
+        if (p >= np) continue;
+        xr[p] = xv[t + p * gsize];
+        dr[p] = dyv[t + p * gsize];
+        if (DRES) rr[p] = ((const V *)((const T *)a.dres + r * a.dres_stride))[t + p * gsize];
+      }
     }
     if (PF && r + gpc < r1) {
       const int64_t q = r + gpc;
@@ -361,20 +420,42 @@ __global__ __launch_bounds__(kRowsThreads, DRES && !RMS ? 1 : 2) void norm_bwd_r
         if (DRES) prefetch_l2((const T *)a.dres + q * a.dres_stride + i);
       }
     }
-    const float x0 = RMS ? 0.0f : to_float(x[0]); /* the shift of the header comment */
+    float x0 = 0.0f; /* the shift of the header comment */
+    if constexpr (!RMS && S > 0) {
+      x0 = x0_next;
+      if (r + gpc < r1) x0_next = to_float(((const T *)a.x)[(r + gpc) * a.x_stride]);
+    } else if constexpr (!RMS) {
+      x0 = to_float(x[0]);
+    }
     float mean = 0.0f, rstd;
-    float acc[1] = {pack_sum<RMS>(xr, np, x0, 0.0f)};
+    /* pack p of x and dy: from the registers, or read again from the ring at each use (the fence
+     * keeps the compiler from hoisting the reads, so that one pack at a time is live) */
+    auto xp = [&](int p) -> V {
+      if constexpr (S > 0) {
+        smem_fence();
+        return *ring(k % kS, 0, p);
+      } else {
+        return xr[p];
+      }
+    };
+    auto dp = [&](int p) -> V {
+      if constexpr (S > 0)
+        return *ring(k % kS, 1, p);
+      else
+        return dr[p];
+    };
+    float acc[1] = {pack_sum<RMS, P>(xp, np, x0, 0.0f)};
     group_sum(acc, wpr, my_slots, half, bar);
     if (RMS) {
       rstd = rsqrtf(acc[0] * inv_cols + a.eps);
     } else {
       mean = acc[0] * inv_cols;
-      float dev[1] = {pack_sum<true>(xr, np, x0, mean)};
+      float dev[1] = {pack_sum<true, P>(xp, np, x0, mean)};
       group_sum(dev, wpr, my_slots, half, bar);
       rstd = rsqrtf(dev[0] * inv_cols + a.eps);
     }
 #pragma unroll
-    for (int p = 0; p < P; p++) {
+    for (int p = 0; p < P && S == 0; p++) {
       opaque(xr[p]);
       opaque(dr[p]);
     }
@@ -383,10 +464,11 @@ __global__ __launch_bounds__(kRowsThreads, DRES && !RMS ? 1 : 2) void norm_bwd_r
     for (int p = 0; p < P; p++) {
       if (p >= np) continue;
       V w;
+      const V xv = xp(p), dv = dp(p);
       if (wv) w = wv[t + p * gsize];
 #pragma unroll
       for (int j = 0; j < N; j++) {
-        const float xhat = (to_float(xr[p].v[j]) - x0 - mean) * rstd, d = to_float(dr[p].v[j]);
+        const float xhat = (to_float(xv.v[j]) - x0 - mean) * rstd, d = to_float(dv.v[j]);
         const float g = wv ? d * ((RMS ? a.offset : 0.0f) + to_float(w.v[j])) : d;
         sw[p][j] += d * xhat;
         if (!RMS) sb[p][j] += d;
@@ -396,7 +478,7 @@ __global__ __launch_bounds__(kRowsThreads, DRES && !RMS ? 1 : 2) void norm_bwd_r
     }
     group_sum(s2, wpr, my_slots, half, bar);
 #pragma unroll
-    for (int p = 0; p < P; p++) {
+    for (int p = 0; p < P && S == 0; p++) {
       opaque(xr[p]);
       opaque(dr[p]);
     }
@@ -405,19 +487,22 @@ __global__ __launch_bounds__(kRowsThreads, DRES && !RMS ? 1 : 2) void norm_bwd_r
 #pragma unroll
     for (int p = 0; p < P; p++) {
       if (p >= np) continue;
-      V w, o;
+      V w, o, res;
+      const V xv = xp(p), dv = dp(p);
       if (wv) w = wv[t + p * gsize];
+      if constexpr (DRES) res = S > 0 ? *ring(k % kS, 2, p) : rr[p];
 #pragma unroll
       for (int j = 0; j < N; j++) {
-        const float xhat = (to_float(xr[p].v[j]) - x0 - mean) * rstd, d = to_float(dr[p].v[j]);
+        const float xhat = (to_float(xv.v[j]) - x0 - mean) * rstd, d = to_float(dv.v[j]);
         const float g = wv ? d * ((RMS ? a.offset : 0.0f) + to_float(w.v[j])) : d;
         float v = rstd * (g - mg - xhat * mgx);
-        if (DRES) v += to_float(rr[p].v[j]);
+        if constexpr (DRES) v += to_float(res.v[j]);
         o.v[j] = from_float<T>(v);
       }
       dxv[t + p * gsize] = o;
     }
   }
+  if constexpr (S > 0) cp_async_wait<0>(); /* the trailing empty groups */
   /* the block's partial row: group 0's terms, then each next group's added in order */
   const int64_t base = (int64_t)blockIdx.x * cols;
   for (int k = 0; k < gpc; k++) {
@@ -555,30 +640,37 @@ RowsShape rows_shape(int64_t packs) {
 
 using RowsKernel = void (*)(kite_norm_bwd_args, Plan, int, float *, float *);
 
-template <typename T, int P, bool PF> RowsKernel rows_kernel_of(bool rms, bool dres) {
+/* The loads of a rows kernel: straight into registers, with the L2 prefetch, or the ring. */
+enum class RowsLoads { direct, prefetch, ring };
+
+template <typename T, int P, bool PF, bool RING> RowsKernel rows_kernel_of(bool rms, bool dres) {
+  constexpr int S = RING ? rows_stages(false) : 0, SD = RING ? rows_stages(true) : 0;
   if (rms)
-    return dres ? norm_bwd_rows_kernel<T, P, true, true, PF>
-                : norm_bwd_rows_kernel<T, P, true, false, PF>;
-  return dres ? norm_bwd_rows_kernel<T, P, false, true, PF>
-              : norm_bwd_rows_kernel<T, P, false, false, PF>;
+    return dres ? norm_bwd_rows_kernel<T, P, true, true, PF, SD>
+                : norm_bwd_rows_kernel<T, P, true, false, PF, S>;
+  return dres ? norm_bwd_rows_kernel<T, P, false, true, PF, SD>
+              : norm_bwd_rows_kernel<T, P, false, false, PF, S>;
 }
 
-template <typename T> RowsKernel rows_kernel(int packs, bool rms, bool dres, bool prefetch) {
-  if (prefetch)
-    return packs == 2 ? rows_kernel_of<T, 2, true>(rms, dres)
-                      : rows_kernel_of<T, 4, true>(rms, dres);
-  return packs == 2 ? rows_kernel_of<T, 2, false>(rms, dres)
-                    : rows_kernel_of<T, 4, false>(rms, dres);
+template <typename T, int P> RowsKernel rows_kernel_p(bool rms, bool dres, RowsLoads loads) {
+  if (loads == RowsLoads::ring) return rows_kernel_of<T, P, false, true>(rms, dres);
+  if (loads == RowsLoads::prefetch) return rows_kernel_of<T, P, true, false>(rms, dres);
+  return rows_kernel_of<T, P, false, false>(rms, dres);
+}
+
+template <typename T> RowsKernel rows_kernel(int packs, bool rms, bool dres, RowsLoads loads) {
+  return packs == 2 ? rows_kernel_p<T, 2>(rms, dres, loads) : rows_kernel_p<T, 4>(rms, dres, loads);
 }
 
 /* As many blocks as are resident at once on the device (at least one per multiprocessor), fewer
  * when the rows give each group less than one row or the partials would pass kMaxPartials; each
  * block a band of consecutive rows. */
-Plan rows_plan(const kite_norm_bwd_args *a, RowsKernel kernel, unsigned threads, int gpc) {
+Plan rows_plan(const kite_norm_bwd_args *a, RowsKernel kernel, unsigned threads, int gpc,
+               size_t smem) {
   Plan p{0, 1};
   if (a->rows <= 0 || a->cols <= 0) return p;
   int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (int)threads, 0) !=
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (int)threads, smem) !=
       cudaSuccess) {
     (void)cudaGetLastError();
     per_sm = 1;
@@ -664,9 +756,10 @@ extern "C" CUDA_SUPPORTS(cuda_norm_bwd_rows_supports) {
                    "row longer than 8 warps of 4 16-byte packs per thread", why);
 }
 
-/* rows and rows_prefetch: one kernel, the L2 prefetch of each group's next row on or off. */
+/* rows, rows_prefetch and rows_async: one kernel, its loads straight, with the L2 prefetch of
+ * each group's next row, or through the cp.async ring. */
 static kite_status run_rows(kite_ctx *ctx, const kite_norm_bwd_args *a, const char *variant,
-                            bool prefetch) {
+                            RowsLoads loads) {
   const char *name = cuda_op_str(a->op);
   if (!is_norm_bwd(a->op))
     return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.%s: not a norm backward", name, variant);
@@ -679,21 +772,35 @@ static kite_status run_rows(kite_ctx *ctx, const kite_norm_bwd_args *a, const ch
                             variant, (long long)a->cols);
     const int gpc = kRowsThreads / (32 * sh.wpr);
     const unsigned threads = (unsigned)(gpc * 32 * sh.wpr);
+    const bool dres = a->dres != nullptr;
     const RowsKernel kernel =
-        rows_kernel<T>(sh.packs, a->op == KITE_OP_RMS_NORM_BACKWARD, a->dres != nullptr, prefetch);
+        rows_kernel<T>(sh.packs, a->op == KITE_OP_RMS_NORM_BACKWARD, dres, loads);
+    const size_t smem =
+        loads == RowsLoads::ring ? rows_ring_bytes(rows_stages(dres), dres, sh.packs, threads) : 0;
+    if (smem > 48 * 1024 &&
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+            cudaSuccess) {
+      (void)cudaGetLastError();
+      return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.%s: %zu bytes of shared memory", name,
+                            variant, smem);
+    }
     return run_norm_bwd(
-        ctx, a, variant, [&] { return rows_plan(a, kernel, threads, gpc); },
+        ctx, a, variant, [&] { return rows_plan(a, kernel, threads, gpc, smem); },
         [&](auto, Plan plan, float *pw, float *pb, cudaStream_t s) {
-          kernel<<<(unsigned)plan.blocks, threads, 0, s>>>(*a, plan, sh.wpr, pw, pb);
+          kernel<<<(unsigned)plan.blocks, threads, smem, s>>>(*a, plan, sh.wpr, pw, pb);
           return KITE_OK;
         });
   });
 }
 
 extern "C" CUDA_RUN(cuda_norm_bwd_rows_run) {
-  return run_rows(ctx, (const kite_norm_bwd_args *)args, "rows", false);
+  return run_rows(ctx, (const kite_norm_bwd_args *)args, "rows", RowsLoads::direct);
 }
 
 extern "C" CUDA_RUN(cuda_norm_bwd_rows_prefetch_run) {
-  return run_rows(ctx, (const kite_norm_bwd_args *)args, "rows_prefetch", true);
+  return run_rows(ctx, (const kite_norm_bwd_args *)args, "rows_prefetch", RowsLoads::prefetch);
+}
+
+extern "C" CUDA_RUN(cuda_norm_bwd_rows_async_run) {
+  return run_rows(ctx, (const kite_norm_bwd_args *)args, "rows_async", RowsLoads::ring);
 }
