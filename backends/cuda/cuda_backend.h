@@ -102,6 +102,7 @@ CUDA_SUPPORTS(cuda_norm_bwd_vec_supports);
 CUDA_RUN(cuda_norm_bwd_rows_run);
 CUDA_RUN(cuda_norm_bwd_rows_prefetch_run);
 CUDA_RUN(cuda_norm_bwd_rows_async_run);
+CUDA_RUN(cuda_norm_bwd_rows_async512_run);
 CUDA_RUN(cuda_norm_bwd_vec_run);
 CUDA_RUN(cuda_norm_bwd_generic_run);
 /* rope_backward: rope.cu's kernels (cuda_rope_*), turning by -theta */

@@ -404,6 +404,8 @@ static const kite_kernel cuda_kernels[] = {
     /* training: backward ops */
     VEC_AND_GENERIC(KITE_OP_ACTIVATION_BACKWARD, act_bwd, "dy * act'(x)"),
     VEC_AND_GENERIC(KITE_OP_GATED_BACKWARD, act_bwd, "d gate and d up"),
+    ROWS(KITE_OP_RMS_NORM_BACKWARD, "rows_async512", cuda_norm_bwd_rows_async512_run,
+         "rows_async in blocks of 512 threads, one per multiprocessor: half the partial rows"),
     ROWS(KITE_OP_RMS_NORM_BACKWARD, "rows_async", cuda_norm_bwd_rows_async_run,
          "rows, x and dy through a cp.async ring in shared memory, rows ahead per group"),
     ROWS(KITE_OP_RMS_NORM_BACKWARD, "rows", cuda_norm_bwd_rows_run,
@@ -414,6 +416,8 @@ static const kite_kernel cuda_kernels[] = {
         "runs of rows per block, row in registers, dw by fixed-order partials"),
     GENERIC(KITE_OP_RMS_NORM_BACKWARD, norm_bwd,
             "runs of rows per block, any layout, dw by fixed-order partials"),
+    ROWS(KITE_OP_LAYER_NORM_BACKWARD, "rows_async512", cuda_norm_bwd_rows_async512_run,
+         "rows_async in blocks of 512 threads, one per multiprocessor: half the partial rows"),
     ROWS(KITE_OP_LAYER_NORM_BACKWARD, "rows_async", cuda_norm_bwd_rows_async_run,
          "rows, x and dy through a cp.async ring in shared memory, rows ahead per group"),
     ROWS(KITE_OP_LAYER_NORM_BACKWARD, "rows", cuda_norm_bwd_rows_run,

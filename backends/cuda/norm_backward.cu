@@ -235,7 +235,8 @@ __global__ void norm_bwd_generic_kernel(kite_norm_bwd_args a, Plan plan, float *
 constexpr int kRowsMaxPacks = 4;  /* packs of x and of dy per thread (8: 176-255 registers) */
 constexpr int kRowsMaxWarps = 8;  /* warps per row: rows of up to 8 * 32 * 4 packs */
 constexpr int kRowsThreads = 256; /* block size: 256 / (32 * wpr) groups */
-constexpr int kRowsMaxGroups = kRowsThreads / 32;
+/* rows_async512's block: one per multiprocessor, half the partial rows of two blocks of 256 */
+constexpr int kRowsWideThreads = 512;
 
 /* Sums v[0..K) over the thread's group; every thread of the group gets the sums, the same bits
  * in each (the xor butterfly adds the same pairs in every lane, then each thread adds the warps'
@@ -333,13 +334,16 @@ __device__ __forceinline__ void smem_fence() {
  * through a ring of S stages in dynamic shared memory by cp.async, S - 1 rows ahead of the one
  * worked on; each thread copies its own packs and reads back only those, so its own wait_group
  * is all the ordering needed (no barrier), and dres stays in shared memory until dx. */
-template <typename T, int P, bool RMS, bool DRES, bool PF, int S>
-__global__
-__launch_bounds__(kRowsThreads, DRES && !RMS && S == 0 ? 1 : 2) void norm_bwd_rows_kernel(
-    kite_norm_bwd_args a, Plan plan, int wpr, float *part_w, float *part_b) {
+template <typename T, int P, bool RMS, bool DRES, bool PF, int S, int B = kRowsThreads>
+__global__ __launch_bounds__(B, B > kRowsThreads || (DRES && !RMS && S == 0)
+                                    ? 1
+                                    : 2) void norm_bwd_rows_kernel(kite_norm_bwd_args a, Plan plan,
+                                                                   int wpr, float *part_w,
+                                                                   float *part_b) {
   constexpr int N = vec_elems<T>();
   using V = Pack<T, N>;
-  __shared__ float slots[kRowsMaxGroups][2][kRowsMaxWarps][2];
+  /* group_sum's slots; a group of one warp (up to B / 32 of them) uses none */
+  __shared__ float slots[B / 64][2][kRowsMaxWarps][2];
   extern __shared__ uint4 norm_bwd_ring[]; /* [S][x, dy, dres][P][blockDim.x] 16-byte packs */
   const int gsize = 32 * wpr, gpc = (int)blockDim.x / gsize;
   const int group = (int)threadIdx.x / gsize, t = (int)threadIdx.x % gsize;
@@ -355,7 +359,7 @@ __launch_bounds__(kRowsThreads, DRES && !RMS && S == 0 ? 1 : 2) void norm_bwd_ro
   for (int p = 0; p < P; p++)
 #pragma unroll
     for (int j = 0; j < N; j++) sw[p][j] = sb[p][j] = 0.0f;
-  float *my_slots = &slots[group][0][0][0];
+  float *my_slots = wpr > 1 ? &slots[group][0][0][0] : nullptr;
   int half = 0;
   const int bar = 1 + group; /* barrier 0 is __syncthreads' */
   const V *wv = (const V *)a.w;
@@ -640,19 +644,23 @@ RowsShape rows_shape(int64_t packs) {
 
 using RowsKernel = void (*)(kite_norm_bwd_args, Plan, int, float *, float *);
 
-/* The loads of a rows kernel: straight into registers, with the L2 prefetch, or the ring. */
-enum class RowsLoads { direct, prefetch, ring };
+/* The loads of a rows kernel: straight into registers, with the L2 prefetch, or the ring (in
+ * blocks of 256 or of 512 threads). */
+enum class RowsLoads { direct, prefetch, ring, ring_wide };
 
-template <typename T, int P, bool PF, bool RING> RowsKernel rows_kernel_of(bool rms, bool dres) {
+template <typename T, int P, bool PF, bool RING, int B = kRowsThreads>
+RowsKernel rows_kernel_of(bool rms, bool dres) {
   constexpr int S = RING ? rows_stages(false) : 0, SD = RING ? rows_stages(true) : 0;
   if (rms)
-    return dres ? norm_bwd_rows_kernel<T, P, true, true, PF, SD>
-                : norm_bwd_rows_kernel<T, P, true, false, PF, S>;
-  return dres ? norm_bwd_rows_kernel<T, P, false, true, PF, SD>
-              : norm_bwd_rows_kernel<T, P, false, false, PF, S>;
+    return dres ? norm_bwd_rows_kernel<T, P, true, true, PF, SD, B>
+                : norm_bwd_rows_kernel<T, P, true, false, PF, S, B>;
+  return dres ? norm_bwd_rows_kernel<T, P, false, true, PF, SD, B>
+              : norm_bwd_rows_kernel<T, P, false, false, PF, S, B>;
 }
 
 template <typename T, int P> RowsKernel rows_kernel_p(bool rms, bool dres, RowsLoads loads) {
+  if (loads == RowsLoads::ring_wide)
+    return rows_kernel_of<T, P, false, true, kRowsWideThreads>(rms, dres);
   if (loads == RowsLoads::ring) return rows_kernel_of<T, P, false, true>(rms, dres);
   if (loads == RowsLoads::prefetch) return rows_kernel_of<T, P, true, false>(rms, dres);
   return rows_kernel_of<T, P, false, false>(rms, dres);
@@ -756,8 +764,8 @@ extern "C" CUDA_SUPPORTS(cuda_norm_bwd_rows_supports) {
                    "row longer than 8 warps of 4 16-byte packs per thread", why);
 }
 
-/* rows, rows_prefetch and rows_async: one kernel, its loads straight, with the L2 prefetch of
- * each group's next row, or through the cp.async ring. */
+/* rows, rows_prefetch, rows_async and rows_async512: one kernel, its loads straight, with the L2
+ * prefetch of each group's next row, or through the cp.async ring. */
 static kite_status run_rows(kite_ctx *ctx, const kite_norm_bwd_args *a, const char *variant,
                             RowsLoads loads) {
   const char *name = cuda_op_str(a->op);
@@ -770,13 +778,14 @@ static kite_status run_rows(kite_ctx *ctx, const kite_norm_bwd_args *a, const ch
     if (sh.wpr == 0)
       return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.%s: rows of %lld do not fit", name,
                             variant, (long long)a->cols);
-    const int gpc = kRowsThreads / (32 * sh.wpr);
+    const int block = loads == RowsLoads::ring_wide ? kRowsWideThreads : kRowsThreads;
+    const int gpc = block / (32 * sh.wpr);
     const unsigned threads = (unsigned)(gpc * 32 * sh.wpr);
     const bool dres = a->dres != nullptr;
     const RowsKernel kernel =
         rows_kernel<T>(sh.packs, a->op == KITE_OP_RMS_NORM_BACKWARD, dres, loads);
-    const size_t smem =
-        loads == RowsLoads::ring ? rows_ring_bytes(rows_stages(dres), dres, sh.packs, threads) : 0;
+    const bool ring = loads == RowsLoads::ring || loads == RowsLoads::ring_wide;
+    const size_t smem = ring ? rows_ring_bytes(rows_stages(dres), dres, sh.packs, threads) : 0;
     if (smem > 48 * 1024 &&
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
             cudaSuccess) {
@@ -803,4 +812,8 @@ extern "C" CUDA_RUN(cuda_norm_bwd_rows_prefetch_run) {
 
 extern "C" CUDA_RUN(cuda_norm_bwd_rows_async_run) {
   return run_rows(ctx, (const kite_norm_bwd_args *)args, "rows_async", RowsLoads::ring);
+}
+
+extern "C" CUDA_RUN(cuda_norm_bwd_rows_async512_run) {
+  return run_rows(ctx, (const kite_norm_bwd_args *)args, "rows_async512", RowsLoads::ring_wide);
 }
