@@ -391,15 +391,25 @@ cudaError_t launch_clusters(void (*kernel)(KArgs...), unsigned blocks, unsigned 
   return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
+/* An attribute of the current device; fallback when the runtime cannot say or it is not > 0. */
+inline int device_attr(cudaDeviceAttr what, int fallback) {
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, what, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return fallback;
+  }
+  return n > 0 ? n : fallback;
+}
+
 /* Multiprocessors of the current device (132, an H100's, when the runtime cannot say). */
 inline int sm_count() {
-  int dev = 0, n = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 132;
-  }
-  return n > 0 ? n : 132;
+  return device_attr(cudaDevAttrMultiProcessorCount, 132);
+}
+
+/* The shared memory a block of the current device may opt in to (227 KB on Hopper; 0 when the
+ * runtime cannot say). */
+inline size_t smem_optin() {
+  return (size_t)device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
 }
 
 /* One block per row, the kernels looping when rows exceed the grid limit. */

@@ -99,6 +99,8 @@ CUDA_RUN(cuda_act_bwd_generic_run);
 /* norm_backward.cu: rms_norm_backward, layer_norm_backward (and their fused pre-rule forms) */
 CUDA_SUPPORTS(cuda_norm_bwd_rows_supports);
 CUDA_SUPPORTS(cuda_norm_bwd_vec_supports);
+CUDA_SUPPORTS(cuda_norm_bwd_ring_supports);
+CUDA_SUPPORTS(cuda_norm_bwd_ring512_supports);
 CUDA_RUN(cuda_norm_bwd_rows_run);
 CUDA_RUN(cuda_norm_bwd_rows_prefetch_run);
 CUDA_RUN(cuda_norm_bwd_rows_async_run);

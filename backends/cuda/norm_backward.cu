@@ -24,6 +24,10 @@
  * row in group order once at the end. The grid depends on the device and the shape only, so the
  * bits of dw / db are the same run after run on one device. "rows_prefetch" is the same kernel
  * with a prefetch into L2 of the group's next row while it works on the current one.
+ * "rows_async" is the same kernel with each group's next rows (x, dy and dres) copied by cp.async
+ * into a ring in shared memory, 2 rows ahead (1 with dres), so that a group keeps loads in
+ * flight through its reductions instead of loading only at the top of a row; "rows_async512"
+ * the same in blocks of 512 threads, one per multiprocessor, for half the partial rows to add.
  * "vec" keeps a row of x and dy in registers (16-byte accesses, VPT packs per thread, at most 256
  * threads, one row per block at a time); "generic" takes any layout and length and reads the row
  * once per pass, accumulating its partials in the workspace row the block owns. dx may be dy or
@@ -764,6 +768,25 @@ extern "C" CUDA_SUPPORTS(cuda_norm_bwd_rows_supports) {
                    "row longer than 8 warps of 4 16-byte packs per thread", why);
 }
 
+/* rows_async (blocks of `threads`): the rows fit and the ring fits the device's shared memory. */
+static bool ring_supports(const kite_kernel *k, const void *args, unsigned threads,
+                          const char **why) {
+  const kite_norm_bwd_args *a = (const kite_norm_bwd_args *)args;
+  if (!cuda_norm_bwd_rows_supports(k, args, why)) return false;
+  const bool dres = a->dres != nullptr;
+  const int packs = rows_shape(a->cols / vec_elems_of(a->dtype)).packs;
+  return ok_unless(rows_ring_bytes(rows_stages(dres), dres, packs, threads) > smem_optin(),
+                   "the cp.async ring does not fit in the device's shared memory", why);
+}
+
+extern "C" CUDA_SUPPORTS(cuda_norm_bwd_ring_supports) {
+  return ring_supports(k, args, kRowsThreads, why);
+}
+
+extern "C" CUDA_SUPPORTS(cuda_norm_bwd_ring512_supports) {
+  return ring_supports(k, args, kRowsWideThreads, why);
+}
+
 /* rows, rows_prefetch, rows_async and rows_async512: one kernel, its loads straight, with the L2
  * prefetch of each group's next row, or through the cp.async ring. */
 static kite_status run_rows(kite_ctx *ctx, const kite_norm_bwd_args *a, const char *variant,
@@ -793,6 +816,11 @@ static kite_status run_rows(kite_ctx *ctx, const kite_norm_bwd_args *a, const ch
       return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.%s: %zu bytes of shared memory", name,
                             variant, smem);
     }
+    /* the ring wants the largest shared-memory carveout, so that two blocks of 256 fit on a
+     * multiprocessor (a hint: its failure changes nothing but the occupancy) */
+    if (ring && cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     cudaSharedmemCarveoutMaxShared) != cudaSuccess)
+      (void)cudaGetLastError();
     return run_norm_bwd(
         ctx, a, variant, [&] { return rows_plan(a, kernel, threads, gpc, smem); },
         [&](auto, Plan plan, float *pw, float *pb, cudaStream_t s) {
