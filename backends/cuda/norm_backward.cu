@@ -42,7 +42,6 @@ namespace {
 constexpr int kMaxBlocks = 512;           /* row blocks when partials are wanted */
 constexpr int64_t kMaxPartials = 1 << 22; /* floats per gradient's partials (16 MiB) */
 constexpr int kVecThreads = 256;          /* vec's block size cap: room for 4 arrays of VPT packs */
-constexpr int kReduceThreads = 256;
 
 /* Launch plan: blocks of rows_per_block consecutive rows (the last one shorter). */
 struct Plan {
@@ -531,13 +530,15 @@ __global__ __launch_bounds__(B, B > kRowsThreads || (DRES && !RMS && S == 0)
 }
 
 /* dw[c] (db[c]) = the column's partials of blocks 0, 1, ... : a block takes 32 columns, its
- * warp s adds blocks s, s + 8, ... in order, then the 8 sums are added in s order. The order
- * depends on the number of blocks only. */
-constexpr int kReduceCols = 32, kReduceSlices = kReduceThreads / kReduceCols;
+ * warp s adds blocks s, s + SLICES, ... in order, then the SLICES sums are added in s order. The
+ * order depends on the number of blocks only. SLICES 8 (blocks of 256) or 32 (blocks of 1024:
+ * four times the loads in flight, for the rows_async variants' few hundred partial rows). */
+constexpr int kReduceCols = 32;
 
-template <typename T>
-__global__ __launch_bounds__(kReduceThreads) void norm_bwd_reduce_kernel(
+template <typename T, int SLICES>
+__global__ __launch_bounds__(SLICES *kReduceCols) void norm_bwd_reduce_kernel(
     const float *part_w, const float *part_b, int64_t blocks, int64_t cols, T *dw, T *db) {
+  constexpr int kReduceSlices = SLICES;
   __shared__ float2 sums[kReduceSlices][kReduceCols];
   const int lane = threadIdx.x % kReduceCols, slice = threadIdx.x / kReduceCols;
   for (int64_t c0 = blockIdx.x * (int64_t)kReduceCols; c0 < cols;
@@ -582,10 +583,11 @@ bool partials_wanted(const kite_norm_bwd_args *a) {
 
 /* The shared frame of the variants: checks, the launch plan (plan_of() on the ctx's device), the
  * workspace of the partials (a row per block), the main launch (main(type tag, plan, part_w,
- * part_b, stream) -> status, skipped for 0 rows), then the reduction into dw and db. */
+ * part_b, stream) -> status, skipped for 0 rows), then the reduction into dw and db (in blocks
+ * of 1024 threads when wide_reduce). */
 template <typename PlanOf, typename Main>
 kite_status run_norm_bwd(kite_ctx *ctx, const kite_norm_bwd_args *a, const char *variant,
-                         PlanOf plan_of, Main main) {
+                         PlanOf plan_of, Main main, bool wide_reduce = false) {
   const char *name = cuda_op_str(a->op);
   if (!is_norm_bwd(a->op))
     return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.%s: not a norm backward", name, variant);
@@ -615,8 +617,14 @@ kite_status run_norm_bwd(kite_ctx *ctx, const kite_norm_bwd_args *a, const char 
     }
     if (!partials) return KITE_OK;
     const int64_t gb = (a->cols + kReduceCols - 1) / kReduceCols;
-    norm_bwd_reduce_kernel<T><<<(unsigned)(gb < 65535 ? gb : 65535), kReduceThreads, 0, s>>>(
-        part_w, part_b, plan.blocks, a->cols, (T *)a->dw, db_wanted ? (T *)a->db : nullptr);
+    const unsigned grid = (unsigned)(gb < 65535 ? gb : 65535);
+    T *dw = (T *)a->dw, *db = db_wanted ? (T *)a->db : nullptr;
+    if (wide_reduce)
+      norm_bwd_reduce_kernel<T, 32>
+          <<<grid, 32 * kReduceCols, 0, s>>>(part_w, part_b, plan.blocks, a->cols, dw, db);
+    else
+      norm_bwd_reduce_kernel<T, 8>
+          <<<grid, 8 * kReduceCols, 0, s>>>(part_w, part_b, plan.blocks, a->cols, dw, db);
     return cuda_check_launch(name, variant);
   });
 }
@@ -826,7 +834,8 @@ static kite_status run_rows(kite_ctx *ctx, const kite_norm_bwd_args *a, const ch
         [&](auto, Plan plan, float *pw, float *pb, cudaStream_t s) {
           kernel<<<(unsigned)plan.blocks, threads, smem, s>>>(*a, plan, sh.wpr, pw, pb);
           return KITE_OK;
-        });
+        },
+        ring);
   });
 }
 
