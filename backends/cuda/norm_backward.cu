@@ -379,8 +379,7 @@ __global__ __launch_bounds__(B, B > kRowsThreads || (DRES && !RMS && S == 0)
   auto issue = [&](int k) {
     const int64_t q = r0 + group + (int64_t)k * gpc;
     if (q < r1) {
-      const T *src[A > 2 ? 3 : 2] = {(const T *)a.x + q * a.x_stride,
-                                     (const T *)a.dy + q * a.dy_stride};
+      const T *src[A] = {(const T *)a.x + q * a.x_stride, (const T *)a.dy + q * a.dy_stride};
       if constexpr (DRES) src[2] = (const T *)a.dres + q * a.dres_stride;
 #pragma unroll
       for (int arr = 0; arr < A; arr++)
