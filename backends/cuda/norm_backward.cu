@@ -508,24 +508,42 @@ __global__ __launch_bounds__(B, B > kRowsThreads || (DRES && !RMS && S == 0)
       dxv[t + p * gsize] = o;
     }
   }
-  if constexpr (S > 0) cp_async_wait<0>(); /* the trailing empty groups */
-  /* the block's partial row: group 0's terms, then each next group's added in order */
+  /* the block's partial row: group 0's terms, then each next group's added in order; with the
+   * ring, summed in shared memory (the ring's first 2 cols floats, free now: S x A >= 4 arrays
+   * of at least cols elements) and written out once */
   const int64_t base = (int64_t)blockIdx.x * cols;
+  float *acc_w = part_w ? part_w + base : nullptr, *acc_b = part_b ? part_b + base : nullptr;
+  if constexpr (S > 0) {
+    cp_async_wait<0>(); /* the trailing empty groups */
+    __syncthreads();    /* every thread's last reads of the ring */
+    float *row = reinterpret_cast<float *>(norm_bwd_ring);
+    acc_w = part_w ? row : nullptr;
+    acc_b = part_b ? row + cols : nullptr;
+  }
   for (int k = 0; k < gpc; k++) {
     if (group == k) {
 #pragma unroll
       for (int p = 0; p < P; p++) {
         if (p >= np) continue;
-        const int64_t i = base + (int64_t)(t + p * gsize) * N;
+        const int i = (t + p * gsize) * N;
 #pragma unroll
         for (int j = 0; j < N; j += 4) {
-          if (part_w) add_partial4(part_w + i + j, &sw[p][j], k > 0);
-          if (part_b) add_partial4(part_b + i + j, &sb[p][j], k > 0);
+          if (acc_w) add_partial4(acc_w + i + j, &sw[p][j], k > 0);
+          if (acc_b) add_partial4(acc_b + i + j, &sb[p][j], k > 0);
         }
       }
     }
     __syncthreads();
   }
+  if constexpr (S > 0) /* cols is a multiple of 4 (16-byte packs), the rows 16-byte aligned */
+    for (int i = (int)threadIdx.x * 4; i < cols; i += (int)blockDim.x * 4) {
+      if (part_w)
+        *reinterpret_cast<float4 *>(part_w + base + i) =
+            *reinterpret_cast<const float4 *>(acc_w + i);
+      if (part_b)
+        *reinterpret_cast<float4 *>(part_b + base + i) =
+            *reinterpret_cast<const float4 *>(acc_b + i);
+    }
 }
 
 /* dw[c] (db[c]) = the column's partials of blocks 0, 1, ... : a block takes 32 columns, its
