@@ -1,0 +1,491 @@
+/*
+ * The norm backward's persistent rows kernels (the math and the partials of dw / db:
+ * norm_backward.cuh).
+ *
+ * "rows" is a persistent grid (as many blocks as fit on the device at once, read from the SM count
+ * and the kernel's occupancy) whose blocks take bands of consecutive rows; within a block a group
+ * of 32 * wpr threads (a warp or a few) takes every gpc-th row of the band, holding the row's x and
+ * dy as raw 16-byte packs (up to 8 per thread each, so that many loads are in flight), with the
+ * row statistics reduced by warp shuffles and, across the group's warps, one named barrier (no
+ * block-wide barrier in the row loop). A thread owns the same columns in every row: its dw / db
+ * terms stay in registers over the band, and the block's groups add them into the block's partial
+ * row in group order once at the end. The grid depends on the device and the shape only, so the
+ * bits of dw / db are the same run after run on one device. "rows_prefetch" is the same kernel
+ * with a prefetch into L2 of the group's next row while it works on the current one.
+ * "rows_async" is the same kernel with each group's next rows (x, dy and dres) copied by cp.async
+ * into a ring in shared memory, 2 rows ahead (1 with dres), so that a group keeps loads in
+ * flight through its reductions instead of loading only at the top of a row; "rows_async512"
+ * the same in blocks of 512 threads, one per multiprocessor, for half the partial rows to add.
+ */
+#include "norm_backward.cuh"
+
+using namespace kite_cuda;
+
+namespace {
+
+/* ---- rows: a persistent grid, a group of 32 * wpr threads per row ---- */
+constexpr int kRowsMaxPacks = 4;  /* packs of x and of dy per thread (8: 176-255 registers) */
+constexpr int kRowsMaxWarps = 8;  /* warps per row: rows of up to 8 * 32 * 4 packs */
+constexpr int kRowsThreads = 256; /* block size: 256 / (32 * wpr) groups */
+/* rows_async512's block: one per multiprocessor, half the partial rows of two blocks of 256 */
+constexpr int kRowsWideThreads = 512;
+
+/* Sums v[0..K) over the thread's group; every thread of the group gets the sums, the same bits
+ * in each (the xor butterfly adds the same pairs in every lane, then each thread adds the warps'
+ * sums in warp order). slots: the group's [2][kRowsMaxWarps][K] floats; consecutive calls use
+ * alternate halves, so that a warp writing the next sums cannot overwrite ones a slower warp of
+ * the group has still to read (it passed the barrier in between, which that warp must reach). */
+template <int K>
+__device__ __forceinline__ void group_sum(float (&v)[K], int wpr, float *slots, int &half,
+                                          int bar) {
+#pragma unroll
+  for (int k = 0; k < K; k++) v[k] = warp_reduce(v[k], Sum());
+  if (wpr == 1) return;
+  float *s = slots + half * kRowsMaxWarps * K;
+  const int warp = (threadIdx.x >> 5) % wpr;
+  if ((threadIdx.x & 31) == 0)
+#pragma unroll
+    for (int k = 0; k < K; k++) s[warp * K + k] = v[k];
+  asm volatile("bar.sync %0, %1;" ::"r"(bar), "r"(wpr * 32) : "memory");
+#pragma unroll
+  for (int k = 0; k < K; k++) {
+    float t = 0.0f;
+    for (int i = 0; i < wpr; i++) t += s[i * K + k];
+    v[k] = t;
+  }
+  half ^= 1;
+}
+
+/* Hides the pack's value from the compiler, so that each pass over a row converts its packs again
+ * instead of keeping all their floats live from the first pass (twice the registers for 16-bit
+ * types, which then spill or cut the rows in flight). */
+template <typename V> __device__ __forceinline__ void opaque(V &v) {
+  static_assert(sizeof(V) == 16, "16-byte packs");
+  uint32_t *u = reinterpret_cast<uint32_t *>(&v);
+  asm volatile("" : "+r"(u[0]), "+r"(u[1]), "+r"(u[2]), "+r"(u[3]));
+}
+
+/* A hint: the line of p into L2, no register waiting for it. */
+__device__ __forceinline__ void prefetch_l2(const void *p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+/* dst[0..4) = v[0..4) (+ dst[0..4) when add), 16-byte accesses where dst allows (a workspace
+ * from cudaMalloc always does). */
+__device__ __forceinline__ void add_partial4(float *dst, const float *v, bool add) {
+  if (((uintptr_t)dst & 15) == 0) {
+    float4 o = make_float4(v[0], v[1], v[2], v[3]);
+    if (add) {
+      const float4 d = *reinterpret_cast<const float4 *>(dst);
+      o = make_float4(d.x + o.x, d.y + o.y, d.z + o.z, d.w + o.w);
+    }
+    *reinterpret_cast<float4 *>(dst) = o;
+    return;
+  }
+  for (int j = 0; j < 4; j++) dst[j] = add ? dst[j] + v[j] : v[j];
+}
+
+/* The sum over the thread's packs p < np of (x - x0) - m, or of its square (SQUARE); xp(p) gives
+ * pack p of x. */
+template <bool SQUARE, int P, typename XP>
+__device__ __forceinline__ float pack_sum(XP xp, int np, float x0, float m) {
+  float acc = 0.0f;
+#pragma unroll
+  for (int p = 0; p < P; p++) {
+    if (p >= np) continue;
+    const auto xv = xp(p);
+#pragma unroll
+    for (int j = 0; j < (int)(sizeof(xv) / sizeof(xv.v[0])); j++) {
+      const float v = to_float(xv.v[j]) - x0 - m;
+      acc += SQUARE ? v * v : v;
+    }
+  }
+  return acc;
+}
+
+/* Stages of the cp.async ring (rows_async): the row being worked on and S - 1 rows in flight
+ * behind it, per group; its shared memory per block (S x arrays x P packs x threads x 16 bytes,
+ * arrays = x, dy and dres when read). */
+constexpr int rows_stages(bool dres) {
+  return dres ? 2 : 3;
+}
+
+size_t rows_ring_bytes(int stages, bool dres, int packs, unsigned threads) {
+  return (size_t)stages * (dres ? 3 : 2) * (size_t)packs * threads * 16;
+}
+
+/* A compiler fence: shared-memory accesses stay on their side of a cp.async issue or wait (the
+ * wrappers carry no memory clobber). */
+__device__ __forceinline__ void smem_fence() {
+  asm volatile("" ::: "memory");
+}
+
+/* The group's thread t holds packs t + p * 32 wpr (p < P) of its rows: a warp's 16-byte loads
+ * of one p cover 512 contiguous bytes. DRES: dres is read (and added to dx). PF: the group's
+ * next row is prefetched into L2 while this one is worked on. S > 0 (rows_async): the loads go
+ * through a ring of S stages in dynamic shared memory by cp.async, S - 1 rows ahead of the one
+ * worked on; each thread copies its own packs and reads back only those, so its own wait_group
+ * is all the ordering needed (no barrier), and dres stays in shared memory until dx. */
+template <typename T, int P, bool RMS, bool DRES, bool PF, int S, int B = kRowsThreads>
+__global__ __launch_bounds__(B, B > kRowsThreads || (DRES && !RMS && S == 0)
+                                    ? 1
+                                    : 2) void norm_bwd_rows_kernel(kite_norm_bwd_args a, Plan plan,
+                                                                   int wpr, float *part_w,
+                                                                   float *part_b) {
+  constexpr int N = vec_elems<T>();
+  using V = Pack<T, N>;
+  /* group_sum's slots; a group of one warp (up to B / 32 of them) uses none */
+  __shared__ float slots[B / 64][2][kRowsMaxWarps][2];
+  extern __shared__ uint4 norm_bwd_ring[]; /* [S][x, dy, dres][P][blockDim.x] 16-byte packs */
+  const int gsize = 32 * wpr, gpc = (int)blockDim.x / gsize;
+  const int group = (int)threadIdx.x / gsize, t = (int)threadIdx.x % gsize;
+  const int cols = (int)a.cols; /* <= kRowsMaxWarps * 32 * kRowsMaxPacks packs: supports() */
+  const int packs = cols / N;
+  const float inv_cols = 1.0f / (float)cols;
+  int np = 0;
+#pragma unroll
+  for (int p = 0; p < P; p++)
+    if (t + p * gsize < packs) np = p + 1;
+  float sw[P][N], sb[P][N];
+#pragma unroll
+  for (int p = 0; p < P; p++)
+#pragma unroll
+    for (int j = 0; j < N; j++) sw[p][j] = sb[p][j] = 0.0f;
+  float *my_slots = wpr > 1 ? &slots[group][0][0][0] : nullptr;
+  int half = 0;
+  const int bar = 1 + group; /* barrier 0 is __syncthreads' */
+  const V *wv = (const V *)a.w;
+
+  const int64_t r0 = blockIdx.x * plan.rows_per_block;
+  const int64_t r1 = r0 + plan.rows_per_block < a.rows ? r0 + plan.rows_per_block : a.rows;
+  constexpr int A = DRES ? 3 : 2, kS = S > 0 ? S : 1; /* kS: S for the modulo, 1 without a ring */
+  /* the thread's pack p of array arr in stage st */
+  auto ring = [&](int st, int arr, int p) -> V * {
+    return reinterpret_cast<V *>(norm_bwd_ring + ((st * A + arr) * P + p) * blockDim.x +
+                                 threadIdx.x);
+  };
+  /* the group's k-th row into stage k % S (a commit group even when there is no such row) */
+  auto issue = [&](int k) {
+    const int64_t q = r0 + group + (int64_t)k * gpc;
+    if (q < r1) {
+      const T *src[A] = {(const T *)a.x + q * a.x_stride, (const T *)a.dy + q * a.dy_stride};
+      if constexpr (DRES) src[2] = (const T *)a.dres + q * a.dres_stride;
+#pragma unroll
+      for (int arr = 0; arr < A; arr++)
+#pragma unroll
+        for (int p = 0; p < P; p++)
+          if (p < np)
+            cp_async16(smem_addr(ring(k % kS, arr, p)), (const V *)src[arr] + t + p * gsize, true);
+    }
+    cp_async_commit();
+  };
+  if constexpr (S > 0)
+    for (int k = 0; k < S - 1; k++) issue(k);
+  /* ring: the next row's x0, read a row ahead so that its latency is off the row's path */
+  float x0_next = 0.0f;
+  if (S > 0 && !RMS && r0 + group < r1)
+    x0_next = to_float(((const T *)a.x)[(r0 + group) * a.x_stride]);
+  int k = 0;
+  for (int64_t r = r0 + group; r < r1; r += gpc, k++) {
+    const T *x = (const T *)a.x + r * a.x_stride;
+    V xr[P], dr[P], rr[DRES && S == 0 ? P : 1];
+    if constexpr (S > 0) {
+      smem_fence();
+      issue(k + S - 1);
+      cp_async_wait<S - 1>();
+    } else {
+      const V *xv = (const V *)x;
+      const V *dyv = (const V *)((const T *)a.dy + r * a.dy_stride);
+#pragma unroll
+      for (int p = 0; p < P; p++) {
+        if (p >= np) continue;
+        xr[p] = xv[t + p * gsize];
+        dr[p] = dyv[t + p * gsize];
+        if (DRES) rr[p] = ((const V *)((const T *)a.dres + r * a.dres_stride))[t + p * gsize];
+      }
+    }
+    if (PF && r + gpc < r1) {
+      const int64_t q = r + gpc;
+#pragma unroll
+      for (int p = 0; p < P; p++) {
+        if (p >= np) continue;
+        const int64_t i = (int64_t)(t + p * gsize) * N;
+        prefetch_l2((const T *)a.x + q * a.x_stride + i);
+        prefetch_l2((const T *)a.dy + q * a.dy_stride + i);
+        if (DRES) prefetch_l2((const T *)a.dres + q * a.dres_stride + i);
+      }
+    }
+    float x0 = 0.0f; /* the shift of the header comment */
+    if constexpr (!RMS && S > 0) {
+      x0 = x0_next;
+      if (r + gpc < r1) x0_next = to_float(((const T *)a.x)[(r + gpc) * a.x_stride]);
+    } else if constexpr (!RMS) {
+      x0 = to_float(x[0]);
+    }
+    float mean = 0.0f, rstd;
+    /* pack p of x and dy: from the registers, or read again from the ring at each use (the fence
+     * keeps the compiler from hoisting the reads, so that one pack at a time is live) */
+    auto xp = [&](int p) -> V {
+      if constexpr (S > 0) {
+        smem_fence();
+        return *ring(k % kS, 0, p);
+      } else {
+        return xr[p];
+      }
+    };
+    auto dp = [&](int p) -> V {
+      if constexpr (S > 0)
+        return *ring(k % kS, 1, p);
+      else
+        return dr[p];
+    };
+    float acc[1] = {pack_sum<RMS, P>(xp, np, x0, 0.0f)};
+    group_sum(acc, wpr, my_slots, half, bar);
+    if (RMS) {
+      rstd = rsqrtf(acc[0] * inv_cols + a.eps);
+    } else {
+      mean = acc[0] * inv_cols;
+      float dev[1] = {pack_sum<true, P>(xp, np, x0, mean)};
+      group_sum(dev, wpr, my_slots, half, bar);
+      rstd = rsqrtf(dev[0] * inv_cols + a.eps);
+    }
+#pragma unroll
+    for (int p = 0; p < P && S == 0; p++) {
+      opaque(xr[p]);
+      opaque(dr[p]);
+    }
+    float s2[2] = {0.0f, 0.0f}; /* sum(g), sum(g xhat) */
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+      if (p >= np) continue;
+      V w;
+      const V xv = xp(p), dv = dp(p);
+      if (wv) w = wv[t + p * gsize];
+#pragma unroll
+      for (int j = 0; j < N; j++) {
+        const float xhat = (to_float(xv.v[j]) - x0 - mean) * rstd, d = to_float(dv.v[j]);
+        const float g = wv ? d * ((RMS ? a.offset : 0.0f) + to_float(w.v[j])) : d;
+        sw[p][j] += d * xhat;
+        if (!RMS) sb[p][j] += d;
+        s2[0] += g;
+        s2[1] += g * xhat;
+      }
+    }
+    group_sum(s2, wpr, my_slots, half, bar);
+#pragma unroll
+    for (int p = 0; p < P && S == 0; p++) {
+      opaque(xr[p]);
+      opaque(dr[p]);
+    }
+    const float mg = RMS ? 0.0f : s2[0] * inv_cols, mgx = s2[1] * inv_cols;
+    V *dxv = (V *)((T *)a.dx + r * a.dx_stride);
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+      if (p >= np) continue;
+      V w, o, res;
+      const V xv = xp(p), dv = dp(p);
+      if (wv) w = wv[t + p * gsize];
+      if constexpr (DRES) res = S > 0 ? *ring(k % kS, 2, p) : rr[p];
+#pragma unroll
+      for (int j = 0; j < N; j++) {
+        const float xhat = (to_float(xv.v[j]) - x0 - mean) * rstd, d = to_float(dv.v[j]);
+        const float g = wv ? d * ((RMS ? a.offset : 0.0f) + to_float(w.v[j])) : d;
+        float v = rstd * (g - mg - xhat * mgx);
+        if constexpr (DRES) v += to_float(res.v[j]);
+        o.v[j] = from_float<T>(v);
+      }
+      dxv[t + p * gsize] = o;
+    }
+  }
+  /* the block's partial row: group 0's terms, then each next group's added in order; with the
+   * ring, summed in shared memory (the ring's first 2 cols floats, free now: S x A >= 4 arrays
+   * of at least cols elements) and written out once */
+  const int64_t base = (int64_t)blockIdx.x * cols;
+  float *acc_w = part_w ? part_w + base : nullptr, *acc_b = part_b ? part_b + base : nullptr;
+  if constexpr (S > 0) {
+    cp_async_wait<0>(); /* the trailing empty groups */
+    __syncthreads();    /* every thread's last reads of the ring */
+    float *row = reinterpret_cast<float *>(norm_bwd_ring);
+    acc_w = part_w ? row : nullptr;
+    acc_b = part_b ? row + cols : nullptr;
+  }
+  for (int k = 0; k < gpc; k++) {
+    if (group == k) {
+#pragma unroll
+      for (int p = 0; p < P; p++) {
+        if (p >= np) continue;
+        const int i = (t + p * gsize) * N;
+#pragma unroll
+        for (int j = 0; j < N; j += 4) {
+          if (acc_w) add_partial4(acc_w + i + j, &sw[p][j], k > 0);
+          if (acc_b) add_partial4(acc_b + i + j, &sb[p][j], k > 0);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  if constexpr (S > 0) /* cols is a multiple of 4 (16-byte packs), the rows 16-byte aligned */
+    for (int i = (int)threadIdx.x * 4; i < cols; i += (int)blockDim.x * 4) {
+      if (part_w)
+        *reinterpret_cast<float4 *>(part_w + base + i) =
+            *reinterpret_cast<const float4 *>(acc_w + i);
+      if (part_b)
+        *reinterpret_cast<float4 *>(part_b + base + i) =
+            *reinterpret_cast<const float4 *>(acc_b + i);
+    }
+}
+
+/* The rows variant's shape: warps per row and packs per thread (2 or 4; 0 when the row is longer
+ * than kRowsMaxWarps warps of kRowsMaxPacks packs). */
+struct RowsShape {
+  int wpr, packs;
+};
+
+RowsShape rows_shape(int64_t packs) {
+  for (int wpr = 1; wpr <= kRowsMaxWarps; wpr *= 2) {
+    const int64_t per = (packs + 32 * wpr - 1) / (32 * wpr);
+    if (per <= kRowsMaxPacks) return {wpr, per <= 2 ? 2 : 4};
+  }
+  return {0, 0};
+}
+
+using RowsKernel = void (*)(kite_norm_bwd_args, Plan, int, float *, float *);
+
+/* The loads of a rows kernel: straight into registers, with the L2 prefetch, or the ring (in
+ * blocks of 256 or of 512 threads). */
+enum class RowsLoads { direct, prefetch, ring, ring_wide };
+
+template <typename T, int P, bool PF, bool RING, int B = kRowsThreads>
+RowsKernel rows_kernel_of(bool rms, bool dres) {
+  constexpr int S = RING ? rows_stages(false) : 0, SD = RING ? rows_stages(true) : 0;
+  if (rms)
+    return dres ? norm_bwd_rows_kernel<T, P, true, true, PF, SD, B>
+                : norm_bwd_rows_kernel<T, P, true, false, PF, S, B>;
+  return dres ? norm_bwd_rows_kernel<T, P, false, true, PF, SD, B>
+              : norm_bwd_rows_kernel<T, P, false, false, PF, S, B>;
+}
+
+template <typename T, int P> RowsKernel rows_kernel_p(bool rms, bool dres, RowsLoads loads) {
+  if (loads == RowsLoads::ring_wide)
+    return rows_kernel_of<T, P, false, true, kRowsWideThreads>(rms, dres);
+  if (loads == RowsLoads::ring) return rows_kernel_of<T, P, false, true>(rms, dres);
+  if (loads == RowsLoads::prefetch) return rows_kernel_of<T, P, true, false>(rms, dres);
+  return rows_kernel_of<T, P, false, false>(rms, dres);
+}
+
+template <typename T> RowsKernel rows_kernel(int packs, bool rms, bool dres, RowsLoads loads) {
+  return packs == 2 ? rows_kernel_p<T, 2>(rms, dres, loads) : rows_kernel_p<T, 4>(rms, dres, loads);
+}
+
+/* As many blocks as are resident at once on the device (at least one per multiprocessor), fewer
+ * when the rows give each group less than one row or the partials would pass kMaxPartials; each
+ * block a band of consecutive rows. */
+Plan rows_plan(const kite_norm_bwd_args *a, RowsKernel kernel, unsigned threads, int gpc,
+               size_t smem) {
+  Plan p{0, 1};
+  if (a->rows <= 0 || a->cols <= 0) return p;
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (int)threads, smem) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    per_sm = 1;
+  }
+  int64_t g = (int64_t)sm_count() * (per_sm > 1 ? per_sm : 1);
+  const int64_t need = (a->rows + gpc - 1) / gpc;
+  if (g > need) g = need;
+  if (partials_wanted(a)) {
+    const int64_t cap = kMaxPartials / a->cols;
+    g = cap < 1 ? 1 : cap < g ? cap : g;
+  }
+  p.rows_per_block = (a->rows + g - 1) / g;
+  p.blocks = (a->rows + p.rows_per_block - 1) / p.rows_per_block;
+  return p;
+}
+
+} // namespace
+
+extern "C" CUDA_SUPPORTS(cuda_norm_bwd_rows_supports) {
+  const kite_norm_bwd_args *a = (const kite_norm_bwd_args *)args;
+  if (!packed_layout(k, args, why)) return false;
+  return ok_unless(rows_shape(a->cols / vec_elems_of(a->dtype)).wpr == 0,
+                   "row longer than 8 warps of 4 16-byte packs per thread", why);
+}
+
+/* rows_async (blocks of `threads`): the rows fit and the ring fits the device's shared memory. */
+static bool ring_supports(const kite_kernel *k, const void *args, unsigned threads,
+                          const char **why) {
+  const kite_norm_bwd_args *a = (const kite_norm_bwd_args *)args;
+  if (!cuda_norm_bwd_rows_supports(k, args, why)) return false;
+  const bool dres = a->dres != nullptr;
+  const int packs = rows_shape(a->cols / vec_elems_of(a->dtype)).packs;
+  return ok_unless(rows_ring_bytes(rows_stages(dres), dres, packs, threads) > smem_optin(),
+                   "the cp.async ring does not fit in the device's shared memory", why);
+}
+
+extern "C" CUDA_SUPPORTS(cuda_norm_bwd_ring_supports) {
+  return ring_supports(k, args, kRowsThreads, why);
+}
+
+extern "C" CUDA_SUPPORTS(cuda_norm_bwd_ring512_supports) {
+  return ring_supports(k, args, kRowsWideThreads, why);
+}
+
+/* rows, rows_prefetch, rows_async and rows_async512: one kernel, its loads straight, with the L2
+ * prefetch of each group's next row, or through the cp.async ring. */
+static kite_status run_rows(kite_ctx *ctx, const kite_norm_bwd_args *a, const char *variant,
+                            RowsLoads loads) {
+  const char *name = cuda_op_str(a->op);
+  if (!is_norm_bwd(a->op))
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.%s: not a norm backward", name, variant);
+  return with_float_type(a->dtype, name, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int64_t cols = a->cols > 0 ? a->cols : 0;
+    const RowsShape sh = rows_shape(cols / vec_elems<T>());
+    if (sh.wpr == 0)
+      return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.%s: rows of %lld do not fit", name,
+                            variant, (long long)a->cols);
+    const int block = loads == RowsLoads::ring_wide ? kRowsWideThreads : kRowsThreads;
+    const int gpc = block / (32 * sh.wpr);
+    const unsigned threads = (unsigned)(gpc * 32 * sh.wpr);
+    const bool dres = a->dres != nullptr;
+    const RowsKernel kernel =
+        rows_kernel<T>(sh.packs, a->op == KITE_OP_RMS_NORM_BACKWARD, dres, loads);
+    const bool ring = loads == RowsLoads::ring || loads == RowsLoads::ring_wide;
+    const size_t smem = ring ? rows_ring_bytes(rows_stages(dres), dres, sh.packs, threads) : 0;
+    if (smem > 48 * 1024 &&
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+            cudaSuccess) {
+      (void)cudaGetLastError();
+      return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.%s: %zu bytes of shared memory", name,
+                            variant, smem);
+    }
+    /* the ring wants the largest shared-memory carveout, so that two blocks of 256 fit on a
+     * multiprocessor (a hint: its failure changes nothing but the occupancy) */
+    if (ring && cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     cudaSharedmemCarveoutMaxShared) != cudaSuccess)
+      (void)cudaGetLastError();
+    return run_norm_bwd(
+        ctx, a, variant, [&] { return rows_plan(a, kernel, threads, gpc, smem); },
+        [&](auto, Plan plan, float *pw, float *pb, cudaStream_t s) {
+          kernel<<<(unsigned)plan.blocks, threads, smem, s>>>(*a, plan, sh.wpr, pw, pb);
+          return KITE_OK;
+        },
+        ring);
+  });
+}
+
+extern "C" CUDA_RUN(cuda_norm_bwd_rows_run) {
+  return run_rows(ctx, (const kite_norm_bwd_args *)args, "rows", RowsLoads::direct);
+}
+
+extern "C" CUDA_RUN(cuda_norm_bwd_rows_prefetch_run) {
+  return run_rows(ctx, (const kite_norm_bwd_args *)args, "rows_prefetch", RowsLoads::prefetch);
+}
+
+extern "C" CUDA_RUN(cuda_norm_bwd_rows_async_run) {
+  return run_rows(ctx, (const kite_norm_bwd_args *)args, "rows_async", RowsLoads::ring);
+}
+
+extern "C" CUDA_RUN(cuda_norm_bwd_rows_async512_run) {
+  return run_rows(ctx, (const kite_norm_bwd_args *)args, "rows_async512", RowsLoads::ring_wide);
+}
