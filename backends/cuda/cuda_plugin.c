@@ -217,14 +217,6 @@ enum {
 /* the norm backward's persistent variants, first among the vec kernels of their op */
 #define ROWS(op_id, name, run_fn, desc)                                                            \
   KERNEL(op_id, name, PRIORITY_VEC, cuda_norm_bwd_rows_supports, run_fn, desc)
-/* the norm backward's cp.async-ring variants, ahead of rows */
-#define ROWS_ASYNC(op_id)                                                                          \
-  KERNEL(op_id, "rows_async512", PRIORITY_VEC, cuda_norm_bwd_ring512_supports,                     \
-         cuda_norm_bwd_rows_async512_run,                                                          \
-         "rows_async in blocks of 512 threads, one per multiprocessor: half the partial rows"),    \
-      KERNEL(op_id, "rows_async", PRIORITY_VEC, cuda_norm_bwd_ring_supports,                       \
-             cuda_norm_bwd_rows_async_run,                                                         \
-             "rows, x and dy through a cp.async ring in shared memory, rows ahead per group")
 #define GENERIC(op_id, family, desc)                                                               \
   KERNEL(op_id, "generic", PRIORITY_GENERIC, cuda_float_supports, cuda_##family##_generic_run, desc)
 /* The two rows of an op whose kernels differ only in their loads: "<what>, 16-byte loads" and
@@ -412,20 +404,27 @@ static const kite_kernel cuda_kernels[] = {
     /* training: backward ops */
     VEC_AND_GENERIC(KITE_OP_ACTIVATION_BACKWARD, act_bwd, "dy * act'(x)"),
     VEC_AND_GENERIC(KITE_OP_GATED_BACKWARD, act_bwd, "d gate and d up"),
-    ROWS_ASYNC(KITE_OP_RMS_NORM_BACKWARD),
+    ROWS(KITE_OP_RMS_NORM_BACKWARD, "rows_fused", cuda_norm_bwd_rows_fused_run,
+         "rows, the row's two sums in one reduction"),
+    KERNEL(KITE_OP_RMS_NORM_BACKWARD, "rows_fused_wide", PRIORITY_VEC, cuda_norm_bwd_wide_supports,
+           cuda_norm_bwd_rows_fused_wide_run,
+           "rows_fused, at most 2 packs per thread: more warps per row, fewer registers"),
     ROWS(KITE_OP_RMS_NORM_BACKWARD, "rows", cuda_norm_bwd_rows_run,
          "persistent bands of rows, a warp or a few per row, dw in registers"),
-    ROWS(KITE_OP_RMS_NORM_BACKWARD, "rows_prefetch", cuda_norm_bwd_rows_prefetch_run,
-         "rows, each group's next row prefetched into L2"),
     VEC(KITE_OP_RMS_NORM_BACKWARD, norm_bwd,
         "runs of rows per block, row in registers, dw by fixed-order partials"),
     GENERIC(KITE_OP_RMS_NORM_BACKWARD, norm_bwd,
             "runs of rows per block, any layout, dw by fixed-order partials"),
-    ROWS_ASYNC(KITE_OP_LAYER_NORM_BACKWARD),
+    KERNEL(KITE_OP_LAYER_NORM_BACKWARD, "rows_async", PRIORITY_VEC, cuda_norm_bwd_ring_supports,
+           cuda_norm_bwd_rows_async_run,
+           "rows with dres only: x, dy and dres through a cp.async ring in shared memory"),
+    ROWS(KITE_OP_LAYER_NORM_BACKWARD, "rows_fused", cuda_norm_bwd_rows_fused_run,
+         "rows, the row's four sums in one reduction"),
+    KERNEL(KITE_OP_LAYER_NORM_BACKWARD, "rows_fused_wide", PRIORITY_VEC,
+           cuda_norm_bwd_wide_supports, cuda_norm_bwd_rows_fused_wide_run,
+           "rows_fused, at most 2 packs per thread: more warps per row, fewer registers"),
     ROWS(KITE_OP_LAYER_NORM_BACKWARD, "rows", cuda_norm_bwd_rows_run,
          "persistent bands of rows, a warp or a few per row, dw/db in registers"),
-    ROWS(KITE_OP_LAYER_NORM_BACKWARD, "rows_prefetch", cuda_norm_bwd_rows_prefetch_run,
-         "rows, each group's next row prefetched into L2"),
     VEC(KITE_OP_LAYER_NORM_BACKWARD, norm_bwd,
         "runs of rows per block, row in registers, dw/db by fixed-order partials"),
     GENERIC(KITE_OP_LAYER_NORM_BACKWARD, norm_bwd,

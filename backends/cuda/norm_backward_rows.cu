@@ -10,12 +10,19 @@
  * block-wide barrier in the row loop). A thread owns the same columns in every row: its dw / db
  * terms stay in registers over the band, and the block's groups add them into the block's partial
  * row in group order once at the end. The grid depends on the device and the shape only, so the
- * bits of dw / db are the same run after run on one device. "rows_prefetch" is the same kernel
- * with a prefetch into L2 of the group's next row while it works on the current one.
- * "rows_async" is the same kernel with each group's next rows (x, dy and dres) copied by cp.async
- * into a ring in shared memory, 2 rows ahead (1 with dres), so that a group keeps loads in
- * flight through its reductions instead of loading only at the top of a row; "rows_async512"
- * the same in blocks of 512 threads, one per multiprocessor, for half the partial rows to add.
+ * bits of dw / db are the same run after run on one device.
+ *
+ * "rows_fused" is the same kernel with one group reduction per row instead of two (rms) or three
+ * (layer): a single sweep over the row's packs sums d, d^2, g and g d (d = x - x0, layer norm)
+ * or x^2 and g x (rms), so that a row costs one barrier and two passes over its registers:
+ *   mean = mean(d), var = mean(d^2) - mean^2, mean(g xhat) = rstd (mean(g d) - mean mean(g)).
+ * For rms that is the same math; for layer norm the differences lose about (1 + z^2) times f32's
+ * precision, z = (x0 - mean(x)) / std(x): small for any row whose first element is not a far
+ * outlier (the shift by x0 keeps a large common offset out of them).
+ * "rows_async" (layer norm with dres only, where it beats rows) is the kernel with each group's
+ * next rows (x, dy and dres) copied by cp.async into a ring in shared memory, one row ahead, so
+ * that a group keeps loads in flight through its reductions instead of loading only at the top
+ * of a row.
  */
 #include "norm_backward.cuh"
 
@@ -27,21 +34,22 @@ namespace {
 constexpr int kRowsMaxPacks = 4;  /* packs of x and of dy per thread (8: 176-255 registers) */
 constexpr int kRowsMaxWarps = 8;  /* warps per row: rows of up to 8 * 32 * 4 packs */
 constexpr int kRowsThreads = 256; /* block size: 256 / (32 * wpr) groups */
-/* rows_async512's block: one per multiprocessor, half the partial rows of two blocks of 256 */
-constexpr int kRowsWideThreads = 512;
+constexpr int kRowsMaxSums = 4;   /* sums per group reduction (rows_fused's layer norm) */
 
 /* Sums v[0..K) over the thread's group; every thread of the group gets the sums, the same bits
  * in each (the xor butterfly adds the same pairs in every lane, then each thread adds the warps'
- * sums in warp order). slots: the group's [2][kRowsMaxWarps][K] floats; consecutive calls use
- * alternate halves, so that a warp writing the next sums cannot overwrite ones a slower warp of
- * the group has still to read (it passed the barrier in between, which that warp must reach). */
+ * sums in warp order). slots: the group's [2][kRowsMaxWarps][kRowsMaxSums] floats; consecutive
+ * calls use alternate halves, so that a warp writing the next sums cannot overwrite ones a slower
+ * warp of the group has still to read (it passed the barrier in between, which that warp must
+ * reach). */
 template <int K>
 __device__ __forceinline__ void group_sum(float (&v)[K], int wpr, float *slots, int &half,
                                           int bar) {
 #pragma unroll
   for (int k = 0; k < K; k++) v[k] = warp_reduce(v[k], Sum());
   if (wpr == 1) return;
-  float *s = slots + half * kRowsMaxWarps * K;
+  static_assert(K <= kRowsMaxSums, "slots of kRowsMaxSums floats");
+  float *s = slots + half * kRowsMaxWarps * kRowsMaxSums;
   const int warp = (threadIdx.x >> 5) % wpr;
   if ((threadIdx.x & 31) == 0)
 #pragma unroll
@@ -63,11 +71,6 @@ template <typename V> __device__ __forceinline__ void opaque(V &v) {
   static_assert(sizeof(V) == 16, "16-byte packs");
   uint32_t *u = reinterpret_cast<uint32_t *>(&v);
   asm volatile("" : "+r"(u[0]), "+r"(u[1]), "+r"(u[2]), "+r"(u[3]));
-}
-
-/* A hint: the line of p into L2, no register waiting for it. */
-__device__ __forceinline__ void prefetch_l2(const void *p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
 /* dst[0..4) = v[0..4) (+ dst[0..4) when add), 16-byte accesses where dst allows (a workspace
@@ -103,15 +106,13 @@ __device__ __forceinline__ float pack_sum(XP xp, int np, float x0, float m) {
   return acc;
 }
 
-/* Stages of the cp.async ring (rows_async): the row being worked on and S - 1 rows in flight
- * behind it, per group; its shared memory per block (S x arrays x P packs x threads x 16 bytes,
- * arrays = x, dy and dres when read). */
-constexpr int rows_stages(bool dres) {
-  return dres ? 2 : 3;
-}
+/* Stages of the cp.async ring (rows_async, with dres): the row being worked on and the next one
+ * in flight, per group; its shared memory per block (stages x 3 arrays (x, dy, dres) x P packs x
+ * threads x 16 bytes). */
+constexpr int kRingStages = 2;
 
-size_t rows_ring_bytes(int stages, bool dres, int packs, unsigned threads) {
-  return (size_t)stages * (dres ? 3 : 2) * (size_t)packs * threads * 16;
+size_t rows_ring_bytes(int packs, unsigned threads) {
+  return (size_t)kRingStages * 3 * (size_t)packs * threads * 16;
 }
 
 /* A compiler fence: shared-memory accesses stay on their side of a cp.async issue or wait (the
@@ -121,21 +122,19 @@ __device__ __forceinline__ void smem_fence() {
 }
 
 /* The group's thread t holds packs t + p * 32 wpr (p < P) of its rows: a warp's 16-byte loads
- * of one p cover 512 contiguous bytes. DRES: dres is read (and added to dx). PF: the group's
- * next row is prefetched into L2 while this one is worked on. S > 0 (rows_async): the loads go
- * through a ring of S stages in dynamic shared memory by cp.async, S - 1 rows ahead of the one
- * worked on; each thread copies its own packs and reads back only those, so its own wait_group
- * is all the ordering needed (no barrier), and dres stays in shared memory until dx. */
-template <typename T, int P, bool RMS, bool DRES, bool PF, int S, int B = kRowsThreads>
-__global__ __launch_bounds__(B, B > kRowsThreads || (DRES && !RMS && S == 0)
-                                    ? 1
-                                    : 2) void norm_bwd_rows_kernel(kite_norm_bwd_args a, Plan plan,
-                                                                   int wpr, float *part_w,
-                                                                   float *part_b) {
+ * of one p cover 512 contiguous bytes. DRES: dres is read (and added to dx). S > 0 (rows_async):
+ * the loads go through a ring of S stages in dynamic shared memory by cp.async, S - 1 rows ahead
+ * of the one worked on; each thread copies its own packs and reads back only those, so its own
+ * wait_group is all the ordering needed (no barrier), and dres stays in shared memory until dx.
+ * F (rows_fused): the row's sums in one sweep and one group reduction (header comment). */
+template <typename T, int P, bool RMS, bool DRES, int S, bool F>
+__global__
+__launch_bounds__(kRowsThreads, DRES && !RMS && S == 0 ? 1 : 2) void norm_bwd_rows_kernel(
+    kite_norm_bwd_args a, Plan plan, int wpr, float *part_w, float *part_b) {
   constexpr int N = vec_elems<T>();
   using V = Pack<T, N>;
-  /* group_sum's slots; a group of one warp (up to B / 32 of them) uses none */
-  __shared__ float slots[B / 64][2][kRowsMaxWarps][2];
+  /* group_sum's slots; a group of one warp (up to kRowsThreads / 32 of them) uses none */
+  __shared__ float slots[kRowsThreads / 64][2][kRowsMaxWarps][kRowsMaxSums];
   extern __shared__ uint4 norm_bwd_ring[]; /* [S][x, dy, dres][P][blockDim.x] 16-byte packs */
   const int gsize = 32 * wpr, gpc = (int)blockDim.x / gsize;
   const int group = (int)threadIdx.x / gsize, t = (int)threadIdx.x % gsize;
@@ -204,17 +203,6 @@ __global__ __launch_bounds__(B, B > kRowsThreads || (DRES && !RMS && S == 0)
         if (DRES) rr[p] = ((const V *)((const T *)a.dres + r * a.dres_stride))[t + p * gsize];
       }
     }
-    if (PF && r + gpc < r1) {
-      const int64_t q = r + gpc;
-#pragma unroll
-      for (int p = 0; p < P; p++) {
-        if (p >= np) continue;
-        const int64_t i = (int64_t)(t + p * gsize) * N;
-        prefetch_l2((const T *)a.x + q * a.x_stride + i);
-        prefetch_l2((const T *)a.dy + q * a.dy_stride + i);
-        if (DRES) prefetch_l2((const T *)a.dres + q * a.dres_stride + i);
-      }
-    }
     float x0 = 0.0f; /* the shift of the header comment */
     if constexpr (!RMS && S > 0) {
       x0 = x0_next;
@@ -222,7 +210,7 @@ __global__ __launch_bounds__(B, B > kRowsThreads || (DRES && !RMS && S == 0)
     } else if constexpr (!RMS) {
       x0 = to_float(x[0]);
     }
-    float mean = 0.0f, rstd;
+    float mean = 0.0f, rstd, mg, mgx;
     /* pack p of x and dy: from the registers, or read again from the ring at each use (the fence
      * keeps the compiler from hoisting the reads, so that one pack at a time is live) */
     auto xp = [&](int p) -> V {
@@ -239,45 +227,87 @@ __global__ __launch_bounds__(B, B > kRowsThreads || (DRES && !RMS && S == 0)
       else
         return dr[p];
     };
-    float acc[1] = {pack_sum<RMS, P>(xp, np, x0, 0.0f)};
-    group_sum(acc, wpr, my_slots, half, bar);
-    if (RMS) {
-      rstd = rsqrtf(acc[0] * inv_cols + a.eps);
+    /* g = dy * wf for pack p's element j */
+    auto gof = [&](const V &w, float d, int j) {
+      return wv ? d * ((RMS ? a.offset : 0.0f) + to_float(w.v[j])) : d;
+    };
+    /* f(p, j, x - x0, dy, g) for each of the thread's elements */
+    auto each = [&](auto f) {
+#pragma unroll
+      for (int p = 0; p < P; p++) {
+        if (p >= np) continue;
+        V w;
+        const V xv = xp(p), dv = dp(p);
+        if (wv) w = wv[t + p * gsize];
+#pragma unroll
+        for (int j = 0; j < N; j++) {
+          const float d = to_float(dv.v[j]);
+          f(p, j, to_float(xv.v[j]) - x0, d, gof(w, d, j));
+        }
+      }
+    };
+    if constexpr (F) {
+      /* layer: sum d, sum d^2, sum g, sum g d; rms: sum x^2, sum g x */
+      constexpr int K = RMS ? 2 : 4;
+      float s[K];
+#pragma unroll
+      for (int i = 0; i < K; i++) s[i] = 0.0f;
+      each([&](int p, int j, float v, float d, float g) {
+        if (!RMS) sb[p][j] += d; /* db needs no statistics: here, off the dx pass */
+        if (RMS) {
+          s[0] += v * v;
+          s[1] += g * v;
+        } else {
+          s[0] += v;
+          s[1] += v * v;
+          s[2] += g;
+          s[3] += g * v;
+        }
+      });
+      group_sum(s, wpr, my_slots, half, bar);
+      if (RMS) {
+        rstd = rsqrtf(s[0] * inv_cols + a.eps);
+        mg = 0.0f;
+        mgx = rstd * s[1] * inv_cols;
+      } else {
+        mean = s[0] * inv_cols;
+        rstd = rsqrtf(fmaxf(s[1] * inv_cols - mean * mean, 0.0f) + a.eps);
+        mg = s[2 % K] * inv_cols;
+        mgx = rstd * (s[3 % K] * inv_cols - mean * mg);
+      }
     } else {
-      mean = acc[0] * inv_cols;
-      float dev[1] = {pack_sum<true, P>(xp, np, x0, mean)};
-      group_sum(dev, wpr, my_slots, half, bar);
-      rstd = rsqrtf(dev[0] * inv_cols + a.eps);
-    }
+      float acc[1] = {pack_sum<RMS, P>(xp, np, x0, 0.0f)};
+      group_sum(acc, wpr, my_slots, half, bar);
+      if (RMS) {
+        rstd = rsqrtf(acc[0] * inv_cols + a.eps);
+      } else {
+        mean = acc[0] * inv_cols;
+        float dev[1] = {pack_sum<true, P>(xp, np, x0, mean)};
+        group_sum(dev, wpr, my_slots, half, bar);
+        rstd = rsqrtf(dev[0] * inv_cols + a.eps);
+      }
 #pragma unroll
-    for (int p = 0; p < P && S == 0; p++) {
-      opaque(xr[p]);
-      opaque(dr[p]);
-    }
-    float s2[2] = {0.0f, 0.0f}; /* sum(g), sum(g xhat) */
-#pragma unroll
-    for (int p = 0; p < P; p++) {
-      if (p >= np) continue;
-      V w;
-      const V xv = xp(p), dv = dp(p);
-      if (wv) w = wv[t + p * gsize];
-#pragma unroll
-      for (int j = 0; j < N; j++) {
-        const float xhat = (to_float(xv.v[j]) - x0 - mean) * rstd, d = to_float(dv.v[j]);
-        const float g = wv ? d * ((RMS ? a.offset : 0.0f) + to_float(w.v[j])) : d;
+      for (int p = 0; p < P && S == 0; p++) {
+        opaque(xr[p]);
+        opaque(dr[p]);
+      }
+      float s2[2] = {0.0f, 0.0f}; /* sum(g), sum(g xhat) */
+      each([&](int p, int j, float v, float d, float g) {
+        const float xhat = (v - mean) * rstd;
         sw[p][j] += d * xhat;
         if (!RMS) sb[p][j] += d;
         s2[0] += g;
         s2[1] += g * xhat;
-      }
+      });
+      group_sum(s2, wpr, my_slots, half, bar);
+      mg = RMS ? 0.0f : s2[0] * inv_cols;
+      mgx = s2[1] * inv_cols;
     }
-    group_sum(s2, wpr, my_slots, half, bar);
 #pragma unroll
     for (int p = 0; p < P && S == 0; p++) {
       opaque(xr[p]);
       opaque(dr[p]);
     }
-    const float mg = RMS ? 0.0f : s2[0] * inv_cols, mgx = s2[1] * inv_cols;
     V *dxv = (V *)((T *)a.dx + r * a.dx_stride);
 #pragma unroll
     for (int p = 0; p < P; p++) {
@@ -289,7 +319,8 @@ __global__ __launch_bounds__(B, B > kRowsThreads || (DRES && !RMS && S == 0)
 #pragma unroll
       for (int j = 0; j < N; j++) {
         const float xhat = (to_float(xv.v[j]) - x0 - mean) * rstd, d = to_float(dv.v[j]);
-        const float g = wv ? d * ((RMS ? a.offset : 0.0f) + to_float(w.v[j])) : d;
+        const float g = gof(w, d, j);
+        if constexpr (F) sw[p][j] += d * xhat;
         float v = rstd * (g - mg - xhat * mgx);
         if constexpr (DRES) v += to_float(res.v[j]);
         o.v[j] = from_float<T>(v);
@@ -336,45 +367,47 @@ __global__ __launch_bounds__(B, B > kRowsThreads || (DRES && !RMS && S == 0)
 }
 
 /* The rows variant's shape: warps per row and packs per thread (2 or 4; 0 when the row is longer
- * than kRowsMaxWarps warps of kRowsMaxPacks packs). */
+ * than kRowsMaxWarps warps of max_packs packs). */
 struct RowsShape {
   int wpr, packs;
 };
 
-RowsShape rows_shape(int64_t packs) {
+RowsShape rows_shape(int64_t packs, int max_packs = kRowsMaxPacks) {
   for (int wpr = 1; wpr <= kRowsMaxWarps; wpr *= 2) {
     const int64_t per = (packs + 32 * wpr - 1) / (32 * wpr);
-    if (per <= kRowsMaxPacks) return {wpr, per <= 2 ? 2 : 4};
+    if (per <= max_packs) return {wpr, per <= 2 ? 2 : 4};
   }
   return {0, 0};
 }
 
 using RowsKernel = void (*)(kite_norm_bwd_args, Plan, int, float *, float *);
 
-/* The loads of a rows kernel: straight into registers, with the L2 prefetch, or the ring (in
- * blocks of 256 or of 512 threads). */
-enum class RowsLoads { direct, prefetch, ring, ring_wide };
+/* The rows kernels: rows (the row's sums in two or three reductions), rows_fused (in one),
+ * rows_fused_wide (in one, at most 2 packs per thread: twice the warps per row of rows_fused
+ * where it holds 3-4, for half the registers of dw / db terms and no spills), or rows_async (the
+ * ring; layer norm with dres only). */
+enum class RowsForm { rows, fused, fused_wide, ring };
 
-template <typename T, int P, bool PF, bool RING, int B = kRowsThreads>
-RowsKernel rows_kernel_of(bool rms, bool dres) {
-  constexpr int S = RING ? rows_stages(false) : 0, SD = RING ? rows_stages(true) : 0;
+constexpr int kWidePacks = 2; /* rows_fused_wide's packs per thread */
+
+template <typename T, int P> RowsKernel rows_kernel_p(bool rms, bool dres, RowsForm form) {
+  if (form == RowsForm::ring) return norm_bwd_rows_kernel<T, P, false, true, kRingStages, false>;
+  if (form == RowsForm::fused || form == RowsForm::fused_wide) {
+    if (rms)
+      return dres ? norm_bwd_rows_kernel<T, P, true, true, 0, true>
+                  : norm_bwd_rows_kernel<T, P, true, false, 0, true>;
+    return dres ? norm_bwd_rows_kernel<T, P, false, true, 0, true>
+                : norm_bwd_rows_kernel<T, P, false, false, 0, true>;
+  }
   if (rms)
-    return dres ? norm_bwd_rows_kernel<T, P, true, true, PF, SD, B>
-                : norm_bwd_rows_kernel<T, P, true, false, PF, S, B>;
-  return dres ? norm_bwd_rows_kernel<T, P, false, true, PF, SD, B>
-              : norm_bwd_rows_kernel<T, P, false, false, PF, S, B>;
+    return dres ? norm_bwd_rows_kernel<T, P, true, true, 0, false>
+                : norm_bwd_rows_kernel<T, P, true, false, 0, false>;
+  return dres ? norm_bwd_rows_kernel<T, P, false, true, 0, false>
+              : norm_bwd_rows_kernel<T, P, false, false, 0, false>;
 }
 
-template <typename T, int P> RowsKernel rows_kernel_p(bool rms, bool dres, RowsLoads loads) {
-  if (loads == RowsLoads::ring_wide)
-    return rows_kernel_of<T, P, false, true, kRowsWideThreads>(rms, dres);
-  if (loads == RowsLoads::ring) return rows_kernel_of<T, P, false, true>(rms, dres);
-  if (loads == RowsLoads::prefetch) return rows_kernel_of<T, P, true, false>(rms, dres);
-  return rows_kernel_of<T, P, false, false>(rms, dres);
-}
-
-template <typename T> RowsKernel rows_kernel(int packs, bool rms, bool dres, RowsLoads loads) {
-  return packs == 2 ? rows_kernel_p<T, 2>(rms, dres, loads) : rows_kernel_p<T, 4>(rms, dres, loads);
+template <typename T> RowsKernel rows_kernel(int packs, bool rms, bool dres, RowsForm form) {
+  return packs == 2 ? rows_kernel_p<T, 2>(rms, dres, form) : rows_kernel_p<T, 4>(rms, dres, form);
 }
 
 /* As many blocks as are resident at once on the device (at least one per multiprocessor), fewer
@@ -411,50 +444,55 @@ extern "C" CUDA_SUPPORTS(cuda_norm_bwd_rows_supports) {
                    "row longer than 8 warps of 4 16-byte packs per thread", why);
 }
 
-/* rows_async (blocks of `threads`): the rows fit and the ring fits the device's shared memory. */
-static bool ring_supports(const kite_kernel *k, const void *args, unsigned threads,
-                          const char **why) {
+/* rows_fused_wide: rows of up to kRowsMaxWarps warps of kWidePacks packs. */
+extern "C" CUDA_SUPPORTS(cuda_norm_bwd_wide_supports) {
+  const kite_norm_bwd_args *a = (const kite_norm_bwd_args *)args;
+  if (!packed_layout(k, args, why)) return false;
+  return ok_unless(rows_shape(a->cols / vec_elems_of(a->dtype), kWidePacks).wpr == 0,
+                   "row longer than 8 warps of 2 16-byte packs per thread", why);
+}
+
+/* rows_async: layer norm with dres (the one form where the ring beat rows on an H100), the rows
+ * fit and the ring fits the device's shared memory. */
+extern "C" CUDA_SUPPORTS(cuda_norm_bwd_ring_supports) {
   const kite_norm_bwd_args *a = (const kite_norm_bwd_args *)args;
   if (!cuda_norm_bwd_rows_supports(k, args, why)) return false;
-  const bool dres = a->dres != nullptr;
+  if (!ok_unless(a->op != KITE_OP_LAYER_NORM_BACKWARD || a->dres == nullptr,
+                 "the ring only for layer norm with dres", why))
+    return false;
   const int packs = rows_shape(a->cols / vec_elems_of(a->dtype)).packs;
-  return ok_unless(rows_ring_bytes(rows_stages(dres), dres, packs, threads) > smem_optin(),
+  return ok_unless(rows_ring_bytes(packs, kRowsThreads) > smem_optin(),
                    "the cp.async ring does not fit in the device's shared memory", why);
 }
 
-extern "C" CUDA_SUPPORTS(cuda_norm_bwd_ring_supports) {
-  return ring_supports(k, args, kRowsThreads, why);
-}
-
-extern "C" CUDA_SUPPORTS(cuda_norm_bwd_ring512_supports) {
-  return ring_supports(k, args, kRowsWideThreads, why);
-}
-
-/* rows, rows_prefetch, rows_async and rows_async512: one kernel, its loads straight, with the L2
- * prefetch of each group's next row, or through the cp.async ring. */
+/* rows, rows_fused, rows_fused_wide and rows_async: one kernel, its row sums in one reduction or
+ * more, its loads straight or through the cp.async ring. */
 static kite_status run_rows(kite_ctx *ctx, const kite_norm_bwd_args *a, const char *variant,
-                            RowsLoads loads) {
+                            RowsForm form) {
   const char *name = cuda_op_str(a->op);
   if (!is_norm_bwd(a->op))
     return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.%s: not a norm backward", name, variant);
+  const bool ring = form == RowsForm::ring, dres = a->dres != nullptr;
+  if (ring && (a->op != KITE_OP_LAYER_NORM_BACKWARD || !dres))
+    return kite_set_error(KITE_ERR_UNSUPPORTED,
+                          "%s: cuda.%s: the ring only for layer norm with dres", name, variant);
   return with_float_type(a->dtype, name, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const int64_t cols = a->cols > 0 ? a->cols : 0;
-    const RowsShape sh = rows_shape(cols / vec_elems<T>());
+    const RowsShape sh = rows_shape(cols / vec_elems<T>(),
+                                    form == RowsForm::fused_wide ? kWidePacks : kRowsMaxPacks);
     if (sh.wpr == 0)
       return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.%s: rows of %lld do not fit", name,
                             variant, (long long)a->cols);
-    const int block = loads == RowsLoads::ring_wide ? kRowsWideThreads : kRowsThreads;
-    const int gpc = block / (32 * sh.wpr);
+    const int gpc = kRowsThreads / (32 * sh.wpr);
     const unsigned threads = (unsigned)(gpc * 32 * sh.wpr);
-    const bool dres = a->dres != nullptr;
     const RowsKernel kernel =
-        rows_kernel<T>(sh.packs, a->op == KITE_OP_RMS_NORM_BACKWARD, dres, loads);
-    const bool ring = loads == RowsLoads::ring || loads == RowsLoads::ring_wide;
-    const size_t smem = ring ? rows_ring_bytes(rows_stages(dres), dres, sh.packs, threads) : 0;
-    if (smem > 48 * 1024 &&
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
-            cudaSuccess) {
+        rows_kernel<T>(sh.packs, a->op == KITE_OP_RMS_NORM_BACKWARD, dres, form);
+    const size_t smem = ring ? rows_ring_bytes(sh.packs, threads) : 0;
+    /* the dynamic ring beside the static slots may pass the default 48 KiB even when the ring
+     * alone does not: always raise the limit to the ring */
+    if (ring && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)smem) != cudaSuccess) {
       (void)cudaGetLastError();
       return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.%s: %zu bytes of shared memory", name,
                             variant, smem);
@@ -475,17 +513,17 @@ static kite_status run_rows(kite_ctx *ctx, const kite_norm_bwd_args *a, const ch
 }
 
 extern "C" CUDA_RUN(cuda_norm_bwd_rows_run) {
-  return run_rows(ctx, (const kite_norm_bwd_args *)args, "rows", RowsLoads::direct);
+  return run_rows(ctx, (const kite_norm_bwd_args *)args, "rows", RowsForm::rows);
 }
 
-extern "C" CUDA_RUN(cuda_norm_bwd_rows_prefetch_run) {
-  return run_rows(ctx, (const kite_norm_bwd_args *)args, "rows_prefetch", RowsLoads::prefetch);
+extern "C" CUDA_RUN(cuda_norm_bwd_rows_fused_run) {
+  return run_rows(ctx, (const kite_norm_bwd_args *)args, "rows_fused", RowsForm::fused);
+}
+
+extern "C" CUDA_RUN(cuda_norm_bwd_rows_fused_wide_run) {
+  return run_rows(ctx, (const kite_norm_bwd_args *)args, "rows_fused_wide", RowsForm::fused_wide);
 }
 
 extern "C" CUDA_RUN(cuda_norm_bwd_rows_async_run) {
-  return run_rows(ctx, (const kite_norm_bwd_args *)args, "rows_async", RowsLoads::ring);
-}
-
-extern "C" CUDA_RUN(cuda_norm_bwd_rows_async512_run) {
-  return run_rows(ctx, (const kite_norm_bwd_args *)args, "rows_async512", RowsLoads::ring_wide);
+  return run_rows(ctx, (const kite_norm_bwd_args *)args, "rows_async", RowsForm::ring);
 }
