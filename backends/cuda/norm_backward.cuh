@@ -11,7 +11,8 @@
  * row's first element: d is exact for x within a factor 2 of x0 (a row far from 0), and
  * xhat = (d - mean(d)) * rstd then never carries the rounding of a large mean (x0's ulp, 7.6e-6
  * at 100) into every element; the variance is taken around mean(d) in a second pass, and
- * mean(g * xhat) from xhat, never from sum(g x) - mean sum(g).
+ * mean(g * xhat) from xhat, never from sum(g x) - mean sum(g) (except in rows_fused, which
+ * trades that for one reduction per row: norm_backward_rows.cu).
  *
  * dw and db are deterministic: a block takes a fixed run of rows (the split depends on rows and
  * cols only, never on the device), sums its rows' terms per column in row order into f32
