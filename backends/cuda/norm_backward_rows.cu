@@ -5,7 +5,7 @@
  * "rows" is a persistent grid (as many blocks as fit on the device at once, read from the SM count
  * and the kernel's occupancy) whose blocks take bands of consecutive rows; within a block a group
  * of 32 * wpr threads (a warp or a few) takes every gpc-th row of the band, holding the row's x and
- * dy as raw 16-byte packs (up to 8 per thread each, so that many loads are in flight), with the
+ * dy as raw 16-byte packs (up to 4 per thread each, so that many loads are in flight), with the
  * row statistics reduced by warp shuffles and, across the group's warps, one named barrier (no
  * block-wide barrier in the row loop). A thread owns the same columns in every row: its dw / db
  * terms stay in registers over the band, and the block's groups add them into the block's partial
@@ -19,6 +19,8 @@
  * For rms that is the same math; for layer norm the differences lose about (1 + z^2) times f32's
  * precision, z = (x0 - mean(x)) / std(x): small for any row whose first element is not a far
  * outlier (the shift by x0 keeps a large common offset out of them).
+ * "rows_fused_wide" is rows_fused with at most 2 packs per thread (twice the warps per row where
+ * rows_fused holds 3 or 4): half the registers of dw / db terms, for other occupancy.
  * "rows_async" (layer norm with dres only, where it beats rows) is the kernel with each group's
  * next rows (x, dy and dres) copied by cp.async into a ring in shared memory, one row ahead, so
  * that a group keeps loads in flight through its reductions instead of loading only at the top
