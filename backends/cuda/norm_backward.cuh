@@ -34,15 +34,13 @@ struct Plan {
 };
 
 /* dw[c] (db[c]) = the column's partials of blocks 0, 1, ... : a block takes 32 columns, its
- * warp s adds blocks s, s + SLICES, ... in order, then the SLICES sums are added in s order. The
- * order depends on the number of blocks only. SLICES 8 (blocks of 256) or 32 (blocks of 1024:
- * four times the loads in flight, for the rows_async variants' few hundred partial rows). */
-constexpr int kReduceCols = 32;
+ * warp s adds blocks s, s + kReduceSlices, ... in order, then the kReduceSlices sums are added in
+ * s order. The order depends on the number of blocks only. */
+constexpr int kReduceCols = 32, kReduceSlices = 8;
 
-template <typename T, int SLICES>
-__global__ __launch_bounds__(SLICES *kReduceCols) void norm_bwd_reduce_kernel(
+template <typename T>
+__global__ __launch_bounds__(kReduceSlices *kReduceCols) void norm_bwd_reduce_kernel(
     const float *part_w, const float *part_b, int64_t blocks, int64_t cols, T *dw, T *db) {
-  constexpr int kReduceSlices = SLICES;
   __shared__ float2 sums[kReduceSlices][kReduceCols];
   const int lane = threadIdx.x % kReduceCols, slice = threadIdx.x / kReduceCols;
   for (int64_t c0 = blockIdx.x * (int64_t)kReduceCols; c0 < cols;
@@ -81,11 +79,10 @@ inline bool partials_wanted(const kite_norm_bwd_args *a) {
 
 /* The shared frame of the variants: checks, the launch plan (plan_of() on the ctx's device), the
  * workspace of the partials (a row per block), the main launch (main(type tag, plan, part_w,
- * part_b, stream) -> status, skipped for 0 rows), then the reduction into dw and db (in blocks
- * of 1024 threads when wide_reduce). */
+ * part_b, stream) -> status, skipped for 0 rows), then the reduction into dw and db. */
 template <typename PlanOf, typename Main>
 kite_status run_norm_bwd(kite_ctx *ctx, const kite_norm_bwd_args *a, const char *variant,
-                         PlanOf plan_of, Main main, bool wide_reduce = false) {
+                         PlanOf plan_of, Main main) {
   const char *name = cuda_op_str(a->op);
   if (!is_norm_bwd(a->op))
     return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.%s: not a norm backward", name, variant);
@@ -117,17 +114,13 @@ kite_status run_norm_bwd(kite_ctx *ctx, const kite_norm_bwd_args *a, const char 
     const int64_t gb = (a->cols + kReduceCols - 1) / kReduceCols;
     const unsigned grid = (unsigned)(gb < 65535 ? gb : 65535);
     T *dw = (T *)a->dw, *db = db_wanted ? (T *)a->db : nullptr;
-    if (wide_reduce)
-      norm_bwd_reduce_kernel<T, 32>
-          <<<grid, 32 * kReduceCols, 0, s>>>(part_w, part_b, plan.blocks, a->cols, dw, db);
-    else
-      norm_bwd_reduce_kernel<T, 8>
-          <<<grid, 8 * kReduceCols, 0, s>>>(part_w, part_b, plan.blocks, a->cols, dw, db);
+    norm_bwd_reduce_kernel<T>
+        <<<grid, kReduceSlices * kReduceCols, 0, s>>>(part_w, part_b, plan.blocks, a->cols, dw, db);
     return cuda_check_launch(name, variant);
   });
 }
 
-/* The 16-byte layout vec and rows need. */
+/* The 16-byte layout vec, rows_fused and rows_fused_wide need. */
 inline bool packed_layout(const kite_kernel *k, const void *args, const char **why) {
   const kite_norm_bwd_args *a = (const kite_norm_bwd_args *)args;
   return vec_rows_fit(a->dtype, a->rows, a->cols,

@@ -2,29 +2,25 @@
  * The norm backward's persistent rows kernels (the math and the partials of dw / db:
  * norm_backward.cuh).
  *
- * "rows" is a persistent grid (as many blocks as fit on the device at once, read from the SM count
- * and the kernel's occupancy) whose blocks take bands of consecutive rows; within a block a group
- * of 32 * wpr threads (a warp or a few) takes every gpc-th row of the band, holding the row's x and
- * dy as raw 16-byte packs (up to 4 per thread each, so that many loads are in flight), with the
- * row statistics reduced by warp shuffles and, across the group's warps, one named barrier (no
- * block-wide barrier in the row loop). A thread owns the same columns in every row: its dw / db
- * terms stay in registers over the band, and the block's groups add them into the block's partial
- * row in group order once at the end. The grid depends on the device and the shape only, so the
- * bits of dw / db are the same run after run on one device.
+ * "rows_fused" is a persistent grid (as many blocks as fit on the device at once, read from the SM
+ * count and the kernel's occupancy) whose blocks take bands of consecutive rows; within a block a
+ * group of 32 * wpr threads (a warp or a few) takes every gpc-th row of the band, holding the
+ * row's x and dy as raw 16-byte packs (up to 4 per thread each, so that many loads are in flight),
+ * with the row's sums reduced by warp shuffles and, across the group's warps, one named barrier
+ * (no block-wide barrier in the row loop). A thread owns the same columns in every row: its dw /
+ * db terms stay in registers over the band, and the block's groups add them into the block's
+ * partial row in group order once at the end. The grid depends on the device and the shape only,
+ * so the bits of dw / db are the same run after run on one device.
  *
- * "rows_fused" is the same kernel with one group reduction per row instead of two (rms) or three
- * (layer): a single sweep over the row's packs sums d, d^2, g and g d (d = x - x0, layer norm)
- * or x^2 and g x (rms), so that a row costs one barrier and two passes over its registers:
+ * A row costs one group reduction: a single sweep over the row's packs sums d, d^2, g and g d
+ * (d = x - x0, layer norm) or x^2 and g x (rms), then one more pass over its registers writes dx:
  *   mean = mean(d), var = mean(d^2) - mean^2, mean(g xhat) = rstd (mean(g d) - mean mean(g)).
  * For rms that is the same math; for layer norm the differences lose about (1 + z^2) times f32's
  * precision, z = (x0 - mean(x)) / std(x): small for any row whose first element is not a far
  * outlier (the shift by x0 keeps a large common offset out of them).
- * "rows_fused_wide" is rows_fused with at most 2 packs per thread (twice the warps per row where
- * rows_fused holds 3 or 4): half the registers of dw / db terms, for other occupancy.
- * "rows_async" (layer norm with dres only, where it beats rows) is the kernel with each group's
- * next rows (x, dy and dres) copied by cp.async into a ring in shared memory, one row ahead, so
- * that a group keeps loads in flight through its reductions instead of loading only at the top
- * of a row.
+ * "rows_fused_wide" (layer norm with dres only, where it beats rows_fused) is rows_fused with at
+ * most 2 packs per thread (twice the warps per row where rows_fused holds 3 or 4): half the
+ * registers of dw / db terms, for other occupancy.
  */
 #include "norm_backward.cuh"
 
@@ -32,11 +28,11 @@ using namespace kite_cuda;
 
 namespace {
 
-/* ---- rows: a persistent grid, a group of 32 * wpr threads per row ---- */
+/* ---- rows_fused: a persistent grid, a group of 32 * wpr threads per row ---- */
 constexpr int kRowsMaxPacks = 4;  /* packs of x and of dy per thread (8: 176-255 registers) */
 constexpr int kRowsMaxWarps = 8;  /* warps per row: rows of up to 8 * 32 * 4 packs */
 constexpr int kRowsThreads = 256; /* block size: 256 / (32 * wpr) groups */
-constexpr int kRowsMaxSums = 4;   /* sums per group reduction (rows_fused's layer norm) */
+constexpr int kRowsMaxSums = 4;   /* sums per group reduction (layer norm's) */
 
 /* Sums v[0..K) over the thread's group; every thread of the group gets the sums, the same bits
  * in each (the xor butterfly adds the same pairs in every lane, then each thread adds the warps'
@@ -90,54 +86,16 @@ __device__ __forceinline__ void add_partial4(float *dst, const float *v, bool ad
   for (int j = 0; j < 4; j++) dst[j] = add ? dst[j] + v[j] : v[j];
 }
 
-/* The sum over the thread's packs p < np of (x - x0) - m, or of its square (SQUARE); xp(p) gives
- * pack p of x. */
-template <bool SQUARE, int P, typename XP>
-__device__ __forceinline__ float pack_sum(XP xp, int np, float x0, float m) {
-  float acc = 0.0f;
-#pragma unroll
-  for (int p = 0; p < P; p++) {
-    if (p >= np) continue;
-    const auto xv = xp(p);
-#pragma unroll
-    for (int j = 0; j < (int)(sizeof(xv) / sizeof(xv.v[0])); j++) {
-      const float v = to_float(xv.v[j]) - x0 - m;
-      acc += SQUARE ? v * v : v;
-    }
-  }
-  return acc;
-}
-
-/* Stages of the cp.async ring (rows_async, with dres): the row being worked on and the next one
- * in flight, per group; its shared memory per block (stages x 3 arrays (x, dy, dres) x P packs x
- * threads x 16 bytes). */
-constexpr int kRingStages = 2;
-
-size_t rows_ring_bytes(int packs, unsigned threads) {
-  return (size_t)kRingStages * 3 * (size_t)packs * threads * 16;
-}
-
-/* A compiler fence: shared-memory accesses stay on their side of a cp.async issue or wait (the
- * wrappers carry no memory clobber). */
-__device__ __forceinline__ void smem_fence() {
-  asm volatile("" ::: "memory");
-}
-
 /* The group's thread t holds packs t + p * 32 wpr (p < P) of its rows: a warp's 16-byte loads
- * of one p cover 512 contiguous bytes. DRES: dres is read (and added to dx). S > 0 (rows_async):
- * the loads go through a ring of S stages in dynamic shared memory by cp.async, S - 1 rows ahead
- * of the one worked on; each thread copies its own packs and reads back only those, so its own
- * wait_group is all the ordering needed (no barrier), and dres stays in shared memory until dx.
- * F (rows_fused): the row's sums in one sweep and one group reduction (header comment). */
-template <typename T, int P, bool RMS, bool DRES, int S, bool F>
-__global__
-__launch_bounds__(kRowsThreads, DRES && !RMS && S == 0 ? 1 : 2) void norm_bwd_rows_kernel(
+ * of one p cover 512 contiguous bytes. DRES: dres is read (and added to dx). The row's sums in
+ * one sweep and one group reduction (header comment). */
+template <typename T, int P, bool RMS, bool DRES>
+__global__ __launch_bounds__(kRowsThreads, DRES && !RMS ? 1 : 2) void norm_bwd_rows_kernel(
     kite_norm_bwd_args a, Plan plan, int wpr, float *part_w, float *part_b) {
   constexpr int N = vec_elems<T>();
   using V = Pack<T, N>;
   /* group_sum's slots; a group of one warp (up to kRowsThreads / 32 of them) uses none */
   __shared__ float slots[kRowsThreads / 64][2][kRowsMaxWarps][kRowsMaxSums];
-  extern __shared__ uint4 norm_bwd_ring[]; /* [S][x, dy, dres][P][blockDim.x] 16-byte packs */
   const int gsize = 32 * wpr, gpc = (int)blockDim.x / gsize;
   const int group = (int)threadIdx.x / gsize, t = (int)threadIdx.x % gsize;
   const int cols = (int)a.cols; /* <= kRowsMaxWarps * 32 * kRowsMaxPacks packs: supports() */
@@ -159,76 +117,21 @@ __launch_bounds__(kRowsThreads, DRES && !RMS && S == 0 ? 1 : 2) void norm_bwd_ro
 
   const int64_t r0 = blockIdx.x * plan.rows_per_block;
   const int64_t r1 = r0 + plan.rows_per_block < a.rows ? r0 + plan.rows_per_block : a.rows;
-  constexpr int A = DRES ? 3 : 2, kS = S > 0 ? S : 1; /* kS: S for the modulo, 1 without a ring */
-  /* the thread's pack p of array arr in stage st */
-  auto ring = [&](int st, int arr, int p) -> V * {
-    return reinterpret_cast<V *>(norm_bwd_ring + ((st * A + arr) * P + p) * blockDim.x +
-                                 threadIdx.x);
-  };
-  /* the group's k-th row into stage k % S (a commit group even when there is no such row) */
-  auto issue = [&](int k) {
-    const int64_t q = r0 + group + (int64_t)k * gpc;
-    if (q < r1) {
-      const T *src[A] = {(const T *)a.x + q * a.x_stride, (const T *)a.dy + q * a.dy_stride};
-      if constexpr (DRES) src[2] = (const T *)a.dres + q * a.dres_stride;
-#pragma unroll
-      for (int arr = 0; arr < A; arr++)
-#pragma unroll
-        for (int p = 0; p < P; p++)
-          if (p < np)
-            cp_async16(smem_addr(ring(k % kS, arr, p)), (const V *)src[arr] + t + p * gsize, true);
-    }
-    cp_async_commit();
-  };
-  if constexpr (S > 0)
-    for (int k = 0; k < S - 1; k++) issue(k);
-  /* ring: the next row's x0, read a row ahead so that its latency is off the row's path */
-  float x0_next = 0.0f;
-  if (S > 0 && !RMS && r0 + group < r1)
-    x0_next = to_float(((const T *)a.x)[(r0 + group) * a.x_stride]);
-  int k = 0;
-  for (int64_t r = r0 + group; r < r1; r += gpc, k++) {
+  for (int64_t r = r0 + group; r < r1; r += gpc) {
     const T *x = (const T *)a.x + r * a.x_stride;
-    V xr[P], dr[P], rr[DRES && S == 0 ? P : 1];
-    if constexpr (S > 0) {
-      smem_fence();
-      issue(k + S - 1);
-      cp_async_wait<S - 1>();
-    } else {
-      const V *xv = (const V *)x;
-      const V *dyv = (const V *)((const T *)a.dy + r * a.dy_stride);
+    V xr[P], dr[P], rr[DRES ? P : 1];
+    const V *xv = (const V *)x;
+    const V *dyv = (const V *)((const T *)a.dy + r * a.dy_stride);
 #pragma unroll
-      for (int p = 0; p < P; p++) {
-        if (p >= np) continue;
-        xr[p] = xv[t + p * gsize];
-        dr[p] = dyv[t + p * gsize];
-        if (DRES) rr[p] = ((const V *)((const T *)a.dres + r * a.dres_stride))[t + p * gsize];
-      }
+    for (int p = 0; p < P; p++) {
+      if (p >= np) continue;
+      xr[p] = xv[t + p * gsize];
+      dr[p] = dyv[t + p * gsize];
+      if (DRES) rr[p] = ((const V *)((const T *)a.dres + r * a.dres_stride))[t + p * gsize];
     }
     float x0 = 0.0f; /* the shift of the header comment */
-    if constexpr (!RMS && S > 0) {
-      x0 = x0_next;
-      if (r + gpc < r1) x0_next = to_float(((const T *)a.x)[(r + gpc) * a.x_stride]);
-    } else if constexpr (!RMS) {
-      x0 = to_float(x[0]);
-    }
+    if constexpr (!RMS) x0 = to_float(x[0]);
     float mean = 0.0f, rstd, mg, mgx;
-    /* pack p of x and dy: from the registers, or read again from the ring at each use (the fence
-     * keeps the compiler from hoisting the reads, so that one pack at a time is live) */
-    auto xp = [&](int p) -> V {
-      if constexpr (S > 0) {
-        smem_fence();
-        return *ring(k % kS, 0, p);
-      } else {
-        return xr[p];
-      }
-    };
-    auto dp = [&](int p) -> V {
-      if constexpr (S > 0)
-        return *ring(k % kS, 1, p);
-      else
-        return dr[p];
-    };
     /* g = dy * wf for pack p's element j */
     auto gof = [&](const V &w, float d, int j) {
       return wv ? d * ((RMS ? a.offset : 0.0f) + to_float(w.v[j])) : d;
@@ -239,7 +142,7 @@ __launch_bounds__(kRowsThreads, DRES && !RMS && S == 0 ? 1 : 2) void norm_bwd_ro
       for (int p = 0; p < P; p++) {
         if (p >= np) continue;
         V w;
-        const V xv = xp(p), dv = dp(p);
+        const V xv = xr[p], dv = dr[p];
         if (wv) w = wv[t + p * gsize];
 #pragma unroll
         for (int j = 0; j < N; j++) {
@@ -248,65 +151,36 @@ __launch_bounds__(kRowsThreads, DRES && !RMS && S == 0 ? 1 : 2) void norm_bwd_ro
         }
       }
     };
-    if constexpr (F) {
-      /* layer: sum d, sum d^2, sum g, sum g d; rms: sum x^2, sum g x */
-      constexpr int K = RMS ? 2 : 4;
-      float s[K];
+    /* layer: sum d, sum d^2, sum g, sum g d; rms: sum x^2, sum g x */
+    constexpr int K = RMS ? 2 : 4;
+    float s[K];
 #pragma unroll
-      for (int i = 0; i < K; i++) s[i] = 0.0f;
-      each([&](int p, int j, float v, float d, float g) {
-        if (!RMS) sb[p][j] += d; /* db needs no statistics: here, off the dx pass */
-        if (RMS) {
-          s[0] += v * v;
-          s[1] += g * v;
-        } else {
-          s[0] += v;
-          s[1] += v * v;
-          s[2] += g;
-          s[3] += g * v;
-        }
-      });
-      group_sum(s, wpr, my_slots, half, bar);
+    for (int i = 0; i < K; i++) s[i] = 0.0f;
+    each([&](int p, int j, float v, float d, float g) {
+      if (!RMS) sb[p][j] += d; /* db needs no statistics: here, off the dx pass */
       if (RMS) {
-        rstd = rsqrtf(s[0] * inv_cols + a.eps);
-        mg = 0.0f;
-        mgx = rstd * s[1] * inv_cols;
+        s[0] += v * v;
+        s[1] += g * v;
       } else {
-        mean = s[0] * inv_cols;
-        rstd = rsqrtf(fmaxf(s[1] * inv_cols - mean * mean, 0.0f) + a.eps);
-        mg = s[2 % K] * inv_cols;
-        mgx = rstd * (s[3 % K] * inv_cols - mean * mg);
+        s[0] += v;
+        s[1] += v * v;
+        s[2] += g;
+        s[3] += g * v;
       }
+    });
+    group_sum(s, wpr, my_slots, half, bar);
+    if (RMS) {
+      rstd = rsqrtf(s[0] * inv_cols + a.eps);
+      mg = 0.0f;
+      mgx = rstd * s[1] * inv_cols;
     } else {
-      float acc[1] = {pack_sum<RMS, P>(xp, np, x0, 0.0f)};
-      group_sum(acc, wpr, my_slots, half, bar);
-      if (RMS) {
-        rstd = rsqrtf(acc[0] * inv_cols + a.eps);
-      } else {
-        mean = acc[0] * inv_cols;
-        float dev[1] = {pack_sum<true, P>(xp, np, x0, mean)};
-        group_sum(dev, wpr, my_slots, half, bar);
-        rstd = rsqrtf(dev[0] * inv_cols + a.eps);
-      }
-#pragma unroll
-      for (int p = 0; p < P && S == 0; p++) {
-        opaque(xr[p]);
-        opaque(dr[p]);
-      }
-      float s2[2] = {0.0f, 0.0f}; /* sum(g), sum(g xhat) */
-      each([&](int p, int j, float v, float d, float g) {
-        const float xhat = (v - mean) * rstd;
-        sw[p][j] += d * xhat;
-        if (!RMS) sb[p][j] += d;
-        s2[0] += g;
-        s2[1] += g * xhat;
-      });
-      group_sum(s2, wpr, my_slots, half, bar);
-      mg = RMS ? 0.0f : s2[0] * inv_cols;
-      mgx = s2[1] * inv_cols;
+      mean = s[0] * inv_cols;
+      rstd = rsqrtf(fmaxf(s[1] * inv_cols - mean * mean, 0.0f) + a.eps);
+      mg = s[2 % K] * inv_cols;
+      mgx = rstd * (s[3 % K] * inv_cols - mean * mg);
     }
 #pragma unroll
-    for (int p = 0; p < P && S == 0; p++) {
+    for (int p = 0; p < P; p++) {
       opaque(xr[p]);
       opaque(dr[p]);
     }
@@ -315,14 +189,14 @@ __launch_bounds__(kRowsThreads, DRES && !RMS && S == 0 ? 1 : 2) void norm_bwd_ro
     for (int p = 0; p < P; p++) {
       if (p >= np) continue;
       V w, o, res;
-      const V xv = xp(p), dv = dp(p);
+      const V xv = xr[p], dv = dr[p];
       if (wv) w = wv[t + p * gsize];
-      if constexpr (DRES) res = S > 0 ? *ring(k % kS, 2, p) : rr[p];
+      if constexpr (DRES) res = rr[p];
 #pragma unroll
       for (int j = 0; j < N; j++) {
         const float xhat = (to_float(xv.v[j]) - x0 - mean) * rstd, d = to_float(dv.v[j]);
         const float g = gof(w, d, j);
-        if constexpr (F) sw[p][j] += d * xhat;
+        sw[p][j] += d * xhat;
         float v = rstd * (g - mg - xhat * mgx);
         if constexpr (DRES) v += to_float(res.v[j]);
         o.v[j] = from_float<T>(v);
@@ -330,18 +204,9 @@ __launch_bounds__(kRowsThreads, DRES && !RMS && S == 0 ? 1 : 2) void norm_bwd_ro
       dxv[t + p * gsize] = o;
     }
   }
-  /* the block's partial row: group 0's terms, then each next group's added in order; with the
-   * ring, summed in shared memory (the ring's first 2 cols floats, free now: S x A >= 4 arrays
-   * of at least cols elements) and written out once */
+  /* the block's partial row: group 0's terms, then each next group's added in order */
   const int64_t base = (int64_t)blockIdx.x * cols;
   float *acc_w = part_w ? part_w + base : nullptr, *acc_b = part_b ? part_b + base : nullptr;
-  if constexpr (S > 0) {
-    cp_async_wait<0>(); /* the trailing empty groups */
-    __syncthreads();    /* every thread's last reads of the ring */
-    float *row = reinterpret_cast<float *>(norm_bwd_ring);
-    acc_w = part_w ? row : nullptr;
-    acc_b = part_b ? row + cols : nullptr;
-  }
   for (int k = 0; k < gpc; k++) {
     if (group == k) {
 #pragma unroll
@@ -357,18 +222,9 @@ __launch_bounds__(kRowsThreads, DRES && !RMS && S == 0 ? 1 : 2) void norm_bwd_ro
     }
     __syncthreads();
   }
-  if constexpr (S > 0) /* cols is a multiple of 4 (16-byte packs), the rows 16-byte aligned */
-    for (int i = (int)threadIdx.x * 4; i < cols; i += (int)blockDim.x * 4) {
-      if (part_w)
-        *reinterpret_cast<float4 *>(part_w + base + i) =
-            *reinterpret_cast<const float4 *>(acc_w + i);
-      if (part_b)
-        *reinterpret_cast<float4 *>(part_b + base + i) =
-            *reinterpret_cast<const float4 *>(acc_b + i);
-    }
 }
 
-/* The rows variant's shape: warps per row and packs per thread (2 or 4; 0 when the row is longer
+/* The rows kernel's shape: warps per row and packs per thread (2 or 4; 0 when the row is longer
  * than kRowsMaxWarps warps of max_packs packs). */
 struct RowsShape {
   int wpr, packs;
@@ -384,43 +240,26 @@ RowsShape rows_shape(int64_t packs, int max_packs = kRowsMaxPacks) {
 
 using RowsKernel = void (*)(kite_norm_bwd_args, Plan, int, float *, float *);
 
-/* The rows kernels: rows (the row's sums in two or three reductions), rows_fused (in one),
- * rows_fused_wide (in one, at most 2 packs per thread: twice the warps per row of rows_fused
- * where it holds 3-4, for half the registers of dw / db terms and no spills), or rows_async (the
- * ring; layer norm with dres only). */
-enum class RowsForm { rows, fused, fused_wide, ring };
-
 constexpr int kWidePacks = 2; /* rows_fused_wide's packs per thread */
 
-template <typename T, int P> RowsKernel rows_kernel_p(bool rms, bool dres, RowsForm form) {
-  if (form == RowsForm::ring) return norm_bwd_rows_kernel<T, P, false, true, kRingStages, false>;
-  if (form == RowsForm::fused || form == RowsForm::fused_wide) {
-    if (rms)
-      return dres ? norm_bwd_rows_kernel<T, P, true, true, 0, true>
-                  : norm_bwd_rows_kernel<T, P, true, false, 0, true>;
-    return dres ? norm_bwd_rows_kernel<T, P, false, true, 0, true>
-                : norm_bwd_rows_kernel<T, P, false, false, 0, true>;
-  }
+template <typename T, int P> RowsKernel rows_kernel_p(bool rms, bool dres) {
   if (rms)
-    return dres ? norm_bwd_rows_kernel<T, P, true, true, 0, false>
-                : norm_bwd_rows_kernel<T, P, true, false, 0, false>;
-  return dres ? norm_bwd_rows_kernel<T, P, false, true, 0, false>
-              : norm_bwd_rows_kernel<T, P, false, false, 0, false>;
+    return dres ? norm_bwd_rows_kernel<T, P, true, true> : norm_bwd_rows_kernel<T, P, true, false>;
+  return dres ? norm_bwd_rows_kernel<T, P, false, true> : norm_bwd_rows_kernel<T, P, false, false>;
 }
 
-template <typename T> RowsKernel rows_kernel(int packs, bool rms, bool dres, RowsForm form) {
-  return packs == 2 ? rows_kernel_p<T, 2>(rms, dres, form) : rows_kernel_p<T, 4>(rms, dres, form);
+template <typename T> RowsKernel rows_kernel(int packs, bool rms, bool dres) {
+  return packs == 2 ? rows_kernel_p<T, 2>(rms, dres) : rows_kernel_p<T, 4>(rms, dres);
 }
 
 /* As many blocks as are resident at once on the device (at least one per multiprocessor), fewer
  * when the rows give each group less than one row or the partials would pass kMaxPartials; each
  * block a band of consecutive rows. */
-Plan rows_plan(const kite_norm_bwd_args *a, RowsKernel kernel, unsigned threads, int gpc,
-               size_t smem) {
+Plan rows_plan(const kite_norm_bwd_args *a, RowsKernel kernel, unsigned threads, int gpc) {
   Plan p{0, 1};
   if (a->rows <= 0 || a->cols <= 0) return p;
   int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (int)threads, smem) !=
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (int)threads, 0) !=
       cudaSuccess) {
     (void)cudaGetLastError();
     per_sm = 1;
@@ -437,6 +276,10 @@ Plan rows_plan(const kite_norm_bwd_args *a, RowsKernel kernel, unsigned threads,
   return p;
 }
 
+bool wide_form(const kite_norm_bwd_args *a) {
+  return a->op == KITE_OP_LAYER_NORM_BACKWARD && a->dres != nullptr;
+}
+
 } // namespace
 
 extern "C" CUDA_SUPPORTS(cuda_norm_bwd_rows_supports) {
@@ -446,86 +289,51 @@ extern "C" CUDA_SUPPORTS(cuda_norm_bwd_rows_supports) {
                    "row longer than 8 warps of 4 16-byte packs per thread", why);
 }
 
-/* rows_fused_wide: rows of up to kRowsMaxWarps warps of kWidePacks packs. */
+/* rows_fused_wide: layer norm with dres (the one form where it beat rows_fused on an H100), rows
+ * of up to kRowsMaxWarps warps of kWidePacks packs. */
 extern "C" CUDA_SUPPORTS(cuda_norm_bwd_wide_supports) {
   const kite_norm_bwd_args *a = (const kite_norm_bwd_args *)args;
   if (!packed_layout(k, args, why)) return false;
+  if (!ok_unless(!wide_form(a), "rows_fused_wide only for layer norm with dres", why)) return false;
   return ok_unless(rows_shape(a->cols / vec_elems_of(a->dtype), kWidePacks).wpr == 0,
                    "row longer than 8 warps of 2 16-byte packs per thread", why);
 }
 
-/* rows_async: layer norm with dres (the one form where the ring beat rows on an H100), the rows
- * fit and the ring fits the device's shared memory. */
-extern "C" CUDA_SUPPORTS(cuda_norm_bwd_ring_supports) {
-  const kite_norm_bwd_args *a = (const kite_norm_bwd_args *)args;
-  if (!cuda_norm_bwd_rows_supports(k, args, why)) return false;
-  if (!ok_unless(a->op != KITE_OP_LAYER_NORM_BACKWARD || a->dres == nullptr,
-                 "the ring only for layer norm with dres", why))
-    return false;
-  const int packs = rows_shape(a->cols / vec_elems_of(a->dtype)).packs;
-  return ok_unless(rows_ring_bytes(packs, kRowsThreads) > smem_optin(),
-                   "the cp.async ring does not fit in the device's shared memory", why);
-}
-
-/* rows, rows_fused, rows_fused_wide and rows_async: one kernel, its row sums in one reduction or
- * more, its loads straight or through the cp.async ring. */
+/* rows_fused and rows_fused_wide: one kernel, at most max_packs packs per thread. */
 static kite_status run_rows(kite_ctx *ctx, const kite_norm_bwd_args *a, const char *variant,
-                            RowsForm form) {
+                            int max_packs) {
   const char *name = cuda_op_str(a->op);
   if (!is_norm_bwd(a->op))
     return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.%s: not a norm backward", name, variant);
-  const bool ring = form == RowsForm::ring, dres = a->dres != nullptr;
-  if (ring && (a->op != KITE_OP_LAYER_NORM_BACKWARD || !dres))
-    return kite_set_error(KITE_ERR_UNSUPPORTED,
-                          "%s: cuda.%s: the ring only for layer norm with dres", name, variant);
   return with_float_type(a->dtype, name, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const int64_t cols = a->cols > 0 ? a->cols : 0;
-    const RowsShape sh = rows_shape(cols / vec_elems<T>(),
-                                    form == RowsForm::fused_wide ? kWidePacks : kRowsMaxPacks);
+    const RowsShape sh = rows_shape(cols / vec_elems<T>(), max_packs);
     if (sh.wpr == 0)
       return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.%s: rows of %lld do not fit", name,
                             variant, (long long)a->cols);
     const int gpc = kRowsThreads / (32 * sh.wpr);
     const unsigned threads = (unsigned)(gpc * 32 * sh.wpr);
     const RowsKernel kernel =
-        rows_kernel<T>(sh.packs, a->op == KITE_OP_RMS_NORM_BACKWARD, dres, form);
-    const size_t smem = ring ? rows_ring_bytes(sh.packs, threads) : 0;
-    /* the dynamic ring beside the static slots may pass the default 48 KiB even when the ring
-     * alone does not: always raise the limit to the ring */
-    if (ring && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)smem) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return kite_set_error(KITE_ERR_UNSUPPORTED, "%s: cuda.%s: %zu bytes of shared memory", name,
-                            variant, smem);
-    }
-    /* the ring wants the largest shared-memory carveout, so that two blocks of 256 fit on a
-     * multiprocessor (a hint: its failure changes nothing but the occupancy) */
-    if (ring && cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                     cudaSharedmemCarveoutMaxShared) != cudaSuccess)
-      (void)cudaGetLastError();
+        rows_kernel<T>(sh.packs, a->op == KITE_OP_RMS_NORM_BACKWARD, a->dres != nullptr);
     return run_norm_bwd(
-        ctx, a, variant, [&] { return rows_plan(a, kernel, threads, gpc, smem); },
+        ctx, a, variant, [&] { return rows_plan(a, kernel, threads, gpc); },
         [&](auto, Plan plan, float *pw, float *pb, cudaStream_t s) {
-          kernel<<<(unsigned)plan.blocks, threads, smem, s>>>(*a, plan, sh.wpr, pw, pb);
+          kernel<<<(unsigned)plan.blocks, threads, 0, s>>>(*a, plan, sh.wpr, pw, pb);
           return KITE_OK;
-        },
-        ring);
+        });
   });
 }
 
-extern "C" CUDA_RUN(cuda_norm_bwd_rows_run) {
-  return run_rows(ctx, (const kite_norm_bwd_args *)args, "rows", RowsForm::rows);
-}
-
 extern "C" CUDA_RUN(cuda_norm_bwd_rows_fused_run) {
-  return run_rows(ctx, (const kite_norm_bwd_args *)args, "rows_fused", RowsForm::fused);
+  return run_rows(ctx, (const kite_norm_bwd_args *)args, "rows_fused", kRowsMaxPacks);
 }
 
 extern "C" CUDA_RUN(cuda_norm_bwd_rows_fused_wide_run) {
-  return run_rows(ctx, (const kite_norm_bwd_args *)args, "rows_fused_wide", RowsForm::fused_wide);
-}
-
-extern "C" CUDA_RUN(cuda_norm_bwd_rows_async_run) {
-  return run_rows(ctx, (const kite_norm_bwd_args *)args, "rows_async", RowsForm::ring);
+  const kite_norm_bwd_args *a = (const kite_norm_bwd_args *)args;
+  if (!wide_form(a))
+    return kite_set_error(KITE_ERR_UNSUPPORTED,
+                          "%s: cuda.rows_fused_wide: only for layer norm with dres",
+                          cuda_op_str(a->op));
+  return run_rows(ctx, a, "rows_fused_wide", kWidePacks);
 }
