@@ -63,22 +63,6 @@ __device__ __forceinline__ float join_sink(const AttnParams &p, int64_t h, float
   return f;
 }
 
-__device__ __forceinline__ uint32_t smem_addr(const void *p) {
-  return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-/* 16 bytes global -> shared; with ok false nothing is read and the 16 bytes become zeros. */
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool ok) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(ok ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
 /* 2^x on the special-function unit; -inf gives 0. */
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;

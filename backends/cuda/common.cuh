@@ -83,6 +83,22 @@ template <int N, typename T> __device__ __forceinline__ void store_floats(T *p, 
   }
 }
 
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16 bytes global -> shared; with ok false nothing is read and the 16 bytes become zeros. */
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool ok) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(ok ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 /* ---- reductions ---------------------------------------------------------------------------- */
 struct Sum {
   __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
@@ -375,15 +391,25 @@ cudaError_t launch_clusters(void (*kernel)(KArgs...), unsigned blocks, unsigned 
   return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
+/* An attribute of the current device; fallback when the runtime cannot say or it is not > 0. */
+inline int device_attr(cudaDeviceAttr what, int fallback) {
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, what, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return fallback;
+  }
+  return n > 0 ? n : fallback;
+}
+
 /* Multiprocessors of the current device (132, an H100's, when the runtime cannot say). */
 inline int sm_count() {
-  int dev = 0, n = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 132;
-  }
-  return n > 0 ? n : 132;
+  return device_attr(cudaDevAttrMultiProcessorCount, 132);
+}
+
+/* The shared memory a block of the current device may opt in to (227 KB on Hopper; 0 when the
+ * runtime cannot say). */
+inline size_t smem_optin() {
+  return (size_t)device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
 }
 
 /* One block per row, the kernels looping when rows exceed the grid limit. */

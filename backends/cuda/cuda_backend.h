@@ -99,8 +99,9 @@ CUDA_RUN(cuda_act_bwd_generic_run);
 /* norm_backward.cu: rms_norm_backward, layer_norm_backward (and their fused pre-rule forms) */
 CUDA_SUPPORTS(cuda_norm_bwd_rows_supports);
 CUDA_SUPPORTS(cuda_norm_bwd_vec_supports);
-CUDA_RUN(cuda_norm_bwd_rows_run);
-CUDA_RUN(cuda_norm_bwd_rows_prefetch_run);
+CUDA_SUPPORTS(cuda_norm_bwd_wide_supports);
+CUDA_RUN(cuda_norm_bwd_rows_fused_run);
+CUDA_RUN(cuda_norm_bwd_rows_fused_wide_run);
 CUDA_RUN(cuda_norm_bwd_vec_run);
 CUDA_RUN(cuda_norm_bwd_generic_run);
 /* rope_backward: rope.cu's kernels (cuda_rope_*), turning by -theta */

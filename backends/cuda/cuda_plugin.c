@@ -216,7 +216,7 @@ enum {
 #define KERNEL_SM90(...) KERNEL_NEEDS(CUDA_FEATURE_SM90, "sm_90", __VA_ARGS__)
 #define VEC(op_id, family, desc)                                                                   \
   KERNEL(op_id, "vec", PRIORITY_VEC, cuda_##family##_vec_supports, cuda_##family##_vec_run, desc)
-/* the norm backward's persistent variants, first among the vec kernels of their op */
+/* the norm backward's persistent rows_fused, before vec (any form whose rows fit) */
 #define ROWS(op_id, name, run_fn, desc)                                                            \
   KERNEL(op_id, name, PRIORITY_VEC, cuda_norm_bwd_rows_supports, run_fn, desc)
 #define GENERIC(op_id, family, desc)                                                               \
@@ -418,18 +418,20 @@ static const kite_kernel cuda_kernels[] = {
     /* training: backward ops */
     VEC_AND_GENERIC(KITE_OP_ACTIVATION_BACKWARD, act_bwd, "dy * act'(x)"),
     VEC_AND_GENERIC(KITE_OP_GATED_BACKWARD, act_bwd, "d gate and d up"),
-    ROWS(KITE_OP_RMS_NORM_BACKWARD, "rows", cuda_norm_bwd_rows_run,
-         "persistent bands of rows, a warp or a few per row, dw in registers"),
-    ROWS(KITE_OP_RMS_NORM_BACKWARD, "rows_prefetch", cuda_norm_bwd_rows_prefetch_run,
-         "rows, each group's next row prefetched into L2"),
+    ROWS(KITE_OP_RMS_NORM_BACKWARD, "rows_fused", cuda_norm_bwd_rows_fused_run,
+         "persistent bands of rows, a warp or a few per row, the row's two sums in one reduction, "
+         "dw in registers"),
     VEC(KITE_OP_RMS_NORM_BACKWARD, norm_bwd,
         "runs of rows per block, row in registers, dw by fixed-order partials"),
     GENERIC(KITE_OP_RMS_NORM_BACKWARD, norm_bwd,
             "runs of rows per block, any layout, dw by fixed-order partials"),
-    ROWS(KITE_OP_LAYER_NORM_BACKWARD, "rows", cuda_norm_bwd_rows_run,
-         "persistent bands of rows, a warp or a few per row, dw/db in registers"),
-    ROWS(KITE_OP_LAYER_NORM_BACKWARD, "rows_prefetch", cuda_norm_bwd_rows_prefetch_run,
-         "rows, each group's next row prefetched into L2"),
+    KERNEL(KITE_OP_LAYER_NORM_BACKWARD, "rows_fused_wide", PRIORITY_VEC,
+           cuda_norm_bwd_wide_supports, cuda_norm_bwd_rows_fused_wide_run,
+           "rows_fused with dres only, at most 2 packs per thread: more warps per row, fewer "
+           "registers"),
+    ROWS(KITE_OP_LAYER_NORM_BACKWARD, "rows_fused", cuda_norm_bwd_rows_fused_run,
+         "persistent bands of rows, a warp or a few per row, the row's four sums in one "
+         "reduction, dw/db in registers"),
     VEC(KITE_OP_LAYER_NORM_BACKWARD, norm_bwd,
         "runs of rows per block, row in registers, dw/db by fixed-order partials"),
     GENERIC(KITE_OP_LAYER_NORM_BACKWARD, norm_bwd,
