@@ -24,10 +24,22 @@
  * they were appended, which varies from run to run: the top-p boundary may move by a rounding error
  * of a double sum, within the near-tie kite.h allows.
  *
+ * Two variants: cuda.select streams 8 logits a thread per step over a portable cluster of up to 8
+ * blocks; cuda.select16 (the small-batch one) allows a cluster of 16 where the device can place it
+ * (an H100 can: 8016 logits a block at V 128256), loads 16 logits a thread per step (one step for
+ * such a slice: one memory latency), starts tau at a bound read off the first step's registers
+ * (each warp's ceil(k / 16)-th largest thread maximum; the smallest over the warps has k logits of
+ * the slice at or above it, so the buffer rarely overflows), and splits the finish's counts and
+ * mass sums over up to 32 threads a candidate.
+ *
+ * Building with KITE_SAMPLE_SELECT_TRACE defined prints, for row 0 of each launch, clock64 stamps
+ * at the phase boundaries of block 0 and the cluster's last block, and the candidate counts.
+ *
  * Rows without top-k (or k > 1024), greedy rows aside, and rows whose ties keep more than half the
  * buffer above any threshold (e.g. 4096 equal logits at the k-th largest) go to block_sample_row in
  * block 0: the one-block kernel, exact for every row, slower.
  */
+#include <atomic>
 #include <cooperative_groups.h>
 
 #include "sampling.cuh"
@@ -40,11 +52,22 @@ namespace cg = cooperative_groups;
 
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
-constexpr int kPer = 8;     /* logits a thread has in flight per step */
 constexpr int kCand = 4096; /* candidates a block holds */
 constexpr int kBins = 256;
-constexpr int kMaxCluster = 8; /* the portable cluster size */
-static_assert(kPer <= 32, "a thread's pending logits are a 32-bit mask");
+constexpr int kPortable = 8;    /* the portable cluster size */
+constexpr int kMaxCluster = 16; /* the non-portable one, where the device places it */
+
+/* A variant: the most blocks a row, logits a thread has in flight per step, the small-batch paths
+ * (the first step's bound on tau, the finish split over threads), and blocks a multiprocessor
+ * (1 leaves 128 registers a thread: 16 logits in flight do not spill). */
+template <int Blocks, int Per, bool Fast, int PerSm> struct Variant {
+  static constexpr int kBlocks = Blocks, kPer = Per, kPerSm = PerSm;
+  static constexpr bool kFast = Fast;
+  static_assert(Per <= 32, "a thread's pending logits are a 32-bit mask");
+  static_assert(Blocks <= kMaxCluster, "Shared::off holds kMaxCluster + 1 offsets");
+};
+using Select = Variant<kPortable, 8, false, 2>;
+using Select16 = Variant<kMaxCluster, 16, true, 1>;
 
 struct Shared {
   float v[2][kCand];
@@ -56,6 +79,7 @@ struct Shared {
   int bin;
   int kept;
   uint32_t min_key;
+  uint32_t bound_key; /* the first step's bound on tau (cuda.select16) */
   float tau;
   float m; /* published max and its index, for block 0 */
   int64_t amax;
@@ -66,8 +90,67 @@ struct Shared {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define KITE_SAMPLING_SELECT 1
 
-constexpr int kStep = kThreads * kPer; /* logits a block streams per step */
-constexpr int64_t kMaxK = 1024;        /* the largest top-k the candidate buffers serve */
+constexpr int64_t kMaxK = 1024; /* the largest top-k the candidate buffers serve */
+
+#ifdef KITE_SAMPLE_SELECT_TRACE
+/* [slot][phase]: clock64 at each phase of row 0, slot 0 for block 0, 1 for the last block;
+ * [slot][kPhases + j]: the candidates after the stream (j 0), merged (1) and finished (2), shrink
+ * rounds (3), %globaltimer at the start (4) and the end (5). Phases: 0 start, 1 first loads in,
+ * 2 bound, 3 stream done, 4 shrunk + max, 5 cluster barrier, 6 merged, 7 finish shrunk, 8 top-k
+ * counts, 9 race, 10 end. */
+constexpr int kPhases = 11;
+__device__ long long select_trace[2][kPhases + 6];
+__device__ __forceinline__ int trace_slot() {
+  const cg::cluster_group g = cg::this_cluster();
+  if (blockIdx.y != 0 || threadIdx.x != 0) return -1;
+  return g.block_rank() == 0 ? 0 : g.block_rank() == g.num_blocks() - 1 ? 1 : -1;
+}
+__device__ __forceinline__ void trace(int phase) {
+  const int s = trace_slot();
+  if (s >= 0) select_trace[s][phase] = clock64();
+  if (s >= 0 && phase == 0) select_trace[s][kPhases + 4] = global_ns();
+  if (s >= 0 && phase == 0)
+    for (int j = 0; j < 4; j++) select_trace[s][kPhases + j] = 0;
+}
+__device__ __forceinline__ void trace_count(int j, long long v, bool add = false) {
+  const int s = trace_slot();
+  if (s >= 0) select_trace[s][kPhases + j] = add ? select_trace[s][kPhases + j] + v : v;
+}
+__device__ __forceinline__ long long global_ns() {
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+/* Row 0's split, printed by block 0 once the cluster is done. */
+__device__ void trace_print(int blocks) {
+  if (trace_slot() != 0) return;
+  long long *a = select_trace[0], *b = select_trace[1];
+  printf("select trace: blocks %d, %lld ns; candidates %lld (block 0) %lld (last) merged %lld "
+         "final %lld, shrink rounds %lld + %lld\n",
+         blocks, a[kPhases + 5] - a[kPhases + 4], a[kPhases], b[kPhases], a[kPhases + 1],
+         a[kPhases + 2], a[kPhases + 3], b[kPhases + 3]);
+  printf("select trace cycles from start, block 0 / last:");
+  for (int j = 1; j < kPhases; j++) printf(" %d:%lld/%lld", j, a[j] - a[0], b[j] - b[0]);
+  printf("\n");
+}
+#else
+__device__ __forceinline__ void trace(int) {}
+__device__ __forceinline__ void trace_count(int, long long, bool = false) {}
+#endif
+
+/* The c-th largest (1 <= c <= 32) of the warp's x; every lane gets it. Each lane's rank (larger
+ * values first, lower lanes first among equal ones) is distinct, so one lane holds rank c - 1. */
+__device__ __forceinline__ float warp_kth(float x, int c) {
+  const int lane = threadIdx.x & 31;
+  int rank = 0;
+#pragma unroll
+  for (int l = 0; l < 32; l++) {
+    const float y = __shfl_sync(0xffffffffu, x, l);
+    rank += y > x || (y == x && l < lane);
+  }
+  const unsigned who = __ballot_sync(0xffffffffu, rank == c - 1);
+  return __shfl_sync(0xffffffffu, x, __ffs(who) - 1);
+}
 
 /* Appends (v, i) where `want`, a warp at a time (every lane calls it); true when it was stored. */
 __device__ __forceinline__ bool append(Shared *sh, bool want, float v, int32_t i) {
@@ -102,6 +185,7 @@ __device__ bool shrink(Shared *sh, int64_t k, int goal) {
     __syncthreads(); /* every thread has read sh->n */
     const int n = sh->n < kCand ? sh->n : kCand, cur = sh->cur;
     if (n <= goal) return true;
+    trace_count(3, 1, true);
     const float *bv = sh->v[cur];
     float lo = INFINITY, hi = -INFINITY;
     for (int e = tid; e < n; e += kThreads) {
@@ -173,13 +257,18 @@ __device__ bool shrink(Shared *sh, int64_t k, int goal) {
   return true;
 }
 
-/* Streams count logits, value(q) and index(q), through tau into the buffer; with kMax, tracks the
- * largest and its lowest index in m / amax (per thread; index(q) grows with q). With want false
- * only the max. Returns false when the buffer could not be shrunk (sh->fail set; the max still
- * covers every logit); every thread returns the same. index(q) is read for appended logits only. */
-template <bool kMax, typename Value, typename Index>
+/* Streams count logits, value(q) and index(q), through tau into the buffer, kPer a thread per step;
+ * with kMax, tracks the largest and its lowest index in m / amax (per thread; index(q) grows with
+ * q). With want false only the max. With kBound, the first step raises tau to the smallest over
+ * the warps of each warp's ceil(k / kWarps)-th largest thread maximum when k <= 32 kWarps: every
+ * warp has that many logits at or above it, k in all, so it stays <= the k-th largest (reads
+ * sh->bound_key, all ones at the start). Returns false when the buffer could not be shrunk
+ * (sh->fail set; the max still covers every logit); every thread returns the same. index(q) is
+ * read for appended logits only. */
+template <int kPer, bool kMax, bool kBound, typename Value, typename Index>
 __device__ bool stream(Shared *sh, int64_t count, int64_t k, const bool want, Value value,
                        Index index, float &m, int64_t &amax) {
+  constexpr int kStep = kThreads * kPer; /* logits a block streams per step */
   const int tid = threadIdx.x;
   bool filter = want;
   for (int64_t base = 0; base < count; base += kStep) {
@@ -193,8 +282,21 @@ __device__ bool stream(Shared *sh, int64_t count, int64_t k, const bool want, Va
 #pragma unroll
       for (int j = 0; j < kPer; j++)
         if (v[j] > m) m = v[j], amax = index(base + j * kThreads + tid);
+    if (kMax && base == 0) trace(1);
     if (!filter) continue;
-    const float tau = sh->tau;
+    float tau = sh->tau;
+    bool publish = false; /* tau raised by the bound: sh->tau takes it after the next barrier */
+    if (kBound && base == 0 && k <= 32 * kWarps) {
+      float tm = -INFINITY; /* out-of-range logits are -inf */
+#pragma unroll
+      for (int j = 0; j < kPer; j++) tm = fmaxf(tm, v[j]);
+      const float b = warp_kth(tm, (int)((k + kWarps - 1) / kWarps));
+      if ((tid & 31) == 0) atomicMin(&sh->bound_key, order_key(b));
+      __syncthreads();
+      tau = fmaxf(tau, key_value(sh->bound_key));
+      publish = true;
+      trace(2);
+    }
     unsigned pend = 0;
 #pragma unroll
     for (int j = 0; j < kPer; j++)
@@ -207,6 +309,10 @@ __device__ bool stream(Shared *sh, int64_t count, int64_t k, const bool want, Va
         if (append(sh, w, v[j], id)) pend &= ~(1u << j);
       }
       __syncthreads();
+      if (publish) {
+        if (tid == 0) sh->tau = tau; /* every thread read sh->tau before the barrier */
+        publish = false;
+      }
       const bool over = sh->n > kCand;
       if (!over) break;
       if (!shrink(sh, k, kCand / 2)) { /* ties: the max alone from here on */
@@ -224,47 +330,65 @@ __device__ bool stream(Shared *sh, int64_t count, int64_t k, const bool want, Va
   return filter || !want;
 }
 
-/* Block 0's end of a top-k row: the kept set among the candidates, then the race. */
-__device__ int64_t finish(Shared *sh, const kite_sample_row &p, float m, int64_t amax) {
+/* Block 0's end of a top-k row: the kept set among the candidates, then the race. With split,
+ * g threads a candidate (a power of two <= 32, 2 g n <= kThreads) each count and sum a g-th of the
+ * pairs, joined by shuffles; the loops run the same rounds in every thread. */
+__device__ int64_t finish(Shared *sh, const kite_sample_row &p, float m, int64_t amax, bool split) {
   const int tid = threadIdx.x;
   const int64_t k = p.top_k;
   shrink(sh, k, (int)(2 * k > 64 ? 2 * k : 64)); /* fewer pairs below; false only on ties */
+  trace(7);
   const int n = sh->n < kCand ? sh->n : kCand, cur = sh->cur;
+  trace_count(2, n);
   const float *cv = sh->v[cur];
   const int32_t *ci = sh->i[cur];
   float *w = sh->v[cur ^ 1]; /* top-k survivors' weights, -1 for the others */
   const float t = p.temperature;
+  int g = 1;
+  if (split)
+    while (g < 32 && 2 * g * n <= kThreads) g *= 2;
+  const int sub = tid & (g - 1), per = kThreads / g, rounds = (n + per - 1) / per;
   double part = 0.0;
-  for (int e = tid; e < n; e += kThreads) {
-    const float v = cv[e];
-    int64_t gt = 0;
-    for (int f = 0; f < n; f++) gt += cv[f] > v;
-    w[e] = gt < k ? expf((v - m) / t) : -1.0f;
-    if (gt < k) part += (double)w[e];
+  for (int r = 0; r < rounds; r++) {
+    const int e = r * per + tid / g;
+    const float v = e < n ? cv[e] : 0.0f;
+    int gt = 0;
+    if (e < n)
+      for (int f = sub; f < n; f += g) gt += cv[f] > v;
+    for (int o = 1; o < g; o <<= 1) gt += __shfl_xor_sync(0xffffffffu, gt, o);
+    if (e < n && sub == 0) {
+      w[e] = gt < k ? expf((v - m) / t) : -1.0f;
+      if (gt < k) part += (double)w[e];
+    }
   }
   const double target =
       (double)p.top_p * block_sum_ordered(part, sh->wsum); /* its barriers publish w */
+  trace(8);
   const float zcut = p.min_p > 0.0f ? logf(p.min_p) : -INFINITY;
   float bs = -INFINITY;
   int64_t bi = amax;
-  for (int e = tid; e < n; e += kThreads) {
-    if (w[e] < 0.0f) continue;
-    const float v = cv[e], z = (v - m) / t;
-    if (p.top_p < 1.0f && v != m) {
-      double above = 0.0;
-      for (int f = 0; f < n; f++)
+  for (int r = 0; r < rounds; r++) {
+    const int e = r * per + tid / g;
+    const bool live = e < n && w[e] >= 0.0f;
+    const float v = live ? cv[e] : 0.0f;
+    const bool mass = live && p.top_p < 1.0f && v != m; /* the largest is always kept */
+    double above = 0.0;
+    if (mass)
+      for (int f = sub; f < n; f += g)
         if (w[f] >= 0.0f && cv[f] > v) above += (double)w[f];
-      if (!(above < target)) continue;
-    }
+    for (int o = 1; o < g; o <<= 1) above += __shfl_xor_sync(0xffffffffu, above, o);
+    if (!live || sub != 0 || (mass && !(above < target))) continue;
+    const float z = (v - m) / t;
     if (!(z >= zcut)) continue;
     const float sc = race_score(z, kite_sample_words(&p, ci[e] >> 2).v[ci[e] & 3]);
     if (beats(sc, ci[e], bs, bi)) bs = sc, bi = ci[e];
   }
   block_best(bs, bi);
+  trace(9);
   return bs == -INFINITY ? amax : bi;
 }
 
-template <typename T>
+template <typename T, typename C>
 __device__ void select_row(cg::cluster_group &g, Shared *sh, const kite_sample_args &a, int64_t r) {
   const int tid = threadIdx.x;
   const int rank = (int)g.block_rank(), blocks = (int)g.num_blocks();
@@ -277,17 +401,23 @@ __device__ void select_row(cg::cluster_group &g, Shared *sh, const kite_sample_a
     if (rank == 0) block_sample_row<T>(a, r);
     return;
   }
-  if (tid == 0) sh->n = 0, sh->cur = 0, sh->fail = 0, sh->tau = -INFINITY;
+  if (tid == 0)
+    sh->n = 0, sh->cur = 0, sh->fail = 0, sh->tau = -INFINITY, sh->bound_key = 0xffffffffu;
   __syncthreads();
+  trace(0);
   float m = -INFINITY;
   int64_t amax = INT64_MAX;
-  const bool ok = stream<true>(
+  const bool ok = stream<C::kPer, true, C::kFast>(
       sh, len, p.top_k, topk, [&](int64_t q) { return logit(x, begin + q); },
       [&](int64_t q) { return begin + q; }, m, amax);
+  trace(3);
+  trace_count(0, sh->n);
   if (ok && topk) shrink(sh, p.top_k, (int)(2 * p.top_k > 64 ? 2 * p.top_k : 64));
   block_best(m, amax);
   if (tid == 0) sh->m = m, sh->amax = amax;
+  trace(4);
   g.sync();
+  trace(5);
   if (rank == 0) {
     bool fail = false;
     for (int b = 1; b < blocks; b++) {
@@ -312,14 +442,22 @@ __device__ void select_row(cg::cluster_group &g, Shared *sh, const kite_sample_a
         sh->off[tid] = off; /* sh->off[b]: the first of peer b's; off[blocks]: the total */
       }
       __syncthreads();
-      const auto at = [&](int64_t q, int &b) {
-        b = 1;
-        while (b + 1 < blocks && q >= sh->off[b + 1]) b++;
-        return (int)(q - sh->off[b]);
+      const auto at = [&](int64_t q, int &b) { /* the last peer b with off[b] <= q */
+                                               int lo = 1, hi = blocks - 1;
+                                               while (lo < hi) {
+                                                 const int mid = (lo + hi + 1) >> 1;
+                                                 if (q >= sh->off[mid])
+                                                   lo = mid;
+                                                 else
+                                                   hi = mid - 1;
+                                               }
+                                               b = lo;
+                                               return (int)(q - sh->off[b]);
       };
       float m2 = m;
       int64_t a2 = amax;
-      const bool merged = stream<false>(
+      trace_count(1, sh->off[blocks]);
+      const bool merged = stream<C::kPer, false, false>(
           sh, sh->off[blocks], p.top_k, true,
           [&](int64_t q) {
             int b;
@@ -334,8 +472,9 @@ __device__ void select_row(cg::cluster_group &g, Shared *sh, const kite_sample_a
             return (int64_t)o->i[o->cur][e];
           },
           m2, a2);
+      trace(6);
       if (merged) {
-        const int64_t tok = finish(sh, p, m, amax);
+        const int64_t tok = finish(sh, p, m, amax, C::kFast);
         if (tid == 0) a.tokens[r] = (int32_t)(tok >= 0 && tok < V ? tok : amax);
       } else {
         block_sample_row<T>(a, r);
@@ -343,29 +482,101 @@ __device__ void select_row(cg::cluster_group &g, Shared *sh, const kite_sample_a
     }
   }
   g.sync(); /* the peers' buffers are no longer read */
+  trace(10);
+#ifdef KITE_SAMPLE_SELECT_TRACE
+  if (trace_slot() == 0) select_trace[0][kPhases + 5] = global_ns();
+#endif
 }
 
 #endif /* __CUDA_ARCH__ >= 900 */
 
-template <typename T>
-__global__ __launch_bounds__(kThreads, 2) void sample_select_kernel(kite_sample_args a) {
+template <typename T, typename C>
+__global__ __launch_bounds__(kThreads, C::kPerSm) void sample_select_kernel(kite_sample_args a) {
 #ifdef KITE_SAMPLING_SELECT
   extern __shared__ float4 smem[];
   Shared *sh = (Shared *)smem;
   cg::cluster_group g = cg::this_cluster();
   for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
-    select_row<T>(g, sh, a, r);
+    select_row<T, C>(g, sh, a, r);
     __syncthreads();
   }
+#ifdef KITE_SAMPLE_SELECT_TRACE
+  trace_print((int)g.num_blocks());
+#endif
 #endif
 }
 
-/* Blocks per row: enough clusters to give every multiprocessor two blocks, 1 to 8 a row. */
-unsigned cluster_blocks(int64_t rows) {
-  const int64_t want = 2 * (int64_t)sm_count() / (rows > 0 ? rows : 1);
+/* Per device: 0 until the kernel's attributes are set, then 1 + whether a cluster of 16 can run. */
+constexpr int kDevices = 64;
+template <typename T, typename C> std::atomic<int> ready[kDevices];
+
+/* Sets the kernel's shared memory size (and, for 16-block variants, allows non-portable clusters)
+ * once per device; *wide: a cluster of 16 blocks can be placed. */
+template <typename T, typename C> cudaError_t prepare(bool *wide) {
+  const auto kernel = sample_select_kernel<T, C>;
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  std::atomic<int> *slot = dev >= 0 && dev < kDevices ? &ready<T, C>[dev] : nullptr;
+  const int known = slot ? slot->load(std::memory_order_relaxed) : 0;
+  if (known) {
+    *wide = known == 2;
+    return cudaSuccess;
+  }
+  *wide = false;
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           (int)sizeof(Shared));
+  if (e == cudaSuccess && C::kBlocks > kPortable) {
+    int clusters = 0;
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = C::kBlocks;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.gridDim = dim3(C::kBlocks);
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = sizeof(Shared);
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    /* a device without non-portable clusters, or no room for one: 8 blocks at most */
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
+            cudaSuccess &&
+        cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess)
+      *wide = clusters > 0;
+    (void)cudaGetLastError();
+  }
+  if (e == cudaSuccess && slot) slot->store(*wide ? 2 : 1, std::memory_order_relaxed);
+  return e;
+}
+
+/* Blocks per row: enough clusters to give every multiprocessor per_sm blocks, 1 to `most` a row. */
+unsigned cluster_blocks(int64_t rows, int most, int per_sm) {
+  const int64_t want = per_sm * (int64_t)sm_count() / (rows > 0 ? rows : 1);
   unsigned b = 1;
-  while (b * 2 <= (unsigned)kMaxCluster && (int64_t)b * 2 <= want) b *= 2;
+  while (b * 2 <= (unsigned)most && (int64_t)b * 2 <= want) b *= 2;
   return b;
+}
+
+template <typename C>
+kite_status run_variant(kite_ctx *ctx, const kite_sample_args *a, const char *name) {
+  if (a->rows <= 0) return KITE_OK;
+  return launch_typed(ctx, "sample", nullptr, a->dtype, [&](auto tag, cudaStream_t s) {
+    using T = typename decltype(tag)::type;
+    bool wide = false;
+    cudaError_t e = prepare<T, C>(&wide);
+    const int most = wide ? C::kBlocks : C::kBlocks < kPortable ? C::kBlocks : kPortable;
+    if (e == cudaSuccess)
+      e = launch_clusters(sample_select_kernel<T, C>, cluster_blocks(a->rows, most, C::kPerSm),
+                          (unsigned)(a->rows < 65535 ? a->rows : 65535), kThreads, sizeof(Shared),
+                          s, *a);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return kite_set_error(KITE_ERR_DEVICE, "sample: cuda.%s: launch failed: %s", name,
+                            cudaGetErrorString(e));
+    }
+    return cuda_check_launch("sample", name);
+  });
 }
 
 } // namespace
@@ -377,22 +588,19 @@ extern "C" CUDA_SUPPORTS(cuda_sample_select_supports) {
                    "sample with a top_k tensor only (other rows: cuda.cluster / cuda.block)", why);
 }
 
-extern "C" CUDA_RUN(cuda_sample_select_run) {
+/* cuda.select16: batches that give each row 8 or more blocks (B <= 16 on an H100) */
+extern "C" CUDA_SUPPORTS(cuda_sample_select16_supports) {
+  if (!cuda_sample_select_supports(k, args, why)) return false;
   const kite_sample_args *a = (const kite_sample_args *)args;
-  if (a->rows <= 0) return KITE_OK;
-  return launch_typed(ctx, "sample", nullptr, a->dtype, [&](auto tag, cudaStream_t s) {
-    using T = typename decltype(tag)::type;
-    const size_t bytes = sizeof(Shared);
-    cudaError_t e = cudaFuncSetAttribute(sample_select_kernel<T>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-    if (e == cudaSuccess)
-      e = launch_clusters(sample_select_kernel<T>, cluster_blocks(a->rows),
-                          (unsigned)(a->rows < 65535 ? a->rows : 65535), kThreads, bytes, s, *a);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      return kite_set_error(KITE_ERR_DEVICE, "sample: cuda.select: launch failed: %s",
-                            cudaGetErrorString(e));
-    }
-    return cuda_check_launch("sample", "select");
-  });
+  return ok_unless(a->rows * kPortable > (int64_t)sm_count(),
+                   "sample: logits: more rows than multiprocessors / 8 (cuda.select runs them)",
+                   why);
+}
+
+extern "C" CUDA_RUN(cuda_sample_select_run) {
+  return run_variant<Select>(ctx, (const kite_sample_args *)args, "select");
+}
+
+extern "C" CUDA_RUN(cuda_sample_select16_run) {
+  return run_variant<Select16>(ctx, (const kite_sample_args *)args, "select16");
 }
