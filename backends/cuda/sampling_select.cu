@@ -87,11 +87,6 @@ struct Shared {
   double wsum[kWarps];
 };
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define KITE_SAMPLING_SELECT 1
-
-constexpr int64_t kMaxK = 1024; /* the largest top-k the candidate buffers serve */
-
 #ifdef KITE_SAMPLE_SELECT_TRACE
 /* [slot][phase]: clock64 at each phase of row 0, slot 0 for block 0, 1 for the last block;
  * [slot][kPhases + j]: the candidates after the stream (j 0), merged (1) and finished (2), shrink
@@ -100,6 +95,19 @@ constexpr int64_t kMaxK = 1024; /* the largest top-k the candidate buffers serve
  * counts, 9 race, 10 end. */
 constexpr int kPhases = 11;
 __device__ long long select_trace[2][kPhases + 6];
+#endif
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KITE_SAMPLING_SELECT 1
+
+constexpr int64_t kMaxK = 1024; /* the largest top-k the candidate buffers serve */
+
+#ifdef KITE_SAMPLE_SELECT_TRACE
+__device__ __forceinline__ long long global_ns() {
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 __device__ __forceinline__ int trace_slot() {
   const cg::cluster_group g = cg::this_cluster();
   if (blockIdx.y != 0 || threadIdx.x != 0) return -1;
@@ -107,21 +115,19 @@ __device__ __forceinline__ int trace_slot() {
 }
 __device__ __forceinline__ void trace(int phase) {
   const int s = trace_slot();
-  if (s >= 0) select_trace[s][phase] = clock64();
-  if (s >= 0 && phase == 0) select_trace[s][kPhases + 4] = global_ns();
-  if (s >= 0 && phase == 0)
-    for (int j = 0; j < 4; j++) select_trace[s][kPhases + j] = 0;
+  if (s < 0) return;
+  if (phase == 0) {
+    for (int j = 1; j < kPhases + 4; j++) select_trace[s][j] = 0; /* 0: not reached */
+    select_trace[s][kPhases + 4] = global_ns();
+  }
+  select_trace[s][phase] = clock64();
 }
 __device__ __forceinline__ void trace_count(int j, long long v, bool add = false) {
   const int s = trace_slot();
   if (s >= 0) select_trace[s][kPhases + j] = add ? select_trace[s][kPhases + j] + v : v;
 }
-__device__ __forceinline__ long long global_ns() {
-  long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-/* Row 0's split, printed by block 0 once the cluster is done. */
+/* Row 0's split, printed by block 0 once the cluster is done (the last block's stamps up to the
+ * cluster barrier; phases a variant does not pass are left out). */
 __device__ void trace_print(int blocks) {
   if (trace_slot() != 0) return;
   long long *a = select_trace[0], *b = select_trace[1];
@@ -129,8 +135,12 @@ __device__ void trace_print(int blocks) {
          "final %lld, shrink rounds %lld + %lld\n",
          blocks, a[kPhases + 5] - a[kPhases + 4], a[kPhases], b[kPhases], a[kPhases + 1],
          a[kPhases + 2], a[kPhases + 3], b[kPhases + 3]);
-  printf("select trace cycles from start, block 0 / last:");
-  for (int j = 1; j < kPhases; j++) printf(" %d:%lld/%lld", j, a[j] - a[0], b[j] - b[0]);
+  printf("select trace cycles from start, phase block 0 / last:");
+  for (int j = 1; j < kPhases; j++)
+    if (a[j] && b[j] && j <= 5)
+      printf(" %d:%lld/%lld", j, a[j] - a[0], b[j] - b[0]);
+    else if (a[j])
+      printf(" %d:%lld", j, a[j] - a[0]);
   printf("\n");
 }
 #else
@@ -419,40 +429,57 @@ __device__ void select_row(cg::cluster_group &g, Shared *sh, const kite_sample_a
   g.sync();
   trace(5);
   if (rank == 0) {
-    bool fail = false;
-    for (int b = 1; b < blocks; b++) {
-      const Shared *q = g.map_shared_rank(sh, b);
-      if (beats(q->m, q->amax, m, amax)) m = q->m, amax = q->amax;
-      fail |= q->fail != 0;
+    /* the peers' maxima and failures, a peer a lane in every warp (a shuffle tree: beats is a
+     * total order, so the same pair as folding them in rank order), no barrier */
+    const int lane = tid & 31;
+    float pm = m;
+    int64_t pa = amax;
+    bool fail = lane == 0 && sh->fail != 0;
+    if (lane > 0 && lane < blocks) {
+      const Shared *q = g.map_shared_rank(sh, lane);
+      pm = q->m, pa = q->amax, fail = q->fail != 0;
     }
-    fail |= sh->fail != 0;
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, pm, o);
+      const int64_t oi = __shfl_xor_sync(0xffffffffu, pa, o);
+      if (beats(ov, oi, pm, pa)) pm = ov, pa = oi;
+    }
+    m = pm, amax = pa;
+    fail = __any_sync(0xffffffffu, fail);
     if (m == -INFINITY) amax = 0;
     if (p.greedy || isinf(m)) {
       if (tid == 0) a.tokens[r] = (int32_t)amax;
     } else if (fail) {
       block_sample_row<T>(a, r);
     } else {
-      /* the peers' candidates, one stream over their buffers in rank order */
-      if (tid <= blocks) {
-        int off = 0;
-        for (int b = 1; b < tid; b++) {
-          const Shared *q = g.map_shared_rank(sh, b);
-          off += q->n < kCand ? q->n : kCand;
+      /* the peers' candidates, one stream over their buffers in rank order: sh->off[b] is where
+       * peer b's start, off[blocks] the total (warp 0: a lane a peer, an inclusive scan) */
+      if (tid < 32) {
+        int c = 0;
+        if (tid >= 1 && tid < blocks) {
+          const Shared *q = g.map_shared_rank(sh, tid);
+          c = q->n < kCand ? q->n : kCand;
         }
-        sh->off[tid] = off; /* sh->off[b]: the first of peer b's; off[blocks]: the total */
+        int incl = c;
+        for (int o = 1; o < 32; o <<= 1) {
+          const int y = __shfl_up_sync(0xffffffffu, incl, o);
+          if (tid >= o) incl += y;
+        }
+        if (tid <= blocks) sh->off[tid] = incl - c;
       }
       __syncthreads();
-      const auto at = [&](int64_t q, int &b) { /* the last peer b with off[b] <= q */
-                                               int lo = 1, hi = blocks - 1;
-                                               while (lo < hi) {
-                                                 const int mid = (lo + hi + 1) >> 1;
-                                                 if (q >= sh->off[mid])
-                                                   lo = mid;
-                                                 else
-                                                   hi = mid - 1;
-                                               }
-                                               b = lo;
-                                               return (int)(q - sh->off[b]);
+      /* the last peer b with off[b] <= q, and q's place among its candidates */
+      const auto at = [&](int64_t q, int &b) {
+        int lo = 1, hi = blocks - 1;
+        while (lo < hi) {
+          const int mid = (lo + hi + 1) >> 1;
+          if (q >= sh->off[mid])
+            lo = mid;
+          else
+            hi = mid - 1;
+        }
+        b = lo;
+        return (int)(q - sh->off[b]);
       };
       float m2 = m;
       int64_t a2 = amax;
@@ -506,13 +533,14 @@ __global__ __launch_bounds__(kThreads, C::kPerSm) void sample_select_kernel(kite
 #endif
 }
 
-/* Per device: 0 until the kernel's attributes are set, then 1 + whether a cluster of 16 can run. */
+/* Per device: 0 until the kernel's attributes are set, then 1 + the clusters of C::kBlocks blocks
+ * that can run at once (0 for 8-block variants). */
 constexpr int kDevices = 64;
 template <typename T, typename C> std::atomic<int> ready[kDevices];
 
 /* Sets the kernel's shared memory size (and, for 16-block variants, allows non-portable clusters)
- * once per device; *wide: a cluster of 16 blocks can be placed. */
-template <typename T, typename C> cudaError_t prepare(bool *wide) {
+ * once per device; *wide: how many clusters of C::kBlocks (> 8) blocks can run at once. */
+template <typename T, typename C> cudaError_t prepare(int *wide) {
   const auto kernel = sample_select_kernel<T, C>;
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
@@ -520,10 +548,10 @@ template <typename T, typename C> cudaError_t prepare(bool *wide) {
   std::atomic<int> *slot = dev >= 0 && dev < kDevices ? &ready<T, C>[dev] : nullptr;
   const int known = slot ? slot->load(std::memory_order_relaxed) : 0;
   if (known) {
-    *wide = known == 2;
+    *wide = known - 1;
     return cudaSuccess;
   }
-  *wide = false;
+  *wide = 0;
   e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            (int)sizeof(Shared));
   if (e == cudaSuccess && C::kBlocks > kPortable) {
@@ -543,10 +571,10 @@ template <typename T, typename C> cudaError_t prepare(bool *wide) {
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
             cudaSuccess &&
         cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess)
-      *wide = clusters > 0;
+      *wide = clusters > 0 ? clusters : 0;
     (void)cudaGetLastError();
   }
-  if (e == cudaSuccess && slot) slot->store(*wide ? 2 : 1, std::memory_order_relaxed);
+  if (e == cudaSuccess && slot) slot->store(1 + *wide, std::memory_order_relaxed);
   return e;
 }
 
@@ -563,9 +591,10 @@ kite_status run_variant(kite_ctx *ctx, const kite_sample_args *a, const char *na
   if (a->rows <= 0) return KITE_OK;
   return launch_typed(ctx, "sample", nullptr, a->dtype, [&](auto tag, cudaStream_t s) {
     using T = typename decltype(tag)::type;
-    bool wide = false;
+    int wide = 0;
     cudaError_t e = prepare<T, C>(&wide);
-    const int most = wide ? C::kBlocks : C::kBlocks < kPortable ? C::kBlocks : kPortable;
+    /* wide clusters where every row's fits at once, else the portable size */
+    const int most = a->rows <= wide ? C::kBlocks : C::kBlocks < kPortable ? C::kBlocks : kPortable;
     if (e == cudaSuccess)
       e = launch_clusters(sample_select_kernel<T, C>, cluster_blocks(a->rows, most, C::kPerSm),
                           (unsigned)(a->rows < 65535 ? a->rows : 65535), kThreads, sizeof(Shared),
