@@ -198,6 +198,7 @@ enum {
   PRIORITY_CLUSTER = 40,
   PRIORITY_SELECT = 45,   /* sample with top-k: above the cluster kernel at every B */
   PRIORITY_SELECT16 = 46, /* its small-batch variant, first where both run */
+  PRIORITY_SELECT8 = 44,  /* select16's paths on 8 blocks: pinned only, for comparison */
   PRIORITY_LIBRARY = 50,
   /* the collectives over peer memory, above NCCL up to their size limits (peer_comm.cu) */
   PRIORITY_TWOSHOT = 60,
@@ -357,6 +358,9 @@ static const kite_kernel cuda_kernels[] = {
     KERNEL_SM90(KITE_OP_SAMPLE, "select16", PRIORITY_SELECT16, cuda_sample_select16_supports,
                 cuda_sample_select16_run,
                 "cuda.select with 16-block clusters, one load step and a first bound on tau"),
+    KERNEL_SM90(KITE_OP_SAMPLE, "select8", PRIORITY_SELECT8, cuda_sample_select16_supports,
+                cuda_sample_select8_run,
+                "cuda.select16's one load step, first bound and split finish on 8-block clusters"),
     KERNEL_SM90(KITE_OP_SAMPLE, "select", PRIORITY_SELECT, cuda_sample_select_supports,
                 cuda_sample_select_run,
                 "1-8 blocks a row keep the logits above a running top-k bound, no sort, one pass"),

@@ -70,6 +70,7 @@ template <int Blocks, int Per, bool Fast, int PerSm> struct Variant {
 };
 using Select = Variant<kPortable, 8, false, 2>;
 using Select16 = Variant<kMaxCluster, 16, true, 1>;
+using Select8 = Variant<kPortable, 16, true, 1>; /* select16's paths on a portable cluster */
 
 struct Shared {
   float v[2][kCand];
@@ -563,7 +564,8 @@ extern "C" CUDA_SUPPORTS(cuda_sample_select_supports) {
                    "sample with a top_k tensor only (other rows: cuda.cluster / cuda.block)", why);
 }
 
-/* cuda.select16: batches that give each row 8 or more blocks (B <= 16 on an H100) */
+/* cuda.select16 and cuda.select8: batches that give each row 8 or more blocks (B <= 16 on an
+ * H100) */
 extern "C" CUDA_SUPPORTS(cuda_sample_select16_supports) {
   if (!cuda_sample_select_supports(k, args, why)) return false;
   const kite_sample_args *a = (const kite_sample_args *)args;
@@ -578,4 +580,8 @@ extern "C" CUDA_RUN(cuda_sample_select_run) {
 
 extern "C" CUDA_RUN(cuda_sample_select16_run) {
   return run_variant<Select16>(ctx, (const kite_sample_args *)args, "select16");
+}
+
+extern "C" CUDA_RUN(cuda_sample_select8_run) {
+  return run_variant<Select8>(ctx, (const kite_sample_args *)args, "select8");
 }
