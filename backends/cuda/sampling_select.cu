@@ -24,13 +24,17 @@
  * they were appended, which varies from run to run: the top-p boundary may move by a rounding error
  * of a double sum, within the near-tie kite.h allows.
  *
- * Two variants: cuda.select streams 8 logits a thread per step over a portable cluster of up to 8
+ * The variants: cuda.select streams 8 logits a thread per step over a portable cluster of up to 8
  * blocks; cuda.select16 (the small-batch one) allows a cluster of 16 where the device can place it
  * (an H100 can: 8016 logits a block at V 128256), loads 16 logits a thread per step (one step for
  * such a slice: one memory latency), starts tau at a bound read off the first step's registers
  * (each warp's ceil(k / 16)-th largest thread maximum; the smallest over the warps has k logits of
  * the slice at or above it, so the buffer rarely overflows), and splits the finish's counts and
- * mass sums over up to 32 threads a candidate.
+ * mass sums over up to 32 threads a candidate. cuda.select16g is cuda.select16 with block 0's
+ * merge gathered: where its candidates and all the peers' fit in its buffer, each warp pulls one
+ * peer's (remote loads in flight together, no search of the merged stream per logit) and keeps
+ * those at or above the largest of the blocks' taus; otherwise the stream over the peers. It
+ * appends a warp's kept logits of a step with one slot reservation, not one a logit.
  *
  * Building with KITE_SAMPLE_SELECT_TRACE defined prints, for row 0 of each launch, clock64 stamps
  * at the phase boundaries of block 0 and the cluster's last block, and the candidate counts
@@ -60,17 +64,19 @@ constexpr int kPortable = 8;    /* the portable cluster size */
 constexpr int kMaxCluster = 16; /* the non-portable one, where the device places it */
 
 /* A variant: the most blocks a row, logits a thread has in flight per step, the small-batch paths
- * (the first step's bound on tau, the finish split over threads), and blocks a multiprocessor
- * (1 leaves 128 registers a thread: 16 logits in flight do not spill). */
-template <int Blocks, int Per, bool Fast, int PerSm> struct Variant {
+ * (the first step's bound on tau, the finish split over threads), blocks a multiprocessor (1 leaves
+ * 128 registers a thread: 16 logits in flight do not spill), and the gathered merge (block 0's
+ * warps pull a peer each, see gather) with a warp's appends of a step in one reservation
+ * (append_all). */
+template <int Blocks, int Per, bool Fast, int PerSm, bool Gather> struct Variant {
   static constexpr int kBlocks = Blocks, kPer = Per, kPerSm = PerSm;
-  static constexpr bool kFast = Fast;
+  static constexpr bool kFast = Fast, kGather = Gather;
   static_assert(Per <= 32, "a thread's pending logits are a 32-bit mask");
   static_assert(Blocks <= kMaxCluster, "Shared::off holds kMaxCluster + 1 offsets");
 };
-using Select = Variant<kPortable, 8, false, 2>;
-using Select16 = Variant<kMaxCluster, 16, true, 1>;
-using Select8 = Variant<kPortable, 16, true, 1>; /* select16's paths on a portable cluster */
+using Select = Variant<kPortable, 8, false, 2, false>;
+using Select16 = Variant<kMaxCluster, 16, true, 1, false>;
+using Select16g = Variant<kMaxCluster, 16, true, 1, true>; /* select16 with the gathered merge */
 
 struct Shared {
   float v[2][kCand];
@@ -87,6 +93,7 @@ struct Shared {
   float m; /* published max and its index, for block 0 */
   int64_t amax;
   int off[kMaxCluster + 1]; /* block 0: where each peer's candidates start in the merged stream */
+  int fits; /* block 0: its candidates and every peer's fit in one buffer (the gathered merge) */
   double wsum[kWarps];
 };
 
@@ -122,6 +129,40 @@ __device__ __forceinline__ bool append(Shared *sh, bool want, float v, int32_t i
   sh->v[sh->cur][at] = v;
   sh->i[sh->cur][at] = i;
   return true;
+}
+
+/* Appends this lane's v[j] (index id(j)) whose bit j of pend is set, for the whole warp at once:
+ * one slot reservation, each lane's slots after the lanes below it (every lane calls it). Returns
+ * the bits of those that did not fit (slots from kCand on). */
+template <int kN, typename Id>
+__device__ __forceinline__ unsigned append_all(Shared *sh, unsigned pend, const float (&v)[kN],
+                                               Id id) {
+  const int lane = threadIdx.x & 31, cnt = __popc(pend);
+  int incl = cnt; /* an inclusive scan of the lanes' counts */
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += y;
+  }
+  const int total = __shfl_sync(0xffffffffu, incl, 31);
+  if (!total) return 0;
+  int at = 0;
+  if (lane == 0) at = atomicAdd(&sh->n, total);
+  at = __shfl_sync(0xffffffffu, at, 0) + incl - cnt;
+  const int cur = sh->cur;
+  unsigned left = 0;
+#pragma unroll
+  for (int j = 0; j < kN; j++)
+    if ((pend >> j) & 1u) {
+      if (at < kCand) {
+        sh->v[cur][at] = v[j];
+        sh->i[cur][at] = id(j);
+      } else {
+        left |= 1u << j;
+      }
+      at++;
+    }
+  return left;
 }
 
 /* The bin of v among kBins: 0 for values below lo (only -inf), then 1 + the equal-width bin of
@@ -221,8 +262,9 @@ __device__ bool shrink(Shared *sh, int64_t k, int goal) {
  * warp has that many logits at or above it, k in all, so it stays <= the k-th largest (reads
  * sh->bound_key, all ones at the start). Returns false when the buffer could not be shrunk
  * (sh->fail set; the max still covers every logit); every thread returns the same. index(q) is
- * read for appended logits only. */
-template <int kPer, bool kMax, bool kBound, typename Value, typename Index>
+ * read for appended logits only. kOne: a warp appends a step's logits with one reservation
+ * (append_all), not one a logit slot (append). */
+template <int kPer, bool kMax, bool kBound, bool kOne, typename Value, typename Index>
 __device__ bool stream(Shared *sh, int64_t count, int64_t k, const bool want, Value value,
                        Index index, float &m, int64_t &amax) {
   constexpr int kStep = kThreads * kPer; /* logits a block streams per step */
@@ -259,11 +301,16 @@ __device__ bool stream(Shared *sh, int64_t count, int64_t k, const bool want, Va
     for (int j = 0; j < kPer; j++)
       if (base + j * kThreads + tid < count && v[j] >= tau) pend |= 1u << j;
     for (;;) {
+      if (kOne) {
+        pend = append_all(sh, pend, v,
+                          [&](int j) { return (int32_t)index(base + j * kThreads + tid); });
+      } else {
 #pragma unroll
-      for (int j = 0; j < kPer; j++) {
-        const bool w = (pend >> j) & 1u;
-        const int32_t id = w ? (int32_t)index(base + j * kThreads + tid) : 0;
-        if (append(sh, w, v[j], id)) pend &= ~(1u << j);
+        for (int j = 0; j < kPer; j++) {
+          const bool w = (pend >> j) & 1u;
+          const int32_t id = w ? (int32_t)index(base + j * kThreads + tid) : 0;
+          if (append(sh, w, v[j], id)) pend &= ~(1u << j);
+        }
       }
       __syncthreads();
       if (publish) {
@@ -345,6 +392,32 @@ __device__ int64_t finish(Shared *sh, const kite_sample_row &p, float m, int64_t
   return bs == -INFINITY ? amax : bi;
 }
 
+/* Block 0's merge when its candidates and every peer's fit in its buffer (sh->fits): warp w pulls
+ * peers 1 + w, 1 + w + kWarps, ..., kU candidates a lane with their remote loads in flight
+ * together, and appends those >= tau with one reservation (none overflows). Ends with a barrier. */
+__device__ void gather(cg::cluster_group &g, Shared *sh, int blocks, float tau) {
+  constexpr int kU = 4;
+  const int lane = threadIdx.x & 31;
+  for (int b = 1 + (int)(threadIdx.x >> 5); b < blocks; b += kWarps) {
+    const Shared *q = g.map_shared_rank(sh, b);
+    const int c = sh->off[b + 1] - sh->off[b], cur = q->cur;
+    for (int e0 = 0; e0 < c; e0 += 32 * kU) {
+      float v[kU];
+      int32_t id[kU];
+      unsigned pend = 0;
+#pragma unroll
+      for (int u = 0; u < kU; u++) {
+        const int e = e0 + u * 32 + lane;
+        v[u] = e < c ? q->v[cur][e] : -INFINITY;
+        id[u] = e < c ? q->i[cur][e] : 0;
+        if (e < c && v[u] >= tau) pend |= 1u << u;
+      }
+      append_all(sh, pend, v, [&](int u) { return id[u]; });
+    }
+  }
+  __syncthreads();
+}
+
 template <typename T, typename C>
 __device__ void select_row(cg::cluster_group &g, Shared *sh, const kite_sample_args &a, int64_t r) {
   const int tid = threadIdx.x;
@@ -364,7 +437,7 @@ __device__ void select_row(cg::cluster_group &g, Shared *sh, const kite_sample_a
   trace(0);
   float m = -INFINITY;
   int64_t amax = INT64_MAX;
-  const bool ok = stream<C::kPer, true, C::kFast>(
+  const bool ok = stream<C::kPer, true, C::kFast, C::kGather>(
       sh, len, p.top_k, topk, [&](int64_t q) { return logit(x, begin + q); },
       [&](int64_t q) { return begin + q; }, m, amax);
   trace(3);
@@ -400,12 +473,16 @@ __device__ void select_row(cg::cluster_group &g, Shared *sh, const kite_sample_a
       block_sample_row<T>(a, r);
     } else {
       /* the peers' candidates, one stream over their buffers in rank order: sh->off[b] is where
-       * peer b's start, off[blocks] the total (warp 0: a lane a peer, an inclusive scan) */
+       * peer b's start, off[blocks] the total (warp 0: a lane a peer, an inclusive scan). With
+       * the gathered merge, tau rises to the largest of the blocks' taus (each block holds k
+       * logits at or above its own, so the largest is still <= the row's k-th largest). */
       if (tid < 32) {
         int c = 0;
+        float tq = sh->tau;
         if (tid >= 1 && tid < blocks) {
           const Shared *q = g.map_shared_rank(sh, tid);
           c = q->n < kCand ? q->n : kCand;
+          tq = q->tau;
         }
         int incl = c;
         for (int o = 1; o < 32; o <<= 1) {
@@ -413,6 +490,11 @@ __device__ void select_row(cg::cluster_group &g, Shared *sh, const kite_sample_a
           if (tid >= o) incl += y;
         }
         if (tid <= blocks) sh->off[tid] = incl - c;
+        if (C::kGather) {
+          for (int o = 16; o > 0; o >>= 1) tq = fmaxf(tq, __shfl_xor_sync(0xffffffffu, tq, o));
+          const int total = __shfl_sync(0xffffffffu, incl, 31);
+          if (tid == 0) sh->tau = tq, sh->fits = sh->n + total <= kCand;
+        }
       }
       __syncthreads();
       /* the last peer b with off[b] <= q, and q's place among its candidates */
@@ -431,21 +513,23 @@ __device__ void select_row(cg::cluster_group &g, Shared *sh, const kite_sample_a
       float m2 = m;
       int64_t a2 = amax;
       trace_count(1, sh->off[blocks]);
-      const bool merged = stream<C::kPer, false, false>(
-          sh, sh->off[blocks], p.top_k, true,
-          [&](int64_t q) {
-            int b;
-            const int e = at(q, b);
-            const Shared *o = g.map_shared_rank(sh, b);
-            return o->v[o->cur][e];
-          },
-          [&](int64_t q) {
-            int b;
-            const int e = at(q, b);
-            const Shared *o = g.map_shared_rank(sh, b);
-            return (int64_t)o->i[o->cur][e];
-          },
-          m2, a2);
+      if (C::kGather && sh->fits) gather(g, sh, blocks, sh->tau);
+      const bool merged =
+          (C::kGather && sh->fits) || stream<C::kPer, false, false, C::kGather>(
+                                          sh, sh->off[blocks], p.top_k, true,
+                                          [&](int64_t q) {
+                                            int b;
+                                            const int e = at(q, b);
+                                            const Shared *o = g.map_shared_rank(sh, b);
+                                            return o->v[o->cur][e];
+                                          },
+                                          [&](int64_t q) {
+                                            int b;
+                                            const int e = at(q, b);
+                                            const Shared *o = g.map_shared_rank(sh, b);
+                                            return (int64_t)o->i[o->cur][e];
+                                          },
+                                          m2, a2);
       trace(6);
       if (merged) {
         const int64_t tok = finish(sh, p, m, amax, C::kFast);
@@ -564,7 +648,7 @@ extern "C" CUDA_SUPPORTS(cuda_sample_select_supports) {
                    "sample with a top_k tensor only (other rows: cuda.cluster / cuda.block)", why);
 }
 
-/* cuda.select16 and cuda.select8: batches that give each row 8 or more blocks (B <= 16 on an
+/* cuda.select16 and cuda.select16g: batches that give each row 8 or more blocks (B <= 16 on an
  * H100) */
 extern "C" CUDA_SUPPORTS(cuda_sample_select16_supports) {
   if (!cuda_sample_select_supports(k, args, why)) return false;
@@ -582,6 +666,6 @@ extern "C" CUDA_RUN(cuda_sample_select16_run) {
   return run_variant<Select16>(ctx, (const kite_sample_args *)args, "select16");
 }
 
-extern "C" CUDA_RUN(cuda_sample_select8_run) {
-  return run_variant<Select8>(ctx, (const kite_sample_args *)args, "select8");
+extern "C" CUDA_RUN(cuda_sample_select16g_run) {
+  return run_variant<Select16g>(ctx, (const kite_sample_args *)args, "select16g");
 }
