@@ -127,7 +127,6 @@ CUDA_SUPPORTS(cuda_sample_select_supports);
 CUDA_RUN(cuda_sample_select_run);
 CUDA_SUPPORTS(cuda_sample_select16_supports);
 CUDA_RUN(cuda_sample_select16_run);
-CUDA_RUN(cuda_sample_select16g_run);
 
 /* attention.cu: store_kv, paged_decode, paged_prefill, sdpa, sdpa_varlen */
 CUDA_RUN(cuda_store_kv_run);

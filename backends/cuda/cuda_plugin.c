@@ -196,9 +196,8 @@ enum {
   PRIORITY_VEC = 20,
   PRIORITY_SPLIT = 30,
   PRIORITY_CLUSTER = 40,
-  PRIORITY_SELECT = 45,    /* sample with top-k: above the cluster kernel at every B */
-  PRIORITY_SELECT16 = 46,  /* its small-batch variant, first where both run */
-  PRIORITY_SELECT16G = 47, /* select16 with the gathered merge, first where it runs */
+  PRIORITY_SELECT = 45,   /* sample with top-k: above the cluster kernel at every B */
+  PRIORITY_SELECT16 = 46, /* its small-batch variant, first where both run */
   PRIORITY_LIBRARY = 50,
   /* the collectives over peer memory, above NCCL up to their size limits (peer_comm.cu) */
   PRIORITY_TWOSHOT = 60,
@@ -355,13 +354,10 @@ static const kite_kernel cuda_kernels[] = {
                 cuda_sample_cluster_run, "a row per 8-block cluster, read once into shared memory"),
     KERNEL(KITE_OP_ARGMAX, "block", PRIORITY_GENERIC, cuda_float_supports, cuda_sample_run,
            "a block per row, one pass"),
-    KERNEL_SM90(
-        KITE_OP_SAMPLE, "select16g", PRIORITY_SELECT16G, cuda_sample_select16_supports,
-        cuda_sample_select16g_run,
-        "cuda.select16 whose block 0 pulls a peer's candidates a warp, above the largest tau"),
     KERNEL_SM90(KITE_OP_SAMPLE, "select16", PRIORITY_SELECT16, cuda_sample_select16_supports,
                 cuda_sample_select16_run,
-                "cuda.select with 16-block clusters, one load step and a first bound on tau"),
+                "cuda.select with 16-block clusters, one load step, a first bound on tau and block "
+                "0 pulling a peer's candidates a warp"),
     KERNEL_SM90(KITE_OP_SAMPLE, "select", PRIORITY_SELECT, cuda_sample_select_supports,
                 cuda_sample_select_run,
                 "1-8 blocks a row keep the logits above a running top-k bound, no sort, one pass"),

@@ -30,11 +30,11 @@
  * such a slice: one memory latency), starts tau at a bound read off the first step's registers
  * (each warp's ceil(k / 16)-th largest thread maximum; the smallest over the warps has k logits of
  * the slice at or above it, so the buffer rarely overflows), and splits the finish's counts and
- * mass sums over up to 32 threads a candidate. cuda.select16g is cuda.select16 with block 0's
- * merge gathered: where its candidates and all the peers' fit in its buffer, each warp pulls one
- * peer's (remote loads in flight together, no search of the merged stream per logit) and keeps
- * those at or above the largest of the blocks' taus; otherwise the stream over the peers. It
- * appends a warp's kept logits of a step with one slot reservation, not one a logit.
+ * mass sums over up to 32 threads a candidate. Its block 0 gathers the merge: where its candidates
+ * and all the peers' fit in its buffer, each warp pulls one peer's (remote loads in flight
+ * together, no search of the merged stream per logit) and keeps those at or above the largest of
+ * the blocks' taus; otherwise the stream over the peers. It appends a warp's kept logits of a step
+ * with one slot reservation, not one a logit.
  *
  * Building with KITE_SAMPLE_SELECT_TRACE defined prints, for row 0 of each launch, clock64 stamps
  * at the phase boundaries of block 0 and the cluster's last block, and the candidate counts
@@ -64,19 +64,18 @@ constexpr int kPortable = 8;    /* the portable cluster size */
 constexpr int kMaxCluster = 16; /* the non-portable one, where the device places it */
 
 /* A variant: the most blocks a row, logits a thread has in flight per step, the small-batch paths
- * (the first step's bound on tau, the finish split over threads), blocks a multiprocessor (1 leaves
- * 128 registers a thread: 16 logits in flight do not spill), and the gathered merge (block 0's
- * warps pull a peer each, see gather) with a warp's appends of a step in one reservation
- * (append_all). */
-template <int Blocks, int Per, bool Fast, int PerSm, bool Gather> struct Variant {
+ * (the first step's bound on tau, the finish split over threads, the gathered merge: block 0's
+ * warps pull a peer each, see gather, and a warp's appends of a step in one reservation,
+ * append_all), and blocks a multiprocessor (1 leaves 128 registers a thread: 16 logits in flight
+ * do not spill). */
+template <int Blocks, int Per, bool Fast, int PerSm> struct Variant {
   static constexpr int kBlocks = Blocks, kPer = Per, kPerSm = PerSm;
-  static constexpr bool kFast = Fast, kGather = Gather;
+  static constexpr bool kFast = Fast;
   static_assert(Per <= 32, "a thread's pending logits are a 32-bit mask");
   static_assert(Blocks <= kMaxCluster, "Shared::off holds kMaxCluster + 1 offsets");
 };
-using Select = Variant<kPortable, 8, false, 2, false>;
-using Select16 = Variant<kMaxCluster, 16, true, 1, false>;
-using Select16g = Variant<kMaxCluster, 16, true, 1, true>; /* select16 with the gathered merge */
+using Select = Variant<kPortable, 8, false, 2>;
+using Select16 = Variant<kMaxCluster, 16, true, 1>;
 
 struct Shared {
   float v[2][kCand];
@@ -437,7 +436,7 @@ __device__ void select_row(cg::cluster_group &g, Shared *sh, const kite_sample_a
   trace(0);
   float m = -INFINITY;
   int64_t amax = INT64_MAX;
-  const bool ok = stream<C::kPer, true, C::kFast, C::kGather>(
+  const bool ok = stream<C::kPer, true, C::kFast, C::kFast>(
       sh, len, p.top_k, topk, [&](int64_t q) { return logit(x, begin + q); },
       [&](int64_t q) { return begin + q; }, m, amax);
   trace(3);
@@ -474,8 +473,8 @@ __device__ void select_row(cg::cluster_group &g, Shared *sh, const kite_sample_a
     } else {
       /* the peers' candidates, one stream over their buffers in rank order: sh->off[b] is where
        * peer b's start, off[blocks] the total (warp 0: a lane a peer, an inclusive scan). With
-       * the gathered merge, tau rises to the largest of the blocks' taus (each block holds k
-       * logits at or above its own, so the largest is still <= the row's k-th largest). */
+       * the gathered merge (kFast), tau rises to the largest of the blocks' taus (each block holds
+       * k logits at or above its own, so the largest is still <= the row's k-th largest). */
       if (tid < 32) {
         int c = 0;
         float tq = sh->tau;
@@ -490,7 +489,7 @@ __device__ void select_row(cg::cluster_group &g, Shared *sh, const kite_sample_a
           if (tid >= o) incl += y;
         }
         if (tid <= blocks) sh->off[tid] = incl - c;
-        if (C::kGather) {
+        if (C::kFast) {
           for (int o = 16; o > 0; o >>= 1) tq = fmaxf(tq, __shfl_xor_sync(0xffffffffu, tq, o));
           const int total = __shfl_sync(0xffffffffu, incl, 31);
           if (tid == 0) sh->tau = tq, sh->fits = sh->n + total <= kCand;
@@ -513,23 +512,23 @@ __device__ void select_row(cg::cluster_group &g, Shared *sh, const kite_sample_a
       float m2 = m;
       int64_t a2 = amax;
       trace_count(1, sh->off[blocks]);
-      if (C::kGather && sh->fits) gather(g, sh, blocks, sh->tau);
+      if (C::kFast && sh->fits) gather(g, sh, blocks, sh->tau);
       const bool merged =
-          (C::kGather && sh->fits) || stream<C::kPer, false, false, C::kGather>(
-                                          sh, sh->off[blocks], p.top_k, true,
-                                          [&](int64_t q) {
-                                            int b;
-                                            const int e = at(q, b);
-                                            const Shared *o = g.map_shared_rank(sh, b);
-                                            return o->v[o->cur][e];
-                                          },
-                                          [&](int64_t q) {
-                                            int b;
-                                            const int e = at(q, b);
-                                            const Shared *o = g.map_shared_rank(sh, b);
-                                            return (int64_t)o->i[o->cur][e];
-                                          },
-                                          m2, a2);
+          (C::kFast && sh->fits) || stream<C::kPer, false, false, C::kFast>(
+                                        sh, sh->off[blocks], p.top_k, true,
+                                        [&](int64_t q) {
+                                          int b;
+                                          const int e = at(q, b);
+                                          const Shared *o = g.map_shared_rank(sh, b);
+                                          return o->v[o->cur][e];
+                                        },
+                                        [&](int64_t q) {
+                                          int b;
+                                          const int e = at(q, b);
+                                          const Shared *o = g.map_shared_rank(sh, b);
+                                          return (int64_t)o->i[o->cur][e];
+                                        },
+                                        m2, a2);
       trace(6);
       if (merged) {
         const int64_t tok = finish(sh, p, m, amax, C::kFast);
@@ -648,8 +647,7 @@ extern "C" CUDA_SUPPORTS(cuda_sample_select_supports) {
                    "sample with a top_k tensor only (other rows: cuda.cluster / cuda.block)", why);
 }
 
-/* cuda.select16 and cuda.select16g: batches that give each row 8 or more blocks (B <= 16 on an
- * H100) */
+/* cuda.select16: batches that give each row 8 or more blocks (B <= 16 on an H100) */
 extern "C" CUDA_SUPPORTS(cuda_sample_select16_supports) {
   if (!cuda_sample_select_supports(k, args, why)) return false;
   const kite_sample_args *a = (const kite_sample_args *)args;
@@ -664,8 +662,4 @@ extern "C" CUDA_RUN(cuda_sample_select_run) {
 
 extern "C" CUDA_RUN(cuda_sample_select16_run) {
   return run_variant<Select16>(ctx, (const kite_sample_args *)args, "select16");
-}
-
-extern "C" CUDA_RUN(cuda_sample_select16g_run) {
-  return run_variant<Select16g>(ctx, (const kite_sample_args *)args, "select16g");
 }
