@@ -123,9 +123,11 @@ CUDA_SUPPORTS(cuda_sample_cluster_supports);
 CUDA_SUPPORTS(cuda_logprobs_cluster_supports);
 CUDA_RUN(cuda_sample_cluster_run);
 CUDA_RUN(cuda_logprobs_cluster_run);
-/* sampling_select.cu: sample with top-k, candidates above a running threshold, 1-8 blocks a row */
+/* sampling_select.cu: sample with top-k, candidates above a running threshold, 1-16 blocks a row */
 CUDA_SUPPORTS(cuda_sample_select_supports);
 CUDA_RUN(cuda_sample_select_run);
+CUDA_SUPPORTS(cuda_sample_select16_supports);
+CUDA_RUN(cuda_sample_select16_run);
 
 /* attention.cu: store_kv, paged_decode, paged_prefill, sdpa, sdpa_varlen */
 CUDA_RUN(cuda_store_kv_run);

@@ -197,7 +197,8 @@ enum {
   PRIORITY_VEC = 20,
   PRIORITY_SPLIT = 30,
   PRIORITY_CLUSTER = 40,
-  PRIORITY_SELECT = 45, /* sample with top-k: above the cluster kernel at every B */
+  PRIORITY_SELECT = 45,   /* sample with top-k: above the cluster kernel at every B */
+  PRIORITY_SELECT16 = 46, /* its small-batch variant, first where both run */
   PRIORITY_LIBRARY = 50,
   PRIORITY_WGMMA = 55, /* Hopper GEMMs of our own, above the vendor libraries' calls */
   /* the collectives over peer memory, above NCCL up to their size limits (peer_comm.cu) */
@@ -367,6 +368,10 @@ static const kite_kernel cuda_kernels[] = {
                 cuda_sample_cluster_run, "a row per 8-block cluster, read once into shared memory"),
     KERNEL(KITE_OP_ARGMAX, "block", PRIORITY_GENERIC, cuda_float_supports, cuda_sample_run,
            "a block per row, one pass"),
+    KERNEL_SM90(KITE_OP_SAMPLE, "select16", PRIORITY_SELECT16, cuda_sample_select16_supports,
+                cuda_sample_select16_run,
+                "cuda.select with 16-block clusters, one load step, a first bound on tau and block "
+                "0 pulling a peer's candidates a warp"),
     KERNEL_SM90(KITE_OP_SAMPLE, "select", PRIORITY_SELECT, cuda_sample_select_supports,
                 cuda_sample_select_run,
                 "1-8 blocks a row keep the logits above a running top-k bound, no sort, one pass"),
