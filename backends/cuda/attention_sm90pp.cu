@@ -40,9 +40,11 @@ using SmemPP = Smem<D,
                                                  : 2,
                     !tma_load(LOAD)>;
 
+#ifdef KITE_SM90_DEVICE
 /* named barriers of the ping-pong, one per consumer warpgroup (1 is the producer's, 2 and 3 the
  * consumers' Q tiles) */
 constexpr int kTurnBar = 4;
+#endif
 
 /* PING: the two consumer warpgroups take turns at issuing; else they run freely and only the tiles
  * within a warpgroup overlap. */

@@ -37,6 +37,7 @@ struct GgShape {
   static constexpr int BN = 256, kStages = 4;
   /* consumer warps reading each stage: both warpgroups' */
   static constexpr int kReaders = 8;
+  static_assert(kReaders * 32 == kThreads - 128, "every consumer warp reads every stage");
   static constexpr size_t a_bytes = (size_t)kBM * kBK * 2, b_bytes = (size_t)BN * kBK * 2;
   static constexpr size_t sched_bytes = 2 * (size_t)(kMaxGroups + 1) * sizeof(int32_t);
   static constexpr size_t bar_bytes = 2 * kStages * 8;
