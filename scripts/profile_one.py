@@ -8,6 +8,8 @@ the one KITE_KERNELS pins (e.g. KITE_KERNELS=sdpa=cuda.mma). bf16 unless said.
 
   --op sdpa                     B 4, S 4096, Hq 32 / Hkv 8, D --d (64|128|256), causal unless
                                 --non-causal
+  --op paged_prefill            the same queries and keys, causal, the keys in a paged cache of
+                                --block-size (default 16) slots a block, blocks in order
   --op cross_entropy_with_grad  N 8192 x V 128256, every 17th target ignored, mean, in place
   --op layer_norm_backward      T 8192 x H 4096 (dx, dw, db)
   --op sample                   B --b (default 1) x V 128256 f32 logits, top-k 50 + top-p 0.9
@@ -32,7 +34,26 @@ def sdpa(kite, args):
     Q, K, V, O = dl(q), dl(k), dl(v), dl(o)
     opts = C.byref(AttnOpts(0.0, 0.0, -1, 0, 0 if args.non_causal else 1))
     return (lambda: kite.call("kite_sdpa", Q, K, V, None, None, opts, O, None),
-            f"sdpa B{B} S{S} {HQ}/{HKV} D{D} {'non-causal' if args.non_causal else 'causal'}")
+            f"sdpa B{B} S{S} {HQ}/{HKV} D{D} {'non-causal' if args.non_causal else 'causal'}",
+            dict(locals()))
+
+
+def paged_prefill(kite, args):
+    B, L, HQ, HKV, D, BS = 4, 4096, 32, 8, args.d, args.block_size
+    nb = B * L // BS
+    kc = torch.randn(nb, HKV, BS, D, device="cuda", dtype=torch.bfloat16)
+    vc = torch.randn(nb, HKV, BS, D, device="cuda", dtype=torch.bfloat16)
+    bt = torch.arange(nb, device="cuda", dtype=torch.int32).view(B, L // BS).contiguous()
+    sl = torch.full((B,), L, device="cuda", dtype=torch.int32)
+    cu = torch.arange(0, B * L + 1, L, device="cuda", dtype=torch.int32)
+    q = torch.randn(B * L, HQ, D, device="cuda", dtype=torch.bfloat16)
+    o = torch.empty_like(q)
+    A = [dl(t) for t in (q, kc, vc, bt, cu, sl)]
+    O = dl(o)
+    opts = C.byref(AttnOpts(0.0, 0.0, -1, 0, 1))
+    return (lambda: kite.call("kite_paged_prefill", *A, None, opts, O, None),
+            f"paged_prefill B{B} x {L} {HQ}/{HKV} D{D} block {BS} causal",
+            dict(locals()))
 
 
 def cross_entropy_with_grad(kite, args):
@@ -44,7 +65,8 @@ def cross_entropy_with_grad(kite, args):
     ce = CeOpts(-100, 0.0, 0.0, 0.0, 2)
     X, T, L, E = dl(x), dl(t), dl(loss), dl(lse)
     return (lambda: kite.call("kite_cross_entropy_with_grad", X, T, C.byref(ce), L, E, X),
-            f"cross_entropy_with_grad N{N} x V{V}")
+            f"cross_entropy_with_grad N{N} x V{V}",
+            dict(locals()))
 
 
 def layer_norm_backward(kite, args):
@@ -59,7 +81,8 @@ def layer_norm_backward(kite, args):
     A = [dl(a) for a in (x, w, dy)]
     R = [dl(a) for a in (dx, dw, db)]
     return (lambda: kite.call("kite_layer_norm_backward", *A, 1e-5, *R),
-            f"layer_norm_backward T{T} x H{H}")
+            f"layer_norm_backward T{T} x H{H}",
+            dict(locals()))
 
 
 def sample(kite, args):
@@ -72,12 +95,13 @@ def sample(kite, args):
     keep = (dl_tensor(temp), dl_tensor(tk), dl_tensor(tp))
     params = SamplingParams(*(C.addressof(t) for t in keep), None, None, None, 1234, 0)
     L, TOK = dl(logits), dl(tok)
-    sample.keep = keep  # the parameter tensors' descriptors must outlive the calls
     return (lambda: kite.call("kite_sample", L, C.byref(params), TOK),
-            f"sample B{B} x V{V} top-k 50 top-p 0.9")
+            f"sample B{B} x V{V} top-k 50 top-p 0.9",
+            dict(locals()))
 
 
-OPS = {"sdpa": sdpa, "cross_entropy_with_grad": cross_entropy_with_grad,
+OPS = {"sdpa": sdpa, "paged_prefill": paged_prefill,
+       "cross_entropy_with_grad": cross_entropy_with_grad,
        "layer_norm_backward": layer_norm_backward, "sample": sample}
 
 
@@ -87,10 +111,13 @@ def main():
     ap.add_argument("--op", default="sdpa", choices=sorted(OPS))
     ap.add_argument("--d", type=int, default=128)
     ap.add_argument("--non-causal", action="store_true")
+    ap.add_argument("--block-size", type=int, default=16,
+                    help="slots a block, --op paged_prefill")
     ap.add_argument("--b", type=int, default=1, help="rows of --op sample")
     args = ap.parse_args()
     kite = Kite(args.lib)
-    fn, what = OPS[args.op](kite, args)
+    # the tensors (and their descriptors) live as long as the calls: the third item holds them
+    fn, what, _keep = OPS[args.op](kite, args)
     for _ in range(2):
         fn()
     torch.cuda.synchronize()
