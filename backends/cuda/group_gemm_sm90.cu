@@ -249,16 +249,6 @@ bool gg_map(CUtensorMap *map, kite_dtype dtype, const void *base, int rank, cons
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-int sm_count() {
-  int dev = 0, n = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
-    (void)cudaGetLastError();
-    return 132;
-  }
-  return n;
-}
-
 /* One launch of the kernel; *mapped false where TMA cannot describe x or w (the caller takes the
  * cuBLAS path). Graph-safe: nothing here allocates or synchronizes; the tensor maps travel as
  * kernel parameters. */
@@ -334,7 +324,7 @@ kite_status gg_run(const kite_kernel *k, kite_ctx *ctx, const void *args, const 
 
 /* What the kernel needs: f16/bf16, K > 0, TMA's 16-byte aligned bases and row strides of x and w,
  * at most kMaxGroups groups, tile counts in int32, compute capability 9.0. */
-bool gg_supports(const void *args, int bn, const char **why) {
+bool gg_supports(const void *args, const char **why) {
   const kite_group_gemm_args *a = (const kite_group_gemm_args *)args;
   if (a->dtype != KITE_DTYPE_BF16 && a->dtype != KITE_DTYPE_F16) {
     *why = "f16/bf16 only";
@@ -349,7 +339,8 @@ bool gg_supports(const void *args, int bn, const char **why) {
     return false;
   }
   if (a->m >= INT32_MAX || a->n >= INT32_MAX || a->k >= INT32_MAX ||
-      (2 * ((a->m + kBM - 1) / kBM) + a->groups) * ((a->n + bn - 1) / bn) >= INT32_MAX) {
+      (2 * ((a->m + kBM - 1) / kBM) + a->groups) * ((a->n + GgShape::BN - 1) / GgShape::BN) >=
+          INT32_MAX) {
     *why = "sizes past int32";
     return false;
   }
@@ -368,7 +359,7 @@ bool gg_supports(const void *args, int bn, const char **why) {
 
 extern "C" CUDA_SUPPORTS(cuda_group_gemm_wgmma_supports) {
   (void)k;
-  return gg_supports(args, GgShape::BN, why);
+  return gg_supports(args, why);
 }
 extern "C" CUDA_RUN(cuda_group_gemm_wgmma_run) {
   return gg_run(k, ctx, args, "wgmma");
