@@ -43,7 +43,7 @@ using namespace kite_cuda::sm90;
 namespace {
 
 /* K/V stages in the ring: as many as shared memory holds beside the Q tile. */
-template <int D> using SmemOf = Smem<D, D == 64 ? 4 : 2, true>;
+template <int D> using SmemOf = Smem<D, D == 64 ? 4 : 2>;
 
 /* Grid: x = query tile of 128 packed rows (see find_tile), y = kv head. See the file comment. */
 template <typename T, int D, int LOAD>
@@ -180,8 +180,10 @@ kite_status launch_sm90(const AttnParams &p, dim3 grid, cudaStream_t s, const ch
   constexpr int BN = tile_keys<D>();
   int load;
   if (p.kind != ATTN_SDPA)
-    load = paged_tensor_map(&tk, p, p.k, BN) && paged_tensor_map(&tv, p, p.v, BN) ? LOAD_PAGED_TMA
-                                                                                  : LOAD_PAGED;
+    load = !getenv("KITE_SM90_PAGED_CPASYNC") && paged_tensor_map(&tk, p, p.k, BN) &&
+                   paged_tensor_map(&tv, p, p.v, BN)
+               ? LOAD_PAGED_TMA
+               : LOAD_PAGED;
   else if (dense_tensor_map(&tk, p, p.k, p.k_stride, BN) &&
            dense_tensor_map(&tv, p, p.v, p.v_stride, BN))
     load = LOAD_TMA;

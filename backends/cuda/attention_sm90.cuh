@@ -27,18 +27,16 @@ template <int D> constexpr int tile_keys() {
   return D == 256 ? 64 : 128;
 }
 
-/* The shared memory of a CTA with kStages K/V stages: Q tile, the ring, the key offsets of the
- * cp.async producer (two tiles; none where TMA loads), the key flags of each stage, the barriers.
- */
-template <int D, int kStages_, bool CPASYNC> struct Smem {
+/* The shared memory of a CTA with kStages K/V stages: Q tile, the ring, the key flags of each
+ * stage, the barriers. */
+template <int D, int kStages_> struct Smem {
   static constexpr int BN = tile_keys<D>(), kStages = kStages_;
   static constexpr size_t q_bytes = (size_t)kBM * D * 2;
-  static constexpr size_t kv_bytes = (size_t)BN * D * 2;            /* one K or V tile */
-  static constexpr size_t off_bytes = CPASYNC ? 2 * 2 * BN * 8 : 0; /* [buf][k/v][key] */
+  static constexpr size_t kv_bytes = (size_t)BN * D * 2; /* one K or V tile */
   static constexpr size_t ok_bytes = (size_t)kStages * BN;
   static constexpr size_t bar_bytes = 2 * kStages * 8;
   static constexpr size_t total =
-      1024 /* alignment */ + q_bytes + 2 * kStages * kv_bytes + off_bytes + ok_bytes + bar_bytes;
+      1024 /* alignment */ + q_bytes + 2 * kStages * kv_bytes + ok_bytes + bar_bytes;
 };
 
 /* A kernel of either design and its dynamic shared memory (host side). */
@@ -55,7 +53,6 @@ template <typename T, int D> Kernel pipelined_kernel(int load);
 /* The CTA's shared memory carved as in Smem, and the K/V tiles it reads. */
 struct Shared {
   unsigned char *q, *kv; /* stage st: K at 2 st, V at 2 st + 1 */
-  int64_t *off;
   uint8_t *ok;
   uint32_t bar; /* full[kStages], then empty[kStages] */
 };
@@ -63,8 +60,7 @@ template <typename SM> __device__ __forceinline__ Shared carve(unsigned char *ra
   Shared sh;
   sh.q = raw + ((1024 - (smem_addr(raw) & 1023)) & 1023);
   sh.kv = sh.q + SM::q_bytes;
-  sh.off = (int64_t *)(sh.kv + 2 * SM::kStages * SM::kv_bytes);
-  sh.ok = (uint8_t *)sh.off + SM::off_bytes;
+  sh.ok = sh.kv + 2 * SM::kStages * SM::kv_bytes;
   sh.bar = smem_addr(sh.ok + SM::ok_bytes);
   return sh;
 }
@@ -129,56 +125,61 @@ __device__ __forceinline__ void produce(const AttnParams &p, const Seq &s, int g
         const int bb = __shfl_sync(0xffffffffu, blk, jl / rows);
         sh.ok[st * BN + jl] = bb >= 0 && j0 + jl < khi;
       }
-      int boxes[BN / 16];
-#pragma unroll
-      for (int i = 0; i < BN / 16; i++) boxes[i] = __shfl_sync(0xffffffffu, blk, i);
-      if (tid != 0) {
-        mbar_arrive(full);
-      } else {
-        mbar_expect_tx(full, 2 * KV);
-        const uint32_t dk = smem_addr(sh.kv + (size_t)(2 * st) * KV), dv = dk + KV;
+      /* lane 0's arrival carries the stage's bytes; then lane i < nbox issues box i's copies
+       * (an absent block's coordinates are out of bounds), so the 2 D / 64 nbox copies of a stage
+       * leave in parallel instead of one after another from one thread */
+      if (tid == 0) mbar_expect_tx(full, 2 * KV);
+      __syncwarp();
+      if (tid < nbox) {
+        const uint32_t dk = smem_addr(sh.kv + (size_t)(2 * st) * KV) + tid * rows * 128,
+                       dv = dk + KV;
         const int row0 = j0 % bs;
 #pragma unroll
-        for (int i = 0; i < BN / 16; i++) {
-          if (i >= nbox) break;
-          const int b = boxes[i] >= 0 ? boxes[i] : -1;
-#pragma unroll
-          for (int cb = 0; cb < D / 64; cb++) {
-            tma_load_4d(dk + cb * BN * 128 + i * rows * 128, tmap_k, cb * 64, row0, g, b, full);
-            tma_load_4d(dv + cb * BN * 128 + i * rows * 128, tmap_v, cb * 64, row0, g, b, full);
-          }
+        for (int cb = 0; cb < D / 64; cb++) {
+          tma_load_4d(dk + cb * BN * 128, tmap_k, cb * 64, row0, g, blk, full);
+          tma_load_4d(dv + cb * BN * 128, tmap_v, cb * 64, row0, g, blk, full);
         }
       }
+      if (tid != 0) mbar_arrive(full);
       __syncwarp();
     }
   } else {
+    /* cp.async: every producer thread copies its 16-byte chunks of tile t (rows r = tid / CH +
+     * 128 / CH i, chunk tid % CH; a key's offsets come from key_offsets, L1-cached block-table
+     * reads), commits them as a group, and only then waits for tile t - 1's group and publishes
+     * it: a tile's copies stay in flight while the next tile's are issued. Threads tid < BN
+     * write the key flags of the stage, published by the same arrival. */
     const T *kc = (const T *)p.k, *vc = (const T *)p.v;
-    for (int t = 0; t < ntiles; t++) {
-      const int st = t % kStages, buf = t & 1;
-      mbar_wait(bar0 + (kStages + st) * 8, ((t / kStages) & 1) ^ 1);
-      if (tid < BN) {
-        int64_t ko, vo;
-        key_offsets<PAGED>(p, s, g, klo + t * BN + tid, khi, &ko, &vo);
-        sh.off[(buf * 2 + 0) * BN + tid] = ko;
-        sh.off[(buf * 2 + 1) * BN + tid] = vo;
-        sh.ok[st * BN + tid] = ko >= 0;
+    for (int t = 0; t <= ntiles; t++) {
+      if (t < ntiles) {
+        const int st = t % kStages, j0 = klo + t * BN;
+        mbar_wait(bar0 + (kStages + st) * 8, ((t / kStages) & 1) ^ 1);
+        if (tid < BN) {
+          int64_t ko, vo;
+          key_offsets<PAGED>(p, s, g, j0 + tid, khi, &ko, &vo);
+          sh.ok[st * BN + tid] = ko >= 0;
+        }
+        const uint32_t dk = smem_addr(sh.kv + (size_t)(2 * st) * KV), dv = dk + KV;
+        const int c = tid % CH;
+#pragma unroll 4
+        for (int i = 0; i < BN * CH / 128; i++) {
+          const int r = tid / CH + (128 / CH) * i;
+          int64_t ko, vo;
+          key_offsets<PAGED>(p, s, g, j0 + r, khi, &ko, &vo);
+          const bool ok = ko >= 0;
+          cp_async16(dk + swz(BN, r, c), ok ? kc + ko + c * 8 : kc, ok);
+          cp_async16(dv + swz(BN, r, c), ok ? vc + vo + c * 8 : vc, ok);
+        }
+        cp_async_commit();
       }
-      /* off[buf] was last read two tiles ago, before every producer thread passed the previous
-       * barrier */
-      named_sync(1, 128);
-      const uint32_t dk = smem_addr(sh.kv + (size_t)(2 * st) * KV), dv = dk + KV;
-#pragma unroll 8
-      for (int i = 0; i < BN * CH / 128; i++) {
-        const int idx = tid + i * 128, r = idx / CH, c = idx % CH;
-        const int64_t ko = sh.off[(buf * 2 + 0) * BN + r], vo = sh.off[(buf * 2 + 1) * BN + r];
-        const bool ok = ko >= 0;
-        cp_async16(dk + swz(BN, r, c), ok ? kc + ko + c * 8 : kc, ok);
-        cp_async16(dv + swz(BN, r, c), ok ? vc + vo + c * 8 : vc, ok);
+      if (t > 0) {
+        if (t < ntiles)
+          cp_async_wait<1>();
+        else
+          cp_async_wait<0>();
+        fence_async_shared();
+        mbar_arrive(bar0 + ((t - 1) % kStages) * 8);
       }
-      cp_async_commit();
-      cp_async_wait<0>();
-      fence_async_shared();
-      mbar_arrive(bar0 + st * 8);
     }
   }
 }

@@ -33,12 +33,7 @@ namespace {
 __host__ __device__ constexpr bool tma_load(int load) {
   return load == LOAD_TMA || load == LOAD_PAGED_TMA;
 }
-template <int D, int LOAD>
-using SmemPP = Smem<D,
-                    D == 64                      ? 4
-                    : D == 128 && tma_load(LOAD) ? 3
-                                                 : 2,
-                    !tma_load(LOAD)>;
+template <int D, int LOAD> using SmemPP = Smem<D, D == 64 ? 4 : 3>;
 
 #ifdef KITE_SM90_DEVICE
 /* named barriers of the ping-pong, one per consumer warpgroup (1 is the producer's, 2 and 3 the
