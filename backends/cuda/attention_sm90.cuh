@@ -145,18 +145,37 @@ __device__ __forceinline__ void produce(const AttnParams &p, const Seq &s, int g
     }
   } else {
     /* cp.async: every producer thread copies its 16-byte chunks of tile t (rows r = tid / CH +
-     * 128 / CH i, chunk tid % CH; a key's offsets come from key_offsets, L1-cached block-table
-     * reads), commits them as a group, and only then waits for tile t - 1's group and publishes
-     * it: a tile's copies stay in flight while the next tile's are issued. Threads tid < BN
-     * write the key flags of the stage, published by the same arrival. */
+     * 128 / CH i, chunk tid % CH), commits them as a group, and only then waits for tile t - 1's
+     * group and publishes it: a tile's copies stay in flight while the next tile's are issued.
+     * Threads tid < BN write the key flags of the stage, published by the same arrival. Paged:
+     * lane l of every warp reads the block id of the tile's l-th cache block once per tile (when
+     * the tile spans at most 32 blocks) and a row takes its block's id by a shuffle, so the copies
+     * do not wait on one block-table read each. */
     const T *kc = (const T *)p.k, *vc = (const T *)p.v;
+    const int lane = tid & 31, bs = PAGED ? (int)p.block_size : 1;
+    const bool lanes = PAGED && (BN - 1) / bs + 2 <= 32;
     for (int t = 0; t <= ntiles; t++) {
       if (t < ntiles) {
-        const int st = t % kStages, j0 = klo + t * BN;
+        const int st = t % kStages, j0 = klo + t * BN, b0 = j0 / bs;
+        int lblk = -1;
+        if (lanes && (b0 + lane) * bs < khi) {
+          const int64_t b = p.block_table[(int64_t)s.b * p.block_table_stride + b0 + lane];
+          if (b >= 0 && b < p.num_blocks) lblk = (int)b;
+        }
+        const auto offsets = [&](int j, int64_t *ko, int64_t *vo) {
+          if (lanes) {
+            const int idx = j / bs, blk = __shfl_sync(0xffffffffu, lblk, idx - b0);
+            *ko = *vo = j < khi && blk >= 0
+                            ? (((int64_t)blk * p.hkv + g) * bs + (j - idx * bs)) * p.head_dim
+                            : -1;
+          } else {
+            key_offsets<PAGED>(p, s, g, j, khi, ko, vo);
+          }
+        };
         mbar_wait(bar0 + (kStages + st) * 8, ((t / kStages) & 1) ^ 1);
         if (tid < BN) {
           int64_t ko, vo;
-          key_offsets<PAGED>(p, s, g, j0 + tid, khi, &ko, &vo);
+          offsets(j0 + tid, &ko, &vo);
           sh.ok[st * BN + tid] = ko >= 0;
         }
         const uint32_t dk = smem_addr(sh.kv + (size_t)(2 * st) * KV), dv = dk + KV;
@@ -165,7 +184,7 @@ __device__ __forceinline__ void produce(const AttnParams &p, const Seq &s, int g
         for (int i = 0; i < BN * CH / 128; i++) {
           const int r = tid / CH + (128 / CH) * i;
           int64_t ko, vo;
-          key_offsets<PAGED>(p, s, g, j0 + r, khi, &ko, &vo);
+          offsets(j0 + r, &ko, &vo);
           const bool ok = ko >= 0;
           cp_async16(dk + swz(BN, r, c), ok ? kc + ko + c * 8 : kc, ok);
           cp_async16(dv + swz(BN, r, c), ok ? vc + vo + c * 8 : vc, ok);
