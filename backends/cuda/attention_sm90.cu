@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   for (int t = 0; t < ntiles; t++) {
     const int st = t % kStages, j0 = klo + t * BN;
-    mbar_wait(bar0 + st * 8, (t / kStages) & 1);
+    wait_stage<LOAD>(bar0 + st * 8, (t / kStages) & 1);
     if (tile_active<BN>(r, j0)) {
       const uint32_t k_addr = smem_addr(sh.kv + (size_t)(2 * st) * KV), v_addr = k_addr + KV;
       issue_qk<T, D, BN>(sc, q_addr, k_addr);

@@ -67,11 +67,12 @@ template <typename SM> __device__ __forceinline__ Shared carve(unsigned char *ra
 
 /* Barrier counts: dense TMA: one arrival with the expected bytes; paged TMA: the producer warp,
  * each lane after its key flags (lane 0's arrival carries the bytes); cp.async: every producer
- * thread, once its copies landed. Empty: every consumer warp, once its P V completed. */
+ * thread twice, once its copies landed and once after the key flags. Empty: every consumer warp,
+ * once its P V completed. */
 template <int LOAD, int kStages> __device__ __forceinline__ void init_barriers(uint32_t bar0) {
 #pragma unroll
   for (int st = 0; st < kStages; st++) {
-    mbar_init(bar0 + st * 8, LOAD == LOAD_TMA ? 1 : LOAD == LOAD_PAGED_TMA ? 32 : 128);
+    mbar_init(bar0 + st * 8, LOAD == LOAD_TMA ? 1 : LOAD == LOAD_PAGED_TMA ? 32 : 256);
     mbar_init(bar0 + (kStages + st) * 8, 8);
   }
 }
@@ -145,17 +146,17 @@ __device__ __forceinline__ void produce(const AttnParams &p, const Seq &s, int g
     }
   } else {
     /* cp.async: every producer thread copies its 16-byte chunks of tile t (rows r = tid / CH +
-     * 128 / CH i, chunk tid % CH), commits them as a group, and only then waits for tile t - 1's
-     * group and publishes it: a tile's copies stay in flight while the next tile's are issued.
-     * Threads tid < BN write the key flags of the stage, published by the same arrival. Paged:
-     * lane l of every warp reads the block id of the tile's l-th cache block once per tile (when
-     * the tile spans at most 32 blocks) and a row takes its block's id by a shuffle, so the copies
-     * do not wait on one block-table read each. */
+     * 128 / CH i, chunk tid % CH) and moves on: the stage's barrier counts its arrival once the
+     * copies landed (the consumers fence before their wgmma read them), and its plain arrival,
+     * after threads tid < BN wrote the stage's key flags. Paged: lane l of every warp reads the
+     * block id of the tile's l-th cache block once per tile (when the tile spans at most 32
+     * blocks) and a row takes its block's id by a shuffle, so the copies do not wait on one
+     * block-table read each. */
     const T *kc = (const T *)p.k, *vc = (const T *)p.v;
     const int lane = tid & 31, bs = PAGED ? (int)p.block_size : 1;
     const bool lanes = PAGED && (BN - 1) / bs + 2 <= 32;
-    for (int t = 0; t <= ntiles; t++) {
-      if (t < ntiles) {
+    for (int t = 0; t < ntiles; t++) {
+      {
         const int st = t % kStages, j0 = klo + t * BN, b0 = j0 / bs;
         int lblk = -1;
         if (lanes && (b0 + lane) * bs < khi) {
@@ -189,18 +190,18 @@ __device__ __forceinline__ void produce(const AttnParams &p, const Seq &s, int g
           cp_async16(dk + swz(BN, r, c), ok ? kc + ko + c * 8 : kc, ok);
           cp_async16(dv + swz(BN, r, c), ok ? vc + vo + c * 8 : vc, ok);
         }
-        cp_async_commit();
-      }
-      if (t > 0) {
-        if (t < ntiles)
-          cp_async_wait<1>();
-        else
-          cp_async_wait<0>();
-        fence_async_shared();
-        mbar_arrive(bar0 + ((t - 1) % kStages) * 8);
+        cp_async_mbar_arrive(bar0 + st * 8);
+        mbar_arrive(bar0 + st * 8);
       }
     }
   }
+}
+
+/* A consumer's wait for stage `full` (parity): cp.async copies reach wgmma's async proxy through
+ * this thread's proxy fence. */
+template <int LOAD> __device__ __forceinline__ void wait_stage(uint32_t full, int parity) {
+  mbar_wait(full, parity);
+  if constexpr (LOAD == LOAD_DENSE || LOAD == LOAD_PAGED) fence_async_shared();
 }
 
 /* The head of a kernel of plan SM (its parameters p, tmap_k, tmap_v): the shared memory (sh,

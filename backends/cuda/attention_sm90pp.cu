@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kThreads, 1)
    * masks make P zero; padding rows are never stored): a branch on the warpgroup's rows around
    * wgmma would make ptxas serialize them. Tile 0: S only. */
   if (ntiles > 0) {
-    mbar_wait(bar0, 0);
+    wait_stage<LOAD>(bar0, 0);
     if (PING) named_sync(my_turn, 256);
     issue_qk<T, D, BN>(sc, q_addr, k_of(0));
     if (PING) named_arrive(their_turn, 256);
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   for (int t = 1; t < ntiles; t++) {
     const int st = t % kStages, pst = (t - 1) % kStages;
-    mbar_wait(bar0 + st * 8, (t / kStages) & 1);
+    wait_stage<LOAD>(bar0 + st * 8, (t / kStages) & 1);
     if (PING) named_sync(my_turn, 256);
     issue_qk<T, D, BN>(sc, q_addr, k_of(st));
     rescale_o<D>(o, corr);
