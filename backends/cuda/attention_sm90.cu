@@ -43,7 +43,7 @@ using namespace kite_cuda::sm90;
 namespace {
 
 /* K/V stages in the ring: as many as shared memory holds beside the Q tile. */
-template <int D> using SmemOf = Smem<D, D == 64 ? 4 : 2>;
+template <int D> using SmemOf = Smem<D, D == 64 ? 4 : 2, true>;
 
 /* Grid: x = query tile of 128 packed rows (see find_tile), y = kv head. See the file comment. */
 template <typename T, int D, int LOAD>
@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   for (int t = 0; t < ntiles; t++) {
     const int st = t % kStages, j0 = klo + t * BN;
-    wait_stage<LOAD>(bar0 + st * 8, (t / kStages) & 1);
+    mbar_wait(bar0 + st * 8, (t / kStages) & 1);
     if (tile_active<BN>(r, j0)) {
       const uint32_t k_addr = smem_addr(sh.kv + (size_t)(2 * st) * KV), v_addr = k_addr + KV;
       issue_qk<T, D, BN>(sc, q_addr, k_addr);
@@ -180,10 +180,8 @@ kite_status launch_sm90(const AttnParams &p, dim3 grid, cudaStream_t s, const ch
   constexpr int BN = tile_keys<D>();
   int load;
   if (p.kind != ATTN_SDPA)
-    load = !getenv("KITE_SM90_PAGED_CPASYNC") && paged_tensor_map(&tk, p, p.k, BN) &&
-                   paged_tensor_map(&tv, p, p.v, BN)
-               ? LOAD_PAGED_TMA
-               : LOAD_PAGED;
+    load = paged_tensor_map(&tk, p, p.k, BN) && paged_tensor_map(&tv, p, p.v, BN) ? LOAD_PAGED_TMA
+                                                                                  : LOAD_PAGED;
   else if (dense_tensor_map(&tk, p, p.k, p.k_stride, BN) &&
            dense_tensor_map(&tv, p, p.v, p.v_stride, BN))
     load = LOAD_TMA;

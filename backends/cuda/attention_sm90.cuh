@@ -27,16 +27,18 @@ template <int D> constexpr int tile_keys() {
   return D == 256 ? 64 : 128;
 }
 
-/* The shared memory of a CTA with kStages K/V stages: Q tile, the ring, the key flags of each
- * stage, the barriers. */
-template <int D, int kStages_> struct Smem {
+/* The shared memory of a CTA with kStages K/V stages: Q tile, the ring, the key offsets of the
+ * cp.async producer (two tiles; none where TMA loads), the key flags of each stage, the barriers.
+ */
+template <int D, int kStages_, bool CPASYNC> struct Smem {
   static constexpr int BN = tile_keys<D>(), kStages = kStages_;
   static constexpr size_t q_bytes = (size_t)kBM * D * 2;
-  static constexpr size_t kv_bytes = (size_t)BN * D * 2; /* one K or V tile */
+  static constexpr size_t kv_bytes = (size_t)BN * D * 2;            /* one K or V tile */
+  static constexpr size_t off_bytes = CPASYNC ? 2 * 2 * BN * 8 : 0; /* [buf][k/v][key] */
   static constexpr size_t ok_bytes = (size_t)kStages * BN;
   static constexpr size_t bar_bytes = 2 * kStages * 8;
   static constexpr size_t total =
-      1024 /* alignment */ + q_bytes + 2 * kStages * kv_bytes + ok_bytes + bar_bytes;
+      1024 /* alignment */ + q_bytes + 2 * kStages * kv_bytes + off_bytes + ok_bytes + bar_bytes;
 };
 
 /* A kernel of either design and its dynamic shared memory (host side). */
@@ -53,6 +55,7 @@ template <typename T, int D> Kernel pipelined_kernel(int load);
 /* The CTA's shared memory carved as in Smem, and the K/V tiles it reads. */
 struct Shared {
   unsigned char *q, *kv; /* stage st: K at 2 st, V at 2 st + 1 */
+  int64_t *off;
   uint8_t *ok;
   uint32_t bar; /* full[kStages], then empty[kStages] */
 };
@@ -60,19 +63,19 @@ template <typename SM> __device__ __forceinline__ Shared carve(unsigned char *ra
   Shared sh;
   sh.q = raw + ((1024 - (smem_addr(raw) & 1023)) & 1023);
   sh.kv = sh.q + SM::q_bytes;
-  sh.ok = sh.kv + 2 * SM::kStages * SM::kv_bytes;
+  sh.off = (int64_t *)(sh.kv + 2 * SM::kStages * SM::kv_bytes);
+  sh.ok = (uint8_t *)sh.off + SM::off_bytes;
   sh.bar = smem_addr(sh.ok + SM::ok_bytes);
   return sh;
 }
 
 /* Barrier counts: dense TMA: one arrival with the expected bytes; paged TMA: the producer warp,
  * each lane after its key flags (lane 0's arrival carries the bytes); cp.async: every producer
- * thread twice, once its copies landed and once after the key flags. Empty: every consumer warp,
- * once its P V completed. */
+ * thread, once its copies landed. Empty: every consumer warp, once its P V completed. */
 template <int LOAD, int kStages> __device__ __forceinline__ void init_barriers(uint32_t bar0) {
 #pragma unroll
   for (int st = 0; st < kStages; st++) {
-    mbar_init(bar0 + st * 8, LOAD == LOAD_TMA ? 1 : LOAD == LOAD_PAGED_TMA ? 32 : 256);
+    mbar_init(bar0 + st * 8, LOAD == LOAD_TMA ? 1 : LOAD == LOAD_PAGED_TMA ? 32 : 128);
     mbar_init(bar0 + (kStages + st) * 8, 8);
   }
 }
@@ -126,9 +129,9 @@ __device__ __forceinline__ void produce(const AttnParams &p, const Seq &s, int g
         const int bb = __shfl_sync(0xffffffffu, blk, jl / rows);
         sh.ok[st * BN + jl] = bb >= 0 && j0 + jl < khi;
       }
-      /* lane 0's arrival carries the stage's bytes; then lane i < nbox issues box i's copies
-       * (an absent block's coordinates are out of bounds), so the 2 D / 64 nbox copies of a stage
-       * leave in parallel instead of one after another from one thread */
+      /* lane 0's arrival carries the stage's bytes; then lane i < nbox issues the copies of box
+       * i (an absent block's coordinates are out of bounds), so the 2 D / 64 nbox copies of a
+       * stage leave from nbox threads instead of one after another from one */
       if (tid == 0) mbar_expect_tx(full, 2 * KV);
       __syncwarp();
       if (tid < nbox) {
@@ -145,63 +148,35 @@ __device__ __forceinline__ void produce(const AttnParams &p, const Seq &s, int g
       __syncwarp();
     }
   } else {
-    /* cp.async: every producer thread copies its 16-byte chunks of tile t (rows r = tid / CH +
-     * 128 / CH i, chunk tid % CH) and moves on: the stage's barrier counts its arrival once the
-     * copies landed (the consumers fence before their wgmma read them), and its plain arrival,
-     * after threads tid < BN wrote the stage's key flags. Paged: lane l of every warp reads the
-     * block id of the tile's l-th cache block once per tile (when the tile spans at most 32
-     * blocks) and a row takes its block's id by a shuffle, so the copies do not wait on one
-     * block-table read each. */
     const T *kc = (const T *)p.k, *vc = (const T *)p.v;
-    const int lane = tid & 31, bs = PAGED ? (int)p.block_size : 1;
-    const bool lanes = PAGED && (BN - 1) / bs + 2 <= 32;
     for (int t = 0; t < ntiles; t++) {
-      {
-        const int st = t % kStages, j0 = klo + t * BN, b0 = j0 / bs;
-        int lblk = -1;
-        if (lanes && (b0 + lane) * bs < khi) {
-          const int64_t b = p.block_table[(int64_t)s.b * p.block_table_stride + b0 + lane];
-          if (b >= 0 && b < p.num_blocks) lblk = (int)b;
-        }
-        const auto offsets = [&](int j, int64_t *ko, int64_t *vo) {
-          if (lanes) {
-            const int idx = j / bs, blk = __shfl_sync(0xffffffffu, lblk, idx - b0);
-            *ko = *vo = j < khi && blk >= 0
-                            ? (((int64_t)blk * p.hkv + g) * bs + (j - idx * bs)) * p.head_dim
-                            : -1;
-          } else {
-            key_offsets<PAGED>(p, s, g, j, khi, ko, vo);
-          }
-        };
-        mbar_wait(bar0 + (kStages + st) * 8, ((t / kStages) & 1) ^ 1);
-        if (tid < BN) {
-          int64_t ko, vo;
-          offsets(j0 + tid, &ko, &vo);
-          sh.ok[st * BN + tid] = ko >= 0;
-        }
-        const uint32_t dk = smem_addr(sh.kv + (size_t)(2 * st) * KV), dv = dk + KV;
-        const int c = tid % CH;
-#pragma unroll 4
-        for (int i = 0; i < BN * CH / 128; i++) {
-          const int r = tid / CH + (128 / CH) * i;
-          int64_t ko, vo;
-          offsets(j0 + r, &ko, &vo);
-          const bool ok = ko >= 0;
-          cp_async16(dk + swz(BN, r, c), ok ? kc + ko + c * 8 : kc, ok);
-          cp_async16(dv + swz(BN, r, c), ok ? vc + vo + c * 8 : vc, ok);
-        }
-        cp_async_mbar_arrive(bar0 + st * 8);
-        mbar_arrive(bar0 + st * 8);
+      const int st = t % kStages, buf = t & 1;
+      mbar_wait(bar0 + (kStages + st) * 8, ((t / kStages) & 1) ^ 1);
+      if (tid < BN) {
+        int64_t ko, vo;
+        key_offsets<PAGED>(p, s, g, klo + t * BN + tid, khi, &ko, &vo);
+        sh.off[(buf * 2 + 0) * BN + tid] = ko;
+        sh.off[(buf * 2 + 1) * BN + tid] = vo;
+        sh.ok[st * BN + tid] = ko >= 0;
       }
+      /* off[buf] was last read two tiles ago, before every producer thread passed the previous
+       * barrier */
+      named_sync(1, 128);
+      const uint32_t dk = smem_addr(sh.kv + (size_t)(2 * st) * KV), dv = dk + KV;
+#pragma unroll 8
+      for (int i = 0; i < BN * CH / 128; i++) {
+        const int idx = tid + i * 128, r = idx / CH, c = idx % CH;
+        const int64_t ko = sh.off[(buf * 2 + 0) * BN + r], vo = sh.off[(buf * 2 + 1) * BN + r];
+        const bool ok = ko >= 0;
+        cp_async16(dk + swz(BN, r, c), ok ? kc + ko + c * 8 : kc, ok);
+        cp_async16(dv + swz(BN, r, c), ok ? vc + vo + c * 8 : vc, ok);
+      }
+      cp_async_commit();
+      cp_async_wait<0>();
+      fence_async_shared();
+      mbar_arrive(bar0 + st * 8);
     }
   }
-}
-
-/* A consumer's wait for stage `full` (parity): cp.async copies reach wgmma's async proxy through
- * this thread's proxy fence. */
-template <int LOAD> __device__ __forceinline__ void wait_stage(uint32_t full, int parity) {
-  mbar_wait(full, parity);
-  if constexpr (LOAD == LOAD_DENSE || LOAD == LOAD_PAGED) fence_async_shared();
 }
 
 /* The head of a kernel of plan SM (its parameters p, tmap_k, tmap_v): the shared memory (sh,

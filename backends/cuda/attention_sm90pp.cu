@@ -19,9 +19,9 @@
  *   every tile of the CTA's key span goes through both warpgroups (cuda.sm90 skips the tiles a
  *   warpgroup's rows do not see): the wgmma stay out of branches that depend on the thread.
  *
- * The stage of tile t - 1 is held until its P V completed, so head_dim 128 takes 3 stages; with TMA
- * loads the producer gives up more registers (24) for the consumers (240): 128 x 24 + 256 x 240 =
- * 384 x 168, the launch's.
+ * The stage of tile t - 1 is held until its P V completed, so with TMA loads head_dim 128 takes 3
+ * stages (the cp.async key offsets are not needed there); the producer then gives up more
+ * registers (24) for the consumers (240): 128 x 24 + 256 x 240 = 384 x 168, the launch's.
  */
 #include "attention_sm90.cuh"
 
@@ -30,14 +30,17 @@ using namespace kite_cuda::sm90;
 
 namespace {
 
-/* K/V stages: the stage of tile t - 1 is held until its P V completed, so 4 at head_dim 64 and 3
- * at 128 (what shared memory holds beside the Q tile) */
-template <int D, int LOAD> using SmemPP = Smem<D, D == 64 ? 4 : 3>;
-
-#ifdef KITE_SM90_DEVICE
-__device__ constexpr bool tma_load(int load) {
+__host__ __device__ constexpr bool tma_load(int load) {
   return load == LOAD_TMA || load == LOAD_PAGED_TMA;
 }
+template <int D, int LOAD>
+using SmemPP = Smem<D,
+                    D == 64                      ? 4
+                    : D == 128 && tma_load(LOAD) ? 3
+                                                 : 2,
+                    !tma_load(LOAD)>;
+
+#ifdef KITE_SM90_DEVICE
 /* named barriers of the ping-pong, one per consumer warpgroup (1 is the producer's, 2 and 3 the
  * consumers' Q tiles) */
 constexpr int kTurnBar = 4;
@@ -88,7 +91,7 @@ __global__ void __launch_bounds__(kThreads, 1)
    * masks make P zero; padding rows are never stored): a branch on the warpgroup's rows around
    * wgmma would make ptxas serialize them. Tile 0: S only. */
   if (ntiles > 0) {
-    wait_stage<LOAD>(bar0, 0);
+    mbar_wait(bar0, 0);
     if (PING) named_sync(my_turn, 256);
     issue_qk<T, D, BN>(sc, q_addr, k_of(0));
     if (PING) named_arrive(their_turn, 256);
@@ -99,7 +102,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   for (int t = 1; t < ntiles; t++) {
     const int st = t % kStages, pst = (t - 1) % kStages;
-    wait_stage<LOAD>(bar0 + st * 8, (t / kStages) & 1);
+    mbar_wait(bar0 + st * 8, (t / kStages) & 1);
     if (PING) named_sync(my_turn, 256);
     issue_qk<T, D, BN>(sc, q_addr, k_of(st));
     rescale_o<D>(o, corr);

@@ -50,11 +50,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
                  : "memory");
   } while (!done);
 }
-/* An arrival on `bar` once every cp.async this thread issued so far has landed (counted among the
- * barrier's expected arrivals). */
-__device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
 /* The next phase of `bar` also waits for `bytes` of asynchronous copies (this thread arrives). */
 __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, int bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
