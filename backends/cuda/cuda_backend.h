@@ -191,13 +191,9 @@ CUDA_RUN(cuda_group_gemm_tiles_run);
 CUDA_RUN(cuda_group_gemm_cublaslt_run);
 /* group_gemm_sm90.cu: group_gemm on Hopper, one persistent wgmma launch with its schedule read on
  * the device (f16/bf16, TMA-aligned x and w, compute capability 9.0): 128 x 256 tiles shared by
- * both consumer warpgroups; y stored from the accumulators (wgmma) or staged in shared memory and
- * TMA-stored behind the next tile's main loop (wgmma_epi: 3 stages and all 256 columns staged,
- * wgmma_epi4: 4 stages and 64 columns at a time) */
+ * both consumer warpgroups, y staged in shared memory and TMA-stored behind the next tile */
 CUDA_SUPPORTS(cuda_group_gemm_wgmma_supports);
 CUDA_RUN(cuda_group_gemm_wgmma_run);
-CUDA_RUN(cuda_group_gemm_wgmma_epi_run);
-CUDA_RUN(cuda_group_gemm_wgmma_epi4_run);
 
 /* moe.cu: topk_gating, fused_moe */
 CUDA_RUN(cuda_topk_gating_run);

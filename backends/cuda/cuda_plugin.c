@@ -135,8 +135,6 @@ CHECKED(cuda_mla_decode_mma_run)
 CHECKED(cuda_group_gemm_cublaslt_run)
 CHECKED(cuda_group_gemm_tiles_run)
 CHECKED(cuda_group_gemm_wgmma_run)
-CHECKED(cuda_group_gemm_wgmma_epi_run)
-CHECKED(cuda_group_gemm_wgmma_epi4_run)
 CHECKED(cuda_ce_vec_run)
 CHECKED(cuda_ce_generic_run)
 CHECKED(cuda_ce_cluster_run)
@@ -217,10 +215,6 @@ enum {
   }
 #define KERNEL(...) KERNEL_NEEDS(0, "", __VA_ARGS__)
 #define KERNEL_SM90(...) KERNEL_NEEDS(CUDA_FEATURE_SM90, "sm_90", __VA_ARGS__)
-/* group_gemm's Hopper kernels (group_gemm_sm90.cu): one support test, their epilogues differ */
-#define GROUP_GEMM_WGMMA(name, run_fn, desc)                                                       \
-  KERNEL_SM90(KITE_OP_GROUP_GEMM, name, PRIORITY_WGMMA, cuda_group_gemm_wgmma_supports, run_fn,    \
-              desc)
 #define VEC(op_id, family, desc)                                                                   \
   KERNEL(op_id, "vec", PRIORITY_VEC, cuda_##family##_vec_supports, cuda_##family##_vec_run, desc)
 /* the norm backward's persistent rows_fused, before vec (any form whose rows fit) */
@@ -333,15 +327,12 @@ static const kite_kernel cuda_kernels[] = {
            cuda_linear_cublaslt_run, "cuBLASLt matmul, bias epilogue, f32 without TF32"),
     KERNEL(KITE_OP_LINEAR, "tiles", PRIORITY_GENERIC, cuda_float_supports, cuda_linear_tiles_run,
            "64x64 f32 tiles on CUDA cores, any layout"),
-    GROUP_GEMM_WGMMA("wgmma_epi", checked_cuda_group_gemm_wgmma_epi_run,
-                     "Hopper: as wgmma with 3 stages, y's full 128-row tiles staged in shared "
-                     "memory and TMA-stored behind the next tile's main loop"),
-    GROUP_GEMM_WGMMA("wgmma_epi4", checked_cuda_group_gemm_wgmma_epi4_run,
-                     "Hopper: as wgmma_epi with 4 stages, y staged and TMA-stored 64 columns at a "
-                     "time"),
-    GROUP_GEMM_WGMMA("wgmma", checked_cuda_group_gemm_wgmma_run,
-                     "Hopper: one persistent wgmma launch, 128 x 256 tiles, TMA ring, group sizes "
-                     "read on the device (graph-safe); f16/bf16, 16-byte aligned x and w rows"),
+    KERNEL_SM90(
+        KITE_OP_GROUP_GEMM, "wgmma", PRIORITY_WGMMA, cuda_group_gemm_wgmma_supports,
+        checked_cuda_group_gemm_wgmma_run,
+        "Hopper: one persistent wgmma launch, 128 x 256 tiles, TMA ring, y staged in shared "
+        "memory and TMA-stored behind the next tile, group sizes read on the device "
+        "(graph-safe); f16/bf16, 16-byte aligned x and w rows"),
     KERNEL(KITE_OP_GROUP_GEMM, "cublaslt", PRIORITY_LIBRARY, cuda_float_supports,
            checked_cuda_group_gemm_cublaslt_run,
            "equal groups as one cuBLAS strided batch (torch.bmm's call), others as a cuBLASLt "

@@ -14,20 +14,18 @@
  * BN x 64 tile of w[g] (a 3-d map over [G, N, K]); K past its end is TMA's zero fill. Each stage
  * has a "full" mbarrier (the TMA bytes) and an "empty" one (each consumer warp reading the stage,
  * once the wgmmas reading it completed). Warpgroups 1 and 2 are consumers running wgmma from
- * shared memory into f32 accumulators, one k-block of wgmmas in flight, then storing T pairs
- * (single elements where y's layout leaves pairs unaligned) straight from the accumulator
- * fragment with row and column predicates. BN = 256: both consumers work on every tile, each
- * owning 64 of its rows (one m64n256k16 per k-step), so both store at the same time.
+ * shared memory into f32 accumulators, one k-block of wgmmas in flight. BN = 256: both consumers
+ * work on every tile, each owning 64 of its rows (one m64n256k16 per k-step).
  *
- * The staged epilogue (wgmma_epi, wgmma_epi4) takes those stores off the critical path: a consumer
- * whose 64 rows all lie inside the tile's group writes them as T to its own swizzled staging buffer
- * (stmatrix, 64 x 64 blocks), fences them to the async proxy, and one of its threads TMA-stores the
- * blocks to y (a 2-d map over [M, N]; columns past N are clipped) as one bulk group; the warpgroup
- * goes on to the next tile's main loop and only waits for that group to have read the buffer
- * before writing it again. A box never reaches past its group's rows: those may be the next
- * group's. The other consumers (the group's last, partial tile) and a y that TMA cannot describe
- * keep the predicated direct stores. Shared memory holds 3 stages and all 256 columns (wgmma_epi),
- * or 4 stages and 64 columns at a time (wgmma_epi4).
+ * The epilogue keeps the stores off the critical path: a consumer whose 64 rows all lie inside
+ * the tile's group writes them as T, 64 columns at a time, to its own swizzled staging buffer
+ * (stmatrix, a 64 x 64 block), fences them to the async proxy, and one of its threads TMA-stores
+ * the block to y (a 2-d map over [M, N]; columns past N are clipped) as a bulk group; the
+ * warpgroup goes on, and waits for a group only before it writes the buffer again, so the last
+ * block's store runs under the next tile's main loop. A box never reaches past its group's rows:
+ * those may be the next group's. The other consumers (the group's last, partial tile) and a y
+ * that TMA cannot describe store T pairs (single elements where y's layout leaves pairs
+ * unaligned) straight from the accumulator fragment with row and column predicates.
  *
  * Shared-memory tiles are in the 128-byte swizzled layout (sm90.cuh): a tile of R rows x 64
  * elements is R rows of 128 bytes, 1024-byte aligned.
@@ -43,16 +41,16 @@ constexpr int kThreads = 384, kBM = 128, kBK = 64;
 /* Groups the shared-memory schedule holds; more go to the cuBLAS path. */
 constexpr int kMaxGroups = 1024;
 
-/* kStages: the ring's depth; kEpiCols: 0 stores from the accumulator fragments, else the columns
- * of the staging buffer of each consumer (64 rows x kEpiCols, in 64-column swizzled blocks) that
- * TMA stores to y. */
-template <int kStages_, int kEpiCols_> struct GgShape {
-  static constexpr int BN = 256, kStages = kStages_, kEpiCols = kEpiCols_;
+/* kStages: the ring's depth; kEpiCols: the columns of each consumer's staging buffer (64 rows x
+ * kEpiCols, in 64-column swizzled blocks) that TMA stores to y. Measured on an H100 (8 x 512 x
+ * 4096^2 bf16): 4 stages and 64 columns at a time 186.5 us; 3 stages and all 256 columns 203.0;
+ * stores from the accumulator fragments (no staging) 206.5. */
+struct GgShape {
+  static constexpr int BN = 256, kStages = 4, kEpiCols = 64;
   /* consumer warps reading each stage: both warpgroups' */
   static constexpr int kReaders = 8;
   static_assert(kReaders * 32 == kThreads - 128, "every consumer warp reads every stage");
-  static_assert(kEpiCols % 64 == 0 && kEpiCols <= BN && BN % (kEpiCols + (kEpiCols == 0)) == 0,
-                "64-column blocks");
+  static_assert(kEpiCols % 64 == 0 && kEpiCols <= BN && BN % kEpiCols == 0, "64-column blocks");
   static constexpr size_t a_bytes = (size_t)kBM * kBK * 2, b_bytes = (size_t)BN * kBK * 2;
   /* per consumer: 64 rows x kEpiCols */
   static constexpr size_t stage_bytes = (size_t)64 * kEpiCols * 2;
@@ -62,11 +60,6 @@ template <int kStages_, int kEpiCols_> struct GgShape {
                                  2 * stage_bytes + sched_bytes + bar_bytes;
   static_assert(smem <= 227 * 1024, "shared memory of one CTA");
 };
-/* the direct stores and a 4-stage ring; the staged epilogue: all 256 columns and 3 stages, or 64
- * columns at a time and 4 stages */
-using GgDirect = GgShape<4, 0>;
-using GgEpi = GgShape<3, 256>;
-using GgEpi4 = GgShape<4, 64>;
 
 struct GgParams {
   int32_t m, n, k, groups;
@@ -125,7 +118,7 @@ __device__ __forceinline__ void store_block(const GgParams &p, const float (&d)[
  * staging buffer stg, then one thread TMA-stores its 64 x 64 blocks as one bulk group. The buffer
  * is written again only once the previous group has read it; the stores' completion is awaited only
  * at the kernel's end. */
-template <typename T, class SH>
+template <typename T>
 __device__ __forceinline__ void store_staged(const CUtensorMap *tmap_y, const float (&d)[2][64],
                                              uint32_t stg, int row0, int n0, int n, int cw,
                                              int wtid, int warp, int lane) {
@@ -133,11 +126,11 @@ __device__ __forceinline__ void store_staged(const CUtensorMap *tmap_y, const fl
   const int j = lane >> 3;              /* the matrix whose row this lane addresses */
   const int r = 16 * warp + 8 * (j & 1) + (lane & 7);
 #pragma unroll
-  for (int c0 = 0; c0 < SH::BN; c0 += SH::kEpiCols) {
+  for (int c0 = 0; c0 < GgShape::BN; c0 += GgShape::kEpiCols) {
     if (wtid == 0) bulk_wait_read<0>();
     named_sync(1 + cw, 128);
 #pragma unroll
-    for (int nb = 0; nb < SH::kEpiCols / 8; nb += 2) {
+    for (int nb = 0; nb < GgShape::kEpiCols / 8; nb += 2) {
       /* 8-column blocks nb and nb + 1 of this chunk: column block cc = c0 / 8 + nb of the tile */
       const int cc = c0 / 8 + nb, h = cc / 16, q = cc % 16;
       const uint32_t v[4] = {
@@ -150,7 +143,7 @@ __device__ __forceinline__ void store_staged(const CUtensorMap *tmap_y, const fl
     named_sync(1 + cw, 128);
     if (wtid == 0) {
 #pragma unroll
-      for (int b = 0; b < SH::kEpiCols / 64; b++)
+      for (int b = 0; b < GgShape::kEpiCols / 64; b++)
         if (n0 + c0 + 64 * b < n) /* boxes past N would write nothing */
           tma_store_2d(tmap_y, stg + b * kBlockBytes, n0 + c0 + 64 * b, row0 + 64 * cw);
       bulk_commit();
@@ -159,21 +152,21 @@ __device__ __forceinline__ void store_staged(const CUtensorMap *tmap_y, const fl
 }
 #endif
 
-template <typename T, class SH>
+template <typename T>
 __global__ void __launch_bounds__(kThreads, 1)
     group_gemm_sm90_kernel(GgParams p, const __grid_constant__ CUtensorMap tmap_x,
                            const __grid_constant__ CUtensorMap tmap_w,
                            const __grid_constant__ CUtensorMap tmap_y) {
 #ifdef KITE_SM90_DEVICE
-  constexpr int BN = SH::BN, kStages = SH::kStages;
-  constexpr uint32_t TX_BYTES = (uint32_t)(SH::a_bytes + SH::b_bytes);
+  constexpr int BN = GgShape::BN, kStages = GgShape::kStages;
+  constexpr uint32_t TX_BYTES = (uint32_t)(GgShape::a_bytes + GgShape::b_bytes);
   extern __shared__ unsigned char smem_raw[];
   unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-  unsigned char *sA = smem, *sB = smem + kStages * SH::a_bytes;
-  unsigned char *sStage = sB + kStages * SH::b_bytes;         /* [2][stage_bytes]: the consumers' */
-  int32_t *s_row = (int32_t *)(sStage + 2 * SH::stage_bytes); /* [groups + 1]: first rows */
-  int32_t *s_tile = s_row + kMaxGroups + 1;                   /* [groups + 1]: first tiles */
-  const uint32_t bar0 = smem_addr(s_tile + kMaxGroups + 1);   /* full[kStages], empty[kStages] */
+  unsigned char *sA = smem, *sB = smem + kStages * GgShape::a_bytes;
+  unsigned char *sStage = sB + kStages * GgShape::b_bytes; /* [2][stage_bytes]: the consumers' */
+  int32_t *s_row = (int32_t *)(sStage + 2 * GgShape::stage_bytes); /* [groups + 1]: first rows */
+  int32_t *s_tile = s_row + kMaxGroups + 1;                        /* [groups + 1]: first tiles */
+  const uint32_t bar0 = smem_addr(s_tile + kMaxGroups + 1); /* full[kStages], empty[kStages] */
 
   const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31;
   const int ntn = (p.n + BN - 1) / BN;
@@ -215,8 +208,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else if (tid == 32) {
 #pragma unroll
     for (int st = 0; st < kStages; st++) {
-      mbar_init(bar0 + st * 8, 1);                        /* the producer's expected bytes */
-      mbar_init(bar0 + (kStages + st) * 8, SH::kReaders); /* the consumer warps reading it */
+      mbar_init(bar0 + st * 8, 1);                             /* the producer's expected bytes */
+      mbar_init(bar0 + (kStages + st) * 8, GgShape::kReaders); /* the consumer warps reading it */
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -236,8 +229,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           const uint32_t full = bar0 + st * 8;
           mbar_wait(bar0 + (kStages + st) * 8, ((it / kStages) & 1) ^ 1);
           mbar_expect_tx(full, (int)TX_BYTES);
-          tma_load_2d(smem_addr(sA + st * SH::a_bytes), &tmap_x, kb * kBK, tl.row0, full);
-          tma_load_3d(smem_addr(sB + st * SH::b_bytes), &tmap_w, kb * kBK, tl.n0, tl.g, full);
+          tma_load_2d(smem_addr(sA + st * GgShape::a_bytes), &tmap_x, kb * kBK, tl.row0, full);
+          tma_load_3d(smem_addr(sB + st * GgShape::b_bytes), &tmap_w, kb * kBK, tl.n0, tl.g, full);
         }
       }
     }
@@ -260,8 +253,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int kb = 0; kb < kblocks; kb++, it++) {
       const int st = it % kStages;
       mbar_wait(bar0 + st * 8, (it / kStages) & 1);
-      const uint32_t a_addr = smem_addr(sA + st * SH::a_bytes) + 64 * cw * 128;
-      const uint32_t b_addr = smem_addr(sB + st * SH::b_bytes);
+      const uint32_t a_addr = smem_addr(sA + st * GgShape::a_bytes) + 64 * cw * 128;
+      const uint32_t b_addr = smem_addr(sB + st * GgShape::b_bytes);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; kk++) {
@@ -280,13 +273,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_regs(d[0]);
     fence_regs(d[1]);
     release((it - 1) % kStages);
-    if constexpr (SH::kEpiCols > 0) {
-      /* this consumer's 64 rows all in the group: TMA stores the whole box */
-      if (p.tma_y && tl.rows >= 64 * cw + 64) {
-        store_staged<T, SH>(&tmap_y, d, smem_addr(sStage + cw * SH::stage_bytes), tl.row0, tl.n0,
-                            p.n, cw, tid & 127, warp, lane);
-        continue;
-      }
+    /* this consumer's 64 rows all in the group: TMA stores the whole box */
+    if (p.tma_y && tl.rows >= 64 * cw + 64) {
+      store_staged<T>(&tmap_y, d, smem_addr(sStage + cw * GgShape::stage_bytes), tl.row0, tl.n0,
+                      p.n, cw, tid & 127, warp, lane);
+      continue;
     }
 #pragma unroll
     for (int h = 0; h < 2; h++)
@@ -302,7 +293,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       store_block<T, true>(p, d[h], row0, 64 * cw, rows, nt * BN + 128 * h, warp, lane);
   }
   /* the shared memory the stores read stays until they are done */
-  if (SH::kEpiCols > 0 && (tid & 127) == 0) bulk_wait<0>();
+  if ((tid & 127) == 0) bulk_wait<0>();
 #else
   (void)p;
 #endif
@@ -324,11 +315,11 @@ bool gg_map(CUtensorMap *map, kite_dtype dtype, const void *base, int rank, cons
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-/* One launch of the kernel of shape SH; *mapped false where TMA cannot describe x or w (the caller
- * takes the cuBLAS path); y without a tensor map (or SH without staging) is stored directly.
+/* One launch of the kernel; *mapped false where TMA cannot describe x or w (the caller takes the
+ * cuBLAS path); y without a tensor map is stored directly.
  * Graph-safe: nothing here allocates or synchronizes; the tensor maps travel as kernel
  * parameters. */
-template <typename T, class SH>
+template <typename T>
 kite_status gg_launch(const kite_group_gemm_args *a, const char *variant, cudaStream_t s,
                       bool *mapped) {
   CUtensorMap tx, tw, ty;
@@ -346,18 +337,18 @@ kite_status gg_launch(const kite_group_gemm_args *a, const char *variant, cudaSt
    * stored box) */
   const cuuint64_t ydims[2] = {(cuuint64_t)a->n, (cuuint64_t)a->m};
   const cuuint64_t ystrides[1] = {(cuuint64_t)a->y_stride * 2};
-  const bool y_tma = SH::kEpiCols > 0 && (uintptr_t)a->y % 16 == 0 && a->y_stride * 2 % 16 == 0 &&
-                     a->y_stride > 0 && a->y_stride * 2 < (1LL << 40);
+  const bool y_tma = (uintptr_t)a->y % 16 == 0 && a->y_stride * 2 % 16 == 0 && a->y_stride > 0 &&
+                     a->y_stride * 2 < (1LL << 40);
   /* Host calls only, but under a global-mode capture (PyTorch's default) of any stream the
    * runtime may refuse them as unsafe: relaxed mode for this thread around them. */
-  auto kernel = group_gemm_sm90_kernel<T, SH>;
+  auto kernel = group_gemm_sm90_kernel<T>;
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   const bool exchanged = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
   const bool ok = gg_map(&tx, a->dtype, a->x, 2, xdims, xstrides, kBM) &&
-                  gg_map(&tw, a->dtype, a->w, 3, wdims, wstrides, SH::BN);
+                  gg_map(&tw, a->dtype, a->w, 3, wdims, wstrides, GgShape::BN);
   const bool y_mapped = y_tma && gg_map(&ty, a->dtype, a->y, 2, ydims, ystrides, 64);
   const cudaError_t attr_e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SH::smem);
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GgShape::smem);
   int64_t ctas = sm_count();
   if (exchanged) (void)cudaThreadExchangeStreamCaptureMode(&mode);
   *mapped = ok;
@@ -365,7 +356,7 @@ kite_status gg_launch(const kite_group_gemm_args *a, const char *variant, cudaSt
   if (attr_e != cudaSuccess) {
     (void)cudaGetLastError();
     return kite_set_error(KITE_ERR_DEVICE, "group_gemm: cuda.%s: %zu bytes of shared memory: %s",
-                          variant, SH::smem, cudaGetErrorString(attr_e));
+                          variant, GgShape::smem, cudaGetErrorString(attr_e));
   }
   const GgParams p = {(int32_t)a->m,  (int32_t)a->n,
                       (int32_t)a->k,  (int32_t)a->groups,
@@ -373,14 +364,13 @@ kite_status gg_launch(const kite_group_gemm_args *a, const char *variant, cudaSt
                       a->y_stride,    (uintptr_t)a->y % 4 == 0 && a->y_stride % 2 == 0,
                       y_mapped};
   /* at most ceil(M / 128) + G row tiles of groups, or ceil(M / 128) of zeros, each ntn wide */
-  const int64_t ntn = (a->n + SH::BN - 1) / SH::BN;
+  const int64_t ntn = (a->n + GgShape::BN - 1) / GgShape::BN;
   const int64_t tiles = ((a->m + kBM - 1) / kBM + a->groups) * ntn;
   if (tiles < ctas) ctas = tiles;
-  kernel<<<(unsigned)ctas, kThreads, SH::smem, s>>>(p, tx, tw, ty);
+  kernel<<<(unsigned)ctas, kThreads, GgShape::smem, s>>>(p, tx, tw, ty);
   return KITE_OK;
 }
 
-template <class SH>
 kite_status gg_run(const kite_kernel *k, kite_ctx *ctx, const void *args, const char *variant) {
   const kite_group_gemm_args *a = (const kite_group_gemm_args *)args;
   if (a->m <= 0 || a->n <= 0) return KITE_OK;
@@ -389,9 +379,9 @@ kite_status gg_run(const kite_kernel *k, kite_ctx *ctx, const void *args, const 
   if (st != KITE_OK) return st;
   bool mapped = false;
   if (a->dtype == KITE_DTYPE_BF16)
-    st = gg_launch<__nv_bfloat16, SH>(a, variant, s, &mapped);
+    st = gg_launch<__nv_bfloat16>(a, variant, s, &mapped);
   else if (a->dtype == KITE_DTYPE_F16)
-    st = gg_launch<__half, SH>(a, variant, s, &mapped);
+    st = gg_launch<__half>(a, variant, s, &mapped);
   else
     st = kite_set_error(KITE_ERR_INTERNAL, "group_gemm: cuda.%s: f16/bf16 only", variant);
   if (st != KITE_OK) return st;
@@ -424,7 +414,7 @@ bool gg_supports(const void *args, const char **why) {
     return false;
   }
   if (a->m >= INT32_MAX || a->n >= INT32_MAX || a->k >= INT32_MAX ||
-      (2 * ((a->m + kBM - 1) / kBM) + a->groups) * ((a->n + GgDirect::BN - 1) / GgDirect::BN) >=
+      (2 * ((a->m + kBM - 1) / kBM) + a->groups) * ((a->n + GgShape::BN - 1) / GgShape::BN) >=
           INT32_MAX) {
     *why = "sizes past int32";
     return false;
@@ -447,11 +437,5 @@ extern "C" CUDA_SUPPORTS(cuda_group_gemm_wgmma_supports) {
   return gg_supports(args, why);
 }
 extern "C" CUDA_RUN(cuda_group_gemm_wgmma_run) {
-  return gg_run<GgDirect>(k, ctx, args, "wgmma");
-}
-extern "C" CUDA_RUN(cuda_group_gemm_wgmma_epi_run) {
-  return gg_run<GgEpi>(k, ctx, args, "wgmma_epi");
-}
-extern "C" CUDA_RUN(cuda_group_gemm_wgmma_epi4_run) {
-  return gg_run<GgEpi4>(k, ctx, args, "wgmma_epi4");
+  return gg_run(k, ctx, args, "wgmma");
 }
