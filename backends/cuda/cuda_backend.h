@@ -191,7 +191,7 @@ CUDA_RUN(cuda_group_gemm_tiles_run);
 CUDA_RUN(cuda_group_gemm_cublaslt_run);
 /* group_gemm_sm90.cu: group_gemm on Hopper, one persistent wgmma launch with its schedule read on
  * the device (f16/bf16, TMA-aligned x and w, compute capability 9.0): 128 x 256 tiles shared by
- * both consumer warpgroups */
+ * both consumer warpgroups, y staged in shared memory and TMA-stored behind the next tile */
 CUDA_SUPPORTS(cuda_group_gemm_wgmma_supports);
 CUDA_RUN(cuda_group_gemm_wgmma_run);
 

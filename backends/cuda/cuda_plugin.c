@@ -327,10 +327,12 @@ static const kite_kernel cuda_kernels[] = {
            cuda_linear_cublaslt_run, "cuBLASLt matmul, bias epilogue, f32 without TF32"),
     KERNEL(KITE_OP_LINEAR, "tiles", PRIORITY_GENERIC, cuda_float_supports, cuda_linear_tiles_run,
            "64x64 f32 tiles on CUDA cores, any layout"),
-    KERNEL_SM90(KITE_OP_GROUP_GEMM, "wgmma", PRIORITY_WGMMA, cuda_group_gemm_wgmma_supports,
-                checked_cuda_group_gemm_wgmma_run,
-                "Hopper: one persistent wgmma launch, 128 x 256 tiles, TMA ring, group sizes read "
-                "on the device (graph-safe); f16/bf16, 16-byte aligned x and w rows"),
+    KERNEL_SM90(
+        KITE_OP_GROUP_GEMM, "wgmma", PRIORITY_WGMMA, cuda_group_gemm_wgmma_supports,
+        checked_cuda_group_gemm_wgmma_run,
+        "Hopper: one persistent wgmma launch, 128 x 256 tiles, TMA ring, y staged in shared "
+        "memory and TMA-stored behind the next tile, group sizes read on the device "
+        "(graph-safe); f16/bf16, 16-byte aligned x and w rows"),
     KERNEL(KITE_OP_GROUP_GEMM, "cublaslt", PRIORITY_LIBRARY, cuda_float_supports,
            checked_cuda_group_gemm_cublaslt_run,
            "equal groups as one cuBLAS strided batch (torch.bmm's call), others as a cuBLASLt "

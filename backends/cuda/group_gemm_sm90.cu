@@ -14,10 +14,18 @@
  * BN x 64 tile of w[g] (a 3-d map over [G, N, K]); K past its end is TMA's zero fill. Each stage
  * has a "full" mbarrier (the TMA bytes) and an "empty" one (each consumer warp reading the stage,
  * once the wgmmas reading it completed). Warpgroups 1 and 2 are consumers running wgmma from
- * shared memory into f32 accumulators, one k-block of wgmmas in flight, then storing T pairs
- * (single elements where y's layout leaves pairs unaligned) straight from the accumulator
- * fragment with row and column predicates. BN = 256: both consumers work on every tile, each
- * owning 64 of its rows (one m64n256k16 per k-step), so both store at the same time.
+ * shared memory into f32 accumulators, one k-block of wgmmas in flight. BN = 256: both consumers
+ * work on every tile, each owning 64 of its rows (one m64n256k16 per k-step).
+ *
+ * The epilogue keeps the stores off the critical path: a consumer whose 64 rows all lie inside
+ * the tile's group writes them as T, 64 columns at a time, to its own swizzled staging buffer
+ * (stmatrix, a 64 x 64 block), fences them to the async proxy, and one of its threads TMA-stores
+ * the block to y (a 2-d map over [M, N]; columns past N are clipped) as a bulk group; the
+ * warpgroup goes on, and waits for a group only before it writes the buffer again, so the last
+ * block's store runs under the next tile's main loop. A box never reaches past its group's rows:
+ * those may be the next group's. The other consumers (the group's last, partial tile) and a y
+ * that TMA cannot describe store T pairs (single elements where y's layout leaves pairs
+ * unaligned) straight from the accumulator fragment with row and column predicates.
  *
  * Shared-memory tiles are in the 128-byte swizzled layout (sm90.cuh): a tile of R rows x 64
  * elements is R rows of 128 bytes, 1024-byte aligned.
@@ -33,16 +41,24 @@ constexpr int kThreads = 384, kBM = 128, kBK = 64;
 /* Groups the shared-memory schedule holds; more go to the cuBLAS path. */
 constexpr int kMaxGroups = 1024;
 
+/* kStages: the ring's depth; kEpiCols: the columns of each consumer's staging buffer (64 rows x
+ * kEpiCols, in 64-column swizzled blocks) that TMA stores to y. Measured on an H100 (8 x 512 x
+ * 4096^2 bf16): 4 stages and 64 columns at a time 186.5 us; 3 stages and all 256 columns 203.0;
+ * stores from the accumulator fragments (no staging) 206.5. */
 struct GgShape {
-  static constexpr int BN = 256, kStages = 4;
+  static constexpr int BN = 256, kStages = 4, kEpiCols = 64;
   /* consumer warps reading each stage: both warpgroups' */
   static constexpr int kReaders = 8;
   static_assert(kReaders * 32 == kThreads - 128, "every consumer warp reads every stage");
+  static_assert(kEpiCols % 64 == 0 && kEpiCols <= BN && BN % kEpiCols == 0, "64-column blocks");
   static constexpr size_t a_bytes = (size_t)kBM * kBK * 2, b_bytes = (size_t)BN * kBK * 2;
+  /* per consumer: 64 rows x kEpiCols */
+  static constexpr size_t stage_bytes = (size_t)64 * kEpiCols * 2;
   static constexpr size_t sched_bytes = 2 * (size_t)(kMaxGroups + 1) * sizeof(int32_t);
   static constexpr size_t bar_bytes = 2 * kStages * 8;
-  static constexpr size_t smem =
-      1024 /* alignment */ + kStages * (a_bytes + b_bytes) + sched_bytes + bar_bytes;
+  static constexpr size_t smem = 1024 /* alignment */ + kStages * (a_bytes + b_bytes) +
+                                 2 * stage_bytes + sched_bytes + bar_bytes;
+  static_assert(smem <= 227 * 1024, "shared memory of one CTA");
 };
 
 struct GgParams {
@@ -51,6 +67,7 @@ struct GgParams {
   void *y;
   int64_t y_stride;
   int pairs; /* y's base and row stride keep column pairs 4-byte aligned */
+  int tma_y; /* y has a tensor map (16-byte aligned base and row stride): the staged epilogue */
 };
 
 /* Where a tile lies: group g's rows [row0, row0 + rows), columns from n0. */
@@ -95,19 +112,60 @@ __device__ __forceinline__ void store_block(const GgParams &p, const float (&d)[
   }
 }
 
+#ifdef KITE_SM90_DEVICE
+/* The staged epilogue of consumer cw (its 64 rows of the tile at row0, n0 of y's N columns; wtid,
+ * warp, lane: this thread in the warpgroup): kEpiCols columns at a time, stmatrix into the swizzled
+ * staging buffer stg, then one thread TMA-stores its 64 x 64 blocks as one bulk group. The buffer
+ * is written again only once the previous group has read it; the stores' completion is awaited only
+ * at the kernel's end. */
+template <typename T>
+__device__ __forceinline__ void store_staged(const CUtensorMap *tmap_y, const float (&d)[2][64],
+                                             uint32_t stg, int row0, int n0, int n, int cw,
+                                             int wtid, int warp, int lane) {
+  constexpr int kBlockBytes = 64 * 128; /* one 64 x 64 block */
+  const int j = lane >> 3;              /* the matrix whose row this lane addresses */
+  const int r = 16 * warp + 8 * (j & 1) + (lane & 7);
+#pragma unroll
+  for (int c0 = 0; c0 < GgShape::BN; c0 += GgShape::kEpiCols) {
+    if (wtid == 0) bulk_wait_read<0>();
+    named_sync(1 + cw, 128);
+#pragma unroll
+    for (int nb = 0; nb < GgShape::kEpiCols / 8; nb += 2) {
+      /* 8-column blocks nb and nb + 1 of this chunk: column block cc = c0 / 8 + nb of the tile */
+      const int cc = c0 / 8 + nb, h = cc / 16, q = cc % 16;
+      const uint32_t v[4] = {
+          pack2<T>(d[h][4 * q], d[h][4 * q + 1]), pack2<T>(d[h][4 * q + 2], d[h][4 * q + 3]),
+          pack2<T>(d[h][4 * q + 4], d[h][4 * q + 5]), pack2<T>(d[h][4 * q + 6], d[h][4 * q + 7])};
+      const int ch = nb + (j >> 1); /* this lane's 16-byte chunk within the staged columns */
+      stmatrix_x4(stg + swz(64, r, ch), v); /* block ch / 8 of the 64 x 64 blocks */
+    }
+    fence_async_shared();
+    named_sync(1 + cw, 128);
+    if (wtid == 0) {
+#pragma unroll
+      for (int b = 0; b < GgShape::kEpiCols / 64; b++)
+        if (n0 + c0 + 64 * b < n) /* boxes past N would write nothing */
+          tma_store_2d(tmap_y, stg + b * kBlockBytes, n0 + c0 + 64 * b, row0 + 64 * cw);
+      bulk_commit();
+    }
+  }
+}
+#endif
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1)
     group_gemm_sm90_kernel(GgParams p, const __grid_constant__ CUtensorMap tmap_x,
-                           const __grid_constant__ CUtensorMap tmap_w) {
+                           const __grid_constant__ CUtensorMap tmap_w,
+                           const __grid_constant__ CUtensorMap tmap_y) {
 #ifdef KITE_SM90_DEVICE
-  using SH = GgShape;
-  constexpr int BN = SH::BN, kStages = SH::kStages;
-  constexpr uint32_t TX_BYTES = (uint32_t)(SH::a_bytes + SH::b_bytes);
+  constexpr int BN = GgShape::BN, kStages = GgShape::kStages;
+  constexpr uint32_t TX_BYTES = (uint32_t)(GgShape::a_bytes + GgShape::b_bytes);
   extern __shared__ unsigned char smem_raw[];
   unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-  unsigned char *sA = smem, *sB = smem + kStages * SH::a_bytes;
-  int32_t *s_row = (int32_t *)(sB + kStages * SH::b_bytes); /* [groups + 1]: first rows */
-  int32_t *s_tile = s_row + kMaxGroups + 1;                 /* [groups + 1]: first tiles */
+  unsigned char *sA = smem, *sB = smem + kStages * GgShape::a_bytes;
+  unsigned char *sStage = sB + kStages * GgShape::b_bytes; /* [2][stage_bytes]: the consumers' */
+  int32_t *s_row = (int32_t *)(sStage + 2 * GgShape::stage_bytes); /* [groups + 1]: first rows */
+  int32_t *s_tile = s_row + kMaxGroups + 1;                        /* [groups + 1]: first tiles */
   const uint32_t bar0 = smem_addr(s_tile + kMaxGroups + 1); /* full[kStages], empty[kStages] */
 
   const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31;
@@ -150,8 +208,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else if (tid == 32) {
 #pragma unroll
     for (int st = 0; st < kStages; st++) {
-      mbar_init(bar0 + st * 8, 1);                        /* the producer's expected bytes */
-      mbar_init(bar0 + (kStages + st) * 8, SH::kReaders); /* the consumer warps reading it */
+      mbar_init(bar0 + st * 8, 1);                             /* the producer's expected bytes */
+      mbar_init(bar0 + (kStages + st) * 8, GgShape::kReaders); /* the consumer warps reading it */
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -171,8 +229,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           const uint32_t full = bar0 + st * 8;
           mbar_wait(bar0 + (kStages + st) * 8, ((it / kStages) & 1) ^ 1);
           mbar_expect_tx(full, (int)TX_BYTES);
-          tma_load_2d(smem_addr(sA + st * SH::a_bytes), &tmap_x, kb * kBK, tl.row0, full);
-          tma_load_3d(smem_addr(sB + st * SH::b_bytes), &tmap_w, kb * kBK, tl.n0, tl.g, full);
+          tma_load_2d(smem_addr(sA + st * GgShape::a_bytes), &tmap_x, kb * kBK, tl.row0, full);
+          tma_load_3d(smem_addr(sB + st * GgShape::b_bytes), &tmap_w, kb * kBK, tl.n0, tl.g, full);
         }
       }
     }
@@ -195,8 +253,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int kb = 0; kb < kblocks; kb++, it++) {
       const int st = it % kStages;
       mbar_wait(bar0 + st * 8, (it / kStages) & 1);
-      const uint32_t a_addr = smem_addr(sA + st * SH::a_bytes) + 64 * cw * 128;
-      const uint32_t b_addr = smem_addr(sB + st * SH::b_bytes);
+      const uint32_t a_addr = smem_addr(sA + st * GgShape::a_bytes) + 64 * cw * 128;
+      const uint32_t b_addr = smem_addr(sB + st * GgShape::b_bytes);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; kk++) {
@@ -215,6 +273,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_regs(d[0]);
     fence_regs(d[1]);
     release((it - 1) % kStages);
+    /* this consumer's 64 rows all in the group: TMA stores the whole box */
+    if (p.tma_y && tl.rows >= 64 * cw + 64) {
+      store_staged<T>(&tmap_y, d, smem_addr(sStage + cw * GgShape::stage_bytes), tl.row0, tl.n0,
+                      p.n, cw, tid & 127, warp, lane);
+      continue;
+    }
 #pragma unroll
     for (int h = 0; h < 2; h++)
       store_block<T, false>(p, d[h], tl.row0, 64 * cw, tl.rows, tl.n0 + 128 * h, warp, lane);
@@ -228,6 +292,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int h = 0; h < BN / 128; h++)
       store_block<T, true>(p, d[h], row0, 64 * cw, rows, nt * BN + 128 * h, warp, lane);
   }
+  /* the shared memory the stores read stays until they are done */
+  if ((tid & 127) == 0) bulk_wait<0>();
 #else
   (void)p;
 #endif
@@ -250,15 +316,16 @@ bool gg_map(CUtensorMap *map, kite_dtype dtype, const void *base, int rank, cons
 }
 
 /* One launch of the kernel; *mapped false where TMA cannot describe x or w (the caller takes the
- * cuBLAS path). Graph-safe: nothing here allocates or synchronizes; the tensor maps travel as
- * kernel parameters. */
+ * cuBLAS path); y without a tensor map is stored directly.
+ * Graph-safe: nothing here allocates or synchronizes; the tensor maps travel as kernel
+ * parameters. */
 template <typename T>
 kite_status gg_launch(const kite_group_gemm_args *a, const char *variant, cudaStream_t s,
                       bool *mapped) {
-  using SH = GgShape;
-  CUtensorMap tx, tw;
+  CUtensorMap tx, tw, ty;
   memset(&tx, 0, sizeof tx);
   memset(&tw, 0, sizeof tw);
+  memset(&ty, 0, sizeof ty);
   const cuuint64_t xdims[2] = {(cuuint64_t)a->k, (cuuint64_t)a->m};
   const cuuint64_t xstrides[1] = {(cuuint64_t)a->x_stride * 2};
   const cuuint64_t wdims[3] = {(cuuint64_t)a->k, (cuuint64_t)a->n, (cuuint64_t)a->groups};
@@ -266,15 +333,22 @@ kite_status gg_launch(const kite_group_gemm_args *a, const char *variant, cudaSt
   const cuuint64_t wg_bytes = a->groups > 1 ? (cuuint64_t)a->w_stride_g * 2
                                             : ((cuuint64_t)a->n * a->w_stride_n * 2 + 15) / 16 * 16;
   const cuuint64_t wstrides[2] = {(cuuint64_t)a->w_stride_n * 2, wg_bytes};
+  /* y [M, N] in 64 x 64 boxes (TMA stores clip at M and N; rows of the next group are never in a
+   * stored box) */
+  const cuuint64_t ydims[2] = {(cuuint64_t)a->n, (cuuint64_t)a->m};
+  const cuuint64_t ystrides[1] = {(cuuint64_t)a->y_stride * 2};
+  const bool y_tma = (uintptr_t)a->y % 16 == 0 && a->y_stride * 2 % 16 == 0 && a->y_stride > 0 &&
+                     a->y_stride * 2 < (1LL << 40);
   /* Host calls only, but under a global-mode capture (PyTorch's default) of any stream the
    * runtime may refuse them as unsafe: relaxed mode for this thread around them. */
   auto kernel = group_gemm_sm90_kernel<T>;
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   const bool exchanged = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
   const bool ok = gg_map(&tx, a->dtype, a->x, 2, xdims, xstrides, kBM) &&
-                  gg_map(&tw, a->dtype, a->w, 3, wdims, wstrides, SH::BN);
+                  gg_map(&tw, a->dtype, a->w, 3, wdims, wstrides, GgShape::BN);
+  const bool y_mapped = y_tma && gg_map(&ty, a->dtype, a->y, 2, ydims, ystrides, 64);
   const cudaError_t attr_e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SH::smem);
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GgShape::smem);
   int64_t ctas = sm_count();
   if (exchanged) (void)cudaThreadExchangeStreamCaptureMode(&mode);
   *mapped = ok;
@@ -282,17 +356,18 @@ kite_status gg_launch(const kite_group_gemm_args *a, const char *variant, cudaSt
   if (attr_e != cudaSuccess) {
     (void)cudaGetLastError();
     return kite_set_error(KITE_ERR_DEVICE, "group_gemm: cuda.%s: %zu bytes of shared memory: %s",
-                          variant, SH::smem, cudaGetErrorString(attr_e));
+                          variant, GgShape::smem, cudaGetErrorString(attr_e));
   }
   const GgParams p = {(int32_t)a->m,  (int32_t)a->n,
                       (int32_t)a->k,  (int32_t)a->groups,
                       a->group_sizes, a->y,
-                      a->y_stride,    (uintptr_t)a->y % 4 == 0 && a->y_stride % 2 == 0};
+                      a->y_stride,    (uintptr_t)a->y % 4 == 0 && a->y_stride % 2 == 0,
+                      y_mapped};
   /* at most ceil(M / 128) + G row tiles of groups, or ceil(M / 128) of zeros, each ntn wide */
-  const int64_t ntn = (a->n + SH::BN - 1) / SH::BN;
+  const int64_t ntn = (a->n + GgShape::BN - 1) / GgShape::BN;
   const int64_t tiles = ((a->m + kBM - 1) / kBM + a->groups) * ntn;
   if (tiles < ctas) ctas = tiles;
-  kernel<<<(unsigned)ctas, kThreads, SH::smem, s>>>(p, tx, tw);
+  kernel<<<(unsigned)ctas, kThreads, GgShape::smem, s>>>(p, tx, tw, ty);
   return KITE_OK;
 }
 

@@ -79,6 +79,27 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map
                "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
                : "memory");
 }
+/* TMA store: the box of `map` at coordinates (c0, c1) from shared memory at src, in this thread's
+ * current bulk group (coordinates past the tensor's end are not written). */
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap *map, uint32_t src, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+          (uint64_t)map),
+      "r"(c0), "r"(c1), "r"(src)
+      : "memory");
+}
+/* Closes this thread's current bulk group of TMA stores. */
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+/* Waits until at most N of this thread's bulk groups still read their shared-memory sources. */
+template <int N> __device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+/* Waits until at most N of this thread's bulk groups are incomplete (their writes done). */
+template <int N> __device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
 /* Generic-proxy writes to shared memory (st.shared, landed cp.async) made visible to wgmma. */
 __device__ __forceinline__ void fence_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -118,6 +139,14 @@ __device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, const uint32_t 
       "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
       "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
       : "memory");
+}
+
+/* The same four matrices stored as they are: lane l gives the address of row l % 8 of matrix
+ * l / 8, which receives that row (the mma accumulator layout, packed to b16 pairs). */
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
 }
 
 /* Shared-memory matrix descriptor of a 128-byte swizzled tile: start address, leading and

@@ -620,10 +620,17 @@ static const group_geom g_groups[] = {{-1, 17, 64, 3, {0, 1, 2}},
                                       {-1, 96, 64, 2, {100, 28}},
                                       /* aligned: several row and column tiles, K not a multiple
                                        * of 64, N not a multiple of 128, empty groups */
-                                      {-1, 300, 200, 6, {130, 0, 257, 1, 0, 64}}};
+                                      {-1, 300, 200, 6, {130, 0, 257, 1, 0, 64}},
+                                      /* full 64-row halves of tiles beside partial ones; the
+                                       * second with 16-byte aligned rows of y (TMA-stored y:
+                                       * boxes ending where a group ends, columns past N) */
+                                      {-1, 264, 64, 3, {192, 0, 72}},
+                                      {-1, 320, 72, 4, {200, 64, 0, 129}}};
 static const group_geom g_quick_groups[] = {{-1, 33, 19, 5, {5, 0, 12, 0, 23}},
                                             {-1, 127, 17, 1, {17}},
-                                            {-1, 300, 200, 6, {130, 0, 257, 1, 0, 64}}};
+                                            {-1, 300, 200, 6, {130, 0, 257, 1, 0, 64}},
+                                            {-1, 264, 64, 3, {192, 0, 72}},
+                                            {-1, 320, 72, 4, {200, 64, 0, 129}}};
 
 static void group_gemm_cases(kite_dtype t, int quick, kt_case_list *l) {
   const group_geom *s = quick ? g_quick_groups : g_groups;
