@@ -8,6 +8,8 @@ the one KITE_KERNELS pins (e.g. KITE_KERNELS=sdpa=cuda.mma). bf16 unless said.
 
   --op sdpa                     B 4, S 4096, Hq 32 / Hkv 8, D --d (64|128|256), causal unless
                                 --non-causal
+  --op sdpa_backward            the backward of --op sdpa (its O and lse from one forward call
+                                before the two calls)
   --op paged_prefill            the same queries and keys, causal, the keys in a paged cache of
                                 --block-size (default 16) slots a block, blocks in order
   --op cross_entropy_with_grad  N 8192 x V 128256, every 17th target ignored, mean, in place
@@ -35,6 +37,22 @@ def sdpa(kite, args):
     opts = C.byref(AttnOpts(0.0, 0.0, -1, 0, 0 if args.non_causal else 1))
     return (lambda: kite.call("kite_sdpa", Q, K, V, None, None, opts, O, None),
             f"sdpa B{B} S{S} {HQ}/{HKV} D{D} {'non-causal' if args.non_causal else 'causal'}",
+            dict(locals()))
+
+
+def sdpa_backward(kite, args):
+    B, S, HQ, HKV, D = 4, 4096, 32, 8, args.d
+    rnd = lambda h: torch.randn(B, h, S, D, device="cuda", dtype=torch.bfloat16)
+    q, k, v, dout = rnd(HQ), rnd(HKV), rnd(HKV), rnd(HQ)
+    o, dq, dk, dv = (torch.empty_like(x) for x in (q, q, k, v))
+    lse = torch.empty(B, HQ, S, device="cuda", dtype=torch.float32)
+    Q, K, V, O, L, G, DQ, DK, DV = (dl(x) for x in (q, k, v, o, lse, dout, dq, dk, dv))
+    opts = C.byref(AttnOpts(0.0, 0.0, -1, 0, 0 if args.non_causal else 1))
+    kite.call("kite_sdpa", Q, K, V, None, None, opts, O, L)
+    return (lambda: kite.call("kite_sdpa_backward", Q, K, V, None, None, opts, O, L, G, DQ, DK,
+                              DV, None),
+            f"sdpa_backward B{B} S{S} {HQ}/{HKV} D{D} "
+            f"{'non-causal' if args.non_causal else 'causal'}",
             dict(locals()))
 
 
@@ -100,7 +118,7 @@ def sample(kite, args):
             dict(locals()))
 
 
-OPS = {"sdpa": sdpa, "paged_prefill": paged_prefill,
+OPS = {"sdpa": sdpa, "sdpa_backward": sdpa_backward, "paged_prefill": paged_prefill,
        "cross_entropy_with_grad": cross_entropy_with_grad,
        "layer_norm_backward": layer_norm_backward, "sample": sample}
 
