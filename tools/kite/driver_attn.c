@@ -360,6 +360,9 @@ static const paged_geom g_paged[] = {
      * partial tiles, block sizes 16, 7 and 1 */
     {16, 4, 128, 16, 3, {200, 150, 40}, {100, 150, 33}},
     {8, 2, 256, 7, 2, {140, 65}, {70, 65}},
+    /* head_dim 256 through TMA boxes: 64-key tiles of 4 blocks, and tiles within a block */
+    {4, 1, 256, 16, 2, {150, 70}, {40, 70}},
+    {4, 1, 256, 128, 2, {260, 64}, {40, 64}},
     {8, 4, 64, 1, 2, {129, 300}, {129, 60}},
     {8, 2, 64, 16, 1, {300}, {300}}, /* the large one: default options, lse */
 };
