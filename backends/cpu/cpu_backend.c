@@ -158,6 +158,8 @@ static kite_kernel cpu_kernels[] = {
                 "online softmax over (query tile, kv head) items, unseen keys skipped"),
     ATTN_FAMILY(KITE_OP_SDPA, sdpa,
                 "online softmax over (query tile, kv head) items, masks per tile"),
+    ATTN_FAMILY(KITE_OP_SDPA_FP8, sdpa_fp8,
+                "q, k, v dequantized per block into f32, then sdpa's online softmax"),
     ATTN_FAMILY(KITE_OP_SDPA_VARLEN, sdpa_varlen,
                 "sdpa's online softmax over (sequence query tile, kv head) items"),
     ATTN_FAMILY(KITE_OP_SDPA_BACKWARD, sdpa_bwd,

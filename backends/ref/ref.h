@@ -29,6 +29,7 @@ kite_status ref_embedding_bwd_run(const kite_kernel *k, kite_ctx *ctx, const voi
 kite_status ref_store_kv_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_paged_attn_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_sdpa_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_sdpa_fp8_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_sdpa_backward_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_sdpa_varlen_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_sdpa_varlen_backward_run(const kite_kernel *k, kite_ctx *ctx, const void *args);

@@ -59,6 +59,8 @@ static const kite_kernel ref_kernels[] = {
                "paged prefill attention, two-pass softmax in float64"),
     REF_KERNEL(KITE_OP_SDPA, ref_sdpa_run,
                "dense attention with masks, two-pass softmax in float64"),
+    REF_KERNEL(KITE_OP_SDPA_FP8, ref_sdpa_fp8_run,
+               "e4m3 inputs dequantized per block, then sdpa's two-pass softmax in float64"),
     REF_KERNEL(KITE_OP_SDPA_VARLEN, ref_sdpa_varlen_run,
                "packed sequences, each as sdpa's two-pass softmax in float64"),
     REF_KERNEL(KITE_OP_SDPA_BACKWARD, ref_sdpa_backward_run,
