@@ -59,6 +59,9 @@ struct Kernel {
 /* attention_sm90pp.cu: the pipelined kernel of T (bf16/f16), head_dim D (64, 128), Load mode
  * `load` (cuda.sm90pp). */
 template <typename T, int D> Kernel pipelined_kernel(int load);
+/* attention_sm90pp.cu: that kernel on sdpa_fp8 (LOAD_TMA_FP8, head_dim 128) with o of To
+ * (bf16/f16; cuda.sm90fp8). */
+template <typename To> Kernel fp8_pipelined_kernel();
 
 /* attention_sm90.cu: the tensor map of dense K or V (element strides [b, h, j], rows of head_dim
  * elements of esize bytes: 2 for p.dtype's bf16 / f16, 1 for e4m3 codes) as a 4-d tensor
@@ -360,6 +363,56 @@ __device__ __forceinline__ Rows consumer_rows(const AttnParams &p, const Seq &s,
   r.fold = !r.capped && r.qk_scale > 0.0f;
   r.pscale = r.fold ? r.qk_scale : 1.0f;
   return r;
+}
+
+/* sdpa_fp8's scales of a consumer thread: the q_scale of its two rows (0 for padding rows, which
+ * are never stored) and its kv head's rows of k_scale and v_scale. */
+struct Fp8Scales {
+  float q[2];
+  const float *k, *v;
+};
+__device__ __forceinline__ Fp8Scales fp8_scales(const AttnParams &p, const Seq &s, int g, int m0,
+                                                int rows_here, int cw, int warp, int qg) {
+  Fp8Scales f = {{0.0f, 0.0f}, nullptr, nullptr};
+  const int group = (int)p.group;
+  const int64_t nbq = (p.sq + KITE_FP8_ATTN_BLOCK - 1) / KITE_FP8_ATTN_BLOCK;
+  const int64_t nbk = (p.sk + KITE_FP8_ATTN_BLOCK - 1) / KITE_FP8_ATTN_BLOCK;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int row = 64 * cw + 16 * warp + 8 * h + qg;
+    if (row >= rows_here) continue;
+    const int m = m0 + row, qi = m % group, tq = m / group;
+    const int64_t head = p.gqa_interleaved ? g + (int64_t)qi * p.hkv : (int64_t)g * group + qi;
+    f.q[h] = p.q_scale[((int64_t)s.b * p.hq + head) * nbq + (s.first + tq) / KITE_FP8_ATTN_BLOCK];
+  }
+  f.k = p.k_scale + ((int64_t)s.b * p.hkv + g) * nbk;
+  f.v = p.v_scale + ((int64_t)s.b * p.hkv + g) * nbk;
+  return f;
+}
+/* FP8: the scores of keys [j0, j0 + BN) (one scale block: j0 a multiple of 128) times each row's
+ * q_scale and the block's k_scale, before the softmax step. */
+template <bool FP8, int BN>
+__device__ __forceinline__ void fp8_scale_scores(float (&sc)[BN / 2], const Fp8Scales &f, int j0) {
+  if constexpr (FP8) {
+    static_assert(BN == KITE_FP8_ATTN_BLOCK, "a key tile is one scale block");
+    const float ks = f.k[j0 / KITE_FP8_ATTN_BLOCK];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const float x = f.q[h] * ks;
+#pragma unroll
+      for (int nb = 0; nb < BN / 8; nb++) sc[4 * nb + 2 * h] *= x, sc[4 * nb + 2 * h + 1] *= x;
+    }
+  }
+}
+/* FP8: P of those keys times the block's v_scale, after the softmax step (the sum l is P's):
+ * P V then adds p v_scale v over V's e4m3 values v. */
+template <bool FP8, int BN>
+__device__ __forceinline__ void fp8_scale_p(float (&sc)[BN / 2], const Fp8Scales &f, int j0) {
+  if constexpr (FP8) {
+    const float vs = f.v[j0 / KITE_FP8_ATTN_BLOCK];
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) sc[i] *= vs;
+  }
 }
 
 /* The tile of keys [j0, j0 + BN) has a key some row of the warpgroup sees. */
