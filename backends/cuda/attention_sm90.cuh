@@ -366,14 +366,16 @@ __device__ __forceinline__ Rows consumer_rows(const AttnParams &p, const Seq &s,
 }
 
 /* sdpa_fp8's scales of a consumer thread: the q_scale of its two rows (0 for padding rows, which
- * are never stored) and its kv head's rows of k_scale and v_scale. */
+ * are never stored), its kv head's rows of k_scale and v_scale, and those of the key tile in
+ * flight (kt, vt: fp8_tile_scales). */
 struct Fp8Scales {
   float q[2];
   const float *k, *v;
+  float kt, vt;
 };
 __device__ __forceinline__ Fp8Scales fp8_scales(const AttnParams &p, const Seq &s, int g, int m0,
                                                 int rows_here, int cw, int warp, int qg) {
-  Fp8Scales f = {{0.0f, 0.0f}, nullptr, nullptr};
+  Fp8Scales f = {{0.0f, 0.0f}, nullptr, nullptr, 0.0f, 0.0f};
   const int group = (int)p.group;
   const int64_t nbq = (p.sq + KITE_FP8_ATTN_BLOCK - 1) / KITE_FP8_ATTN_BLOCK;
   const int64_t nbk = (p.sk + KITE_FP8_ATTN_BLOCK - 1) / KITE_FP8_ATTN_BLOCK;
@@ -389,29 +391,35 @@ __device__ __forceinline__ Fp8Scales fp8_scales(const AttnParams &p, const Seq &
   f.v = p.v_scale + ((int64_t)s.b * p.hkv + g) * nbk;
   return f;
 }
-/* FP8: the scores of keys [j0, j0 + BN) (one scale block: j0 a multiple of 128) times each row's
- * q_scale and the block's k_scale, before the softmax step. */
+/* FP8: the k_scale and v_scale of the key tile from j0 (a multiple of 128: one scale block),
+ * read before the tile's Q K^T is issued so that the loads run beside it, not after its wait. */
+template <bool FP8> __device__ __forceinline__ void fp8_tile_scales(Fp8Scales &f, int j0) {
+  if constexpr (FP8) {
+    f.kt = f.k[j0 / KITE_FP8_ATTN_BLOCK];
+    f.vt = f.v[j0 / KITE_FP8_ATTN_BLOCK];
+  }
+}
+/* FP8: the tile's scores times each row's q_scale and the tile's k_scale, before the softmax
+ * step. */
 template <bool FP8, int BN>
-__device__ __forceinline__ void fp8_scale_scores(float (&sc)[BN / 2], const Fp8Scales &f, int j0) {
+__device__ __forceinline__ void fp8_scale_scores(float (&sc)[BN / 2], const Fp8Scales &f) {
   if constexpr (FP8) {
     static_assert(BN == KITE_FP8_ATTN_BLOCK, "a key tile is one scale block");
-    const float ks = f.k[j0 / KITE_FP8_ATTN_BLOCK];
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-      const float x = f.q[h] * ks;
+      const float x = f.q[h] * f.kt;
 #pragma unroll
       for (int nb = 0; nb < BN / 8; nb++) sc[4 * nb + 2 * h] *= x, sc[4 * nb + 2 * h + 1] *= x;
     }
   }
 }
-/* FP8: P of those keys times the block's v_scale, after the softmax step (the sum l is P's):
- * P V then adds p v_scale v over V's e4m3 values v. */
+/* FP8: the tile's P times its v_scale, after the softmax step (the sum l is P's): P V then adds
+ * p v_scale v over V's e4m3 values v. */
 template <bool FP8, int BN>
-__device__ __forceinline__ void fp8_scale_p(float (&sc)[BN / 2], const Fp8Scales &f, int j0) {
+__device__ __forceinline__ void fp8_scale_p(float (&sc)[BN / 2], const Fp8Scales &f) {
   if constexpr (FP8) {
-    const float vs = f.v[j0 / KITE_FP8_ATTN_BLOCK];
 #pragma unroll
-    for (int i = 0; i < BN / 2; i++) sc[i] *= vs;
+    for (int i = 0; i < BN / 2; i++) sc[i] *= f.vt;
   }
 }
 

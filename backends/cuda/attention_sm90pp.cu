@@ -98,16 +98,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   const auto scores = [&](int t) {
     const int st = t % kStages;
-    fp8_scale_scores<FP8, BN>(sc, fs, klo + t * BN);
+    fp8_scale_scores<FP8, BN>(sc, fs);
     softmax_tile<BN, PAGED>(sc, r, klo + t * BN, khi, lo_last, hi_first, sh.ok + st * BN, lane,
                             m_run, l_run, corr);
-    fp8_scale_p<FP8, BN>(sc, fs, klo + t * BN);
+    fp8_scale_p<FP8, BN>(sc, fs);
   };
 
   /* Every tile of the CTA runs, including those where no row of this warpgroup sees a key (their
    * masks make P zero; padding rows are never stored): a branch on the warpgroup's rows around
    * wgmma would make ptxas serialize them. Tile 0: S only. */
   if (ntiles > 0) {
+    fp8_tile_scales<FP8>(fs, klo);
     mbar_wait(bar0, 0);
     if (PING) named_sync(my_turn, 256);
     issue_qk<T, D, BN>(sc, q_addr, k_of(0));
@@ -119,6 +120,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   for (int t = 1; t < ntiles; t++) {
     const int st = t % kStages, pst = (t - 1) % kStages;
+    fp8_tile_scales<FP8>(fs, klo + t * BN);
     mbar_wait(bar0 + st * 8, (t / kStages) & 1);
     if (PING) named_sync(my_turn, 256);
     issue_qk<T, D, BN>(sc, q_addr, k_of(st));
