@@ -410,6 +410,16 @@ static const bad_case g_cases[] = {
     T("sdpa_fp8", "q,k,v,q_scale,k_scale,v_scale,o,lse", SET_DIM, OK, 0, 0),
     T("sdpa_fp8", "k,v,k_scale,v_scale", SET_DIM, OK, 2, 0), /* no keys: o = 0, lse = -inf */
     T("sdpa_fp8", "q", SET_STRIDES, OK, 256, 8, 32, 1),
+    /* quant_fp8_blocks: x[3, 32, 4, 2] float, q like it e4m3, scales[3, 32, 1] f32. */
+    T("quant_fp8_blocks", "x", SET_DTYPE, UNS, I32), T("quant_fp8_blocks", "q", SET_DTYPE, INV, I8),
+    T("quant_fp8_blocks", "q", SET_DTYPE, INV, BF16),
+    T("quant_fp8_blocks", "q", SET_DIM, INV, 2, 5),
+    T("quant_fp8_blocks", "scales", SET_DIM, INV, 2, 2),
+    T("quant_fp8_blocks", "scales", SET_DTYPE, INV, F16), ALIAS("quant_fp8_blocks", "q", "x", INV),
+    ALIAS("quant_fp8_blocks", "scales", "x", INV), ALIAS("quant_fp8_blocks", "scales", "q", INV),
+    T("quant_fp8_blocks", "x", SET_DTYPE, OK, BF16), T("quant_fp8_blocks", "x", SET_DTYPE, OK, F16),
+    T("quant_fp8_blocks", "x,q,scales", SET_DIM, OK, 2, 0), /* no rows: no block */
+    T("quant_fp8_blocks", "x,q", SET_DIM, OK, 3, 0),        /* D = 0: scales of 1 */
 
     /* sdpa_varlen and the backwards: q [5, 4, 8], k, v [5, 2, 8], cu_seqlens [0, 5, 5, 5, 5, 5]
      * (max_seqlen 5); sdpa_backward as sdpa, o, lse, dout, dq, dk, dv shaped as its tensors. */

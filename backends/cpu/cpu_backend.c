@@ -160,6 +160,8 @@ static kite_kernel cpu_kernels[] = {
                 "online softmax over (query tile, kv head) items, masks per tile"),
     ATTN_FAMILY(KITE_OP_SDPA_FP8, sdpa_fp8,
                 "q, k, v dequantized per block into f32, then sdpa's online softmax"),
+    ATTN_FAMILY(KITE_OP_QUANT_FP8_BLOCKS, quant_fp8_blocks,
+                "blocks of 128 rows over threads: finite amax by vectors, then the codes"),
     ATTN_FAMILY(KITE_OP_SDPA_VARLEN, sdpa_varlen,
                 "sdpa's online softmax over (sequence query tile, kv head) items"),
     ATTN_FAMILY(KITE_OP_SDPA_BACKWARD, sdpa_bwd,

@@ -1,5 +1,6 @@
 /*
- * sdpa_fp8 on CUDA cores (cuda.generic): every call the Hopper kernel (attention_fp8_sm90.cu,
+ * quant_fp8_blocks (cuda.generic: a CTA per block of 128 rows), and sdpa_fp8 on CUDA cores
+ * (cuda.generic): every call the Hopper kernel (attention_fp8_sm90.cu,
  * cuda.sm90fp8) does not take: other head dims, an f32 output, unaligned layouts, other GPUs.
  *
  * One warp per (query row, q head): lane l holds elements l, l + 32, ... (up to 8) of the row's
@@ -87,6 +88,40 @@ template <typename To> __global__ void __launch_bounds__(kThreads) attend_fp8_ke
         none ? -INFINITY : (m + log2f(l)) * kLn2;
 }
 
+/* quant_fp8_blocks: a CTA per block of 128 rows of one (b, h): the finite amax by a CTA
+ * reduction, then every code x / scale (IEEE f32 division, as kite.h requires) rounded to e4m3
+ * by the hardware conversion (nearest even, saturating: +-inf to +-448, NaN to NaN). */
+template <typename T>
+__global__ void __launch_bounds__(kThreads) quant_fp8_blocks_kernel(kite_quant_fp8_blocks_args a) {
+  __shared__ float warp_max[kThreads / 32];
+  const int64_t nb = (a.rows + KITE_FP8_ATTN_BLOCK - 1) / KITE_FP8_ATTN_BLOCK, it = blockIdx.x;
+  const int64_t b = it / (a.heads * nb), h = it / nb % a.heads, i0 = it % nb * KITE_FP8_ATTN_BLOCK;
+  const int64_t n = a.rows - i0 < KITE_FP8_ATTN_BLOCK ? a.rows - i0 : KITE_FP8_ATTN_BLOCK;
+  const T *x = (const T *)a.x + b * a.x_stride[0] + h * a.x_stride[1] + i0 * a.x_stride[2];
+  uint8_t *q = a.q + b * a.q_stride[0] + h * a.q_stride[1] + i0 * a.q_stride[2];
+  float mx = 0.0f;
+  for (int64_t e = threadIdx.x; e < n * a.dim; e += kThreads) {
+    const float v = fabsf(to_float(x[e / a.dim * a.x_stride[2] + e % a.dim]));
+    if (v < INFINITY) mx = fmaxf(mx, v); /* NaN and inf left out */
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = mx;
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < kThreads / 32; w++) mx = fmaxf(mx, warp_max[w]);
+  const float scale = mx / 448.0f;
+  const bool none = !(scale > 0.0f);
+  if (threadIdx.x == 0) a.scales[it] = none ? 1.0f : scale;
+  for (int64_t e = threadIdx.x; e < n * a.dim; e += kThreads) {
+    const int64_t i = e / a.dim, d = e % a.dim;
+    q[i * a.q_stride[2] + d] =
+        none ? (uint8_t)0
+             : (uint8_t)__nv_cvt_float_to_fp8(to_float(x[i * a.x_stride[2] + d]) / scale,
+                                              __NV_SATFINITE, __NV_E4M3);
+  }
+}
+
 } // namespace
 
 /* sdpa's parameters of the same call without mask and sinks, and the scales. */
@@ -121,6 +156,20 @@ extern "C" CUDA_RUN(cuda_sdpa_fp8_generic_run) {
   return launch_typed(ctx, "sdpa_fp8", "generic", a->dtype, [&](auto tag, cudaStream_t s) {
     using To = typename decltype(tag)::type;
     attend_fp8_kernel<To><<<(unsigned)blocks, kThreads, 0, s>>>(p);
+    return KITE_OK;
+  });
+}
+
+extern "C" CUDA_RUN(cuda_quant_fp8_blocks_generic_run) {
+  const kite_quant_fp8_blocks_args *a = (const kite_quant_fp8_blocks_args *)args;
+  const int64_t blocks =
+      a->batch * a->heads * ((a->rows + KITE_FP8_ATTN_BLOCK - 1) / KITE_FP8_ATTN_BLOCK);
+  if (blocks == 0) return KITE_OK;
+  if (blocks > 0x7fffffff)
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "quant_fp8_blocks: cuda.generic: too many blocks");
+  return launch_typed(ctx, "quant_fp8_blocks", "generic", a->dtype, [&](auto tag, cudaStream_t s) {
+    using T = typename decltype(tag)::type;
+    quant_fp8_blocks_kernel<T><<<(unsigned)blocks, kThreads, 0, s>>>(*a);
     return KITE_OK;
   });
 }

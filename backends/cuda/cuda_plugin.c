@@ -304,6 +304,8 @@ static const kite_kernel cuda_kernels[] = {
                 "Hopper, head_dim 128: e4m3 wgmma for Q K^T, V widened to bf16 by the producer"),
     KERNEL(KITE_OP_SDPA_FP8, "generic", PRIORITY_GENERIC, cuda_sdpa_fp8_generic_supports,
            cuda_sdpa_fp8_generic_run, "a warp per query row and head, f32 throughout"),
+    KERNEL(KITE_OP_QUANT_FP8_BLOCKS, "generic", PRIORITY_GENERIC, cuda_float_supports,
+           cuda_quant_fp8_blocks_generic_run, "a CTA per block of 128 rows: amax, then the codes"),
     KERNEL(KITE_OP_SDPA_VARLEN, "mma", PRIORITY_SPLIT, cuda_sdpa_varlen_mma_supports,
            cuda_sdpa_varlen_mma_run,
            "flash tiles on tensor cores, 128 packed GQA rows per CTA, 16-byte aligned strides"),

@@ -83,6 +83,8 @@ static const kite_kernel ref_kernels[] = {
     REF_KERNEL(KITE_OP_MOE_AUX_LOSS_BACKWARD, ref_moe_aux_loss_run,
                "counts, then p (c - c.p) per row, float64"),
     REF_KERNEL(KITE_OP_QUANT, ref_quant_run, "per-token symmetric int8 / fp8 e4m3, scalar"),
+    REF_KERNEL(KITE_OP_QUANT_FP8_BLOCKS, ref_quant_fp8_blocks_run,
+               "e4m3 codes and one scale per 128 rows, scalar"),
     REF_KERNEL(KITE_OP_DEQUANT, ref_quant_run, "int8 / fp8 e4m3 codes times the row scale"),
     REF_KERNEL(KITE_OP_LINEAR_QUANT, ref_linear_quant_run,
                "int64 int8 dots / float64 e4m3 dots, then scales and bias"),

@@ -458,6 +458,20 @@ KITE_API kite_status kite_sdpa_fp8(kite_ctx *ctx, const DLTensor *q, const DLTen
                                    const DLTensor *k_scale, const DLTensor *v_scale,
                                    const kite_attn_opts *opts, DLTensor *o, DLTensor *lse);
 
+/* kite_sdpa_fp8's inputs from float ones: x[B, H, S, D] (f32, f16 or bf16; any strides with
+ * unit-stride D) -> q[B, H, S, D] e4m3 (KITE_DL_FLOAT8_E4M3FN; any strides with unit-stride D)
+ * and scales[B, H, ceil(S / 128)] f32 compact. Per block of KITE_FP8_ATTN_BLOCK rows of one
+ * (b, h) (every element of those rows): amax = max |x| over its finite elements,
+ * scale = amax / 448 (an f32 division), and each code is x / scale (an f32 division) rounded to
+ * the nearest e4m3 value, ties to even, saturating at +-448 (+-inf included); NaN stays NaN. A
+ * block whose scale is 0 (no finite nonzero element, or amax / 448 underflows) gets scale 1 and
+ * codes 0. Every backend gives the same bits.
+ * Errors: x not float (UNSUPPORTED) or not of rank 4 with unit-stride D; q not e4m3 or not x's
+ * shape; scales not f32 compact of that shape; devices; q or scales overlapping x or each other
+ * (the argument named). */
+KITE_API kite_status kite_quant_fp8_blocks(kite_ctx *ctx, const DLTensor *x, DLTensor *q,
+                                           DLTensor *scales);
+
 /* Dense attention over packed sequences (FlashAttention's varlen form, packed-sequence
  * training). q[Tq, Hq, D], k/v[Tk, Hkv, D] (token and head strides free, D unit-stride) hold B
  * sequences back to back: sequence b's queries are rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of

@@ -71,6 +71,9 @@ OPS = {
     "sdpa_fp8": dict(defaults=ATTN, extra=dict(dtype=("str", "bfloat16")),
                      out=dict(o="new(q, tuple(q.shape), dtype)",
                               lse="new(q, tuple(q.shape[:3]), 'float32')")),
+    "quant_fp8_blocks": dict(out=dict(
+        q="new(x, tuple(x.shape), 'float8_e4m3fn')",
+        scales="new(x, (x.shape[0], x.shape[1], -(-x.shape[2] // 128)), 'float32')")),
     "sdpa_backward": dict(defaults=SINKS,
                           out=dict(dq="like(q)", dk="like(k)", dv="like(v)", dsinks=DSINKS)),
     "sdpa_varlen_backward": dict(defaults=SINKS,

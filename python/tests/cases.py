@@ -508,6 +508,22 @@ def sdpa_fp8(dt, dev):
     return Case([q, k, v, qs, ks, vs, 0.0, 0.0, -1, 0, 1, name], ref)
 
 
+def quant_fp8_blocks(dt, dev):
+    """x[2, 3, 200, 16]: two blocks per head, the last partial; head 1 of batch 0 all zeros in its
+    first block (scale 1, codes 0). The codes are compared as values, the scales exactly."""
+    x = _r(2, 3, 200, 16, dtype=dt, device=dev, scale=4.0)
+    x[0, 1, :128] = 0
+
+    def ref(a):
+        xf = a[0].float().cpu()
+        blocks = torch.cat([xf, torch.zeros(2, 3, 56, 16)], 2).reshape(2, 3, 2, 128 * 16)
+        sc = blocks.abs().amax(-1) / 448
+        sc = torch.where(sc > 0, sc, torch.ones_like(sc))
+        q = (xf / sc.repeat_interleave(128, -1)[..., :200, None]).to(torch.float8_e4m3fn)
+        return [q.float(), sc]
+    return Case([x], ref, observe=lambda res, args: [res[0].float(), res[1]])
+
+
 # ---- training ops -----------------------------------------------------------------------------
 def _op_id(name):
     return kite._C.op_names().index(name)
@@ -954,6 +970,7 @@ CASES = {
     "sdpa_backward": sdpa_backward,
     "sdpa_varlen_backward": sdpa_varlen_backward,
     "sdpa_fp8": sdpa_fp8,
+    "quant_fp8_blocks": quant_fp8_blocks,
     "linear": linear,
     "group_gemm": group_gemm,
     "topk_gating": topk_gating,

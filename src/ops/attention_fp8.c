@@ -1,7 +1,8 @@
 /*
- * Front-end of sdpa_fp8: dense attention over e4m3 q, k, v with one f32 scale per block of
- * KITE_FP8_ATTN_BLOCK rows. Everything is checked here once, with sdpa's helpers (attention.h);
- * the kernels see only calls they can run (no softcap, no window, no mask, no sinks).
+ * Front-ends of sdpa_fp8 (dense attention over e4m3 q, k, v with one f32 scale per block of
+ * KITE_FP8_ATTN_BLOCK rows) and of quant_fp8_blocks, which makes such inputs. Everything is
+ * checked here once, with sdpa's helpers (attention.h); the kernels see only calls they can run
+ * (no softcap, no window, no mask, no sinks).
  */
 #include "ops/attention.h"
 
@@ -103,4 +104,33 @@ kite_status kite_sdpa_fp8(kite_ctx *ctx, const DLTensor *q, const DLTensor *k, c
                           (int)a.opts.window_left);
   if (batch == 0 || hq == 0 || sq == 0) return KITE_OK;
   return kite_dispatch(ctx, KITE_OP_SDPA_FP8, a.dtype, &a);
+}
+
+kite_status kite_quant_fp8_blocks(kite_ctx *ctx, const DLTensor *x, DLTensor *q, DLTensor *scales) {
+  const char *op = "quant_fp8_blocks";
+  kite_tensor xt, qt, st;
+  kite_status s;
+  if ((s = kite_op_begin(ctx, op)) != KITE_OK) return s;
+  if ((s = kite_attn_check_heads(ctx, op, "x", x, 4, &xt)) != KITE_OK) return s;
+  if ((s = check_codes(ctx, op, "q", q, &qt)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_same_shape(op, "q", &qt, &xt, "x")) != KITE_OK) return s;
+  if ((s = check_scale(ctx, op, "scales", scales, &xt, "x", &st)) != KITE_OK) return s;
+  const kite_tensor *in[] = {&xt};
+  const char *in_names[] = {"x"};
+  if ((s = kite_attn_check_output(op, "q", &qt, in, in_names, 1)) != KITE_OK) return s;
+  if ((s = kite_attn_check_output(op, "scales", &st, in, in_names, 1)) != KITE_OK) return s;
+  if ((s = kite_tensor_require_disjoint(op, "scales", &st, &qt, "q")) != KITE_OK) return s;
+
+  kite_quant_fp8_blocks_args a = {.op = KITE_OP_QUANT_FP8_BLOCKS,
+                                  .dtype = xt.dtype,
+                                  .batch = xt.shape[0],
+                                  .heads = xt.shape[1],
+                                  .rows = xt.shape[2],
+                                  .dim = xt.shape[3],
+                                  .x = xt.data,
+                                  .q = qt.data,
+                                  .scales = st.data};
+  for (int i = 0; i < 3; i++) a.x_stride[i] = xt.strides[i], a.q_stride[i] = qt.strides[i];
+  if (st.numel == 0) return KITE_OK; /* no block (D = 0 still writes the scales: 1) */
+  return kite_dispatch(ctx, KITE_OP_QUANT_FP8_BLOCKS, a.dtype, &a);
 }
