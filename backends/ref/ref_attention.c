@@ -480,8 +480,10 @@ kite_status ref_sdpa_varlen_backward_run(const kite_kernel *k, kite_ctx *ctx, co
  * kernel is held to), into a compact [B, H, S, D] buffer (NULL when out of memory). */
 static float *ref_dequant_fp8(const uint8_t *x, const int64_t st[3], const float *scale, int64_t B,
                               int64_t H, int64_t S, int64_t D) {
-  const int64_t nb = (S + KITE_FP8_ATTN_BLOCK - 1) / KITE_FP8_ATTN_BLOCK;
-  float *out = malloc((size_t)(B * H * S * D > 0 ? B * H * S * D : 1) * sizeof *out);
+  const int64_t nb = (S + KITE_FP8_ATTN_BLOCK - 1) / KITE_FP8_ATTN_BLOCK, n = B * H * S * D;
+  /* n fits int64 (the tensor's numel), its floats may not fit memory (broadcast strides) */
+  if ((uint64_t)n > SIZE_MAX / sizeof(float)) return NULL;
+  float *out = malloc((size_t)(n > 0 ? n : 1) * sizeof *out);
   if (!out) return NULL;
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++)
