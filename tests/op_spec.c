@@ -48,6 +48,9 @@ static int spec_dtype(char c, const op_spec_cfg *cfg, DLDataType *dt) {
   case 'q':
     *dt = cfg->qdt;
     return 0;
+  case '8':
+    *dt = (DLDataType){KITE_DL_FLOAT8_E4M3FN, 8, 1};
+    return 0;
   case 'u':
     *dt = (DLDataType){kDLUInt, 8, 1};
     return 0;
@@ -141,6 +144,7 @@ void op_spec_fill(void *buf, size_t bytes, DLDataType dt, char rule, int64_t row
       store(dt, e, esize, k == 0 ? (double)rows : 0.0);
       break;
     case 'q': /* int8 codes in [-3, 3]; fp8 values in [-1, 1] */
+    case '8':
       store(dt, e, esize,
             is_float(dt) ? ((int)(next(&st) % 9) - 4) * 0.25 : (int)(next(&st) % 7) - 3);
       break;

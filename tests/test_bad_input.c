@@ -391,6 +391,36 @@ static const bad_case g_cases[] = {
     T("sdpa", "mask", SET_STRIDES, OK, 0, 1), /* one mask row for every query */
     T("sdpa", "q", SET_STRIDES, OK, 256, 8, 32, 1), T("sdpa", "q,k,v,o,lse", SET_DIM, OK, 0, 0),
 
+    /* sdpa_fp8: q[3, 64, 4, 2], k, v[3, 32, 5, 2] e4m3, q_scale[3, 64, 1], k_scale and
+     * v_scale[3, 32, 1] f32 (one block of 128 rows), o like q (f32, f16 or bf16). */
+    T("sdpa_fp8", "q", SET_DTYPE, INV, BF16), T("sdpa_fp8", "k", SET_DTYPE, INV, I8),
+    T("sdpa_fp8", "v", SET_DTYPE, INV, F16), T("sdpa_fp8", "o", SET_DTYPE, UNS, I8),
+    T("sdpa_fp8", "q_scale", SET_DTYPE, INV, BF16), T("sdpa_fp8", "q_scale", SET_DIM, INV, 2, 2),
+    T("sdpa_fp8", "k_scale", SET_DIM, INV, 1, 16), T("sdpa_fp8", "v_scale", SET_DIM, INV, 0, 2),
+    T("sdpa_fp8", "v_scale", SET_SHAPE, INV, 2, 3, 32), T("sdpa_fp8", "k,v", SET_DIM, INV, 3, 4),
+    T("sdpa_fp8", "q,o,q_scale", SET_DIM, INV, 1, 3), /* 3 q heads over 32 kv heads */
+    T("sdpa_fp8", "o", SET_DIM, INV, 2, 5), T("sdpa_fp8", "lse", SET_DIM, INV, 2, 5),
+    P("sdpa_fp8", "opts.softcap", 30.0, UNS), P("sdpa_fp8", "opts.window_left", 1, UNS),
+    P("sdpa_fp8", "opts.scale", NAN, INV), P("sdpa_fp8", "opts.gqa", 2, INV),
+    P("sdpa_fp8", "opts.scale", 0.5, OK), P("sdpa_fp8", "opts.causal", 0, OK),
+    P("sdpa_fp8", "opts.gqa", KITE_GQA_INTERLEAVED, OK), T("sdpa_fp8", "o", SET_DTYPE, OK, BF16),
+    T("sdpa_fp8", "o", SET_DTYPE, OK, F16), ALIAS("sdpa_fp8", "o", "q", INV),
+    ALIAS("sdpa_fp8", "o", "k_scale", INV), ALIAS("sdpa_fp8", "lse", "o", INV),
+    ALIAS("sdpa_fp8", "lse", "v_scale", INV),
+    T("sdpa_fp8", "q,k,v,q_scale,k_scale,v_scale,o,lse", SET_DIM, OK, 0, 0),
+    T("sdpa_fp8", "k,v,k_scale,v_scale", SET_DIM, OK, 2, 0), /* no keys: o = 0, lse = -inf */
+    T("sdpa_fp8", "q", SET_STRIDES, OK, 256, 8, 32, 1),
+    /* quant_fp8_blocks: x[3, 32, 4, 2] float, q like it e4m3, scales[3, 32, 1] f32. */
+    T("quant_fp8_blocks", "x", SET_DTYPE, UNS, I32), T("quant_fp8_blocks", "q", SET_DTYPE, INV, I8),
+    T("quant_fp8_blocks", "q", SET_DTYPE, INV, BF16),
+    T("quant_fp8_blocks", "q", SET_DIM, INV, 2, 5),
+    T("quant_fp8_blocks", "scales", SET_DIM, INV, 2, 2),
+    T("quant_fp8_blocks", "scales", SET_DTYPE, INV, F16), ALIAS("quant_fp8_blocks", "q", "x", INV),
+    ALIAS("quant_fp8_blocks", "scales", "x", INV), ALIAS("quant_fp8_blocks", "scales", "q", INV),
+    T("quant_fp8_blocks", "x", SET_DTYPE, OK, BF16), T("quant_fp8_blocks", "x", SET_DTYPE, OK, F16),
+    T("quant_fp8_blocks", "x,q,scales", SET_DIM, OK, 2, 0), /* no rows: no block */
+    T("quant_fp8_blocks", "x,q", SET_DIM, OK, 3, 0),        /* D = 0: scales of 1 */
+
     /* sdpa_varlen and the backwards: q [5, 4, 8], k, v [5, 2, 8], cu_seqlens [0, 5, 5, 5, 5, 5]
      * (max_seqlen 5); sdpa_backward as sdpa, o, lse, dout, dq, dk, dv shaped as its tensors. */
     T(VARLEN, "cu_seqlens_q", SET_INT, INV, 0, 1), /* does not start at 0 */

@@ -12,6 +12,7 @@
 #include "kernels/embedding.inc"
 #include "kernels/loss.inc"
 #include "kernels/attention.inc"
+#include "kernels/attention_fp8.inc"
 #include "kernels/attention_train.inc"
 #include "kernels/sampling.inc"
 #include "kernels/gguf.inc"

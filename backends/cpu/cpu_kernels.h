@@ -37,6 +37,8 @@ CPU_RUN_DECL(cpu_flce_chunked);
   CPU_RUN_DECL(cpu_store_kv_##isa);                                                                \
   CPU_RUN_DECL(cpu_paged_##isa);                                                                   \
   CPU_RUN_DECL(cpu_sdpa_##isa);                                                                    \
+  CPU_RUN_DECL(cpu_sdpa_fp8_##isa);                                                                \
+  CPU_RUN_DECL(cpu_quant_fp8_blocks_##isa);                                                        \
   CPU_RUN_DECL(cpu_sdpa_varlen_##isa);                                                             \
   CPU_RUN_DECL(cpu_sdpa_bwd_##isa)
 

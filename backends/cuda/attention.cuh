@@ -42,7 +42,10 @@ struct AttnParams {
   float scale, softcap;
   int64_t window_left;
   bool gqa_interleaved, causal;
-  const float *sinks;       /* NULL or [hq] (kite.h, "Sinks") */
+  const float *sinks; /* NULL or [hq] (kite.h, "Sinks") */
+  /* sdpa_fp8: q, k, v are e4m3 codes; q_scale [batch, hq, ceil(sq / 128)], k_scale and v_scale
+   * [batch, hkv, ceil(sk / 128)], compact (kite.h, kite_sdpa_fp8); dtype is o's */
+  const float *q_scale, *k_scale, *v_scale;
   float *part_o, *part_lse; /* split-KV partials: [splits, rows, hq, (D)] */
 };
 
@@ -234,6 +237,8 @@ __device__ __forceinline__ void key_offsets(const AttnParams &p, const Seq &s, i
 AttnParams attn_paged_params(const kite_paged_attn_args *a);
 AttnParams attn_sdpa_params(const kite_sdpa_args *a);
 AttnParams attn_varlen_params(const kite_sdpa_varlen_args *a);
+/* attention_fp8.cu: sdpa_fp8's (q, k, v e4m3 codes, the scales, dtype o's). */
+AttnParams attn_fp8_params(const kite_sdpa_fp8_args *a);
 void attn_merge_splits(const AttnParams &p, int splits, cudaStream_t s);
 /* The key splits of `units` CTAs (> 0): enough to fill the GPU with >= per_sm CTAs per SM,
  * keeping >= 256 keys per split, at most 64; with more than one, p.part_o / p.part_lse get the

@@ -97,40 +97,43 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 /* ---- host side ----------------------------------------------------------------------------- */
-/* The 4-d tensor map of p's dtype (bf16/f16) over base with these dims, byte strides of dims 1-3
- * and box, 128-byte swizzled, element by element. */
+/* The 4-d tensor map of elements of esize bytes (2: p's dtype, bf16/f16; 1: e4m3 codes) over
+ * base with these dims, byte strides of dims 1-3 and box, 128-byte swizzled, element by
+ * element. */
 bool encode_map(PFN_cuTensorMapEncodeTiled_v12000 encode, CUtensorMap *map, const AttnParams &p,
-                const void *base, const cuuint64_t dims[4], const cuuint64_t strides[3],
+                int esize, const void *base, const cuuint64_t dims[4], const cuuint64_t strides[3],
                 const cuuint32_t box[4]) {
   const cuuint32_t unit[4] = {1, 1, 1, 1};
-  const CUtensorMapDataType type = p.dtype == KITE_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                                              : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUtensorMapDataType type = esize == 1                   ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                   : p.dtype == KITE_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                                : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   return encode(map, type, 4, const_cast<void *>(base), dims, strides, box, unit,
                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-/* The tensor map of dense K or V (element strides [b, h, j], rows of head_dim elements) as a 4-d
- * tensor [b][h][j][d] read in boxes of 64 elements x bn keys, 128-byte swizzled: one column block
- * of a tile. False where TMA cannot address it (strides not positive multiples of 16 bytes). */
-bool dense_tensor_map(CUtensorMap *map, const AttnParams &p, const void *base,
-                      const int64_t stride[3], int bn) {
+} // namespace
+
+bool kite_cuda::sm90::dense_tensor_map(CUtensorMap *map, const AttnParams &p, const void *base,
+                                       const int64_t stride[3], int bn, int esize) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (!encode || (uintptr_t)base % 16 != 0) return false;
   const cuuint64_t dims[4] = {(cuuint64_t)p.head_dim, (cuuint64_t)p.sk, (cuuint64_t)p.hkv,
                               (cuuint64_t)p.batch};
   cuuint64_t strides[3];
   for (int i = 0; i < 3; i++) {
-    const int64_t b = stride[2 - i] * 2;
+    const int64_t b = stride[2 - i] * esize;
     if (b <= 0 || b % 16 != 0 || b >= (1LL << 40)) return false;
     strides[i] = (cuuint64_t)b;
   }
   for (int i = 1; i < 4; i++)
     if (dims[i] == 0 || dims[i] > 0x7fffffffu) return false;
-  const cuuint32_t box[4] = {64, (cuuint32_t)bn, 1, 1};
-  return encode_map(encode, map, p, base, dims, strides, box);
+  const cuuint32_t box[4] = {(cuuint32_t)(128 / esize), (cuuint32_t)bn, 1, 1};
+  return encode_map(encode, map, p, esize, base, dims, strides, box);
 }
+
+namespace {
 
 /* The tensor map of a paged cache [num_blocks][hkv][block_size][head_dim] in boxes of 64 elements x
  * min(block_size, bn) slots; false where TMA cannot take it (see enum Load). */
@@ -146,7 +149,7 @@ bool paged_tensor_map(CUtensorMap *map, const AttnParams &p, const void *base, i
   const cuuint64_t strides[3] = {row, row * bs, row * bs * p.hkv};
   if (strides[2] >= (1ull << 40)) return false;
   const cuuint32_t box[4] = {64, (cuuint32_t)(bs < bn ? bs : bn), 1, 1};
-  return encode_map(encode, map, p, base, dims, strides, box);
+  return encode_map(encode, map, p, 2, base, dims, strides, box);
 }
 
 /* The kernel of cuda.sm90 for a Load mode. */
@@ -182,8 +185,8 @@ kite_status launch_sm90(const AttnParams &p, dim3 grid, cudaStream_t s, const ch
   if (p.kind != ATTN_SDPA)
     load = paged_tensor_map(&tk, p, p.k, BN) && paged_tensor_map(&tv, p, p.v, BN) ? LOAD_PAGED_TMA
                                                                                   : LOAD_PAGED;
-  else if (dense_tensor_map(&tk, p, p.k, p.k_stride, BN) &&
-           dense_tensor_map(&tv, p, p.v, p.v_stride, BN))
+  else if (dense_tensor_map(&tk, p, p.k, p.k_stride, BN, 2) &&
+           dense_tensor_map(&tv, p, p.v, p.v_stride, BN, 2))
     load = LOAD_TMA;
   else
     load = LOAD_DENSE;

@@ -11,6 +11,8 @@
 #include "attention.cuh"
 #include "sm90.cuh"
 
+#include <cuda_fp8.h>
+
 namespace kite_cuda {
 namespace sm90 {
 
@@ -19,26 +21,33 @@ constexpr int kThreads = 384, kBM = 128;
 /* How the producer fills a K/V stage: cp.async row by row from dense strides or through the block
  * table (any block_size), or TMA: dense K/V with 16-byte aligned strides, or the caches seen as
  * [block][kv head][slot][d] when block_size is a multiple of 16 that divides the tile or that the
- * tile divides (a box per block, or per tile within a block). */
-enum Load { LOAD_DENSE, LOAD_PAGED, LOAD_TMA, LOAD_PAGED_TMA };
+ * tile divides (a box per block, or per tile within a block). LOAD_TMA_FP8 (sdpa_fp8): dense e4m3
+ * K by TMA as wgmma reads it, e4m3 V by TMA into a staging tile that the producer widens into the
+ * stage's bf16 V. */
+enum Load { LOAD_DENSE, LOAD_PAGED, LOAD_TMA, LOAD_PAGED_TMA, LOAD_TMA_FP8 };
 
 /* Keys per K/V tile: 128, or 64 for head_dim 256 (the shared memory of 2 stages). */
 template <int D> constexpr int tile_keys() {
   return D == 256 ? 64 : 128;
 }
 
-/* The shared memory of a CTA with kStages K/V stages: Q tile, the ring, the key offsets of the
- * cp.async producer (two tiles; none where TMA loads), the key flags of each stage, the barriers.
- */
-template <int D, int kStages_, bool CPASYNC> struct Smem {
+/* The shared memory of a CTA with kStages K/V stages: Q tile, the ring (a stage: K, then V), the
+ * e4m3 V staging tiles (two; QK 1 only), the key offsets of the cp.async producer (two tiles; none
+ * where TMA loads), the key flags of each stage, the barriers. QK: bytes of a Q or K element (2;
+ * 1 for e4m3, whose V is 16-bit in the stage all the same). */
+template <int D, int kStages_, bool CPASYNC, int QK = 2> struct Smem {
   static constexpr int BN = tile_keys<D>(), kStages = kStages_;
-  static constexpr size_t q_bytes = (size_t)kBM * D * 2;
-  static constexpr size_t kv_bytes = (size_t)BN * D * 2;            /* one K or V tile */
+  static constexpr size_t q_bytes = (size_t)kBM * D * QK;
+  static constexpr size_t kv_bytes = (size_t)BN * D * 2;    /* one 16-bit K or V tile */
+  static constexpr size_t k_bytes = (size_t)BN * D * QK;    /* a stage's K tile */
+  static constexpr size_t stage_bytes = k_bytes + kv_bytes; /* QK 2: 2 kv_bytes */
+  static constexpr size_t stg_bytes = QK == 1 ? 2 * (size_t)BN * D : 0;
   static constexpr size_t off_bytes = CPASYNC ? 2 * 2 * BN * 8 : 0; /* [buf][k/v][key] */
   static constexpr size_t ok_bytes = (size_t)kStages * BN;
-  static constexpr size_t bar_bytes = 2 * kStages * 8;
-  static constexpr size_t total =
-      1024 /* alignment */ + q_bytes + 2 * kStages * kv_bytes + off_bytes + ok_bytes + bar_bytes;
+  /* full and empty per stage; QK 1: also V widened per stage and the two staging tiles' */
+  static constexpr size_t bar_bytes = (QK == 1 ? 3 * kStages + 2 : 2 * kStages) * 8;
+  static constexpr size_t total = 1024 /* alignment */ + q_bytes + kStages * stage_bytes +
+                                  stg_bytes + off_bytes + ok_bytes + bar_bytes;
 };
 
 /* A kernel of either design and its dynamic shared memory (host side). */
@@ -50,11 +59,23 @@ struct Kernel {
 /* attention_sm90pp.cu: the pipelined kernel of T (bf16/f16), head_dim D (64, 128), Load mode
  * `load` (cuda.sm90pp). */
 template <typename T, int D> Kernel pipelined_kernel(int load);
+/* attention_sm90pp.cu: that kernel on sdpa_fp8 (LOAD_TMA_FP8, head_dim 128) with o of To
+ * (bf16/f16; cuda.sm90fp8). */
+template <typename To> Kernel fp8_pipelined_kernel();
+
+/* attention_sm90.cu: the tensor map of dense K or V (element strides [b, h, j], rows of head_dim
+ * elements of esize bytes: 2 for p.dtype's bf16 / f16, 1 for e4m3 codes) as a 4-d tensor
+ * [b][h][j][d] read in boxes of one 128-byte column block x bn keys, 128-byte swizzled: one
+ * column block of a tile. False where TMA cannot address it (strides not positive multiples of
+ * 16 bytes). */
+bool dense_tensor_map(CUtensorMap *map, const AttnParams &p, const void *base,
+                      const int64_t stride[3], int bn, int esize);
 
 #ifdef KITE_SM90_DEVICE
 /* The CTA's shared memory carved as in Smem, and the K/V tiles it reads. */
 struct Shared {
-  unsigned char *q, *kv; /* stage st: K at 2 st, V at 2 st + 1 */
+  unsigned char *q, *kv; /* 16-bit stage st: K at 2 st, V at 2 st + 1 (of kv_bytes each) */
+  unsigned char *stg;    /* LOAD_TMA_FP8: the two e4m3 V staging tiles */
   int64_t *off;
   uint8_t *ok;
   uint32_t bar; /* full[kStages], then empty[kStages] */
@@ -63,7 +84,8 @@ template <typename SM> __device__ __forceinline__ Shared carve(unsigned char *ra
   Shared sh;
   sh.q = raw + ((1024 - (smem_addr(raw) & 1023)) & 1023);
   sh.kv = sh.q + SM::q_bytes;
-  sh.off = (int64_t *)(sh.kv + 2 * SM::kStages * SM::kv_bytes);
+  sh.stg = sh.kv + SM::kStages * SM::stage_bytes;
+  sh.off = (int64_t *)(sh.stg + SM::stg_bytes);
   sh.ok = (uint8_t *)sh.off + SM::off_bytes;
   sh.bar = smem_addr(sh.ok + SM::ok_bytes);
   return sh;
@@ -71,13 +93,38 @@ template <typename SM> __device__ __forceinline__ Shared carve(unsigned char *ra
 
 /* Barrier counts: dense TMA: one arrival with the expected bytes; paged TMA: the producer warp,
  * each lane after its key flags (lane 0's arrival carries the bytes); cp.async: every producer
- * thread, once its copies landed. Empty: every consumer warp, once its P V completed. */
+ * thread, once its copies landed. Empty: every consumer warp, once its P V completed.
+ * LOAD_TMA_FP8: full is K's bytes alone; then per stage "V widened" (every producer thread, at
+ * bar0 + (2 kStages + st) 8) and per staging tile its TMA bytes (bar0 + (3 kStages + i) 8). */
 template <int LOAD, int kStages> __device__ __forceinline__ void init_barriers(uint32_t bar0) {
 #pragma unroll
   for (int st = 0; st < kStages; st++) {
-    mbar_init(bar0 + st * 8, LOAD == LOAD_TMA ? 1 : LOAD == LOAD_PAGED_TMA ? 32 : 128);
+    mbar_init(bar0 + st * 8, LOAD == LOAD_TMA || LOAD == LOAD_TMA_FP8 ? 1
+                             : LOAD == LOAD_PAGED_TMA                 ? 32
+                                                                      : 128);
     mbar_init(bar0 + (kStages + st) * 8, 8);
+    if (LOAD == LOAD_TMA_FP8) mbar_init(bar0 + (2 * kStages + st) * 8, 128);
   }
+  if (LOAD == LOAD_TMA_FP8) {
+    mbar_init(bar0 + 3 * kStages * 8, 1);
+    mbar_init(bar0 + (3 * kStages + 1) * 8, 1);
+  }
+}
+
+/* 16 e4m3 codes (byte i: element i) widened to bf16, exactly (every e4m3 value is a bf16 value):
+ * elements 0-7 in lo, 8-15 in hi. */
+__device__ __forceinline__ void widen_e4m3_bf16(const uint4 &x, uint4 &lo, uint4 &hi) {
+  const uint32_t w[4] = {x.x, x.y, x.z, x.w};
+  uint32_t out[8];
+#pragma unroll
+  for (int i = 0; i < 8; i++) {
+    const __half2 h = __nv_cvt_fp8x2_to_halfraw2(
+        (__nv_fp8x2_storage_t)((w[i / 2] >> (16 * (i % 2))) & 0xffffu), __NV_E4M3);
+    const float2 f = __half22float2(h);
+    out[i] = pack2<__nv_bfloat16>(f.x, f.y);
+  }
+  lo = make_uint4(out[0], out[1], out[2], out[3]);
+  hi = make_uint4(out[4], out[5], out[6], out[7]);
 }
 
 /* The producer warpgroup (tid < 128): K/V tiles t = 0 .. ntiles - 1 (keys klo + t BN) of kv head g
@@ -147,6 +194,48 @@ __device__ __forceinline__ void produce(const AttnParams &p, const Seq &s, int g
       if (tid != 0) mbar_arrive(full);
       __syncwarp();
     }
+  } else if constexpr (LOAD == LOAD_TMA_FP8) {
+    /* K (e4m3) by TMA into the stage as wgmma reads it. V (e4m3) by TMA into staging tile t % 2,
+     * tile t + 1's copy in flight while all 128 threads widen tile t into the stage's bf16 V, in
+     * issue_pv's layout: the 16-byte chunk c of an e4m3 row is chunks 2 c and 2 c + 1 of its
+     * bf16 row. */
+    static_assert(D == 128, "an e4m3 row of 128 bytes: one 128-byte swizzled row per key");
+    constexpr int K8 = BN * D, STAGE = K8 + BN * D * 2, CH = D / 16;
+    const uint32_t widened0 = bar0 + 2 * kStages * 8, stg0 = bar0 + 3 * kStages * 8;
+    if (tid == 0 && ntiles > 0) {
+      mbar_expect_tx(stg0, K8);
+      tma_load_4d(smem_addr(sh.stg), tmap_v, 0, klo, g, s.b, stg0);
+    }
+    for (int t = 0; t < ntiles; t++) {
+      const int st = t % kStages, sb = t & 1;
+      unsigned char *stage = sh.kv + (size_t)st * STAGE;
+      mbar_wait(bar0 + (kStages + st) * 8, ((t / kStages) & 1) ^ 1);
+      if (tid == 0) {
+        mbar_expect_tx(bar0 + st * 8, K8);
+        tma_load_4d(smem_addr(stage), tmap_k, 0, klo + t * BN, g, s.b, bar0 + st * 8);
+        /* staging tile sb ^ 1 was read out before every producer thread passed the last
+         * named barrier */
+        if (t + 1 < ntiles) {
+          mbar_expect_tx(stg0 + (sb ^ 1) * 8, K8);
+          tma_load_4d(smem_addr(sh.stg + (sb ^ 1) * K8), tmap_v, 0, klo + (t + 1) * BN, g, s.b,
+                      stg0 + (sb ^ 1) * 8);
+        }
+      }
+      mbar_wait(stg0 + sb * 8, (t >> 1) & 1);
+      const unsigned char *src = sh.stg + sb * K8;
+      unsigned char *dst = stage + K8;
+#pragma unroll 4
+      for (int i = 0; i < BN * CH / 128; i++) {
+        const int idx = tid + 128 * i, r = idx / CH, c = idx % CH;
+        uint4 lo, hi;
+        widen_e4m3_bf16(*(const uint4 *)(src + swz(BN, r, c)), lo, hi);
+        *(uint4 *)(dst + swz(BN, r, 2 * c)) = lo;
+        *(uint4 *)(dst + swz(BN, r, 2 * c + 1)) = hi;
+      }
+      fence_async_shared();
+      mbar_arrive(widened0 + st * 8);
+      named_sync(1, 128);
+    }
   } else {
     const T *kc = (const T *)p.k, *vc = (const T *)p.v;
     for (int t = 0; t < ntiles; t++) {
@@ -212,7 +301,7 @@ __device__ __forceinline__ void produce(const AttnParams &p, const Seq &s, int g
 template <typename T, int D>
 __device__ __forceinline__ void load_q(const AttnParams &p, const Seq &s, int g, int m0,
                                        int rows_here, unsigned char *sQ, int cw, int ctid) {
-  constexpr int CH = D / 8, N = 64 * CH / 128;
+  constexpr int EPC = 16 / (int)sizeof(T), CH = D / EPC, N = 64 * CH / 128; /* EPC: per chunk */
   const int group = (int)p.group;
   const T *qbase = (const T *)p.q;
   const int64_t qb = (int64_t)s.b * p.q_stride[0];
@@ -225,7 +314,7 @@ __device__ __forceinline__ void load_q(const AttnParams &p, const Seq &s, int g,
       const int qi = m % group, t = m / group;
       const int64_t head = p.gqa_interleaved ? g + (int64_t)qi * p.hkv : (int64_t)g * group + qi;
       v[i] = *(const uint4 *)(qbase + qb + head * p.q_stride[1] +
-                              (int64_t)(s.first + t) * p.q_stride[2] + c * 8);
+                              (int64_t)(s.first + t) * p.q_stride[2] + c * EPC);
     }
   }
 #pragma unroll
@@ -272,21 +361,83 @@ __device__ __forceinline__ Rows consumer_rows(const AttnParams &p, const Seq &s,
   return r;
 }
 
+/* sdpa_fp8's scales of a consumer thread: the q_scale of its two rows (0 for padding rows, which
+ * are never stored), its kv head's rows of k_scale and v_scale, and those of the key tile in
+ * flight (kt, vt: fp8_tile_scales). */
+struct Fp8Scales {
+  float q[2];
+  const float *k, *v;
+  float kt, vt;
+};
+__device__ __forceinline__ Fp8Scales fp8_scales(const AttnParams &p, const Seq &s, int g, int m0,
+                                                int rows_here, int cw, int warp, int qg) {
+  Fp8Scales f = {{0.0f, 0.0f}, nullptr, nullptr, 0.0f, 0.0f};
+  const int group = (int)p.group;
+  const int64_t nbq = (p.sq + KITE_FP8_ATTN_BLOCK - 1) / KITE_FP8_ATTN_BLOCK;
+  const int64_t nbk = (p.sk + KITE_FP8_ATTN_BLOCK - 1) / KITE_FP8_ATTN_BLOCK;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int row = 64 * cw + 16 * warp + 8 * h + qg;
+    if (row >= rows_here) continue;
+    const int m = m0 + row, qi = m % group, tq = m / group;
+    const int64_t head = p.gqa_interleaved ? g + (int64_t)qi * p.hkv : (int64_t)g * group + qi;
+    f.q[h] = p.q_scale[((int64_t)s.b * p.hq + head) * nbq + (s.first + tq) / KITE_FP8_ATTN_BLOCK];
+  }
+  f.k = p.k_scale + ((int64_t)s.b * p.hkv + g) * nbk;
+  f.v = p.v_scale + ((int64_t)s.b * p.hkv + g) * nbk;
+  return f;
+}
+/* FP8: the k_scale and v_scale of the key tile from j0 (a multiple of 128: one scale block),
+ * read before the tile's Q K^T is issued so that the loads run beside it, not after its wait. */
+template <bool FP8> __device__ __forceinline__ void fp8_tile_scales(Fp8Scales &f, int j0) {
+  if constexpr (FP8) {
+    f.kt = f.k[j0 / KITE_FP8_ATTN_BLOCK];
+    f.vt = f.v[j0 / KITE_FP8_ATTN_BLOCK];
+  }
+}
+/* FP8: the tile's scores times each row's q_scale and the tile's k_scale, before the softmax
+ * step. */
+template <bool FP8, int BN>
+__device__ __forceinline__ void fp8_scale_scores(float (&sc)[BN / 2], const Fp8Scales &f) {
+  if constexpr (FP8) {
+    static_assert(BN == KITE_FP8_ATTN_BLOCK, "a key tile is one scale block");
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const float x = f.q[h] * f.kt;
+#pragma unroll
+      for (int nb = 0; nb < BN / 8; nb++) sc[4 * nb + 2 * h] *= x, sc[4 * nb + 2 * h + 1] *= x;
+    }
+  }
+}
+/* FP8: the tile's P times its v_scale, after the softmax step (the sum l is P's): P V then adds
+ * p v_scale v over V's e4m3 values v. */
+template <bool FP8, int BN>
+__device__ __forceinline__ void fp8_scale_p(float (&sc)[BN / 2], const Fp8Scales &f) {
+  if constexpr (FP8) {
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) sc[i] *= f.vt;
+  }
+}
+
 /* The tile of keys [j0, j0 + BN) has a key some row of the warpgroup sees. */
 template <int BN> __device__ __forceinline__ bool tile_active(const Rows &r, int j0) {
   return r.has_rows && j0 < r.whi && j0 + BN > r.wlo;
 }
 
-/* Issues S = Q K^T (wgmma m64nBNk16 from shared memory, K-major descriptors) and commits it: k-step
- * kk is 32 bytes into a 128-byte swizzle row of column block kk / 4. */
+/* Issues S = Q K^T (wgmma m64nBNk16, or m64nBNk32 of e4m3 T, from shared memory, K-major
+ * descriptors) and commits it: k-step kk is 32 bytes into a 128-byte swizzle row of column block
+ * kk / 4. */
 template <typename T, int D, int BN>
 __device__ __forceinline__ void issue_qk(float (&sc)[BN / 2], uint32_t q_addr, uint32_t k_addr) {
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < D / 16; kk++) {
+  for (int kk = 0; kk < D * (int)sizeof(T) / 32; kk++) {
     const uint64_t da = smem_desc(q_addr + (kk >> 2) * kBM * 128 + (kk & 3) * 32, 16, 1024);
     const uint64_t db = smem_desc(k_addr + (kk >> 2) * BN * 128 + (kk & 3) * 32, 16, 1024);
-    if constexpr (BN == 128)
+    if constexpr (sizeof(T) == 1) {
+      static_assert(BN == 128, "e4m3 tiles of 128 keys");
+      wgmma_ss_e4m3_n128(sc, da, db, kk > 0);
+    } else if constexpr (BN == 128)
       wgmma_ss_n128<T>(sc, da, db, kk > 0);
     else
       wgmma_ss_n64<T>(sc, da, db, kk > 0);

@@ -31,14 +31,14 @@ using namespace kite_cuda::sm90;
 namespace {
 
 __host__ __device__ constexpr bool tma_load(int load) {
-  return load == LOAD_TMA || load == LOAD_PAGED_TMA;
+  return load == LOAD_TMA || load == LOAD_PAGED_TMA || load == LOAD_TMA_FP8;
 }
 template <int D, int LOAD>
 using SmemPP = Smem<D,
                     D == 64                      ? 4
                     : D == 128 && tma_load(LOAD) ? 3
                                                  : 2,
-                    !tma_load(LOAD)>;
+                    !tma_load(LOAD), LOAD == LOAD_TMA_FP8 ? 1 : 2>;
 
 #ifdef KITE_SM90_DEVICE
 /* named barriers of the ping-pong, one per consumer warpgroup (1 is the producer's, 2 and 3 the
@@ -47,18 +47,21 @@ constexpr int kTurnBar = 4;
 #endif
 
 /* PING: the two consumer warpgroups take turns at issuing; else they run freely and only the tiles
- * within a warpgroup overlap. */
-template <typename T, int D, int LOAD, bool PING>
+ * within a warpgroup overlap. T: Q and K's element (V's too, but for LOAD_TMA_FP8: e4m3 Q and K,
+ * sdpa_fp8's scales, V widened to bf16 by the producer); To: o's (T's but for e4m3). */
+template <typename T, int D, int LOAD, bool PING, typename To = T>
 __global__ void __launch_bounds__(kThreads, 1)
     attend_sm90pp_kernel(AttnParams p, const __grid_constant__ CUtensorMap tmap_k,
                          const __grid_constant__ CUtensorMap tmap_v) {
 #ifdef KITE_SM90_DEVICE
   using SM = SmemPP<D, LOAD>;
-  constexpr int BN = SM::BN, KV = (int)SM::kv_bytes, kStages = SM::kStages;
+  constexpr bool FP8 = LOAD == LOAD_TMA_FP8;
+  using PV = typename std::conditional<FP8, __nv_bfloat16, T>::type; /* P and V in P V */
+  constexpr int BN = SM::BN, kStages = SM::kStages;
   constexpr bool PAGED = LOAD == LOAD_PAGED || LOAD == LOAD_PAGED_TMA;
-  /* the cp.async producer keeps its registers (its copy loop) */
-  constexpr int kProducerRegs = tma_load(LOAD) ? 24 : 40,
-                kConsumerRegs = tma_load(LOAD) ? 240 : 232;
+  /* the cp.async producer keeps its registers (its copy loop), so does e4m3's (its widening) */
+  constexpr int kProducerRegs = tma_load(LOAD) && !FP8 ? 24 : 40,
+                kConsumerRegs = tma_load(LOAD) && !FP8 ? 240 : 232;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "registers of the launch");
 
   KITE_SM90_HEAD(T, D, LOAD, SM, kProducerRegs);
@@ -68,6 +71,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int cw = wg - 1, ctid = tid & 127, warp = ctid >> 5;
   load_q<T, D>(p, s, g, m0, rows_here, sh.q, cw, ctid);
   const Rows r = consumer_rows(p, s, m0, rows_here, cw, warp, lane >> 2);
+  Fp8Scales fs = {};
+  if constexpr (FP8) fs = fp8_scales(p, s, g, m0, rows_here, cw, warp, lane >> 2);
   /* warpgroup 0 issues first: warpgroup 1 hands it the first turn */
   const int my_turn = kTurnBar + cw, their_turn = kTurnBar + (cw ^ 1);
   /* (plain branches on PING: with these turns in lambdas ptxas serialized the wgmma) */
@@ -79,18 +84,31 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
   const uint32_t q_addr = smem_addr(sh.q) + 64 * cw * 128;
-  /* K of stage st; V follows it */
-  const auto k_of = [&](int st) { return smem_addr(sh.kv + (size_t)(2 * st) * KV); };
+  /* K of stage st; V follows it. FP8: V is ready once the producer widened it (v_ready). */
+  constexpr int KV = (int)SM::kv_bytes;
+  const auto k_of = [&](int st) {
+    if constexpr (FP8)
+      return smem_addr(sh.kv + (size_t)st * SM::stage_bytes);
+    else
+      return smem_addr(sh.kv + (size_t)(2 * st) * KV);
+  };
+  const auto v_of = [&](int st) { return k_of(st) + (uint32_t)SM::k_bytes; };
+  const auto v_ready = [&](int t) {
+    if constexpr (FP8) mbar_wait(bar0 + (2 * kStages + t % kStages) * 8, (t / kStages) & 1);
+  };
   const auto scores = [&](int t) {
     const int st = t % kStages;
+    fp8_scale_scores<FP8, BN>(sc, fs);
     softmax_tile<BN, PAGED>(sc, r, klo + t * BN, khi, lo_last, hi_first, sh.ok + st * BN, lane,
                             m_run, l_run, corr);
+    fp8_scale_p<FP8, BN>(sc, fs);
   };
 
   /* Every tile of the CTA runs, including those where no row of this warpgroup sees a key (their
    * masks make P zero; padding rows are never stored): a branch on the warpgroup's rows around
    * wgmma would make ptxas serialize them. Tile 0: S only. */
   if (ntiles > 0) {
+    fp8_tile_scales<FP8>(fs, klo);
     mbar_wait(bar0, 0);
     if (PING) named_sync(my_turn, 256);
     issue_qk<T, D, BN>(sc, q_addr, k_of(0));
@@ -98,15 +116,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_wait<0>();
     fence_regs(sc);
     scores(0);
-    pack_p<T, BN>(pa, sc);
+    pack_p<PV, BN>(pa, sc);
   }
   for (int t = 1; t < ntiles; t++) {
     const int st = t % kStages, pst = (t - 1) % kStages;
+    fp8_tile_scales<FP8>(fs, klo + t * BN);
     mbar_wait(bar0 + st * 8, (t / kStages) & 1);
     if (PING) named_sync(my_turn, 256);
     issue_qk<T, D, BN>(sc, q_addr, k_of(st));
     rescale_o<D>(o, corr);
-    issue_pv<T, D, BN>(o, pa, k_of(pst) + KV);
+    v_ready(t - 1);
+    issue_pv<PV, D, BN>(o, pa, v_of(pst));
     if (PING) named_arrive(their_turn, 256);
     wgmma_wait<1>(); /* S_t; P_{t-1} V_{t-1} runs on */
     fence_regs(sc);
@@ -114,13 +134,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_wait<0>();
     fence_regs(o);
     release_stage(bar0 + (kStages + pst) * 8, lane);
-    pack_p<T, BN>(pa, sc);
+    pack_p<PV, BN>(pa, sc);
   }
   /* the last P V */
   if (PING) named_sync(my_turn, 256);
   if (ntiles > 0) {
     rescale_o<D>(o, corr);
-    issue_pv<T, D, BN>(o, pa, k_of((ntiles - 1) % kStages) + KV);
+    v_ready(ntiles - 1);
+    issue_pv<PV, D, BN>(o, pa, v_of((ntiles - 1) % kStages));
   }
   if (PING) named_arrive(their_turn, 256);
   wgmma_wait<0>(); /* outside the branch: the epilogue reads o on every path */
@@ -128,7 +149,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (ntiles > 0) release_stage(bar0 + (kStages + (ntiles - 1) % kStages) * 8, lane);
   /* warpgroup 0's barrier took one arrival more (the first turn): its last one */
   if (PING && cw == 0) named_sync(kTurnBar, 256);
-  store_rows<T, D>(p, s, g, m0, rows_here, cw, warp, lane, o, m_run, l_run);
+  store_rows<To, D>(p, s, g, m0, rows_here, cw, warp, lane, o, m_run, l_run);
 #else
   (void)p;
 #endif
@@ -158,3 +179,12 @@ template Kernel kite_cuda::sm90::pipelined_kernel<__nv_bfloat16, 64>(int);
 template Kernel kite_cuda::sm90::pipelined_kernel<__nv_bfloat16, 128>(int);
 template Kernel kite_cuda::sm90::pipelined_kernel<__half, 64>(int);
 template Kernel kite_cuda::sm90::pipelined_kernel<__half, 128>(int);
+
+/* sdpa_fp8 (attention_fp8_sm90.cu): head_dim 128, no ping-pong (as 16-bit head_dim 128) */
+template <typename To> Kernel kite_cuda::sm90::fp8_pipelined_kernel() {
+  return {attend_sm90pp_kernel<__nv_fp8_e4m3, 128, LOAD_TMA_FP8, false, To>,
+          SmemPP<128, LOAD_TMA_FP8>::total};
+}
+
+template Kernel kite_cuda::sm90::fp8_pipelined_kernel<__nv_bfloat16>();
+template Kernel kite_cuda::sm90::fp8_pipelined_kernel<__half>();

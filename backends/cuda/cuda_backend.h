@@ -183,6 +183,14 @@ CUDA_SUPPORTS(cuda_sdpa_sm90_supports);
 CUDA_SUPPORTS(cuda_sdpa_sm90pp_supports);
 CUDA_RUN(cuda_sdpa_sm90_run);
 
+/* attention_fp8.cu (cuda.generic: any call) and attention_fp8_sm90.cu (cuda.sm90fp8: Hopper,
+ * e4m3 wgmma for Q K^T, head_dim 128, o bf16 / f16): sdpa_fp8; quant_fp8_blocks (generic) */
+CUDA_RUN(cuda_quant_fp8_blocks_generic_run);
+CUDA_SUPPORTS(cuda_sdpa_fp8_generic_supports);
+CUDA_RUN(cuda_sdpa_fp8_generic_run);
+CUDA_SUPPORTS(cuda_sdpa_fp8_sm90_supports);
+CUDA_RUN(cuda_sdpa_fp8_sm90_run);
+
 /* gemm.cu: linear (cuBLASLt, tiled), group_gemm (cuBLASLt per group, tiled with a device-side
  * schedule) */
 CUDA_RUN(cuda_linear_cublaslt_run);

@@ -248,6 +248,17 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint3
 KITE_WGMMA_PAIR(64, 32, KITE_REGS32, KITE_ACC32, KITE_SS_OPS32, KITE_RS_OPS32)
 KITE_WGMMA_PAIR(128, 64, KITE_REGS64, KITE_ACC64, KITE_SS_OPS64, KITE_RS_OPS64)
 KITE_WGMMA_PAIR(256, 128, KITE_REGS128, KITE_ACC128, KITE_SS_OPS128, KITE_RS_OPS128)
+
+/* wgmma m64n128k32 of e4m3 A and B (both K-major by descriptor: fp8 has no transposed form), f32
+ * accumulators d; accumulate false overwrites d. */
+__device__ __forceinline__ void wgmma_ss_e4m3_n128(float (&d)[64], uint64_t a, uint64_t b,
+                                                   bool accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" KITE_REGS64
+               "}, %64, %65, p, 1, 1;\n}\n"
+               : KITE_ACC64
+               : "l"(a), "l"(b), "r"((int)accumulate));
+}
 #endif /* KITE_SM90_DEVICE */
 
 } // namespace kite_cuda

@@ -29,6 +29,7 @@ kite_status ref_embedding_bwd_run(const kite_kernel *k, kite_ctx *ctx, const voi
 kite_status ref_store_kv_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_paged_attn_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_sdpa_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
+kite_status ref_sdpa_fp8_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_sdpa_backward_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_sdpa_varlen_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_sdpa_varlen_backward_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
@@ -41,6 +42,7 @@ kite_status ref_fused_moe_ex_run(const kite_kernel *k, kite_ctx *ctx, const void
 kite_status ref_moe_route_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_moe_aux_loss_run(const kite_kernel *k, kite_ctx *ctx, const void *args); /* + bwd */
 kite_status ref_quant_run(const kite_kernel *k, kite_ctx *ctx, const void *args); /* + dequant */
+kite_status ref_quant_fp8_blocks_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 kite_status ref_linear_quant_run(const kite_kernel *k, kite_ctx *ctx, const void *args);
 /* ref_loss.c */
 kite_status ref_ce_run(const kite_kernel *k, kite_ctx *ctx, const void *args); /* + backward */

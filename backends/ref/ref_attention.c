@@ -22,9 +22,10 @@
 
 /* Where the keys and values of one (sequence, kv head) live. */
 typedef struct ref_kv {
-  kite_dtype dtype;
-  const void *k, *v; /* paged: the caches; dense: element 0 of this (batch, kv head) */
-  int64_t n;         /* keys at positions [0, n) */
+  kite_dtype dtype;   /* of q, k and v */
+  kite_dtype o_dtype; /* of o */
+  const void *k, *v;  /* paged: the caches; dense: element 0 of this (batch, kv head) */
+  int64_t n;          /* keys at positions [0, n) */
   int64_t head_dim;
   int64_t k_stride, v_stride; /* dense: elements between key (value) rows */
   const int32_t *blocks;      /* paged: the sequence's block-table row; NULL when dense */
@@ -90,7 +91,7 @@ static void ref_store_dsinks(float *dsinks, const double *dsink, int64_t hq) {
 static void ref_attend(const void *q, int64_t q0, const ref_kv *kv, int64_t pos,
                        const kite_attn_opts *opts, const ref_mask *mask, double sink, double *s,
                        void *o, int64_t o0, float *lse) {
-  const kite_dtype t = kv->dtype;
+  const kite_dtype t = kv->dtype, ot = kv->o_dtype;
   const int64_t D = kv->head_dim;
   double m = sink;
   for (int64_t j = 0; j < kv->n; j++) {
@@ -102,7 +103,7 @@ static void ref_attend(const void *q, int64_t q0, const ref_kv *kv, int64_t pos,
   }
 
   if (m == -INFINITY) { /* no key seen, no sink */
-    for (int64_t d = 0; d < D; d++) kite_store_f32(t, o, o0 + d, 0.0f);
+    for (int64_t d = 0; d < D; d++) kite_store_f32(ot, o, o0 + d, 0.0f);
     if (lse) *lse = -INFINITY;
     return;
   }
@@ -120,7 +121,7 @@ static void ref_attend(const void *q, int64_t q0, const ref_kv *kv, int64_t pos,
       if (s[j] == 0.0 || !ref_kv_row(kv, j, &k_row, &v_row)) continue;
       acc += s[j] * (double)kite_load_f32(t, kv->v, v_row + d);
     }
-    kite_store_f64(t, o, o0 + d, acc / sum);
+    kite_store_f64(ot, o, o0 + d, acc / sum);
   }
   if (lse) *lse = (float)(m + log(sum));
 }
@@ -203,6 +204,7 @@ kite_status ref_paged_attn_run(const kite_kernel *k, kite_ctx *ctx, const void *
       const int64_t t = t0 + i, pos = seq_len - q_len + i;
       for (int64_t h = 0; h < a->hq; h++) {
         ref_kv kv = {.dtype = a->dtype,
+                     .o_dtype = a->dtype,
                      .k = a->key_cache,
                      .v = a->value_cache,
                      .n = seq_len,
@@ -228,6 +230,7 @@ kite_status ref_paged_attn_run(const kite_kernel *k, kite_ctx *ctx, const void *
 static ref_kv ref_dense_kv(const kite_sdpa_args *a, int64_t b, int64_t g) {
   const size_t es = kite_dtype_size(a->dtype);
   ref_kv kv = {.dtype = a->dtype,
+               .o_dtype = a->dtype,
                .k = (const char *)a->k + (b * a->k_stride[0] + g * a->k_stride[1]) * es,
                .v = (const char *)a->v + (b * a->v_stride[0] + g * a->v_stride[1]) * es,
                .n = a->sk,
@@ -246,12 +249,15 @@ static ref_mask ref_dense_mask(const kite_sdpa_args *a, int64_t b, int64_t h, in
   return m;
 }
 
-/* One dense problem (sdpa, or one sequence of sdpa_varlen viewed as batch 1): the lse of
- * (b, h, i) at a->lse[b * ls[0] + h * ls[1] + i * ls[2]]; scores holds sk doubles. */
-static void ref_sdpa_dense(const kite_sdpa_args *a, const int64_t ls[3], double *scores) {
+/* One dense problem (sdpa, or one sequence of sdpa_varlen viewed as batch 1, or sdpa_fp8's
+ * dequantized inputs) into o of dtype ot: the lse of (b, h, i) at
+ * a->lse[b * ls[0] + h * ls[1] + i * ls[2]]; scores holds sk doubles. */
+static void ref_sdpa_dense(const kite_sdpa_args *a, kite_dtype ot, const int64_t ls[3],
+                           double *scores) {
   for (int64_t b = 0; b < a->batch; b++)
     for (int64_t h = 0; h < a->hq; h++) {
-      const ref_kv kv = ref_dense_kv(a, b, ref_kv_head(&a->opts, h, a->hq, a->hkv));
+      ref_kv kv = ref_dense_kv(a, b, ref_kv_head(&a->opts, h, a->hq, a->hkv));
+      kv.o_dtype = ot;
       for (int64_t i = 0; i < a->sq; i++) {
         const ref_mask mask = ref_dense_mask(a, b, h, i);
         const int64_t pos = i + a->sk - a->sq; /* the last query sits at the last key */
@@ -338,7 +344,7 @@ kite_status ref_sdpa_run(const kite_kernel *k, kite_ctx *ctx, const void *args) 
     return kite_set_error(KITE_ERR_OUT_OF_MEMORY, "sdpa: ref: cannot allocate %lld scores",
                           (long long)a->sk);
   const int64_t ls[3] = {a->hq * a->sq, a->sq, 1};
-  ref_sdpa_dense(a, ls, scores);
+  ref_sdpa_dense(a, a->dtype, ls, scores);
   free(scores);
   return KITE_OK;
 }
@@ -423,7 +429,7 @@ kite_status ref_sdpa_varlen_run(const kite_kernel *k, kite_ctx *ctx, const void 
   for (int64_t b = 0; b < a->batch; b++) {
     int64_t ls[3];
     const kite_sdpa_args f = ref_varlen_seq(a, b, ls);
-    ref_sdpa_dense(&f, ls, scores);
+    ref_sdpa_dense(&f, f.dtype, ls, scores);
   }
   free(scores);
   return KITE_OK;
@@ -467,4 +473,69 @@ kite_status ref_sdpa_varlen_backward_run(const kite_kernel *k, kite_ctx *ctx, co
   ref_store_dsinks(a->dsinks, dsink, a->fwd.hq);
   free(acc);
   return KITE_OK;
+}
+
+/* sdpa_fp8's rows of x[B, H, S, D] (e4m3 codes, strides st) dequantized: code * the scale of its
+ * block of KITE_FP8_ATTN_BLOCK rows, rounded once to f32 (2^-24 relative, far below what any
+ * kernel is held to), into a compact [B, H, S, D] buffer (NULL when out of memory). */
+static float *ref_dequant_fp8(const uint8_t *x, const int64_t st[3], const float *scale, int64_t B,
+                              int64_t H, int64_t S, int64_t D) {
+  const int64_t nb = (S + KITE_FP8_ATTN_BLOCK - 1) / KITE_FP8_ATTN_BLOCK, n = B * H * S * D;
+  /* n fits int64 (the tensor's numel), its floats may not fit memory (broadcast strides) */
+  if ((uint64_t)n > SIZE_MAX / sizeof(float)) return NULL;
+  float *out = malloc((size_t)(n > 0 ? n : 1) * sizeof *out);
+  if (!out) return NULL;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t i = 0; i < S; i++) {
+        const double sc = scale[(b * H + h) * nb + i / KITE_FP8_ATTN_BLOCK];
+        const uint8_t *row = x + b * st[0] + h * st[1] + i * st[2];
+        float *dst = out + ((b * H + h) * S + i) * D;
+        for (int64_t d = 0; d < D; d++) dst[d] = (float)(kite_fp8_e4m3_to_f32(row[d]) * sc);
+      }
+  return out;
+}
+
+/* sdpa_fp8: kite.h's definition literally, sdpa's dense problem over the dequantized inputs. */
+kite_status ref_sdpa_fp8_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_sdpa_fp8_args *a = args;
+  if (!a) return kite_set_error(KITE_ERR_INVALID_ARG, "sdpa_fp8: ref: NULL args");
+  kite_status s = ref_check("sdpa_fp8", KITE_OP_SDPA_FP8, a->op, a->dtype);
+  if (s != KITE_OK) return s;
+  const int64_t D = a->head_dim;
+  float *q = ref_dequant_fp8(a->q, a->q_stride, a->q_scale, a->batch, a->hq, a->sq, D);
+  float *kf = ref_dequant_fp8(a->k, a->k_stride, a->k_scale, a->batch, a->hkv, a->sk, D);
+  float *v = ref_dequant_fp8(a->v, a->v_stride, a->v_scale, a->batch, a->hkv, a->sk, D);
+  double *scores = malloc((size_t)(a->sk > 0 ? a->sk : 1) * sizeof *scores);
+  if (q && kf && v && scores) {
+    const kite_sdpa_args f = {.op = KITE_OP_SDPA,
+                              .dtype = KITE_DTYPE_F32,
+                              .batch = a->batch,
+                              .hq = a->hq,
+                              .hkv = a->hkv,
+                              .sq = a->sq,
+                              .sk = a->sk,
+                              .head_dim = D,
+                              .q = q,
+                              .q_stride = {a->hq * a->sq * D, a->sq * D, D},
+                              .k = kf,
+                              .k_stride = {a->hkv * a->sk * D, a->sk * D, D},
+                              .v = v,
+                              .v_stride = {a->hkv * a->sk * D, a->sk * D, D},
+                              .mask_dtype = KITE_DTYPE_U8,
+                              .opts = a->opts,
+                              .o = a->o,
+                              .o_stride = {a->o_stride[0], a->o_stride[1], a->o_stride[2]},
+                              .lse = a->lse};
+    const int64_t ls[3] = {a->hq * a->sq, a->sq, 1};
+    ref_sdpa_dense(&f, a->dtype, ls, scores);
+  } else {
+    s = kite_set_error(KITE_ERR_OUT_OF_MEMORY, "sdpa_fp8: ref: cannot allocate the dequantized "
+                                               "inputs");
+  }
+  free(q);
+  free(kf);
+  free(v);
+  free(scores);
+  return s;
 }

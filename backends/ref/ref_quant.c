@@ -104,3 +104,35 @@ kite_status ref_linear_quant_run(const kite_kernel *k, kite_ctx *ctx, const void
   }
   return KITE_OK;
 }
+
+/* quant_fp8_blocks: kite.h's definition element by element, block by block. */
+kite_status ref_quant_fp8_blocks_run(const kite_kernel *k, kite_ctx *ctx, const void *args) {
+  const kite_quant_fp8_blocks_args *a = args;
+  if (!a || a->op != KITE_OP_QUANT_FP8_BLOCKS || !ref_is_float(a->dtype))
+    return kite_set_error(KITE_ERR_UNSUPPORTED, "quant_fp8_blocks: ref: unsupported arguments");
+  const int64_t nb = (a->rows + KITE_FP8_ATTN_BLOCK - 1) / KITE_FP8_ATTN_BLOCK;
+  for (int64_t b = 0; b < a->batch; b++)
+    for (int64_t h = 0; h < a->heads; h++)
+      for (int64_t blk = 0; blk < nb; blk++) {
+        const int64_t i0 = blk * KITE_FP8_ATTN_BLOCK;
+        const int64_t i1 = i0 + KITE_FP8_ATTN_BLOCK < a->rows ? i0 + KITE_FP8_ATTN_BLOCK : a->rows;
+        const int64_t x0 = b * a->x_stride[0] + h * a->x_stride[1];
+        const int64_t q0 = b * a->q_stride[0] + h * a->q_stride[1];
+        double amax = 0.0;
+        for (int64_t i = i0; i < i1; i++)
+          for (int64_t d = 0; d < a->dim; d++) {
+            const double v =
+                fabs((double)kite_load_f32(a->dtype, a->x, x0 + i * a->x_stride[2] + d));
+            if (isfinite(v) && v > amax) amax = v;
+          }
+        const float scale = (float)amax / 448.0f; /* amax is an f32 value: exact */
+        const bool none = !(scale > 0.0f);
+        a->scales[(b * a->heads + h) * nb + blk] = none ? 1.0f : scale;
+        for (int64_t i = i0; i < i1; i++)
+          for (int64_t d = 0; d < a->dim; d++) {
+            const float v = kite_load_f32(a->dtype, a->x, x0 + i * a->x_stride[2] + d);
+            a->q[q0 + i * a->q_stride[2] + d] = none ? 0 : kite_f32_to_fp8_e4m3(v / scale);
+          }
+      }
+  return KITE_OK;
+}

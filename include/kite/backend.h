@@ -285,6 +285,42 @@ typedef struct kite_sdpa_args {
   const float *sinks;
 } kite_sdpa_args;
 
+/* sdpa_fp8: dtype is o's (f32, f16 or bf16); q, k, v e4m3 codes with strides [0] batch, [1]
+ * head, [2] sequence (head_dim unit-stride), o likewise. q_scale compact f32 [batch, hq,
+ * ceil(sq / KITE_FP8_ATTN_BLOCK)], k_scale and v_scale compact f32 [batch, hkv,
+ * ceil(sk / KITE_FP8_ATTN_BLOCK)]. opts.scale resolved, softcap 0, window_left -1. lse NULL or
+ * compact f32 [batch, hq, sq]. */
+typedef struct kite_sdpa_fp8_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t batch, hq, hkv, sq, sk, head_dim;
+  const uint8_t *q;
+  int64_t q_stride[3];
+  const uint8_t *k;
+  int64_t k_stride[3];
+  const uint8_t *v;
+  int64_t v_stride[3];
+  const float *q_scale, *k_scale, *v_scale;
+  kite_attn_opts opts;
+  void *o;
+  int64_t o_stride[3];
+  float *lse;
+} kite_sdpa_fp8_args;
+
+/* quant_fp8_blocks: x[batch, heads, rows, dim] (dtype) and q (e4m3 codes), strides [0] batch, [1]
+ * head, [2] row (dim unit-stride); scales compact f32 [batch, heads,
+ * ceil(rows / KITE_FP8_ATTN_BLOCK)], every one written. */
+typedef struct kite_quant_fp8_blocks_args {
+  kite_op op;
+  kite_dtype dtype;
+  int64_t batch, heads, rows, dim;
+  const void *x;
+  int64_t x_stride[3];
+  uint8_t *q;
+  int64_t q_stride[3];
+  float *scales;
+} kite_quant_fp8_blocks_args;
+
 /* sdpa_varlen: q/o[tq, hq, head_dim], k/v[tk, hkv, head_dim], strides [0] token, [1] head
  * (head_dim unit-stride). Sequence b (< batch): q rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]),
  * key rows [cu_seqlens_k[b], cu_seqlens_k[b + 1]); max_seqlen_q / max_seqlen_k bound every

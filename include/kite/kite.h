@@ -433,6 +433,45 @@ KITE_API kite_status kite_sdpa(kite_ctx *ctx, const DLTensor *q, const DLTensor 
                                const DLTensor *v, const DLTensor *mask, const DLTensor *sinks,
                                const kite_attn_opts *opts, DLTensor *o, DLTensor *lse);
 
+/* Rows per scale block of kite_sdpa_fp8's inputs: one f32 scale for each 128 consecutive rows
+ * (sequence positions) of one (batch, head). */
+#define KITE_FP8_ATTN_BLOCK 128
+
+/* Dense attention over FP8 inputs with per-block scales (Hopper's FP8 attention).
+ * q[B, Hq, Sq, D], k/v[B, Hkv, Sk, D]: e4m3 (KITE_DL_FLOAT8_E4M3FN), any strides with unit-stride
+ * D; Hq a multiple of Hkv (opts.gqa gives the layout, as for kite_sdpa), 1 <= D <= 256.
+ * q_scale[B, Hq, ceil(Sq / 128)], k_scale and v_scale[B, Hkv, ceil(Sk / 128)]: f32, compact, one
+ * per block of KITE_FP8_ATTN_BLOCK rows. The op attends over the dequantized values
+ *   q_f[b, h, i, d] = q[b, h, i, d] * q_scale[b, h, i / 128]     (likewise k_f, v_f over keys)
+ * and its result is exactly kite_sdpa's on q_f, k_f, v_f with opts.scale (0 -> 1/sqrt(D)) and
+ * opts.causal (the same alignment: query i sees keys j <= i + Sk - Sq), no mask, no sinks.
+ * o[B, Hq, Sq, D]: bf16, f16 or f32 (its dtype picks; any strides with unit-stride D);
+ * lse: NULL or f32 [B, Hq, Sq].
+ * Accuracy: kernels may round P (the softmax weights) and the dequantized V to bf16 before P V,
+ * as the bf16 kite_sdpa kernels round P, so o matches the exact value within bf16 tolerance
+ * whatever o's dtype; the products of e4m3 values in Q K^T are exact in f32.
+ * Errors: those of kite_sdpa (shapes, strides, devices, overlaps); q, k or v not e4m3 and o not
+ * a float dtype (the argument named); a scale not f32, not compact or not of its shape (named);
+ * opts.softcap != 0 or opts.window_left != -1 is KITE_ERR_UNSUPPORTED naming the option. */
+KITE_API kite_status kite_sdpa_fp8(kite_ctx *ctx, const DLTensor *q, const DLTensor *k,
+                                   const DLTensor *v, const DLTensor *q_scale,
+                                   const DLTensor *k_scale, const DLTensor *v_scale,
+                                   const kite_attn_opts *opts, DLTensor *o, DLTensor *lse);
+
+/* kite_sdpa_fp8's inputs from float ones: x[B, H, S, D] (f32, f16 or bf16; any strides with
+ * unit-stride D) -> q[B, H, S, D] e4m3 (KITE_DL_FLOAT8_E4M3FN; any strides with unit-stride D)
+ * and scales[B, H, ceil(S / 128)] f32 compact. Per block of KITE_FP8_ATTN_BLOCK rows of one
+ * (b, h) (every element of those rows): amax = max |x| over its finite elements,
+ * scale = amax / 448 (an f32 division), and each code is x / scale (an f32 division) rounded to
+ * the nearest e4m3 value, ties to even, saturating at +-448 (+-inf included); NaN stays NaN. A
+ * block whose scale is 0 (no finite nonzero element, or amax / 448 underflows) gets scale 1 and
+ * codes 0. Every backend gives the same bits.
+ * Errors: x not float (UNSUPPORTED) or not of rank 4 with unit-stride D; q not e4m3 or not x's
+ * shape; scales not f32 compact of that shape; devices; q or scales overlapping x or each other
+ * (the argument named). */
+KITE_API kite_status kite_quant_fp8_blocks(kite_ctx *ctx, const DLTensor *x, DLTensor *q,
+                                           DLTensor *scales);
+
 /* Dense attention over packed sequences (FlashAttention's varlen form, packed-sequence
  * training). q[Tq, Hq, D], k/v[Tk, Hkv, D] (token and head strides free, D unit-stride) hold B
  * sequences back to back: sequence b's queries are rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of
@@ -761,7 +800,8 @@ KITE_API kite_status kite_activation_backward(kite_ctx *ctx, kite_op act, const 
  * With limit > 0 (the forward's clamp) the clamped values are used, and the gradient is 0 where
  * the clamp was active: gate > limit, or |up| > limit. Same dtype for all; dx may be x itself (in
  * place: the same data, shape and strides; a training step then holds one [.., 2I] buffer, not
- * two), never any other overlap with x, nor with dy. Errors: as the forward's, plus dx not x's shape. */
+ * two), never any other overlap with x, nor with dy. Errors: as the forward's, plus dx not x's
+ * shape. */
 KITE_API kite_status kite_gated_backward(kite_ctx *ctx, kite_op act, const DLTensor *x,
                                          const DLTensor *dy, float limit, DLTensor *dx);
 

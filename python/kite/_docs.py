@@ -327,7 +327,8 @@ _PARTS = [
         "With limit > 0 (the forward's clamp) the clamped values are used, and the gradient is 0 where\n"
         'the clamp was active: gate > limit, or |up| > limit. Same dtype for all; dx may be x itself (in\n'
         'place: the same data, shape and strides; a training step then holds one [.., 2I] buffer, not\n'
-        "two), never any other overlap with x, nor with dy. Errors: as the forward's, plus dx not x's shape."
+        "two), never any other overlap with x, nor with dy. Errors: as the forward's, plus dx not x's\n"
+        'shape.'
     ),
     (
         'C: kite_status kite_gated_backward(kite_ctx *ctx, kite_op act, const DLTensor *x,\n'
@@ -1008,6 +1009,46 @@ _PARTS = [
         '    const DLTensor *targets, const kite_ce_opts *opts, DLTensor *loss, DLTensor *lse,\n'
         '    DLTensor *dlogits);'
     ),
+    (
+        "Dense attention over FP8 inputs with per-block scales (Hopper's FP8 attention).\n"
+        'q[B, Hq, Sq, D], k/v[B, Hkv, Sk, D]: e4m3 (KITE_DL_FLOAT8_E4M3FN), any strides with unit-stride\n'
+        'D; Hq a multiple of Hkv (opts.gqa gives the layout, as for kite_sdpa), 1 <= D <= 256.\n'
+        'q_scale[B, Hq, ceil(Sq / 128)], k_scale and v_scale[B, Hkv, ceil(Sk / 128)]: f32, compact, one\n'
+        'per block of KITE_FP8_ATTN_BLOCK rows. The op attends over the dequantized values\n'
+        '  q_f[b, h, i, d] = q[b, h, i, d] * q_scale[b, h, i / 128]     (likewise k_f, v_f over keys)\n'
+        "and its result is exactly kite_sdpa's on q_f, k_f, v_f with opts.scale (0 -> 1/sqrt(D)) and\n"
+        'opts.causal (the same alignment: query i sees keys j <= i + Sk - Sq), no mask, no sinks.\n'
+        'o[B, Hq, Sq, D]: bf16, f16 or f32 (its dtype picks; any strides with unit-stride D);\n'
+        'lse: NULL or f32 [B, Hq, Sq].\n'
+        'Accuracy: kernels may round P (the softmax weights) and the dequantized V to bf16 before P V,\n'
+        'as the bf16 kite_sdpa kernels round P, so o matches the exact value within bf16 tolerance\n'
+        "whatever o's dtype; the products of e4m3 values in Q K^T are exact in f32.\n"
+        'Errors: those of kite_sdpa (shapes, strides, devices, overlaps); q, k or v not e4m3 and o not\n'
+        'a float dtype (the argument named); a scale not f32, not compact or not of its shape (named);\n'
+        'opts.softcap != 0 or opts.window_left != -1 is KITE_ERR_UNSUPPORTED naming the option.'
+    ),
+    (
+        'C: kite_status kite_sdpa_fp8(kite_ctx *ctx, const DLTensor *q, const DLTensor *k, const DLTensor *v,\n'
+        '    const DLTensor *q_scale, const DLTensor *k_scale, const DLTensor *v_scale,\n'
+        '    const kite_attn_opts *opts, DLTensor *o, DLTensor *lse);'
+    ),
+    (
+        "kite_sdpa_fp8's inputs from float ones: x[B, H, S, D] (f32, f16 or bf16; any strides with\n"
+        'unit-stride D) -> q[B, H, S, D] e4m3 (KITE_DL_FLOAT8_E4M3FN; any strides with unit-stride D)\n'
+        'and scales[B, H, ceil(S / 128)] f32 compact. Per block of KITE_FP8_ATTN_BLOCK rows of one\n'
+        '(b, h) (every element of those rows): amax = max |x| over its finite elements,\n'
+        'scale = amax / 448 (an f32 division), and each code is x / scale (an f32 division) rounded to\n'
+        'the nearest e4m3 value, ties to even, saturating at +-448 (+-inf included); NaN stays NaN. A\n'
+        'block whose scale is 0 (no finite nonzero element, or amax / 448 underflows) gets scale 1 and\n'
+        'codes 0. Every backend gives the same bits.\n'
+        "Errors: x not float (UNSUPPORTED) or not of rank 4 with unit-stride D; q not e4m3 or not x's\n"
+        'shape; scales not f32 compact of that shape; devices; q or scales overlapping x or each other\n'
+        '(the argument named).'
+    ),
+    (
+        'C: kite_status kite_quant_fp8_blocks(kite_ctx *ctx, const DLTensor *x, DLTensor *q,\n'
+        '    DLTensor *scales);'
+    ),
 ]
 
 # op -> its parts, in order
@@ -1070,6 +1111,8 @@ _INDEX = {
     'group_gemm_gguf': (117, 118, 130, 131),
     'softcap': (83, 132, 133),
     'cross_entropy_with_grad': (72, 73, 74, 134, 135),
+    'sdpa_fp8': (25, 28, 29, 136, 137),
+    'quant_fp8_blocks': (25, 138, 139),
 }
 
 DOCS = {name: "\n\n".join(_PARTS[i] for i in ids) for name, ids in _INDEX.items()}

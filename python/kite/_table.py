@@ -67,6 +67,13 @@ OPS = {
                  out=dict(o="like(q)", lse="new(q, tuple(q.shape[:3]), 'float32')")),
     "sdpa_varlen": dict(defaults=dict(ATTN, **SINKS),
                         out=dict(o="like(q)", lse="new(q, tuple(q.shape[:2]), 'float32')")),
+    # o's dtype picks the output (bfloat16, float16 or float32); q, k, v float8_e4m3fn codes
+    "sdpa_fp8": dict(defaults=ATTN, extra=dict(dtype=("str", "bfloat16")),
+                     out=dict(o="new(q, tuple(q.shape), dtype)",
+                              lse="new(q, tuple(q.shape[:3]), 'float32')")),
+    "quant_fp8_blocks": dict(out=dict(
+        q="new(x, tuple(x.shape), 'float8_e4m3fn')",
+        scales="new(x, (x.shape[0], x.shape[1], -(-x.shape[2] // 128)), 'float32')")),
     "sdpa_backward": dict(defaults=SINKS,
                           out=dict(dq="like(q)", dk="like(k)", dv="like(v)", dsinks=DSINKS)),
     "sdpa_varlen_backward": dict(defaults=SINKS,

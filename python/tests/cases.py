@@ -476,6 +476,54 @@ def linear_quant(dt, dev):
 
 
 
+def _fp8_blocks(x, block=128):
+    """x[B, H, S, D] float -> (e4m3 codes, f32 scales [B, H, ceil(S / block)]): amax / 448 per
+    block of rows (1 for a zero block), codes by torch's rounding to float8_e4m3fn."""
+    B, H, S, D = x.shape
+    nb = -(-S // block)
+    pad = torch.zeros(B, H, nb * block - S, D, device=x.device)
+    xb = torch.cat([x.float(), pad], 2).reshape(B, H, nb, block * D)
+    sc = xb.abs().amax(-1) / 448
+    sc = torch.where(sc > 0, sc, torch.ones_like(sc))
+    rows = sc.repeat_interleave(block, -1)[..., :S, None]
+    return (x.float() / rows).to(torch.float8_e4m3fn), sc
+
+
+def _fp8_dequant(q, sc, block=128):
+    return q.double() * sc.double().repeat_interleave(block, -1)[..., :q.shape[2], None]
+
+
+def sdpa_fp8(dt, dev):
+    """Sq 130 and Sk 200: two scale blocks each, the last partial; GQA 4 / 2; causal."""
+    B, Hq, Hkv, Sq, Sk, D = 2, 4, 2, 130, 200, 32
+    q, qs = _fp8_blocks(_r(B, Hq, Sq, D, device=dev) * 3, 128)
+    k, ks = _fp8_blocks(_r(B, Hkv, Sk, D, device=dev), 128)
+    v, vs = _fp8_blocks(_r(B, Hkv, Sk, D, device=dev) * 0.5, 128)
+    name = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}[dt]
+
+    def ref(a):
+        qf, kf, vf = (_fp8_dequant(a[i].cpu(), a[i + 3].cpu()) for i in range(3))
+        return [torch.stack([_attn_ref(qf[b], kf[b], vf[b], D ** -0.5, causal_offset=Sk - Sq)
+                             for b in range(B)])]
+    return Case([q, k, v, qs, ks, vs, 0.0, 0.0, -1, 0, 1, name], ref)
+
+
+def quant_fp8_blocks(dt, dev):
+    """x[2, 3, 200, 16]: two blocks per head, the last partial; head 1 of batch 0 all zeros in its
+    first block (scale 1, codes 0). The codes are compared as values, the scales exactly."""
+    x = _r(2, 3, 200, 16, dtype=dt, device=dev, scale=4.0)
+    x[0, 1, :128] = 0
+
+    def ref(a):
+        xf = a[0].float().cpu()
+        blocks = torch.cat([xf, torch.zeros(2, 3, 56, 16)], 2).reshape(2, 3, 2, 128 * 16)
+        sc = blocks.abs().amax(-1) / 448
+        sc = torch.where(sc > 0, sc, torch.ones_like(sc))
+        q = (xf / sc.repeat_interleave(128, -1)[..., :200, None]).to(torch.float8_e4m3fn)
+        return [q.float(), sc]
+    return Case([x], ref, observe=lambda res, args: [res[0].float(), res[1]])
+
+
 # ---- training ops -----------------------------------------------------------------------------
 def _op_id(name):
     return kite._C.op_names().index(name)
@@ -921,6 +969,8 @@ CASES = {
     "sdpa_varlen": sdpa_varlen,
     "sdpa_backward": sdpa_backward,
     "sdpa_varlen_backward": sdpa_varlen_backward,
+    "sdpa_fp8": sdpa_fp8,
+    "quant_fp8_blocks": quant_fp8_blocks,
     "linear": linear,
     "group_gemm": group_gemm,
     "topk_gating": topk_gating,

@@ -12,8 +12,8 @@
 #include "core/internal.h"
 #include "core/registry.h"
 
-#define MAX_RULES 64
-#define MAX_CONFIG 1024
+#define MAX_RULES 128 /* every op pinned at once (kite check's finite differences) fits */
+#define MAX_CONFIG 4096
 
 /* Under kite_registry_mutex. */
 static kite_rule g_rules[MAX_RULES];

@@ -25,6 +25,8 @@ HEAD_OK(kite_gguf_args);
 HEAD_OK(kite_group_gguf_args);
 HEAD_OK(kite_paged_attn_args);
 HEAD_OK(kite_sdpa_args);
+HEAD_OK(kite_sdpa_fp8_args);
+HEAD_OK(kite_quant_fp8_blocks_args);
 HEAD_OK(kite_sdpa_varlen_args);
 HEAD_OK(kite_sdpa_backward_args);
 HEAD_OK(kite_sdpa_varlen_backward_args);

@@ -47,10 +47,15 @@ kite_status kite_attn_check_heads(const kite_ctx *ctx, const char *op, const cha
   if ((s = kite_tensor_check(ctx, op, arg, t, out)) != KITE_OK) return s;
   if ((s = kite_tensor_require_ndim(op, arg, out, ndim)) != KITE_OK) return s;
   if ((s = kite_tensor_require_float(op, arg, out)) != KITE_OK) return s;
-  if (out->shape[ndim - 1] > 1 && out->strides[ndim - 1] != 1)
+  return kite_attn_check_head_stride(op, arg, out);
+}
+
+/* The last (head) dim of t is unit-stride. */
+kite_status kite_attn_check_head_stride(const char *op, const char *arg, const kite_tensor *t) {
+  if (t->shape[t->ndim - 1] > 1 && t->strides[t->ndim - 1] != 1)
     return kite_set_error(KITE_ERR_INVALID_ARG,
                           "%s: %s: head dim must be unit-stride (stride %lld)", op, arg,
-                          (long long)out->strides[ndim - 1]);
+                          (long long)t->strides[t->ndim - 1]);
   return KITE_OK;
 }
 

@@ -18,6 +18,8 @@ kite_status kite_attn_check_opts(const char *op, const kite_attn_opts *opts, int
 /* A float tensor of rank ndim whose last (head) dim is unit-stride; other strides are free. */
 kite_status kite_attn_check_heads(const kite_ctx *ctx, const char *op, const char *arg,
                                   const DLTensor *t, int ndim, kite_tensor *out);
+/* The last (head) dim of t (rank >= 1) is unit-stride. */
+kite_status kite_attn_check_head_stride(const char *op, const char *arg, const kite_tensor *t);
 /* kite_attn_check_heads of t with like's rank, dtype and shape (o of q, dq of q, dk of k ...). */
 kite_status kite_attn_check_like(const kite_ctx *ctx, const char *op, const char *arg,
                                  const DLTensor *t, const kite_tensor *like, const char *like_arg,

@@ -204,10 +204,7 @@ static void attn_plan(kt_run *r, const kt_case *c) {
 
 /* ---- the call ---------------------------------------------------------------------------- */
 
-KT_SCALARS(attn_scalar, KT_FIELD("scale", 'f', attn.opts.scale),
-           KT_FIELD("softcap", 'f', attn.opts.softcap),
-           KT_FIELD("window_left", 'i', attn.opts.window_left), KT_FIELD("gqa", 'i', attn.opts.gqa),
-           KT_FIELD("causal", 'i', attn.opts.causal))
+KT_SCALARS(attn_scalar, KT_ATTN_OPTS_FIELDS)
 
 /* ---- bytes, FLOPs, bounds ---------------------------------------------------------------- */
 

@@ -21,6 +21,13 @@ enum {
 static const char *const kt_mask_name[MASK_KINDS] = {
     "", "bool[Sq,Sk]", "u8[B,H,Sq,Sk]", "f32[Sq,Sk]", "qt[1,H,Sq,Sk]/s0", "f32[B,1,Sq,Sk]"};
 
+/* KT_SCALARS fields of the kite_attn_opts arguments (scale, softcap, window_left, gqa, causal)
+ * from kt_attn_case.opts. */
+#define KT_ATTN_OPTS_FIELDS                                                                        \
+  KT_FIELD("scale", 'f', attn.opts.scale), KT_FIELD("softcap", 'f', attn.opts.softcap),            \
+      KT_FIELD("window_left", 'i', attn.opts.window_left), KT_FIELD("gqa", 'i', attn.opts.gqa),    \
+      KT_FIELD("causal", 'i', attn.opts.causal)
+
 /* ceil(a / b), b > 0 */
 static inline int64_t kt_cdiv(int64_t a, int64_t b) {
   return (a + b - 1) / b;

@@ -12,12 +12,12 @@
 
 extern const kt_family_ops kt_family_act, kt_family_norm, kt_family_core, kt_family_loss,
     kt_family_attn, kt_family_attn_train, kt_family_gemm, kt_family_sampling, kt_family_comm,
-    kt_family_moe, kt_family_gguf, kt_family_mla;
+    kt_family_moe, kt_family_gguf, kt_family_mla, kt_family_attn_fp8;
 
 static const kt_family_ops *const g_families[] = {
-    &kt_family_act,  &kt_family_norm,       &kt_family_core, &kt_family_loss,
-    &kt_family_attn, &kt_family_attn_train, &kt_family_gemm, &kt_family_sampling,
-    &kt_family_comm, &kt_family_moe,        &kt_family_gguf, &kt_family_mla};
+    &kt_family_act,        &kt_family_norm, &kt_family_core,     &kt_family_loss, &kt_family_attn,
+    &kt_family_attn_train, &kt_family_gemm, &kt_family_sampling, &kt_family_comm, &kt_family_moe,
+    &kt_family_gguf,       &kt_family_mla,  &kt_family_attn_fp8};
 
 const kt_family_ops *kt_family(kite_op op) {
   for (size_t i = 0; i < sizeof g_families / sizeof g_families[0]; i++)
