@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_wait<0>();
       fence_regs(o);
     }
-    release_stage(bar0 + (kStages + st) * 8, lane);
+    release_stage<PAGED>(bar0 + (kStages + st) * 8, lane);
   }
   store_rows<T, D>(p, s, g, m0, rows_here, cw, warp, lane, o, m_run, l_run);
 #else

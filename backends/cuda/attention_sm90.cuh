@@ -93,7 +93,8 @@ template <typename SM> __device__ __forceinline__ Shared carve(unsigned char *ra
 
 /* Barrier counts: dense TMA: one arrival with the expected bytes; paged TMA: the producer warp,
  * each lane after its key flags (lane 0's arrival carries the bytes); cp.async: every producer
- * thread, once its copies landed. Empty: every consumer warp, once its P V completed.
+ * thread, once its copies landed. Empty: every consumer warp, once its P V completed; paged:
+ * every consumer thread (each read the stage's key flags).
  * LOAD_TMA_FP8: full is K's bytes alone; then per stage "V widened" (every producer thread, at
  * bar0 + (2 kStages + st) 8) and per staging tile its TMA bytes (bar0 + (3 kStages + i) 8). */
 template <int LOAD, int kStages> __device__ __forceinline__ void init_barriers(uint32_t bar0) {
@@ -102,7 +103,7 @@ template <int LOAD, int kStages> __device__ __forceinline__ void init_barriers(u
     mbar_init(bar0 + st * 8, LOAD == LOAD_TMA || LOAD == LOAD_TMA_FP8 ? 1
                              : LOAD == LOAD_PAGED_TMA                 ? 32
                                                                       : 128);
-    mbar_init(bar0 + (kStages + st) * 8, 8);
+    mbar_init(bar0 + (kStages + st) * 8, LOAD == LOAD_PAGED || LOAD == LOAD_PAGED_TMA ? 256 : 8);
     if (LOAD == LOAD_TMA_FP8) mbar_init(bar0 + (2 * kStages + st) * 8, 128);
   }
   if (LOAD == LOAD_TMA_FP8) {
@@ -543,10 +544,17 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&pa)
   wgmma_commit();
 }
 
-/* Every warp of the consumer gives stage st back to the producer. */
-__device__ __forceinline__ void release_stage(uint32_t empty, int lane) {
-  __syncwarp();
-  if (lane == 0) mbar_arrive(empty);
+/* Every warp of the consumer gives stage st back to the producer. PAGED: every thread arrives
+ * itself, after its own reads of the stage's key flags, which the producer rewrites for a later
+ * tile once the stage is back (a warp's arrival after __syncwarp orders them as well, but the race
+ * checker does not follow the warp barrier into the arrival). */
+template <bool PAGED> __device__ __forceinline__ void release_stage(uint32_t empty, int lane) {
+  if (PAGED) {
+    mbar_arrive(empty);
+  } else {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty);
+  }
 }
 
 /* The epilogue: o normalized and stored as pairs; lse in natural log. */

@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     scores(t);
     wgmma_wait<0>();
     fence_regs(o);
-    release_stage(bar0 + (kStages + pst) * 8, lane);
+    release_stage<PAGED>(bar0 + (kStages + pst) * 8, lane);
     pack_p<PV, BN>(pa, sc);
   }
   /* the last P V */
@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (PING) named_arrive(their_turn, 256);
   wgmma_wait<0>(); /* outside the branch: the epilogue reads o on every path */
   fence_regs(o);
-  if (ntiles > 0) release_stage(bar0 + (kStages + (ntiles - 1) % kStages) * 8, lane);
+  if (ntiles > 0) release_stage<PAGED>(bar0 + (kStages + (ntiles - 1) % kStages) * 8, lane);
   /* warpgroup 0's barrier took one arrival more (the first turn): its last one */
   if (PING && cw == 0) named_sync(kTurnBar, 256);
   store_rows<To, D>(p, s, g, m0, rows_here, cw, warp, lane, o, m_run, l_run);
