@@ -201,9 +201,9 @@ KT_SCALARS(gguf_scalar, KT_FIELD("type", 'i', gemm.gguf))
 /* dequant_gguf: 0. Each weight is exact in f32 once rounded by its last operation (kite.h), on
  *   every backend, then rounded once to y's dtype: all agree bit for bit.
  * linear_gguf: the same weights, f32 dot products over K <= 2048 terms (the linear bounds of
- *   driver_gemm.c: 5e-11 for f32 would do for the dots, but a block's weights may be much larger
- *   than the output when its min term cancels: 1e-6, as linear_wq4), f16 / bf16 outputs rounded
- *   once: 1e-6 / 1e-4.
+ *   driver_gemm_cases.c: 5e-11 for f32 would do for the dots, but a block's weights may be
+ *   much larger than the output when its min term cancels: 1e-6, as linear_wq4), f16 / bf16
+ *   outputs rounded once: 1e-6 / 1e-4.
  * linear_gguf_q8: ref quantizes x exactly as the kernels must (f32 scale and division, ties to
  *   even), so the codes agree and only the sums' rounding differs (integer sums in the kernels,
  *   f32 scale products and offsets): linear_gguf's bounds. */
@@ -278,9 +278,9 @@ static void gguf_check_cases(kite_op op, kite_dtype t, int quick, kt_case_list *
 }
 
 /* bf16 llm: the GEMMs of quantized weights beside kite linear's bf16 rows of the same shapes
- * (driver_gemm.c): Q4_K, Q6_K and MXFP4 on a 4096 x 4096 projection, and MXFP4 and Q8_0 on a
- * gpt-oss-20b expert's gate_up (N 5760 = 2I, K 2880 = H: no K-quant, 2880 is not whole 256-value
- * blocks), at decode (M 1), a batch (64) and a prompt (4096). */
+ * (driver_gemm_cases.c): Q4_K, Q6_K and MXFP4 on a 4096 x 4096 projection, and MXFP4 and Q8_0
+ * on a gpt-oss-20b expert's gate_up (N 5760 = 2I, K 2880 = H: no K-quant, 2880 is not whole
+ * 256-value blocks), at decode (M 1), a batch (64) and a prompt (4096). */
 static void gguf_bench_bf16(kite_op op, kite_dtype t, kt_case_list *l) {
   static const kite_gguf_type sq[] = {KITE_GGUF_Q4_K, KITE_GGUF_Q6_K, KITE_GGUF_MXFP4};
   static const kite_gguf_type ex[] = {KITE_GGUF_MXFP4, KITE_GGUF_Q8_0};
