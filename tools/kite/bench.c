@@ -1,8 +1,8 @@
 /*
  * kite bench: times every kernel that runs here (pinned through kite_config_set) on LLM shapes,
  * reports GB/s against a memcpy ceiling measured in the same run and the speedup over ref.
- * `kite bench --dispatch` measures what one call through the public API costs over a direct call
- * of the same kernel. Benchmarks report; they never fail on time.
+ * `kite bench --dispatch` (bench_dispatch.c) measures what one call through the public API costs
+ * over a direct call of the same kernel. Benchmarks report; they never fail on time.
  *
  * Timing: one warm-up call, then batches of calls followed by kite_ctx_synchronize on the host
  * clock, each batch >= ~20 ms; the median over the batches (default 5) per call. On the CPU a
@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench.h"
 #include "cli.h"
 #include "families.h"
 #include "util.h"
@@ -158,32 +159,20 @@ static kite_status prepare(kt_run *r, kite_ctx *ctx, DLDeviceType type) {
 
 /* ---- output ------------------------------------------------------------------------------ */
 
-typedef struct bench {
-  const kt_opts *o;
-  kt_registry reg;
-  kt_devices dev;
-  double ceiling[KT_MAX_DEVICES]; /* GB/s per device of dev, measured at the start */
-  kt_host_copy *copy;             /* the CPU ceiling, timed again beside every CPU row */
-  int threads;
-  int header_done;
-  int rows_asked;   /* rows timed of the backend or kernel --backend asked for */
-  int over_ceiling; /* rows above 120 % of their copy ceiling: the ceiling was unstable */
-} bench;
-
-static double ceiling_of(const bench *b, DLDeviceType t) {
+static double ceiling_of(const kt_bench *b, DLDeviceType t) {
   for (int d = 0; d < b->dev.n; d++)
     if (b->dev.type[d] == t) return b->ceiling[d];
   return 0;
 }
 
-static void table_header(bench *b) {
+static void table_header(kt_bench *b) {
   if (b->o->json || b->header_done) return;
   b->header_done = 1;
   printf("%-18s %-22s %-5s %-24s %11s %9s %8s %8s %9s %9s\n", "op", "kernel", "dtype", "shape",
          "us", "GB/s", "memcpy", "%memcpy", "GFLOP/s", "x vs ref");
 }
 
-static void print_result(bench *b, const kt_case *c, const char *kernel, DLDeviceType dev,
+static void print_result(kt_bench *b, const kt_case *c, const char *kernel, DLDeviceType dev,
                          const timing *tm, double ref_us) {
   char shape[64];
   kt_case_shape(c, shape, sizeof shape);
@@ -228,7 +217,7 @@ static void print_result(bench *b, const kt_case *c, const char *kernel, DLDevic
   fflush(stdout);
 }
 
-static void print_skip(bench *b, const kt_case *c, const char *kernel, const char *why) {
+static void print_skip(kt_bench *b, const kt_case *c, const char *kernel, const char *why) {
   char shape[64];
   kt_case_shape(c, shape, sizeof shape);
   if (b->o->json) {
@@ -249,7 +238,7 @@ static void print_skip(bench *b, const kt_case *c, const char *kernel, const cha
 
 /* One shape: ref on the CPU first (its time is the speedup baseline), then every selected kernel
  * on its device. */
-static void bench_case(bench *b, const kt_case *c, const kt_kernel *ref, size_t max_bytes) {
+static void bench_case(kt_bench *b, const kt_case *c, const kt_kernel *ref, size_t max_bytes) {
   const kt_opts *o = b->o;
   int repeat = o->repeat ? o->repeat : 5;
   kt_run r;
@@ -334,7 +323,7 @@ static void bench_case(bench *b, const kt_case *c, const kt_kernel *ref, size_t 
   }
 }
 
-static void measure_ceilings(bench *b) {
+static void measure_ceilings(kt_bench *b) {
   for (int d = 0; d < b->dev.n; d++) {
     if (b->dev.type[d] != kDLCPU) {
       b->ceiling[d] = kt_device_memcpy_gbs(b->dev.ctx[d], DEVICE_CEILING_BYTES);
@@ -345,7 +334,7 @@ static void measure_ceilings(bench *b) {
   }
 }
 
-static void print_machine(const bench *b, const char *shapes) {
+static void print_machine(const kt_bench *b, const char *shapes) {
   if (b->o->json) {
     printf("{\"ceiling_gb_s\":%.3f,\"ceilings\":{", b->ceiling[0]);
     for (int d = 0; d < b->dev.n; d++)
@@ -369,7 +358,7 @@ static void print_machine(const bench *b, const char *shapes) {
   fflush(stdout);
 }
 
-static int bench_open(bench *b, const kt_opts *o) {
+int kt_bench_open(kt_bench *b, const kt_opts *o) {
   memset(b, 0, sizeof *b);
   b->o = o;
   b->threads = o->threads ? o->threads : kt_online_cpus();
@@ -384,133 +373,10 @@ static int bench_open(bench *b, const kt_opts *o) {
   return 0;
 }
 
-static void bench_close(bench *b) {
+void kt_bench_close(kt_bench *b) {
   kt_host_copy_close(b->copy);
   kt_devices_close(&b->dev);
   kt_registry_free(&b->reg);
-}
-
-/* ---- dispatch overhead -------------------------------------------------------------------- */
-
-#define DISPATCH_CALLS 1000000
-
-/* The highest-priority CPU kernel of op that runs here and accepts args. */
-static const kt_kernel *direct_kernel(const bench *b, kite_op op, const void *args) {
-  const kt_kernel *best = NULL;
-  for (size_t i = 0; i < b->reg.n; i++) {
-    const kt_kernel *k = &b->reg.k[i];
-    if (k->op != op || k->device != kDLCPU || !k->runs_here) continue;
-    const kite_kernel *e = kite_kernel_entry(k->index);
-    const char *why = NULL;
-    if (!e || !e->run || (e->supports && !e->supports(e, args, &why))) continue;
-    if (!best || k->priority > best->priority) best = k;
-  }
-  return best;
-}
-
-typedef kite_status (*api_fn)(kite_ctx *ctx, const DLTensor *x, const DLTensor *w, DLTensor *y);
-
-static kite_status api_relu(kite_ctx *ctx, const DLTensor *x, const DLTensor *w, DLTensor *y) {
-  return kite_relu(ctx, x, y);
-}
-
-static kite_status api_rms_norm(kite_ctx *ctx, const DLTensor *x, const DLTensor *w, DLTensor *y) {
-  return kite_rms_norm(ctx, x, w, 1e-6f, 0.0f, y);
-}
-
-/* ns per call: the median of 3 runs of DISPATCH_CALLS calls. */
-static double ns_per_call(kite_ctx *ctx, api_fn api, const DLTensor *x, const DLTensor *w,
-                          DLTensor *y, const kite_kernel *e, const void *args, int *ok) {
-  double t[3];
-  for (int rep = 0; rep < 3; rep++) {
-    kite_status s = KITE_OK;
-    double t0 = kt_now();
-    if (api)
-      for (int i = 0; i < DISPATCH_CALLS; i++) s |= api(ctx, x, w, y);
-    else
-      for (int i = 0; i < DISPATCH_CALLS; i++) s |= kite_kernel_run(e, ctx, args);
-    t[rep] = (kt_now() - t0) * 1e9 / DISPATCH_CALLS;
-    if (s != KITE_OK) *ok = 0;
-  }
-  return kt_median(t, 3);
-}
-
-static int bench_dispatch(const kt_opts *o) {
-  bench b;
-  if (bench_open(&b, o)) return 2;
-  kite_ctx *ctx = kt_devices_ctx(&b.dev, kDLCPU);
-  size_t cfg_len = strlen(kite_config_get());
-  char *saved = malloc(cfg_len + 1);
-  float *mem = NULL;
-  if (!saved || kite_malloc(ctx, 32 * sizeof(float), (void **)&mem) != KITE_OK) {
-    fprintf(stderr, "kite bench: out of memory\n");
-    free(saved);
-    bench_close(&b);
-    return 2;
-  }
-  memcpy(saved, kite_config_get(), cfg_len + 1);
-  kite_config_set(""); /* default dispatch, as users call it */
-  float host[32];
-  for (int i = 0; i < 32; i++) host[i] = (float)(i % 7) - 3.0f;
-  kite_memcpy(ctx, mem, host, sizeof host, KITE_COPY_HOST_TO_DEVICE);
-  float *x = mem, *w = mem + 8, *y = mem + 16;
-
-  if (o->json) {
-    printf("{\"dispatch_calls\":%d,\"machine\":{\"cpu_model\":", DISPATCH_CALLS);
-    kt_json_str(kt_cpu_model());
-    printf(",\"cpus\":%d}}\n", kt_online_cpus());
-  } else {
-    printf("dispatch overhead: public API call vs direct kernel run, %d calls each, cpu ctx\n",
-           DISPATCH_CALLS);
-    printf("%-10s %-22s %-6s %12s %15s %12s\n", "op", "kernel", "shape", "api ns/call",
-           "direct ns/call", "overhead ns");
-  }
-
-  double worst_overhead = 0;
-  for (int which = 0; which < 2; which++) {
-    int64_t shape1[1] = {1}, shape2[2] = {1, 8}, wshape[1] = {8};
-    DLDataType f32 = {kDLFloat, 32, 1};
-    DLDevice dev = kite_ctx_device(ctx);
-    DLTensor tx = {x, dev, which ? 2 : 1, f32, which ? shape2 : shape1, NULL, 0};
-    DLTensor ty = {y, dev, which ? 2 : 1, f32, which ? shape2 : shape1, NULL, 0};
-    DLTensor tw = {w, dev, 1, f32, wshape, NULL, 0};
-    kite_act_args act = {KITE_OP_RELU, KITE_DTYPE_F32, 1, 1, x, 1, y, 1};
-    kite_norm_args norm = {
-        KITE_OP_RMS_NORM, KITE_DTYPE_F32, 1, 8, x, 8, NULL, 0, w, NULL, y, 8, 1e-6f, 0.0f,
-        KITE_NORM_PRE};
-    kite_op op = which ? KITE_OP_RMS_NORM : KITE_OP_RELU;
-    const void *args = which ? (const void *)&norm : (const void *)&act;
-    api_fn api = which ? api_rms_norm : api_relu;
-    const char *shape = which ? "1x8" : "1";
-    const kt_kernel *k = direct_kernel(&b, op, args);
-    if (!k) {
-      printf("%-10s no CPU kernel accepts the call\n", kite_op_name(op));
-      continue;
-    }
-    const kite_kernel *e = kite_kernel_entry(k->index);
-    int ok = 1;
-    double api_ns = ns_per_call(ctx, api, &tx, &tw, &ty, e, args, &ok);
-    double direct_ns = ns_per_call(ctx, NULL, &tx, &tw, &ty, e, args, &ok);
-    if (api_ns - direct_ns > worst_overhead) worst_overhead = api_ns - direct_ns;
-    if (o->json) {
-      printf("{\"op\":\"%s\",\"kernel\":", kite_op_name(op));
-      kt_json_str(k->name);
-      printf(",\"shape\":\"%s\",\"api_ns\":%.2f,\"direct_ns\":%.2f,\"overhead_ns\":%.2f,"
-             "\"calls\":%d,\"ok\":%s}\n",
-             shape, api_ns, direct_ns, api_ns - direct_ns, DISPATCH_CALLS, ok ? "true" : "false");
-    } else {
-      printf("%-10s %-22s %-6s %12.1f %15.1f %12.1f%s\n", kite_op_name(op), k->name, shape, api_ns,
-             direct_ns, api_ns - direct_ns, ok ? "" : "  (some calls failed)");
-    }
-  }
-  if (!o->json)
-    printf("target: overhead < 100 ns per call%s\n",
-           worst_overhead > 100 ? " -- MISSED on this host (see the rows above)" : " -- met");
-  kite_config_set(saved);
-  free(saved);
-  kite_free(ctx, mem);
-  bench_close(&b);
-  return 0;
 }
 
 /* ---- entry points ------------------------------------------------------------------------ */
@@ -561,14 +427,14 @@ int kt_cmd_bench(int argc, char **argv) {
     usage();
     return 0;
   }
-  if (o.dispatch) return bench_dispatch(&o);
+  if (o.dispatch) return kt_bench_dispatch(&o);
 
-  bench b;
-  if (bench_open(&b, &o)) return 2;
+  kt_bench b;
+  if (kt_bench_open(&b, &o)) return 2;
   if (o.backend && !kt_backend_known(&b.reg, o.backend)) {
     fprintf(stderr, "kite bench: no kernel of backend '%s' is registered (see kite list)\n",
             o.backend);
-    bench_close(&b);
+    kt_bench_close(&b);
     return 2;
   }
   const char *shapes = o.shapes ? o.shapes : o.op >= 0 ? "llm" : "small";
@@ -577,7 +443,7 @@ int kt_cmd_bench(int argc, char **argv) {
   size_t cfg_len = strlen(kite_config_get());
   char *saved = malloc(cfg_len + 1);
   if (!saved) {
-    bench_close(&b);
+    kt_bench_close(&b);
     return 2;
   }
   memcpy(saved, kite_config_get(), cfg_len + 1);
@@ -615,7 +481,7 @@ int kt_cmd_bench(int argc, char **argv) {
   int nothing = o.backend && b.rows_asked == 0;
   if (nothing)
     fprintf(stderr, "kite bench: no kernel of '%s' ran here (kite list says why)\n", o.backend);
-  bench_close(&b);
+  kt_bench_close(&b);
   return nothing ? 2 : 0;
 }
 
@@ -626,12 +492,12 @@ void kt_bench_summary(void) {
   kt_opts o;
   memset(&o, 0, sizeof o);
   o.op = o.dtype = -1;
-  bench b;
-  if (bench_open(&b, &o)) return;
+  kt_bench b;
+  if (kt_bench_open(&b, &o)) return;
   size_t cfg_len = strlen(kite_config_get());
   char *saved = malloc(cfg_len + 1);
   if (!saved) {
-    bench_close(&b);
+    kt_bench_close(&b);
     return;
   }
   memcpy(saved, kite_config_get(), cfg_len + 1);
@@ -683,5 +549,5 @@ void kt_bench_summary(void) {
   }
   kite_config_set(saved);
   free(saved);
-  bench_close(&b);
+  kt_bench_close(&b);
 }
