@@ -424,6 +424,18 @@ kite_status kite_attn_check_like(const kite_ctx *ctx, const char *op, const char
   return kite_tensor_require_same_shape(op, arg, out, like, like_arg);
 }
 
+kite_status kite_attn_check_dense_qkv(const char *op, const kite_tensor *qt, const kite_tensor *kt,
+                                      const kite_tensor *vt) {
+  kite_status s;
+  if ((s = kite_tensor_require_same_shape(op, "v", vt, kt, "k")) != KITE_OK) return s;
+  if (kt->shape[0] != qt->shape[0] || kt->shape[3] != qt->shape[3]) {
+    char x[160], y[160];
+    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: k: shape %s does not fit q %s", op,
+                          kite_shape_str(kt, x, sizeof x), kite_shape_str(qt, y, sizeof y));
+  }
+  return kite_attn_check_heads_fit(op, qt->shape[1], kt->shape[1], qt->shape[3]);
+}
+
 kite_status kite_attn_check_sdpa(kite_ctx *ctx, const char *op, const DLTensor *q,
                                  const DLTensor *k, const DLTensor *v, const DLTensor *mask,
                                  const DLTensor *sinks, const kite_attn_opts *opts,
@@ -438,15 +450,9 @@ kite_status kite_attn_check_sdpa(kite_ctx *ctx, const char *op, const DLTensor *
   if ((s = kite_attn_check_heads(ctx, op, "v", v, 4, vt)) != KITE_OK) return s;
   if ((s = kite_tensor_require_dtype(op, "k", kt, qt->dtype)) != KITE_OK) return s;
   if ((s = kite_tensor_require_dtype(op, "v", vt, qt->dtype)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_same_shape(op, "v", vt, kt, "k")) != KITE_OK) return s;
+  if ((s = kite_attn_check_dense_qkv(op, qt, kt, vt)) != KITE_OK) return s;
   const int64_t batch = qt->shape[0], hq = qt->shape[1], sq = qt->shape[2], head_dim = qt->shape[3];
   const int64_t hkv = kt->shape[1], sk = kt->shape[2];
-  if (kt->shape[0] != batch || kt->shape[3] != head_dim) {
-    char x[160], y[160];
-    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: k: shape %s does not fit q %s", op,
-                          kite_shape_str(kt, x, sizeof x), kite_shape_str(qt, y, sizeof y));
-  }
-  if ((s = kite_attn_check_heads_fit(op, hq, hkv, head_dim)) != KITE_OK) return s;
 
   kite_sdpa_args r = {.op = KITE_OP_SDPA,
                       .dtype = qt->dtype,

@@ -24,6 +24,10 @@ kite_status kite_attn_check_head_stride(const char *op, const char *arg, const k
 kite_status kite_attn_check_like(const kite_ctx *ctx, const char *op, const char *arg,
                                  const DLTensor *t, const kite_tensor *like, const char *like_arg,
                                  kite_tensor *out);
+/* Dense attention's q[B, Hq, Sq, D], k and v[B, Hkv, Sk, D] (checked each): v of k's shape, k of
+ * q's batch and head_dim, and the heads fit (kite_attn_check_heads_fit). */
+kite_status kite_attn_check_dense_qkv(const char *op, const kite_tensor *qt, const kite_tensor *kt,
+                                      const kite_tensor *vt);
 /* hq query heads over hkv kv heads: hkv >= 1 and hq a multiple of it; 1 <= D <= 256. */
 kite_status kite_attn_check_heads_fit(const char *op, int64_t hq, int64_t hkv, int64_t head_dim);
 /* An output the kernel writes: distinct elements, no byte shared with any of the n inputs. */

@@ -47,15 +47,9 @@ kite_status kite_sdpa_fp8(kite_ctx *ctx, const DLTensor *q, const DLTensor *k, c
   if ((s = check_codes(ctx, op, "q", q, &qt)) != KITE_OK) return s;
   if ((s = check_codes(ctx, op, "k", k, &kt)) != KITE_OK) return s;
   if ((s = check_codes(ctx, op, "v", v, &vt)) != KITE_OK) return s;
-  if ((s = kite_tensor_require_same_shape(op, "v", &vt, &kt, "k")) != KITE_OK) return s;
+  if ((s = kite_attn_check_dense_qkv(op, &qt, &kt, &vt)) != KITE_OK) return s;
   const int64_t batch = qt.shape[0], hq = qt.shape[1], sq = qt.shape[2], head_dim = qt.shape[3];
   const int64_t hkv = kt.shape[1], sk = kt.shape[2];
-  if (kt.shape[0] != batch || kt.shape[3] != head_dim) {
-    char x[160], y[160];
-    return kite_set_error(KITE_ERR_INVALID_ARG, "%s: k: shape %s does not fit q %s", op,
-                          kite_shape_str(&kt, x, sizeof x), kite_shape_str(&qt, y, sizeof y));
-  }
-  if ((s = kite_attn_check_heads_fit(op, hq, hkv, head_dim)) != KITE_OK) return s;
   if ((s = check_scale(ctx, op, "q_scale", q_scale, &qt, "q", &qs)) != KITE_OK) return s;
   if ((s = check_scale(ctx, op, "k_scale", k_scale, &kt, "k", &ks)) != KITE_OK) return s;
   if ((s = check_scale(ctx, op, "v_scale", v_scale, &vt, "v", &vs)) != KITE_OK) return s;
