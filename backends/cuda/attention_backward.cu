@@ -302,12 +302,13 @@ unsigned warp_blocks(int64_t warps) {
   return (unsigned)((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
 }
 
-enum BwdVariant { BWD_GENERIC, BWD_MMA, BWD_SM90 };
+enum BwdVariant { BWD_GENERIC, BWD_MMA, BWD_SM90, BWD_SM90WS };
 
 /* The whole backward: delta, then the generic kernels or a tensor-core one. */
 kite_status run_bwd(kite_ctx *ctx, BwdParams p, BwdVariant var, const char *op) {
   const bool mma = var != BWD_GENERIC;
-  const char *variant = var == BWD_SM90 ? "sm90" : mma ? "mma" : "generic";
+  const bool hopper = var == BWD_SM90 || var == BWD_SM90WS;
+  const char *variant = var == BWD_SM90WS ? "sm90ws" : hopper ? "sm90" : mma ? "mma" : "generic";
   if (p.dsinks && p.hq > 0 &&
       (p.rows <= 0 || p.head_dim <= 0 || p.hkv <= 0 || p.batch <= 0)) { /* no row: zeros */
     cudaStream_t s;
@@ -325,7 +326,7 @@ kite_status run_bwd(kite_ctx *ctx, BwdParams p, BwdVariant var, const char *op) 
   if (st != KITE_OK) return st;
   const size_t n_delta = (size_t)(p.rows * p.hq);
   const size_t n_acc = mma ? n_delta * (size_t)p.head_dim : 0;
-  const int bq = var == BWD_SM90 ? attn_bwd_sm90_tile_rows() : attn_bwd_mma_tile_rows(p.head_dim);
+  const int bq = hopper ? attn_bwd_sm90_tile_rows() : attn_bwd_mma_tile_rows(p.head_dim);
   p.mtiles = (p.sq + bq - 1) / bq;
   const size_t n_turn = mma && n_delta > 0 ? (size_t)(p.batch * p.hq * p.mtiles) : 0;
   void *ws = nullptr;
@@ -355,8 +356,9 @@ kite_status run_bwd(kite_ctx *ctx, BwdParams p, BwdVariant var, const char *op) 
       if (p.varlen && p.keys > 0)
         bwd_zero_dkdv_kernel<T>
             <<<grid_for_rows(p.keys * p.hkv * p.head_dim / 256 + 1), 256, 0, s>>>(p);
-      const kite_status r =
-          var == BWD_SM90 ? attn_bwd_sm90_launch(p, s) : attn_bwd_mma_launch(p, s);
+      const kite_status r = var == BWD_SM90WS ? attn_bwd_sm90ws_launch(p, s)
+                            : var == BWD_SM90 ? attn_bwd_sm90_launch(p, s)
+                                              : attn_bwd_mma_launch(p, s);
       if (r != KITE_OK) return r;
       if (n_delta > 0) bwd_dq_convert_kernel<T><<<grid_for_rows(n_acc / 256 + 1), 256, 0, s>>>(p);
       return KITE_OK;
@@ -449,6 +451,11 @@ extern "C" CUDA_RUN(cuda_sdpa_bwd_sm90_run) {
                  "sdpa_backward");
 }
 
+extern "C" CUDA_RUN(cuda_sdpa_bwd_sm90ws_run) {
+  return run_bwd(ctx, dense_params((const kite_sdpa_backward_args *)args), BWD_SM90WS,
+                 "sdpa_backward");
+}
+
 extern "C" CUDA_SUPPORTS(cuda_sdpa_varlen_bwd_generic_supports) {
   const kite_sdpa_varlen_backward_args *a = (const kite_sdpa_varlen_backward_args *)args;
   return bwd_generic_ok(a->dtype, a->fwd.head_dim, why);
@@ -485,5 +492,10 @@ extern "C" CUDA_RUN(cuda_sdpa_varlen_bwd_mma_run) {
 
 extern "C" CUDA_RUN(cuda_sdpa_varlen_bwd_sm90_run) {
   return run_bwd(ctx, varlen_params((const kite_sdpa_varlen_backward_args *)args), BWD_SM90,
+                 "sdpa_varlen_backward");
+}
+
+extern "C" CUDA_RUN(cuda_sdpa_varlen_bwd_sm90ws_run) {
+  return run_bwd(ctx, varlen_params((const kite_sdpa_varlen_backward_args *)args), BWD_SM90WS,
                  "sdpa_varlen_backward");
 }

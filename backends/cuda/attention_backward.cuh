@@ -298,6 +298,10 @@ bool attn_bwd_sm90_head_dim(int64_t d);
 int attn_bwd_sm90_tile_rows();
 kite_status attn_bwd_sm90_launch(const BwdParams &p, cudaStream_t s);
 
+/* attention_backward_sm90ws.cu: the warp-specialized wgmma kernel (same conditions, tile rows and
+ * workspace as attn_bwd_sm90_launch, which it calls where TMA cannot address q or dout). */
+kite_status attn_bwd_sm90ws_launch(const BwdParams &p, cudaStream_t s);
+
 } // namespace kite_cuda
 
 #endif /* KITE_CUDA_ATTENTION_BACKWARD_CUH */

@@ -97,16 +97,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 /* ---- host side ----------------------------------------------------------------------------- */
-/* The 4-d tensor map of elements of esize bytes (2: p's dtype, bf16/f16; 1: e4m3 codes) over
- * base with these dims, byte strides of dims 1-3 and box, 128-byte swizzled, element by
- * element. */
-bool encode_map(PFN_cuTensorMapEncodeTiled_v12000 encode, CUtensorMap *map, const AttnParams &p,
+/* The 4-d tensor map of elements of esize bytes (2: dtype's bf16/f16; 1: e4m3 codes) over base
+ * with these dims, byte strides of dims 1-3 and box, 128-byte swizzled, element by element. */
+bool encode_map(PFN_cuTensorMapEncodeTiled_v12000 encode, CUtensorMap *map, kite_dtype dtype,
                 int esize, const void *base, const cuuint64_t dims[4], const cuuint64_t strides[3],
                 const cuuint32_t box[4]) {
   const cuuint32_t unit[4] = {1, 1, 1, 1};
-  const CUtensorMapDataType type = esize == 1                   ? CU_TENSOR_MAP_DATA_TYPE_UINT8
-                                   : p.dtype == KITE_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                                                : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUtensorMapDataType type = esize == 1                  ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                   : dtype == KITE_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                              : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   return encode(map, type, 4, const_cast<void *>(base), dims, strides, box, unit,
                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
@@ -115,12 +114,13 @@ bool encode_map(PFN_cuTensorMapEncodeTiled_v12000 encode, CUtensorMap *map, cons
 
 } // namespace
 
-bool kite_cuda::sm90::dense_tensor_map(CUtensorMap *map, const AttnParams &p, const void *base,
-                                       const int64_t stride[3], int bn, int esize) {
+bool kite_cuda::rows_tensor_map(CUtensorMap *map, kite_dtype dtype, int esize, const void *base,
+                                const int64_t stride[3], int64_t head_dim, int64_t rows,
+                                int64_t heads, int64_t batch, int box_rows) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (!encode || (uintptr_t)base % 16 != 0) return false;
-  const cuuint64_t dims[4] = {(cuuint64_t)p.head_dim, (cuuint64_t)p.sk, (cuuint64_t)p.hkv,
-                              (cuuint64_t)p.batch};
+  const cuuint64_t dims[4] = {(cuuint64_t)head_dim, (cuuint64_t)rows, (cuuint64_t)heads,
+                              (cuuint64_t)batch};
   cuuint64_t strides[3];
   for (int i = 0; i < 3; i++) {
     const int64_t b = stride[2 - i] * esize;
@@ -129,8 +129,13 @@ bool kite_cuda::sm90::dense_tensor_map(CUtensorMap *map, const AttnParams &p, co
   }
   for (int i = 1; i < 4; i++)
     if (dims[i] == 0 || dims[i] > 0x7fffffffu) return false;
-  const cuuint32_t box[4] = {(cuuint32_t)(128 / esize), (cuuint32_t)bn, 1, 1};
-  return encode_map(encode, map, p, esize, base, dims, strides, box);
+  const cuuint32_t box[4] = {(cuuint32_t)(128 / esize), (cuuint32_t)box_rows, 1, 1};
+  return encode_map(encode, map, dtype, esize, base, dims, strides, box);
+}
+
+bool kite_cuda::sm90::dense_tensor_map(CUtensorMap *map, const AttnParams &p, const void *base,
+                                       const int64_t stride[3], int bn, int esize) {
+  return rows_tensor_map(map, p.dtype, esize, base, stride, p.head_dim, p.sk, p.hkv, p.batch, bn);
 }
 
 namespace {
@@ -149,7 +154,7 @@ bool paged_tensor_map(CUtensorMap *map, const AttnParams &p, const void *base, i
   const cuuint64_t strides[3] = {row, row * bs, row * bs * p.hkv};
   if (strides[2] >= (1ull << 40)) return false;
   const cuuint32_t box[4] = {64, (cuuint32_t)(bs < bn ? bs : bn), 1, 1};
-  return encode_map(encode, map, p, 2, base, dims, strides, box);
+  return encode_map(encode, map, p.dtype, 2, base, dims, strides, box);
 }
 
 /* The kernel of cuda.sm90 for a Load mode. */

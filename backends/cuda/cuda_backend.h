@@ -163,12 +163,14 @@ CUDA_SUPPORTS(cuda_sdpa_bwd_sm90_supports);
 CUDA_SUPPORTS(cuda_sdpa_bwd_mma_supports);
 CUDA_SUPPORTS(cuda_sdpa_bwd_generic_supports);
 CUDA_RUN(cuda_sdpa_bwd_sm90_run);
+CUDA_RUN(cuda_sdpa_bwd_sm90ws_run);
 CUDA_RUN(cuda_sdpa_bwd_mma_run);
 CUDA_RUN(cuda_sdpa_bwd_generic_run);
 CUDA_SUPPORTS(cuda_sdpa_varlen_bwd_sm90_supports);
 CUDA_SUPPORTS(cuda_sdpa_varlen_bwd_mma_supports);
 CUDA_SUPPORTS(cuda_sdpa_varlen_bwd_generic_supports);
 CUDA_RUN(cuda_sdpa_varlen_bwd_sm90_run);
+CUDA_RUN(cuda_sdpa_varlen_bwd_sm90ws_run);
 CUDA_RUN(cuda_sdpa_varlen_bwd_mma_run);
 CUDA_RUN(cuda_sdpa_varlen_bwd_generic_run);
 

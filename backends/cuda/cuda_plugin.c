@@ -313,6 +313,10 @@ static const kite_kernel cuda_kernels[] = {
            cuda_sdpa_varlen_vec_run, "a query row and kv head per CTA, CUDA cores, 16-byte loads"),
     KERNEL(KITE_OP_SDPA_VARLEN, "generic", PRIORITY_GENERIC, cuda_sdpa_varlen_generic_supports,
            cuda_sdpa_varlen_generic_run, "a query row and kv head per CTA, any layout"),
+    KERNEL_SM90(KITE_OP_SDPA_BACKWARD, "sm90ws", PRIORITY_WGMMA, cuda_sdpa_bwd_sm90_supports,
+                cuda_sdpa_bwd_sm90ws_run,
+                "Hopper: cuda.sm90's math with a TMA loader warp and a dq writer warp (bulk "
+                "reduce-add in key order)"),
     KERNEL_SM90(KITE_OP_SDPA_BACKWARD, "sm90", PRIORITY_CLUSTER, cuda_sdpa_bwd_sm90_supports,
                 cuda_sdpa_bwd_sm90_run,
                 "Hopper: wgmma, 128 keys per CTA, head_dim 64/128, no mask, dq added in key order"),
@@ -321,6 +325,10 @@ static const kite_kernel cuda_kernels[] = {
            "mma.sync, 128 keys per CTA, head_dim 64/128; masks, pre-Hopper; dq added in key order"),
     KERNEL(KITE_OP_SDPA_BACKWARD, "generic", PRIORITY_GENERIC, cuda_sdpa_bwd_generic_supports,
            cuda_sdpa_bwd_generic_run, "a warp per query row, then per key row; any layout, mask"),
+    KERNEL_SM90(KITE_OP_SDPA_VARLEN_BACKWARD, "sm90ws", PRIORITY_WGMMA,
+                cuda_sdpa_varlen_bwd_sm90_supports, cuda_sdpa_varlen_bwd_sm90ws_run,
+                "Hopper: cuda.sm90's math with a TMA loader warp and a dq writer warp (bulk "
+                "reduce-add in key order)"),
     KERNEL_SM90(KITE_OP_SDPA_VARLEN_BACKWARD, "sm90", PRIORITY_CLUSTER,
                 cuda_sdpa_varlen_bwd_sm90_supports, cuda_sdpa_varlen_bwd_sm90_run,
                 "Hopper: wgmma, 128 keys per CTA, head_dim 64/128, dq added in key order"),

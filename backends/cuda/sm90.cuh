@@ -23,6 +23,15 @@ bool all_devices_sm90();
  * libcuda); NULL where the driver has none. */
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder();
 
+/* The tensor map of a 4-d tensor [batch][heads][rows][head_dim] of dtype's bf16/f16 (esize 2) or
+ * of e4m3 codes (esize 1) at element strides stride = [b, h, row], read in boxes of one 128-byte
+ * column block x box_rows rows, 128-byte swizzled (the layout of swz); rows past `rows` read as
+ * zeros. False where TMA cannot address it (no encoder, base or strides not multiples of 16
+ * bytes, a dimension out of range). */
+bool rows_tensor_map(CUtensorMap *map, kite_dtype dtype, int esize, const void *base,
+                     const int64_t stride[3], int64_t head_dim, int64_t rows, int64_t heads,
+                     int64_t batch, int box_rows);
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define KITE_SM90_DEVICE 1
 #endif
@@ -99,6 +108,19 @@ template <int N> __device__ __forceinline__ void bulk_wait_read() {
 /* Waits until at most N of this thread's bulk groups are incomplete (their writes done). */
 template <int N> __device__ __forceinline__ void bulk_wait() {
   asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+/* dst[0 .. bytes / 4) += the f32 values at shared address src, element by element and atomically
+ * (bytes a multiple of 16, both addresses 16-byte aligned), in this thread's current bulk group. */
+__device__ __forceinline__ void bulk_reduce_add_f32(float *dst, uint32_t src, int bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                   dst),
+               "r"(src), "r"(bytes)
+               : "memory");
+}
+/* Orders this thread's generic-proxy accesses to global memory with its async-proxy ones (bulk
+ * copies) on either side. */
+__device__ __forceinline__ void fence_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
 /* Generic-proxy writes to shared memory (st.shared, landed cp.async) made visible to wgmma. */
 __device__ __forceinline__ void fence_async_shared() {

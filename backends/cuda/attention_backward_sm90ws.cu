@@ -1,0 +1,375 @@
+/*
+ * sdpa_backward / sdpa_varlen_backward on Hopper (sm_90a), warp-specialized (cuda.sm90ws): the
+ * wgmma math of attention_backward_sm90.cu with the loads and the dq additions taken off the warps
+ * that run it. bf16/f16, head_dim 64 / 128, no mask.
+ *
+ * A CTA of 3 warpgroups owns 128 keys (key block n) of one kv head g of one sequence and walks the
+ * query tiles of 64 rows that see them, query head by query head, as cuda.sm90 does:
+ *   warpgroup 0, warp 0 (loader): per tile, Q and dO by TMA (one box per 64 columns) and the rows'
+ *     lse log2(e) and delta into a ring of 2 stages (full / empty mbarriers). A tile that runs past
+ *     a varlen sequence is copied by the warp's lanes instead, its rows past the end as zeros
+ *     (TMA would read the next sequence's rows).
+ *   warpgroup 0, warp 1 (dq writer): per tile, waits for the tile's turn (bwd_turn: the key blocks
+ *     add into a query tile from the highest down, so dq is the same bits run after run), adds the
+ *     consumers' dQ tile from shared memory into the f32 accumulator with bulk reduce-adds (one
+ *     per row), frees the shared tile as soon as the adds have read it, and hands the turn on once
+ *     they completed.
+ *   warpgroups 1 and 2 (consumers): as cuda.sm90's two warpgroups: keys [64 w, 64 w + 64) of the
+ *     block each, dK and dV in registers; S^T = K Q^T, dP^T = V dO^T, P^T and dS^T, dV += P^T dO,
+ *     dK += dS^T Q, dS^T into shared memory (two buffers, so one warpgroup may run a tile ahead),
+ *     dQ = dS K (at head_dim 128 warpgroup w takes columns [64 w, 64 w + 64); at 64 each its keys,
+ *     warpgroup 1 adding its partial onto warpgroup 0's in shared memory), dQ into the shared tile
+ *     for the writer.
+ * So the consumers never wait for a load they issued, for the tile's turn or for its additions:
+ * cuda.sm90 spent about half of a tile's cycles there (docs/performance.md).
+ */
+#include "attention_backward.cuh"
+#include "sm90.cuh"
+
+using namespace kite_cuda;
+
+namespace {
+
+constexpr int kBN = 128, kBQ = 64, kStages = 2, kThreads = 384, kConsumers = 256;
+constexpr int kWriterRegs = 40, kConsumerRegs = 232;
+static_assert(128 * kWriterRegs + 256 * kConsumerRegs <= 65536, "registers of the launch");
+
+/* Named barriers (0 is __syncthreads, used only before the roles split). */
+enum {
+  BAR_CONSUMERS = 1, /* the 256 consumer threads: K, V loaded; dS of both warpgroups stored */
+  BAR_DQ_FULL = 2,   /* consumers arrive once the dQ tile is in shared memory; the writer waits */
+  BAR_DQ_FREE = 3,   /* the writer arrives once its adds read the tile; consumers wait */
+  BAR_DQ_HALF = 4,   /* head_dim 64: warpgroup 1 adds onto warpgroup 0's partial */
+};
+constexpr int kDqBarThreads = kConsumers + 32;
+
+/* Shared memory, each tile 1024-byte aligned in the 128-byte swizzled layout (swz): K, V
+ * [key][d]; per stage Q and dO [query][d]; two dS [query][key]; the f32 dQ tile [query][d] in rows
+ * padded by 16 bytes (two-way bank conflicts for the fragments' 8-byte stores, the least for that
+ * width); per stage lse log2(e) and delta of the tile's rows; the full and empty barriers. */
+template <int D> struct WsSmem {
+  static constexpr size_t kv = (size_t)kBN * D * 2;
+  static constexpr size_t qd = (size_t)kBQ * D * 2;
+  static constexpr size_t ds = (size_t)kBQ * kBN * 2;
+  static constexpr int dq_row = D * 4 + 16;
+  static constexpr size_t off_v = kv, off_stage = 2 * kv, off_ds = off_stage + kStages * 2 * qd;
+  static constexpr size_t off_dq = off_ds + 2 * ds, off_stat = off_dq + (size_t)kBQ * dq_row;
+  static constexpr size_t off_bar = off_stat + (size_t)kStages * 2 * kBQ * 4;
+  static constexpr size_t total = 1024 /* alignment */ + off_bar + 2 * kStages * 8;
+};
+
+#ifdef KITE_SM90_DEVICE
+/* A tile past the end of a varlen sequence, copied by the loader warp's lanes: 16-byte chunks of
+ * the rows [i0, i0 + 64) of head h below the sequence's end, zeros after, into the swizzled tile
+ * at sQ (Q) and sG (dO); fenced for wgmma. */
+template <typename T, int D>
+__device__ void ws_copy_tile(const BwdParams &p, const BwdSeq &s, int64_t b, int64_t h, int64_t i0,
+                             unsigned char *sQ, unsigned char *sG, int lane) {
+  constexpr int CH = D / 8;
+  const T *qb = (const T *)p.q + b * p.q_st[0] + h * p.q_st[1];
+  const T *gb = (const T *)p.dout + b * p.do_st[0] + h * p.do_st[1];
+  for (int idx = lane; idx < kBQ * CH; idx += 32) {
+    const int r = idx / CH, c = idx % CH;
+    uint4 vq = make_uint4(0, 0, 0, 0), vg = vq;
+    if (i0 + r < s.ql) {
+      const int64_t row = s.qf + i0 + r;
+      vq = *(const uint4 *)(qb + row * p.q_st[2] + c * 8);
+      vg = *(const uint4 *)(gb + row * p.do_st[2] + c * 8);
+    }
+    *(uint4 *)(sQ + swz(kBQ, r, c)) = vq;
+    *(uint4 *)(sG + swz(kBQ, r, c)) = vg;
+  }
+  fence_async_shared();
+}
+#endif
+
+/* Grid: x = key block from the last (the dq order), y = kv head, z = sequence. tq / tdo: Q and dO
+ * as [batch][hq][rows][D] (varlen: batch 1, rows = the packed rows) in boxes of 64 x 64. */
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads, 1)
+    attn_bwd_ws_kernel(BwdParams p, const __grid_constant__ CUtensorMap tq,
+                       const __grid_constant__ CUtensorMap tdo) {
+#ifdef KITE_SM90_DEVICE
+  using SM = WsSmem<D>;
+  constexpr int CH = D / 8;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  const uint32_t base = smem_addr(smem);
+  const uint32_t full0 = base + (uint32_t)SM::off_bar, empty0 = full0 + 8 * kStages;
+  float *sStat = (float *)(smem + SM::off_stat); /* stage st: lse2[kBQ], delta[kBQ] */
+
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int64_t g = blockIdx.y, b = blockIdx.z;
+  const BwdSeq s = bwd_seq(p, b);
+  const int64_t n = (s.kl + kBN - 1) / kBN - 1 - (int64_t)blockIdx.x;
+  if (n < 0) return;
+  const int64_t j0 = n * kBN, j1 = j0 + kBN < s.kl ? j0 + kBN : s.kl;
+  const BwdTiles span = bwd_tiles(p, s, n, kBN, kBQ);
+  const int64_t nqt = span.hi - span.lo, ntiles = nqt * p.group;
+
+  if (tid == 0)
+    for (int st = 0; st < kStages; st++) {
+      mbar_init(full0 + 8 * st, 32);
+      mbar_init(empty0 + 8 * st, kConsumers);
+    }
+  __syncthreads();
+
+  if (tid < 128) {
+    reg_dealloc<kWriterRegs>();
+    const int warp = tid >> 5;
+    if (warp == 0) { /* ---- loader ---- */
+      for (int64_t t = 0; t < ntiles; t++) {
+        const int st = (int)(t % kStages);
+        if (t >= kStages) mbar_wait(empty0 + 8 * st, (int)((t / kStages - 1) & 1));
+        const int64_t h = bwd_head(p, g, t / nqt), i0 = (span.lo + t % nqt) * kBQ;
+        float *stat = sStat + st * 2 * kBQ;
+        for (int r = lane; r < kBQ; r += 32) {
+          float l2 = INFINITY, dl = 0.0f;
+          if (i0 + r < s.ql) bwd_row_stats(p, b, h, s.qf + i0 + r, &l2, &dl);
+          stat[r] = l2, stat[kBQ + r] = dl;
+        }
+        const uint32_t full = full0 + 8 * st, sq = base + (uint32_t)(SM::off_stage + st * 2 * SM::qd);
+        if (p.varlen && i0 + kBQ > s.ql) {
+          ws_copy_tile<T, D>(p, s, b, h, i0, smem + (sq - base), smem + (sq - base) + SM::qd, lane);
+          mbar_arrive(full);
+        } else if (lane == 0) {
+          mbar_expect_tx(full, (int)(2 * SM::qd));
+          const int row = (int)(s.qf + i0), hh = (int)h, bb = p.varlen ? 0 : (int)b;
+#pragma unroll
+          for (int c = 0; c < D / 64; c++) {
+            tma_load_4d(sq + c * kBQ * 128, &tq, 64 * c, row, hh, bb, full);
+            tma_load_4d(sq + (uint32_t)SM::qd + c * kBQ * 128, &tdo, 64 * c, row, hh, bb, full);
+          }
+        } else {
+          mbar_arrive(full);
+        }
+      }
+    } else if (warp == 1) { /* ---- dq writer ---- */
+      const uint32_t sdq = base + (uint32_t)SM::off_dq;
+      float *accb = p.dq_acc + b * p.acc_st[0];
+      if (ntiles > 0) named_arrive(BAR_DQ_FREE, kDqBarThreads);
+      for (int64_t t = 0; t < ntiles; t++) {
+        const int64_t h = bwd_head(p, g, t / nqt), m = span.lo + t % nqt, i0 = m * kBQ;
+        int *cnt = p.dq_turn + (b * p.hq + h) * p.mtiles + m;
+        const int turn = bwd_turn(p, s, n, m, kBN, kBQ);
+        named_sync(BAR_DQ_FULL, kDqBarThreads);
+        bwd_turn_wait(cnt, turn); /* every lane: its own acquire before its adds */
+        fence_async_global();
+        for (int r = lane; r < kBQ; r += 32)
+          if (i0 + r < s.ql)
+            bulk_reduce_add_f32(accb + h * p.acc_st[1] + (s.qf + i0 + r) * p.acc_st[2],
+                                sdq + r * SM::dq_row, D * 4);
+        bulk_commit();
+        bulk_wait_read<0>();
+        __syncwarp();
+        if (t + 1 < ntiles) named_arrive(BAR_DQ_FREE, kDqBarThreads);
+        bulk_wait<0>();
+        fence_async_global();
+        __syncwarp();
+        if (lane == 0) bwd_turn_pass(cnt);
+      }
+    }
+    return;
+  }
+
+  /* ---- consumers ---- */
+  reg_alloc<kConsumerRegs>();
+  const int ctid = tid - 128, wg = ctid >> 7, warp = (ctid >> 5) & 3;
+  const int qg = lane >> 2, qt = lane & 3;
+  {
+    const T *kb = (const T *)p.k + b * p.k_st[0] + g * p.k_st[1];
+    const T *vb = (const T *)p.v + b * p.v_st[0] + g * p.v_st[1];
+    for (int idx = ctid; idx < kBN * CH; idx += kConsumers) {
+      const int r = idx / CH, c = idx % CH;
+      const bool ok = j0 + r < j1;
+      const int64_t row = s.kf + j0 + r;
+      cp_async16(base + swz(kBN, r, c), ok ? kb + row * p.k_st[2] + c * 8 : kb, ok);
+      cp_async16(base + (uint32_t)SM::off_v + swz(kBN, r, c), ok ? vb + row * p.v_st[2] + c * 8 : vb,
+                 ok);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    fence_async_shared();
+    named_sync(BAR_CONSUMERS, kConsumers);
+  }
+
+  float dk[D / 2], dv[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; i++) dk[i] = dv[i] = 0.0f;
+
+  const int kw = wg * 64 + warp * 16; /* this warp's first key in the block */
+  const BwdRules rules = bwd_rules(p, s);
+  constexpr int DQ_KS = D == 128 ? kBN / 16 : 4;
+  const int cb = D == 128 ? wg : 0, kq0 = D == 128 ? 0 : 4 * wg;
+  const uint32_t k_addr = base, kw_addr = base + wg * 64 * 128;
+  const uint32_t vw_addr = base + (uint32_t)SM::off_v + wg * 64 * 128;
+  float *sdq = (float *)(smem + SM::off_dq);
+
+  for (int64_t t = 0; t < ntiles; t++) {
+    const int st = (int)(t % kStages);
+    const int64_t m = span.lo + t % nqt, i0 = m * kBQ;
+    const uint32_t q_addr = base + (uint32_t)(SM::off_stage + st * 2 * SM::qd);
+    const uint32_t g_addr = q_addr + (uint32_t)SM::qd;
+    const uint32_t ds_addr = base + (uint32_t)(SM::off_ds + (t & 1) * SM::ds);
+    const float *tL = sStat + st * 2 * kBQ, *tD = tL + kBQ;
+    mbar_wait(full0 + 8 * st, (int)((t / kStages) & 1));
+
+    /* S^T = K Q^T, dP^T = V dO^T: k-step kk is 32 bytes into a 128-byte row of column block
+     * kk / 4 */
+    float sc[kBQ / 2], dp[kBQ / 2];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+      const uint32_t ko = (kk >> 2) * kBN * 128 + (kk & 3) * 32;
+      const uint32_t qo = (kk >> 2) * kBQ * 128 + (kk & 3) * 32;
+      wgmma_ss_n64<T>(sc, smem_desc(kw_addr + ko, 16, 1024), smem_desc(q_addr + qo, 16, 1024),
+                      kk > 0);
+      wgmma_ss_n64<T>(dp, smem_desc(vw_addr + ko, 16, 1024), smem_desc(g_addr + qo, 16, 1024),
+                      kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(sc);
+    fence_regs(dp);
+
+    /* P^T into sc, dS^T into dp. Element 4 nb + 2 hh + e: key j0 + kw + qg + 8 hh, query
+     * i0 + 8 nb + 2 qt + e. */
+    const bool full = rules.tile_full(i0, kBQ, j0, j1, kBN);
+#pragma unroll
+    for (int nb = 0; nb < kBQ / 8; nb++)
+#pragma unroll
+      for (int hh = 0; hh < 2; hh++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          const int x = 4 * nb + 2 * hh + e, ql = nb * 8 + 2 * qt + e;
+          float fac;
+          const float u = rules.exponent(sc[x], &fac);
+          bool vis = true;
+          if (!full) {
+            const int64_t i = i0 + ql, j = j0 + kw + qg + 8 * hh, pos = i + rules.shift;
+            vis = j < j1 && i < s.ql && (!rules.causal || j <= pos) &&
+                  (!rules.windowed || j >= pos - p.window_left);
+          }
+          const float pr = vis ? fast_exp2(u - tL[ql]) : 0.0f;
+          sc[x] = pr;
+          dp[x] = pr * (dp[x] - tD[ql]) * fac;
+        }
+
+    uint32_t pa[kBQ / 16][4], sa[kBQ / 16][4];
+#pragma unroll
+    for (int kj = 0; kj < kBQ / 16; kj++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        pa[kj][e] = pack2<T>(sc[8 * kj + 2 * e], sc[8 * kj + 2 * e + 1]);
+        sa[kj][e] = pack2<T>(dp[8 * kj + 2 * e], dp[8 * kj + 2 * e + 1]);
+      }
+
+    /* dV += P^T dO, dK += dS^T Q: 16 queries are 2048 bytes into each column block */
+    wgmma_fence();
+#pragma unroll
+    for (int kj = 0; kj < kBQ / 16; kj++) {
+      const uint64_t dg = smem_desc(g_addr + kj * 2048, kBQ * 128, 1024);
+      const uint64_t dq = smem_desc(q_addr + kj * 2048, kBQ * 128, 1024);
+      if constexpr (D == 128) {
+        wgmma_rs_n128<T>(dv, pa[kj], dg);
+        wgmma_rs_n128<T>(dk, sa[kj], dq);
+      } else {
+        wgmma_rs_n64<T>(dv, pa[kj], dg);
+        wgmma_rs_n64<T>(dk, sa[kj], dq);
+      }
+    }
+    wgmma_commit();
+
+    /* dS^T transposed into dS [query][key] */
+    {
+      const int mtx = lane >> 3, rr = lane & 7, chunk = kw / 8 + (mtx & 1);
+#pragma unroll
+      for (int kj = 0; kj < kBQ / 16; kj++)
+        stmatrix_x4_trans(ds_addr + swz(kBQ, (2 * kj + (mtx >> 1)) * 8 + rr, chunk), sa[kj]);
+    }
+    fence_async_shared();
+    named_sync(BAR_CONSUMERS, kConsumers); /* dS of both warpgroups */
+
+    /* dQ (64 queries x 64 columns from column block cb) = dS K */
+    float aq[32];
+    wgmma_fence();
+#pragma unroll
+    for (int x = 0; x < DQ_KS; x++) {
+      const int kk = kq0 + x;
+      wgmma_sst_n64<T>(aq, smem_desc(ds_addr + (kk >> 2) * kBQ * 128 + (kk & 3) * 32, 16, 1024),
+                       smem_desc(k_addr + cb * kBN * 128 + kk * 2048, kBN * 128, 1024), x > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(dk);
+    fence_regs(dv);
+    fence_regs(aq);
+    mbar_arrive(empty0 + 8 * st); /* Q, dO and the stats of this stage are read */
+
+    /* dQ into the shared tile once the writer read the last one; at head_dim 64 warpgroup 1 adds
+     * its partial onto warpgroup 0's */
+    named_sync(BAR_DQ_FREE, kDqBarThreads);
+#pragma unroll
+    for (int part = 0; part < (D == 128 ? 1 : 2); part++) {
+      if (D == 128 || wg == part) {
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+          float *row = sdq + (warp * 16 + qg + 8 * hh) * (SM::dq_row / 4) + cb * 64 + 2 * qt;
+#pragma unroll
+          for (int nb = 0; nb < 8; nb++) {
+            float2 v = make_float2(aq[4 * nb + 2 * hh], aq[4 * nb + 2 * hh + 1]);
+            if (D == 64 && part == 1) {
+              const float2 w = *(const float2 *)(row + nb * 8);
+              v.x = w.x + v.x, v.y = w.y + v.y;
+            }
+            *(float2 *)(row + nb * 8) = v;
+          }
+        }
+      }
+      if (D == 64 && part == 0) named_sync(BAR_DQ_HALF, kConsumers);
+    }
+    fence_async_shared();
+    named_arrive(BAR_DQ_FULL, kDqBarThreads);
+  }
+
+  bwd_store_dkdv<T, D>(p, s, b, g, j0, j1, kw, lane, dk, dv);
+#else
+  (void)p;
+  (void)tq;
+  (void)tdo;
+#endif
+}
+
+template <typename T, int D> kite_status launch_ws(const BwdParams &p, cudaStream_t s) {
+  /* Q and dO as [batch][hq][rows][D]; varlen: one batch of the packed rows */
+  CUtensorMap tq, tdo;
+  const int64_t rows = p.varlen ? p.tq : p.sq, batch = p.varlen ? 1 : p.batch;
+  int64_t qst[3] = {p.q_st[0], p.q_st[1], p.q_st[2]}, gst[3] = {p.do_st[0], p.do_st[1], p.do_st[2]};
+  if (p.varlen) qst[0] = qst[1], gst[0] = gst[1]; /* one batch: any valid stride */
+  if (!rows_tensor_map(&tq, p.dtype, 2, p.q, qst, D, rows, p.hq, batch, kBQ) ||
+      !rows_tensor_map(&tdo, p.dtype, 2, p.dout, gst, D, rows, p.hq, batch, kBQ))
+    return attn_bwd_sm90_launch(p, s); /* TMA cannot address them: the same math without it */
+  const size_t smem = WsSmem<D>::total;
+  auto kernel = attn_bwd_ws_kernel<T, D>;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+      cudaSuccess) {
+    const cudaError_t e = cudaGetLastError();
+    return kite_set_error(KITE_ERR_DEVICE, "cuda.sm90ws: %zu bytes of shared memory: %s", smem,
+                          cudaGetErrorString(e));
+  }
+  const dim3 grid((unsigned)((p.sk + kBN - 1) / kBN), (unsigned)p.hkv, (unsigned)p.batch);
+  kernel<<<grid, kThreads, smem, s>>>(p, tq, tdo);
+  return KITE_OK;
+}
+
+template <typename T> kite_status launch_ws_d(const BwdParams &p, cudaStream_t s) {
+  return p.head_dim == 64 ? launch_ws<T, 64>(p, s) : launch_ws<T, 128>(p, s);
+}
+
+} // namespace
+
+kite_status kite_cuda::attn_bwd_sm90ws_launch(const BwdParams &p, cudaStream_t s) {
+  if (p.sk <= 0) return KITE_OK;
+  if (p.dtype == KITE_DTYPE_BF16) return launch_ws_d<__nv_bfloat16>(p, s);
+  return launch_ws_d<__half>(p, s);
+}
