@@ -85,7 +85,7 @@ __device__ void ws_copy_tile(const BwdParams &p, const BwdSeq &s, int64_t b, int
 
 /* Grid: x = key block from the last (the dq order), y = kv head, z = sequence. tq / tdo: Q and dO
  * as [batch][hq][rows][D] (varlen: batch 1, rows = the packed rows) in boxes of 64 x 64. */
-template <typename T, int D>
+template <typename T, int D, bool CAPPED>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_bwd_ws_kernel(BwdParams p, const __grid_constant__ CUtensorMap tq,
                        const __grid_constant__ CUtensorMap tdo) {
@@ -128,7 +128,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (i0 + r < s.ql) bwd_row_stats(p, b, h, s.qf + i0 + r, &l2, &dl);
           stat[r] = l2, stat[kBQ + r] = dl;
         }
-        const uint32_t full = full0 + 8 * st, sq = base + (uint32_t)(SM::off_stage + st * 2 * SM::qd);
+        const uint32_t full = full0 + 8 * st,
+                       sq = base + (uint32_t)(SM::off_stage + st * 2 * SM::qd);
         if (p.varlen && i0 + kBQ > s.ql) {
           ws_copy_tile<T, D>(p, s, b, h, i0, smem + (sq - base), smem + (sq - base) + SM::qd, lane);
           mbar_arrive(full);
@@ -184,8 +185,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       const bool ok = j0 + r < j1;
       const int64_t row = s.kf + j0 + r;
       cp_async16(base + swz(kBN, r, c), ok ? kb + row * p.k_st[2] + c * 8 : kb, ok);
-      cp_async16(base + (uint32_t)SM::off_v + swz(kBN, r, c), ok ? vb + row * p.v_st[2] + c * 8 : vb,
-                 ok);
+      cp_async16(base + (uint32_t)SM::off_v + swz(kBN, r, c),
+                 ok ? vb + row * p.v_st[2] + c * 8 : vb, ok);
     }
     cp_async_commit();
     cp_async_wait<0>();
@@ -233,28 +234,44 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_regs(dp);
 
     /* P^T into sc, dS^T into dp. Element 4 nb + 2 hh + e: key j0 + kw + qg + 8 hh, query
-     * i0 + 8 nb + 2 qt + e. */
+     * i0 + 8 nb + 2 qt + e. Branch-free: the rules as 32-bit compares of the key and query within
+     * the tile (key kl sees query ql when kl < nk, ql < nq and dw <= kl - ql <= dc), softcap by
+     * template (with a branch per element here the warps waited for instructions). */
     const bool full = rules.tile_full(i0, kBQ, j0, j1, kBN);
+    const auto clampi = [](int64_t v) {
+      return (int)(v < -(1 << 20) ? -(1 << 20) : v > (1 << 20) ? (1 << 20) : v);
+    };
+    const int nk = (int)(j1 - j0), nq = s.ql - i0 < kBQ ? (int)(s.ql - i0) : kBQ;
+    const int dc = rules.causal ? clampi(i0 + rules.shift - j0) : 1 << 20;
+    const int dw = rules.windowed ? clampi(i0 + rules.shift - p.window_left - j0) : -(1 << 20);
+    const auto softmax = [&](auto all_visible) {
 #pragma unroll
-    for (int nb = 0; nb < kBQ / 8; nb++)
+      for (int nb = 0; nb < kBQ / 8; nb++)
 #pragma unroll
-      for (int hh = 0; hh < 2; hh++)
+        for (int hh = 0; hh < 2; hh++)
 #pragma unroll
-        for (int e = 0; e < 2; e++) {
-          const int x = 4 * nb + 2 * hh + e, ql = nb * 8 + 2 * qt + e;
-          float fac;
-          const float u = rules.exponent(sc[x], &fac);
-          bool vis = true;
-          if (!full) {
-            const int64_t i = i0 + ql, j = j0 + kw + qg + 8 * hh, pos = i + rules.shift;
-            vis = j < j1 && i < s.ql && (!rules.causal || j <= pos) &&
-                  (!rules.windowed || j >= pos - p.window_left);
+          for (int e = 0; e < 2; e++) {
+            const int x = 4 * nb + 2 * hh + e, ql = nb * 8 + 2 * qt + e, kl = kw + qg + 8 * hh;
+            float u, fac = 1.0f;
+            if constexpr (CAPPED) {
+              const float th = tanhf(sc[x] * rules.cs);
+              fac = 1.0f - th * th, u = rules.cap2 * th;
+            } else {
+              u = sc[x] * rules.sl2;
+            }
+            float pr = fast_exp2(u - tL[ql]);
+            if constexpr (!decltype(all_visible)::value)
+              pr = kl < nk && ql < nq && kl - ql <= dc && kl - ql >= dw ? pr : 0.0f;
+            sc[x] = pr;
+            dp[x] = pr * (dp[x] - tD[ql]) * fac;
           }
-          const float pr = vis ? fast_exp2(u - tL[ql]) : 0.0f;
-          sc[x] = pr;
-          dp[x] = pr * (dp[x] - tD[ql]) * fac;
-        }
+    };
+    if (full)
+      softmax(std::true_type());
+    else
+      softmax(std::false_type());
 
+    /* k-step kj of the queries: n-blocks 2 kj and 2 kj + 1 of the fragment */
     uint32_t pa[kBQ / 16][4], sa[kBQ / 16][4];
 #pragma unroll
     for (int kj = 0; kj < kBQ / 16; kj++)
@@ -340,7 +357,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-template <typename T, int D> kite_status launch_ws(const BwdParams &p, cudaStream_t s) {
+template <typename T, int D, bool CAPPED>
+kite_status launch_ws(const BwdParams &p, cudaStream_t s) {
   /* Q and dO as [batch][hq][rows][D]; varlen: one batch of the packed rows */
   CUtensorMap tq, tdo;
   const int64_t rows = p.varlen ? p.tq : p.sq, batch = p.varlen ? 1 : p.batch;
@@ -350,7 +368,7 @@ template <typename T, int D> kite_status launch_ws(const BwdParams &p, cudaStrea
       !rows_tensor_map(&tdo, p.dtype, 2, p.dout, gst, D, rows, p.hq, batch, kBQ))
     return attn_bwd_sm90_launch(p, s); /* TMA cannot address them: the same math without it */
   const size_t smem = WsSmem<D>::total;
-  auto kernel = attn_bwd_ws_kernel<T, D>;
+  auto kernel = attn_bwd_ws_kernel<T, D, CAPPED>;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
       cudaSuccess) {
     const cudaError_t e = cudaGetLastError();
@@ -363,7 +381,9 @@ template <typename T, int D> kite_status launch_ws(const BwdParams &p, cudaStrea
 }
 
 template <typename T> kite_status launch_ws_d(const BwdParams &p, cudaStream_t s) {
-  return p.head_dim == 64 ? launch_ws<T, 64>(p, s) : launch_ws<T, 128>(p, s);
+  if (p.softcap > 0.0f)
+    return p.head_dim == 64 ? launch_ws<T, 64, true>(p, s) : launch_ws<T, 128, true>(p, s);
+  return p.head_dim == 64 ? launch_ws<T, 64, false>(p, s) : launch_ws<T, 128, false>(p, s);
 }
 
 } // namespace
