@@ -206,7 +206,7 @@ template <typename T> __global__ void bwd_dkdv_kernel(BwdParams p) {
     }
 }
 
-/* dq = scale * dq_acc, a thread per element. */
+/* dq = scale * dq_acc, a thread per element (acc_swizzled: head_dim a multiple of 32). */
 template <typename T> __global__ void bwd_dq_convert_kernel(BwdParams p) {
   const int64_t n = p.rows * p.hq * p.head_dim;
   for (int64_t x = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; x < n;
@@ -214,7 +214,8 @@ template <typename T> __global__ void bwd_dq_convert_kernel(BwdParams p) {
     int64_t b, h, i;
     row_head(p, x / p.head_dim, &b, &h, &i);
     const int64_t d = x % p.head_dim;
-    const float a = p.dq_acc[b * p.acc_st[0] + h * p.acc_st[1] + i * p.acc_st[2] + d];
+    const int64_t da = p.acc_swizzled ? d ^ ((i & 3) << 3) : d;
+    const float a = p.dq_acc[b * p.acc_st[0] + h * p.acc_st[1] + i * p.acc_st[2] + da];
     ((T *)p.dq)[b * p.dq_st[0] + h * p.dq_st[1] + i * p.dq_st[2] + d] = from_float<T>(a * p.scale);
   }
 }

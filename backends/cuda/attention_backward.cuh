@@ -29,6 +29,7 @@ struct BwdParams {
   float *delta, *dq_acc; /* the workspace: delta[rows * hq] and dq_acc[rows * hq * D] */
   int *dq_turn;          /* the workspace: [batch][hq][mtiles] adds done per query tile (zeroed) */
   int64_t mtiles;        /* query tiles per sequence: ceil(sq / the kernel's tile rows) */
+  bool acc_swizzled;     /* dq_acc row i keeps column d at d ^ 8 (i % 4) (cuda.sm90ws) */
   int64_t lse_st[3], delta_st[3], acc_st[3];
   const void *mask;
   int mask_kind;
@@ -299,8 +300,9 @@ int attn_bwd_sm90_tile_rows();
 kite_status attn_bwd_sm90_launch(const BwdParams &p, cudaStream_t s);
 
 /* attention_backward_sm90ws.cu: the warp-specialized wgmma kernel (same conditions, tile rows and
- * workspace as attn_bwd_sm90_launch, which it calls where TMA cannot address q or dout). */
-kite_status attn_bwd_sm90ws_launch(const BwdParams &p, cudaStream_t s);
+ * workspace as attn_bwd_sm90_launch, which it calls where TMA cannot address q or dout); sets
+ * p.acc_swizzled when its kernel runs. */
+kite_status attn_bwd_sm90ws_launch(BwdParams &p, cudaStream_t s);
 
 } // namespace kite_cuda
 

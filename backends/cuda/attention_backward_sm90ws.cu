@@ -44,14 +44,16 @@ enum {
 constexpr int kDqBarThreads = kConsumers + 32;
 
 /* Shared memory, each tile 1024-byte aligned in the 128-byte swizzled layout (swz): K, V
- * [key][d]; per stage Q and dO [query][d]; two dS [query][key]; the f32 dQ tile [query][d] in rows
- * padded by 16 bytes (two-way bank conflicts for the fragments' 8-byte stores, the least for that
- * width); per stage lse log2(e) and delta of the tile's rows; the full and empty barriers. */
+ * [key][d]; per stage Q and dO [query][d]; two dS [query][key]; the f32 dQ tile [query][d] as the
+ * accumulator keeps it (BwdParams::acc_swizzled: row i's column d at d ^ 8 (i % 4), so the
+ * fragments' 8-byte stores meet two-way bank conflicts, the least for that width, and a dense
+ * tile is one bulk add); per stage lse log2(e) and delta of the tile's rows; the full and empty
+ * barriers. */
 template <int D> struct WsSmem {
   static constexpr size_t kv = (size_t)kBN * D * 2;
   static constexpr size_t qd = (size_t)kBQ * D * 2;
   static constexpr size_t ds = (size_t)kBQ * kBN * 2;
-  static constexpr int dq_row = D * 4 + 16;
+  static constexpr int dq_row = D * 4;
   static constexpr size_t off_v = kv, off_stage = 2 * kv, off_ds = off_stage + kStages * 2 * qd;
   static constexpr size_t off_dq = off_ds + 2 * ds, off_stat = off_dq + (size_t)kBQ * dq_row;
   static constexpr size_t off_bar = off_stat + (size_t)kStages * 2 * kBQ * 4;
@@ -156,10 +158,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         named_sync(BAR_DQ_FULL, kDqBarThreads);
         bwd_turn_wait(cnt, turn); /* every lane: its own acquire before its adds */
         fence_async_global();
-        for (int r = lane; r < kBQ; r += 32)
-          if (i0 + r < s.ql)
-            bulk_reduce_add_f32(accb + h * p.acc_st[1] + (s.qf + i0 + r) * p.acc_st[2],
-                                sdq + r * SM::dq_row, D * 4);
+        const int nrows = s.ql - i0 < kBQ ? (int)(s.ql - i0) : kBQ;
+        float *dst = accb + h * p.acc_st[1] + (s.qf + i0) * p.acc_st[2];
+        if (!p.varlen) { /* dense: the tile's rows are contiguous */
+          if (lane == 0) bulk_reduce_add_f32(dst, sdq, nrows * D * 4);
+        } else {
+          for (int r = lane; r < nrows; r += 32)
+            bulk_reduce_add_f32(dst + r * p.acc_st[2], sdq + r * SM::dq_row, D * 4);
+        }
         bulk_commit();
         bulk_wait_read<0>();
         __syncwarp();
@@ -331,15 +337,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (D == 128 || wg == part) {
 #pragma unroll
         for (int hh = 0; hh < 2; hh++) {
-          float *row = sdq + (warp * 16 + qg + 8 * hh) * (SM::dq_row / 4) + cb * 64 + 2 * qt;
+          const int r = warp * 16 + qg + 8 * hh, key = (int)((s.qf + i0 + r) & 3);
+          float *row = sdq + r * (SM::dq_row / 4) + cb * 64 + 2 * qt;
 #pragma unroll
           for (int nb = 0; nb < 8; nb++) {
             float2 v = make_float2(aq[4 * nb + 2 * hh], aq[4 * nb + 2 * hh + 1]);
+            float2 *at = (float2 *)(row + 8 * (nb ^ key));
             if (D == 64 && part == 1) {
-              const float2 w = *(const float2 *)(row + nb * 8);
+              const float2 w = *at;
               v.x = w.x + v.x, v.y = w.y + v.y;
             }
-            *(float2 *)(row + nb * 8) = v;
+            *at = v;
           }
         }
       }
@@ -357,8 +365,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-template <typename T, int D, bool CAPPED>
-kite_status launch_ws(const BwdParams &p, cudaStream_t s) {
+template <typename T, int D, bool CAPPED> kite_status launch_ws(BwdParams &p, cudaStream_t s) {
   /* Q and dO as [batch][hq][rows][D]; varlen: one batch of the packed rows */
   CUtensorMap tq, tdo;
   const int64_t rows = p.varlen ? p.tq : p.sq, batch = p.varlen ? 1 : p.batch;
@@ -376,11 +383,12 @@ kite_status launch_ws(const BwdParams &p, cudaStream_t s) {
                           cudaGetErrorString(e));
   }
   const dim3 grid((unsigned)((p.sk + kBN - 1) / kBN), (unsigned)p.hkv, (unsigned)p.batch);
+  p.acc_swizzled = true;
   kernel<<<grid, kThreads, smem, s>>>(p, tq, tdo);
   return KITE_OK;
 }
 
-template <typename T> kite_status launch_ws_d(const BwdParams &p, cudaStream_t s) {
+template <typename T> kite_status launch_ws_d(BwdParams &p, cudaStream_t s) {
   if (p.softcap > 0.0f)
     return p.head_dim == 64 ? launch_ws<T, 64, true>(p, s) : launch_ws<T, 128, true>(p, s);
   return p.head_dim == 64 ? launch_ws<T, 64, false>(p, s) : launch_ws<T, 128, false>(p, s);
@@ -388,7 +396,7 @@ template <typename T> kite_status launch_ws_d(const BwdParams &p, cudaStream_t s
 
 } // namespace
 
-kite_status kite_cuda::attn_bwd_sm90ws_launch(const BwdParams &p, cudaStream_t s) {
+kite_status kite_cuda::attn_bwd_sm90ws_launch(BwdParams &p, cudaStream_t s) {
   if (p.sk <= 0) return KITE_OK;
   if (p.dtype == KITE_DTYPE_BF16) return launch_ws_d<__nv_bfloat16>(p, s);
   return launch_ws_d<__half>(p, s);

@@ -387,6 +387,7 @@ static const dense_geom g_dense[] = {
     {2, 4, 2, 9, 13, 32},     {1, 6, 2, 20, 7, 64}, /* Sq > Sk */
     {1, 8, 8, 33, 70, 128},   {2, 4, 1, 16, 16, 80},
     {1, 2, 1, 130, 260, 128}, /* several key blocks and query tiles: dq added in turn */
+    {2, 4, 2, 200, 300, 64},  /* the same at head_dim 64, queries ending mid-tile */
 };
 
 typedef struct varlen_geom {
@@ -412,13 +413,16 @@ static const train_variant g_variants[] = {
     {{0.0f, 0.0f, -1, KITE_GQA_GROUPED, 1}, MASK_NONE, 0},
     {{0.0f, 0.0f, -1, KITE_GQA_INTERLEAVED, 0}, MASK_BOOL, 1},
     {{0.0f, 3.0f, -1, KITE_GQA_GROUPED, 1}, MASK_F32, 0},
+    /* unmasked (the Hopper kernels' calls): softcap, then a window */
+    {{0.0f, 2.5f, -1, KITE_GQA_GROUPED, 0}, MASK_NONE, 1},
     {{0.3f, 0.0f, 4, KITE_GQA_INTERLEAVED, 1}, MASK_U8, 0},
     {{0.0f, 2.0f, 6, KITE_GQA_GROUPED, 0}, MASK_QT_BCAST, 1},
     {{0.0f, 0.0f, -1, KITE_GQA_GROUPED, 0}, MASK_F32_B1, 0},
+    {{0.2f, 0.0f, 37, KITE_GQA_INTERLEAVED, 1}, MASK_NONE, 0},
 };
 
 static void attn_train_check_cases(kite_op op, kite_dtype t, int quick, kt_case_list *l) {
-  const int nv = quick ? 3 : KT_COUNT(g_variants);
+  const int nv = quick ? 4 : KT_COUNT(g_variants);
   if (op == KITE_OP_SDPA_BACKWARD) {
     for (int k = 0; k < (quick ? 2 : KT_COUNT(g_dense)); k++)
       for (int vi = 0; vi < nv; vi++) {
