@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """sdpa_backward on CUDA, B 4, S 4096, Hq 32 / Hkv 8, bf16, head_dim 64 and 128, causal and not:
-each kite kernel named on the command line (pinned with kite_config_set, e.g. cuda.sm90 and
+each kite kernel named on the command line (pinned with kite_config_set, e.g. cuda.sm90ws and
 cuda.mma) beside the backward of torch SDPA's flash and cuDNN backends (torch.autograd.grad of
 their output with K and V already repeated to Hq heads), alternated, L2 flushed (torch_peers's
 timing). Per kite kernel it also reports whether two calls give the same bits of dq, dk and dv,
 and the relative error of dq, dk, dv against the flash backward's (dk, dv summed over each GQA
 group). FLOPs: 2.5 x the forward's 4 S^2 D Hq per sequence, halved for causal.
 
-  scripts/attn_bwd_peers.py [--lib build/lib/libkite.so] [--kernels cuda.sm90,cuda.mma]
+  scripts/attn_bwd_peers.py [--lib build/lib/libkite.so] [--kernels cuda.sm90ws,cuda.mma]
                             [--d 64,128] [--s 4096]
 """
 import argparse
@@ -25,7 +25,7 @@ from torch_peers import AttnOpts, Kite, dl, rel_err, time_many  # noqa: E402
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", default="build/lib/libkite.so")
-    ap.add_argument("--kernels", default="cuda.sm90,cuda.mma")
+    ap.add_argument("--kernels", default="cuda.sm90ws,cuda.mma")
     ap.add_argument("--d", default="64,128")
     ap.add_argument("--s", type=int, default=4096)
     args = ap.parse_args()

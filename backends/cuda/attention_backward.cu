@@ -8,7 +8,7 @@
  * row (its dk and dv over the query heads of its kv head, in head order, then the queries in
  * order). Both recompute p_ij = exp(u_ij - lse_i) from the forward's lse, so every output is a
  * fixed-order sum: the same bits run after run. The tensor-core variants
- * (attention_backward_mma.cu, attention_backward_sm90.cu) accumulate dq in f32 in the workspace,
+ * (attention_backward_mma.cu, attention_backward_sm90ws.cu) accumulate dq in f32 in the workspace,
  * the key blocks adding into each query tile in a fixed order (per-tile counters, zeroed here); a
  * last kernel scales it into dq. The sinks' gradient (kite.h) needs only delta and lse: one CTA per
  * q head sums its rows in double in a fixed order (bwd_dsinks_kernel), for either variant.
@@ -303,13 +303,12 @@ unsigned warp_blocks(int64_t warps) {
   return (unsigned)((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
 }
 
-enum BwdVariant { BWD_GENERIC, BWD_MMA, BWD_SM90, BWD_SM90WS };
+enum BwdVariant { BWD_GENERIC, BWD_MMA, BWD_SM90WS };
 
 /* The whole backward: delta, then the generic kernels or a tensor-core one. */
 kite_status run_bwd(kite_ctx *ctx, BwdParams p, BwdVariant var, const char *op) {
   const bool mma = var != BWD_GENERIC;
-  const bool hopper = var == BWD_SM90 || var == BWD_SM90WS;
-  const char *variant = var == BWD_SM90WS ? "sm90ws" : hopper ? "sm90" : mma ? "mma" : "generic";
+  const char *variant = var == BWD_SM90WS ? "sm90ws" : mma ? "mma" : "generic";
   if (p.dsinks && p.hq > 0 &&
       (p.rows <= 0 || p.head_dim <= 0 || p.hkv <= 0 || p.batch <= 0)) { /* no row: zeros */
     cudaStream_t s;
@@ -327,7 +326,8 @@ kite_status run_bwd(kite_ctx *ctx, BwdParams p, BwdVariant var, const char *op) 
   if (st != KITE_OK) return st;
   const size_t n_delta = (size_t)(p.rows * p.hq);
   const size_t n_acc = mma ? n_delta * (size_t)p.head_dim : 0;
-  const int bq = hopper ? attn_bwd_sm90_tile_rows() : attn_bwd_mma_tile_rows(p.head_dim);
+  const int bq =
+      var == BWD_SM90WS ? attn_bwd_sm90ws_tile_rows() : attn_bwd_mma_tile_rows(p.head_dim);
   p.mtiles = (p.sq + bq - 1) / bq;
   const size_t n_turn = mma && n_delta > 0 ? (size_t)(p.batch * p.hq * p.mtiles) : 0;
   void *ws = nullptr;
@@ -357,9 +357,8 @@ kite_status run_bwd(kite_ctx *ctx, BwdParams p, BwdVariant var, const char *op) 
       if (p.varlen && p.keys > 0)
         bwd_zero_dkdv_kernel<T>
             <<<grid_for_rows(p.keys * p.hkv * p.head_dim / 256 + 1), 256, 0, s>>>(p);
-      const kite_status r = var == BWD_SM90WS ? attn_bwd_sm90ws_launch(p, s)
-                            : var == BWD_SM90 ? attn_bwd_sm90_launch(p, s)
-                                              : attn_bwd_mma_launch(p, s);
+      const kite_status r =
+          var == BWD_SM90WS ? attn_bwd_sm90ws_launch(p, s) : attn_bwd_mma_launch(p, s);
       if (r != KITE_OK) return r;
       if (n_delta > 0) bwd_dq_convert_kernel<T><<<grid_for_rows(n_acc / 256 + 1), 256, 0, s>>>(p);
       return KITE_OK;
@@ -400,7 +399,7 @@ bool bwd_sm90_ok(bool mask, int64_t d, const char **why) {
     *why = "no mask (cuda.mma takes masks)";
     return false;
   }
-  if (!attn_bwd_sm90_head_dim(d)) {
+  if (!attn_bwd_sm90ws_head_dim(d)) {
     *why = "head_dim must be 64 or 128";
     return false;
   }
@@ -431,7 +430,7 @@ extern "C" CUDA_SUPPORTS(cuda_sdpa_bwd_mma_supports) {
                    "sequences, heads or batch too large", why);
 }
 
-extern "C" CUDA_SUPPORTS(cuda_sdpa_bwd_sm90_supports) {
+extern "C" CUDA_SUPPORTS(cuda_sdpa_bwd_sm90ws_supports) {
   const kite_sdpa_backward_args *a = (const kite_sdpa_backward_args *)args;
   if (!cuda_sdpa_bwd_mma_supports(k, args, why)) return false;
   return bwd_sm90_ok(a->fwd.mask != NULL, a->fwd.head_dim, why);
@@ -444,11 +443,6 @@ extern "C" CUDA_RUN(cuda_sdpa_bwd_generic_run) {
 
 extern "C" CUDA_RUN(cuda_sdpa_bwd_mma_run) {
   return run_bwd(ctx, dense_params((const kite_sdpa_backward_args *)args), BWD_MMA,
-                 "sdpa_backward");
-}
-
-extern "C" CUDA_RUN(cuda_sdpa_bwd_sm90_run) {
-  return run_bwd(ctx, dense_params((const kite_sdpa_backward_args *)args), BWD_SM90,
                  "sdpa_backward");
 }
 
@@ -475,7 +469,7 @@ extern "C" CUDA_SUPPORTS(cuda_sdpa_varlen_bwd_mma_supports) {
                    "sequences, heads or batch too large", why);
 }
 
-extern "C" CUDA_SUPPORTS(cuda_sdpa_varlen_bwd_sm90_supports) {
+extern "C" CUDA_SUPPORTS(cuda_sdpa_varlen_bwd_sm90ws_supports) {
   const kite_sdpa_varlen_backward_args *a = (const kite_sdpa_varlen_backward_args *)args;
   if (!cuda_sdpa_varlen_bwd_mma_supports(k, args, why)) return false;
   return bwd_sm90_ok(false, a->fwd.head_dim, why);
@@ -488,11 +482,6 @@ extern "C" CUDA_RUN(cuda_sdpa_varlen_bwd_generic_run) {
 
 extern "C" CUDA_RUN(cuda_sdpa_varlen_bwd_mma_run) {
   return run_bwd(ctx, varlen_params((const kite_sdpa_varlen_backward_args *)args), BWD_MMA,
-                 "sdpa_varlen_backward");
-}
-
-extern "C" CUDA_RUN(cuda_sdpa_varlen_bwd_sm90_run) {
-  return run_bwd(ctx, varlen_params((const kite_sdpa_varlen_backward_args *)args), BWD_SM90,
                  "sdpa_varlen_backward");
 }
 

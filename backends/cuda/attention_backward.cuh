@@ -293,15 +293,10 @@ bool attn_bwd_mma_head_dim(int64_t d);
 int attn_bwd_mma_tile_rows(int64_t d); /* query rows per tile */
 kite_status attn_bwd_mma_launch(const BwdParams &p, cudaStream_t s);
 
-/* attention_backward_sm90.cu: the wgmma kernel (sm_90a; bf16/f16, head_dim 64 / 128, no mask),
- * same workspace. */
-bool attn_bwd_sm90_head_dim(int64_t d);
-int attn_bwd_sm90_tile_rows();
-kite_status attn_bwd_sm90_launch(const BwdParams &p, cudaStream_t s);
-
-/* attention_backward_sm90ws.cu: the warp-specialized wgmma kernel (same conditions, tile rows and
- * workspace as attn_bwd_sm90_launch, which it calls where TMA cannot address q or dout); sets
- * p.acc_swizzled when its kernel runs. */
+/* attention_backward_sm90ws.cu: the warp-specialized wgmma kernel (sm_90a; bf16/f16, head_dim
+ * 64 / 128, no mask), the same workspace; sets p.acc_swizzled. */
+bool attn_bwd_sm90ws_head_dim(int64_t d);
+int attn_bwd_sm90ws_tile_rows(); /* query rows per tile */
 kite_status attn_bwd_sm90ws_launch(BwdParams &p, cudaStream_t s);
 
 } // namespace kite_cuda

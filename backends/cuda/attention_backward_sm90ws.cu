@@ -1,27 +1,33 @@
 /*
- * sdpa_backward / sdpa_varlen_backward on Hopper (sm_90a), warp-specialized (cuda.sm90ws): the
- * wgmma math of attention_backward_sm90.cu with the loads and the dq additions taken off the warps
- * that run it. bf16/f16, head_dim 64 / 128, no mask.
+ * sdpa_backward / sdpa_varlen_backward on Hopper (sm_90a), warp-specialized (cuda.sm90ws): wgmma,
+ * bf16/f16, head_dim 64 / 128, no mask (softcap, causal, window, GQA, varlen; the sinks' gradient
+ * comes from delta and lse in attention_backward.cu).
  *
  * A CTA of 3 warpgroups owns 128 keys (key block n) of one kv head g of one sequence and walks the
- * query tiles of 64 rows that see them, query head by query head, as cuda.sm90 does:
+ * query heads that read g in head order and, for each, the query tiles of 64 rows (tile m: rows
+ * [64 m, 64 m + 64)) that see any of its keys, so dK and dV are fixed-order sums:
  *   warpgroup 0, warp 0 (loader): per tile, Q and dO by TMA (one box per 64 columns) and the rows'
  *     lse log2(e) and delta into a ring of 2 stages (full / empty mbarriers). A tile that runs past
- *     a varlen sequence is copied by the warp's lanes instead, its rows past the end as zeros
- *     (TMA would read the next sequence's rows).
+ *     a varlen sequence (TMA would read the next sequence's rows), or any tile where TMA cannot
+ *     address q or dout, is copied by the warp's lanes, rows past the end as zeros.
  *   warpgroup 0, warp 1 (dq writer): per tile, waits for the tile's turn (bwd_turn: the key blocks
  *     add into a query tile from the highest down, so dq is the same bits run after run), adds the
- *     consumers' dQ tile from shared memory into the f32 accumulator with bulk reduce-adds (one
- *     per row), frees the shared tile as soon as the adds have read it, and hands the turn on once
- *     they completed.
- *   warpgroups 1 and 2 (consumers): as cuda.sm90's two warpgroups: keys [64 w, 64 w + 64) of the
- *     block each, dK and dV in registers; S^T = K Q^T, dP^T = V dO^T, P^T and dS^T, dV += P^T dO,
- *     dK += dS^T Q, dS^T into shared memory (two buffers, so one warpgroup may run a tile ahead),
- *     dQ = dS K (at head_dim 128 warpgroup w takes columns [64 w, 64 w + 64); at 64 each its keys,
- *     warpgroup 1 adding its partial onto warpgroup 0's in shared memory), dQ into the shared tile
- *     for the writer.
- * So the consumers never wait for a load they issued, for the tile's turn or for its additions:
- * cuda.sm90 spent about half of a tile's cycles there (docs/performance.md).
+ *     consumers' dQ tile from shared memory into the f32 accumulator by bulk reduce-add (one for a
+ *     dense tile, one per row under varlen), frees the shared tile once the adds have read it and
+ *     hands the turn on once they completed.
+ *   warpgroups 1 and 2 (consumers): keys [64 w, 64 w + 64) of the block each, their dK and dV
+ *     (64 x D, f32) in registers. Per tile, with the keys as the wgmma M:
+ *       S^T = K Q^T, dP^T = V dO^T      m64n64k16, both operands K-major from shared memory,
+ *       P^T = exp2(u - lse), dS^T = P^T (dP^T - delta) (times 1 - tanh^2 under softcap),
+ *       dV += P^T dO, dK += dS^T Q      m64nDk16, P^T / dS^T as register A fragments, dO / Q
+ *                                       MN-major,
+ *       dS^T into shared memory transposed (stmatrix.trans; two buffers, so one warpgroup may
+ *       run a tile ahead), then dQ = dS K (m64n64k16; at head_dim 128 warpgroup w takes columns
+ *       [64 w, 64 w + 64), at 64 each its own keys, warpgroup 1 adding its partial onto warpgroup
+ *       0's in shared memory) into the shared dQ tile for the writer.
+ * The consumers never wait for a load they issued, for a tile's turn or for its additions; where
+ * the same math ran with those on its own warps the tile took about twice as long
+ * (docs/performance.md, 2026-11-27). A query whose lse is -inf gets p = 0 (lse2 = +inf).
  */
 #include "attention_backward.cuh"
 #include "sm90.cuh"
@@ -90,7 +96,7 @@ __device__ void ws_copy_tile(const BwdParams &p, const BwdSeq &s, int64_t b, int
 template <typename T, int D, bool CAPPED>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_bwd_ws_kernel(BwdParams p, const __grid_constant__ CUtensorMap tq,
-                       const __grid_constant__ CUtensorMap tdo) {
+                       const __grid_constant__ CUtensorMap tdo, bool tma) {
 #ifdef KITE_SM90_DEVICE
   using SM = WsSmem<D>;
   constexpr int CH = D / 8;
@@ -132,7 +138,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         const uint32_t full = full0 + 8 * st,
                        sq = base + (uint32_t)(SM::off_stage + st * 2 * SM::qd);
-        if (p.varlen && i0 + kBQ > s.ql) {
+        if (!tma || (p.varlen && i0 + kBQ > s.ql)) {
           ws_copy_tile<T, D>(p, s, b, h, i0, smem + (sq - base), smem + (sq - base) + SM::qd, lane);
           mbar_arrive(full);
         } else if (lane == 0) {
@@ -362,6 +368,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   (void)p;
   (void)tq;
   (void)tdo;
+  (void)tma;
 #endif
 }
 
@@ -371,9 +378,9 @@ template <typename T, int D, bool CAPPED> kite_status launch_ws(BwdParams &p, cu
   const int64_t rows = p.varlen ? p.tq : p.sq, batch = p.varlen ? 1 : p.batch;
   int64_t qst[3] = {p.q_st[0], p.q_st[1], p.q_st[2]}, gst[3] = {p.do_st[0], p.do_st[1], p.do_st[2]};
   if (p.varlen) qst[0] = qst[1], gst[0] = gst[1]; /* one batch: any valid stride */
-  if (!rows_tensor_map(&tq, p.dtype, 2, p.q, qst, D, rows, p.hq, batch, kBQ) ||
-      !rows_tensor_map(&tdo, p.dtype, 2, p.dout, gst, D, rows, p.hq, batch, kBQ))
-    return attn_bwd_sm90_launch(p, s); /* TMA cannot address them: the same math without it */
+  const bool tma = rows_tensor_map(&tq, p.dtype, 2, p.q, qst, D, rows, p.hq, batch, kBQ) &&
+                   rows_tensor_map(&tdo, p.dtype, 2, p.dout, gst, D, rows, p.hq, batch, kBQ);
+  if (!tma) memset(&tq, 0, sizeof tq), memset(&tdo, 0, sizeof tdo); /* the loader copies */
   const size_t smem = WsSmem<D>::total;
   auto kernel = attn_bwd_ws_kernel<T, D, CAPPED>;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
@@ -384,7 +391,7 @@ template <typename T, int D, bool CAPPED> kite_status launch_ws(BwdParams &p, cu
   }
   const dim3 grid((unsigned)((p.sk + kBN - 1) / kBN), (unsigned)p.hkv, (unsigned)p.batch);
   p.acc_swizzled = true;
-  kernel<<<grid, kThreads, smem, s>>>(p, tq, tdo);
+  kernel<<<grid, kThreads, smem, s>>>(p, tq, tdo, tma);
   return KITE_OK;
 }
 
@@ -395,6 +402,14 @@ template <typename T> kite_status launch_ws_d(BwdParams &p, cudaStream_t s) {
 }
 
 } // namespace
+
+bool kite_cuda::attn_bwd_sm90ws_head_dim(int64_t d) {
+  return d == 64 || d == 128;
+}
+
+int kite_cuda::attn_bwd_sm90ws_tile_rows() {
+  return kBQ;
+}
 
 kite_status kite_cuda::attn_bwd_sm90ws_launch(BwdParams &p, cudaStream_t s) {
   if (p.sk <= 0) return KITE_OK;

@@ -103,7 +103,7 @@ bool encode_map(PFN_cuTensorMapEncodeTiled_v12000 encode, CUtensorMap *map, kite
                 int esize, const void *base, const cuuint64_t dims[4], const cuuint64_t strides[3],
                 const cuuint32_t box[4]) {
   const cuuint32_t unit[4] = {1, 1, 1, 1};
-  const CUtensorMapDataType type = esize == 1                  ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+  const CUtensorMapDataType type = esize == 1                 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                    : dtype == KITE_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                                               : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   return encode(map, type, 4, const_cast<void *>(base), dims, strides, box, unit,

@@ -159,17 +159,15 @@ CUDA_SUPPORTS(cuda_sdpa_varlen_mma_supports);
 CUDA_RUN(cuda_sdpa_varlen_mma_run);
 /* attention_backward.cu (delta, generic row kernels) and attention_backward_mma.cu (tensor
  * cores, bf16/f16, head_dim 64 / 128): sdpa_backward, sdpa_varlen_backward */
-CUDA_SUPPORTS(cuda_sdpa_bwd_sm90_supports);
+CUDA_SUPPORTS(cuda_sdpa_bwd_sm90ws_supports);
 CUDA_SUPPORTS(cuda_sdpa_bwd_mma_supports);
 CUDA_SUPPORTS(cuda_sdpa_bwd_generic_supports);
-CUDA_RUN(cuda_sdpa_bwd_sm90_run);
 CUDA_RUN(cuda_sdpa_bwd_sm90ws_run);
 CUDA_RUN(cuda_sdpa_bwd_mma_run);
 CUDA_RUN(cuda_sdpa_bwd_generic_run);
-CUDA_SUPPORTS(cuda_sdpa_varlen_bwd_sm90_supports);
+CUDA_SUPPORTS(cuda_sdpa_varlen_bwd_sm90ws_supports);
 CUDA_SUPPORTS(cuda_sdpa_varlen_bwd_mma_supports);
 CUDA_SUPPORTS(cuda_sdpa_varlen_bwd_generic_supports);
-CUDA_RUN(cuda_sdpa_varlen_bwd_sm90_run);
 CUDA_RUN(cuda_sdpa_varlen_bwd_sm90ws_run);
 CUDA_RUN(cuda_sdpa_varlen_bwd_mma_run);
 CUDA_RUN(cuda_sdpa_varlen_bwd_generic_run);

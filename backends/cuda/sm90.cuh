@@ -112,10 +112,10 @@ template <int N> __device__ __forceinline__ void bulk_wait() {
 /* dst[0 .. bytes / 4) += the f32 values at shared address src, element by element and atomically
  * (bytes a multiple of 16, both addresses 16-byte aligned), in this thread's current bulk group. */
 __device__ __forceinline__ void bulk_reduce_add_f32(float *dst, uint32_t src, int bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
-                   dst),
-               "r"(src), "r"(bytes)
-               : "memory");
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+      "r"(src), "r"(bytes)
+      : "memory");
 }
 /* Orders this thread's generic-proxy accesses to global memory with its async-proxy ones (bulk
  * copies) on either side. */
