@@ -369,6 +369,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   (void)tq;
   (void)tdo;
   (void)tma;
+  (void)kDqBarThreads; /* (only the sm_90a code reads these) */
+  (void)WsSmem<D>::off_v;
 #endif
 }
 
