@@ -13,8 +13,8 @@
  *   warpgroup 0, warp 1 (dq writer): per tile, waits for the tile's turn (bwd_turn: the key blocks
  *     add into a query tile from the highest down, so dq is the same bits run after run), adds the
  *     consumers' dQ tile from shared memory into the f32 accumulator by bulk reduce-add (one for a
- *     dense tile, one per row under varlen), frees the shared tile once the adds have read it and
- *     hands the turn on once they completed.
+ *     dense tile, one per row under varlen), frees the shared tile (one of two) once the adds have
+ *     read it and hands the turn on once they completed.
  *   warpgroups 1 and 2 (consumers): keys [64 w, 64 w + 64) of the block each, their dK and dV
  *     (64 x D, f32) in registers. Per tile, with the keys as the wgmma M:
  *       S^T = K Q^T, dP^T = V dO^T      m64n64k16, both operands K-major from shared memory,
@@ -43,27 +43,29 @@ static_assert(128 * kWriterRegs + 256 * kConsumerRegs <= 65536, "registers of th
 /* Named barriers (0 is __syncthreads, used only before the roles split). */
 enum {
   BAR_CONSUMERS = 1, /* the 256 consumer threads: K, V loaded; dS of both warpgroups stored */
-  BAR_DQ_FULL = 2,   /* consumers arrive once the dQ tile is in shared memory; the writer waits */
-  BAR_DQ_FREE = 3,   /* the writer arrives once its adds read the tile; consumers wait */
-  BAR_DQ_HALF = 4,   /* head_dim 64: warpgroup 1 adds onto warpgroup 0's partial */
+  BAR_DQ_FULL = 2,   /* + buffer: consumers arrive once a dQ tile is in it; the writer waits */
+  BAR_DQ_FREE = 4,   /* + buffer: the writer arrives once its adds read it; consumers wait */
+  BAR_DQ_HALF = 6,   /* head_dim 64: warpgroup 1 adds onto warpgroup 0's partial */
 };
 constexpr int kDqBarThreads = kConsumers + 32;
 
 /* Shared memory, each tile 1024-byte aligned in the 128-byte swizzled layout (swz): K, V
- * [key][d]; per stage Q and dO [query][d]; two dS [query][key]; the f32 dQ tile [query][d] as the
- * accumulator keeps it (BwdParams::acc_swizzled: row i's column d at d ^ 8 (i % 4), so the
- * fragments' 8-byte stores meet two-way bank conflicts, the least for that width, and a dense
- * tile is one bulk add); per stage lse log2(e) and delta of the tile's rows; the full and empty
- * barriers. */
+ * [key][d]; per stage Q and dO [query][d]; two dS [query][key]; two f32 dQ tiles [query][d] (the
+ * consumers fill one while the writer adds the other), each as the accumulator keeps it
+ * (BwdParams::acc_swizzled: row i's column d at d ^ 8 (i % 4), so the fragments' 8-byte stores
+ * meet two-way bank conflicts, the least for that width, and a dense tile is one bulk add); per
+ * stage lse log2(e) and delta of the tile's rows; the full and empty barriers. */
 template <int D> struct WsSmem {
   static constexpr size_t kv = (size_t)kBN * D * 2;
   static constexpr size_t qd = (size_t)kBQ * D * 2;
   static constexpr size_t ds = (size_t)kBQ * kBN * 2;
   static constexpr int dq_row = D * 4;
   static constexpr size_t off_v = kv, off_stage = 2 * kv, off_ds = off_stage + kStages * 2 * qd;
-  static constexpr size_t off_dq = off_ds + 2 * ds, off_stat = off_dq + (size_t)kBQ * dq_row;
+  static constexpr size_t dq = (size_t)kBQ * dq_row; /* one of the two dQ buffers */
+  static constexpr size_t off_dq = off_ds + 2 * ds, off_stat = off_dq + 2 * dq;
   static constexpr size_t off_bar = off_stat + (size_t)kStages * 2 * kBQ * 4;
   static constexpr size_t total = 1024 /* alignment */ + off_bar + 2 * kStages * 8;
+  static_assert(total <= 232448, "the shared memory of a CTA on sm_90");
 };
 
 #ifdef KITE_SM90_DEVICE
@@ -153,29 +155,31 @@ __global__ void __launch_bounds__(kThreads, 1)
           mbar_arrive(full);
         }
       }
-    } else if (warp == 1) { /* ---- dq writer ---- */
+    } else if (warp <= 2) { /* ---- dq writers: warp 1 the even tiles, warp 2 the odd ---- */
       const uint32_t sdq = base + (uint32_t)SM::off_dq;
       float *accb = p.dq_acc + b * p.acc_st[0];
-      if (ntiles > 0) named_arrive(BAR_DQ_FREE, kDqBarThreads);
-      for (int64_t t = 0; t < ntiles; t++) {
+      if (warp - 1 < ntiles) named_arrive(BAR_DQ_FREE + warp - 1, kDqBarThreads);
+      for (int64_t t = warp - 1; t < ntiles; t += 2) {
         const int64_t h = bwd_head(p, g, t / nqt), m = span.lo + t % nqt, i0 = m * kBQ;
         int *cnt = p.dq_turn + (b * p.hq + h) * p.mtiles + m;
         const int turn = bwd_turn(p, s, n, m, kBN, kBQ);
-        named_sync(BAR_DQ_FULL, kDqBarThreads);
+        const int buf = (int)(t & 1);
+        const uint32_t src = sdq + buf * (uint32_t)SM::dq;
+        named_sync(BAR_DQ_FULL + buf, kDqBarThreads);
         bwd_turn_wait(cnt, turn); /* every lane: its own acquire before its adds */
         fence_async_global();
         const int nrows = s.ql - i0 < kBQ ? (int)(s.ql - i0) : kBQ;
         float *dst = accb + h * p.acc_st[1] + (s.qf + i0) * p.acc_st[2];
         if (!p.varlen) { /* dense: the tile's rows are contiguous */
-          if (lane == 0) bulk_reduce_add_f32(dst, sdq, nrows * D * 4);
+          if (lane == 0) bulk_reduce_add_f32(dst, src, nrows * D * 4);
         } else {
           for (int r = lane; r < nrows; r += 32)
-            bulk_reduce_add_f32(dst + r * p.acc_st[2], sdq + r * SM::dq_row, D * 4);
+            bulk_reduce_add_f32(dst + r * p.acc_st[2], src + r * SM::dq_row, D * 4);
         }
         bulk_commit();
         bulk_wait_read<0>();
         __syncwarp();
-        if (t + 1 < ntiles) named_arrive(BAR_DQ_FREE, kDqBarThreads);
+        if (t + 2 < ntiles) named_arrive(BAR_DQ_FREE + buf, kDqBarThreads);
         bulk_wait<0>();
         fence_async_global();
         __syncwarp();
@@ -335,16 +339,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_regs(aq);
     mbar_arrive(empty0 + 8 * st); /* Q, dO and the stats of this stage are read */
 
-    /* dQ into the shared tile once the writer read the last one; at head_dim 64 warpgroup 1 adds
+    /* dQ into buffer t % 2 once the writer read tile t - 2 from it; at head_dim 64 warpgroup 1 adds
      * its partial onto warpgroup 0's */
-    named_sync(BAR_DQ_FREE, kDqBarThreads);
+    float *sdqt = sdq + (t & 1) * (SM::dq / 4);
+    named_sync(BAR_DQ_FREE + (int)(t & 1), kDqBarThreads);
 #pragma unroll
     for (int part = 0; part < (D == 128 ? 1 : 2); part++) {
       if (D == 128 || wg == part) {
 #pragma unroll
         for (int hh = 0; hh < 2; hh++) {
           const int r = warp * 16 + qg + 8 * hh, key = (int)((s.qf + i0 + r) & 3);
-          float *row = sdq + r * (SM::dq_row / 4) + cb * 64 + 2 * qt;
+          float *row = sdqt + r * (SM::dq_row / 4) + cb * 64 + 2 * qt;
 #pragma unroll
           for (int nb = 0; nb < 8; nb++) {
             float2 v = make_float2(aq[4 * nb + 2 * hh], aq[4 * nb + 2 * hh + 1]);
@@ -360,7 +365,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (D == 64 && part == 0) named_sync(BAR_DQ_HALF, kConsumers);
     }
     fence_async_shared();
-    named_arrive(BAR_DQ_FULL, kDqBarThreads);
+    named_arrive(BAR_DQ_FULL + (int)(t & 1), kDqBarThreads);
   }
 
   bwd_store_dkdv<T, D>(p, s, b, g, j0, j1, kw, lane, dk, dv);
