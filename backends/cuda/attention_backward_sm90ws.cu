@@ -10,11 +10,13 @@
  *     lse log2(e) and delta into a ring of 2 stages (full / empty mbarriers). A tile that runs past
  *     a varlen sequence (TMA would read the next sequence's rows), or any tile where TMA cannot
  *     address q or dout, is copied by the warp's lanes, rows past the end as zeros.
- *   warpgroup 0, warp 1 (dq writer): per tile, waits for the tile's turn (bwd_turn: the key blocks
- *     add into a query tile from the highest down, so dq is the same bits run after run), adds the
- *     consumers' dQ tile from shared memory into the f32 accumulator by bulk reduce-add (one for a
- *     dense tile, one per row under varlen), frees the shared tile (one of two) once the adds have
- *     read it and hands the turn on once they completed.
+ *   warpgroup 0, warps 1 and 2 (dq writers, the even and the odd tiles, each with a shared dQ tile
+ *     of its own): per tile, waits for the tile's turn (bwd_turn: the key blocks add into a query
+ *     tile from the highest down, so dq is the same bits run after run), adds the consumers' dQ
+ *     tile into the f32 accumulator by bulk reduce-add (one for a dense tile, one per row under
+ *     varlen), frees the shared tile once the adds have read it and hands the turn on once they
+ *     completed. Two writers keep two tiles' adds in flight: with one, waiting for each tile's
+ *     adds to complete bounded the whole kernel.
  *   warpgroups 1 and 2 (consumers): keys [64 w, 64 w + 64) of the block each, their dK and dV
  *     (64 x D, f32) in registers. Per tile, with the keys as the wgmma M:
  *       S^T = K Q^T, dP^T = V dO^T      m64n64k16, both operands K-major from shared memory,
@@ -26,7 +28,7 @@
  *       [64 w, 64 w + 64), at 64 each its own keys, warpgroup 1 adding its partial onto warpgroup
  *       0's in shared memory) into the shared dQ tile for the writer.
  * The consumers never wait for a load they issued, for a tile's turn or for its additions; where
- * the same math ran with those on its own warps the tile took about twice as long
+ * the same math ran with those on the same warps the tile took about twice as long
  * (docs/performance.md, 2026-11-27). A query whose lse is -inf gets p = 0 (lse2 = +inf).
  */
 #include "attention_backward.cuh"
