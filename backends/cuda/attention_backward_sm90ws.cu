@@ -45,15 +45,15 @@ static_assert(128 * kWriterRegs + 256 * kConsumerRegs <= 65536, "registers of th
 /* Named barriers (0 is __syncthreads, used only before the roles split). */
 enum {
   BAR_CONSUMERS = 1, /* the 256 consumer threads: K, V loaded; dS of both warpgroups stored */
-  BAR_DQ_FULL = 2,   /* + buffer: consumers arrive once a dQ tile is in it; the writer waits */
-  BAR_DQ_FREE = 4,   /* + buffer: the writer arrives once its adds read it; consumers wait */
+  BAR_DQ_FULL = 2,   /* + buffer: consumers arrive once a dQ tile is in it; its writer waits */
+  BAR_DQ_FREE = 4,   /* + buffer: its writer arrives once its adds read it; consumers wait */
   BAR_DQ_HALF = 6,   /* head_dim 64: warpgroup 1 adds onto warpgroup 0's partial */
 };
 constexpr int kDqBarThreads = kConsumers + 32;
 
 /* Shared memory, each tile 1024-byte aligned in the 128-byte swizzled layout (swz): K, V
  * [key][d]; per stage Q and dO [query][d]; two dS [query][key]; two f32 dQ tiles [query][d] (the
- * consumers fill one while the writer adds the other), each as the accumulator keeps it
+ * consumers fill one while a writer adds the other), each as the accumulator keeps it
  * (BwdParams::acc_swizzled: row i's column d at d ^ 8 (i % 4), so the fragments' 8-byte stores
  * meet two-way bank conflicts, the least for that width, and a dense tile is one bulk add); per
  * stage lse log2(e) and delta of the tile's rows; the full and empty barriers. */
@@ -71,9 +71,9 @@ template <int D> struct WsSmem {
 };
 
 #ifdef KITE_SM90_DEVICE
-/* A tile past the end of a varlen sequence, copied by the loader warp's lanes: 16-byte chunks of
- * the rows [i0, i0 + 64) of head h below the sequence's end, zeros after, into the swizzled tile
- * at sQ (Q) and sG (dO); fenced for wgmma. */
+/* A tile TMA must not or cannot load (past a varlen sequence's end; q or dout not addressable),
+ * copied by the loader warp's lanes: 16-byte chunks of the rows [i0, i0 + 64) of head h below the
+ * sequence's end, zeros after, into the swizzled tile at sQ (Q) and sG (dO); fenced for wgmma. */
 template <typename T, int D>
 __device__ void ws_copy_tile(const BwdParams &p, const BwdSeq &s, int64_t b, int64_t h, int64_t i0,
                              unsigned char *sQ, unsigned char *sG, int lane) {
