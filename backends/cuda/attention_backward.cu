@@ -392,9 +392,9 @@ bool bwd_mma_ok(kite_dtype t, int64_t d, const void *const *ptrs, const int64_t 
   return true;
 }
 
-/* The sm90 kernel's extra conditions over cuda.mma's: no mask, head_dim 64 / 128, a Hopper
+/* cuda.sm90ws's extra conditions over cuda.mma's: no mask, head_dim 64 / 128, a Hopper
  * device. */
-bool bwd_sm90_ok(bool mask, int64_t d, const char **why) {
+bool bwd_sm90ws_ok(bool mask, int64_t d, const char **why) {
   if (mask) {
     *why = "no mask (cuda.mma takes masks)";
     return false;
@@ -433,7 +433,7 @@ extern "C" CUDA_SUPPORTS(cuda_sdpa_bwd_mma_supports) {
 extern "C" CUDA_SUPPORTS(cuda_sdpa_bwd_sm90ws_supports) {
   const kite_sdpa_backward_args *a = (const kite_sdpa_backward_args *)args;
   if (!cuda_sdpa_bwd_mma_supports(k, args, why)) return false;
-  return bwd_sm90_ok(a->fwd.mask != NULL, a->fwd.head_dim, why);
+  return bwd_sm90ws_ok(a->fwd.mask != NULL, a->fwd.head_dim, why);
 }
 
 extern "C" CUDA_RUN(cuda_sdpa_bwd_generic_run) {
@@ -472,7 +472,7 @@ extern "C" CUDA_SUPPORTS(cuda_sdpa_varlen_bwd_mma_supports) {
 extern "C" CUDA_SUPPORTS(cuda_sdpa_varlen_bwd_sm90ws_supports) {
   const kite_sdpa_varlen_backward_args *a = (const kite_sdpa_varlen_backward_args *)args;
   if (!cuda_sdpa_varlen_bwd_mma_supports(k, args, why)) return false;
-  return bwd_sm90_ok(false, a->fwd.head_dim, why);
+  return bwd_sm90ws_ok(false, a->fwd.head_dim, why);
 }
 
 extern "C" CUDA_RUN(cuda_sdpa_varlen_bwd_generic_run) {

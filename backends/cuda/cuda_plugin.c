@@ -315,8 +315,8 @@ static const kite_kernel cuda_kernels[] = {
            cuda_sdpa_varlen_generic_run, "a query row and kv head per CTA, any layout"),
     KERNEL_SM90(KITE_OP_SDPA_BACKWARD, "sm90ws", PRIORITY_WGMMA, cuda_sdpa_bwd_sm90ws_supports,
                 cuda_sdpa_bwd_sm90ws_run,
-                "Hopper: cuda.sm90's math with a TMA loader warp and a dq writer warp (bulk "
-                "reduce-add in key order)"),
+                "Hopper: wgmma, 128 keys per CTA, head_dim 64/128, no mask; TMA loader warp, two "
+                "dq writer warps (bulk reduce-add in key order)"),
     KERNEL(KITE_OP_SDPA_BACKWARD, "mma", PRIORITY_SPLIT, cuda_sdpa_bwd_mma_supports,
            cuda_sdpa_bwd_mma_run,
            "mma.sync, 128 keys per CTA, head_dim 64/128; masks, pre-Hopper; dq added in key order"),
@@ -324,8 +324,8 @@ static const kite_kernel cuda_kernels[] = {
            cuda_sdpa_bwd_generic_run, "a warp per query row, then per key row; any layout, mask"),
     KERNEL_SM90(KITE_OP_SDPA_VARLEN_BACKWARD, "sm90ws", PRIORITY_WGMMA,
                 cuda_sdpa_varlen_bwd_sm90ws_supports, cuda_sdpa_varlen_bwd_sm90ws_run,
-                "Hopper: cuda.sm90's math with a TMA loader warp and a dq writer warp (bulk "
-                "reduce-add in key order)"),
+                "Hopper: wgmma, 128 keys per CTA, head_dim 64/128, no mask; TMA loader warp, two "
+                "dq writer warps (bulk reduce-add in key order)"),
     KERNEL(KITE_OP_SDPA_VARLEN_BACKWARD, "mma", PRIORITY_SPLIT, cuda_sdpa_varlen_bwd_mma_supports,
            cuda_sdpa_varlen_bwd_mma_run,
            "mma.sync, 128 keys per CTA, head_dim 64/128; pre-Hopper; dq added in key order"),

@@ -1,7 +1,7 @@
 /*
  * Hopper (sm_90a) building blocks shared by the wgmma kernels (attention_sm90.cu, its header and
- * attention_sm90pp.cu, attention_backward_sm90.cu, group_gemm_sm90.cu): the 128-byte swizzled tile
- * layout, mbarrier, TMA (and the driver's tensor-map encoder), proxy fences, named barriers,
+ * attention_sm90pp.cu, attention_backward_sm90ws.cu, group_gemm_sm90.cu): the 128-byte swizzled
+ * tile layout, mbarrier, TMA (and the driver's tensor-map encoder), proxy fences, named barriers,
  * setmaxnreg, wgmma (m64nNk16, f32 accumulators) and its shared-memory descriptors. The device part
  * compiles only for sm_90a (KITE_SM90_DEVICE).
  */
