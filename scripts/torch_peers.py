@@ -54,7 +54,8 @@ class CtxParams(C.Structure):
 
 
 DTYPES = {torch.float32: (DL_FLOAT, 32), torch.float16: (DL_FLOAT, 16),
-          torch.bfloat16: (DL_BFLOAT, 16), torch.int32: (DL_INT, 32), torch.uint8: (1, 8)}
+          torch.bfloat16: (DL_BFLOAT, 16), torch.int32: (DL_INT, 32), torch.uint8: (1, 8),
+          torch.float8_e4m3fn: (10, 8)}  # kDLFloat8_e4m3fn
 
 
 def dl_tensor(t):
@@ -89,6 +90,8 @@ class Kite:
                "kite_paged_decode": [T] * 10,
                "kite_paged_prefill": [T] * 11,
                "kite_sdpa": [T] * 9,
+               "kite_sdpa_fp8": [T] * 10,
+               "kite_quant_fp8_blocks": [T] * 4,
                "kite_sdpa_backward": [T] * 14,
                "kite_sdpa_varlen": [T] * 6 + [C.c_int64] * 2 + [T] * 4,
                "kite_sdpa_varlen_backward": [T] * 6 + [C.c_int64] * 2 + [T] * 9,

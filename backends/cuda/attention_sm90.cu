@@ -79,7 +79,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_wait<0>();
       fence_regs(sc);
       float corr[2];
-      softmax_tile<BN, PAGED>(sc, r, j0, khi, lo_last, hi_first, sh.ok + st * BN, lane, m_run,
+      const float ps[2] = {r.pscale, r.pscale};
+      softmax_tile<BN, PAGED>(sc, r, ps, j0, khi, lo_last, hi_first, sh.ok + st * BN, lane, m_run,
                               l_run, corr);
       rescale_o<D>(o, corr);
       uint32_t pa[BN / 16][4];

@@ -22,8 +22,8 @@ constexpr int kThreads = 384, kBM = 128;
  * table (any block_size), or TMA: dense K/V with 16-byte aligned strides, or the caches seen as
  * [block][kv head][slot][d] when block_size is a multiple of 16 that divides the tile or that the
  * tile divides (a box per block, or per tile within a block). LOAD_TMA_FP8 (sdpa_fp8): dense e4m3
- * K by TMA as wgmma reads it, e4m3 V by TMA into a staging tile that the producer widens into the
- * stage's bf16 V. */
+ * K by TMA as wgmma reads it, and V by TMA from its dequantized bf16 copy (attention_fp8_sm90.cu
+ * makes it before the kernel), as LOAD_TMA loads a 16-bit V. */
 enum Load { LOAD_DENSE, LOAD_PAGED, LOAD_TMA, LOAD_PAGED_TMA, LOAD_TMA_FP8 };
 
 /* Keys per K/V tile: 128, or 64 for head_dim 256 (the shared memory of 2 stages). */
@@ -32,22 +32,20 @@ template <int D> constexpr int tile_keys() {
 }
 
 /* The shared memory of a CTA with kStages K/V stages: Q tile, the ring (a stage: K, then V), the
- * e4m3 V staging tiles (two; QK 1 only), the key offsets of the cp.async producer (two tiles; none
- * where TMA loads), the key flags of each stage, the barriers. QK: bytes of a Q or K element (2;
- * 1 for e4m3, whose V is 16-bit in the stage all the same). */
+ * key offsets of the cp.async producer (two tiles; none where TMA loads), the key flags of each
+ * stage, the barriers (full and empty per stage). QK: bytes of a Q or K element (2; 1 for e4m3,
+ * whose V is 16-bit in the stage all the same). */
 template <int D, int kStages_, bool CPASYNC, int QK = 2> struct Smem {
   static constexpr int BN = tile_keys<D>(), kStages = kStages_;
   static constexpr size_t q_bytes = (size_t)kBM * D * QK;
-  static constexpr size_t kv_bytes = (size_t)BN * D * 2;    /* one 16-bit K or V tile */
-  static constexpr size_t k_bytes = (size_t)BN * D * QK;    /* a stage's K tile */
-  static constexpr size_t stage_bytes = k_bytes + kv_bytes; /* QK 2: 2 kv_bytes */
-  static constexpr size_t stg_bytes = QK == 1 ? 2 * (size_t)BN * D : 0;
+  static constexpr size_t kv_bytes = (size_t)BN * D * 2;            /* one 16-bit K or V tile */
+  static constexpr size_t k_bytes = (size_t)BN * D * QK;            /* a stage's K tile */
+  static constexpr size_t stage_bytes = k_bytes + kv_bytes;         /* QK 2: 2 kv_bytes */
   static constexpr size_t off_bytes = CPASYNC ? 2 * 2 * BN * 8 : 0; /* [buf][k/v][key] */
   static constexpr size_t ok_bytes = (size_t)kStages * BN;
-  /* full and empty per stage; QK 1: also V widened per stage and the two staging tiles' */
-  static constexpr size_t bar_bytes = (QK == 1 ? 3 * kStages + 2 : 2 * kStages) * 8;
-  static constexpr size_t total = 1024 /* alignment */ + q_bytes + kStages * stage_bytes +
-                                  stg_bytes + off_bytes + ok_bytes + bar_bytes;
+  static constexpr size_t bar_bytes = 2 * kStages * 8;
+  static constexpr size_t total =
+      1024 /* alignment */ + q_bytes + kStages * stage_bytes + off_bytes + ok_bytes + bar_bytes;
 };
 
 /* A kernel of either design and its dynamic shared memory (host side). */
@@ -74,8 +72,7 @@ bool dense_tensor_map(CUtensorMap *map, const AttnParams &p, const void *base,
 #ifdef KITE_SM90_DEVICE
 /* The CTA's shared memory carved as in Smem, and the K/V tiles it reads. */
 struct Shared {
-  unsigned char *q, *kv; /* 16-bit stage st: K at 2 st, V at 2 st + 1 (of kv_bytes each) */
-  unsigned char *stg;    /* LOAD_TMA_FP8: the two e4m3 V staging tiles */
+  unsigned char *q, *kv; /* stage st at st stage_bytes: K, then V at k_bytes */
   int64_t *off;
   uint8_t *ok;
   uint32_t bar; /* full[kStages], then empty[kStages] */
@@ -84,8 +81,7 @@ template <typename SM> __device__ __forceinline__ Shared carve(unsigned char *ra
   Shared sh;
   sh.q = raw + ((1024 - (smem_addr(raw) & 1023)) & 1023);
   sh.kv = sh.q + SM::q_bytes;
-  sh.stg = sh.kv + SM::kStages * SM::stage_bytes;
-  sh.off = (int64_t *)(sh.stg + SM::stg_bytes);
+  sh.off = (int64_t *)(sh.kv + SM::kStages * SM::stage_bytes);
   sh.ok = (uint8_t *)sh.off + SM::off_bytes;
   sh.bar = smem_addr(sh.ok + SM::ok_bytes);
   return sh;
@@ -94,9 +90,7 @@ template <typename SM> __device__ __forceinline__ Shared carve(unsigned char *ra
 /* Barrier counts: dense TMA: one arrival with the expected bytes; paged TMA: the producer warp,
  * each lane after its key flags (lane 0's arrival carries the bytes); cp.async: every producer
  * thread, once its copies landed. Empty: every consumer warp, once its P V completed; paged:
- * every consumer thread (each read the stage's key flags).
- * LOAD_TMA_FP8: full is K's bytes alone; then per stage "V widened" (every producer thread, at
- * bar0 + (2 kStages + st) 8) and per staging tile its TMA bytes (bar0 + (3 kStages + i) 8). */
+ * every consumer thread (each read the stage's key flags). */
 template <int LOAD, int kStages> __device__ __forceinline__ void init_barriers(uint32_t bar0) {
 #pragma unroll
   for (int st = 0; st < kStages; st++) {
@@ -104,28 +98,7 @@ template <int LOAD, int kStages> __device__ __forceinline__ void init_barriers(u
                              : LOAD == LOAD_PAGED_TMA                 ? 32
                                                                       : 128);
     mbar_init(bar0 + (kStages + st) * 8, LOAD == LOAD_PAGED || LOAD == LOAD_PAGED_TMA ? 256 : 8);
-    if (LOAD == LOAD_TMA_FP8) mbar_init(bar0 + (2 * kStages + st) * 8, 128);
   }
-  if (LOAD == LOAD_TMA_FP8) {
-    mbar_init(bar0 + 3 * kStages * 8, 1);
-    mbar_init(bar0 + (3 * kStages + 1) * 8, 1);
-  }
-}
-
-/* 16 e4m3 codes (byte i: element i) widened to bf16, exactly (every e4m3 value is a bf16 value):
- * elements 0-7 in lo, 8-15 in hi. */
-__device__ __forceinline__ void widen_e4m3_bf16(const uint4 &x, uint4 &lo, uint4 &hi) {
-  const uint32_t w[4] = {x.x, x.y, x.z, x.w};
-  uint32_t out[8];
-#pragma unroll
-  for (int i = 0; i < 8; i++) {
-    const __half2 h = __nv_cvt_fp8x2_to_halfraw2(
-        (__nv_fp8x2_storage_t)((w[i / 2] >> (16 * (i % 2))) & 0xffffu), __NV_E4M3);
-    const float2 f = __half22float2(h);
-    out[i] = pack2<__nv_bfloat16>(f.x, f.y);
-  }
-  lo = make_uint4(out[0], out[1], out[2], out[3]);
-  hi = make_uint4(out[4], out[5], out[6], out[7]);
 }
 
 /* The producer warpgroup (tid < 128): K/V tiles t = 0 .. ntiles - 1 (keys klo + t BN) of kv head g
@@ -134,23 +107,27 @@ template <typename T, int D, int LOAD, int BN, int kStages>
 __device__ __forceinline__ void produce(const AttnParams &p, const Seq &s, int g, int klo, int khi,
                                         int ntiles, const CUtensorMap *tmap_k,
                                         const CUtensorMap *tmap_v, const Shared &sh, int tid) {
-  constexpr int CH = D / 8, KV = BN * D * 2;
+  /* KB: a stage's K tile (e4m3 K: a byte per element); V is 16-bit (KV) and follows it */
+  constexpr int CH = D / 8, KV = BN * D * 2, KB = BN * D * (int)sizeof(T), STAGE = KB + KV;
   constexpr bool PAGED = LOAD == LOAD_PAGED || LOAD == LOAD_PAGED_TMA;
   static_assert((BN * CH) % 128 == 0 && BN % 32 == 0, "whole copies per producer thread");
   const uint32_t bar0 = sh.bar;
-  if constexpr (LOAD == LOAD_TMA) {
+  if constexpr (LOAD == LOAD_TMA || LOAD == LOAD_TMA_FP8) {
+    /* a box is a 128-byte column block of the tile: 128 / sizeof(T) elements of K, 64 of V */
+    constexpr int KE = 128 / (int)sizeof(T);
     if (tid != 0) return;
     for (int t = 0; t < ntiles; t++) {
       const int st = t % kStages, j = klo + t * BN;
       const uint32_t full = bar0 + st * 8;
       mbar_wait(bar0 + (kStages + st) * 8, ((t / kStages) & 1) ^ 1);
-      mbar_expect_tx(full, 2 * KV);
-      const uint32_t dk = smem_addr(sh.kv + (size_t)(2 * st) * KV), dv = dk + KV;
+      mbar_expect_tx(full, STAGE);
+      const uint32_t dk = smem_addr(sh.kv + (size_t)st * STAGE), dv = dk + KB;
 #pragma unroll
-      for (int cb = 0; cb < D / 64; cb++) {
-        tma_load_4d(dk + cb * BN * 128, tmap_k, cb * 64, j, g, s.b, full);
+      for (int cb = 0; cb < D / KE; cb++)
+        tma_load_4d(dk + cb * BN * 128, tmap_k, cb * KE, j, g, s.b, full);
+#pragma unroll
+      for (int cb = 0; cb < D / 64; cb++)
         tma_load_4d(dv + cb * BN * 128, tmap_v, cb * 64, j, g, s.b, full);
-      }
     }
   } else if constexpr (LOAD == LOAD_PAGED_TMA) {
     if (tid >= 32) return;
@@ -180,11 +157,10 @@ __device__ __forceinline__ void produce(const AttnParams &p, const Seq &s, int g
       /* lane 0's arrival carries the stage's bytes; then lane i < nbox issues the copies of box
        * i (an absent block's coordinates are out of bounds), so the 2 D / 64 nbox copies of a
        * stage leave from nbox threads instead of one after another from one */
-      if (tid == 0) mbar_expect_tx(full, 2 * KV);
+      if (tid == 0) mbar_expect_tx(full, STAGE);
       __syncwarp();
       if (tid < nbox) {
-        const uint32_t dk = smem_addr(sh.kv + (size_t)(2 * st) * KV) + tid * rows * 128,
-                       dv = dk + KV;
+        const uint32_t dk = smem_addr(sh.kv + (size_t)st * STAGE) + tid * rows * 128, dv = dk + KB;
         const int row0 = j0 % bs;
 #pragma unroll
         for (int cb = 0; cb < D / 64; cb++) {
@@ -194,48 +170,6 @@ __device__ __forceinline__ void produce(const AttnParams &p, const Seq &s, int g
       }
       if (tid != 0) mbar_arrive(full);
       __syncwarp();
-    }
-  } else if constexpr (LOAD == LOAD_TMA_FP8) {
-    /* K (e4m3) by TMA into the stage as wgmma reads it. V (e4m3) by TMA into staging tile t % 2,
-     * tile t + 1's copy in flight while all 128 threads widen tile t into the stage's bf16 V, in
-     * issue_pv's layout: the 16-byte chunk c of an e4m3 row is chunks 2 c and 2 c + 1 of its
-     * bf16 row. */
-    static_assert(D == 128, "an e4m3 row of 128 bytes: one 128-byte swizzled row per key");
-    constexpr int K8 = BN * D, STAGE = K8 + BN * D * 2, CH = D / 16;
-    const uint32_t widened0 = bar0 + 2 * kStages * 8, stg0 = bar0 + 3 * kStages * 8;
-    if (tid == 0 && ntiles > 0) {
-      mbar_expect_tx(stg0, K8);
-      tma_load_4d(smem_addr(sh.stg), tmap_v, 0, klo, g, s.b, stg0);
-    }
-    for (int t = 0; t < ntiles; t++) {
-      const int st = t % kStages, sb = t & 1;
-      unsigned char *stage = sh.kv + (size_t)st * STAGE;
-      mbar_wait(bar0 + (kStages + st) * 8, ((t / kStages) & 1) ^ 1);
-      if (tid == 0) {
-        mbar_expect_tx(bar0 + st * 8, K8);
-        tma_load_4d(smem_addr(stage), tmap_k, 0, klo + t * BN, g, s.b, bar0 + st * 8);
-        /* staging tile sb ^ 1 was read out before every producer thread passed the last
-         * named barrier */
-        if (t + 1 < ntiles) {
-          mbar_expect_tx(stg0 + (sb ^ 1) * 8, K8);
-          tma_load_4d(smem_addr(sh.stg + (sb ^ 1) * K8), tmap_v, 0, klo + (t + 1) * BN, g, s.b,
-                      stg0 + (sb ^ 1) * 8);
-        }
-      }
-      mbar_wait(stg0 + sb * 8, (t >> 1) & 1);
-      const unsigned char *src = sh.stg + sb * K8;
-      unsigned char *dst = stage + K8;
-#pragma unroll 4
-      for (int i = 0; i < BN * CH / 128; i++) {
-        const int idx = tid + 128 * i, r = idx / CH, c = idx % CH;
-        uint4 lo, hi;
-        widen_e4m3_bf16(*(const uint4 *)(src + swz(BN, r, c)), lo, hi);
-        *(uint4 *)(dst + swz(BN, r, 2 * c)) = lo;
-        *(uint4 *)(dst + swz(BN, r, 2 * c + 1)) = hi;
-      }
-      fence_async_shared();
-      mbar_arrive(widened0 + st * 8);
-      named_sync(1, 128);
     }
   } else {
     const T *kc = (const T *)p.k, *vc = (const T *)p.v;
@@ -252,7 +186,7 @@ __device__ __forceinline__ void produce(const AttnParams &p, const Seq &s, int g
       /* off[buf] was last read two tiles ago, before every producer thread passed the previous
        * barrier */
       named_sync(1, 128);
-      const uint32_t dk = smem_addr(sh.kv + (size_t)(2 * st) * KV), dv = dk + KV;
+      const uint32_t dk = smem_addr(sh.kv + (size_t)st * STAGE), dv = dk + KB;
 #pragma unroll 8
       for (int i = 0; i < BN * CH / 128; i++) {
         const int idx = tid + i * 128, r = idx / CH, c = idx % CH;
@@ -363,16 +297,16 @@ __device__ __forceinline__ Rows consumer_rows(const AttnParams &p, const Seq &s,
 }
 
 /* sdpa_fp8's scales of a consumer thread: the q_scale of its two rows (0 for padding rows, which
- * are never stored), its kv head's rows of k_scale and v_scale, and those of the key tile in
- * flight (kt, vt: fp8_tile_scales). */
+ * are never stored), its kv head's row of k_scale and that of the key tile in flight (kt:
+ * fp8_tile_scales). v_scale is in the bf16 V the kernel reads (attention_fp8_sm90.cu). */
 struct Fp8Scales {
   float q[2];
-  const float *k, *v;
-  float kt, vt;
+  const float *k;
+  float kt;
 };
 __device__ __forceinline__ Fp8Scales fp8_scales(const AttnParams &p, const Seq &s, int g, int m0,
                                                 int rows_here, int cw, int warp, int qg) {
-  Fp8Scales f = {{0.0f, 0.0f}, nullptr, nullptr, 0.0f, 0.0f};
+  Fp8Scales f = {{0.0f, 0.0f}, nullptr, 0.0f};
   const int group = (int)p.group;
   const int64_t nbq = (p.sq + KITE_FP8_ATTN_BLOCK - 1) / KITE_FP8_ATTN_BLOCK;
   const int64_t nbk = (p.sk + KITE_FP8_ATTN_BLOCK - 1) / KITE_FP8_ATTN_BLOCK;
@@ -385,41 +319,35 @@ __device__ __forceinline__ Fp8Scales fp8_scales(const AttnParams &p, const Seq &
     f.q[h] = p.q_scale[((int64_t)s.b * p.hq + head) * nbq + (s.first + tq) / KITE_FP8_ATTN_BLOCK];
   }
   f.k = p.k_scale + ((int64_t)s.b * p.hkv + g) * nbk;
-  f.v = p.v_scale + ((int64_t)s.b * p.hkv + g) * nbk;
   return f;
 }
-/* FP8: the k_scale and v_scale of the key tile from j0 (a multiple of 128: one scale block),
- * read before the tile's Q K^T is issued so that the loads run beside it, not after its wait. */
+/* FP8: the k_scale of the key tile from j0 (a multiple of 128: one scale block), read before the
+ * tile's Q K^T is issued so that the load runs beside it, not after its wait. */
 template <bool FP8> __device__ __forceinline__ void fp8_tile_scales(Fp8Scales &f, int j0) {
-  if constexpr (FP8) {
-    f.kt = f.k[j0 / KITE_FP8_ATTN_BLOCK];
-    f.vt = f.v[j0 / KITE_FP8_ATTN_BLOCK];
-  }
+  if constexpr (FP8) f.kt = f.k[j0 / KITE_FP8_ATTN_BLOCK];
 }
-/* FP8: the tile's scores times each row's q_scale and the tile's k_scale, before the softmax
- * step. */
+/* The factor softmax_tile takes a row's scores by in the exponent's FMA (ps[h], row h): r.pscale.
+ * FP8: also the row's q_scale times the tile's k_scale, x, folded in as r.pscale x where both are
+ * positive (max(c s) = c max(s) for c > 0: no multiply per score); else the scores are multiplied
+ * by x here. */
 template <bool FP8, int BN>
-__device__ __forceinline__ void fp8_scale_scores(float (&sc)[BN / 2], const Fp8Scales &f) {
+__device__ __forceinline__ void row_pscale(float (&sc)[BN / 2], const Rows &r, const Fp8Scales &f,
+                                           float (&ps)[2]) {
+  ps[0] = ps[1] = r.pscale;
   if constexpr (FP8) {
     static_assert(BN == KITE_FP8_ATTN_BLOCK, "a key tile is one scale block");
 #pragma unroll
     for (int h = 0; h < 2; h++) {
       const float x = f.q[h] * f.kt;
+      if (r.fold && x > 0.0f) {
+        ps[h] = r.pscale * x;
+      } else {
 #pragma unroll
-      for (int nb = 0; nb < BN / 8; nb++) sc[4 * nb + 2 * h] *= x, sc[4 * nb + 2 * h + 1] *= x;
+        for (int nb = 0; nb < BN / 8; nb++) sc[4 * nb + 2 * h] *= x, sc[4 * nb + 2 * h + 1] *= x;
+      }
     }
   }
 }
-/* FP8: the tile's P times its v_scale, after the softmax step (the sum l is P's): P V then adds
- * p v_scale v over V's e4m3 values v. */
-template <bool FP8, int BN>
-__device__ __forceinline__ void fp8_scale_p(float (&sc)[BN / 2], const Fp8Scales &f) {
-  if constexpr (FP8) {
-#pragma unroll
-    for (int i = 0; i < BN / 2; i++) sc[i] *= f.vt;
-  }
-}
-
 /* The tile of keys [j0, j0 + BN) has a key some row of the warpgroup sees. */
 template <int BN> __device__ __forceinline__ bool tile_active(const Rows &r, int j0) {
   return r.has_rows && j0 < r.whi && j0 + BN > r.wlo;
@@ -447,12 +375,14 @@ __device__ __forceinline__ void issue_qk(float (&sc)[BN / 2], uint32_t q_addr, u
 }
 
 /* Scores of keys [j0, j0 + BN) (ok: the stage's key flags) to unnormalized probabilities in place,
- * in base 2 (times pscale); masks only on tiles that cross a row's range or hold absent keys. The
- * running max and sum of both rows move on; corr: the factor the rows' o must take. */
+ * in base 2 (row h's times ps[h]: row_pscale); masks only on tiles that cross a row's range or hold
+ * absent keys. The running max and sum of both rows move on; corr: the factor the rows' o must
+ * take. */
 template <int BN, bool PAGED>
 __device__ __forceinline__ void
-softmax_tile(float (&sc)[BN / 2], const Rows &r, int j0, int khi, int lo_last, int hi_first,
-             const uint8_t *ok, int lane, float (&m_run)[2], float (&l_run)[2], float (&corr)[2]) {
+softmax_tile(float (&sc)[BN / 2], const Rows &r, const float (&ps)[2], int j0, int khi, int lo_last,
+             int hi_first, const uint8_t *ok, int lane, float (&m_run)[2], float (&l_run)[2],
+             float (&corr)[2]) {
   const int qt = lane & 3;
   bool full = j0 + BN <= khi && j0 >= lo_last && j0 + BN <= hi_first;
   if (PAGED && full) {
@@ -487,7 +417,7 @@ softmax_tile(float (&sc)[BN / 2], const Rows &r, int j0, int khi, int lo_last, i
 #pragma unroll
     for (int nb = 1; nb < BN / 8; nb++)
       mx0 = fmaxf(mx0, sc[4 * nb + 2 * h]), mx1 = fmaxf(mx1, sc[4 * nb + 2 * h + 1]);
-    float mx = fmaxf(m_run[h], fmaxf(mx0, mx1) * r.pscale);
+    float mx = fmaxf(m_run[h], fmaxf(mx0, mx1) * ps[h]);
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float base = mx == -INFINITY ? 0.0f : mx; /* every key so far masked */
@@ -496,8 +426,8 @@ softmax_tile(float (&sc)[BN / 2], const Rows &r, int j0, int khi, int lo_last, i
     float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
     for (int nb = 0; nb < BN / 8; nb++) {
-      sc[4 * nb + 2 * h] = fast_exp2(fmaf(sc[4 * nb + 2 * h], r.pscale, -base));
-      sc[4 * nb + 2 * h + 1] = fast_exp2(fmaf(sc[4 * nb + 2 * h + 1], r.pscale, -base));
+      sc[4 * nb + 2 * h] = fast_exp2(fmaf(sc[4 * nb + 2 * h], ps[h], -base));
+      sc[4 * nb + 2 * h + 1] = fast_exp2(fmaf(sc[4 * nb + 2 * h + 1], ps[h], -base));
       s0 += sc[4 * nb + 2 * h], s1 += sc[4 * nb + 2 * h + 1];
     }
     l_run[h] = l_run[h] * corr[h] + (s0 + s1);

@@ -48,7 +48,8 @@ constexpr int kTurnBar = 4;
 
 /* PING: the two consumer warpgroups take turns at issuing; else they run freely and only the tiles
  * within a warpgroup overlap. T: Q and K's element (V's too, but for LOAD_TMA_FP8: e4m3 Q and K,
- * sdpa_fp8's scales, V widened to bf16 by the producer); To: o's (T's but for e4m3). */
+ * sdpa_fp8's q and k scales, V dequantized to bf16 before the kernel); To: o's (T's but for
+ * e4m3). */
 template <typename T, int D, int LOAD, bool PING, typename To = T>
 __global__ void __launch_bounds__(kThreads, 1)
     attend_sm90pp_kernel(AttnParams p, const __grid_constant__ CUtensorMap tmap_k,
@@ -59,9 +60,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   using PV = typename std::conditional<FP8, __nv_bfloat16, T>::type; /* P and V in P V */
   constexpr int BN = SM::BN, kStages = SM::kStages;
   constexpr bool PAGED = LOAD == LOAD_PAGED || LOAD == LOAD_PAGED_TMA;
-  /* the cp.async producer keeps its registers (its copy loop), so does e4m3's (its widening) */
-  constexpr int kProducerRegs = tma_load(LOAD) && !FP8 ? 24 : 40,
-                kConsumerRegs = tma_load(LOAD) && !FP8 ? 240 : 232;
+  /* the cp.async producer keeps its registers (its copy loop) */
+  constexpr int kProducerRegs = tma_load(LOAD) ? 24 : 40,
+                kConsumerRegs = tma_load(LOAD) ? 240 : 232;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "registers of the launch");
 
   KITE_SM90_HEAD(T, D, LOAD, SM, kProducerRegs);
@@ -84,24 +85,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
   const uint32_t q_addr = smem_addr(sh.q) + 64 * cw * 128;
-  /* K of stage st; V follows it. FP8: V is ready once the producer widened it (v_ready). */
-  constexpr int KV = (int)SM::kv_bytes;
-  const auto k_of = [&](int st) {
-    if constexpr (FP8)
-      return smem_addr(sh.kv + (size_t)st * SM::stage_bytes);
-    else
-      return smem_addr(sh.kv + (size_t)(2 * st) * KV);
-  };
+  /* K of stage st; V follows it */
+  const auto k_of = [&](int st) { return smem_addr(sh.kv + (size_t)st * SM::stage_bytes); };
   const auto v_of = [&](int st) { return k_of(st) + (uint32_t)SM::k_bytes; };
-  const auto v_ready = [&](int t) {
-    if constexpr (FP8) mbar_wait(bar0 + (2 * kStages + t % kStages) * 8, (t / kStages) & 1);
-  };
   const auto scores = [&](int t) {
     const int st = t % kStages;
-    fp8_scale_scores<FP8, BN>(sc, fs);
-    softmax_tile<BN, PAGED>(sc, r, klo + t * BN, khi, lo_last, hi_first, sh.ok + st * BN, lane,
+    float ps[2];
+    row_pscale<FP8, BN>(sc, r, fs, ps);
+    softmax_tile<BN, PAGED>(sc, r, ps, klo + t * BN, khi, lo_last, hi_first, sh.ok + st * BN, lane,
                             m_run, l_run, corr);
-    fp8_scale_p<FP8, BN>(sc, fs);
   };
 
   /* Every tile of the CTA runs, including those where no row of this warpgroup sees a key (their
@@ -125,7 +117,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (PING) named_sync(my_turn, 256);
     issue_qk<T, D, BN>(sc, q_addr, k_of(st));
     rescale_o<D>(o, corr);
-    v_ready(t - 1);
     issue_pv<PV, D, BN>(o, pa, v_of(pst));
     if (PING) named_arrive(their_turn, 256);
     wgmma_wait<1>(); /* S_t; P_{t-1} V_{t-1} runs on */
@@ -140,7 +131,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (PING) named_sync(my_turn, 256);
   if (ntiles > 0) {
     rescale_o<D>(o, corr);
-    v_ready(ntiles - 1);
     issue_pv<PV, D, BN>(o, pa, v_of((ntiles - 1) % kStages));
   }
   if (PING) named_arrive(their_turn, 256);
