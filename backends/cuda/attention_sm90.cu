@@ -98,16 +98,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 /* ---- host side ----------------------------------------------------------------------------- */
-/* The 4-d tensor map of elements of esize bytes (2: dtype's bf16/f16; 1: e4m3 codes) over base
- * with these dims, byte strides of dims 1-3 and box, 128-byte swizzled, element by element. */
+/* The tensor map of rank `rank` (4 or 5) of elements of esize bytes (2: dtype's bf16/f16; 1: e4m3
+ * codes) over base with these dims, byte strides of dims 1 .. rank - 1 and box, 128-byte
+ * swizzled, element by element. */
 bool encode_map(PFN_cuTensorMapEncodeTiled_v12000 encode, CUtensorMap *map, kite_dtype dtype,
-                int esize, const void *base, const cuuint64_t dims[4], const cuuint64_t strides[3],
-                const cuuint32_t box[4]) {
-  const cuuint32_t unit[4] = {1, 1, 1, 1};
+                int esize, const void *base, const cuuint64_t *dims, const cuuint64_t *strides,
+                const cuuint32_t *box, int rank = 4) {
+  const cuuint32_t unit[5] = {1, 1, 1, 1, 1};
   const CUtensorMapDataType type = esize == 1                 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                    : dtype == KITE_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                                               : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  return encode(map, type, 4, const_cast<void *>(base), dims, strides, box, unit,
+  return encode(map, type, (cuuint32_t)rank, const_cast<void *>(base), dims, strides, box, unit,
                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
@@ -142,13 +143,24 @@ bool kite_cuda::sm90::dense_tensor_map(CUtensorMap *map, const AttnParams &p, co
 namespace {
 
 /* The tensor map of a paged cache [num_blocks][hkv][block_size][head_dim] in boxes of 64 elements x
- * min(block_size, bn) slots; false where TMA cannot take it (see enum Load). */
+ * min(block_size, bn) slots; false where TMA cannot take it (see enum Load). Head_dim 128
+ * (interleaved_cols): the cache seen as [num_blocks hkv][block_size / 8][2][8][64] (slot group,
+ * column block, slot, column), so that one box carries both column blocks of min(block_size, bn)
+ * slots, 8-slot groups of the two column blocks alternating in shared memory. */
 bool paged_tensor_map(CUtensorMap *map, const AttnParams &p, const void *base, int bn) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   const int64_t bs = p.block_size;
   if (!encode || (uintptr_t)base % 16 != 0 || bs % 16 != 0 || (bn % bs != 0 && bs % bn != 0) ||
       p.num_blocks <= 0 || p.num_blocks > 0x7fffffff)
     return false;
+  if (p.head_dim == 128) {
+    const cuuint64_t row = 256, groups = (cuuint64_t)(bs / 8);
+    const cuuint64_t dims[5] = {64, 8, 2, groups, (cuuint64_t)p.num_blocks * (cuuint64_t)p.hkv};
+    const cuuint64_t strides[4] = {row, 128, 8 * row, row * (cuuint64_t)bs};
+    if (dims[4] > 0xffffffffull || strides[3] >= (1ull << 40)) return false;
+    const cuuint32_t box[5] = {64, 8, 2, (cuuint32_t)((bs < bn ? bs : bn) / 8), 1};
+    return encode_map(encode, map, p.dtype, 2, base, dims, strides, box, 5);
+  }
   const cuuint64_t dims[4] = {(cuuint64_t)p.head_dim, (cuuint64_t)bs, (cuuint64_t)p.hkv,
                               (cuuint64_t)p.num_blocks};
   const cuuint64_t row = (cuuint64_t)p.head_dim * 2;

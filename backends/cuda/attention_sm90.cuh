@@ -26,6 +26,14 @@ constexpr int kThreads = 384, kBM = 128;
  * makes it before the kernel), as LOAD_TMA loads a 16-bit V. */
 enum Load { LOAD_DENSE, LOAD_PAGED, LOAD_TMA, LOAD_PAGED_TMA, LOAD_TMA_FP8 };
 
+/* The K and V tiles of a stage in shared memory: per 128-byte column block (64 elements) cb,
+ * BN rows of 128 bytes at cb BN 128 (a column block's 8-row groups 1024 bytes apart), or, with
+ * the column blocks interleaved (paged TMA at head_dim 128: one box carries a cache block's two
+ * column blocks, paged_tensor_map), 8-row group i of column block cb at 2048 i + 1024 cb. */
+template <int D, int LOAD> __host__ __device__ constexpr bool interleaved_cols() {
+  return LOAD == LOAD_PAGED_TMA && D == 128;
+}
+
 /* Keys per K/V tile: 128, or 64 for head_dim 256 (the shared memory of 2 stages). */
 template <int D> constexpr int tile_keys() {
   return D == 256 ? 64 : 128;
@@ -155,17 +163,28 @@ __device__ __forceinline__ void produce(const AttnParams &p, const Seq &s, int g
         sh.ok[st * BN + jl] = bb >= 0 && j0 + jl < khi;
       }
       /* lane 0's arrival carries the stage's bytes; then lane i < nbox issues the copies of box
-       * i (an absent block's coordinates are out of bounds), so the 2 D / 64 nbox copies of a
-       * stage leave from nbox threads instead of one after another from one */
+       * i (an absent block's coordinates are out of bounds), so a stage's copies leave from nbox
+       * threads instead of one after another from one: 2 D / 64 per box, or 2 where a box
+       * carries every column block (interleaved_cols: block blk's kv head g is slab blk hkv + g,
+       * a negative slab where the block is absent) */
       if (tid == 0) mbar_expect_tx(full, STAGE);
       __syncwarp();
       if (tid < nbox) {
-        const uint32_t dk = smem_addr(sh.kv + (size_t)st * STAGE) + tid * rows * 128, dv = dk + KB;
         const int row0 = j0 % bs;
+        if constexpr (interleaved_cols<D, LOAD>()) {
+          const uint32_t dk = smem_addr(sh.kv + (size_t)st * STAGE) + tid * rows * (D * 2),
+                         dv = dk + KB;
+          const int slab = blk * (int)p.hkv + g;
+          tma_load_5d(dk, tmap_k, 0, 0, 0, row0 / 8, slab, full);
+          tma_load_5d(dv, tmap_v, 0, 0, 0, row0 / 8, slab, full);
+        } else {
+          const uint32_t dk = smem_addr(sh.kv + (size_t)st * STAGE) + tid * rows * 128,
+                         dv = dk + KB;
 #pragma unroll
-        for (int cb = 0; cb < D / 64; cb++) {
-          tma_load_4d(dk + cb * BN * 128, tmap_k, cb * 64, row0, g, blk, full);
-          tma_load_4d(dv + cb * BN * 128, tmap_v, cb * 64, row0, g, blk, full);
+          for (int cb = 0; cb < D / 64; cb++) {
+            tma_load_4d(dk + cb * BN * 128, tmap_k, cb * 64, row0, g, blk, full);
+            tma_load_4d(dv + cb * BN * 128, tmap_v, cb * 64, row0, g, blk, full);
+          }
         }
       }
       if (tid != 0) mbar_arrive(full);
@@ -355,14 +374,15 @@ template <int BN> __device__ __forceinline__ bool tile_active(const Rows &r, int
 
 /* Issues S = Q K^T (wgmma m64nBNk16, or m64nBNk32 of e4m3 T, from shared memory, K-major
  * descriptors) and commits it: k-step kk is 32 bytes into a 128-byte swizzle row of column block
- * kk / 4. */
-template <typename T, int D, int BN>
+ * kk / 4. IL: K's column blocks interleaved (interleaved_cols). */
+template <typename T, int D, int BN, bool IL = false>
 __device__ __forceinline__ void issue_qk(float (&sc)[BN / 2], uint32_t q_addr, uint32_t k_addr) {
+  constexpr uint32_t kcb = IL ? 1024 : BN * 128, kgroup = IL ? 2048 : 1024;
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < D * (int)sizeof(T) / 32; kk++) {
     const uint64_t da = smem_desc(q_addr + (kk >> 2) * kBM * 128 + (kk & 3) * 32, 16, 1024);
-    const uint64_t db = smem_desc(k_addr + (kk >> 2) * BN * 128 + (kk & 3) * 32, 16, 1024);
+    const uint64_t db = smem_desc(k_addr + (kk >> 2) * kcb + (kk & 3) * 32, 16, kgroup);
     if constexpr (sizeof(T) == 1) {
       static_assert(BN == 128, "e4m3 tiles of 128 keys");
       wgmma_ss_e4m3_n128(sc, da, db, kk > 0);
@@ -453,12 +473,15 @@ __device__ __forceinline__ void pack_p(uint32_t (&pa)[BN / 16][4], const float (
     for (int e = 0; e < 4; e++) pa[kj][e] = pack2<T>(sc[8 * kj + 2 * e], sc[8 * kj + 2 * e + 1]);
 }
 
-/* Issues O += P V (wgmma m64nNk16, P from registers, V by an MN-major descriptor) and commits it:
- * V's 16 keys of k-step kj are 2048 bytes into each column block; the n-halves of D 256 are 2
- * column blocks apart. */
-template <typename T, int D, int BN>
+/* Issues O += P V (wgmma m64nNk16, P from registers, V by an MN-major descriptor: column blocks
+ * LBO apart, 8-key groups SBO apart) and commits it: V's 16 keys of k-step kj are 2 groups into
+ * each column block; the n-halves of D 256 are 2 column blocks apart. IL: V's column blocks
+ * interleaved (interleaved_cols). */
+template <typename T, int D, int BN, bool IL = false>
 __device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 16][4],
                                          uint32_t v_addr) {
+  static_assert(!IL || D == 128, "interleaved column blocks at head_dim 128");
+  constexpr uint32_t lbo = IL ? 1024 : BN * 128, sbo = IL ? 2048 : 1024;
   wgmma_fence();
 #pragma unroll
   for (int kj = 0; kj < BN / 16; kj++) {
@@ -468,7 +491,7 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&pa)
 #pragma unroll
       for (int nh = 0; nh < D / 128; nh++)
         wgmma_rs_n128<T>(*reinterpret_cast<float(*)[64]>(&o[64 * nh]), pa[kj],
-                         smem_desc(v_addr + nh * 2 * BN * 128 + kj * 2048, BN * 128, 1024));
+                         smem_desc(v_addr + nh * 2 * BN * 128 + kj * 2 * sbo, lbo, sbo));
     }
   }
   wgmma_commit();

@@ -60,6 +60,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   using PV = typename std::conditional<FP8, __nv_bfloat16, T>::type; /* P and V in P V */
   constexpr int BN = SM::BN, kStages = SM::kStages;
   constexpr bool PAGED = LOAD == LOAD_PAGED || LOAD == LOAD_PAGED_TMA;
+  constexpr bool IL = interleaved_cols<D, LOAD>();
   /* the cp.async producer keeps its registers (its copy loop) */
   constexpr int kProducerRegs = tma_load(LOAD) ? 24 : 40,
                 kConsumerRegs = tma_load(LOAD) ? 240 : 232;
@@ -103,7 +104,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     fp8_tile_scales<FP8>(fs, klo);
     mbar_wait(bar0, 0);
     if (PING) named_sync(my_turn, 256);
-    issue_qk<T, D, BN>(sc, q_addr, k_of(0));
+    issue_qk<T, D, BN, IL>(sc, q_addr, k_of(0));
     if (PING) named_arrive(their_turn, 256);
     wgmma_wait<0>();
     fence_regs(sc);
@@ -115,9 +116,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     fp8_tile_scales<FP8>(fs, klo + t * BN);
     mbar_wait(bar0 + st * 8, (t / kStages) & 1);
     if (PING) named_sync(my_turn, 256);
-    issue_qk<T, D, BN>(sc, q_addr, k_of(st));
+    issue_qk<T, D, BN, IL>(sc, q_addr, k_of(st));
     rescale_o<D>(o, corr);
-    issue_pv<PV, D, BN>(o, pa, v_of(pst));
+    issue_pv<PV, D, BN, IL>(o, pa, v_of(pst));
     if (PING) named_arrive(their_turn, 256);
     wgmma_wait<1>(); /* S_t; P_{t-1} V_{t-1} runs on */
     fence_regs(sc);
@@ -131,7 +132,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (PING) named_sync(my_turn, 256);
   if (ntiles > 0) {
     rescale_o<D>(o, corr);
-    issue_pv<PV, D, BN>(o, pa, v_of((ntiles - 1) % kStages));
+    issue_pv<PV, D, BN, IL>(o, pa, v_of((ntiles - 1) % kStages));
   }
   if (PING) named_arrive(their_turn, 256);
   wgmma_wait<0>(); /* outside the branch: the epilogue reads o on every path */

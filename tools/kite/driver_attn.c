@@ -360,6 +360,10 @@ static const paged_geom g_paged[] = {
     /* head_dim 256 through TMA boxes: 64-key tiles of 4 blocks, and tiles within a block */
     {4, 1, 256, 16, 2, {150, 70}, {40, 70}},
     {4, 1, 256, 128, 2, {260, 64}, {40, 64}},
+    /* head_dim 128 through boxes of both column blocks: 32-slot blocks (4 boxes a tile), and
+     * tiles within 256-slot blocks */
+    {8, 2, 128, 32, 2, {200, 90}, {120, 90}},
+    {8, 2, 128, 256, 2, {300, 130}, {170, 130}},
     {8, 4, 64, 1, 2, {129, 300}, {129, 60}},
     {8, 2, 64, 16, 1, {300}, {300}}, /* the large one: default options, lse */
 };
