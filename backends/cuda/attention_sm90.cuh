@@ -394,11 +394,17 @@ __device__ __forceinline__ void issue_qk(float (&sc)[BN / 2], uint32_t q_addr, u
   wgmma_commit();
 }
 
+/* How far (base 2) a tile's max may pass a row's running max before the max moves, in the lazy
+ * rescale: the probabilities against the stale max stay below 2^8 (exact in f32 sums, bf16 and f16
+ * P keep their relative precision), and o and l are rescaled only when a max moved. */
+constexpr float kLazySlack = 8.0f;
+
 /* Scores of keys [j0, j0 + BN) (ok: the stage's key flags) to unnormalized probabilities in place,
  * in base 2 (row h's times ps[h]: row_pscale); masks only on tiles that cross a row's range or hold
  * absent keys. The running max and sum of both rows move on; corr: the factor the rows' o must
- * take. */
-template <int BN, bool PAGED>
+ * take (exactly 1 where the max stayed). LAZY: the max moves only when the tile's passes it by more
+ * than kLazySlack, so that after the first tiles o is rarely rescaled (rescale_o). */
+template <int BN, bool PAGED, bool LAZY>
 __device__ __forceinline__ void
 softmax_tile(float (&sc)[BN / 2], const Rows &r, const float (&ps)[2], int j0, int khi, int lo_last,
              int hi_first, const uint8_t *ok, int lane, float (&m_run)[2], float (&l_run)[2],
@@ -437,12 +443,20 @@ softmax_tile(float (&sc)[BN / 2], const Rows &r, const float (&ps)[2], int j0, i
 #pragma unroll
     for (int nb = 1; nb < BN / 8; nb++)
       mx0 = fmaxf(mx0, sc[4 * nb + 2 * h]), mx1 = fmaxf(mx1, sc[4 * nb + 2 * h + 1]);
-    float mx = fmaxf(m_run[h], fmaxf(mx0, mx1) * ps[h]);
+    float mx = fmaxf(mx0, mx1) * ps[h];
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float base = mx == -INFINITY ? 0.0f : mx; /* every key so far masked */
-    corr[h] = fast_exp2(m_run[h] - base);
-    m_run[h] = mx;
+    bool moved = true;
+    float m_new;
+    if constexpr (LAZY) {
+      moved = mx > m_run[h] + kLazySlack;
+      m_new = moved ? mx : m_run[h];
+    } else {
+      m_new = fmaxf(m_run[h], mx);
+    }
+    const float base = m_new == -INFINITY ? 0.0f : m_new; /* every key so far masked */
+    corr[h] = moved ? fast_exp2(m_run[h] - base) : 1.0f;
+    m_run[h] = m_new;
     float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
     for (int nb = 0; nb < BN / 8; nb++) {
@@ -454,8 +468,10 @@ softmax_tile(float (&sc)[BN / 2], const Rows &r, const float (&ps)[2], int j0, i
   }
 }
 
-template <int D>
+/* o times each row's corr; LAZY: skipped where no row of the warp moved its max (softmax_tile). */
+template <int D, bool LAZY>
 __device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&corr)[2]) {
+  if (LAZY && !__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) return;
 #pragma unroll
   for (int h = 0; h < 2; h++)
 #pragma unroll

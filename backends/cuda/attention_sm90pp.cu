@@ -61,6 +61,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int BN = SM::BN, kStages = SM::kStages;
   constexpr bool PAGED = LOAD == LOAD_PAGED || LOAD == LOAD_PAGED_TMA;
   constexpr bool IL = interleaved_cols<D, LOAD>();
+  /* the lazy rescale of o (softmax_tile): measured on an H100 it gave e4m3 +0-2 % and cost 16-bit
+   * head_dim 128 causal 1.5-2 % (head_dim 64: within noise) */
+  constexpr bool LAZY = FP8;
   /* the cp.async producer keeps its registers (its copy loop) */
   constexpr int kProducerRegs = tma_load(LOAD) ? 24 : 40,
                 kConsumerRegs = tma_load(LOAD) ? 240 : 232;
@@ -93,8 +96,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int st = t % kStages;
     float ps[2];
     row_pscale<FP8, BN>(sc, r, fs, ps);
-    softmax_tile<BN, PAGED>(sc, r, ps, klo + t * BN, khi, lo_last, hi_first, sh.ok + st * BN, lane,
-                            m_run, l_run, corr);
+    softmax_tile<BN, PAGED, LAZY>(sc, r, ps, klo + t * BN, khi, lo_last, hi_first, sh.ok + st * BN,
+                                  lane, m_run, l_run, corr);
   };
 
   /* Every tile of the CTA runs, including those where no row of this warpgroup sees a key (their
@@ -117,7 +120,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbar_wait(bar0 + st * 8, (t / kStages) & 1);
     if (PING) named_sync(my_turn, 256);
     issue_qk<T, D, BN, IL>(sc, q_addr, k_of(st));
-    rescale_o<D>(o, corr);
+    rescale_o<D, LAZY>(o, corr);
     issue_pv<PV, D, BN, IL>(o, pa, v_of(pst));
     if (PING) named_arrive(their_turn, 256);
     wgmma_wait<1>(); /* S_t; P_{t-1} V_{t-1} runs on */
@@ -131,7 +134,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   /* the last P V */
   if (PING) named_sync(my_turn, 256);
   if (ntiles > 0) {
-    rescale_o<D>(o, corr);
+    rescale_o<D, LAZY>(o, corr);
     issue_pv<PV, D, BN, IL>(o, pa, v_of((ntiles - 1) % kStages));
   }
   if (PING) named_arrive(their_turn, 256);
