@@ -24,9 +24,9 @@
  *       dV += P^T dO, dK += dS^T Q      m64nDk16, P^T / dS^T as register A fragments, dO / Q
  *                                       MN-major,
  *       dS^T into shared memory transposed (stmatrix.trans; two buffers, so one warpgroup may
- *       run a tile ahead), then dQ = dS K (m64n64k16; at head_dim 128 warpgroup w takes columns
- *       [64 w, 64 w + 64), at 64 each its own keys, warpgroup 1 adding its partial onto warpgroup
- *       0's in shared memory) into the shared dQ tile for the writer.
+ *       run a tile ahead), then dQ = dS K (m64n64k16 over the block's keys; at head_dim 128
+ *       warpgroup w takes columns [64 w, 64 w + 64), at 64 warpgroup t % 2 takes tile t whole
+ *       while the other goes on) into the shared dQ tile for the writer.
  * The consumers never wait for a load they issued, for a tile's turn or for its additions; where
  * the same math ran with those on the same warps the tile took about twice as long
  * (docs/performance.md, 2026-11-27). A query whose lse is -inf gets p = 0 (lse2 = +inf).
@@ -47,9 +47,12 @@ enum {
   BAR_CONSUMERS = 1, /* the 256 consumer threads: K, V loaded; dS of both warpgroups stored */
   BAR_DQ_FULL = 2,   /* + buffer: consumers arrive once a dQ tile is in it; its writer waits */
   BAR_DQ_FREE = 4,   /* + buffer: its writer arrives once its adds read it; consumers wait */
-  BAR_DQ_HALF = 6,   /* head_dim 64: warpgroup 1 adds onto warpgroup 0's partial */
 };
-constexpr int kDqBarThreads = kConsumers + 32;
+/* The threads of a dQ buffer's barriers: its writer and the consumers that fill it (both
+ * warpgroups at head_dim 128; at 64 warpgroup t % 2 fills buffer t % 2 alone) */
+template <int D> __host__ __device__ constexpr int dq_bar_threads() {
+  return (D == 128 ? kConsumers : kConsumers / 2) + 32;
+}
 
 /* Shared memory, each tile 1024-byte aligned in the 128-byte swizzled layout (swz): K, V
  * [key][d]; per stage Q and dO [query][d]; two dS [query][key]; two f32 dQ tiles [query][d] (the
@@ -160,14 +163,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else if (warp <= 2) { /* ---- dq writers: warp 1 the even tiles, warp 2 the odd ---- */
       const uint32_t sdq = base + (uint32_t)SM::off_dq;
       float *accb = p.dq_acc + b * p.acc_st[0];
-      if (warp - 1 < ntiles) named_arrive(BAR_DQ_FREE + warp - 1, kDqBarThreads);
+      if (warp - 1 < ntiles) named_arrive(BAR_DQ_FREE + warp - 1, dq_bar_threads<D>());
       for (int64_t t = warp - 1; t < ntiles; t += 2) {
         const int64_t h = bwd_head(p, g, t / nqt), m = span.lo + t % nqt, i0 = m * kBQ;
         int *cnt = p.dq_turn + (b * p.hq + h) * p.mtiles + m;
         const int turn = bwd_turn(p, s, n, m, kBN, kBQ);
         const int buf = (int)(t & 1);
         const uint32_t src = sdq + buf * (uint32_t)SM::dq;
-        named_sync(BAR_DQ_FULL + buf, kDqBarThreads);
+        named_sync(BAR_DQ_FULL + buf, dq_bar_threads<D>());
         bwd_turn_wait(cnt, turn); /* every lane: its own acquire before its adds */
         fence_async_global();
         const int nrows = s.ql - i0 < kBQ ? (int)(s.ql - i0) : kBQ;
@@ -181,7 +184,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         bulk_commit();
         bulk_wait_read<0>();
         __syncwarp();
-        if (t + 2 < ntiles) named_arrive(BAR_DQ_FREE + buf, kDqBarThreads);
+        if (t + 2 < ntiles) named_arrive(BAR_DQ_FREE + buf, dq_bar_threads<D>());
         bulk_wait<0>();
         fence_async_global();
         __syncwarp();
@@ -218,8 +221,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int kw = wg * 64 + warp * 16; /* this warp's first key in the block */
   const BwdRules rules = bwd_rules(p, s);
-  constexpr int DQ_KS = D == 128 ? kBN / 16 : 4;
-  const int cb = D == 128 ? wg : 0, kq0 = D == 128 ? 0 : 4 * wg;
+  const int cb = D == 128 ? wg : 0;
   const uint32_t k_addr = base, kw_addr = base + wg * 64 * 128;
   const uint32_t vw_addr = base + (uint32_t)SM::off_v + wg * 64 * 128;
   float *sdq = (float *)(smem + SM::off_dq);
@@ -325,49 +327,41 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_async_shared();
     named_sync(BAR_CONSUMERS, kConsumers); /* dS of both warpgroups */
 
-    /* dQ (64 queries x 64 columns from column block cb) = dS K */
+    /* dQ (64 queries x 64 columns from column block cb) = dS K over the block's 128 keys: at
+     * head_dim 128 warpgroup w takes column block w, at 64 warpgroup t % 2 takes the tile (the
+     * other goes on to the next tile) */
+    const bool dq_here = D == 128 || wg == (int)(t & 1);
     float aq[32];
-    wgmma_fence();
+    if (dq_here) {
+      wgmma_fence();
 #pragma unroll
-    for (int x = 0; x < DQ_KS; x++) {
-      const int kk = kq0 + x;
-      wgmma_sst_n64<T>(aq, smem_desc(ds_addr + (kk >> 2) * kBQ * 128 + (kk & 3) * 32, 16, 1024),
-                       smem_desc(k_addr + cb * kBN * 128 + kk * 2048, kBN * 128, 1024), x > 0);
+      for (int kk = 0; kk < kBN / 16; kk++)
+        wgmma_sst_n64<T>(aq, smem_desc(ds_addr + (kk >> 2) * kBQ * 128 + (kk & 3) * 32, 16, 1024),
+                         smem_desc(k_addr + cb * kBN * 128 + kk * 2048, kBN * 128, 1024), kk > 0);
+      wgmma_commit();
     }
-    wgmma_commit();
     wgmma_wait<0>();
     fence_regs(dk);
     fence_regs(dv);
-    fence_regs(aq);
     mbar_arrive(empty0 + 8 * st); /* Q, dO and the stats of this stage are read */
 
-    /* dQ into buffer t % 2 once the writer read tile t - 2 from it; at head_dim 64 warpgroup 1 adds
-     * its partial onto warpgroup 0's */
-    float *sdqt = sdq + (t & 1) * (SM::dq / 4);
-    named_sync(BAR_DQ_FREE + (int)(t & 1), kDqBarThreads);
+    /* dQ into buffer t % 2 once the writer read tile t - 2 from it */
+    if (dq_here) {
+      fence_regs(aq);
+      float *sdqt = sdq + (t & 1) * (SM::dq / 4);
+      named_sync(BAR_DQ_FREE + (int)(t & 1), dq_bar_threads<D>());
 #pragma unroll
-    for (int part = 0; part < (D == 128 ? 1 : 2); part++) {
-      if (D == 128 || wg == part) {
+      for (int hh = 0; hh < 2; hh++) {
+        const int r = warp * 16 + qg + 8 * hh, key = (int)((s.qf + i0 + r) & 3);
+        float *row = sdqt + r * (SM::dq_row / 4) + cb * 64 + 2 * qt;
 #pragma unroll
-        for (int hh = 0; hh < 2; hh++) {
-          const int r = warp * 16 + qg + 8 * hh, key = (int)((s.qf + i0 + r) & 3);
-          float *row = sdqt + r * (SM::dq_row / 4) + cb * 64 + 2 * qt;
-#pragma unroll
-          for (int nb = 0; nb < 8; nb++) {
-            float2 v = make_float2(aq[4 * nb + 2 * hh], aq[4 * nb + 2 * hh + 1]);
-            float2 *at = (float2 *)(row + 8 * (nb ^ key));
-            if (D == 64 && part == 1) {
-              const float2 w = *at;
-              v.x = w.x + v.x, v.y = w.y + v.y;
-            }
-            *at = v;
-          }
-        }
+        for (int nb = 0; nb < 8; nb++)
+          *(float2 *)(row + 8 * (nb ^ key)) =
+              make_float2(aq[4 * nb + 2 * hh], aq[4 * nb + 2 * hh + 1]);
       }
-      if (D == 64 && part == 0) named_sync(BAR_DQ_HALF, kConsumers);
+      fence_async_shared();
+      named_arrive(BAR_DQ_FULL + (int)(t & 1), dq_bar_threads<D>());
     }
-    fence_async_shared();
-    named_arrive(BAR_DQ_FULL + (int)(t & 1), kDqBarThreads);
   }
 
   bwd_store_dkdv<T, D>(p, s, b, g, j0, j1, kw, lane, dk, dv);
@@ -376,8 +370,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   (void)tq;
   (void)tdo;
   (void)tma;
-  (void)kDqBarThreads; /* (only the sm_90a code reads these) */
   (void)WsSmem<D>::off_v;
+  (void)dq_bar_threads<D>(); /* (only the sm_90a code reads these) */
 #endif
 }
 
