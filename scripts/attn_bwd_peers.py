@@ -31,7 +31,6 @@ def main():
     args = ap.parse_args()
     from torch.nn.attention import sdpa_kernel, SDPBackend
     kite = Kite(args.lib)
-    kite.lib.kite_config_set.argtypes, kite.lib.kite_config_set.restype = [C.c_char_p], C.c_int
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
     torch.manual_seed(0)
     B, S, HQ, HKV, dt = 4, args.s, 32, 8, torch.bfloat16

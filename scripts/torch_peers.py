@@ -91,6 +91,7 @@ class Kite:
                "kite_paged_prefill": [T] * 11,
                "kite_sdpa": [T] * 9,
                "kite_sdpa_fp8": [T] * 10,
+               "kite_config_set": [C.c_char_p],
                "kite_quant_fp8_blocks": [T] * 4,
                "kite_sdpa_backward": [T] * 14,
                "kite_sdpa_varlen": [T] * 6 + [C.c_int64] * 2 + [T] * 4,
