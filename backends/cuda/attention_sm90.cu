@@ -158,7 +158,7 @@ bool paged_tensor_map(CUtensorMap *map, const AttnParams &p, const void *base, i
     const cuuint64_t row = 256, groups = (cuuint64_t)(bs / 8);
     const cuuint64_t dims[5] = {64, 8, 2, groups, (cuuint64_t)p.num_blocks * (cuuint64_t)p.hkv};
     const cuuint64_t strides[4] = {row, 128, 8 * row, row * (cuuint64_t)bs};
-    if (dims[4] > 0xffffffffull || strides[3] >= (1ull << 40)) return false;
+    if (dims[4] > 0x7fffffffull || strides[3] >= (1ull << 40)) return false; /* int coordinates */
     const cuuint32_t box[5] = {64, 8, 2, (cuuint32_t)((bs < bn ? bs : bn) / 8), 1};
     return encode_map(encode, map, p.dtype, 2, base, dims, strides, box, 5);
   }
