@@ -29,13 +29,14 @@ typedef struct kt_attn_case {
   int64_t sq, sk;                 /* sdpa */
   kite_attn_opts opts;
   int with_lse;
-  int sinks;        /* attention ops: sinks f32 [Hq] given (kite.h, "Sinks") */
-  int mask;         /* sdpa: 0 none, else a driver_attn.c mask kind */
-  int bshd;         /* sdpa: q, k, v, o are [B, S, H, D] memory viewed as [B, H, S, D] */
-  int fused_kv;     /* store_kv: k and v are slices of one [T, 2 Hkv D + pad] buffer */
-  int skip_slots;   /* store_kv: about a fifth of the slots are negative (padding tokens) */
-  int64_t pad;      /* extra elements in token / head strides and block-table rows */
-  int64_t rope_dim; /* MLA: head_dim is kv_lora_rank R, rope_dim P, hq the heads */
+  int sinks;         /* attention ops: sinks f32 [Hq] given (kite.h, "Sinks") */
+  int mask;          /* sdpa: 0 none, else a driver_attn.c mask kind */
+  int bshd;          /* sdpa: q, k, v, o are [B, S, H, D] memory viewed as [B, H, S, D] */
+  int fused_kv;      /* store_kv: k and v are slices of one [T, 2 Hkv D + pad] buffer */
+  int skip_slots;    /* store_kv: about a fifth of the slots are negative (padding tokens) */
+  int64_t pad;       /* extra elements in token / head strides and block-table rows */
+  int64_t rope_dim;  /* MLA: head_dim is kv_lora_rank R, rope_dim P, hq the heads */
+  int signed_scales; /* sdpa_fp8: scales uniform in [-1.5, 1.5) (negative and near-zero blocks) */
 } kt_attn_case;
 
 /* GEMM, MoE and quantization cases (driver_gemm.c). Sizes per op:

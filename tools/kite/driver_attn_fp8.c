@@ -6,7 +6,8 @@
  *
  * q, k, v are uniform values rounded to e4m3 (the harness stores floats into e4m3 codes); the
  * scales are uniform in [0.25, 1.5), a different one for every block, so a kernel that takes a
- * scale from the wrong block, head or batch entry is off by O(1) on the rows of that block.
+ * scale from the wrong block, head or batch entry is off by O(1) on the rows of that block (one
+ * case draws them from [-1.5, 1.5): negative and near-zero scales).
  * Cases cover Sq and Sk above, below and not multiples of 128 (partial last blocks of queries
  * and keys), causal with Sq < Sk and Sq > Sk, GQA grouped and interleaved, [B, S, H, D]
  * memory viewed as [B, H, S, D], padded rows, and head dims 64, 80, 128, 256.
@@ -51,13 +52,16 @@ static void attn_fp8_describe(const kt_case *c, char *buf, size_t n) {
   if (a->bshd) kt_cat(buf, n, &len, " bshd");
   if (a->with_lse) kt_cat(buf, n, &len, " lse");
   if (a->pad) kt_cat(buf, n, &len, " pad=%lld", (long long)a->pad);
+  if (a->signed_scales) kt_cat(buf, n, &len, " signed-scales");
 }
 
-/* A scale tensor [B, H, ceil(S / 128)] of uniform values in [0.25, 1.5). */
-static void plan_scale(kt_run *r, const char *name, int64_t B, int64_t H, int64_t S) {
+/* A scale tensor [B, H, ceil(S / 128)] of uniform values in [0.25, 1.5), or in [-1.5, 1.5)
+ * (sign: kernels that fold a positive scale into the softmax take their other path there). */
+static void plan_scale(kt_run *r, const char *name, int64_t B, int64_t H, int64_t S, int sign) {
   int64_t shape[3] = {B, H, kt_cdiv(S, KITE_FP8_ATTN_BLOCK)};
   kt_bind(r, name,
-          kt_add_tensor(r, name, KITE_DTYPE_F32, KT_IN, 3, shape, KT_FILL_UNIFORM, 0.25f, 1.5f));
+          kt_add_tensor(r, name, KITE_DTYPE_F32, KT_IN, 3, shape, KT_FILL_UNIFORM,
+                        sign ? -1.5f : 0.25f, 1.5f));
 }
 
 /* quant_fp8_blocks: x in [-3, 3), its codes (every byte written) and scales. */
@@ -87,9 +91,9 @@ static void attn_fp8_plan(kt_run *r, const kt_case *c) {
   kt_bind(r, "q", kt_attn_add_bhsd(r, "q", e, KT_IN, B, a->hq, a->sq, D, pad, a->bshd, -2, 2));
   kt_bind(r, "k", kt_attn_add_bhsd(r, "k", e, KT_IN, B, a->hkv, a->sk, D, pad, a->bshd, -2, 2));
   kt_bind(r, "v", kt_attn_add_bhsd(r, "v", e, KT_IN, B, a->hkv, a->sk, D, pad, a->bshd, -1, 1));
-  plan_scale(r, "q_scale", B, a->hq, a->sq);
-  plan_scale(r, "k_scale", B, a->hkv, a->sk);
-  plan_scale(r, "v_scale", B, a->hkv, a->sk);
+  plan_scale(r, "q_scale", B, a->hq, a->sq, a->signed_scales);
+  plan_scale(r, "k_scale", B, a->hkv, a->sk, a->signed_scales);
+  plan_scale(r, "v_scale", B, a->hkv, a->sk, a->signed_scales);
   kt_bind(r, "o",
           kt_attn_add_bhsd(r, "o", c->dtype, KT_OUT, B, a->hq, a->sq, D, pad, a->bshd, 0, 0));
   if (a->with_lse) {
@@ -189,6 +193,7 @@ static void attn_fp8_check_cases(kite_op op, kite_dtype t, int quick, kt_case_li
       a->pad = (gi + causal) % 3 == 2 ? 3 : 0;
       if (gi % 4 == 3) a->opts.gqa = KITE_GQA_INTERLEAVED;
       if (gi == 2 && !causal) a->opts.scale = 0.05f;
+      a->signed_scales = gi == 4 && !causal;
       kt_case_push(l, c);
     }
   }
