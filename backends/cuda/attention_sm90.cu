@@ -11,16 +11,17 @@
  * built on the host) or from the paged caches (a box per cache block, block ids read one tile at a
  * time by one warp) when block_size is a multiple of 16 that divides BN or that BN divides; else
  * with 16-byte cp.async (dense strides, or slot by slot through the block table, so any
- * block_size). At head_dim 128 a paged box carries both column blocks of its block
- * (interleaved_cols). Each stage has a "full" mbarrier (TMA bytes, or every producer thread once
- * its copies landed and were made visible to the async proxy) and an "empty" one (each consumer
- * warp arrives after its P V wgmma completed). Warpgroups 1 and 2 are consumers: each owns 64
- * packed rows (the wgmma M), takes the extra registers, and per tile runs S = Q K^T   wgmma
- * m64nBNk16, Q and K from shared memory (K-major descriptors), scale / softcap / masks, online
- * softmax in base 2 (the S accumulator fragment: 2 rows per thread, rows reduced over the 4 lanes
- * of a quad), O += P V    wgmma m64nNk16, P rounded to T in registers (the f32 S fragment converted
- * to pairs is the register A fragment), V from shared memory (MN-major descriptor). The two
- * consumers run independently, so the softmax of one overlaps the wgmma of the other.
+ * block_size); at head_dim 128 a paged box carries both column blocks of its cache block
+ * (interleaved_cols). Each stage has a "full" mbarrier (TMA bytes, or every producer thread
+ * once its copies landed and were made visible to the async proxy) and an "empty" one (each
+ * consumer warp arrives after its P V wgmma completed). Warpgroups 1 and 2 are consumers:
+ * each owns 64 packed rows (the wgmma M), takes the extra registers, and per tile runs
+ *   S = Q K^T   wgmma m64nBNk16, Q and K from shared memory (K-major descriptors),
+ *   scale / softcap / masks, online softmax in base 2 (the S accumulator fragment: 2 rows per
+ *   thread, rows reduced over the 4 lanes of a quad),
+ *   O += P V    wgmma m64nNk16, P rounded to T in registers (the f32 S fragment converted to
+ *               pairs is the register A fragment), V from shared memory (MN-major descriptor).
+ * The two consumers run independently, so the softmax of one overlaps the wgmma of the other.
  * attention_sm90.cuh holds the producer and these consumer steps; attention_sm90pp.cu pipelines
  * them (cuda.sm90pp).
  *
@@ -52,7 +53,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                        const __grid_constant__ CUtensorMap tmap_v) {
 #ifdef KITE_SM90_DEVICE
   using SM = SmemOf<D>;
-  constexpr int BN = SM::BN, KV = (int)SM::kv_bytes, kStages = SM::kStages;
+  constexpr int BN = SM::BN, kStages = SM::kStages;
   constexpr bool PAGED = LOAD == LOAD_PAGED || LOAD == LOAD_PAGED_TMA;
 
   KITE_SM90_HEAD(T, D, LOAD, SM, 40);
@@ -74,7 +75,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int st = t % kStages, j0 = klo + t * BN;
     mbar_wait(bar0 + st * 8, (t / kStages) & 1);
     if (tile_active<BN>(r, j0)) {
-      const uint32_t k_addr = smem_addr(sh.kv + (size_t)(2 * st) * KV), v_addr = k_addr + KV;
+      const uint32_t k_addr = smem_addr(sh.kv + (size_t)st * SM::stage_bytes),
+                     v_addr = k_addr + (uint32_t)SM::k_bytes;
       issue_qk<T, D, BN>(sc, q_addr, k_addr);
       wgmma_wait<0>();
       fence_regs(sc);
