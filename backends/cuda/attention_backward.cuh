@@ -263,6 +263,25 @@ __device__ __forceinline__ void bwd_tile_head(int64_t t, int64_t ntiles, Load lo
   bwd_turn_flush(pending);
 }
 
+/* The K and V rows of key block [j0, j1) (kv head g of sequence b) by 16-byte cp.async, chunk c
+ * (8 elements) of row r to the shared addresses dst_k(r, c) and dst_v(r, c), zeros for rows past
+ * j1; the thread takes chunks first, first + step, ... of the BN x D / 8. Commits nothing. */
+template <typename T, int D, int BN, typename DstK, typename DstV>
+__device__ __forceinline__ void bwd_load_kv(const BwdParams &p, const BwdSeq &s, int64_t b,
+                                            int64_t g, int64_t j0, int64_t j1, int first, int step,
+                                            DstK dst_k, DstV dst_v) {
+  constexpr int CH = D / 8;
+  const T *kb = (const T *)p.k + b * p.k_st[0] + g * p.k_st[1];
+  const T *vb = (const T *)p.v + b * p.v_st[0] + g * p.v_st[1];
+  for (int idx = first; idx < BN * CH; idx += step) {
+    const int r = idx / CH, c = idx % CH;
+    const bool ok = j0 + r < j1;
+    const int64_t row = s.kf + j0 + r;
+    cp_async16(dst_k(r, c), ok ? kb + row * p.k_st[2] + c * 8 : kb, ok);
+    cp_async16(dst_v(r, c), ok ? vb + row * p.v_st[2] + c * 8 : vb, ok);
+  }
+}
+
 /* dK (times scale) and dV of a warp's 16 keys [kw, kw + 16) of key block [j0, j1) from mma
  * accumulator fragments: f[4 dn + 2 hh + e] is key kw + lane / 4 + 8 hh, column
  * 8 dn + 2 (lane % 4) + e. */

@@ -59,15 +59,10 @@ __global__ void __launch_bounds__(32 * NW, 8 / NW) attn_bwd_mma_kernel(BwdParams
   if (n < 0) return;
   const int64_t j0 = n * kBN, j1 = j0 + kBN < s.kl ? j0 + kBN : s.kl;
 
-  const T *kb = (const T *)p.k + b * p.k_st[0] + g * p.k_st[1];
-  const T *vb = (const T *)p.v + b * p.v_st[0] + g * p.v_st[1];
-  for (int idx = tid; idx < kBN * CH; idx += kThreads) {
-    const int r = idx / CH, c = idx % CH;
-    const bool ok = j0 + r < j1;
-    const int64_t row = s.kf + j0 + r;
-    cp_async16(smem_addr(sK + r * LD + c * 8), ok ? kb + row * p.k_st[2] + c * 8 : kb, ok);
-    cp_async16(smem_addr(sV + r * LD + c * 8), ok ? vb + row * p.v_st[2] + c * 8 : vb, ok);
-  }
+  bwd_load_kv<T, D, kBN>(
+      p, s, b, g, j0, j1, tid, kThreads,
+      [&](int r, int c) { return smem_addr(sK + r * LD + c * 8); },
+      [&](int r, int c) { return smem_addr(sV + r * LD + c * 8); });
 
   const BwdTiles span = bwd_tiles(p, s, n, kBN, BQ);
   const int64_t nqb = span.hi - span.lo, ntiles = nqb * p.group;

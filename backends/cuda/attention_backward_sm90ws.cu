@@ -106,7 +106,6 @@ __global__ void __launch_bounds__(kThreads, 1)
                        const __grid_constant__ CUtensorMap tdo, bool tma) {
 #ifdef KITE_SM90_DEVICE
   using SM = WsSmem<D>;
-  constexpr int CH = D / 8;
   extern __shared__ unsigned char smem_raw[];
   unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   const uint32_t base = smem_addr(smem);
@@ -198,22 +197,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   reg_alloc<kConsumerRegs>();
   const int ctid = tid - 128, wg = ctid >> 7, warp = (ctid >> 5) & 3;
   const int qg = lane >> 2, qt = lane & 3;
-  {
-    const T *kb = (const T *)p.k + b * p.k_st[0] + g * p.k_st[1];
-    const T *vb = (const T *)p.v + b * p.v_st[0] + g * p.v_st[1];
-    for (int idx = ctid; idx < kBN * CH; idx += kConsumers) {
-      const int r = idx / CH, c = idx % CH;
-      const bool ok = j0 + r < j1;
-      const int64_t row = s.kf + j0 + r;
-      cp_async16(base + swz(kBN, r, c), ok ? kb + row * p.k_st[2] + c * 8 : kb, ok);
-      cp_async16(base + (uint32_t)SM::off_v + swz(kBN, r, c),
-                 ok ? vb + row * p.v_st[2] + c * 8 : vb, ok);
-    }
-    cp_async_commit();
-    cp_async_wait<0>();
-    fence_async_shared();
-    named_sync(BAR_CONSUMERS, kConsumers);
-  }
+  bwd_load_kv<T, D, kBN>(
+      p, s, b, g, j0, j1, ctid, kConsumers, [&](int r, int c) { return base + swz(kBN, r, c); },
+      [&](int r, int c) { return base + (uint32_t)SM::off_v + swz(kBN, r, c); });
+  cp_async_commit();
+  cp_async_wait<0>();
+  fence_async_shared();
+  named_sync(BAR_CONSUMERS, kConsumers);
 
   float dk[D / 2], dv[D / 2];
 #pragma unroll
